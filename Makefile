@@ -1,0 +1,37 @@
+# femtotron — `make` builds ./femtotron; `make test` builds and runs every test.
+CC       ?= mpicc
+CC       := mpicc
+OPT      ?= -O3 -march=native
+CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fopenmp -Isrc -I/usr/include/cjson $(EXTRA_CFLAGS)
+# OpenBLAS, OpenMP flavour: it shares our OpenMP thread pool, and a BLAS call made
+# inside an OpenMP parallel region runs single-threaded instead of oversubscribing.
+BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
+LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)
+
+SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
+OBJ      := $(SRC:src/%.c=build/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=build/tests/%) build/tests/dump_grads
+
+.PHONY: all test clean tests-bin
+all: femtotron
+
+femtotron: build/main.o $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+build/%.o: src/%.c $(shell find src -name '*.h')
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+build/tests/%: tests/%.c $(OBJ) tests/check.h
+	@mkdir -p build/tests
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(OBJ) $(LDLIBS)
+
+tests-bin: $(TEST_BIN)
+
+test: femtotron $(TEST_BIN)
+	@bash tests/run_all.sh
+
+
+clean:
+	rm -rf build femtotron

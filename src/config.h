@@ -1,0 +1,127 @@
+// config.h — the run configuration: Hugging Face LlamaConfig keys for the model,
+// plus data, training, parallel, checkpoint and logging sections.
+// Loaded from JSON (config_load), overridden by `--section.key value` arguments,
+// validated before any work (config_validate). Every key is documented in README.md.
+#ifndef FEMTOTRON_CONFIG_H
+#define FEMTOTRON_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CFG_PATH_MAX 1024
+
+typedef struct {
+    // Hugging Face LlamaConfig keys (same names, same meaning).
+    int hidden_size;              // D
+    int intermediate_size;        // I (SwiGLU hidden width)
+    int num_hidden_layers;        // L
+    int num_attention_heads;      // H
+    int num_key_value_heads;      // KV (grouped-query attention; H % KV == 0)
+    int vocab_size;               // V
+    int max_position_embeddings;  // longest sequence RoPE is configured for
+    double rms_norm_eps;
+    double rope_theta;
+    double initializer_range;     // std of the normal init of every matrix
+    bool tie_word_embeddings;     // output head shares model.embed_tokens.weight
+    char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
+} ModelConfig;
+
+typedef struct {
+    char train[CFG_PATH_MAX];  // file or glob of llm.c token shards
+    char val[CFG_PATH_MAX];    // "" or file/glob of validation shards
+    bool shuffle;              // seeded permutation of sequences per epoch
+} DataConfig;
+
+typedef struct {
+    uint64_t seed;
+    int steps;             // optimizer steps to train (total, counting resumed ones)
+    int seq_length;        // S: tokens per sequence (targets are shifted by one)
+    int micro_batch_size;  // B: sequences per micro-batch per data-parallel rank
+    int grad_acc_steps;    // micro-batches per optimizer step (0 = derive)
+    int global_batch_size; // G: sequences per optimizer step (0 = derive)
+    double lr, min_lr;
+    int warmup_steps;
+    double weight_decay, beta1, beta2, eps;
+    double grad_clip;      // max global gradient L2 norm; 0 disables clipping
+    int threads;           // threads per rank (0 = cores / ranks on the node)
+    double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
+} TrainingConfig;
+
+typedef struct {
+    int dp, tp, pp, cp;  // process grid; product = world size
+    int zero;            // ZeRO stage 0..3
+} ParallelConfig;
+
+typedef struct {
+    char dir[CFG_PATH_MAX];  // "" disables checkpoints
+    int every;               // save every N steps (0 = only at the end)
+    bool resume;             // continue from DIR/latest
+} CheckpointConfig;
+
+typedef struct {
+    char metrics[CFG_PATH_MAX];  // "" or path of the JSON-lines metrics file
+    int every;                   // print/log every N steps
+    int val_every;               // validation every N steps (0 = never)
+    int val_batches;             // micro-batches per validation
+} LoggingConfig;
+
+typedef struct {
+    ModelConfig model;
+    DataConfig data;
+    TrainingConfig training;
+    ParallelConfig parallel;
+    CheckpointConfig checkpoint;
+    LoggingConfig logging;
+    // Internal to config.c: bit i is set when key i of config.c's key table was
+    // given by a config file or config_set (not left at its default). model.from
+    // fills only the model keys whose bit is clear, so an explicit key always wins
+    // whatever order the file and overrides arrive in.
+    uint64_t keys_set;
+} Config;
+
+// Fill every field with its documented default.
+void config_defaults(Config *c);
+
+// Read a run config JSON file into c (on top of whatever c holds). Unknown
+// sections/keys and wrong types are fatal errors naming the key (die()).
+// If model.from is set, the model keys are read from FROM/config.json first;
+// keys given inline then override them.
+void config_load_file(Config *c, const char *path);
+
+// Parse a JSON text (same rules as config_load_file; `origin` names it in errors).
+void config_load_json(Config *c, const char *json_text, const char *origin);
+
+// Apply one override `section.key` = `value` (value parsed by the key's type).
+void config_set(Config *c, const char *dotted_key, const char *value);
+
+// Apply argv-style overrides: each "--section.key value" pair; returns the number
+// of argv entries consumed. Anything else is a fatal error naming the argument.
+int config_apply_args(Config *c, int argc, char **argv);
+
+// Precedence of the model keys: defaults < FROM/config.json < the run config's
+// model section < command-line overrides. Every key given by a file or config_set
+// is remembered (Config.keys_set); when model.from is non-empty this fills every
+// model key NOT given explicitly from FROM/config.json (transformers' LlamaConfig
+// default where that file lacks the key). Dies naming the feature when the file
+// asks for something this trainer cannot honour (rope_scaling, biases, ...).
+// Idempotent; config_load_json, config_set("model.from") and config_validate call
+// it, so main.c needs only: config_defaults, config_load_file, config_apply_args,
+// config_validate. Fields assigned directly (not via config_set) count as not
+// explicit and are replaced when model.from is set.
+void config_resolve_model(Config *c);
+
+// Check every value and every cross-key constraint (heads divisible by kv heads,
+// seq_length <= max_position_embeddings, dp*tp*pp*cp == world_size, batch sizes
+// that divide, ...). Derives grad_acc_steps / global_batch_size. Fatal on error.
+void config_validate(Config *c, int world_size);
+
+// Print the config reference (every key, type, default, meaning) for --help.
+void config_print_help(void);
+
+// Write the model section as a Hugging Face config.json (LlamaForCausalLM).
+void config_write_hf_json(const ModelConfig *m, const char *path);
+
+// Write the whole config as JSON text (for checkpoints' trainer state). Caller frees.
+char *config_to_json(const Config *c);
+
+#endif

@@ -1,0 +1,39 @@
+// main.c — femtotron's command line: one subcommand per job.
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/peak.h"
+#include "data/prepare.h"
+#include "dist/comm.h"
+#include "train/train_cmd.h"
+
+static void usage(void) {
+    printf("femtotron — Llama pre-training in C with 4D parallelism over MPI\n\n"
+           "usage: femtotron <command> [options]     (or: mpirun -np N femtotron ...)\n\n"
+           "commands:\n"
+           "  train     train a model:  femtotron train --config run.json [--section.key value ...]\n"
+           "  prepare   turn text into token shards:  femtotron prepare --input FILE... --output DIR\n"
+           "  bench     measure this machine:  femtotron bench peak\n\n"
+           "`femtotron <command> --help` lists each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    int rc;
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage();
+        rc = argc < 2 ? 1 : 0;
+    } else if (strcmp(argv[1], "train") == 0) {
+        rc = train_main(argc - 1, argv + 1);
+    } else if (strcmp(argv[1], "prepare") == 0) {
+        rc = prepare_main(argc - 1, argv + 1);
+    } else if (strcmp(argv[1], "bench") == 0) {
+        rc = bench_main(argc - 1, argv + 1);
+    } else {
+        fprintf(stderr, "femtotron: unknown command \"%s\"\n\n", argv[1]);
+        usage();
+        rc = 1;
+    }
+    comm_finalize();
+    return rc;
+}

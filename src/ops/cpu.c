@@ -1,0 +1,341 @@
+// ops/cpu.c — CPU kernels: every matrix product through BLAS (OpenBLAS sgemm),
+// every elementwise/row-wise loop through OpenMP. Shapes and semantics are in ops.h.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+// OpenBLAS extension (declared in its cblas.h on some builds only).
+void openblas_set_num_threads(int num_threads);
+
+void ops_set_threads(int threads) {
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+// ---------------------------------------------------------------- linear layers
+
+void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim,
+                    int out_dim) {
+    // out = in @ W^T : (N, in) x (in, out)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim,
+                weight, in_dim, 0.0f, out, out_dim);
+}
+
+void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
+                     const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    // dW += dout^T @ in : (out, N) x (N, in)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout, out_dim,
+                in, in_dim, 1.0f, dweight, in_dim);
+    if (din == NULL) return;
+    // din (+)= dout @ W : (N, out) x (out, in)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout,
+                out_dim, weight, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+}
+
+// -------------------------------------------------------------------- embedding
+
+void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * D, table + (size_t)tokens[n] * D, sizeof(float) * (size_t)D);
+}
+
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D) {
+    // Rows of dtable are shared by repeated tokens, so split the work over columns:
+    // each thread owns a column range of every row and never races.
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)D * id / nt), c1 = (int)((long)D * (id + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            float *row = dtable + (size_t)tokens[n] * D;
+            const float *g = dout + (size_t)n * D;
+            for (int c = c0; c < c1; c++) row[c] += g[c];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------- RMSNorm
+
+void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int N, int D,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (size_t)n * D;
+        float *y = out + (size_t)n * D;
+        float ss = 0.0f;
+        for (int i = 0; i < D; i++) ss += x[i] * x[i];
+        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        rstd[n] = r;
+        for (int i = 0; i < D; i++) y[i] = weight[i] * (x[i] * r);
+    }
+}
+
+void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
+                      const float *weight, const float *rstd, int N, int D) {
+    // y_i = w_i x_i r,  r = (mean(x^2) + eps)^(-1/2),  dr/dx_j = -r^3 x_j / D
+    // dx_j = r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i)
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
+        float *dx = din + (size_t)n * D;
+        float r = rstd[n], dot = 0.0f;
+        for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * x[i];
+        float c = r * r * r * dot / (float)D;
+        for (int i = 0; i < D; i++) dx[i] += r * weight[i] * dy[i] - c * x[i];
+    }
+    // dw_i = sum_n dy_i x_i r_n: split over columns so threads never share an output.
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)D * id / nt), c1 = (int)((long)D * (id + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
+            float r = rstd[n];
+            for (int i = c0; i < c1; i++) dweight[i] += dy[i] * x[i] * r;
+        }
+    }
+}
+
+// --------------------------------------------------------------------- residual
+
+void residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// ------------------------------------------------------------------------- RoPE
+
+void rope_tables(float *cos_t, float *sin_t, int S, int hd, double theta, int pos0) {
+    int half = hd / 2;
+    for (int p = 0; p < S; p++)
+        for (int i = 0; i < half; i++) {
+            double angle = (double)(pos0 + p) * pow(theta, -2.0 * i / hd);
+            cos_t[(size_t)p * half + i] = (float)cos(angle);
+            sin_t[(size_t)p * half + i] = (float)sin(angle);
+        }
+}
+
+// Rotate the q and k heads of every token by +angle (dir = 1) or -angle (dir = -1).
+// The transpose of a rotation is the rotation by the opposite angle, so the
+// backward is the same loop with sin negated.
+static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H,
+                        int KV, int hd, float dir) {
+    int half = hd / 2, row = (H + 2 * KV) * hd, heads = H + KV;  // q and k heads
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < B * S; t++) {
+        const float *c = cos_t + (size_t)(t % S) * half, *s = sin_t + (size_t)(t % S) * half;
+        for (int h = 0; h < heads; h++) {
+            float *x1 = qkv + (size_t)t * row + (size_t)h * hd, *x2 = x1 + half;
+            for (int i = 0; i < half; i++) {
+                float a = x1[i], b = x2[i], sn = dir * s[i];
+                x1[i] = a * c[i] - b * sn;
+                x2[i] = b * c[i] + a * sn;
+            }
+        }
+    }
+}
+
+void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV,
+                  int hd) {
+    rope_rotate(qkv, cos_t, sin_t, B, S, H, KV, hd, 1.0f);
+}
+
+void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int S, int H,
+                   int KV, int hd) {
+    rope_rotate(dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
+}
+
+// -------------------------------------------------------------------- attention
+//
+// Per (sequence b, head h): P = softmax(Q K^T / sqrt(hd) + causal mask), O = P V.
+// Queries are processed in blocks of ATT_BLOCK rows; a block of rows r0..r1-1 only
+// sees keys 0..r1-1, so the GEMMs skip (most of) the masked upper triangle.
+// Threads take whole (b, h) pairs and call single-threaded BLAS inside.
+
+#define ATT_BLOCK 64
+
+void attention_forward(float *out, float *probs, const float *qkv, int B, int S, int H, int KV,
+                       int hd) {
+    const int ldq = (H + 2 * KV) * hd, ldo = H * hd, group = H / KV;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / group;
+            const float *q = qkv + (size_t)b * S * ldq + (size_t)h * hd;             // (S, hd) ld ldq
+            const float *k = qkv + (size_t)b * S * ldq + (size_t)(H + g) * hd;       // (S, hd) ld ldq
+            const float *v = qkv + (size_t)b * S * ldq + (size_t)(H + KV + g) * hd;  // (S, hd) ld ldq
+            float *p = probs + ((size_t)b * H + h) * S * S;                          // (S, S)
+            float *o = out + (size_t)b * S * ldo + (size_t)h * hd;                   // (S, hd) ld ldo
+            for (int r0 = 0; r0 < S; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < S ? r0 + ATT_BLOCK : S, m = r1 - r0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, scale,
+                            q + (size_t)r0 * ldq, ldq, k, ldq, 0.0f, p + (size_t)r0 * S, S);
+                for (int i = r0; i < r1; i++) {
+                    float *row = p + (size_t)i * S, mx = row[0], sum = 0.0f;
+                    for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+                    for (int j = 0; j <= i; j++) {
+                        row[j] = expf(row[j] - mx);
+                        sum += row[j];
+                    }
+                    float inv = 1.0f / sum;
+                    for (int j = 0; j <= i; j++) row[j] *= inv;
+                    for (int j = i + 1; j < S; j++) row[j] = 0.0f;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1.0f,
+                            p + (size_t)r0 * S, S, v, ldq, 0.0f, o + (size_t)r0 * ldo, ldo);
+            }
+        }
+}
+
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                        const float *probs, int B, int S, int H, int KV, int hd) {
+    const int ldq = (H + 2 * KV) * hd, ldo = H * hd, group = H / KV;
+    const float scale = 1.0f / sqrtf((float)hd);
+    // Threads own whole (b, kv head) pairs, because dK and dV of a kv head sum over
+    // the query heads of its group.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < KV; g++) {
+            const float *base = qkv + (size_t)b * S * ldq;
+            float *dbase = dqkv + (size_t)b * S * ldq;
+            const float *k = base + (size_t)(H + g) * hd, *v = base + (size_t)(H + KV + g) * hd;
+            float *dk = dbase + (size_t)(H + g) * hd, *dv = dbase + (size_t)(H + KV + g) * hd;
+            for (int t = 0; t < S; t++) {
+                memset(dk + (size_t)t * ldq, 0, sizeof(float) * (size_t)hd);
+                memset(dv + (size_t)t * ldq, 0, sizeof(float) * (size_t)hd);
+            }
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *q = base + (size_t)h * hd;
+                float *dq = dbase + (size_t)h * hd;
+                const float *p = probs + ((size_t)b * H + h) * S * S;  // (S, S)
+                float *ds = scratch + ((size_t)b * H + h) * S * S;     // (S, S) dP, then dScores
+                const float *dout_h = dout + (size_t)b * S * ldo + (size_t)h * hd;
+                for (int r0 = 0; r0 < S; r0 += ATT_BLOCK) {
+                    int r1 = r0 + ATT_BLOCK < S ? r0 + ATT_BLOCK : S, m = r1 - r0;
+                    const float *p_blk = p + (size_t)r0 * S;
+                    float *ds_blk = ds + (size_t)r0 * S;
+                    const float *do_blk = dout_h + (size_t)r0 * ldo;
+                    // dP = dO V^T
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hd, 1.0f, do_blk,
+                                ldo, v, ldq, 0.0f, ds_blk, S);
+                    // softmax backward: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik), times the
+                    // 1/sqrt(hd) of the forward scaling; masked entries are 0.
+                    for (int i = r0; i < r1; i++) {
+                        const float *pr = p + (size_t)i * S;
+                        float *dr = ds + (size_t)i * S, dot = 0.0f;
+                        for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
+                        for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+                        for (int j = i + 1; j < r1; j++) dr[j] = 0.0f;
+                    }
+                    // dQ = dS K ; dK += dS^T Q ; dV += P^T dO
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, r1, 1.0f, ds_blk,
+                                S, k, ldq, 0.0f, dq + (size_t)r0 * ldq, ldq);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, m, 1.0f, ds_blk, S,
+                                q + (size_t)r0 * ldq, ldq, 1.0f, dk, ldq);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, m, 1.0f, p_blk, S,
+                                do_blk, ldo, 1.0f, dv, ldq);
+                }
+            }
+        }
+}
+
+// ----------------------------------------------------------------------- SwiGLU
+
+void swiglu_forward(float *out, const float *gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
+    // silu(g) = g s(g);  silu'(g) = s(g) (1 + g (1 - s(g)))
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dgu + (size_t)n * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float s = 1.0f / (1.0f + expf(-g[i]));
+            du[i] = d[i] * g[i] * s;
+            dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+double cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                      float grad_scale) {
+    double loss = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : loss)
+    for (int n = 0; n < N; n++) {
+        float *x = logits + (size_t)n * V;
+        float mx = x[0];
+        for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        float target_logit = x[targets[n]], sum = 0.0f;
+        for (int j = 0; j < V; j++) {
+            x[j] = expf(x[j] - mx);
+            sum += x[j];
+        }
+        // -log softmax[target] = log(sum) + max - x_target
+        loss += (double)logf(sum) + (double)mx - (double)target_logit;
+        float inv = grad_scale / sum;
+        for (int j = 0; j < V; j++) x[j] *= inv;
+        x[targets[n]] -= grad_scale;
+    }
+    return loss;
+}
+
+double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V) {
+    double loss = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : loss)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        float mx = x[0], sum = 0.0f;
+        for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < V; j++) sum += expf(x[j] - mx);
+        loss += (double)logf(sum) + (double)mx - (double)x[targets[n]];
+    }
+    return loss;
+}
+
+// -------------------------------------------------------------------- optimizer
+
+double sum_squares(const float *x, size_t n) {
+    double s = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+void scale_inplace(float *x, size_t n, float s) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t) {
+    // Bias corrections in double, as PyTorch computes them in Python floats.
+    const float bc1 = (float)(1.0 - pow(beta1, t));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
+    const float step_size = lr / bc1;
+    const float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        param[i] = param[i] * decay - step_size * mi / denom;
+    }
+}

@@ -1,0 +1,111 @@
+// ops/ops.h — the kernel API. Plain pointers in, pointers out, fp32, row-major.
+// Every forward has a backward; a backward ACCUMULATES (+=) into weight gradients
+// and into the input gradient when it says so, because the residual stream and
+// gradient accumulation both need sums. Shapes are in the comments:
+//   N = tokens in the micro-batch (B*S), D = hidden, F = intermediate (FFN width),
+//   H = query heads, KV = key/value heads, hd = head dim, V = vocab.
+// The CPU implementation (ops/cpu.c) uses BLAS for every matrix product and
+// OpenMP for the rest; a CUDA backend implements the same functions.
+#ifndef FEMTOTRON_OPS_H
+#define FEMTOTRON_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- linear layers (Hugging Face nn.Linear layout: weight is (out, in)) ----
+
+// out(N, out_dim) = in(N, in_dim) @ weight(out_dim, in_dim)^T
+void matmul_forward(float *out, const float *in, const float *weight,
+                    int N, int in_dim, int out_dim);
+
+// dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
+// din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
+// din may be NULL (no input gradient wanted).
+void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
+                     const float *weight, int N, int in_dim, int out_dim,
+                     int accumulate_din);
+
+// ---- embedding ----
+
+// out(N, D) = table[tokens[n]]   with table (V, D)
+void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D);
+// dtable(V, D) += scatter of dout(N, D) by tokens
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D);
+
+// ---- RMSNorm (Hugging Face LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps)) ----
+
+// out(N, D), rstd(N) = 1/sqrt(mean(x^2)+eps) saved for backward
+void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight,
+                     int N, int D, float eps);
+// din(N, D) += dx;  dweight(D) += sum_n dout * x * rstd
+void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
+                      const float *weight, const float *rstd, int N, int D);
+
+// ---- residual ----
+
+// out(n) = a(n) + b(n)   (out may alias a)
+void residual_forward(float *out, const float *a, const float *b, size_t n);
+
+// ---- rotary position embedding (Hugging Face rotate-half convention) ----
+
+// cos, sin: (S, hd/2) tables for positions pos0 .. pos0+S-1:
+//   angle(p, i) = p * theta^(-2i/hd), i in [0, hd/2)
+void rope_tables(float *cos_t, float *sin_t, int S, int hd, double theta, int pos0);
+
+// In place on the q and k parts of qkv(B*S, (H + 2*KV) * hd), laid out per token as
+// [q heads (H*hd) | k heads (KV*hd) | v heads (KV*hd)], each head [x1 (hd/2) | x2 (hd/2)]:
+//   x1' = x1*cos - x2*sin,  x2' = x2*cos + x1*sin   (token t uses table row t % S)
+void rope_forward(float *qkv, const float *cos_t, const float *sin_t,
+                  int B, int S, int H, int KV, int hd);
+// In place on dqkv: the transpose rotation (dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin)
+void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
+                   int B, int S, int H, int KV, int hd);
+
+// ---- causal grouped-query attention ----
+
+// qkv(B*S, (H+2KV)*hd) after RoPE; query head h uses kv head h / (H/KV).
+// probs(B, H, S, S): softmax(q k^T / sqrt(hd)) with the causal mask (entries above
+//   the diagonal are 0), saved for backward.
+// out(B*S, H*hd): per token the heads side by side (input of o_proj).
+void attention_forward(float *out, float *probs, const float *qkv,
+                       int B, int S, int H, int KV, int hd);
+// dqkv(B*S, (H+2KV)*hd) = gradient w.r.t. qkv (overwritten, all three parts);
+// scratch(B, H, S, S) is workspace (dP then dScores).
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                        const float *probs, int B, int S, int H, int KV, int hd);
+
+// ---- SwiGLU ----
+
+// gu(N, 2F) = per token [gate (F) | up (F)];  out(N, F) = silu(gate) * up
+void swiglu_forward(float *out, const float *gu, int N, int F);
+// dgu(N, 2F) = gradient w.r.t. gu (overwritten)
+void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
+
+// ---- cross-entropy, fused with its backward ----
+
+// logits(N, V) in, overwritten in place by dlogits = (softmax - onehot(target)) * grad_scale.
+// Returns the SUM over the N tokens of -log softmax(logits)[target] (in double).
+// targets[n] must be in [0, V).
+double cross_entropy_forward_backward(float *logits, const int32_t *targets,
+                                      int N, int V, float grad_scale);
+// Loss only (validation): the sum of -log softmax[target]; logits untouched.
+double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V);
+
+// ---- optimizer ----
+
+// Sum of squares of x(n), accumulated in double.
+double sum_squares(const float *x, size_t n);
+// x(n) *= s
+void scale_inplace(float *x, size_t n, float s);
+
+// One AdamW step with PyTorch semantics on n elements (t = step number from 1):
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * wd * p                                    (decoupled weight decay)
+//   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+// ---- threads ----
+void ops_set_threads(int threads);  // OpenMP and BLAS threads for this rank
+
+#endif

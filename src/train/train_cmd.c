@@ -1,0 +1,152 @@
+// train/train_cmd.c — `femtotron train`: config, start-up report, the loop, logs,
+// validation and checkpoints.
+#define _POSIX_C_SOURCE 200809L
+#include "train/train_cmd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/peak.h"
+#include "dist/comm.h"
+#include "io/checkpoint.h"
+#include "ops/ops.h"
+#include "train/trainer.h"
+#include "util.h"
+
+static void train_usage(void) {
+    printf("usage: femtotron train [--config RUN.json] [--section.key value ...]\n\n"
+           "Trains a Llama-style model. Every config key can be given in the JSON file\n"
+           "or overridden on the command line, e.g. --training.steps 20.\n\n");
+    config_print_help();
+}
+
+static int default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = comm_local_size();
+    int t = (int)(cores / (local > 0 ? local : 1));
+    return t < 1 ? 1 : t;
+}
+
+static void print_memory(const Trainer *t) {
+    MemoryReport r = trainer_memory(t);
+    const double MiB = 1024.0 * 1024.0;
+    printf("memory per rank: params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
+           "activations %.1f MiB | total %.1f MiB\n",
+           r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
+           (r.params + r.grads + r.optimizer + r.activations + r.batch) / MiB);
+}
+
+// Resume or refuse: a directory that already holds checkpoints is never written
+// over unless the user asked to resume from it.
+static void setup_checkpoints(Trainer *t) {
+    const CheckpointConfig *cc = &t->cfg.checkpoint;
+    if (!cc->dir[0]) return;
+    char latest[CFG_PATH_MAX + 64];
+    int have = checkpoint_latest(cc->dir, latest, sizeof latest);
+    if (cc->resume && have) {
+        checkpoint_load(latest, &t->model, t->params, t->m, t->v, &t->state);
+        printf("resumed from %s (step %d)\n", latest, t->state.step);
+        uint64_t expect = (uint64_t)t->state.step * (uint64_t)t->cfg.training.global_batch_size;
+        if (t->state.consumed_sequences != expect)
+            die("checkpoint %s: consumed %llu sequences in %d steps, but training.global_batch_size "
+                "= %d implies %llu; resume with the global batch size the run was started with",
+                latest, (unsigned long long)t->state.consumed_sequences, t->state.step,
+                t->cfg.training.global_batch_size, (unsigned long long)expect);
+    } else if (have) {
+        die("checkpoint.dir %s already holds checkpoints (latest: %s); set "
+            "--checkpoint.resume true to continue that run, or choose another directory",
+            cc->dir, latest);
+    } else if (cc->resume) {
+        printf("checkpoint.resume: no checkpoint in %s yet, starting from step 0\n", cc->dir);
+    }
+}
+
+static void log_step(FILE *metrics, const StepResult *r, int steps, double tokens,
+                     double step_s, double flops_per_token, double peak, double val_loss) {
+    double tps = tokens / step_s, mfu = flops_per_token * tps / peak;
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad_norm %.4f | %7.0f tok/s | mfu %5.1f%% | "
+           "%7.1f ms%s",
+           r->step, steps, r->loss, r->lr, r->grad_norm, tps, 100.0 * mfu, 1e3 * step_s,
+           r->skipped ? " | SKIPPED (non-finite)" : "");
+    if (!isnan(val_loss)) printf(" | val_loss %.6f", val_loss);
+    printf("\n");
+    fflush(stdout);
+    if (!metrics) return;
+    fprintf(metrics,
+            "{\"step\": %d, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+            "\"tokens\": %.0f, \"tokens_per_s\": %.3f, \"mfu\": %.6f, \"step_ms\": %.3f, "
+            "\"skipped\": %s",
+            r->step, r->loss, r->lr, r->grad_norm, tokens, tps, mfu, 1e3 * step_s,
+            r->skipped ? "true" : "false");
+    if (!isnan(val_loss)) fprintf(metrics, ", \"val_loss\": %.17g", val_loss);
+    fprintf(metrics, "}\n");
+    fflush(metrics);
+}
+
+int train_main(int argc, char **argv) {
+    Config cfg;
+    config_defaults(&cfg);
+    int i = 1;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            train_usage();
+            return 0;
+        }
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) die("train: --config needs a file");
+            config_load_file(&cfg, argv[++i]);
+        } else {
+            break;
+        }
+    }
+    config_apply_args(&cfg, argc - i, argv + i);
+    config_validate(&cfg, comm_world_size());
+    if (cfg.training.threads == 0) cfg.training.threads = default_threads();
+    ops_set_threads(cfg.training.threads);
+
+    Trainer t;
+    trainer_init(&t, &cfg);
+    const TrainingConfig *tc = &cfg.training;
+    double peak = tc->peak_flops;
+    if (peak <= 0.0) peak = bench_gemm_peak(1024, 0.5);
+    const double fpt = llama_flops_per_token(&t.model, tc->seq_length);
+    printf("model: %zu parameters (%zu in matmuls), %d layers, hidden %d, heads %d/%d kv, "
+           "vocab %d\n",
+           t.model.num_elements, llama_matmul_params(&t.model), t.model.L, t.model.D, t.model.H,
+           t.model.KV, t.model.V);
+    printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d; %llu sequences "
+           "in %s\n",
+           tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
+           (unsigned long long)t.train_data.n_seq, cfg.data.train);
+    printf("threads %d | peak %.1f GFLOP/s (%s) | %.3g model FLOPs/token\n", tc->threads,
+           peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM", fpt);
+    print_memory(&t);
+    setup_checkpoints(&t);
+
+    FILE *metrics = NULL;
+    if (cfg.logging.metrics[0]) {
+        metrics = fopen(cfg.logging.metrics, t.state.step > 0 ? "a" : "w");
+        if (!metrics) die_errno("logging.metrics: cannot open %s", cfg.logging.metrics);
+    }
+    const double tokens_per_step = (double)tc->global_batch_size * tc->seq_length;
+    while (t.state.step < tc->steps) {
+        double t0 = now_seconds();
+        StepResult r = trainer_step(&t);
+        double dt = now_seconds() - t0;
+        if (r.skipped) warn("step %d: non-finite loss or gradient norm, update skipped", r.step);
+        double val = NAN;
+        if (cfg.logging.val_every > 0 && r.step % cfg.logging.val_every == 0)
+            val = trainer_validate(&t);
+        if (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val))
+            log_step(metrics, &r, tc->steps, tokens_per_step, dt, fpt, peak, val);
+        int every = cfg.checkpoint.every;
+        if (cfg.checkpoint.dir[0] && ((every > 0 && r.step % every == 0) || r.step == tc->steps))
+            checkpoint_save(cfg.checkpoint.dir, &cfg, &t.model, t.params, t.m, t.v, &t.state);
+    }
+    if (metrics) fclose(metrics);
+    trainer_free(&t);
+    return 0;
+}

@@ -1,0 +1,435 @@
+"""llama_torch.py — a plain PyTorch Llama (Hugging Face LlamaForCausalLM semantics),
+written from the math, independent of femtotron, trained with torch autograd and
+torch.optim.AdamW. Used by tests/test_reference.py (float64) and reusable by
+benchmarks (float32, any device).
+
+Parameters live in a dict keyed by Hugging Face names:
+  model.embed_tokens.weight                         (V, D)
+  model.layers.{l}.input_layernorm.weight           (D,)
+  model.layers.{l}.self_attn.{q,k,v,o}_proj.weight  (H*hd, D) (KV*hd, D) x2 (D, H*hd)
+  model.layers.{l}.post_attention_layernorm.weight  (D,)
+  model.layers.{l}.mlp.{gate,up}_proj.weight        (I, D)
+  model.layers.{l}.mlp.down_proj.weight             (D, I)
+  model.norm.weight                                 (D,)
+  lm_head.weight                                    (V, D)  absent when tied
+
+Main entry points:
+  load_hf_model(dir, dtype, device)         -> LlamaTorch (config.json + safetensors)
+  build_model(config_dict, weights, dtype)  -> LlamaTorch
+  model.loss(inputs, targets)               mean cross-entropy of a batch
+  batch_gradients(model, micro_batches)     -> (loss, {name: grad}) of one step
+  make_optimizer(model, tcfg) / train_step(model, opt, micro_batches, step, tcfg)
+  lr_at(step, tcfg)                         the LR schedule (step is 1-based)
+
+Run this file directly for a self-check (finite differences, a naive loop
+forward, the LR schedule).
+"""
+import math
+import json
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+try:
+    from . import safetensors_np
+except ImportError:  # imported as a top-level module from tests/reference
+    import safetensors_np
+
+
+# ---------------------------------------------------------------- configuration
+
+_CONFIG_DEFAULTS = {
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,   # None -> num_attention_heads (HF default)
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "initializer_range": 0.02,
+    "tie_word_embeddings": False,
+}
+
+
+def normalize_config(cfg):
+    """A HF LlamaConfig dict with every key this model uses filled in."""
+    c = dict(_CONFIG_DEFAULTS)
+    c.update({k: v for k, v in cfg.items() if k in _CONFIG_DEFAULTS or k == "head_dim"})
+    if c["num_key_value_heads"] is None:
+        c["num_key_value_heads"] = c["num_attention_heads"]
+    if not c.get("head_dim"):
+        c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+    assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
+    return c
+
+
+def param_shapes(cfg):
+    """Ordered dict name -> shape of every trainable tensor (lm_head only if untied)."""
+    c = normalize_config(cfg)
+    D, I, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    shapes = {"model.embed_tokens.weight": (V, D)}
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        shapes[p + "input_layernorm.weight"] = (D,)
+        shapes[p + "self_attn.q_proj.weight"] = (H * hd, D)
+        shapes[p + "self_attn.k_proj.weight"] = (KV * hd, D)
+        shapes[p + "self_attn.v_proj.weight"] = (KV * hd, D)
+        shapes[p + "self_attn.o_proj.weight"] = (D, H * hd)
+        shapes[p + "post_attention_layernorm.weight"] = (D,)
+        shapes[p + "mlp.gate_proj.weight"] = (I, D)
+        shapes[p + "mlp.up_proj.weight"] = (I, D)
+        shapes[p + "mlp.down_proj.weight"] = (D, I)
+    shapes["model.norm.weight"] = (D,)
+    if not c["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, D)
+    return shapes
+
+
+def random_weights(cfg, seed=0, std=0.1, norm_noise=0.05):
+    """Random fp32 weights (numpy): matrices N(0, std), norm weights 1 + N(0, norm_noise)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in param_shapes(cfg).items():
+        if len(shape) == 1:
+            out[name] = (1.0 + norm_noise * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            out[name] = (std * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
+# ---------------------------------------------------------------- the model
+
+def _compute_dtype(dtype):
+    """Norms / softmax run in fp32 at least (HF upcasts half precision to fp32)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def rms_norm(x, w, eps):
+    """x * rsqrt(mean(x^2) + eps) * w, computed in fp32 (or wider)."""
+    xf = x.to(_compute_dtype(x.dtype))
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return w * y.to(x.dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_tables(head_dim, n_pos, theta, dtype, device):
+    """cos, sin (n_pos, head_dim): angle pos * inv_freq, duplicated to both halves.
+    Computed in float64, then cast."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    pos = torch.arange(n_pos, dtype=torch.float64)
+    ang = torch.outer(pos, inv_freq)
+    emb = torch.cat((ang, ang), dim=-1)
+    return emb.cos().to(dtype=dtype, device=device), emb.sin().to(dtype=dtype, device=device)
+
+
+class LlamaTorch:
+    """Functional Llama over a dict of leaf tensors (requires_grad)."""
+
+    def __init__(self, config, weights, dtype=torch.float64, device="cpu"):
+        self.cfg = normalize_config(config)
+        self.dtype, self.device = dtype, torch.device(device)
+        c = self.cfg
+        self.D, self.I, self.V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+        self.L, self.H, self.KV = c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"]
+        self.hd, self.eps, self.tied = c["head_dim"], float(c["rms_norm_eps"]), bool(c["tie_word_embeddings"])
+        self.params = {}
+        for name, shape in param_shapes(c).items():
+            if name not in weights:
+                raise KeyError(f"missing weight {name}")
+            w = weights[name]
+            w = w.detach().cpu().numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
+            if tuple(w.shape) != tuple(shape):
+                raise ValueError(f"{name}: shape {tuple(w.shape)}, expected {shape}")
+            self.params[name] = torch.tensor(w, dtype=dtype, device=self.device).requires_grad_(True)
+        self._rope_cache = None
+
+    # -- helpers
+    def parameters(self):
+        return list(self.params.values())
+
+    def named_parameters(self):
+        return list(self.params.items())
+
+    def head_weight(self):
+        return self.params["model.embed_tokens.weight" if self.tied else "lm_head.weight"]
+
+    def _rope(self, S):
+        if self._rope_cache is None or self._rope_cache[0].shape[0] < S:
+            n = max(S, self.cfg["max_position_embeddings"])
+            self._rope_cache = rope_tables(self.hd, n, float(self.cfg["rope_theta"]), self.dtype, self.device)
+        cos, sin = self._rope_cache
+        return cos[:S], sin[:S]
+
+    # -- forward
+    def attention(self, x, l, cos, sin):
+        B, S, _ = x.shape
+        p, H, KV, hd = self.params, self.H, self.KV, self.hd
+        pre = f"model.layers.{l}.self_attn."
+        q = F.linear(x, p[pre + "q_proj.weight"]).view(B, S, H, hd).transpose(1, 2)   # (B,H,S,hd)
+        k = F.linear(x, p[pre + "k_proj.weight"]).view(B, S, KV, hd).transpose(1, 2)  # (B,KV,S,hd)
+        v = F.linear(x, p[pre + "v_proj.weight"]).view(B, S, KV, hd).transpose(1, 2)  # (B,KV,S,hd)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = H // KV                      # query head h uses kv head h // rep
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)               # (B,H,S,S)
+        mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        probs = torch.softmax(scores.to(_compute_dtype(scores.dtype)), dim=-1).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, H * hd)            # (B,S,H*hd)
+        return F.linear(out, p[pre + "o_proj.weight"])
+
+    def mlp(self, x, l):
+        p, pre = self.params, f"model.layers.{l}.mlp."
+        return F.linear(F.silu(F.linear(x, p[pre + "gate_proj.weight"])) * F.linear(x, p[pre + "up_proj.weight"]),
+                        p[pre + "down_proj.weight"])
+
+    def forward(self, inputs):
+        """inputs (B, S) int token ids -> logits (B, S, V). Positions start at 0."""
+        inputs = torch.as_tensor(inputs, dtype=torch.long, device=self.device)
+        p = self.params
+        B, S = inputs.shape
+        cos, sin = self._rope(S)
+        x = F.embedding(inputs, p["model.embed_tokens.weight"])
+        for l in range(self.L):
+            pre = f"model.layers.{l}."
+            x = x + self.attention(rms_norm(x, p[pre + "input_layernorm.weight"], self.eps), l, cos, sin)
+            x = x + self.mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], self.eps), l)
+        x = rms_norm(x, p["model.norm.weight"], self.eps)
+        return F.linear(x, self.head_weight())
+
+    def loss_sum(self, inputs, targets):
+        """Summed cross-entropy over every target token of the batch."""
+        logits = self.forward(inputs)
+        targets = torch.as_tensor(targets, dtype=torch.long, device=self.device)
+        logits = logits.reshape(-1, self.V)
+        return F.cross_entropy(logits.to(_compute_dtype(logits.dtype)), targets.reshape(-1), reduction="sum")
+
+    def loss(self, inputs, targets):
+        """Mean cross-entropy of a batch."""
+        return self.loss_sum(inputs, targets) / np.asarray(targets).size
+
+    def state_numpy(self):
+        """Weights as a dict of numpy arrays (HF names)."""
+        return {k: v.detach().cpu().numpy() for k, v in self.params.items()}
+
+    def save_safetensors(self, path, dtype="F32"):
+        safetensors_np.write_safetensors(path, self.state_numpy(), dtype=dtype)
+
+
+def build_model(config, weights, dtype=torch.float64, device="cpu"):
+    """A model from a HF config dict and a dict of weights (numpy or torch)."""
+    return LlamaTorch(config, weights, dtype=dtype, device=device)
+
+
+def load_hf_model(directory, dtype=torch.float64, device="cpu"):
+    """A model from a Hugging Face directory (config.json + model.safetensors)."""
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
+    return build_model(cfg, safetensors_np.load_hf_dir_weights(directory), dtype, device)
+
+
+# ---------------------------------------------------------------- training
+
+_TRAIN_DEFAULTS = {"steps": 1, "lr": 3e-4, "min_lr": 0.0, "warmup_steps": 0, "weight_decay": 0.1,
+                   "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0}
+
+
+def training_config(tcfg):
+    t = dict(_TRAIN_DEFAULTS)
+    t.update(tcfg or {})
+    return t
+
+
+def lr_at(step, tcfg):
+    """Learning rate of 1-based optimizer step `step`: linear warmup lr*s/warmup for
+    s <= warmup, then cosine from lr to min_lr reached at the last step."""
+    t = training_config(tcfg)
+    lr, min_lr, warmup, steps = float(t["lr"]), float(t["min_lr"]), int(t["warmup_steps"]), int(t["steps"])
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    if steps <= warmup:
+        return min_lr
+    progress = min(1.0, (step - warmup) / (steps - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model, tcfg):
+    """torch.optim.AdamW with weight decay only on tensors with ndim >= 2."""
+    t = training_config(tcfg)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": float(t["weight_decay"])},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=float(t["lr"]), betas=(float(t["beta1"]), float(t["beta2"])),
+                             eps=float(t["eps"]))
+
+
+def accumulate_gradients(model, micro_batches):
+    """Zero grads, run forward+backward over the micro-batches; the loss is the mean
+    over all target tokens of the step (sum over micro-batches / total tokens).
+    Returns that loss (python float); gradients are left in p.grad."""
+    for p in model.parameters():
+        p.grad = None
+    n_tokens = sum(int(np.asarray(t).size) for _, t in micro_batches)
+    total = 0.0
+    for inputs, targets in micro_batches:
+        l = model.loss_sum(inputs, targets) / n_tokens
+        l.backward()
+        total += float(l.detach())
+    return total
+
+
+def batch_gradients(model, micro_batches):
+    """(loss, {name: gradient as numpy}) of one step's global batch."""
+    loss = accumulate_gradients(model, micro_batches)
+    return loss, {k: (v.grad.detach().cpu().numpy() if v.grad is not None else np.zeros(tuple(v.shape)))
+                  for k, v in model.params.items()}
+
+
+def global_grad_norm(model):
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))
+
+
+def train_step(model, optimizer, micro_batches, step, tcfg):
+    """One optimizer step (step is 1-based). Returns {"step", "loss", "lr", "grad_norm"}
+    with grad_norm the pre-clip global L2 norm (what clip_grad_norm_ returns)."""
+    t = training_config(tcfg)
+    loss = accumulate_gradients(model, micro_batches)
+    if float(t["grad_clip"]) > 0:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float(t["grad_clip"])))
+    else:
+        grad_norm = global_grad_norm(model)
+    lr = lr_at(step, t)
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    optimizer.step()
+    return {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm}
+
+
+# ---------------------------------------------------------------- self-check
+
+def naive_loss(model, inputs, targets):
+    """The same loss with explicit per-token / per-head loops in numpy float64 (a
+    cross-check of the vectorised forward's reshapes, RoPE and GQA indexing)."""
+    P = {k: v.detach().cpu().double().numpy() for k, v in model.params.items()}
+    D, H, KV, hd, eps = model.D, model.H, model.KV, model.hd, model.eps
+    theta = float(model.cfg["rope_theta"])
+    inputs, targets = np.asarray(inputs), np.asarray(targets)
+
+    def norm(x, w):
+        return x / math.sqrt(float(np.mean(x * x)) + eps) * w
+
+    def rope(vec, pos):
+        out = np.empty_like(vec)
+        half = hd // 2
+        for i in range(half):
+            a = pos / theta ** (2 * i / hd)
+            c, s = math.cos(a), math.sin(a)
+            out[i] = vec[i] * c - vec[i + half] * s
+            out[i + half] = vec[i + half] * c + vec[i] * s
+        return out
+
+    total, count = 0.0, 0
+    for b in range(inputs.shape[0]):
+        S = inputs.shape[1]
+        xs = [P["model.embed_tokens.weight"][inputs[b, s]].copy() for s in range(S)]
+        for l in range(model.L):
+            pre = f"model.layers.{l}."
+            hs = [norm(x, P[pre + "input_layernorm.weight"]) for x in xs]
+            Wq, Wk, Wv = (P[pre + f"self_attn.{n}_proj.weight"] for n in "qkv")
+            qs = [[rope(Wq[h * hd:(h + 1) * hd] @ hs[s], s) for h in range(H)] for s in range(S)]
+            ks = [[rope(Wk[g * hd:(g + 1) * hd] @ hs[s], s) for g in range(KV)] for s in range(S)]
+            vs = [[Wv[g * hd:(g + 1) * hd] @ hs[s] for g in range(KV)] for s in range(S)]
+            new = []
+            for s in range(S):
+                heads = []
+                for h in range(H):
+                    g = h // (H // KV)
+                    sc = np.array([qs[s][h] @ ks[u][g] / math.sqrt(hd) for u in range(s + 1)])
+                    pr = np.exp(sc - sc.max())
+                    pr /= pr.sum()
+                    heads.append(sum(pr[u] * vs[u][g] for u in range(s + 1)))
+                new.append(xs[s] + P[pre + "self_attn.o_proj.weight"] @ np.concatenate(heads))
+            xs = new
+            for s in range(S):
+                h2 = norm(xs[s], P[pre + "post_attention_layernorm.weight"])
+                gt = P[pre + "mlp.gate_proj.weight"] @ h2
+                up = P[pre + "mlp.up_proj.weight"] @ h2
+                xs[s] = xs[s] + P[pre + "mlp.down_proj.weight"] @ (gt / (1 + np.exp(-gt)) * up)
+        W = P["model.embed_tokens.weight" if model.tied else "lm_head.weight"]
+        for s in range(S):
+            z = W @ norm(xs[s], P["model.norm.weight"])
+            m = z.max()
+            total += m + math.log(np.exp(z - m).sum()) - z[targets[b, s]]
+            count += 1
+    return total / count
+
+
+def finite_difference_check(model, inputs, targets, n_entries=3, h=1e-5, seed=0):
+    """Central differences of the mean loss for a few entries of every tensor (model
+    must be float64). Returns the worst relative error |fd - autograd| / max(|autograd|, 1e-3*scale)."""
+    rng = np.random.default_rng(seed)
+    model_loss = lambda: float(model.loss(inputs, targets).detach())
+    for p in model.parameters():
+        p.grad = None
+    model.loss(inputs, targets).backward()
+    worst, worst_name = 0.0, None
+    with torch.no_grad():
+        for name, p in model.params.items():
+            scale = float(p.grad.abs().max()) + 1e-30
+            flat = p.view(-1)
+            for idx in rng.choice(flat.numel(), size=min(n_entries, flat.numel()), replace=False):
+                idx = int(idx)
+                old = float(flat[idx])
+                flat[idx] = old + h
+                lp = model_loss()
+                flat[idx] = old - h
+                lm = model_loss()
+                flat[idx] = old
+                fd = (lp - lm) / (2 * h)
+                ag = float(p.grad.view(-1)[idx])
+                err = abs(fd - ag) / max(abs(ag), 1e-3 * scale)
+                if err > worst:
+                    worst, worst_name = err, f"{name}[{idx}]"
+    return worst, worst_name
+
+
+def _selfcheck():
+    cfg = {"hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 11, "max_position_embeddings": 16, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False}
+    ok = True
+    for tied in (False, True):
+        cfg["tie_word_embeddings"] = tied
+        model = build_model(cfg, random_weights(cfg, seed=3, std=0.3), dtype=torch.float64)
+        rng = np.random.default_rng(1)
+        inputs, targets = rng.integers(0, 11, (2, 6)), rng.integers(0, 11, (2, 6))
+        a, b = float(model.loss(inputs, targets)), naive_loss(model, inputs, targets)
+        worst, where = finite_difference_check(model, inputs, targets)
+        print(f"tied={tied}: loss {a:.15f} naive {b:.15f} (rel {abs(a - b) / abs(b):.2e}); "
+              f"finite differences worst rel {worst:.2e} at {where}")
+        ok &= abs(a - b) / abs(b) < 1e-12 and worst < 1e-6
+    t = {"steps": 5, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 2}
+    got = [lr_at(s, t) for s in range(1, 6)]
+    want = [5e-3, 1e-2, 1e-3 + 0.5 * 9e-3 * (1 + math.cos(math.pi / 3)),
+            1e-3 + 0.5 * 9e-3 * (1 + math.cos(2 * math.pi / 3)), 1e-3]
+    print("lr schedule", got)
+    ok &= all(abs(x - y) < 1e-15 for x, y in zip(got, want))
+    print("selfcheck", "OK" if ok else "FAILED")
+    return ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if _selfcheck() else 1)

@@ -1,0 +1,573 @@
+// tests/test_checkpoint.c — checkpoint save/load round trips bit for bit, the
+// atomic directory protocol (step dir, `latest`, stale temporaries, refusal to
+// overwrite), clear errors for corrupt or mismatched checkpoints (checked in
+// fork()ed children, since die() ends the process), and Hugging Face weight loading
+// for tied and untied models, single-file and sharded.
+#define _GNU_SOURCE
+#include <cJSON.h>
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
+
+static char tmpdir[256];
+
+// ---------------------------------------------------------------- helpers
+
+// Run fn(ctx) in a child with stderr captured (newlines folded) into err; returns
+// the exit status (128 + signal when killed). A child that returns exits 0.
+static int run_child(void (*fn)(void *), void *ctx, char *err, size_t err_size) {
+    fflush(stdout);
+    fflush(stderr);
+    int fds[2];
+    if (pipe(fds) != 0) { perror("pipe"); exit(2); }
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn(ctx);
+        fflush(stderr);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t k;
+    char sink[256];
+    while ((k = read(fds[0], len + 1 < err_size ? err + len : sink,
+                     len + 1 < err_size ? err_size - 1 - len : sizeof sink)) > 0)
+        if (len + 1 < err_size) len += (size_t)k;
+    err[len] = '\0';
+    while (len > 0 && err[len - 1] == '\n') err[--len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        if (err[i] == '\n') err[i] = '|';
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    if (len) *len = got;
+    return buf;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(2); }
+    fputs(text, f);
+    fclose(f);
+}
+
+// Number of entries in a directory, "." and ".." excluded.
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+static void make_cfg(Config *cfg, int layers, int vocab, int tied) {
+    config_defaults(cfg);
+    ModelConfig *m = &cfg->model;
+    m->hidden_size = 8;
+    m->intermediate_size = 12;
+    m->num_hidden_layers = layers;
+    m->num_attention_heads = 2;
+    m->num_key_value_heads = 1;
+    m->vocab_size = vocab;
+    m->max_position_embeddings = 16;
+    m->tie_word_embeddings = tied;
+    cfg->training.seed = 1234567;
+}
+
+// Distinct values everywhere, and a different pattern per buffer kind.
+static float *pattern(size_t n, float scale, float shift) {
+    float *p = malloc(n * sizeof(float));  // (n)
+    for (size_t i = 0; i < n; i++) p[i] = shift + scale * (float)i + 1e-3f * (float)(i % 7);
+    return p;
+}
+
+static float *garbage(size_t n) {
+    float *p = malloc(n * sizeof(float));  // (n)
+    for (size_t i = 0; i < n; i++) p[i] = -999.0f;
+    return p;
+}
+
+// ---------------------------------------------------------------- shared state for children
+
+static Config g_cfg;
+static LlamaModel g_model, g_other;
+static float *g_params, *g_m, *g_v;
+static char g_dir[512], g_path[1024];
+
+static void child_save_step5(void *p) {
+    (void)p;
+    TrainerState st = {.step = 5, .consumed_sequences = 999};
+    checkpoint_save(g_dir, &g_cfg, &g_model, g_params, g_m, g_v, &st);
+}
+
+static void child_latest(void *p) {
+    char out[1024];
+    checkpoint_latest((const char *)p, out, sizeof out);
+}
+
+// Load g_path into g_other (a differently shaped model).
+static void child_load_other(void *p) {
+    (void)p;
+    float *buf = garbage(g_other.num_elements);
+    checkpoint_load(g_path, &g_other, buf, NULL, NULL, NULL);
+}
+
+static void child_load_with_moments(void *p) {
+    (void)p;
+    float *a = garbage(g_model.num_elements), *b = garbage(g_model.num_elements);
+    float *c = garbage(g_model.num_elements);
+    checkpoint_load(g_path, &g_model, a, b, c, NULL);
+}
+
+static void child_hf_load_other(void *p) {
+    (void)p;
+    float *buf = garbage(g_other.num_elements);
+    load_hf_weights(g_path, &g_other, buf);
+}
+
+static void expect_death(const char *what, void (*fn)(void *), void *ctx, const char *n1,
+                         const char *n2) {
+    char err[4096];
+    int rc = run_child(fn, ctx, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, n1) && (!n2 || strstr(err, n2)),
+          "%s: child exits %d naming \"%s\"%s%s (stderr: %.300s)", what, rc, n1, n2 ? " and " : "",
+          n2 ? n2 : "", err);
+}
+
+// ---------------------------------------------------------------- save / load
+
+static void test_save_load(void) {
+    make_cfg(&g_cfg, 2, 11, 0);
+    llama_build(&g_model, &g_cfg.model);
+    size_t n = g_model.num_elements;
+    g_params = pattern(n, 0.01f, 0.5f);
+    g_m = pattern(n, -0.002f, 0.1f);
+    g_v = pattern(n, 1e-5f, 3.0f);
+    // Nested path: the save creates every missing level.
+    snprintf(g_dir, sizeof g_dir, "%s/runs/a/ckpt", tmpdir);
+    TrainerState st = {.step = 5, .consumed_sequences = 4398046511104ull};  // 2^42
+    checkpoint_save(g_dir, &g_cfg, &g_model, g_params, g_m, g_v, &st);
+
+    char p[1024];
+    snprintf(p, sizeof p, "%s/step_0000005", g_dir);
+    CHECK(exists(p), "save creates DIR/step_0000005 under a missing parent path");
+    CHECK(count_entries(p) == 4, "step dir holds 4 files (got %d)", count_entries(p));
+    const char *files[] = {"model.safetensors", "config.json", "optimizer.safetensors",
+                           "trainer_state.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/step_0000005/%s", g_dir, files[i]);
+        CHECK(exists(p), "step dir has %s", files[i]);
+    }
+    snprintf(p, sizeof p, "%s/latest", g_dir);
+    char *latest = slurp(p, NULL);
+    CHECK(latest && strcmp(latest, "step_0000005\n") == 0, "latest holds \"step_0000005\" and a newline (%zu bytes)",
+          latest ? strlen(latest) : 0);
+    free(latest);
+    CHECK(count_entries(g_dir) == 2, "no temporaries left: DIR holds only step_0000005 and latest (%d entries)",
+          count_entries(g_dir));
+
+    // The files are standard: model tensors under HF names with global shapes.
+    StIndex idx;
+    snprintf(p, sizeof p, "%s/step_0000005/model.safetensors", g_dir);
+    st_open(&idx, p);
+    CHECK(idx.n == g_model.n_params, "model.safetensors holds every parameter (%d of %d)", idx.n,
+          g_model.n_params);
+    const StTensor *t = st_find(&idx, "model.layers.1.input_layernorm.weight");
+    CHECK(t && t->ndim == 1 && t->shape[0] == 8, "1-D norm weight saved with shape [8]");
+    t = st_find(&idx, "lm_head.weight");
+    CHECK(t && t->ndim == 2 && t->shape[0] == 11 && t->shape[1] == 8, "lm_head.weight saved as [11, 8]");
+    st_close(&idx);
+    snprintf(p, sizeof p, "%s/step_0000005/optimizer.safetensors", g_dir);
+    st_open(&idx, p);
+    CHECK(idx.n == 2 * g_model.n_params && st_find(&idx, "model.norm.weight.exp_avg") &&
+              st_find(&idx, "model.norm.weight.exp_avg_sq"),
+          "optimizer.safetensors holds NAME.exp_avg and NAME.exp_avg_sq for all %d tensors",
+          g_model.n_params);
+    st_close(&idx);
+
+    snprintf(p, sizeof p, "%s/step_0000005/trainer_state.json", g_dir);
+    char *text = slurp(p, NULL);
+    cJSON *js = text ? cJSON_Parse(text) : NULL;
+    const cJSON *fmt = cJSON_GetObjectItem(js, "format");
+    const cJSON *conf = cJSON_GetObjectItem(js, "config");
+    CHECK(js && cJSON_GetObjectItem(js, "step") && cJSON_GetObjectItem(js, "step")->valuedouble == 5 &&
+              cJSON_GetObjectItem(js, "seed") &&
+              cJSON_GetObjectItem(js, "seed")->valuedouble == 1234567 && cJSON_IsString(fmt) &&
+              strcmp(fmt->valuestring, "femtotron-checkpoint-v1") == 0 && cJSON_IsObject(conf) &&
+              cJSON_GetObjectItem(conf, "model"),
+          "trainer_state.json: step, seed, format and the config object");
+    cJSON_Delete(js);
+    free(text);
+    snprintf(p, sizeof p, "%s/step_0000005/config.json", g_dir);
+    text = slurp(p, NULL);
+    js = text ? cJSON_Parse(text) : NULL;
+    CHECK(js && cJSON_GetObjectItem(js, "hidden_size") &&
+              cJSON_GetObjectItem(js, "hidden_size")->valuedouble == 8,
+          "config.json is a Hugging Face config with hidden_size 8");
+    cJSON_Delete(js);
+    free(text);
+
+    char found[1024], want[1024];
+    snprintf(want, sizeof want, "%s/step_0000005", g_dir);
+    int has = checkpoint_latest(g_dir, found, sizeof found);
+    CHECK(has == 1 && strcmp(found, want) == 0, "checkpoint_latest finds %s", want);
+
+    float *p2 = garbage(n), *m2 = garbage(n), *v2 = garbage(n);
+    TrainerState st2 = {0};
+    checkpoint_load(found, &g_model, p2, m2, v2, &st2);
+    CHECK(memcmp(p2, g_params, n * sizeof(float)) == 0, "params load back bit for bit (%zu floats)", n);
+    CHECK(memcmp(m2, g_m, n * sizeof(float)) == 0, "exp_avg loads back bit for bit");
+    CHECK(memcmp(v2, g_v, n * sizeof(float)) == 0, "exp_avg_sq loads back bit for bit");
+    CHECK(st2.step == 5 && st2.consumed_sequences == 4398046511104ull,
+          "trainer state loads back (step %d, consumed %llu)", st2.step,
+          (unsigned long long)st2.consumed_sequences);
+    free(p2);
+    free(m2);
+    free(v2);
+
+    // Saving the same step again must fail and leave the checkpoint untouched.
+    size_t len_before, len_after;
+    snprintf(p, sizeof p, "%s/step_0000005/model.safetensors", g_dir);
+    char *before = slurp(p, &len_before);
+    expect_death("saving step 5 twice", child_save_step5, NULL, "already exists", "step_0000005");
+    char *after = slurp(p, &len_after);
+    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0,
+          "the existing step_0000005/model.safetensors is unchanged after the refused save");
+    free(before);
+    free(after);
+    snprintf(p, sizeof p, "%s/latest", g_dir);
+    latest = slurp(p, NULL);
+    CHECK(latest && strcmp(latest, "step_0000005\n") == 0 && count_entries(g_dir) == 2,
+          "latest is unchanged and no temporary is left after the refused save");
+    free(latest);
+}
+
+static void test_stale_tmp_and_no_moments(void) {
+    char p[1024];
+    // A crashed save left .tmp_step_0000007 with a half-written file.
+    snprintf(p, sizeof p, "%s/.tmp_step_0000007", g_dir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/.tmp_step_0000007/junk.bin", g_dir);
+    write_text(p, "half");
+    // Parameters change between saves; save without optimizer moments this time.
+    size_t n = g_model.num_elements;
+    float *p7 = pattern(n, -0.03f, 7.0f);
+    TrainerState st = {.step = 7, .consumed_sequences = 70};
+    checkpoint_save(g_dir, &g_cfg, &g_model, p7, NULL, NULL, &st);
+    snprintf(p, sizeof p, "%s/.tmp_step_0000007", g_dir);
+    CHECK(!exists(p), "the stale .tmp_step_0000007 is gone after the save");
+    snprintf(p, sizeof p, "%s/step_0000007/junk.bin", g_dir);
+    CHECK(!exists(p), "the stale temporary's files did not leak into step_0000007");
+    snprintf(p, sizeof p, "%s/step_0000007/optimizer.safetensors", g_dir);
+    CHECK(!exists(p), "save with m == NULL writes no optimizer.safetensors");
+
+    char found[1024];
+    int has = checkpoint_latest(g_dir, found, sizeof found);
+    CHECK(has == 1 && strstr(found, "/step_0000007") && strlen(strstr(found, "/step_0000007")) == 13,
+          "latest now points at step_0000007 (%s)", found);
+    float *buf = garbage(n);
+    TrainerState st2 = {0};
+    checkpoint_load(found, &g_model, buf, NULL, NULL, &st2);
+    CHECK(memcmp(buf, p7, n * sizeof(float)) == 0 && st2.step == 7 && st2.consumed_sequences == 70,
+          "step 7 loads back its own params and state (not step 5's)");
+    snprintf(g_path, sizeof g_path, "%s", found);
+    expect_death("loading moments from a checkpoint without them", child_load_with_moments, NULL,
+                 "optimizer.safetensors", "step_0000007");
+    free(buf);
+    free(p7);
+}
+
+static void test_latest_errors(void) {
+    char d[512], p[1024], out[1024];
+    snprintf(d, sizeof d, "%s/nolatest", tmpdir);
+    mkdir(d, 0755);
+    CHECK(checkpoint_latest(d, out, sizeof out) == 0, "no latest file: checkpoint_latest returns 0");
+    snprintf(p, sizeof p, "%s/does/not/exist", tmpdir);
+    CHECK(checkpoint_latest(p, out, sizeof out) == 0, "missing checkpoint dir: checkpoint_latest returns 0");
+
+    snprintf(d, sizeof d, "%s/dangling", tmpdir);
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/latest", d);
+    write_text(p, "step_0000042\n");
+    expect_death("latest names a missing step dir", child_latest, d, "step_0000042", "corrupt");
+
+    snprintf(p, sizeof p, "%s/step_0000042", d);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/step_0000042/trainer_state.json", d);
+    write_text(p, "{}");
+    expect_death("latest names a step dir without model.safetensors", child_latest, d,
+                 "model.safetensors", "corrupt");
+
+    snprintf(d, sizeof d, "%s/garbled", tmpdir);
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/latest", d);
+    write_text(p, "../../etc\n");
+    expect_death("latest holding garbage", child_latest, d, "latest is corrupt", NULL);
+}
+
+static void test_mismatch(void) {
+    char p[1100];
+    snprintf(g_path, sizeof g_path, "%s/step_0000005", g_dir);
+    // Different vocabulary: the embedding's shape differs.
+    Config c;
+    make_cfg(&c, 2, 12, 0);
+    llama_build(&g_other, &c.model);
+    expect_death("vocab 12 model loading a vocab 11 checkpoint", child_load_other, NULL,
+                 "model.embed_tokens.weight", "[11, 8]");
+    llama_free(&g_other);
+    // More layers: layer 2's tensors are missing.
+    make_cfg(&c, 3, 11, 0);
+    llama_build(&g_other, &c.model);
+    expect_death("3-layer model loading a 2-layer checkpoint", child_load_other, NULL,
+                 "model.layers.2.", "missing");
+    llama_free(&g_other);
+    // Fewer layers: the checkpoint has tensors the model lacks.
+    make_cfg(&c, 1, 11, 0);
+    llama_build(&g_other, &c.model);
+    expect_death("1-layer model loading a 2-layer checkpoint", child_load_other, NULL,
+                 "model.layers.1.", "not part of this model");
+    llama_free(&g_other);
+    // Tied model: the checkpoint's lm_head.weight has no place in it.
+    make_cfg(&c, 2, 11, 1);
+    llama_build(&g_other, &c.model);
+    expect_death("tied model loading an untied checkpoint", child_load_other, NULL,
+                 "lm_head.weight", "not part of this model");
+    llama_free(&g_other);
+
+    // A 1-D tensor saved with the wrong length, written by hand in a copy.
+    snprintf(g_path, sizeof g_path, "%s/badshape", tmpdir);
+    mkdir(g_path, 0755);
+    StWrite *w = calloc((size_t)g_model.n_params, sizeof *w);
+    for (int i = 0; i < g_model.n_params; i++) {
+        const ParamInfo *pi = &g_model.params[i];
+        w[i].name = pi->name;
+        w[i].ndim = pi->ndim;
+        w[i].shape[0] = pi->shape[0];
+        w[i].shape[1] = pi->shape[1];
+        w[i].data = g_params + pi->offset;
+        if (strcmp(pi->name, "model.norm.weight") == 0) w[i].shape[0] = 4;  // half of D = 8
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", g_path);
+    st_write_f32(p, w, g_model.n_params, NULL, NULL, 0);
+    snprintf(p, sizeof p, "%s/trainer_state.json", g_path);
+    write_text(p, "{\"format\":\"femtotron-checkpoint-v1\",\"step\":1,\"consumed_sequences\":2}");
+    g_other = g_model;  // same model, the file is wrong
+    expect_death("norm weight of shape [4] where [8] is expected", child_load_other, NULL,
+                 "model.norm.weight", "[4]");
+    memset(&g_other, 0, sizeof g_other);
+    free(w);
+}
+
+// ---------------------------------------------------------------- Hugging Face weights
+
+// Write the model's tensors from buf as a Hugging Face directory. skip: a name to
+// leave out (or NULL); extra names get 3 floats each. shards == 2 splits the file.
+static void write_hf_dir(const char *dir, const LlamaModel *m, const float *buf, const char *skip,
+                         const char *const *extra, int n_extra, int shards) {
+    mkdir(dir, 0755);
+    static const float three[3] = {1, 2, 3};
+    StWrite *w = calloc((size_t)(m->n_params + n_extra), sizeof *w);
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *pi = &m->params[i];
+        if (skip && strcmp(pi->name, skip) == 0) continue;
+        w[n].name = pi->name;
+        w[n].ndim = pi->ndim;
+        w[n].shape[0] = pi->shape[0];
+        w[n].shape[1] = pi->shape[1];
+        w[n].data = buf + pi->offset;
+        n++;
+    }
+    for (int i = 0; i < n_extra; i++) {
+        w[n].name = extra[i];
+        w[n].ndim = 1;
+        w[n].shape[0] = 3;
+        w[n].data = three;
+        n++;
+    }
+    char p[1024];
+    if (shards == 1) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        st_write_f32(p, w, n, NULL, NULL, 0);
+    } else {
+        int half = n / 2;
+        snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+        st_write_f32(p, w, half, NULL, NULL, 0);
+        snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+        st_write_f32(p, w + half, n - half, NULL, NULL, 0);
+        cJSON *root = cJSON_CreateObject();
+        cJSON *wm = cJSON_AddObjectToObject(root, "weight_map");
+        for (int i = 0; i < n; i++)
+            cJSON_AddStringToObject(wm, w[i].name, i < half ? "model-00001-of-00002.safetensors"
+                                                            : "model-00002-of-00002.safetensors");
+        char *text = cJSON_Print(root);
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+        write_text(p, text);
+        free(text);
+        cJSON_Delete(root);
+    }
+    free(w);
+}
+
+// Run load_hf_weights in this process with stderr captured into a file, so the
+// warning about ignored tensors can be checked.
+static void load_hf_capture(const char *dir, const LlamaModel *m, float *buf, char *err, size_t size) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(p, "w");
+    dup2(fileno(f), 2);
+    load_hf_weights(dir, m, buf);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    char *text = slurp(p, NULL);
+    snprintf(err, size, "%s", text ? text : "");
+    free(text);
+    size_t len = strlen(err);
+    while (len > 0 && err[len - 1] == '\n') err[--len] = '\0';
+}
+
+static void test_hf(void) {
+    char dir[512], err[4096];
+    Config c;
+    // Tied model, sharded directory, with HF's rotary buffers as extra tensors.
+    make_cfg(&c, 2, 11, 1);
+    LlamaModel tied;
+    llama_build(&tied, &c.model);
+    CHECK(llama_find(&tied, "lm_head.weight") == NULL, "tied model has no lm_head.weight parameter");
+    float *src = pattern(tied.num_elements, 0.05f, -1.0f), *dst = garbage(tied.num_elements);
+    const char *inv[] = {"model.layers.0.self_attn.rotary_emb.inv_freq",
+                         "model.layers.1.self_attn.rotary_emb.inv_freq"};
+    snprintf(dir, sizeof dir, "%s/hf_tied", tmpdir);
+    write_hf_dir(dir, &tied, src, NULL, inv, 2, 2);
+    load_hf_capture(dir, &tied, dst, err, sizeof err);
+    CHECK(memcmp(src, dst, tied.num_elements * sizeof(float)) == 0,
+          "tied model loads from a sharded HF dir bit for bit");
+    CHECK(strstr(err, "ignoring 2 tensors") && strstr(err, "inv_freq"),
+          "one warning says 2 extra tensors (inv_freq) are ignored (%.200s)", err);
+
+    // Untied model: lm_head present loads; missing is an error.
+    make_cfg(&c, 2, 11, 0);
+    LlamaModel untied;
+    llama_build(&untied, &c.model);
+    float *usrc = pattern(untied.num_elements, -0.07f, 2.0f), *udst = garbage(untied.num_elements);
+    snprintf(dir, sizeof dir, "%s/hf_untied", tmpdir);
+    write_hf_dir(dir, &untied, usrc, NULL, NULL, 0, 1);
+    load_hf_capture(dir, &untied, udst, err, sizeof err);
+    CHECK(memcmp(usrc, udst, untied.num_elements * sizeof(float)) == 0 && err[0] == '\0',
+          "untied model loads from model.safetensors bit for bit, without warnings");
+
+    // A tied model accepts a file that carries a redundant lm_head.weight.
+    float *tdst = garbage(tied.num_elements);
+    load_hf_capture(dir, &tied, tdst, err, sizeof err);
+    const ParamInfo *emb = llama_find(&tied, "model.embed_tokens.weight");
+    const ParamInfo *uemb = llama_find(&untied, "model.embed_tokens.weight");
+    CHECK(emb && uemb && memcmp(tdst + emb->offset, usrc + uemb->offset, emb->numel * sizeof(float)) == 0 &&
+              strstr(err, "lm_head.weight"),
+          "tied model loads an untied file, ignoring lm_head.weight with a warning naming it");
+
+    snprintf(dir, sizeof dir, "%s/hf_nohead", tmpdir);
+    write_hf_dir(dir, &untied, usrc, "lm_head.weight", NULL, 0, 1);
+    snprintf(g_path, sizeof g_path, "%s", dir);
+    g_other = untied;
+    expect_death("untied model, file without lm_head.weight", child_hf_load_other, NULL,
+                 "lm_head.weight", "untied");
+
+    // Missing ordinary tensor.
+    snprintf(dir, sizeof dir, "%s/hf_nonorm", tmpdir);
+    write_hf_dir(dir, &untied, usrc, "model.layers.1.mlp.up_proj.weight", NULL, 0, 1);
+    snprintf(g_path, sizeof g_path, "%s", dir);
+    expect_death("file without a layer tensor", child_hf_load_other, NULL,
+                 "model.layers.1.mlp.up_proj.weight", "missing");
+
+    // A 3-layer file for a 2-layer config: the extra layer is a config mismatch.
+    make_cfg(&c, 3, 11, 0);
+    LlamaModel three;
+    llama_build(&three, &c.model);
+    float *three_src = pattern(three.num_elements, 0.01f, 0.0f);
+    snprintf(dir, sizeof dir, "%s/hf_3layers", tmpdir);
+    write_hf_dir(dir, &three, three_src, NULL, NULL, 0, 1);
+    snprintf(g_path, sizeof g_path, "%s", dir);
+    expect_death("3-layer weights into a 2-layer model", child_hf_load_other, NULL,
+                 "model.layers.2.", "num_hidden_layers = 2");
+
+    // Shape mismatch: vocab 12 weights into a vocab 11 model.
+    make_cfg(&c, 2, 12, 0);
+    LlamaModel v12;
+    llama_build(&v12, &c.model);
+    float *v12_src = pattern(v12.num_elements, 0.01f, 0.0f);
+    snprintf(dir, sizeof dir, "%s/hf_v12", tmpdir);
+    write_hf_dir(dir, &v12, v12_src, NULL, NULL, 0, 1);
+    snprintf(g_path, sizeof g_path, "%s", dir);
+    expect_death("vocab 12 weights into a vocab 11 model", child_hf_load_other, NULL,
+                 "model.embed_tokens.weight", "[12, 8]");
+    memset(&g_other, 0, sizeof g_other);
+
+    free(src);
+    free(dst);
+    free(tdst);
+    free(usrc);
+    free(udst);
+    free(three_src);
+    free(v12_src);
+    llama_free(&tied);
+    llama_free(&untied);
+    llama_free(&three);
+    llama_free(&v12);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    test_save_load();
+    test_stale_tmp_and_no_moments();
+    test_latest_errors();
+    test_mismatch();
+    test_hf();
+    free(g_params);
+    free(g_m);
+    free(g_v);
+    llama_free(&g_model);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_summary();
+}
