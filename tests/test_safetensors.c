@@ -325,6 +325,9 @@ static void test_corrupt(void) {
     corrupt_case("negative shape entry", "negshape.safetensors",
                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
                  "non-negative integer");
+    corrupt_case("shape entry beyond 2^53", "hugeshape.safetensors",
+                 "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,4]}}", 4,
+                 "non-negative integer");
     corrupt_case("fractional offset", "fracoff.safetensors",
                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}}", 8,
                  "non-negative integer");

@@ -159,7 +159,7 @@ static uint64_t json_uint(const cJSON *item, const char *path, const char *tenso
     if (!cJSON_IsNumber(item))
         die("%s: tensor \"%s\": %s must be a number", path, tensor, what);
     double d = item->valuedouble;
-    if (!(d >= 0) || d != (double)(uint64_t)d || d > ST_MAX_JSON_INT)
+    if (!(d >= 0) || d > ST_MAX_JSON_INT || d != (double)(uint64_t)d)
         die("%s: tensor \"%s\": %s must be a non-negative integer (got %g)", path, tensor,
             what, d);
     return (uint64_t)d;
