@@ -11,15 +11,20 @@
 
 #include "dist/comm.h"
 
+// Build the whole line first and write it with one call, so that messages from
+// several ranks sharing a terminal never interleave mid-line.
 static void vreport(const char *kind, const char *fmt, va_list ap, int err) {
-    int rank = comm_world_rank();
+    char line[2048];
+    size_t n = 0;
     if (comm_world_size() > 1)
-        fprintf(stderr, "femtotron: rank %d: %s: ", rank, kind);
+        n = (size_t)snprintf(line, sizeof line, "femtotron: rank %d: %s: ", comm_world_rank(), kind);
     else
-        fprintf(stderr, "femtotron: %s: ", kind);
-    vfprintf(stderr, fmt, ap);
-    if (err) fprintf(stderr, ": %s", strerror(err));
-    fputc('\n', stderr);
+        n = (size_t)snprintf(line, sizeof line, "femtotron: %s: ", kind);
+    if (n < sizeof line) n += (size_t)vsnprintf(line + n, sizeof line - n, fmt, ap);
+    if (err && n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, ": %s", strerror(err));
+    if (n > sizeof line - 2) n = sizeof line - 2;
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
     fflush(stderr);
 }
 

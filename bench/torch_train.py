@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""torch_train.py — the PyTorch side of bench/train_vs_pytorch.sh.
+
+Trains the Llama model femtotron trains, in idiomatic eager PyTorch fp32 on CPU:
+embedding; per layer RMSNorm -> fused q/k/v (no bias) -> HF rotate-half RoPE ->
+causal grouped-query attention -> o_proj -> residual -> RMSNorm -> SwiGLU
+down(silu(gate(x)) * up(x)) -> residual; final RMSNorm; untied head; mean
+cross-entropy; global-norm gradient clipping and torch.optim.AdamW every step,
+with femtotron's LR schedule (linear warmup, cosine to min_lr) and init (every
+matrix N(0, 0.02), norm weights 1).
+
+Data: llm.c token shards (256 int32 header, uint16 or uint32 tokens), read in
+femtotron's order without shuffle: sequence j of a shard is tokens[j*S : j*S+S+1],
+step t uses sequences t*B .. t*B+B-1, so both trainers see the same batches.
+
+Prints one line per step and, with --metrics FILE, writes one JSON object per
+step with femtotron's keys: step, loss, lr, grad_norm, tokens, tokens_per_s,
+mfu, step_ms (MFU = flops/token * tokens/s / --peak-flops, with femtotron's
+formula 6*N_matmul + 6*L*S*D).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    a = p.add_argument
+    a("--data", required=True, help="training shards: file or glob (llm.c .bin)")
+    a("--threads", type=int, default=os.cpu_count(), help="intra-op threads (OpenMP and BLAS)")
+    a("--steps", type=int, default=10, help="optimizer steps")
+    a("--warmup-steps", type=int, default=3, help="first steps left out of the timing summary")
+    a("--hidden", type=int, default=512)
+    a("--layers", type=int, default=8)
+    a("--heads", type=int, default=8)
+    a("--kv-heads", type=int, default=4)
+    a("--intermediate", type=int, default=1536)
+    a("--vocab", type=int, default=8192)
+    a("--seq", type=int, default=256)
+    a("--batch", type=int, default=8, help="sequences per step (one micro-batch)")
+    a("--lr", type=float, default=3e-4)
+    a("--min-lr", type=float, default=3e-5)
+    a("--lr-warmup", type=int, default=10, help="LR warmup steps (femtotron's training.warmup_steps)")
+    a("--weight-decay", type=float, default=0.1)
+    a("--grad-clip", type=float, default=1.0)
+    a("--init-std", type=float, default=0.02)
+    a("--eps", type=float, default=1e-5, help="RMSNorm epsilon")
+    a("--rope-theta", type=float, default=10000.0)
+    a("--seed", type=int, default=1234)
+    a("--peak-flops", type=float, default=0.0, help="FLOP/s for MFU (0: MFU not reported)")
+    a("--metrics", default="", help="JSON-lines metrics file")
+    return p.parse_args()
+
+
+args = parse_args()
+# Thread counts must be fixed before torch (and its OpenBLAS) load: Debian's torch
+# does its GEMMs in the system OpenBLAS, which reads its own variable.
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, str(args.threads))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(args.threads)
+
+
+# ---------------------------------------------------------------- data
+
+class Shards:
+    """femtotron's sequence order over llm.c shards (sorted paths, no shuffle)."""
+
+    def __init__(self, pattern, S):
+        self.S, self.shards = S, []
+        for path in sorted(glob.glob(pattern)) or [pattern]:
+            header = np.fromfile(path, dtype="<i4", count=256)
+            dtype = {20240520: "<u2", 20240801: "<u4"}.get(int(header[0]))
+            if dtype is None:
+                sys.exit(f"{path}: not an llm.c token shard (magic {header[0]})")
+            toks = np.memmap(path, dtype=dtype, mode="r", offset=1024, shape=(int(header[2]),))
+            if (len(toks) - 1) // S > 0:
+                self.shards.append(toks)
+        self.counts = [(len(t) - 1) // S for t in self.shards]
+        self.n_seq = sum(self.counts)
+        if self.n_seq == 0:
+            sys.exit(f"{pattern}: shorter than one sequence of {S + 1} tokens")
+
+    def sequence(self, j):
+        j %= self.n_seq
+        for toks, n in zip(self.shards, self.counts):
+            if j < n:
+                return np.asarray(toks[j * self.S: j * self.S + self.S + 1], dtype=np.int64)
+            j -= n
+
+    def batch(self, step, B):
+        """(inputs, targets), each (B, S) int64, of 0-based step `step`."""
+        seqs = torch.from_numpy(np.stack([self.sequence(step * B + b) for b in range(B)]))
+        return seqs[:, :-1], seqs[:, 1:]
+
+
+# ---------------------------------------------------------------- model
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, D, H, KV):
+        super().__init__()
+        self.H, self.KV, self.hd = H, KV, D // H
+        self.qkv = nn.Linear(D, (H + 2 * KV) * self.hd, bias=False)  # q, k, v stacked
+        self.o = nn.Linear(H * self.hd, D, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, S, _ = x.shape
+        H, KV, hd = self.H, self.KV, self.hd
+        q, k, v = self.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
+        q = q.view(B, S, H, hd).transpose(1, 2)                      # (B, H, S, hd)
+        k = k.view(B, S, KV, hd).transpose(1, 2)                     # (B, KV, S, hd)
+        v = v.view(B, S, KV, hd).transpose(1, 2)                     # (B, KV, S, hd)
+        q = (q * cos + rotate_half(q) * sin) * (1.0 / math.sqrt(hd))  # scale folded into q
+        k = k * cos + rotate_half(k) * sin
+        # GQA without copying K/V: the H/KV query heads that share a kv head are
+        # stacked along the row axis, one (rep*S, hd) @ (hd, S) GEMM per kv head.
+        rep = H // KV
+        scores = q.reshape(B, KV, rep * S, hd) @ k.transpose(-1, -2)  # (B, KV, rep*S, S)
+        scores = scores.masked_fill(mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v                       # (B, KV, rep*S, hd)
+        return self.o(out.view(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, D, I):
+        super().__init__()
+        self.I = I
+        self.gate_up = nn.Linear(D, 2 * I, bias=False)  # gate, up stacked
+        self.down = nn.Linear(I, D, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).split(self.I, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.ln1, self.ln2 = RMSNorm(a.hidden, a.eps), RMSNorm(a.hidden, a.eps)
+        self.attn = Attention(a.hidden, a.heads, a.kv_heads)
+        self.mlp = MLP(a.hidden, a.intermediate)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.ln1(x), cos, sin, mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.embed = nn.Embedding(a.vocab, a.hidden)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.layers))
+        self.norm = RMSNorm(a.hidden, a.eps)
+        self.head = nn.Linear(a.hidden, a.vocab, bias=False)
+        hd, S, rep = a.hidden // a.heads, a.seq, a.heads // a.kv_heads
+        inv_freq = 1.0 / a.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq)
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos().float(), persistent=False)  # (S, hd)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)  # (S, hd)
+        causal = torch.ones(S, S, dtype=torch.bool).triu(1)               # True = masked
+        self.register_buffer("mask", causal.repeat(rep, 1), persistent=False)  # (rep*S, S)
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.dim() >= 2:
+                    p.normal_(0.0, a.init_std)
+
+    def forward(self, inputs, targets):
+        x = self.embed(inputs)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def flops_per_token(a):
+    """femtotron's llama_flops_per_token: 6 * matmul weights (+ head) + 6 * L * S * D."""
+    hd = a.hidden // a.heads
+    per_layer = a.hidden * (a.heads + 2 * a.kv_heads) * hd + a.heads * hd * a.hidden \
+        + 3 * a.hidden * a.intermediate
+    return 6.0 * (a.layers * per_layer + a.vocab * a.hidden) + 6.0 * a.layers * a.seq * a.hidden
+
+
+def lr_at(s, a):
+    """femtotron's schedule (1-based step s): linear warmup, cosine to min_lr at the last step."""
+    if s <= a.lr_warmup:
+        return a.lr * s / a.lr_warmup
+    if a.steps <= a.lr_warmup:
+        return a.min_lr
+    progress = min(1.0, (s - a.lr_warmup) / (a.steps - a.lr_warmup))
+    return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def main():
+    a = args
+    torch.manual_seed(a.seed)
+    model = Llama(a)
+    data = Shards(a.data, a.seq)
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    fpt, tokens = flops_per_token(a), a.batch * a.seq
+    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | "
+          f"{sum(p.numel() for p in params)} parameters | {fpt:.3g} model FLOPs/token", flush=True)
+    metrics = open(a.metrics, "w") if a.metrics else None
+    timed = []
+    for step in range(1, a.steps + 1):
+        t0 = time.perf_counter()
+        inputs, targets = data.batch(step - 1, a.batch)
+        loss = model(inputs, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(nn.utils.clip_grad_norm_(params, a.grad_clip)) if a.grad_clip > 0 else \
+            float(torch.norm(torch.stack([p.grad.norm() for p in params])))
+        lr = lr_at(step, a)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        loss = float(loss)
+        dt = time.perf_counter() - t0
+        tps = tokens / dt
+        mfu = fpt * tps / a.peak_flops if a.peak_flops > 0 else float("nan")
+        if step > a.warmup_steps:
+            timed.append(dt)
+        print(f"step {step:5d}/{a.steps} | loss {loss:.6f} | lr {lr:.3e} | grad_norm {grad_norm:.4f} | "
+              f"{tps:7.0f} tok/s | mfu {100 * mfu:5.1f}% | {1e3 * dt:7.1f} ms", flush=True)
+        if metrics:
+            metrics.write(json.dumps({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                                      "tokens": tokens, "tokens_per_s": tps, "mfu": mfu,
+                                      "step_ms": 1e3 * dt}) + "\n")
+            metrics.flush()
+    if timed:
+        med = float(np.median(timed))
+        print(f"median of {len(timed)} timed steps: {1e3 * med:.1f} ms, {tokens / med:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
