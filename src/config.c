@@ -78,12 +78,20 @@ static const KeyDef KEYS[] = {
     KEY(training, grad_clip, KT_DOUBLE, "1.0", "max global gradient L2 norm (0 = no clipping)"),
     KEY(training, threads, KT_INT, "0", "threads per rank (0 = cores / ranks on the node)"),
     KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = measure GEMM peak)"),
+    KEY(training, max_bad_steps, KT_INT, "5",
+        "stop after this many steps in a row with a non-finite loss or gradient norm"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
     KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
     KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
+    KEY(parallel, order, KT_STRING, "dp-pp-cp-tp",
+        "rank order, outermost first (tp fastest): dp-pp-cp-tp or pp-dp-cp-tp"),
+    KEY(parallel, bucket_mb, KT_DOUBLE, "25", "data-parallel gradient bucket size (MiB)"),
+    KEY(parallel, overlap, KT_BOOL, "true",
+        "reduce each gradient bucket during backward as soon as it is complete (false: after backward)"),
+    KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),
     KEY(checkpoint, every, KT_INT, "0", "save every N steps (0 = only at the end)"),
@@ -93,6 +101,7 @@ static const KeyDef KEYS[] = {
     KEY(logging, every, KT_INT, "1", "print and log every N steps"),
     KEY(logging, val_every, KT_INT, "0", "validate every N steps (0 = never; needs data.val)"),
     KEY(logging, val_batches, KT_INT, "4", "micro-batches per validation"),
+    KEY(logging, verbose, KT_BOOL, "false", "every rank prints its grid coordinates at start-up"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 _Static_assert(sizeof KEYS / sizeof KEYS[0] <= 64, "Config.keys_set has 64 bits");
@@ -609,6 +618,7 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
     need_nonnegative("training.grad_clip", t->grad_clip);
     need_int_min("training.threads", t->threads, 0);
     need_nonnegative("training.peak_flops", t->peak_flops);
+    need_int_min("training.max_bad_steps", t->max_bad_steps, 1);
 }
 
 static void validate_parallel(const ParallelConfig *p, int world_size) {
@@ -617,8 +627,11 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_unsupported_one("parallel.pp", p->pp, "pipeline parallel");
     need_unsupported_one("parallel.cp", p->cp, "context parallel");
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
-    if (p->zero != 0)
-        die("parallel.zero = %d: ZeRO stage %d is not supported by this version; use 0", p->zero, p->zero);
+    if (strcmp(p->order, "dp-pp-cp-tp") != 0 && strcmp(p->order, "pp-dp-cp-tp") != 0)
+        die("parallel.order = \"%s\": must be \"dp-pp-cp-tp\" (default) or \"pp-dp-cp-tp\" "
+            "(pipeline outermost)", p->order);
+    need_positive("parallel.bucket_mb", p->bucket_mb);
+    need_positive("parallel.timeout_s", p->timeout_s);
     long long n = (long long)p->dp * p->tp * p->pp * p->cp;
     if (n != world_size)
         die("parallel.dp * tp * pp * cp = %d * %d * %d * %d = %lld, but the job has %d rank%s; they must be equal",

@@ -45,11 +45,16 @@ typedef struct {
     double grad_clip;      // max global gradient L2 norm; 0 disables clipping
     int threads;           // threads per rank (0 = cores / ranks on the node)
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
+    int max_bad_steps;     // stop after this many non-finite steps in a row
 } TrainingConfig;
 
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
+    char order[CFG_PATH_MAX];  // rank order, outermost first: "dp-pp-cp-tp" or "pp-dp-cp-tp"
+    double bucket_mb;    // data-parallel gradient bucket size in MiB
+    bool overlap;        // reduce gradient buckets during backward (false: after it)
+    double timeout_s;    // abort the job when a collective takes longer than this
 } ParallelConfig;
 
 typedef struct {
@@ -63,6 +68,7 @@ typedef struct {
     int every;                   // print/log every N steps
     int val_every;               // validation every N steps (0 = never)
     int val_batches;             // micro-batches per validation
+    bool verbose;                // every rank prints its grid coordinates at start-up
 } LoggingConfig;
 
 typedef struct {

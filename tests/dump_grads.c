@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
     if (!out) die("dump_grads: --out FILE is required");
     config_apply_args(&cfg, n_rest, rest);
     config_validate(&cfg, comm_world_size());
+    comm_grid_init(&cfg.parallel);
     ops_set_threads(cfg.training.threads > 0 ? cfg.training.threads : 1);
 
     Trainer t;
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
     double loss = trainer_compute_grads(&t, 0);
     printf("loss %.17g\n", loss);
 
+    if (t.dp.grads == NULL || comm_world_size() != 1)
+        die("dump_grads: runs on one rank with parallel.zero 0 or 1 (whole gradient buffer)");
     StWrite *w = xcalloc(sizeof(StWrite) * (size_t)t.model.n_params, "tensor list");
     for (int i = 0; i < t.model.n_params; i++) {
         const ParamInfo *p = &t.model.params[i];
@@ -46,7 +49,7 @@ int main(int argc, char **argv) {
         w[i].ndim = p->ndim;
         w[i].shape[0] = p->shape[0];
         w[i].shape[1] = p->shape[1];
-        w[i].data = t.grads + p->offset;
+        w[i].data = t.dp.grads + p->offset;
     }
     st_write_f32(out, w, t.model.n_params, NULL, NULL, 0);
     free(w);

@@ -1,22 +1,53 @@
-// dist/comm.c — MPI world: init, abort, small reductions.
+// dist/comm.c — MPI: the world, the dp x pp x cp x tp grid and its groups, and the
+// collectives, every one of them guarded by the parallel.timeout_s watchdog.
+#define _POSIX_C_SOURCE 200809L
 #include "dist/comm.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
 
 static int mpi_up = 0;
+static Grid grid = {1, 1, 1, 1, 0, 0, 0, 0, 0};
+static MPI_Comm groups[GROUP_COUNT];
+static int groups_up = 0;
+static double timeout_s = 300.0;
+
+#define MAX_REQUESTS 256
+static MPI_Request requests[MAX_REQUESTS];
+static const char *request_group[MAX_REQUESTS];
+// Per-request count/displacement arrays for the uneven (v) collectives: they must
+// live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
+static int *slot_counts, *slot_displs;
+
+static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp"};
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-    // Errors in MPI calls abort the job rather than return codes nobody checks.
+    // Errors in MPI calls end the job rather than return codes nobody checks.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     mpi_up = 1;
+    for (int i = 0; i < GROUP_COUNT; i++) groups[i] = MPI_COMM_WORLD;
+    for (int i = 0; i < MAX_REQUESTS; i++) requests[i] = MPI_REQUEST_NULL;
+    size_t n = (size_t)MAX_REQUESTS * (size_t)comm_world_size();
+    slot_counts = xcalloc(n * sizeof(int), "collective counts");
+    slot_displs = xcalloc(n * sizeof(int), "collective displacements");
 }
 
 void comm_finalize(void) {
-    if (mpi_up) MPI_Finalize();
+    if (!mpi_up) return;
+    if (groups_up)
+        for (int i = 1; i < GROUP_COUNT; i++) MPI_Comm_free(&groups[i]);
+    groups_up = 0;
+    free(slot_counts);
+    free(slot_displs);
+    MPI_Finalize();
     mpi_up = 0;
 }
 
@@ -32,18 +63,6 @@ int comm_world_size(void) {
     return n;
 }
 
-void comm_abort(int code) {
-    fflush(stdout);
-    fflush(stderr);
-    if (mpi_up && comm_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
-}
-
-void comm_world_sum_double(double *value) {
-    if (!mpi_up || comm_world_size() == 1) return;
-    MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-}
-
 int comm_local_size(void) {
     if (!mpi_up) return 1;
     MPI_Comm local;
@@ -52,4 +71,229 @@ int comm_local_size(void) {
     MPI_Comm_size(local, &n);
     MPI_Comm_free(&local);
     return n;
+}
+
+void comm_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (mpi_up && comm_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+// ---------------------------------------------------------------------- grid
+
+int comm_grid_rank_of(int dp_i, int pp_i, int cp_i, int tp_i) {
+    int outer = grid.pp_outermost ? pp_i * grid.dp + dp_i : dp_i * grid.pp + pp_i;
+    return (outer * grid.cp + cp_i) * grid.tp + tp_i;
+}
+
+void comm_grid_init(const ParallelConfig *p) {
+    grid.dp = p->dp;
+    grid.pp = p->pp;
+    grid.cp = p->cp;
+    grid.tp = p->tp;
+    grid.pp_outermost = strcmp(p->order, "pp-dp-cp-tp") == 0;
+    timeout_s = p->timeout_s;
+    int rank = comm_world_rank();
+    grid.tp_i = rank % p->tp;
+    grid.cp_i = rank / p->tp % p->cp;
+    int outer = rank / (p->tp * p->cp);
+    if (grid.pp_outermost) {
+        grid.dp_i = outer % p->dp;
+        grid.pp_i = outer / p->dp;
+    } else {
+        grid.pp_i = outer % p->pp;
+        grid.dp_i = outer / p->pp;
+    }
+    if (!mpi_up) return;
+    // A group holds the ranks that share every coordinate outside it: the colour
+    // is built from those coordinates, the key orders members by their own one.
+    const Grid *g = &grid;
+    int colour[GROUP_COUNT] = {
+        0,
+        (g->pp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // dp
+        (g->dp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // pp
+        (g->dp_i * g->pp + g->pp_i) * g->tp + g->tp_i,   // cp
+        (g->dp_i * g->pp + g->pp_i) * g->cp + g->cp_i,   // tp
+        g->pp_i * g->tp + g->tp_i,                       // dp x cp
+    };
+    int key[GROUP_COUNT] = {rank, g->dp_i, g->pp_i, g->cp_i, g->tp_i, g->dp_i * g->cp + g->cp_i};
+    for (int i = 1; i < GROUP_COUNT; i++)
+        MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
+    groups_up = 1;
+}
+
+const Grid *comm_grid(void) { return &grid; }
+
+int group_rank(GroupId g) {
+    int r = 0;
+    if (mpi_up) MPI_Comm_rank(groups[g], &r);
+    return r;
+}
+
+int group_size(GroupId g) {
+    int n = 1;
+    if (mpi_up) MPI_Comm_size(groups[g], &n);
+    return n;
+}
+
+const char *group_name(GroupId g) { return GROUP_NAMES[g]; }
+
+// ------------------------------------------------------------ request table
+
+static CommRequest take_slot(GroupId g) {
+    for (int i = 0; i < MAX_REQUESTS; i++)
+        if (requests[i] == MPI_REQUEST_NULL && request_group[i] == NULL) {
+            request_group[i] = GROUP_NAMES[g];
+            return (CommRequest){i};
+        }
+    die("more than %d communication requests in flight", MAX_REQUESTS);
+}
+
+int comm_test(CommRequest *r) {
+    if (r->slot < 0) return 1;
+    int done = 0;
+    MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
+    return done;
+}
+
+void comm_wait(CommRequest *r, const char *what) {
+    if (r->slot < 0) return;
+    // Poll rather than block in MPI_Wait, so that a collective that never completes
+    // (a rank stuck or gone without the launcher noticing) ends the job with a
+    // message instead of a hang.
+    double deadline = now_seconds() + timeout_s;
+    int done = 0;
+    struct timespec nap = {0, 20000};  // 20 us between polls
+    for (long polls = 0;; polls++) {
+        MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if ((polls & 255) == 0 && now_seconds() > deadline)
+            die("%s on the %s group has not finished after parallel.timeout_s = %g s; another "
+                "rank is probably stuck or dead — aborting the job",
+                what, request_group[r->slot], timeout_s);
+        if (polls > 1000) nanosleep(&nap, NULL);
+    }
+    request_group[r->slot] = NULL;
+    r->slot = -1;
+}
+
+// --------------------------------------------------------------- collectives
+
+// MPI counts are int: big buffers go through in pieces of at most INT_MAX/2 elements.
+#define MAX_PIECE ((size_t)(INT_MAX / 2))
+
+CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
+    if (n > MAX_PIECE) die("all-reduce of %zu elements exceeds the per-call limit", n);
+    CommRequest r = take_slot(g);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    return r;
+}
+
+CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
+    if (chunk > MAX_PIECE) die("reduce-scatter of %zu elements per rank exceeds the per-call limit", chunk);
+    CommRequest r = take_slot(g);
+    MPI_Ireduce_scatter_block(in, out, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    return r;
+}
+
+CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk) {
+    if (chunk > MAX_PIECE) die("all-gather of %zu elements per rank exceeds the per-call limit", chunk);
+    CommRequest r = take_slot(g);
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, MPI_FLOAT, groups[g],
+                   &requests[r.slot]);
+    return r;
+}
+
+size_t comm_split_chunk(size_t len, int size) { return (len + (size_t)size - 1) / (size_t)size; }
+
+size_t comm_split_part(size_t len, int size, int r) {
+    size_t chunk = comm_split_chunk(len, size), lo = (size_t)r * chunk;
+    if (lo >= len) return 0;
+    return len - lo < chunk ? len - lo : chunk;
+}
+
+// Fill the slot's counts and displacements for an uneven split of len over g.
+static void split_counts(CommRequest r, GroupId g, size_t len) {
+    int n = group_size(g);
+    size_t chunk = comm_split_chunk(len, n);
+    if (chunk > MAX_PIECE) die("collective of %zu elements per rank exceeds the per-call limit", chunk);
+    int *counts = slot_counts + (size_t)r.slot * comm_world_size();
+    int *displs = slot_displs + (size_t)r.slot * comm_world_size();
+    for (int i = 0; i < n; i++) {
+        counts[i] = (int)comm_split_part(len, n, i);
+        displs[i] = (int)((size_t)i * chunk < len ? (size_t)i * chunk : len);
+    }
+}
+
+CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len) {
+    CommRequest r = take_slot(g);
+    split_counts(r, g, len);
+    MPI_Ireduce_scatter(in, out, slot_counts + (size_t)r.slot * comm_world_size(), MPI_FLOAT,
+                        MPI_SUM, groups[g], &requests[r.slot]);
+    return r;
+}
+
+CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
+    CommRequest r = take_slot(g);
+    split_counts(r, g, len);
+    size_t base = (size_t)r.slot * comm_world_size();
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, slot_counts + base,
+                    slot_displs + base, MPI_FLOAT, groups[g], &requests[r.slot]);
+    return r;
+}
+
+void group_allreduce_sum_f32(GroupId g, float *buf, size_t n) {
+    if (!mpi_up || group_size(g) == 1) return;
+    for (size_t off = 0; off < n; off += MAX_PIECE) {
+        size_t len = n - off < MAX_PIECE ? n - off : MAX_PIECE;
+        CommRequest r = group_iallreduce_sum_f32(g, buf + off, len);
+        comm_wait(&r, "all-reduce");
+    }
+}
+
+static void allreduce_f64(GroupId g, double *buf, size_t n, MPI_Op op, const char *what) {
+    if (!mpi_up || group_size(g) == 1) return;
+    if (n > MAX_PIECE) die("%s of %zu doubles exceeds the per-call limit", what, n);
+    CommRequest r = take_slot(g);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, op, groups[g], &requests[r.slot]);
+    comm_wait(&r, what);
+}
+
+void group_allreduce_sum_f64(GroupId g, double *buf, size_t n) {
+    allreduce_f64(g, buf, n, MPI_SUM, "all-reduce");
+}
+
+void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
+    allreduce_f64(g, buf, n, MPI_MAX, "all-reduce (max)");
+}
+
+void group_allgather_f32(GroupId g, float *buf, size_t chunk) {
+    if (!mpi_up || group_size(g) == 1) return;
+    CommRequest r = group_iallgather_f32(g, buf, chunk);
+    comm_wait(&r, "all-gather");
+}
+
+void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
+    if (!mpi_up || group_size(g) == 1) {
+        if (out != in) memcpy(out, in, chunk * sizeof(float));
+        return;
+    }
+    CommRequest r = group_ireduce_scatter_f32(g, in, out, chunk);
+    comm_wait(&r, "reduce-scatter");
+}
+
+void group_barrier(GroupId g) {
+    if (!mpi_up || group_size(g) == 1) return;
+    CommRequest r = take_slot(g);
+    MPI_Ibarrier(groups[g], &requests[r.slot]);
+    comm_wait(&r, "barrier");
+}
+
+void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root) {
+    if (!mpi_up || group_size(g) == 1) return;
+    if (bytes > MAX_PIECE) die("broadcast of %zu bytes exceeds the per-call limit", bytes);
+    CommRequest r = take_slot(g);
+    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
+    comm_wait(&r, "broadcast");
 }

@@ -1,8 +1,26 @@
-// dist/comm.h — the only interface to the process world. Model code calls these,
-// never MPI directly (DESIGN.md invariant 4). Issue 2 needs only the world; the
-// dp/tp/pp/cp groups arrive with the process-grid issue.
+// dist/comm.h — the only interface to the process world. Model and trainer code call
+// these, never MPI directly (DESIGN.md invariant 4).
+//
+// The process grid is dp x pp x cp x tp. Ranks are numbered with tp fastest:
+//   order "dp-pp-cp-tp" (default): rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
+//   order "pp-dp-cp-tp":           rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+// so tensor-parallel ranks share a node and the outermost dimension spans nodes.
+// One communicator per dimension, plus the dp x cp group over which gradients are
+// reduced (context-parallel ranks hold the same weights, as data-parallel ones do).
 #ifndef FEMTOTRON_COMM_H
 #define FEMTOTRON_COMM_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+typedef enum { GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_COUNT } GroupId;
+
+typedef struct {
+    int dp, pp, cp, tp;              // sizes
+    int dp_i, pp_i, cp_i, tp_i;      // this rank's coordinates
+    int pp_outermost;                // order "pp-dp-cp-tp"
+} Grid;
 
 // Initialise MPI (safe to call when launched without mpirun: a 1-rank world).
 void comm_init(int *argc, char ***argv);
@@ -18,7 +36,50 @@ int comm_local_size(void);
 // End the whole job with this exit code (MPI_Abort when MPI is up). Never returns.
 void comm_abort(int code) __attribute__((noreturn));
 
-// Sum a double over every rank of the world (in place).
-void comm_world_sum_double(double *value);
+// Build the grid and its communicators from a validated parallel config.
+// Every collective below waits at most timeout_s seconds, then aborts the job with
+// a message naming the rank, the operation and the group.
+void comm_grid_init(const ParallelConfig *p);
+const Grid *comm_grid(void);
+int group_rank(GroupId g);
+int group_size(GroupId g);
+const char *group_name(GroupId g);
+// World rank of the member `r` of group g that shares this rank's other coordinates.
+int comm_grid_rank_of(int dp_i, int pp_i, int cp_i, int tp_i);
+
+// ---- blocking collectives (sum reductions; in place where it says so) ----
+void group_barrier(GroupId g);
+void group_allreduce_sum_f32(GroupId g, float *buf, size_t n);    // in place
+void group_allreduce_sum_f64(GroupId g, double *buf, size_t n);   // in place
+void group_allreduce_max_f64(GroupId g, double *buf, size_t n);   // in place
+// buf (size * chunk): every rank's chunk r sits at buf + r*chunk; gathers in place.
+void group_allgather_f32(GroupId g, float *buf, size_t chunk);
+// in (size * chunk) -> out (chunk): out = sum over ranks of their in[r*chunk ..].
+void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk);
+void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root);
+
+// ---- non-blocking collectives: start now, progress with comm_test, finish with comm_wait ----
+typedef struct {
+    int slot;  // index into comm.c's request table; -1 when idle
+} CommRequest;
+#define COMM_REQUEST_IDLE ((CommRequest){-1})
+
+CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n);  // in place
+CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk);
+CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk);  // in place
+// Buckets rarely divide evenly: len elements split into `size` parts of
+// chunk = ceil(len / size) elements; part r = [r*chunk, min((r+1)*chunk, len)), so
+// the last parts may be shorter or empty.
+size_t comm_split_chunk(size_t len, int size);
+size_t comm_split_part(size_t len, int size, int r);  // length of part r
+// Sum over the group of in(len) -> out(part of this rank).
+CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len);
+// buf(len): every rank's own part, in place -> the whole buf on every rank.
+CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len);
+
+// Drive MPI's progress engine; returns 1 when the request has completed.
+int comm_test(CommRequest *r);
+// Wait for completion (aborting after parallel.timeout_s); the request becomes idle.
+void comm_wait(CommRequest *r, const char *what);
 
 #endif

@@ -6,6 +6,12 @@
 // which is renamed into place in one step, and only then does `latest` (itself
 // replaced by rename) point at it. A crash at any moment leaves either the old or
 // the new checkpoint complete, never a half-written one that `latest` names.
+//
+// With many ranks no tensor data ever travels between them: rank 0 creates the
+// files with their safetensors headers at full size, every rank pwrite()s its own
+// ranges of the global flat order straight into them and fsyncs, and rank 0 then
+// publishes. Loading reads each rank's ranges by tensor name, so any layout can
+// resume from a checkpoint written by any other.
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
@@ -20,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist/comm.h"
 #include "io/safetensors.h"
 #include "util.h"
 
@@ -122,46 +129,138 @@ static char *read_text_file(const char *path) {
     return buf;
 }
 
-// ---------------------------------------------------------------- save
+// ---------------------------------------------------------------- pieces
+
+static const char *const KIND_NAMES[] = {"params", "exp_avg", "exp_avg_sq"};
+#define N_KINDS 3
 
 static size_t global_numel(const ParamInfo *p) {
     return p->ndim == 1 ? (size_t)p->shape[0] : (size_t)p->shape[0] * (size_t)p->shape[1];
 }
 
-// Tensors of the flat buffer `buf` under the model's names plus `suffix`.
-// names: (n_params, CKPT_OPT_NAME_MAX) storage for the suffixed names.
-static void fill_writes(StWrite *w, char (*names)[CKPT_OPT_NAME_MAX], const LlamaModel *model,
-                        const float *buf, const char *suffix) {
+// Pieces address the global flat order, which is the parameter table's own order
+// only when the table holds every tensor whole and back to back; a table of
+// shards (a rank's slice of a tensor) has no place in it.
+static void check_global_table(const LlamaModel *model, const char *where) {
+    size_t off = 0;
     for (int i = 0; i < model->n_params; i++) {
         const ParamInfo *p = &model->params[i];
-        // A checkpoint holds global tensors; a rank holding a slice must gather first.
         if (p->numel != global_numel(p))
-            die("checkpoint_save: tensor %s holds %zu of %zu elements on this rank; saving "
-                "sharded parameters is not supported here", p->name, p->numel, global_numel(p));
-        snprintf(names[i], CKPT_OPT_NAME_MAX, "%s%s", p->name, suffix);
-        w[i].name = names[i];
-        w[i].ndim = p->ndim;
-        w[i].shape[0] = p->shape[0];
-        w[i].shape[1] = p->ndim == 2 ? p->shape[1] : 0;
-        w[i].data = buf + p->offset;
+            die("%s: tensor %s holds %zu of its %zu elements in the parameter table; "
+                "checkpoints need the global (unsharded) table", where, p->name, p->numel,
+                global_numel(p));
+        if (p->offset != off)
+            die("%s: tensor %s sits at offset %zu of the parameter table, not %zu: the table "
+                "is not in global flat order", where, p->name, p->offset, off);
+        off += p->numel;
+    }
+    if (off != model->num_elements)
+        die("%s: the parameter table's tensors hold %zu elements, but num_elements is %zu",
+            where, off, model->num_elements);
+}
+
+// The model tensor holding flat element e (e < num_elements), for messages.
+static const char *tensor_at(const LlamaModel *model, size_t e) {
+    for (int i = 0; i < model->n_params; i++)
+        if (e < model->params[i].offset + model->params[i].numel) return model->params[i].name;
+    return "(past the end)";
+}
+
+// This rank's own pieces: a known kind, lo <= hi <= n, storage when non-empty.
+static void check_local_pieces(const CkptPiece *pieces, int n_pieces, size_t n,
+                               const char *where) {
+    if (n_pieces < 0 || (n_pieces > 0 && !pieces))
+        die("%s: invalid piece list (%d pieces at %p)", where, n_pieces, (const void *)pieces);
+    for (int i = 0; i < n_pieces; i++) {
+        const CkptPiece *p = &pieces[i];
+        if ((int)p->kind < 0 || (int)p->kind >= N_KINDS)
+            die("%s: piece %d has unknown kind %d", where, i, (int)p->kind);
+        if (p->lo > p->hi || p->hi > n)
+            die("%s: piece %d (%s) covers [%zu, %zu), which is not a range inside the model's "
+                "%zu elements", where, i, KIND_NAMES[p->kind], p->lo, p->hi, n);
+        if (p->hi > p->lo && !p->data)
+            die("%s: piece %d (%s, [%zu, %zu)) has no storage (data is NULL)", where, i,
+                KIND_NAMES[p->kind], p->lo, p->hi);
     }
 }
 
-static void write_tensors(const char *path, const LlamaModel *model, const float *buf,
-                          const char *suffix1, const float *buf2, const char *suffix2,
-                          const char *meta_kind) {
-    int n = model->n_params * (buf2 ? 2 : 1);
-    StWrite *w = xcalloc((size_t)n * sizeof *w, "checkpoint tensor list");  // (n)
-    char (*names)[CKPT_OPT_NAME_MAX] = xmalloc((size_t)n * CKPT_OPT_NAME_MAX, "checkpoint names");  // (n, CKPT_OPT_NAME_MAX)
-    fill_writes(w, names, model, buf, suffix1);
-    if (buf2) fill_writes(w + model->n_params, names + model->n_params, model, buf2, suffix2);
-    const char *keys[] = {"femtotron"};
-    const char *vals[] = {meta_kind};
-    st_write_f32(path, w, n, keys, vals, 1);
-    free(names);
-    free(w);
+// ---------------------------------------------------------------- collective save
+
+// Piece metadata of every rank, gathered so that rank 0 can check the partition.
+// Only (kind, lo, hi) travel, never tensor data. Element counts are exact in a
+// double up to 2^53 elements.
+typedef struct {
+    int world, per_rank;  // ranks; piece slots per rank (the largest n_pieces)
+    double *slot;         // (world, per_rank, 3): kind + 1 (0 = unused slot), lo, hi
+} PieceTable;
+
+static void gather_pieces(PieceTable *t, const CkptPiece *pieces, int n_pieces) {
+    double most = n_pieces;
+    group_allreduce_max_f64(GROUP_WORLD, &most, 1);
+    t->world = comm_world_size();
+    t->per_rank = (int)most;
+    size_t len = (size_t)t->world * (size_t)(t->per_rank ? t->per_rank : 1) * 3;
+    // Zero-filled: each rank fills only its own row, so the sum is a gather.
+    t->slot = xcalloc(len * sizeof(double), "checkpoint piece table");
+    double *mine = t->slot + (size_t)comm_world_rank() * (size_t)t->per_rank * 3;
+    for (int i = 0; i < n_pieces; i++) {
+        mine[3 * i] = (double)pieces[i].kind + 1;
+        mine[3 * i + 1] = (double)pieces[i].lo;
+        mine[3 * i + 2] = (double)pieces[i].hi;
+    }
+    group_allreduce_sum_f64(GROUP_WORLD, t->slot, len);
 }
 
+// 1 when some rank passes a piece of this kind (even an empty one).
+static int kind_given(const PieceTable *t, CkptKind kind) {
+    size_t len = (size_t)t->world * (size_t)t->per_rank;
+    for (size_t s = 0; s < len; s++)
+        if (t->slot[3 * s] == (double)kind + 1) return 1;
+    return 0;
+}
+
+typedef struct {
+    size_t lo, hi;
+    int rank;
+} Range;
+
+static int cmp_range(const void *a, const void *b) {
+    const Range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->rank - y->rank;
+}
+
+// The non-empty pieces of one kind over all ranks must tile [0, n) exactly: sort
+// them by start and walk, so the first gap or overlap is named with its ranks.
+static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel *model,
+                            const char *where) {
+    size_t n = model->num_elements, len = (size_t)t->world * (size_t)t->per_rank, k = 0;
+    Range *r = xmalloc((len ? len : 1) * sizeof *r, "checkpoint piece ranges");  // (len)
+    for (size_t s = 0; s < len; s++) {
+        const double *e = t->slot + 3 * s;
+        if (e[0] != (double)kind + 1 || e[1] == e[2]) continue;
+        r[k++] = (Range){(size_t)e[1], (size_t)e[2], (int)(s / (size_t)t->per_rank)};
+    }
+    qsort(r, k, sizeof *r, cmp_range);
+    const char *kn = KIND_NAMES[kind];
+    size_t covered = 0;  // [0, covered) is written exactly once so far
+    for (size_t i = 0; i < k; i++) {
+        if (r[i].lo > covered)
+            die("%s: %s elements [%zu, %zu) (from tensor %s) are written by no rank: the "
+                "pieces leave a gap", where, kn, covered, r[i].lo, tensor_at(model, covered));
+        if (r[i].lo < covered)
+            die("%s: %s elements [%zu, %zu) (from tensor %s) are written twice, by rank %d "
+                "and rank %d: the pieces overlap", where, kn, r[i].lo,
+                r[i].hi < covered ? r[i].hi : covered, tensor_at(model, r[i].lo),
+                r[i - 1].rank, r[i].rank);
+        covered = r[i].hi;
+    }
+    if (covered < n)
+        die("%s: %s elements [%zu, %zu) (from tensor %s) are written by no rank: the pieces "
+            "leave a gap%s", where, kn, covered, n, tensor_at(model, covered),
+            k == 0 && kind != CKPT_PARAMS ? " (AdamW moments: give both exp_avg and "
+                                             "exp_avg_sq pieces, or neither)" : "");
+    free(r);
+}
 static void write_trainer_state(const char *path, const Config *cfg, const TrainerState *st) {
     char *cfg_json = config_to_json(cfg);
     if (!cfg_json) die("config_to_json returned NULL while writing %s", path);
@@ -193,53 +292,196 @@ static void write_trainer_state(const char *path, const Config *cfg, const Train
     free(cfg_json);
 }
 
-void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model,
-                     const float *params, const float *m, const float *v,
-                     const TrainerState *st) {
-    if (!dir || !dir[0]) die("checkpoint_save: empty checkpoint directory");
-    if (st->step < 0) die("checkpoint_save: negative step %d", st->step);
-    if ((m == NULL) != (v == NULL))
-        die("checkpoint_save: both AdamW moments (m and v) or neither must be given");
-    mkdir_p(dir);
 
-    char step_name[32], tmp_name[40];
-    snprintf(step_name, sizeof step_name, "step_%07d", st->step);
-    snprintf(tmp_name, sizeof tmp_name, ".tmp_%s", step_name);
-    char final_dir[CKPT_PATH_MAX], tmp_dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-    path_join(final_dir, dir, step_name);
-    path_join(tmp_dir, dir, tmp_name);
-    struct stat sb;
-    if (lstat(final_dir, &sb) == 0)
-        die("checkpoint %s already exists; refusing to overwrite it", final_dir);
-    if (lstat(tmp_dir, &sb) == 0) {
-        warn("removing %s left by an interrupted checkpoint save", tmp_dir);
-        remove_tree(tmp_dir);
+// The tensor list of one safetensors file: the model's tensors under their names
+// plus `suffix`, in table order (the global flat order). Data pointers stay NULL:
+// only the header is written from it. names: (n_params, CKPT_OPT_NAME_MAX).
+static void fill_header_list(StWrite *w, char (*names)[CKPT_OPT_NAME_MAX],
+                             const LlamaModel *model, const char *suffix) {
+    for (int i = 0; i < model->n_params; i++) {
+        const ParamInfo *p = &model->params[i];
+        snprintf(names[i], CKPT_OPT_NAME_MAX, "%s%s", p->name, suffix);
+        w[i].name = names[i];
+        w[i].ndim = p->ndim;
+        w[i].shape[0] = p->shape[0];
+        w[i].shape[1] = p->ndim == 2 ? p->shape[1] : 0;
+        w[i].data = NULL;
     }
-    if (mkdir(tmp_dir, 0755) != 0) die_errno("cannot create directory %s", tmp_dir);
+}
 
-    path_join(path, tmp_dir, "model.safetensors");
-    write_tensors(path, model, params, "", NULL, NULL, "model");
-    path_join(path, tmp_dir, "config.json");
+// Create path with the header of the model's tensors (suffix1, then suffix2 when
+// not NULL), sized to hold them all; returns the data section's byte offset.
+static uint64_t write_header(const char *path, const LlamaModel *model, const char *suffix1,
+                             const char *suffix2, const char *meta_kind) {
+    int n = model->n_params * (suffix2 ? 2 : 1);
+    StWrite *w = xcalloc((size_t)n * sizeof *w, "checkpoint tensor list");  // (n)
+    char (*names)[CKPT_OPT_NAME_MAX] = xmalloc((size_t)n * CKPT_OPT_NAME_MAX, "checkpoint names");  // (n, CKPT_OPT_NAME_MAX)
+    fill_header_list(w, names, model, suffix1);
+    if (suffix2) fill_header_list(w + model->n_params, names + model->n_params, model, suffix2);
+    const char *keys[] = {"femtotron"};
+    const char *vals[] = {meta_kind};
+    uint64_t data_start = st_write_header(path, w, n, keys, vals, 1);
+    free(names);
+    free(w);
+    return data_start;
+}
+
+static void pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off, const char *path) {
+    const char *p = buf;
+    while (bytes > 0) {
+        size_t want = bytes > (1u << 30) ? (1u << 30) : bytes;
+        ssize_t put = pwrite(fd, p, want, (off_t)off);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            die_errno("%s: write of %zu bytes at offset %llu failed", path, want,
+                      (unsigned long long)off);
+        }
+        p += put;
+        bytes -= (size_t)put;
+        off += (uint64_t)put;
+    }
+}
+
+// Write this rank's non-empty pieces of the kinds stored in path (params into
+// model.safetensors; both moments into optimizer.safetensors, exp_avg_sq after all
+// n exp_avg values) at their flat positions, then fsync: every writer syncs its own
+// bytes, so the file is durable once every rank has returned from here.
+static void write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
+                            int n_pieces, int optimizer, size_t n) {
+    int fd = -1;
+    for (int i = 0; i < n_pieces; i++) {
+        const CkptPiece *p = &pieces[i];
+        if (p->hi == p->lo || (p->kind != CKPT_PARAMS) != optimizer) continue;
+        if (fd < 0) {
+            fd = open(path, O_WRONLY);
+            if (fd < 0) die_errno("cannot open %s (created by rank 0) for writing", path);
+        }
+        size_t first = p->kind == CKPT_EXP_AVG_SQ ? n + p->lo : p->lo;
+        pwrite_all(fd, p->data, (p->hi - p->lo) * sizeof(float), data_start + 4 * (uint64_t)first,
+                   path);
+    }
+    if (fd < 0) return;
+    if (fsync(fd) != 0) die_errno("fsync of %s failed", path);
+    if (close(fd) != 0) die_errno("close of %s failed", path);
+}
+
+// Paths of one save: DIR/step_NNNNNNN, DIR/.tmp_step_NNNNNNN and the files in it.
+typedef struct {
+    char step_name[32];
+    char final_dir[CKPT_PATH_MAX], tmp_dir[CKPT_PATH_MAX];
+    char model[CKPT_PATH_MAX], optimizer[CKPT_PATH_MAX];
+} SavePaths;
+
+static void save_paths(SavePaths *sp, const char *dir, int step) {
+    char tmp_name[48];
+    snprintf(sp->step_name, sizeof sp->step_name, "step_%07d", step);
+    snprintf(tmp_name, sizeof tmp_name, ".tmp_%s", sp->step_name);
+    path_join(sp->final_dir, dir, sp->step_name);
+    path_join(sp->tmp_dir, dir, tmp_name);
+    path_join(sp->model, sp->tmp_dir, "model.safetensors");
+    path_join(sp->optimizer, sp->tmp_dir, "optimizer.safetensors");
+}
+
+// Rank 0, before any data is written: refuse an existing step, clear a stale
+// temporary, create the temporary directory and the sized files with their headers.
+// data_start: (2) model, optimizer (0 when no moments are saved).
+static void begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
+                       int moments, uint64_t *data_start) {
+    mkdir_p(dir);
+    struct stat sb;
+    if (lstat(sp->final_dir, &sb) == 0)
+        die("checkpoint %s already exists; refusing to overwrite it", sp->final_dir);
+    if (lstat(sp->tmp_dir, &sb) == 0) {
+        warn("removing %s left by an interrupted checkpoint save", sp->tmp_dir);
+        remove_tree(sp->tmp_dir);
+    }
+    if (mkdir(sp->tmp_dir, 0755) != 0) die_errno("cannot create directory %s", sp->tmp_dir);
+    data_start[0] = write_header(sp->model, model, "", NULL, "model");
+    data_start[1] = moments ? write_header(sp->optimizer, model, ".exp_avg", ".exp_avg_sq", "adamw") : 0;
+}
+
+// Rank 0, once every rank's data is durable: the small files, then the renames
+// that publish the checkpoint (step directory first, `latest` last).
+static void finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
+                        const TrainerState *st) {
+    char path[CKPT_PATH_MAX];
+    path_join(path, sp->tmp_dir, "config.json");
     config_write_hf_json(&cfg->model, path);
     fsync_path(path);
-    if (m) {
-        path_join(path, tmp_dir, "optimizer.safetensors");
-        write_tensors(path, model, m, ".exp_avg", v, ".exp_avg_sq", "adamw");
-    }
-    path_join(path, tmp_dir, "trainer_state.json");
+    path_join(path, sp->tmp_dir, "trainer_state.json");
     write_trainer_state(path, cfg, st);
-    fsync_path(tmp_dir);
+    fsync_path(sp->tmp_dir);
 
-    if (rename(tmp_dir, final_dir) != 0) die_errno("cannot rename %s to %s", tmp_dir, final_dir);
+    if (rename(sp->tmp_dir, sp->final_dir) != 0)
+        die_errno("cannot rename %s to %s", sp->tmp_dir, sp->final_dir);
     fsync_path(dir);
 
     char latest[CKPT_PATH_MAX], latest_tmp[CKPT_PATH_MAX], line[48];
     path_join(latest, dir, "latest");
     path_join(latest_tmp, dir, "latest.tmp");
-    snprintf(line, sizeof line, "%s\n", step_name);
+    snprintf(line, sizeof line, "%s\n", sp->step_name);
     write_text_file(latest_tmp, line);
     if (rename(latest_tmp, latest) != 0) die_errno("cannot rename %s to %s", latest_tmp, latest);
     fsync_path(dir);
+}
+
+void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
+                            const CkptPiece *pieces, int n_pieces, const TrainerState *st) {
+    const char *where = "checkpoint_save";
+    if (!dir || !dir[0]) die("%s: empty checkpoint directory", where);
+    if (st->step < 0) die("%s: negative step %d", where, st->step);
+    check_global_table(model, where);
+    size_t n = model->num_elements;
+    check_local_pieces(pieces, n_pieces, n, where);
+
+    PieceTable table;
+    gather_pieces(&table, pieces, n_pieces);
+    int moments = kind_given(&table, CKPT_EXP_AVG) || kind_given(&table, CKPT_EXP_AVG_SQ);
+    int rank = comm_world_rank();
+    SavePaths sp;
+    save_paths(&sp, dir, st->step);
+    uint64_t data_start[2] = {0, 0};  // model, optimizer
+    if (rank == 0) {
+        // Rank 0 alone judges the partition: one clear message, not one per rank
+        // (its die() ends every rank).
+        check_partition(&table, CKPT_PARAMS, model, where);
+        if (moments) {
+            check_partition(&table, CKPT_EXP_AVG, model, where);
+            check_partition(&table, CKPT_EXP_AVG_SQ, model, where);
+        }
+        begin_save(&sp, dir, model, moments, data_start);
+    }
+    free(table.slot);
+    // The broadcast doubles as the barrier "the sized files exist".
+    group_broadcast_bytes(GROUP_WORLD, data_start, sizeof data_start, 0);
+
+    write_my_pieces(sp.model, data_start[0], pieces, n_pieces, 0, n);
+    if (moments) write_my_pieces(sp.optimizer, data_start[1], pieces, n_pieces, 1, n);
+    group_barrier(GROUP_WORLD);  // every rank's bytes are written and fsync'd
+
+    if (rank == 0) finish_save(&sp, dir, cfg, st);
+    // Nobody returns (and, say, deletes its buffers or starts the next save)
+    // before the checkpoint is published.
+    group_barrier(GROUP_WORLD);
+}
+
+void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model,
+                     const float *params, const float *m, const float *v,
+                     const TrainerState *st) {
+    if ((m == NULL) != (v == NULL))
+        die("checkpoint_save: both AdamW moments (m and v) or neither must be given");
+    if (comm_world_size() > 1)
+        die("checkpoint_save: it takes whole buffers from one rank, but %d ranks are running; "
+            "each rank must pass its own pieces to checkpoint_save_pieces", comm_world_size());
+    size_t n = model->num_elements;
+    // The save only reads the pieces' data; CkptPiece's pointer is non-const because
+    // the same struct carries the destinations of a load.
+    CkptPiece pieces[3] = {
+        {CKPT_PARAMS, 0, n, (float *)params},
+        {CKPT_EXP_AVG, 0, n, (float *)m},
+        {CKPT_EXP_AVG_SQ, 0, n, (float *)v},
+    };
+    checkpoint_save_pieces(dir, cfg, model, pieces, m ? 3 : 1, st);
 }
 
 // ---------------------------------------------------------------- latest
@@ -290,9 +532,13 @@ static void format_shape(char *out, size_t size, int ndim, const int64_t *shape)
     if (k < size) snprintf(out + k, size - k, "]");
 }
 
-// Copy one model tensor from the file into buf (at the tensor's offset, numel
-// elements); the file's shape must equal the model's global shape exactly.
-static void copy_tensor(const StTensor *t, const ParamInfo *p, float *buf, const char *where) {
+
+// The file's tensor for model tensor p (under name), checked: present, with the
+// model's global shape exactly.
+static const StTensor *find_checked(const StIndex *idx, const ParamInfo *p, const char *name,
+                                    const char *where) {
+    const StTensor *t = st_find(idx, name);
+    if (!t) die("%s: tensor %s is missing", where, name);
     int64_t want[2] = {p->shape[0], p->shape[1]};
     int same = t->ndim == p->ndim;
     for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == want[d];
@@ -302,28 +548,48 @@ static void copy_tensor(const StTensor *t, const ParamInfo *p, float *buf, const
         format_shape(b, sizeof b, t->ndim, t->shape);
         die("%s: tensor %s has shape %s in the file, the model expects %s", where, t->name, b, a);
     }
-    if (p->numel > global_numel(p))
-        die("%s: tensor %s: parameter table holds %zu elements, more than its global %zu",
-            where, p->name, p->numel, global_numel(p));
-    // Today every rank holds whole tensors (slice start 0); sliced ownership will pass
-    // its element offset here.
-    st_read_f32(t, 0, p->numel, buf + p->offset);
+    return t;
 }
 
-// Load every model tensor (name + suffix) from idx into buf; all must be present.
-static void load_all(const StIndex *idx, const LlamaModel *model, float *buf,
-                     const char *suffix, const char *where) {
+// Every model tensor (name + suffix) of idx, checked up front whether or not this
+// rank's pieces touch it, so a wrong file fails on every rank alike.
+// Returns (n_params) file tensors in table order.
+static const StTensor **resolve_all(const StIndex *idx, const LlamaModel *model,
+                                    const char *suffix, const char *where) {
+    const StTensor **t = xmalloc((size_t)model->n_params * sizeof *t, "checkpoint tensor map");  // (n_params)
     char name[CKPT_OPT_NAME_MAX];
     for (int i = 0; i < model->n_params; i++) {
+        snprintf(name, sizeof name, "%s%s", model->params[i].name, suffix);
+        t[i] = find_checked(idx, &model->params[i], name, where);
+    }
+    return t;
+}
+
+// Fill one piece: every tensor overlapping [lo, hi) contributes the elements in
+// the overlap, read from the file's tensor (file: (n_params) in table order).
+static void read_piece(const CkptPiece *pc, const LlamaModel *model, const StTensor **file) {
+    for (int i = 0; i < model->n_params; i++) {
         const ParamInfo *p = &model->params[i];
-        snprintf(name, sizeof name, "%s%s", p->name, suffix);
-        const StTensor *t = st_find(idx, name);
-        if (!t) die("%s: tensor %s is missing", where, name);
-        copy_tensor(t, p, buf, where);
+        size_t begin = p->offset, end = p->offset + p->numel;
+        if (end <= pc->lo || begin >= pc->hi) continue;
+        size_t first = pc->lo > begin ? pc->lo : begin;  // flat, inside the overlap
+        size_t last = pc->hi < end ? pc->hi : end;
+        st_read_f32(file[i], first - begin, last - first, pc->data + (first - pc->lo));
     }
 }
 
-// Tensors in a checkpoint file that the model lacks mean a different model config.
+static void read_pieces(CkptPiece *pieces, int n_pieces, CkptKind kind,
+                        const LlamaModel *model, const StTensor **file) {
+    for (int i = 0; i < n_pieces; i++)
+        if (pieces[i].kind == kind && pieces[i].hi > pieces[i].lo)
+            read_piece(&pieces[i], model, file);
+}
+
+static int any_kind(const CkptPiece *pieces, int n_pieces, CkptKind kind) {
+    for (int i = 0; i < n_pieces; i++)
+        if (pieces[i].kind == kind) return 1;
+    return 0;
+}
 static void reject_extras(const StIndex *idx, const LlamaModel *model, const char *where,
                           int with_moments) {
     char name[sizeof idx->t[0].name];
@@ -368,33 +634,55 @@ static void read_trainer_state(const char *path, TrainerState *st) {
     free(text);
 }
 
-void checkpoint_load(const char *ckpt_dir, const LlamaModel *model,
-                     float *params, float *m, float *v, TrainerState *st) {
-    char path[CKPT_PATH_MAX];
-    if (!is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
-    if ((m == NULL) != (v == NULL))
-        die("checkpoint_load: both AdamW moments (m and v) or neither must be given");
 
-    StIndex idx;
+// model.safetensors into the params pieces. Checks run before any read.
+static void load_model_file(const char *ckpt_dir, const LlamaModel *model, CkptPiece *pieces,
+                            int n_pieces) {
+    char path[CKPT_PATH_MAX];
     path_join(path, ckpt_dir, "model.safetensors");
     if (!is_file(path)) die("checkpoint %s has no model.safetensors (%s)", ckpt_dir, path);
+    StIndex idx;
     st_open(&idx, path);
-    load_all(&idx, model, params, "", path);
+    const StTensor **t = resolve_all(&idx, model, "", path);
     reject_extras(&idx, model, path, 0);
+    read_pieces(pieces, n_pieces, CKPT_PARAMS, model, t);
+    free(t);
     st_close(&idx);
+}
 
-    if (m) {
-        path_join(path, ckpt_dir, "optimizer.safetensors");
-        if (!is_file(path))
-            die("checkpoint %s has no optimizer.safetensors (%s), needed to restore the AdamW "
-                "moments", ckpt_dir, path);
-        st_open(&idx, path);
-        load_all(&idx, model, m, ".exp_avg", path);
-        load_all(&idx, model, v, ".exp_avg_sq", path);
-        reject_extras(&idx, model, path, 1);
-        st_close(&idx);
-    }
+// optimizer.safetensors into the exp_avg and exp_avg_sq pieces.
+static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
+                                CkptPiece *pieces, int n_pieces) {
+    char path[CKPT_PATH_MAX];
+    path_join(path, ckpt_dir, "optimizer.safetensors");
+    if (!is_file(path))
+        die("checkpoint %s has no optimizer.safetensors (%s), needed to restore the AdamW "
+            "moments", ckpt_dir, path);
+    StIndex idx;
+    st_open(&idx, path);
+    const StTensor **m = resolve_all(&idx, model, ".exp_avg", path);
+    const StTensor **v = resolve_all(&idx, model, ".exp_avg_sq", path);
+    reject_extras(&idx, model, path, 1);
+    read_pieces(pieces, n_pieces, CKPT_EXP_AVG, model, m);
+    read_pieces(pieces, n_pieces, CKPT_EXP_AVG_SQ, model, v);
+    free(m);
+    free(v);
+    st_close(&idx);
+}
 
+void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
+                            CkptPiece *pieces, int n_pieces, TrainerState *st) {
+    const char *where = "checkpoint_load";
+    if (!is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
+    check_global_table(model, where);
+    check_local_pieces(pieces, n_pieces, model->num_elements, where);
+    // model.safetensors is checked even when this rank loads no parameters: a
+    // checkpoint of another model must fail everywhere.
+    load_model_file(ckpt_dir, model, pieces, n_pieces);
+    if (any_kind(pieces, n_pieces, CKPT_EXP_AVG) || any_kind(pieces, n_pieces, CKPT_EXP_AVG_SQ))
+        load_optimizer_file(ckpt_dir, model, pieces, n_pieces);
+
+    char path[CKPT_PATH_MAX];
     path_join(path, ckpt_dir, "trainer_state.json");
     if (!is_file(path)) die("checkpoint %s has no trainer_state.json (%s)", ckpt_dir, path);
     TrainerState tmp;
@@ -402,6 +690,18 @@ void checkpoint_load(const char *ckpt_dir, const LlamaModel *model,
     if (st) *st = tmp;
 }
 
+void checkpoint_load(const char *ckpt_dir, const LlamaModel *model,
+                     float *params, float *m, float *v, TrainerState *st) {
+    if ((m == NULL) != (v == NULL))
+        die("checkpoint_load: both AdamW moments (m and v) or neither must be given");
+    size_t n = model->num_elements;
+    CkptPiece pieces[3] = {
+        {CKPT_PARAMS, 0, n, params},
+        {CKPT_EXP_AVG, 0, n, m},
+        {CKPT_EXP_AVG_SQ, 0, n, v},
+    };
+    checkpoint_load_pieces(ckpt_dir, model, pieces, m ? 3 : 1, st);
+}
 // ---------------------------------------------------------------- Hugging Face weights
 
 // Layer number of "model.layers.N.<rest>", or -1 for any other name.
@@ -416,26 +716,25 @@ static long layer_index(const char *name) {
     return *end == '.' ? l : -1;
 }
 
-void load_hf_weights(const char *dir, const LlamaModel *model, float *params) {
-    StIndex idx;
-    st_open_dir(&idx, dir);
-    for (int i = 0; i < model->n_params; i++) {
-        const ParamInfo *p = &model->params[i];
-        const StTensor *t = st_find(&idx, p->name);
-        if (!t) {
-            if (strcmp(p->name, "lm_head.weight") == 0)
-                die("%s: lm_head.weight is missing, but the model is untied "
-                    "(tie_word_embeddings = false) and needs it", dir);
-            die("%s: tensor %s is missing", dir, p->name);
-        }
-        copy_tensor(t, p, params, dir);
-    }
-    // Extra tensors: rotary inv_freq buffers, a tied model's redundant lm_head copy.
-    // Harmless, except whole extra layers, which mean the config has too few.
+
+// A Hugging Face file's tensor for every model tensor, in table order; an untied
+// model's missing lm_head.weight gets its own message. Returns (n_params).
+static const StTensor **resolve_hf(const StIndex *idx, const LlamaModel *model, const char *dir) {
+    for (int i = 0; i < model->n_params; i++)
+        if (strcmp(model->params[i].name, "lm_head.weight") == 0 &&
+            !st_find(idx, "lm_head.weight"))
+            die("%s: lm_head.weight is missing, but the model is untied "
+                "(tie_word_embeddings = false) and needs it", dir);
+    return resolve_all(idx, model, "", dir);
+}
+
+// Extra tensors: rotary inv_freq buffers, a tied model's redundant lm_head copy.
+// Harmless, except whole extra layers, which mean the config has too few.
+static void check_hf_extras(const StIndex *idx, const LlamaModel *model, const char *dir) {
     int extra = 0;
     const char *first = NULL;
-    for (int i = 0; i < idx.n; i++) {
-        const char *name = idx.t[i].name;
+    for (int i = 0; i < idx->n; i++) {
+        const char *name = idx->t[i].name;
         if (llama_find(model, name)) continue;
         long l = layer_index(name);
         if (l >= model->L)
@@ -444,8 +743,31 @@ void load_hf_weights(const char *dir, const LlamaModel *model, float *params) {
         if (!first) first = name;
         extra++;
     }
-    if (extra)
+    // Every rank loads, one warns: the message is the same everywhere.
+    if (extra && comm_world_rank() == 0)
         warn("%s: ignoring %d tensor%s the model does not use (first: %s)", dir, extra,
              extra == 1 ? "" : "s", first);
+}
+
+void load_hf_weights_pieces(const char *dir, const LlamaModel *model, CkptPiece *pieces,
+                            int n_pieces) {
+    const char *where = "load_hf_weights";
+    check_global_table(model, where);
+    check_local_pieces(pieces, n_pieces, model->num_elements, where);
+    for (int i = 0; i < n_pieces; i++)
+        if (pieces[i].kind != CKPT_PARAMS)
+            die("%s: piece %d is of kind %s; Hugging Face weights hold only params", where, i,
+                KIND_NAMES[pieces[i].kind]);
+    StIndex idx;
+    st_open_dir(&idx, dir);
+    const StTensor **t = resolve_hf(&idx, model, dir);
+    check_hf_extras(&idx, model, dir);
+    read_pieces(pieces, n_pieces, CKPT_PARAMS, model, t);
+    free(t);
     st_close(&idx);
+}
+
+void load_hf_weights(const char *dir, const LlamaModel *model, float *params) {
+    CkptPiece piece = {CKPT_PARAMS, 0, model->num_elements, params};
+    load_hf_weights_pieces(dir, model, &piece, 1);
 }

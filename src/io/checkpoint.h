@@ -41,4 +41,39 @@ void checkpoint_load(const char *ckpt_dir, const LlamaModel *model,
 // A tied model accepts a missing lm_head.weight; an untied one requires it.
 void load_hf_weights(const char *dir, const LlamaModel *model, float *params);
 
+// ---- many ranks: each writes and reads only its own pieces -------------------------
+//
+// The global flat order is the order of the parameter table (ParamInfo.offset), and
+// model.safetensors stores the tensors in exactly that order, contiguously, so
+// element e of the flat order sits at byte data_start + 4e of the file.
+// optimizer.safetensors stores every "NAME.exp_avg" in that order, then every
+// "NAME.exp_avg_sq": exp_avg of e at data_start + 4e, exp_avg_sq at data_start + 4(n + e).
+typedef enum { CKPT_PARAMS, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ } CkptKind;
+
+// A range [lo, hi) of the global flat order, of one kind, with its local storage.
+typedef struct {
+    CkptKind kind;
+    size_t lo, hi;
+    float *data;  // (hi - lo)
+} CkptPiece;
+
+// Collective over the world. Every rank passes the pieces it writes; across all
+// ranks the pieces of each kind partition [0, num_elements) (checked: a gap or an
+// overlap is a fatal error). Rank 0 writes the headers, config.json and
+// trainer_state.json and does the renames; every rank pwrite()s its pieces into
+// the shared files and fsyncs them. Same directory protocol and atomicity as
+// checkpoint_save; no rank ever holds another rank's data.
+void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
+                            const CkptPiece *pieces, int n_pieces, const TrainerState *st);
+
+// Fill each piece from a checkpoint directory (any piece layout, whatever layout
+// wrote it; pieces may overlap). Reads tensor slices by name, so it works on any
+// safetensors file with our names. Shape checks as checkpoint_load. Not collective.
+void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
+                            CkptPiece *pieces, int n_pieces, TrainerState *st);
+
+// Fill CKPT_PARAMS pieces from a Hugging Face directory (same rules as load_hf_weights).
+void load_hf_weights_pieces(const char *dir, const LlamaModel *model, CkptPiece *pieces,
+                            int n_pieces);
+
 #endif

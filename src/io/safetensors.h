@@ -55,4 +55,14 @@ typedef struct {
 void st_write_f32(const char *path, const StWrite *tensors, int n,
                   const char *const *meta_keys, const char *const *meta_values, int n_meta);
 
+// The same file as st_write_f32 with the same arguments, but only its header is
+// written (the tensors' data pointers are ignored, may be NULL): the file is
+// created, its size set to the full length (data section zero-filled) and fsync'd.
+// Returns data_start, the byte offset of the data section: tensor i's bytes go at
+// data_start + (sum of the sizes of tensors 0..i-1), to be filled by pwrite, by
+// this process or by others sharing the file system.
+uint64_t st_write_header(const char *path, const StWrite *tensors, int n,
+                         const char *const *meta_keys, const char *const *meta_values,
+                         int n_meta);
+
 #endif

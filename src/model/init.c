@@ -58,18 +58,25 @@ uint64_t init_random_u64(uint64_t seed, const char *name, uint64_t stream, uint6
     return ((uint64_t)w[1] << 32) | w[0];
 }
 
-void llama_init_params(const LlamaModel *m, float *params, uint64_t seed) {
+void llama_init_range(const LlamaModel *m, uint64_t seed, size_t lo, size_t hi, float *dst) {
     const double std = m->cfg.initializer_range;
     for (int p = 0; p < m->n_params; p++) {
         const ParamInfo *pi = &m->params[p];
-        float *x = params + pi->offset;
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a >= b) continue;
+        float *x = dst + (a - lo);
         if (pi->ndim == 1) {  // RMSNorm weights start at one
-            for (size_t i = 0; i < pi->numel; i++) x[i] = 1.0f;
+            for (size_t e = a; e < b; e++) x[e - a] = 1.0f;
             continue;
         }
-        // Today a rank holds whole tensors, so local index == global index.
+        // Element index inside the global tensor keys the generator.
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < pi->numel; i++)
-            x[i] = (float)(std * init_normal(seed, pi->name, (uint64_t)i));
+        for (size_t e = a; e < b; e++)
+            x[e - a] = (float)(std * init_normal(seed, pi->name, (uint64_t)(e - pi->offset)));
     }
+}
+
+void llama_init_params(const LlamaModel *m, float *params, uint64_t seed) {
+    llama_init_range(m, seed, 0, m->num_elements, params);
 }

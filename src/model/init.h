@@ -28,4 +28,8 @@ uint64_t init_random_u64(uint64_t seed, const char *name, uint64_t stream, uint6
 // matrix (embedding included), ones for norm weights.
 void llama_init_params(const LlamaModel *m, float *params, uint64_t seed);
 
+// The same values for the flat range [lo, hi) only: dst(hi - lo). Any rank can
+// initialise any slice, and gets exactly what a single rank would hold there.
+void llama_init_range(const LlamaModel *m, uint64_t seed, size_t lo, size_t hi, float *dst);
+
 #endif

@@ -64,6 +64,12 @@ static void layout_params(LlamaModel *m) {
                   : add_param(m, &count, &off, "lm_head.weight", m->V, D);
     m->n_params = count;
     m->num_elements = off;
+    if (m->unit_lo) {  // units: embedding | layer 0 | ... | layer L-1 | final norm (+ head)
+        m->unit_lo[0] = 0;
+        for (int l = 0; l < m->L; l++) m->unit_lo[1 + l] = m->layer[l].ln1;
+        m->unit_lo[m->L + 1] = m->final_norm;
+        m->unit_lo[m->L + 2] = off;
+    }
 }
 
 void llama_build(LlamaModel *m, const ModelConfig *cfg) {
@@ -79,12 +85,15 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg) {
     layout_params(m);  // count
     m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
     m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
+    m->n_units = m->L + 2;
+    m->unit_lo = xcalloc(sizeof(size_t) * (size_t)(m->n_units + 1), "unit offsets");
     layout_params(m);  // fill
 }
 
 void llama_free(LlamaModel *m) {
     free(m->params);
     free(m->layer);
+    free(m->unit_lo);
     memset(m, 0, sizeof *m);
 }
 
@@ -159,16 +168,44 @@ void activations_free(Activations *a) {
     memset(a, 0, sizeof *a);
 }
 
+// --------------------------------------------------------- whole-buffer access
+
+static const float *whole_params(void *ctx, int unit) {
+    WholeBuffers *wb = ctx;
+    return wb->params + wb->model->unit_lo[unit];
+}
+static float *whole_grads(void *ctx, int unit) {
+    WholeBuffers *wb = ctx;
+    return wb->grads + wb->model->unit_lo[unit];
+}
+static void whole_nothing(void *ctx, int unit) {
+    (void)ctx;
+    (void)unit;
+}
+
+ParamAccess param_access_whole(WholeBuffers *wb) {
+    ParamAccess pa = {wb, whole_params, whole_nothing, whole_grads, whole_nothing};
+    return pa;
+}
+
 // --------------------------------------------------------------------- forward
 
-static void forward_to_logits(const LlamaModel *m, const float *w, Activations *a,
+// Address of the tensor at flat offset `off` inside unit u, whose data starts at `base`.
+#define AT(base, u, off) ((base) + ((off) - m->unit_lo[u]))
+
+static void forward_to_logits(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                               const int32_t *tokens) {
     const int B = a->B, S = a->S, N = B * S, D = m->D, F = m->F;
     const int H = m->H, KV = m->KV, hd = m->hd, QKV = (H + 2 * KV) * hd, A = H * hd;
+    const int tied = m->cfg.tie_word_embeddings, u_final = m->L + 1;
     const float eps = (float)m->cfg.rms_norm_eps;
-    embedding_forward(a->resid, tokens, w + m->embed, N, D);
+    const float *w0 = pa->acquire_params(pa->ctx, 0);
+    embedding_forward(a->resid, tokens, AT(w0, 0, m->embed), N, D);
+    if (!tied) pa->release_params(pa->ctx, 0);  // a tied head needs it again at the end
     for (int l = 0; l < m->L; l++) {
         const LayerOffsets *lo = &m->layer[l];
+        const int u = 1 + l;
+        const float *w = pa->acquire_params(pa->ctx, u);
         float *x = a->resid + (size_t)l * N * D;              // (N, D) layer input
         float *ln1 = a->ln1 + (size_t)l * N * D;              // (N, D)
         float *qkv = a->qkv + (size_t)l * N * QKV;            // (N, QKV)
@@ -180,52 +217,70 @@ static void forward_to_logits(const LlamaModel *m, const float *w, Activations *
         float *h = a->mlp_h + (size_t)l * N * F;              // (N, F)
         float *out = a->resid + (size_t)(l + 1) * N * D;      // (N, D) layer output
 
-        rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, w + lo->ln1, N, D, eps);
-        matmul_forward(qkv, ln1, w + lo->qkv, N, D, QKV);  // q|k|v in one GEMM
+        rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * N, x, AT(w, u, lo->ln1), N, D, eps);
+        matmul_forward(qkv, ln1, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v in one GEMM
         rope_forward(qkv, a->cos_t, a->sin_t, B, S, H, KV, hd);
         attention_forward(attn, probs, qkv, B, S, H, KV, hd);
-        matmul_forward(mid, attn, w + lo->o, N, A, D);
+        matmul_forward(mid, attn, AT(w, u, lo->o), N, A, D);
         residual_forward(mid, mid, x, (size_t)N * D);
-        rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, mid, w + lo->ln2, N, D, eps);
-        matmul_forward(gu, ln2, w + lo->gate_up, N, D, 2 * F);  // gate|up in one GEMM
+        rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * N, mid, AT(w, u, lo->ln2), N, D, eps);
+        matmul_forward(gu, ln2, AT(w, u, lo->gate_up), N, D, 2 * F);  // gate|up in one GEMM
         swiglu_forward(h, gu, N, F);
-        matmul_forward(out, h, w + lo->down, N, F, D);
+        matmul_forward(out, h, AT(w, u, lo->down), N, F, D);
         residual_forward(out, out, mid, (size_t)N * D);
+        pa->release_params(pa->ctx, u);
     }
-    rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + (size_t)m->L * N * D, w + m->final_norm, N, D,
-                    eps);
-    matmul_forward(a->logits, a->lnf, w + m->head, N, D, m->V);
+    const float *wf = pa->acquire_params(pa->ctx, u_final);
+    const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
+    rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + (size_t)m->L * N * D,
+                    AT(wf, u_final, m->final_norm), N, D, eps);
+    matmul_forward(a->logits, a->lnf, head, N, D, m->V);
+    pa->release_params(pa->ctx, u_final);
+    if (tied) pa->release_params(pa->ctx, 0);
 }
 
-double llama_forward(const LlamaModel *m, const float *params, Activations *a,
+double llama_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                      const int32_t *tokens, const int32_t *targets, float grad_scale) {
-    forward_to_logits(m, params, a, tokens);
+    forward_to_logits(m, pa, a, tokens);
     return cross_entropy_forward_backward(a->logits, targets, a->B * a->S, m->V, grad_scale);
 }
 
-double llama_forward_loss(const LlamaModel *m, const float *params, Activations *a,
+double llama_forward_loss(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                           const int32_t *tokens, const int32_t *targets) {
-    forward_to_logits(m, params, a, tokens);
+    forward_to_logits(m, pa, a, tokens);
     return cross_entropy_forward(a->logits, targets, a->B * a->S, m->V);
 }
 
 // -------------------------------------------------------------------- backward
 
-void llama_backward(const LlamaModel *m, const float *w, float *g, Activations *a,
+void llama_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                     const int32_t *tokens) {
     const int B = a->B, S = a->S, N = B * S, D = m->D, F = m->F;
     const int H = m->H, KV = m->KV, hd = m->hd, QKV = (H + 2 * KV) * hd, A = H * hd;
+    const int tied = m->cfg.tie_word_embeddings, u_final = m->L + 1;
     float *dres = a->dresid;  // (N, D) gradient of the residual stream
     float *dd = a->dbuf_d;    // (N, D) scratch
 
-    // head and final norm; a->logits holds dlogits
-    matmul_backward(dd, g + m->head, a->logits, a->lnf, w + m->head, N, D, m->V, 0);
+    // Output head and final norm; a->logits holds dlogits. A tied head's weight and
+    // gradient live in unit 0 (the embedding), which stays open until the end.
+    const float *wf = pa->acquire_params(pa->ctx, u_final);
+    float *gf = pa->grads(pa->ctx, u_final);
+    const float *w0 = tied ? pa->acquire_params(pa->ctx, 0) : NULL;
+    float *g0 = tied ? pa->grads(pa->ctx, 0) : NULL;
+    const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
+    float *dhead = tied ? AT(g0, 0, m->embed) : AT(gf, u_final, m->head);
+    matmul_backward(dd, dhead, a->logits, a->lnf, head, N, D, m->V, 0);
     memset(dres, 0, sizeof(float) * (size_t)N * D);
-    rmsnorm_backward(dres, g + m->final_norm, dd, a->resid + (size_t)m->L * N * D,
-                     w + m->final_norm, a->lnf_rstd, N, D);
+    rmsnorm_backward(dres, AT(gf, u_final, m->final_norm), dd, a->resid + (size_t)m->L * N * D,
+                     AT(wf, u_final, m->final_norm), a->lnf_rstd, N, D);
+    pa->release_params(pa->ctx, u_final);
+    pa->grads_done(pa->ctx, u_final);
 
     for (int l = m->L - 1; l >= 0; l--) {
         const LayerOffsets *lo = &m->layer[l];
+        const int u = 1 + l;
+        const float *w = pa->acquire_params(pa->ctx, u);
+        float *g = pa->grads(pa->ctx, u);
         const float *x = a->resid + (size_t)l * N * D;
         const float *ln1 = a->ln1 + (size_t)l * N * D;
         const float *qkv = a->qkv + (size_t)l * N * QKV;
@@ -237,17 +292,23 @@ void llama_backward(const LlamaModel *m, const float *w, float *g, Activations *
         const float *h = a->mlp_h + (size_t)l * N * F;
 
         // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
-        matmul_backward(a->dbuf_i, g + lo->down, dres, h, w + lo->down, N, F, D, 0);
+        matmul_backward(a->dbuf_i, AT(g, u, lo->down), dres, h, AT(w, u, lo->down), N, F, D, 0);
         swiglu_backward(a->dgu, a->dbuf_i, gu, N, F);
-        matmul_backward(dd, g + lo->gate_up, a->dgu, ln2, w + lo->gate_up, N, D, 2 * F, 0);
-        rmsnorm_backward(dres, g + lo->ln2, dd, mid, w + lo->ln2, a->ln2_rstd + (size_t)l * N, N,
-                         D);
+        matmul_backward(dd, AT(g, u, lo->gate_up), a->dgu, ln2, AT(w, u, lo->gate_up), N, D, 2 * F, 0);
+        rmsnorm_backward(dres, AT(g, u, lo->ln2), dd, mid, AT(w, u, lo->ln2),
+                         a->ln2_rstd + (size_t)l * N, N, D);
         // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
-        matmul_backward(dd, g + lo->o, dres, attn, w + lo->o, N, A, D, 0);
+        matmul_backward(dd, AT(g, u, lo->o), dres, attn, AT(w, u, lo->o), N, A, D, 0);
         attention_backward(a->dqkv, a->dattn_scratch, dd, qkv, probs, B, S, H, KV, hd);
         rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, H, KV, hd);
-        matmul_backward(dd, g + lo->qkv, a->dqkv, ln1, w + lo->qkv, N, D, QKV, 0);
-        rmsnorm_backward(dres, g + lo->ln1, dd, x, w + lo->ln1, a->ln1_rstd + (size_t)l * N, N, D);
+        matmul_backward(dd, AT(g, u, lo->qkv), a->dqkv, ln1, AT(w, u, lo->qkv), N, D, QKV, 0);
+        rmsnorm_backward(dres, AT(g, u, lo->ln1), dd, x, AT(w, u, lo->ln1),
+                         a->ln1_rstd + (size_t)l * N, N, D);
+        pa->release_params(pa->ctx, u);
+        pa->grads_done(pa->ctx, u);
     }
-    embedding_backward(g + m->embed, dres, tokens, N, D);
+    if (!tied) g0 = pa->grads(pa->ctx, 0);
+    embedding_backward(AT(g0, 0, m->embed), dres, tokens, N, D);
+    if (tied) pa->release_params(pa->ctx, 0);
+    pa->grads_done(pa->ctx, 0);
 }

@@ -42,8 +42,14 @@ typedef struct {
     size_t ln1, qkv, o, ln2, gate_up, down;  // q/k/v and gate/up are fused views
 } LayerOffsets;
 
+// A unit is the granule in which parameters are gathered (ZeRO-3) and gradients
+// are handed over (data-parallel buckets): unit 0 = the embedding, unit 1 + l =
+// decoder layer l, unit L + 1 = the final norm and (untied) the output head. Units
+// are contiguous in the flat buffer: unit u covers [unit_lo[u], unit_lo[u + 1]).
 typedef struct {
     ModelConfig cfg;
+    int n_units;                 // L + 2
+    size_t *unit_lo;             // (n_units + 1)
     int D, F, L, H, KV, hd, V;   // shorthands from cfg (F = intermediate, hd = D / H)
     int n_params;
     ParamInfo *params;           // (n_params)
@@ -99,16 +105,39 @@ void activations_free(Activations *a);
 // Bytes activations_alloc would allocate (for the memory report and planner).
 size_t activations_bytes(const LlamaModel *m, int B, int S);
 
+// How the model reaches its weights and gradients, unit by unit. The data-parallel
+// engine implements it (parallel/data_parallel.c): with whole buffers it returns
+// pointers into them; under ZeRO-3 it gathers a unit's parameters on acquire and
+// frees them on release; under ZeRO-2 it hands out gradient windows and starts
+// reducing a bucket as soon as grads_done has been called for all its units.
+// Pointers returned for unit u address element unit_lo[u] of the flat order.
+typedef struct {
+    void *ctx;
+    const float *(*acquire_params)(void *ctx, int unit);
+    void (*release_params)(void *ctx, int unit);
+    float *(*grads)(void *ctx, int unit);     // where unit u's gradients accumulate
+    void (*grads_done)(void *ctx, int unit);  // unit u's gradients of this micro-batch are final
+} ParamAccess;
+
 // Forward of a micro-batch: tokens(B*S) -> logits; with targets, returns the SUM of
 // the cross-entropy over the B*S tokens and leaves dlogits * grad_scale in
 // a->logits (ready for llama_backward).
-double llama_forward(const LlamaModel *m, const float *params, Activations *a,
+double llama_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                      const int32_t *tokens, const int32_t *targets, float grad_scale);
 // Loss only (no dlogits): the SUM of the cross-entropy over B*S tokens.
-double llama_forward_loss(const LlamaModel *m, const float *params, Activations *a,
+double llama_forward_loss(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                           const int32_t *tokens, const int32_t *targets);
 // Backward of the micro-batch last passed to llama_forward: grads += dL/dparams.
-void llama_backward(const LlamaModel *m, const float *params, float *grads,
-                    Activations *a, const int32_t *tokens);
+void llama_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                    const int32_t *tokens);
+
+// ParamAccess over whole buffers (one rank holding everything): grads may be NULL
+// for forward-only use. The struct it fills must outlive its use.
+typedef struct {
+    const float *params;
+    float *grads;
+    const LlamaModel *model;
+} WholeBuffers;
+ParamAccess param_access_whole(WholeBuffers *wb);
 
 #endif

@@ -33,9 +33,9 @@ static int default_threads(void) {
 static void print_memory(const Trainer *t) {
     MemoryReport r = trainer_memory(t);
     const double MiB = 1024.0 * 1024.0;
-    printf("memory per rank: params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
+    printf("memory (rank %d): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
            "activations %.1f MiB | total %.1f MiB\n",
-           r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
+           comm_world_rank(), r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
            (r.params + r.grads + r.optimizer + r.activations + r.batch) / MiB);
 }
 
@@ -47,8 +47,8 @@ static void setup_checkpoints(Trainer *t) {
     char latest[CFG_PATH_MAX + 64];
     int have = checkpoint_latest(cc->dir, latest, sizeof latest);
     if (cc->resume && have) {
-        checkpoint_load(latest, &t->model, t->params, t->m, t->v, &t->state);
-        printf("resumed from %s (step %d)\n", latest, t->state.step);
+        trainer_load(t, latest);
+        if (comm_world_rank() == 0) printf("resumed from %s (step %d)\n", latest, t->state.step);
         uint64_t expect = (uint64_t)t->state.step * (uint64_t)t->cfg.training.global_batch_size;
         if (t->state.consumed_sequences != expect)
             die("checkpoint %s: consumed %llu sequences in %d steps, but training.global_batch_size "
@@ -60,7 +60,8 @@ static void setup_checkpoints(Trainer *t) {
             "--checkpoint.resume true to continue that run, or choose another directory",
             cc->dir, latest);
     } else if (cc->resume) {
-        printf("checkpoint.resume: no checkpoint in %s yet, starting from step 0\n", cc->dir);
+        if (comm_world_rank() == 0)
+            printf("checkpoint.resume: no checkpoint in %s yet, starting from step 0\n", cc->dir);
     }
 }
 
@@ -104,30 +105,50 @@ int train_main(int argc, char **argv) {
     }
     config_apply_args(&cfg, argc - i, argv + i);
     config_validate(&cfg, comm_world_size());
+    comm_grid_init(&cfg.parallel);
     if (cfg.training.threads == 0) cfg.training.threads = default_threads();
     ops_set_threads(cfg.training.threads);
+    const int rank0 = comm_world_rank() == 0, world = comm_world_size();
 
     Trainer t;
     trainer_init(&t, &cfg);
     const TrainingConfig *tc = &cfg.training;
+    // MFU denominator: peak per rank (given, or this rank's measured GEMM peak,
+    // averaged over ranks) times the number of ranks.
     double peak = tc->peak_flops;
-    if (peak <= 0.0) peak = bench_gemm_peak(1024, 0.5);
+    if (peak <= 0.0) {
+        peak = bench_gemm_peak(1024, 0.5);
+        group_allreduce_sum_f64(GROUP_WORLD, &peak, 1);
+        peak /= world;
+    }
     const double fpt = llama_flops_per_token(&t.model, tc->seq_length);
-    printf("model: %zu parameters (%zu in matmuls), %d layers, hidden %d, heads %d/%d kv, "
-           "vocab %d\n",
-           t.model.num_elements, llama_matmul_params(&t.model), t.model.L, t.model.D, t.model.H,
-           t.model.KV, t.model.V);
-    printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d; %llu sequences "
-           "in %s\n",
-           tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
-           (unsigned long long)t.train_data.n_seq, cfg.data.train);
-    printf("threads %d | peak %.1f GFLOP/s (%s) | %.3g model FLOPs/token\n", tc->threads,
-           peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM", fpt);
-    print_memory(&t);
+    if (cfg.logging.verbose) {
+        const Grid *g = comm_grid();
+        printf("rank %d: dp %d/%d pp %d/%d cp %d/%d tp %d/%d (order %s)\n", comm_world_rank(), g->dp_i,
+               g->dp, g->pp_i, g->pp, g->cp_i, g->cp, g->tp_i, g->tp, cfg.parallel.order);
+        fflush(stdout);
+    }
+    if (rank0) {
+        printf("model: %zu parameters (%zu in matmuls), %d layers, hidden %d, heads %d/%d kv, "
+               "vocab %d\n",
+               t.model.num_elements, llama_matmul_params(&t.model), t.model.L, t.model.D,
+               t.model.H, t.model.KV, t.model.V);
+        printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets\n",
+               world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
+               cfg.parallel.zero, t.dp.n_buckets);
+        printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank; "
+               "%llu sequences in %s\n",
+               tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
+               (unsigned long long)t.train_data.n_seq, cfg.data.train);
+        printf("threads %d per rank | peak %.1f GFLOP/s per rank (%s) | %.3g model FLOPs/token\n",
+               tc->threads, peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM",
+               fpt);
+    }
+    if (rank0 || cfg.logging.verbose) print_memory(&t);
     setup_checkpoints(&t);
 
     FILE *metrics = NULL;
-    if (cfg.logging.metrics[0]) {
+    if (rank0 && cfg.logging.metrics[0]) {
         metrics = fopen(cfg.logging.metrics, t.state.step > 0 ? "a" : "w");
         if (!metrics) die_errno("logging.metrics: cannot open %s", cfg.logging.metrics);
     }
@@ -136,15 +157,15 @@ int train_main(int argc, char **argv) {
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
         double dt = now_seconds() - t0;
-        if (r.skipped) warn("step %d: non-finite loss or gradient norm, update skipped", r.step);
+        if (r.skipped && rank0) warn("step %d: non-finite loss or gradient norm, update skipped", r.step);
         double val = NAN;
         if (cfg.logging.val_every > 0 && r.step % cfg.logging.val_every == 0)
             val = trainer_validate(&t);
-        if (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val))
-            log_step(metrics, &r, tc->steps, tokens_per_step, dt, fpt, peak, val);
+        if (rank0 && (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val)))
+            log_step(metrics, &r, tc->steps, tokens_per_step, dt, fpt, peak * world, val);
         int every = cfg.checkpoint.every;
         if (cfg.checkpoint.dir[0] && ((every > 0 && r.step % every == 0) || r.step == tc->steps))
-            checkpoint_save(cfg.checkpoint.dir, &cfg, &t.model, t.params, t.m, t.v, &t.state);
+            trainer_save(&t);
     }
     if (metrics) fclose(metrics);
     trainer_free(&t);

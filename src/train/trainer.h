@@ -8,19 +8,21 @@
 #include "data/tokens.h"
 #include "io/checkpoint.h"
 #include "model/llama.h"
+#include "parallel/data_parallel.h"
 
 typedef struct {
     Config cfg;
     LlamaModel model;
-    // DESIGN.md invariant 2: one flat buffer per kind, all with the parameter layout.
-    float *params;  // (num_elements)
-    float *grads;   // (num_elements)
-    float *m, *v;   // (num_elements) AdamW first and second moments
+    // Parameters, gradients and AdamW moments: one flat buffer per kind, whole or
+    // sharded by the ZeRO stage (DESIGN.md invariant 2; see data_parallel.h).
+    DataParallel dp;
+    CkptPiece *pieces;  // (dp_max_pieces) checkpoint pieces, planned once
     Activations act;
     int32_t *inputs, *targets;  // (B*S) the current micro-batch
     TokenDataset train_data, val_data;
     int has_val;
     TrainerState state;
+    int bad_steps;  // consecutive steps with a non-finite loss or gradient norm
 } Trainer;
 
 // Everything a step reports.
@@ -43,10 +45,15 @@ typedef struct {
 } MemoryReport;
 MemoryReport trainer_memory(const Trainer *t);
 
-// Zero the gradients and accumulate those of optimizer step `step` (0-based) over
-// its micro-batches; the loss is normalised by the global token count, so the
-// gradient is that of the mean over the whole global batch. Returns that mean loss.
+// Accumulate the gradients of optimizer step `step` (0-based) over this rank's
+// micro-batches and reduce them over data-parallel ranks. Every micro-batch's loss
+// is normalised by the global token count, so the result is the gradient of the
+// mean over the whole global batch. Returns that mean loss (same on every rank).
 double trainer_compute_grads(Trainer *t, int step);
+
+// Write a checkpoint of the current state (collective) / resume from one.
+void trainer_save(Trainer *t);
+void trainer_load(Trainer *t, const char *ckpt_dir);
 
 // One optimizer step: gradients, global-norm clipping, AdamW, state update.
 StepResult trainer_step(Trainer *t);

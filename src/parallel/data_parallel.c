@@ -1,0 +1,367 @@
+// parallel/data_parallel.c — bucketed gradient reduction overlapped with backward,
+// and ZeRO-1/2/3. The table in data_parallel.h says who holds what at each stage.
+#include "parallel/data_parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/init.h"
+#include "ops/ops.h"
+#include "util.h"
+
+#define DP_WINDOWS 3  // held tied embedding + the unit in use + one in flight
+
+// ------------------------------------------------------------------ buckets
+
+// Group whole units into buckets of about `bytes`, walking from the last unit
+// (first to get its gradients) to the first; ZeRO-3 uses one unit per bucket.
+static void make_buckets(DataParallel *dp, double bucket_mb) {
+    const LlamaModel *m = dp->model;
+    const size_t limit = dp->zero == 3 ? 1 : (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
+    int *first_of = xmalloc(sizeof(int) * (size_t)m->n_units, "bucket plan");  // (n_units)
+    int nb = 0, last = m->n_units - 1;
+    size_t acc = 0;
+    for (int u = m->n_units - 1; u >= 0; u--) {
+        acc += m->unit_lo[u + 1] - m->unit_lo[u];
+        if (acc >= limit || u == 0) {
+            first_of[nb++] = u;  // bucket runs from u to `last`
+            acc = 0;
+        }
+    }
+    dp->n_buckets = nb;
+    dp->buckets = xcalloc(sizeof(Bucket) * (size_t)nb, "buckets");
+    dp->bucket_of_unit = xmalloc(sizeof(int) * (size_t)m->n_units, "bucket of unit");
+    size_t shard_off = 0;
+    for (int k = 0; k < nb; k++) {
+        Bucket *b = &dp->buckets[k];
+        b->unit_first = first_of[nb - 1 - k];
+        b->unit_last = k + 1 < nb ? first_of[nb - 2 - k] - 1 : last;
+        b->lo = m->unit_lo[b->unit_first];
+        b->hi = m->unit_lo[b->unit_last + 1];
+        size_t len = b->hi - b->lo, chunk = comm_split_chunk(len, dp->n);
+        size_t start = (size_t)dp->rank * chunk;
+        b->own_lo = b->lo + (start < len ? start : len);
+        b->own_hi = b->own_lo + comm_split_part(len, dp->n, dp->rank);
+        b->shard_off = shard_off;
+        shard_off += b->own_hi - b->own_lo;
+        b->req = COMM_REQUEST_IDLE;
+        for (int u = b->unit_first; u <= b->unit_last; u++) dp->bucket_of_unit[u] = k;
+    }
+    dp->shard_n = shard_off;
+    free(first_of);
+}
+
+// ------------------------------------------------------------- window pools
+
+static float *pool_take(float **pool, int *used, int n) {
+    for (int i = 0; i < n; i++)
+        if (!used[i]) {
+            used[i] = 1;
+            return pool[i];
+        }
+    return NULL;
+}
+
+static void pool_give(float **pool, int *used, int n, const float *w) {
+    for (int i = 0; i < n; i++)
+        if (pool[i] == w) used[i] = 0;
+}
+
+// ------------------------------------------------------------- reductions
+
+static void complete_bucket(DataParallel *dp, Bucket *b) {
+    comm_wait(&b->req, "gradient reduction");
+    if (b->grad_window) {
+        pool_give(dp->grad_pool, dp->grad_pool_used, dp->n_windows, b->grad_window);
+        b->grad_window = NULL;
+    }
+}
+
+static void launch_bucket(DataParallel *dp, Bucket *b) {
+    const size_t len = b->hi - b->lo, own = b->own_hi - b->own_lo;
+    if (dp->zero == 0) {
+        b->req = group_iallreduce_sum_f32(GROUP_DPCP, dp->grads + b->lo, len);
+    } else if (dp->zero == 1) {
+        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, dp->grads + b->lo,
+                                                 dp->shard_grads + b->shard_off, len);
+    } else {
+        // No whole gradient buffer: the reduce-scatter of every micro-batch lands in
+        // the owned part. To accumulate over micro-batches without a second buffer,
+        // this rank first adds what it already holds into its own part of the window:
+        // the sum over ranks then includes it exactly once.
+        float *mine = b->grad_window + (b->own_lo - b->lo);
+        const float *held = dp->shard_grads + b->shard_off;
+        if (dp->micro > 0) residual_forward(mine, mine, held, own);
+        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, b->grad_window,
+                                                 dp->shard_grads + b->shard_off, len);
+    }
+    if (!dp->overlap) complete_bucket(dp, b);
+}
+
+static int reduces_this_micro(const DataParallel *dp) { return dp->zero >= 2 || dp->last_micro; }
+
+// Let MPI move in-flight reductions along (Open MPI progresses non-blocking
+// collectives only inside MPI calls).
+static void progress(DataParallel *dp) {
+    for (int k = 0; k < dp->n_buckets; k++)
+        if (dp->buckets[k].req.slot >= 0) comm_test(&dp->buckets[k].req);
+}
+
+// ------------------------------------------------------------ ParamAccess
+
+static const float *acquire_params(void *ctx, int unit) {
+    DataParallel *dp = ctx;
+    if (dp->zero < 3) return dp->params + dp->model->unit_lo[unit];
+    Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
+    if (b->param_refs++ == 0) {
+        // ZeRO-3: gather the unit from every rank's owned part, just before use.
+        b->param_window = pool_take(dp->param_pool, dp->param_pool_used, dp->n_windows);
+        if (!b->param_window) die("ZeRO-3: more than %d units held at once", dp->n_windows);
+        memcpy(b->param_window + (b->own_lo - b->lo), dp->params + b->shard_off,
+               sizeof(float) * (b->own_hi - b->own_lo));
+        CommRequest r = group_iallgather_split_f32(GROUP_DPCP, b->param_window, b->hi - b->lo);
+        comm_wait(&r, "ZeRO-3 parameter all-gather");
+    }
+    return b->param_window + (dp->model->unit_lo[unit] - b->lo);
+}
+
+static void release_params(void *ctx, int unit) {
+    DataParallel *dp = ctx;
+    if (dp->zero < 3) return;
+    Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
+    if (--b->param_refs == 0) {  // freed after use: only a few units are ever whole
+        pool_give(dp->param_pool, dp->param_pool_used, dp->n_windows, b->param_window);
+        b->param_window = NULL;
+    }
+}
+
+static float *unit_grads(void *ctx, int unit) {
+    DataParallel *dp = ctx;
+    if (dp->zero < 2) return dp->grads + dp->model->unit_lo[unit];
+    Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
+    if (!b->grad_window) {
+        float *w;
+        while (!(w = pool_take(dp->grad_pool, dp->grad_pool_used, dp->n_windows))) {
+            // Every window is busy: finish the oldest reduction in flight (the
+            // highest bucket, since backward walks downwards) to free one.
+            int k = dp->n_buckets - 1;
+            while (k >= 0 && !(dp->buckets[k].req.slot >= 0 && dp->buckets[k].grad_window)) k--;
+            if (k < 0) die("ZeRO-%d: no gradient window free and none in flight", dp->zero);
+            complete_bucket(dp, &dp->buckets[k]);
+        }
+        memset(w, 0, sizeof(float) * (b->hi - b->lo));
+        b->grad_window = w;
+    }
+    return b->grad_window + (dp->model->unit_lo[unit] - b->lo);
+}
+
+static void grads_done(void *ctx, int unit) {
+    DataParallel *dp = ctx;
+    Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
+    if (--b->units_pending == 0 && reduces_this_micro(dp) && (dp->overlap || dp->zero >= 2))
+        launch_bucket(dp, b);
+    progress(dp);
+}
+
+// ------------------------------------------------------------------- setup
+
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc) {
+    memset(dp, 0, sizeof *dp);
+    dp->model = model;
+    dp->zero = pc->zero;
+    dp->n = group_size(GROUP_DPCP);
+    dp->rank = group_rank(GROUP_DPCP);
+    dp->overlap = pc->overlap;
+    dp->n_elements = model->num_elements;
+    make_buckets(dp, pc->bucket_mb);
+    const size_t n = dp->n_elements, s = dp->shard_n;
+    dp->params = xcalloc(sizeof(float) * (dp->zero == 3 ? s : n), "parameters");
+    if (dp->zero < 2) dp->grads = xcalloc(sizeof(float) * n, "gradients");
+    if (dp->zero >= 1) dp->shard_grads = xcalloc(sizeof(float) * s, "gradient shard");
+    dp->m = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW first moments");
+    dp->v = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW second moments");
+    if (dp->zero >= 2) {
+        size_t max_len = 0;
+        for (int k = 0; k < dp->n_buckets; k++) {
+            size_t len = dp->buckets[k].hi - dp->buckets[k].lo;
+            max_len = len > max_len ? len : max_len;
+        }
+        dp->n_windows = DP_WINDOWS;
+        dp->grad_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");
+        dp->grad_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");
+        dp->param_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");
+        dp->param_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");
+        for (int i = 0; i < DP_WINDOWS; i++) {
+            dp->grad_pool[i] = xmalloc(sizeof(float) * max_len, "gradient window");  // (max bucket)
+            dp->window_bytes += sizeof(float) * max_len;
+            if (dp->zero == 3) {
+                dp->param_pool[i] = xmalloc(sizeof(float) * max_len, "parameter window");  // (max bucket)
+                dp->window_bytes += sizeof(float) * max_len;
+            }
+        }
+    }
+    ParamAccess pa = {dp, acquire_params, release_params, unit_grads, grads_done};
+    dp->access = pa;
+}
+
+void dp_free(DataParallel *dp) {
+    for (int i = 0; i < dp->n_windows; i++) {
+        free(dp->grad_pool[i]);
+        if (dp->param_pool) free(dp->param_pool[i]);
+    }
+    free(dp->grad_pool);
+    free(dp->grad_pool_used);
+    free(dp->param_pool);
+    free(dp->param_pool_used);
+    free(dp->params);
+    free(dp->grads);
+    free(dp->shard_grads);
+    free(dp->m);
+    free(dp->v);
+    free(dp->buckets);
+    free(dp->bucket_of_unit);
+    memset(dp, 0, sizeof *dp);
+}
+
+// --------------------------------------------------------------- the step
+
+void dp_begin_micro(DataParallel *dp, int a, int count) {
+    dp->micro = a;
+    dp->last_micro = a == count - 1;
+    for (int k = 0; k < dp->n_buckets; k++) {
+        Bucket *b = &dp->buckets[k];
+        b->units_pending = b->unit_last - b->unit_first + 1;
+    }
+    if (a == 0 && dp->grads) memset(dp->grads, 0, sizeof(float) * dp->n_elements);
+    if (a == 0 && dp->shard_grads) memset(dp->shard_grads, 0, sizeof(float) * dp->shard_n);
+}
+
+void dp_finish_grads(DataParallel *dp) {
+    // Without overlap, stages 0-1 reduce everything now, after backward.
+    if (!dp->overlap && dp->zero < 2 && dp->last_micro)
+        for (int k = dp->n_buckets - 1; k >= 0; k--) launch_bucket(dp, &dp->buckets[k]);
+    for (int k = dp->n_buckets - 1; k >= 0; k--) complete_bucket(dp, &dp->buckets[k]);
+}
+
+double dp_grad_norm(DataParallel *dp) {
+    double ss;
+    if (dp->zero == 0) {
+        ss = sum_squares(dp->grads, dp->n_elements);  // every rank holds the same reduced sum
+    } else {
+        ss = sum_squares(dp->shard_grads, dp->shard_n);
+        group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
+    }
+    return sqrt(ss);
+}
+
+// AdamW over the flat range [lo, hi), tensor by tensor (weight decay depends on
+// the tensor), with the four buffers addressed relative to lo.
+static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
+                        float *mom1, float *mom2, float lr, const TrainingConfig *tc, int step) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *pi = &m->params[i];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a >= b) continue;
+        size_t o = a - lo;
+        adamw_update(p + o, g + o, mom1 + o, mom2 + o, b - a, lr, (float)tc->beta1,
+                     (float)tc->beta2, (float)tc->eps, pi->weight_decay ? (float)tc->weight_decay : 0.0f,
+                     step);
+    }
+}
+
+void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
+                        int step) {
+    const LlamaModel *m = dp->model;
+    if (dp->zero == 0) {
+        if (clip_coef < 1.0) scale_inplace(dp->grads, dp->n_elements, (float)clip_coef);
+        adamw_range(m, 0, dp->n_elements, dp->params, dp->grads, dp->m, dp->v, lr, tc, step);
+        return;
+    }
+    if (clip_coef < 1.0) scale_inplace(dp->shard_grads, dp->shard_n, (float)clip_coef);
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
+        adamw_range(m, b->own_lo, b->own_hi, p, dp->shard_grads + b->shard_off,
+                    dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
+    }
+    if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
+    // ZeRO-1/2: every rank updated its own part in place; gather the rest.
+    for (int k = 0; k < dp->n_buckets; k++) {
+        Bucket *b = &dp->buckets[k];
+        b->req = group_iallgather_split_f32(GROUP_DPCP, dp->params + b->lo, b->hi - b->lo);
+    }
+    for (int k = 0; k < dp->n_buckets; k++) comm_wait(&dp->buckets[k].req, "parameter all-gather");
+}
+
+// ------------------------------------------------------- init, checkpoints
+
+void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir) {
+    const LlamaModel *m = dp->model;
+    if (dp->zero < 3) {
+        if (hf_dir && hf_dir[0])
+            load_hf_weights(hf_dir, m, dp->params);
+        else
+            llama_init_params(m, dp->params, seed);
+        return;
+    }
+    CkptPiece *pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp->n_buckets, "pieces");
+    int np = 0;
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        if (b->own_hi == b->own_lo) continue;
+        if (!(hf_dir && hf_dir[0]))
+            llama_init_range(m, seed, b->own_lo, b->own_hi, dp->params + b->shard_off);
+        pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, dp->params + b->shard_off};
+    }
+    if (hf_dir && hf_dir[0]) load_hf_weights_pieces(hf_dir, m, pieces, np);
+    free(pieces);
+}
+
+int dp_max_pieces(const DataParallel *dp) { return 3 * dp->n_buckets + 3; }
+
+// Pieces for the own part of every bucket: each rank writes 1/N of every kind.
+int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces) {
+    int np = 0;
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        if (b->own_hi == b->own_lo) continue;
+        size_t local = dp->zero == 0 ? b->own_lo : b->shard_off;  // where the part sits in m, v
+        float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
+        pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, p};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, b->own_lo, b->own_hi, dp->m + local};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, b->own_lo, b->own_hi, dp->v + local};
+    }
+    return np;
+}
+
+// Pieces to fill on resume: whole buffers where this stage keeps them whole.
+int dp_load_pieces(DataParallel *dp, CkptPiece *pieces) {
+    int np = 0;
+    const size_t n = dp->n_elements;
+    if (dp->zero < 3) pieces[np++] = (CkptPiece){CKPT_PARAMS, 0, n, dp->params};
+    if (dp->zero == 0) {
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, 0, n, dp->m};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, 0, n, dp->v};
+        return np;
+    }
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        if (b->own_hi == b->own_lo) continue;
+        if (dp->zero == 3)
+            pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, dp->params + b->shard_off};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, b->own_lo, b->own_hi, dp->m + b->shard_off};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, b->own_lo, b->own_hi, dp->v + b->shard_off};
+    }
+    return np;
+}
+
+void dp_memory(const DataParallel *dp, size_t *params, size_t *grads, size_t *optimizer) {
+    const size_t f = sizeof(float), n = dp->n_elements, s = dp->shard_n;
+    size_t param_windows = dp->zero == 3 ? dp->window_bytes / 2 : 0;
+    size_t grad_windows = dp->zero >= 2 ? (dp->zero == 3 ? dp->window_bytes / 2 : dp->window_bytes) : 0;
+    *params = f * (dp->zero == 3 ? s : n) + param_windows;
+    *grads = (dp->grads ? f * n : 0) + (dp->shard_grads ? f * s : 0) + grad_windows;
+    *optimizer = 2 * f * (dp->zero == 0 ? n : s);
+}

@@ -1,0 +1,94 @@
+// parallel/data_parallel.h — gradient reduction over the dp x cp group, bucket by
+// bucket during backward, and ZeRO stages 1-3 (Rajbhandari et al. 2020).
+//
+// Buckets are runs of whole units (model/llama.h: embedding, each layer, final)
+// of about parallel.bucket_mb, formed from the end of the flat buffer because
+// backward produces gradients from the last layer to the first (ZeRO-3: one unit
+// per bucket, so a layer is gathered just before it is used). Each bucket is split
+// into N = |dp x cp| parts (comm_split_chunk); rank r owns part r of every bucket.
+//
+//   stage | parameters             | gradients                       | AdamW moments
+//   0     | whole                  | whole, all-reduced per bucket   | whole
+//   1     | whole, all-gathered    | whole, reduce-scattered         | own parts
+//   2     | whole, all-gathered    | windows, reduce-scattered every | own parts
+//         |                        | micro-batch, own parts kept     |
+//   3     | own parts; a unit is   | as 2                            | own parts
+//         | all-gathered on use    |                                 |
+//
+// Stages 0 and 1 reduce only on the last micro-batch of a step (accumulation
+// happens in the whole gradient buffer); stages 2 and 3 keep no whole gradient
+// buffer, so they reduce-scatter every micro-batch into the owned parts.
+#ifndef FEMTOTRON_DATA_PARALLEL_H
+#define FEMTOTRON_DATA_PARALLEL_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "dist/comm.h"
+#include "io/checkpoint.h"
+#include "model/llama.h"
+
+typedef struct {
+    size_t lo, hi;               // flat element range: whole units [unit_first, unit_last]
+    int unit_first, unit_last;
+    size_t own_lo, own_hi;       // this rank's part of [lo, hi)
+    size_t shard_off;            // where the own part starts in the shard buffers
+    int units_pending;           // units whose gradients are not final this micro-batch
+    int param_refs;              // ZeRO-3: holders of the gathered parameters
+    float *param_window;         // ZeRO-3: (hi - lo) gathered parameters, or NULL
+    float *grad_window;          // ZeRO-2/3: (hi - lo) this micro-batch's gradients, or NULL
+    CommRequest req;             // reduction in flight
+    int reduced_into_shard;      // ZeRO-2/3: request result must be added to shard grads
+} Bucket;
+
+typedef struct {
+    const LlamaModel *model;
+    int zero, n, rank;           // stage, |dp x cp|, rank in dp x cp
+    int overlap;                 // reduce during backward (else after it)
+    int n_buckets;
+    Bucket *buckets;             // (n_buckets) in flat order
+    int *bucket_of_unit;         // (n_units)
+    size_t n_elements;           // flat elements of the model
+    size_t shard_n;              // elements this rank owns (sum of own parts)
+    // Buffers (DESIGN.md invariant 2: one flat buffer per kind):
+    float *params;       // stage 0-2: (n_elements) whole; stage 3: (shard_n) own parts
+    float *grads;        // stage 0-1: (n_elements) whole; stage 2-3: NULL
+    float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
+    float *m, *v;        // stage 0: (n_elements); stage 1-3: (shard_n)
+    float *recv;         // stage 2-3: (max part) reduce-scatter landing buffer
+    // Window pools (stage 2-3 gradients, stage 3 parameters), allocated once.
+    int n_windows;
+    float **param_pool, **grad_pool;  // (n_windows) each (max bucket) or NULL
+    int *param_pool_used, *grad_pool_used;
+    int micro, last_micro;       // micro-batch index in the step, and whether it is the last
+    ParamAccess access;          // what the model calls
+    size_t window_bytes;         // bytes of the window pools (memory report)
+} DataParallel;
+
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc);
+void dp_free(DataParallel *dp);
+
+// Before forward+backward of micro-batch `a` of `count` in this step.
+void dp_begin_micro(DataParallel *dp, int a, int count);
+// After the last micro-batch's backward: wait for every reduction.
+void dp_finish_grads(DataParallel *dp);
+
+// Global L2 norm of the reduced gradient (before clipping), same on every rank.
+double dp_grad_norm(DataParallel *dp);
+// Scale the reduced gradient, AdamW on what this rank owns, all-gather parameters.
+void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
+                        int step);
+
+// Initialise parameters (counter-based by global index) or load them (model.from).
+void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir);
+
+// Pieces this rank writes into a checkpoint / fills when resuming (any layout).
+// pieces must hold at least dp_max_pieces(dp) entries.
+int dp_max_pieces(const DataParallel *dp);
+int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces);
+int dp_load_pieces(DataParallel *dp, CkptPiece *pieces);
+
+// Bytes per kind (parameters, gradients, optimizer) this rank allocated.
+void dp_memory(const DataParallel *dp, size_t *params, size_t *grads, size_t *optimizer);
+
+#endif
