@@ -57,10 +57,19 @@ def parse_args():
 
 
 args = parse_args()
-# Thread counts must be fixed before torch (and its OpenBLAS) load: Debian's torch
-# does its GEMMs in the system OpenBLAS, which reads its own variable.
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(var, str(args.threads))
+# PyTorch's best CPU settings, fixed before torch loads (an already set variable wins):
+# - thread counts: Debian's torch does its GEMMs in the system OpenBLAS (pthreads),
+#   which reads its own variable;
+# - OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers must not spin after a parallel
+#   region while OpenBLAS's threads need the same cores (2x on a 2-core machine);
+# - glibc malloc keeps freed memory instead of unmapping every large tensor and
+#   faulting it in again on the next step (the tunables are read at process start,
+#   hence the re-exec).
+TUNED_ENV = {"OMP_NUM_THREADS": str(args.threads), "OPENBLAS_NUM_THREADS": str(args.threads),
+             "OMP_WAIT_POLICY": "PASSIVE",
+             "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"}
+if any(k not in os.environ for k in TUNED_ENV):
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**TUNED_ENV, **os.environ})
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

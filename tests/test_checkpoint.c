@@ -2,7 +2,8 @@
 // atomic directory protocol (step dir, `latest`, stale temporaries, refusal to
 // overwrite), clear errors for corrupt or mismatched checkpoints (checked in
 // fork()ed children, since die() ends the process), and Hugging Face weight loading
-// for tied and untied models, single-file and sharded.
+// for tied and untied models, single-file and sharded; the piece API on one rank
+// (byte-identical files, any read layout, refused partitions).
 #define _GNU_SOURCE
 #include <cJSON.h>
 #include <dirent.h>
@@ -393,6 +394,153 @@ static void test_mismatch(void) {
     free(w);
 }
 
+// ---------------------------------------------------------------- pieces (one rank)
+
+static int same_file(const char *a, const char *b) {
+    size_t la = 0, lb = 0;
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+// The whole-file writer st_write_f32 with the model's tensors of buf (and buf2),
+// as checkpoint_save wrote them before it became collective.
+static void write_whole(const char *path, const float *buf, const char *suffix1,
+                        const float *buf2, const char *suffix2, const char *meta) {
+    int np = g_model.n_params, n = np * (buf2 ? 2 : 1);
+    StWrite *w = calloc((size_t)n, sizeof *w);
+    char (*names)[128] = calloc((size_t)n, 128);
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *pi = &g_model.params[i % np];
+        snprintf(names[i], 128, "%s%s", pi->name, i < np ? suffix1 : suffix2);
+        w[i].name = names[i];
+        w[i].ndim = pi->ndim;
+        w[i].shape[0] = pi->shape[0];
+        w[i].shape[1] = pi->ndim == 2 ? pi->shape[1] : 0;
+        w[i].data = (i < np ? buf : buf2) + pi->offset;
+    }
+    const char *keys[] = {"femtotron"}, *vals[] = {meta};
+    st_write_f32(path, w, n, keys, vals, 1);
+    free(names);
+    free(w);
+}
+
+static CkptPiece g_pieces[8];
+static int g_n_pieces;
+
+static void child_save_pieces(void *p) {
+    TrainerState st = {.step = 9, .consumed_sequences = 1};
+    checkpoint_save_pieces((const char *)p, &g_cfg, &g_model, g_pieces, g_n_pieces, &st);
+}
+
+static void child_load_pieces(void *p) {
+    checkpoint_load_pieces((const char *)p, &g_model, g_pieces, g_n_pieces, NULL);
+}
+
+static void child_hf_pieces(void *p) {
+    load_hf_weights_pieces((const char *)p, &g_model, g_pieces, g_n_pieces);
+}
+
+// checkpoint_save_pieces with one rank: several uneven, out-of-order pieces per
+// kind give exactly the files of checkpoint_save, which match st_write_f32's.
+static void test_pieces_save(void) {
+    size_t n = g_model.num_elements;
+    char d1[512], d2[512], a[1100], b[1100];
+    snprintf(d1, sizeof d1, "%s/pieces_whole", tmpdir);
+    snprintf(d2, sizeof d2, "%s/pieces_split", tmpdir);
+    TrainerState st = {.step = 9, .consumed_sequences = 1};
+    checkpoint_save(d1, &g_cfg, &g_model, g_params, g_m, g_v, &st);
+    // Splits in the middle of tensors; exp_avg_sq split differently from exp_avg.
+    CkptPiece pc[] = {
+        {CKPT_PARAMS, 500, n, g_params + 500},  {CKPT_PARAMS, 0, 37, g_params},
+        {CKPT_PARAMS, 37, 500, g_params + 37},  {CKPT_EXP_AVG, 0, n - 1, g_m},
+        {CKPT_EXP_AVG, n - 1, n, g_m + n - 1},  {CKPT_EXP_AVG_SQ, 3, n, g_v + 3},
+        {CKPT_EXP_AVG_SQ, 0, 3, g_v},           {CKPT_EXP_AVG_SQ, 3, 3, g_v + 3},
+    };
+    checkpoint_save_pieces(d2, &g_cfg, &g_model, pc, 8, &st);
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json",
+                           "trainer_state.json"};
+    int same = 1;
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "%s/step_0000009/%s", d1, files[i]);
+        snprintf(b, sizeof b, "%s/step_0000009/%s", d2, files[i]);
+        same = same && same_file(a, b);
+    }
+    CHECK(same, "checkpoint_save_pieces with 8 uneven pieces writes the same 4 files, byte for "
+                "byte, as checkpoint_save");
+
+    snprintf(a, sizeof a, "%s/whole_model.safetensors", tmpdir);
+    write_whole(a, g_params, "", NULL, NULL, "model");
+    snprintf(b, sizeof b, "%s/step_0000009/model.safetensors", d1);
+    CHECK(same_file(a, b), "model.safetensors equals st_write_f32 of the tensors in table order");
+    snprintf(a, sizeof a, "%s/whole_optimizer.safetensors", tmpdir);
+    write_whole(a, g_m, ".exp_avg", g_v, ".exp_avg_sq", "adamw");
+    snprintf(b, sizeof b, "%s/step_0000009/optimizer.safetensors", d1);
+    CHECK(same_file(a, b), "optimizer.safetensors equals st_write_f32 of all exp_avg, then all "
+                           "exp_avg_sq");
+
+    // Bad partitions die before anything is written (fresh directory each time).
+    snprintf(d2, sizeof d2, "%s/pieces_gap", tmpdir);
+    g_pieces[0] = (CkptPiece){CKPT_PARAMS, 0, 100, g_params};
+    g_pieces[1] = (CkptPiece){CKPT_PARAMS, 101, n, g_params + 101};
+    g_n_pieces = 2;
+    expect_death("params pieces missing element 100", child_save_pieces, d2,
+                 "params elements [100, 101)", "gap");
+    snprintf(a, sizeof a, "%s/step_0000009", d2);
+    CHECK(!exists(a), "the refused save left no step directory");
+    g_pieces[1].lo = 99;
+    g_pieces[1].data = g_params + 99;
+    expect_death("params pieces both holding element 99", child_save_pieces, d2,
+                 "params elements [99, 100)", "overlap");
+    g_pieces[1] = (CkptPiece){CKPT_PARAMS, 100, n, g_params + 100};
+    g_pieces[2] = (CkptPiece){CKPT_EXP_AVG, 0, n, g_m};
+    g_n_pieces = 3;
+    expect_death("exp_avg pieces without exp_avg_sq ones", child_save_pieces, d2,
+                 "exp_avg_sq elements [0, ", "both exp_avg and exp_avg_sq");
+    g_pieces[2] = (CkptPiece){CKPT_EXP_AVG, 5, n + 1, g_m};
+    expect_death("a piece past the last element", child_save_pieces, d2, "piece 2 (exp_avg)",
+                 "not a range inside");
+}
+
+// Reads of any piece layout: overlapping, crossing tensor boundaries, empty.
+static void test_pieces_load(void) {
+    size_t n = g_model.num_elements;
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/pieces_whole/step_0000009", tmpdir);
+    size_t r[][3] = {{CKPT_PARAMS, 0, n},         {CKPT_PARAMS, 7, 301},
+                     {CKPT_PARAMS, 300, 300},     {CKPT_EXP_AVG, 95, n},
+                     {CKPT_EXP_AVG_SQ, n - 9, n}, {CKPT_EXP_AVG_SQ, 1, 2}};
+    CkptPiece pc[6];
+    for (int i = 0; i < 6; i++)
+        pc[i] = (CkptPiece){(CkptKind)r[i][0], r[i][1], r[i][2], garbage(r[i][2] - r[i][1] + 1)};
+    TrainerState st = {0};
+    checkpoint_load_pieces(ck, &g_model, pc, 6, &st);
+    int ok = st.step == 9;
+    for (int i = 0; i < 6; i++) {
+        const float *src = pc[i].kind == CKPT_PARAMS ? g_params : pc[i].kind == CKPT_EXP_AVG ? g_m : g_v;
+        size_t len = pc[i].hi - pc[i].lo;
+        ok = ok && memcmp(pc[i].data, src + pc[i].lo, len * sizeof(float)) == 0 &&
+             pc[i].data[len] == -999.0f;  // nothing written past the piece
+    }
+    CHECK(ok, "checkpoint_load_pieces fills 6 overlapping/empty/tensor-crossing pieces bit for "
+              "bit, writing nothing past them");
+    for (int i = 0; i < 6; i++) free(pc[i].data);
+
+    // A wrong file fails even when the pieces never touch the wrong tensor.
+    g_pieces[0] = (CkptPiece){CKPT_PARAMS, 0, 10, garbage(10)};
+    g_n_pieces = 1;
+    snprintf(ck, sizeof ck, "%s/badshape", tmpdir);
+    expect_death("a piece far from the mis-shaped model.norm.weight", child_load_pieces, ck,
+                 "model.norm.weight", "[4]");
+    snprintf(ck, sizeof ck, "%s/step_0000007", g_dir);
+    g_pieces[0].kind = CKPT_EXP_AVG_SQ;
+    expect_death("moment pieces from a checkpoint without moments", child_load_pieces, ck,
+                 "optimizer.safetensors", "step_0000007");
+    free(g_pieces[0].data);
+}
+
 // ---------------------------------------------------------------- Hugging Face weights
 
 // Write the model's tensors from buf as a Hugging Face directory. skip: a name to
@@ -554,6 +702,48 @@ static void test_hf(void) {
     llama_free(&v12);
 }
 
+// Hugging Face weights by pieces, from a sharded directory, and only params.
+static void test_hf_pieces(void) {
+    char dir[512];
+    size_t n = g_model.num_elements;
+    snprintf(dir, sizeof dir, "%s/hf_pieces", tmpdir);
+    const char *inv[] = {"model.layers.0.self_attn.rotary_emb.inv_freq"};
+    write_hf_dir(dir, &g_model, g_params, NULL, inv, 1, 2);
+    CkptPiece pc[3] = {{CKPT_PARAMS, n / 2 - 3, n, garbage(n)},
+                       {CKPT_PARAMS, 0, n / 2 + 3, garbage(n)},
+                       {CKPT_PARAMS, 11, 12, garbage(1)}};
+    char err[4096];
+    char p[1024];
+    snprintf(p, sizeof p, "%s/stderr_pieces.txt", tmpdir);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(p, "w");
+    dup2(fileno(f), 2);
+    load_hf_weights_pieces(dir, &g_model, pc, 3);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    char *text = slurp(p, NULL);
+    snprintf(err, sizeof err, "%s", text ? text : "");
+    free(text);
+    size_t len = strlen(err);
+    while (len > 0 && err[len - 1] == '\n') err[--len] = '\0';
+    int ok = 1;
+    for (int i = 0; i < 3; i++)
+        ok = ok && memcmp(pc[i].data, g_params + pc[i].lo, (pc[i].hi - pc[i].lo) * sizeof(float)) == 0;
+    CHECK(ok && strstr(err, "ignoring 1 tensor") && strstr(err, "inv_freq"),
+          "load_hf_weights_pieces fills 3 pieces from a sharded dir and warns about inv_freq (%.200s)",
+          err);
+    for (int i = 0; i < 3; i++) free(pc[i].data);
+
+    g_pieces[0] = (CkptPiece){CKPT_EXP_AVG, 0, 4, garbage(4)};
+    g_n_pieces = 1;
+    expect_death("an exp_avg piece from Hugging Face weights", child_hf_pieces, dir, "exp_avg",
+                 "hold only params");
+    free(g_pieces[0].data);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
@@ -561,7 +751,10 @@ int main(void) {
     test_stale_tmp_and_no_moments();
     test_latest_errors();
     test_mismatch();
+    test_pieces_save();
+    test_pieces_load();
     test_hf();
+    test_hf_pieces();
     free(g_params);
     free(g_m);
     free(g_v);

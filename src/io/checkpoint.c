@@ -245,17 +245,17 @@ static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel
     size_t covered = 0;  // [0, covered) is written exactly once so far
     for (size_t i = 0; i < k; i++) {
         if (r[i].lo > covered)
-            die("%s: %s elements [%zu, %zu) (from tensor %s) are written by no rank: the "
+            die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written by no rank: the "
                 "pieces leave a gap", where, kn, covered, r[i].lo, tensor_at(model, covered));
         if (r[i].lo < covered)
-            die("%s: %s elements [%zu, %zu) (from tensor %s) are written twice, by rank %d "
+            die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written twice, by rank %d "
                 "and rank %d: the pieces overlap", where, kn, r[i].lo,
                 r[i].hi < covered ? r[i].hi : covered, tensor_at(model, r[i].lo),
                 r[i - 1].rank, r[i].rank);
         covered = r[i].hi;
     }
     if (covered < n)
-        die("%s: %s elements [%zu, %zu) (from tensor %s) are written by no rank: the pieces "
+        die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written by no rank: the pieces "
             "leave a gap%s", where, kn, covered, n, tensor_at(model, covered),
             k == 0 && kind != CKPT_PARAMS ? " (AdamW moments: give both exp_avg and "
                                              "exp_avg_sq pieces, or neither)" : "");

@@ -44,12 +44,18 @@ static void stream_block(uint64_t seed, const char *name, uint64_t stream, uint6
     philox4x32(key, ctr, out);
 }
 
-double init_normal(uint64_t seed, const char *name, uint64_t index) {
-    uint32_t w[4];
-    stream_block(seed, name, 0, index, w);
+// Box-Muller on the first two words of the block for (key, index).
+static double normal_from_key(const uint32_t key[2], uint64_t index) {
+    uint32_t ctr[4] = {(uint32_t)index, (uint32_t)(index >> 32), 0, 0}, w[4];
+    philox4x32(key, ctr, w);
     double u1 = ((double)w[0] + 1.0) / 4294967296.0;  // (0, 1]
     double u2 = (double)w[1] / 4294967296.0;          // [0, 1)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
+}
+
+double init_normal(uint64_t seed, const char *name, uint64_t index) {
+    uint32_t key[2] = {(uint32_t)seed, fnv1a32(name) ^ (uint32_t)(seed >> 32)};
+    return normal_from_key(key, index);
 }
 
 uint64_t init_random_u64(uint64_t seed, const char *name, uint64_t stream, uint64_t index) {
@@ -70,10 +76,11 @@ void llama_init_range(const LlamaModel *m, uint64_t seed, size_t lo, size_t hi, 
             for (size_t e = a; e < b; e++) x[e - a] = 1.0f;
             continue;
         }
-        // Element index inside the global tensor keys the generator.
+        // Element index inside the global tensor is the generator's counter.
+        const uint32_t key[2] = {(uint32_t)seed, fnv1a32(pi->name) ^ (uint32_t)(seed >> 32)};
 #pragma omp parallel for schedule(static)
         for (size_t e = a; e < b; e++)
-            x[e - a] = (float)(std * init_normal(seed, pi->name, (uint64_t)(e - pi->offset)));
+            x[e - a] = (float)(std * normal_from_key(key, (uint64_t)(e - pi->offset)));
     }
 }
 
