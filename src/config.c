@@ -91,6 +91,10 @@ static const KeyDef KEYS[] = {
     KEY(parallel, bucket_mb, KT_DOUBLE, "25", "data-parallel gradient bucket size (MiB)"),
     KEY(parallel, overlap, KT_BOOL, "true",
         "reduce each gradient bucket during backward as soon as it is complete (false: after backward)"),
+    KEY(parallel, pp_schedule, KT_STRING, "1f1b", "pipeline schedule: 1f1b, afab (all forwards, then all backwards) or interleaved"),
+    KEY(parallel, pp_virtual, KT_INT, "1", "model chunks per pipeline rank (interleaved schedule; 1 otherwise)"),
+    KEY(parallel, pp_layers, KT_STRING, "",
+        "layers per (virtual) pipeline stage, e.g. \"3,3,2\" (\"\" = balance estimated cost)"),
     KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),
@@ -102,6 +106,8 @@ static const KeyDef KEYS[] = {
     KEY(logging, val_every, KT_INT, "0", "validate every N steps (0 = never; needs data.val)"),
     KEY(logging, val_batches, KT_INT, "4", "micro-batches per validation"),
     KEY(logging, verbose, KT_BOOL, "false", "every rank prints its grid coordinates at start-up"),
+    KEY(logging, trace, KT_STRING, "",
+        "Chrome trace-event JSON timeline of every rank's forward/backward/send/recv/reduce/optimizer (opens in Perfetto)"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 _Static_assert(sizeof KEYS / sizeof KEYS[0] <= 64, "Config.keys_set has 64 bits");
@@ -624,18 +630,58 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
 static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.dp", p->dp, 1);
     need_unsupported_one("parallel.tp", p->tp, "tensor parallel");
-    need_unsupported_one("parallel.pp", p->pp, "pipeline parallel");
+    need_int_min("parallel.pp", p->pp, 1);
     need_unsupported_one("parallel.cp", p->cp, "context parallel");
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     if (strcmp(p->order, "dp-pp-cp-tp") != 0 && strcmp(p->order, "pp-dp-cp-tp") != 0)
         die("parallel.order = \"%s\": must be \"dp-pp-cp-tp\" (default) or \"pp-dp-cp-tp\" "
             "(pipeline outermost)", p->order);
     need_positive("parallel.bucket_mb", p->bucket_mb);
+    if (strcmp(p->pp_schedule, "1f1b") != 0 && strcmp(p->pp_schedule, "afab") != 0 &&
+        strcmp(p->pp_schedule, "interleaved") != 0)
+        die("parallel.pp_schedule = \"%s\": must be \"1f1b\", \"afab\" or \"interleaved\"", p->pp_schedule);
+    need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
+    if (p->pp_virtual > 1 && strcmp(p->pp_schedule, "interleaved") != 0)
+        die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" (it is \"%s\")",
+            p->pp_virtual, p->pp_schedule);
     need_positive("parallel.timeout_s", p->timeout_s);
     long long n = (long long)p->dp * p->tp * p->pp * p->cp;
     if (n != world_size)
         die("parallel.dp * tp * pp * cp = %d * %d * %d * %d = %lld, but the job has %d rank%s; they must be equal",
             p->dp, p->tp, p->pp, p->cp, n, world_size, world_size == 1 ? "" : "s");
+}
+
+// Pipeline constraints that involve the model and the batch.
+static void validate_pipeline(const Config *c) {
+    const ParallelConfig *p = &c->parallel;
+    int chunks = p->pp * p->pp_virtual, L = c->model.num_hidden_layers;
+    if (chunks > L)
+        die("parallel.pp * parallel.pp_virtual = %d * %d = %d pipeline stages but the model has only "
+            "%d layers (model.num_hidden_layers): a stage would be empty", p->pp, p->pp_virtual, chunks, L);
+    if (strcmp(p->pp_schedule, "interleaved") == 0 && c->training.grad_acc_steps % p->pp != 0)
+        die("parallel.pp_schedule \"interleaved\" needs the micro-batches per step "
+            "(training.grad_acc_steps = %d) to be a multiple of parallel.pp = %d",
+            c->training.grad_acc_steps, p->pp);
+    if (p->pp > 1 && c->model.tie_word_embeddings)
+        die("model.tie_word_embeddings = true with parallel.pp = %d: the first and last stages would "
+            "share the embedding; this version supports tied embeddings only with parallel.pp = 1",
+            p->pp);
+    if (!p->pp_layers[0]) return;
+    int n = 0, sum = 0;
+    for (const char *q = p->pp_layers; *q;) {
+        char *end;
+        long k = strtol(q, &end, 10);
+        if (end == q || k < 1)
+            die("parallel.pp_layers = \"%s\": expected positive layer counts separated by commas, "
+                "one per stage (an empty stage is not allowed)", p->pp_layers);
+        n++;
+        sum += (int)k;
+        q = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') die("parallel.pp_layers = \"%s\": unexpected '%c'", p->pp_layers, *end);
+    }
+    if (n != chunks || sum != L)
+        die("parallel.pp_layers = \"%s\" gives %d stages with %d layers; expected %d stages "
+            "(parallel.pp * parallel.pp_virtual) with %d layers in total", p->pp_layers, n, sum, chunks, L);
 }
 
 // G = A * B * dp; whichever of G (global_batch_size) and A (grad_acc_steps) is 0
@@ -667,6 +713,7 @@ void config_validate(Config *c, int world_size) {
     validate_training(&c->training, c->model.max_position_embeddings);
     validate_parallel(&c->parallel, world_size);
     derive_batch(&c->training, c->parallel.dp);
+    validate_pipeline(c);
     if (!c->data.train[0])
         die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
     need_int_min("checkpoint.every", c->checkpoint.every, 0);

@@ -55,6 +55,9 @@ typedef struct {
     double bucket_mb;    // data-parallel gradient bucket size in MiB
     bool overlap;        // reduce gradient buckets during backward (false: after it)
     double timeout_s;    // abort the job when a collective takes longer than this
+    char pp_schedule[CFG_PATH_MAX];  // "1f1b", "afab" or "interleaved"
+    int pp_virtual;      // model chunks per pipeline rank (interleaved schedule)
+    char pp_layers[CFG_PATH_MAX];    // "" (balanced) or layers per (virtual) stage, "3,3,2"
 } ParallelConfig;
 
 typedef struct {
@@ -69,6 +72,7 @@ typedef struct {
     int val_every;               // validation every N steps (0 = never)
     int val_batches;             // micro-batches per validation
     bool verbose;                // every rank prints its grid coordinates at start-up
+    char trace[CFG_PATH_MAX];    // "" or path of a Chrome trace-event JSON timeline
 } LoggingConfig;
 
 typedef struct {

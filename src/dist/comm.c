@@ -243,6 +243,20 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
     return r;
 }
 
+CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag) {
+    if (n > MAX_PIECE) die("send of %zu elements exceeds the per-call limit", n);
+    CommRequest r = take_slot(g);
+    MPI_Isend(buf, (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
+    return r;
+}
+
+CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag) {
+    if (n > MAX_PIECE) die("receive of %zu elements exceeds the per-call limit", n);
+    CommRequest r = take_slot(g);
+    MPI_Irecv(buf, (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
+    return r;
+}
+
 void group_allreduce_sum_f32(GroupId g, float *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
     for (size_t off = 0; off < n; off += MAX_PIECE) {

@@ -77,6 +77,10 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
 // buf(len): every rank's own part, in place -> the whole buf on every rank.
 CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len);
 
+// Point-to-point inside a group (pipeline activations and their gradients).
+CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag);
+CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag);
+
 // Drive MPI's progress engine; returns 1 when the request has completed.
 int comm_test(CommRequest *r);
 // Wait for completion (aborting after parallel.timeout_s); the request becomes idle.

@@ -73,37 +73,52 @@ size_t llama_matmul_params(const LlamaModel *m);
 // forward, x3 for forward+backward).
 double llama_flops_per_token(const LlamaModel *m, int seq_length);
 
-// Activations of one micro-batch of B sequences of S tokens: every buffer the
-// backward needs, planned once (DESIGN.md invariant 3).
+// The units one pipeline stage runs, [u0, u1]: 0 is the embedding, 1 + l layer l,
+// L + 1 the final norm and head. A single rank runs them all.
+typedef struct {
+    int u0, u1;
+} StageUnits;
+StageUnits llama_all_units(const LlamaModel *m);
+
+// Activations of one micro-batch of B sequences of S tokens on one stage: every
+// buffer its backward needs, planned once (DESIGN.md invariant 3). `nl` = layers
+// of the stage; layer slots are local (slot i = layer l0 + i). Several in-flight
+// micro-batches (pipeline schedules) each get their own saved buffers and share
+// one set of backward scratch buffers.
 typedef struct {
     int B, S;
-    float *arena;            // one allocation holding every buffer below
+    int l0, nl;              // first layer and number of layers of the stage
+    int has_embed, has_head; // first / last stage
+    float *arena;            // one allocation holding every buffer this struct owns
     float *cos_t, *sin_t;    // (S, hd/2) RoPE tables
-    float *resid;            // (L+1, N, D) residual stream entering each layer / final
-    float *ln1, *ln1_rstd;   // (L, N, D), (L, N)
-    float *qkv;              // (L, N, (H+2KV)*hd) after RoPE
-    float *probs;            // (L, B, H, S, S)
-    float *attn;             // (L, N, H*hd) attention output (o_proj input)
-    float *resid_mid;        // (L, N, D) residual after attention
-    float *ln2, *ln2_rstd;   // (L, N, D), (L, N)
-    float *gu;               // (L, N, 2F) gate|up pre-activations
-    float *mlp_h;            // (L, N, F) silu(gate)*up (down_proj input)
-    float *lnf, *lnf_rstd;   // (N, D), (N)
-    float *logits;           // (N, V) logits, then dlogits in place
-    // backward scratch
+    float *resid;            // (nl+1, N, D) residual stream entering each layer; slot nl = output
+    float *ln1, *ln1_rstd;   // (nl, N, D), (nl, N)
+    float *qkv;              // (nl, N, (H+2KV)*hd) after RoPE
+    float *probs;            // (nl, B, H, S, S)
+    float *attn;             // (nl, N, H*hd) attention output (o_proj input)
+    float *resid_mid;        // (nl, N, D) residual after attention
+    float *ln2, *ln2_rstd;   // (nl, N, D), (nl, N)
+    float *gu;               // (nl, N, 2F) gate|up pre-activations
+    float *mlp_h;            // (nl, N, F) silu(gate)*up (down_proj input)
+    float *lnf, *lnf_rstd;   // (N, D), (N)  last stage only
+    float *logits;           // (N, V) logits, then dlogits in place; last stage only
+    // backward scratch (shared between in-flight micro-batches)
     float *dresid;           // (N, D) gradient of the residual stream
     float *dbuf_d;           // (N, D)
     float *dqkv;             // (N, (H+2KV)*hd)
     float *dattn_scratch;    // (B, H, S, S)
     float *dgu;              // (N, 2F)
     float *dbuf_i;           // (N, F)
-    size_t bytes;            // total bytes of everything above
+    size_t bytes;            // bytes this struct allocated
 } Activations;
 
-void activations_alloc(Activations *a, const LlamaModel *m, int B, int S, double rope_theta);
+// Allocate for stage `su`; with share_scratch non-NULL the scratch buffers are
+// borrowed from it instead of allocated.
+void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                       double rope_theta, const Activations *share_scratch);
 void activations_free(Activations *a);
-// Bytes activations_alloc would allocate (for the memory report and planner).
-size_t activations_bytes(const LlamaModel *m, int B, int S);
+// Bytes activations_alloc would allocate (memory report and planner).
+size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
 
 // How the model reaches its weights and gradients, unit by unit. The data-parallel
 // engine implements it (parallel/data_parallel.c): with whole buffers it returns
@@ -119,17 +134,23 @@ typedef struct {
     void (*grads_done)(void *ctx, int unit);  // unit u's gradients of this micro-batch are final
 } ParamAccess;
 
-// Forward of a micro-batch: tokens(B*S) -> logits; with targets, returns the SUM of
-// the cross-entropy over the B*S tokens and leaves dlogits * grad_scale in
-// a->logits (ready for llama_backward).
-double llama_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
-                     const int32_t *tokens, const int32_t *targets, float grad_scale);
-// Loss only (no dlogits): the SUM of the cross-entropy over B*S tokens.
-double llama_forward_loss(const LlamaModel *m, const ParamAccess *pa, Activations *a,
-                          const int32_t *tokens, const int32_t *targets);
-// Backward of the micro-batch last passed to llama_forward: grads += dL/dparams.
-void llama_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
-                    const int32_t *tokens);
+// Forward of one stage for a micro-batch. The first stage reads tokens(B*S), the
+// others x_in(B*S, D) (the previous stage's output). A middle stage leaves its
+// output in a->resid slot nl (llama_stage_output). The last stage computes the
+// logits; with want_grads it returns the SUM of the cross-entropy over the B*S
+// tokens and leaves dlogits * grad_scale in a->logits for the backward; without,
+// it returns the same sum and leaves the logits untouched (validation).
+double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                           const int32_t *tokens, const float *x_in, const int32_t *targets,
+                           float grad_scale, int want_grads);
+// (N, D) output of a non-last stage after llama_stage_forward.
+float *llama_stage_output(const LlamaModel *m, Activations *a);
+// Backward of the micro-batch whose forward filled `a`: grads += dL/dparams. The
+// last stage starts from its dlogits, the others from dx_out(B*S, D). Returns the
+// gradient w.r.t. the stage input (B*S, D) for a non-first stage (valid until the
+// next backward), NULL on the first stage.
+const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                                  const int32_t *tokens, const float *dx_out);
 
 // ParamAccess over whole buffers (one rank holding everything): grads may be NULL
 // for forward-only use. The struct it fills must outlive its use.

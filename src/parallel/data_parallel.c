@@ -14,31 +14,51 @@
 
 // ------------------------------------------------------------------ buckets
 
-// Group whole units into buckets of about `bytes`, walking from the last unit
-// (first to get its gradients) to the first; ZeRO-3 uses one unit per bucket.
-static void make_buckets(DataParallel *dp, double bucket_mb) {
+// Group whole held units into buckets of about `bytes`, walking from the last unit
+// (first to get its gradients) to the first; a bucket never spans a unit this rank
+// does not hold (pipeline chunks), and ZeRO-3 uses one unit per bucket.
+static void make_buckets(DataParallel *dp, double bucket_mb, const int *held) {
     const LlamaModel *m = dp->model;
     const size_t limit = dp->zero == 3 ? 1 : (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
-    int *first_of = xmalloc(sizeof(int) * (size_t)m->n_units, "bucket plan");  // (n_units)
-    int nb = 0, last = m->n_units - 1;
+    const int nu = m->n_units;
+    dp->bucket_of_unit = xmalloc(sizeof(int) * (size_t)nu, "bucket of unit");    // (n_units)
+    dp->unit_local = xcalloc(sizeof(size_t) * (size_t)nu, "unit local offsets");  // (n_units)
+    size_t local = 0;
+    for (int u = 0; u < nu; u++) {
+        dp->bucket_of_unit[u] = -1;
+        if (held && !held[u]) continue;
+        dp->unit_local[u] = local;
+        local += m->unit_lo[u + 1] - m->unit_lo[u];
+    }
+    dp->n_elements = local;
+    // Bucket boundaries, from the end: a bucket closes when it reaches the size
+    // limit, or when the next unit down is not held or not adjacent.
+    int *first = xmalloc(sizeof(int) * (size_t)nu, "bucket plan");  // (n_units) first unit of each
+    int *last = xmalloc(sizeof(int) * (size_t)nu, "bucket plan");   // (n_units) last unit of each
+    int nb = 0, open_last = -1;
     size_t acc = 0;
-    for (int u = m->n_units - 1; u >= 0; u--) {
+    for (int u = nu - 1; u >= 0; u--) {
+        if (held && !held[u]) continue;
+        if (open_last < 0) open_last = u;
         acc += m->unit_lo[u + 1] - m->unit_lo[u];
-        if (acc >= limit || u == 0) {
-            first_of[nb++] = u;  // bucket runs from u to `last`
+        int next_held = u > 0 && (!held || held[u - 1]);
+        if (acc >= limit || !next_held) {
+            first[nb] = u;
+            last[nb++] = open_last;
+            open_last = -1;
             acc = 0;
         }
     }
     dp->n_buckets = nb;
-    dp->buckets = xcalloc(sizeof(Bucket) * (size_t)nb, "buckets");
-    dp->bucket_of_unit = xmalloc(sizeof(int) * (size_t)m->n_units, "bucket of unit");
+    dp->buckets = xcalloc(sizeof(Bucket) * (size_t)(nb > 0 ? nb : 1), "buckets");
     size_t shard_off = 0;
-    for (int k = 0; k < nb; k++) {
+    for (int k = 0; k < nb; k++) {  // reverse into flat order
         Bucket *b = &dp->buckets[k];
-        b->unit_first = first_of[nb - 1 - k];
-        b->unit_last = k + 1 < nb ? first_of[nb - 2 - k] - 1 : last;
-        b->lo = m->unit_lo[b->unit_first];
-        b->hi = m->unit_lo[b->unit_last + 1];
+        b->unit_first = first[nb - 1 - k];
+        b->unit_last = last[nb - 1 - k];
+        b->glo = m->unit_lo[b->unit_first];
+        b->lo = dp->unit_local[b->unit_first];
+        b->hi = b->lo + (m->unit_lo[b->unit_last + 1] - b->glo);
         size_t len = b->hi - b->lo, chunk = comm_split_chunk(len, dp->n);
         size_t start = (size_t)dp->rank * chunk;
         b->own_lo = b->lo + (start < len ? start : len);
@@ -49,7 +69,8 @@ static void make_buckets(DataParallel *dp, double bucket_mb) {
         for (int u = b->unit_first; u <= b->unit_last; u++) dp->bucket_of_unit[u] = k;
     }
     dp->shard_n = shard_off;
-    free(first_of);
+    free(first);
+    free(last);
 }
 
 // ------------------------------------------------------------- window pools
@@ -72,14 +93,15 @@ static void pool_give(float **pool, int *used, int n, const float *w) {
 
 static void complete_bucket(DataParallel *dp, Bucket *b) {
     comm_wait(&b->req, "gradient reduction");
-    if (b->grad_window) {
-        pool_give(dp->grad_pool, dp->grad_pool_used, dp->n_windows, b->grad_window);
-        b->grad_window = NULL;
+    if (b->flight_window) {
+        pool_give(dp->grad_pool, dp->grad_pool_used, dp->n_windows, b->flight_window);
+        b->flight_window = NULL;
     }
 }
 
 static void launch_bucket(DataParallel *dp, Bucket *b) {
     const size_t len = b->hi - b->lo, own = b->own_hi - b->own_lo;
+    if (b->req.slot >= 0) complete_bucket(dp, b);  // the previous round must land first
     if (dp->zero == 0) {
         b->req = group_iallreduce_sum_f32(GROUP_DPCP, dp->grads + b->lo, len);
     } else if (dp->zero == 1) {
@@ -92,14 +114,16 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
         // the sum over ranks then includes it exactly once.
         float *mine = b->grad_window + (b->own_lo - b->lo);
         const float *held = dp->shard_grads + b->shard_off;
-        if (dp->micro > 0) residual_forward(mine, mine, held, own);
+        if (b->rounds > 0) residual_forward(mine, mine, held, own);
         b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, b->grad_window,
                                                  dp->shard_grads + b->shard_off, len);
+        // The next micro-batch's gradients for this bucket go to a fresh window.
+        b->flight_window = b->grad_window;
+        b->grad_window = NULL;
     }
+    b->rounds++;
     if (!dp->overlap) complete_bucket(dp, b);
 }
-
-static int reduces_this_micro(const DataParallel *dp) { return dp->zero >= 2 || dp->last_micro; }
 
 // Let MPI move in-flight reductions along (Open MPI progresses non-blocking
 // collectives only inside MPI calls).
@@ -112,7 +136,8 @@ static void progress(DataParallel *dp) {
 
 static const float *acquire_params(void *ctx, int unit) {
     DataParallel *dp = ctx;
-    if (dp->zero < 3) return dp->params + dp->model->unit_lo[unit];
+    if (dp->bucket_of_unit[unit] < 0) die("unit %d is not held by this rank", unit);
+    if (dp->zero < 3) return dp->params + dp->unit_local[unit];
     Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
     if (b->param_refs++ == 0) {
         // ZeRO-3: gather the unit from every rank's owned part, just before use.
@@ -123,7 +148,7 @@ static const float *acquire_params(void *ctx, int unit) {
         CommRequest r = group_iallgather_split_f32(GROUP_DPCP, b->param_window, b->hi - b->lo);
         comm_wait(&r, "ZeRO-3 parameter all-gather");
     }
-    return b->param_window + (dp->model->unit_lo[unit] - b->lo);
+    return b->param_window + (dp->unit_local[unit] - b->lo);
 }
 
 static void release_params(void *ctx, int unit) {
@@ -138,7 +163,7 @@ static void release_params(void *ctx, int unit) {
 
 static float *unit_grads(void *ctx, int unit) {
     DataParallel *dp = ctx;
-    if (dp->zero < 2) return dp->grads + dp->model->unit_lo[unit];
+    if (dp->zero < 2) return dp->grads + dp->unit_local[unit];
     Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
     if (!b->grad_window) {
         float *w;
@@ -146,35 +171,39 @@ static float *unit_grads(void *ctx, int unit) {
             // Every window is busy: finish the oldest reduction in flight (the
             // highest bucket, since backward walks downwards) to free one.
             int k = dp->n_buckets - 1;
-            while (k >= 0 && !(dp->buckets[k].req.slot >= 0 && dp->buckets[k].grad_window)) k--;
+            while (k >= 0 && !(dp->buckets[k].req.slot >= 0 && dp->buckets[k].flight_window)) k--;
             if (k < 0) die("ZeRO-%d: no gradient window free and none in flight", dp->zero);
             complete_bucket(dp, &dp->buckets[k]);
         }
         memset(w, 0, sizeof(float) * (b->hi - b->lo));
         b->grad_window = w;
     }
-    return b->grad_window + (dp->model->unit_lo[unit] - b->lo);
+    return b->grad_window + (dp->unit_local[unit] - b->lo);
 }
 
+// A bucket is reduced once all its units have this micro-batch's gradients
+// (stage 2-3) or every micro-batch's (stage 0-1).
 static void grads_done(void *ctx, int unit) {
     DataParallel *dp = ctx;
     Bucket *b = &dp->buckets[dp->bucket_of_unit[unit]];
-    if (--b->units_pending == 0 && reduces_this_micro(dp) && (dp->overlap || dp->zero >= 2))
-        launch_bucket(dp, b);
+    const int units = b->unit_last - b->unit_first + 1;
+    b->done++;
+    int ready = dp->zero >= 2 ? b->done % units == 0 : b->done == units * dp->micros;
+    if (ready && (dp->overlap || dp->zero >= 2)) launch_bucket(dp, b);
     progress(dp);
 }
 
 // ------------------------------------------------------------------- setup
 
-void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc) {
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
+             const int *held) {
     memset(dp, 0, sizeof *dp);
     dp->model = model;
     dp->zero = pc->zero;
     dp->n = group_size(GROUP_DPCP);
     dp->rank = group_rank(GROUP_DPCP);
     dp->overlap = pc->overlap;
-    dp->n_elements = model->num_elements;
-    make_buckets(dp, pc->bucket_mb);
+    make_buckets(dp, pc->bucket_mb, held);
     const size_t n = dp->n_elements, s = dp->shard_n;
     dp->params = xcalloc(sizeof(float) * (dp->zero == 3 ? s : n), "parameters");
     if (dp->zero < 2) dp->grads = xcalloc(sizeof(float) * n, "gradients");
@@ -221,25 +250,25 @@ void dp_free(DataParallel *dp) {
     free(dp->v);
     free(dp->buckets);
     free(dp->bucket_of_unit);
+    free(dp->unit_local);
     memset(dp, 0, sizeof *dp);
 }
 
 // --------------------------------------------------------------- the step
 
-void dp_begin_micro(DataParallel *dp, int a, int count) {
-    dp->micro = a;
-    dp->last_micro = a == count - 1;
+void dp_begin_step(DataParallel *dp, int micros) {
+    dp->micros = micros;
     for (int k = 0; k < dp->n_buckets; k++) {
-        Bucket *b = &dp->buckets[k];
-        b->units_pending = b->unit_last - b->unit_first + 1;
+        dp->buckets[k].done = 0;
+        dp->buckets[k].rounds = 0;
     }
-    if (a == 0 && dp->grads) memset(dp->grads, 0, sizeof(float) * dp->n_elements);
-    if (a == 0 && dp->shard_grads) memset(dp->shard_grads, 0, sizeof(float) * dp->shard_n);
+    if (dp->grads) memset(dp->grads, 0, sizeof(float) * dp->n_elements);
+    if (dp->shard_grads) memset(dp->shard_grads, 0, sizeof(float) * dp->shard_n);
 }
 
 void dp_finish_grads(DataParallel *dp) {
     // Without overlap, stages 0-1 reduce everything now, after backward.
-    if (!dp->overlap && dp->zero < 2 && dp->last_micro)
+    if (!dp->overlap && dp->zero < 2)
         for (int k = dp->n_buckets - 1; k >= 0; k--) launch_bucket(dp, &dp->buckets[k]);
     for (int k = dp->n_buckets - 1; k >= 0; k--) complete_bucket(dp, &dp->buckets[k]);
 }
@@ -252,11 +281,12 @@ double dp_grad_norm(DataParallel *dp) {
         ss = sum_squares(dp->shard_grads, dp->shard_n);
         group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
     }
+    group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
     return sqrt(ss);
 }
 
-// AdamW over the flat range [lo, hi), tensor by tensor (weight decay depends on
-// the tensor), with the four buffers addressed relative to lo.
+// AdamW over the GLOBAL flat range [lo, hi), tensor by tensor (weight decay
+// depends on the tensor), with the four local buffers addressed relative to lo.
 static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
                         float *mom1, float *mom2, float lr, const TrainingConfig *tc, int step) {
     for (int i = 0; i < m->n_params; i++) {
@@ -276,14 +306,19 @@ void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const Trai
     const LlamaModel *m = dp->model;
     if (dp->zero == 0) {
         if (clip_coef < 1.0) scale_inplace(dp->grads, dp->n_elements, (float)clip_coef);
-        adamw_range(m, 0, dp->n_elements, dp->params, dp->grads, dp->m, dp->v, lr, tc, step);
+        for (int k = 0; k < dp->n_buckets; k++) {
+            const Bucket *b = &dp->buckets[k];
+            adamw_range(m, b->glo, b->glo + (b->hi - b->lo), dp->params + b->lo, dp->grads + b->lo,
+                        dp->m + b->lo, dp->v + b->lo, lr, tc, step);
+        }
         return;
     }
     if (clip_coef < 1.0) scale_inplace(dp->shard_grads, dp->shard_n, (float)clip_coef);
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
-        adamw_range(m, b->own_lo, b->own_hi, p, dp->shard_grads + b->shard_off,
+        adamw_range(m, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo), p,
+                    dp->shard_grads + b->shard_off,
                     dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
     }
     if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
@@ -297,25 +332,25 @@ void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const Trai
 
 // ------------------------------------------------------- init, checkpoints
 
+// Global range of a local range inside bucket b.
+#define GLOBAL(b, x) ((b)->glo + ((x) - (b)->lo))
+
 void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir) {
     const LlamaModel *m = dp->model;
-    if (dp->zero < 3) {
-        if (hf_dir && hf_dir[0])
-            load_hf_weights(hf_dir, m, dp->params);
-        else
-            llama_init_params(m, dp->params, seed);
-        return;
-    }
-    CkptPiece *pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp->n_buckets, "pieces");
+    const int from_hf = hf_dir && hf_dir[0];
+    CkptPiece *pieces = xmalloc(sizeof(CkptPiece) * (size_t)(dp->n_buckets + 1), "pieces");
     int np = 0;
+    // Stage 0-2 hold every held unit whole, stage 3 only the own parts; either way
+    // each piece is drawn by global index (or read from the Hugging Face files).
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
-        if (b->own_hi == b->own_lo) continue;
-        if (!(hf_dir && hf_dir[0]))
-            llama_init_range(m, seed, b->own_lo, b->own_hi, dp->params + b->shard_off);
-        pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, dp->params + b->shard_off};
+        size_t lo = dp->zero == 3 ? b->own_lo : b->lo, hi = dp->zero == 3 ? b->own_hi : b->hi;
+        float *dst = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->lo;
+        if (hi == lo) continue;
+        if (!from_hf) llama_init_range(m, seed, GLOBAL(b, lo), GLOBAL(b, hi), dst);
+        pieces[np++] = (CkptPiece){CKPT_PARAMS, GLOBAL(b, lo), GLOBAL(b, hi), dst};
     }
-    if (hf_dir && hf_dir[0]) load_hf_weights_pieces(hf_dir, m, pieces, np);
+    if (from_hf) load_hf_weights_pieces(hf_dir, m, pieces, np);
     free(pieces);
 }
 
@@ -329,30 +364,32 @@ int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces) {
         if (b->own_hi == b->own_lo) continue;
         size_t local = dp->zero == 0 ? b->own_lo : b->shard_off;  // where the part sits in m, v
         float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
-        pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, p};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, b->own_lo, b->own_hi, dp->m + local};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, b->own_lo, b->own_hi, dp->v + local};
+        size_t glo = GLOBAL(b, b->own_lo), ghi = GLOBAL(b, b->own_hi);
+        pieces[np++] = (CkptPiece){CKPT_PARAMS, glo, ghi, p};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, glo, ghi, dp->m + local};
+        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, glo, ghi, dp->v + local};
     }
     return np;
 }
 
-// Pieces to fill on resume: whole buffers where this stage keeps them whole.
+// Pieces to fill on resume: whole held units where this stage keeps them whole.
 int dp_load_pieces(DataParallel *dp, CkptPiece *pieces) {
     int np = 0;
-    const size_t n = dp->n_elements;
-    if (dp->zero < 3) pieces[np++] = (CkptPiece){CKPT_PARAMS, 0, n, dp->params};
-    if (dp->zero == 0) {
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, 0, n, dp->m};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, 0, n, dp->v};
-        return np;
-    }
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
-        if (b->own_hi == b->own_lo) continue;
-        if (dp->zero == 3)
-            pieces[np++] = (CkptPiece){CKPT_PARAMS, b->own_lo, b->own_hi, dp->params + b->shard_off};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, b->own_lo, b->own_hi, dp->m + b->shard_off};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, b->own_lo, b->own_hi, dp->v + b->shard_off};
+        size_t glo = b->glo, ghi = GLOBAL(b, b->hi);
+        size_t olo = GLOBAL(b, b->own_lo), ohi = GLOBAL(b, b->own_hi);
+        if (dp->zero < 3)
+            pieces[np++] = (CkptPiece){CKPT_PARAMS, glo, ghi, dp->params + b->lo};
+        else if (ohi > olo)
+            pieces[np++] = (CkptPiece){CKPT_PARAMS, olo, ohi, dp->params + b->shard_off};
+        if (dp->zero == 0) {
+            pieces[np++] = (CkptPiece){CKPT_EXP_AVG, glo, ghi, dp->m + b->lo};
+            pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, glo, ghi, dp->v + b->lo};
+        } else if (ohi > olo) {
+            pieces[np++] = (CkptPiece){CKPT_EXP_AVG, olo, ohi, dp->m + b->shard_off};
+            pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, olo, ohi, dp->v + b->shard_off};
+        }
     }
     return np;
 }

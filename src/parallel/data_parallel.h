@@ -15,9 +15,14 @@
 //   3     | own parts; a unit is   | as 2                            | own parts
 //         | all-gathered on use    |                                 |
 //
-// Stages 0 and 1 reduce only on the last micro-batch of a step (accumulation
-// happens in the whole gradient buffer); stages 2 and 3 keep no whole gradient
-// buffer, so they reduce-scatter every micro-batch into the owned parts.
+// Stages 0 and 1 reduce a bucket once per step, when its units have received the
+// gradients of every micro-batch (accumulation happens in the whole gradient
+// buffer); stages 2 and 3 keep no whole gradient buffer, so they reduce-scatter
+// each micro-batch's gradients into the owned parts as soon as the bucket has them.
+//
+// A rank holds a subset of the units (a pipeline rank: its stage's units, or
+// several chunks with the interleaved schedule). "Whole" above means all of the
+// held units: the local flat buffer is the held units back to back, in unit order.
 #ifndef FEMTOTRON_DATA_PARALLEL_H
 #define FEMTOTRON_DATA_PARALLEL_H
 
@@ -29,14 +34,17 @@
 #include "model/llama.h"
 
 typedef struct {
-    size_t lo, hi;               // flat element range: whole units [unit_first, unit_last]
+    size_t lo, hi;               // LOCAL flat element range: whole units [unit_first, unit_last]
+    size_t glo;                  // global flat offset of lo (the units are contiguous there too)
     int unit_first, unit_last;
-    size_t own_lo, own_hi;       // this rank's part of [lo, hi)
+    size_t own_lo, own_hi;       // this rank's part of [lo, hi) (local offsets)
     size_t shard_off;            // where the own part starts in the shard buffers
-    int units_pending;           // units whose gradients are not final this micro-batch
+    int done;                    // grads_done calls this step (units x micro-batches)
+    int rounds;                  // reductions launched this step (stage 2-3: one per micro-batch)
     int param_refs;              // ZeRO-3: holders of the gathered parameters
     float *param_window;         // ZeRO-3: (hi - lo) gathered parameters, or NULL
-    float *grad_window;          // ZeRO-2/3: (hi - lo) this micro-batch's gradients, or NULL
+    float *grad_window;          // ZeRO-2/3: (hi - lo) gradients being accumulated, or NULL
+    float *flight_window;        // ZeRO-2/3: (hi - lo) gradients being reduce-scattered, or NULL
     CommRequest req;             // reduction in flight
     int reduced_into_shard;      // ZeRO-2/3: request result must be added to shard grads
 } Bucket;
@@ -47,8 +55,9 @@ typedef struct {
     int overlap;                 // reduce during backward (else after it)
     int n_buckets;
     Bucket *buckets;             // (n_buckets) in flat order
-    int *bucket_of_unit;         // (n_units)
-    size_t n_elements;           // flat elements of the model
+    int *bucket_of_unit;         // (n_units) -1 for units this rank does not hold
+    size_t *unit_local;          // (n_units) local flat offset of each held unit
+    size_t n_elements;           // local flat elements (the held units)
     size_t shard_n;              // elements this rank owns (sum of own parts)
     // Buffers (DESIGN.md invariant 2: one flat buffer per kind):
     float *params;       // stage 0-2: (n_elements) whole; stage 3: (shard_n) own parts
@@ -60,20 +69,23 @@ typedef struct {
     int n_windows;
     float **param_pool, **grad_pool;  // (n_windows) each (max bucket) or NULL
     int *param_pool_used, *grad_pool_used;
-    int micro, last_micro;       // micro-batch index in the step, and whether it is the last
+    int micros;                  // micro-batches per step (each held unit sees each once)
     ParamAccess access;          // what the model calls
     size_t window_bytes;         // bytes of the window pools (memory report)
 } DataParallel;
 
-void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc);
+// held[u] != 0 for the units this rank holds (NULL: all of them).
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
+             const int *held);
 void dp_free(DataParallel *dp);
 
-// Before forward+backward of micro-batch `a` of `count` in this step.
-void dp_begin_micro(DataParallel *dp, int a, int count);
-// After the last micro-batch's backward: wait for every reduction.
+// Before the first micro-batch of a step of `micros` micro-batches.
+void dp_begin_step(DataParallel *dp, int micros);
+// After the last backward of the step: wait for every reduction.
 void dp_finish_grads(DataParallel *dp);
 
-// Global L2 norm of the reduced gradient (before clipping), same on every rank.
+// Global L2 norm of the reduced gradient (before clipping), same on every rank
+// (summed over the dp x cp group and over pipeline stages).
 double dp_grad_norm(DataParallel *dp);
 // Scale the reduced gradient, AdamW on what this rank owns, all-gather parameters.
 void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,

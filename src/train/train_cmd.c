@@ -13,6 +13,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "ops/ops.h"
+#include "train/trace.h"
 #include "train/trainer.h"
 #include "util.h"
 
@@ -133,9 +134,10 @@ int train_main(int argc, char **argv) {
                "vocab %d\n",
                t.model.num_elements, llama_matmul_params(&t.model), t.model.L, t.model.D,
                t.model.H, t.model.KV, t.model.V);
-        printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets\n",
+        printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets, "
+               "pipeline %s with %d chunk(s) per rank\n",
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
-               cfg.parallel.zero, t.dp.n_buckets);
+               cfg.parallel.zero, t.dp.n_buckets, cfg.parallel.pp_schedule, cfg.parallel.pp_virtual);
         printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank; "
                "%llu sequences in %s\n",
                tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
@@ -153,6 +155,7 @@ int train_main(int argc, char **argv) {
         if (!metrics) die_errno("logging.metrics: cannot open %s", cfg.logging.metrics);
     }
     const double tokens_per_step = (double)tc->global_batch_size * tc->seq_length;
+    trace_open(cfg.logging.trace, now_seconds());
     while (t.state.step < tc->steps) {
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
@@ -168,6 +171,7 @@ int train_main(int argc, char **argv) {
             trainer_save(&t);
     }
     if (metrics) fclose(metrics);
+    trace_close();
     trainer_free(&t);
     return 0;
 }

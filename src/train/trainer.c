@@ -9,6 +9,7 @@
 #include "dist/comm.h"
 #include "ops/ops.h"
 #include "train/schedule.h"
+#include "train/trace.h"
 #include "util.h"
 
 void trainer_init(Trainer *t, const Config *cfg) {
@@ -16,13 +17,9 @@ void trainer_init(Trainer *t, const Config *cfg) {
     t->cfg = *cfg;
     const TrainingConfig *tc = &cfg->training;
     llama_build(&t->model, &cfg->model);
-    dp_init(&t->dp, &t->model, &cfg->parallel);
+    pp_init(&t->pipe, &t->model, cfg);
+    dp_init(&t->dp, &t->model, &cfg->parallel, t->pipe.held);
     t->pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp_max_pieces(&t->dp), "checkpoint pieces");
-    activations_alloc(&t->act, &t->model, tc->micro_batch_size, tc->seq_length,
-                      cfg->model.rope_theta);
-    size_t tokens = (size_t)tc->micro_batch_size * tc->seq_length;
-    t->inputs = xmalloc(tokens * sizeof(int32_t), "input tokens");    // (B*S)
-    t->targets = xmalloc(tokens * sizeof(int32_t), "target tokens");  // (B*S)
     dp_init_params(&t->dp, tc->seed, cfg->model.from);
     tokens_open(&t->train_data, cfg->data.train, tc->seq_length, cfg->model.vocab_size,
                 cfg->data.shuffle, tc->seed);
@@ -35,45 +32,60 @@ void trainer_init(Trainer *t, const Config *cfg) {
 void trainer_free(Trainer *t) {
     tokens_close(&t->train_data);
     if (t->has_val) tokens_close(&t->val_data);
-    activations_free(&t->act);
+    pp_free(&t->pipe);
     dp_free(&t->dp);
     free(t->pieces);
-    free(t->inputs);
-    free(t->targets);
     llama_free(&t->model);
 }
 
 MemoryReport trainer_memory(const Trainer *t) {
     MemoryReport r;
     dp_memory(&t->dp, &r.params, &r.grads, &r.optimizer);
-    r.activations = t->act.bytes;
-    r.batch = 2 * (size_t)t->act.B * t->act.S * sizeof(int32_t);
+    r.activations = t->pipe.act_bytes;  // every in-flight slot, tokens and message buffers
+    r.batch = 0;
     return r;
+}
+
+// Micro-batch `micro` of the current step for this rank: data-parallel rank r
+// takes global positions t*G + (micro*dp + r)*B .. + B - 1, so the ranks
+// interleave and the set is exactly the step's global batch. Validation
+// (batch_step < 0) takes the fixed positions micro*B .. of the val data.
+static void fill_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
+    Trainer *t = ctx;
+    const TrainingConfig *tc = &t->cfg.training;
+    const uint64_t B = (uint64_t)tc->micro_batch_size;
+    if (t->batch_step < 0) {
+        tokens_fill_batch(&t->val_data, (uint64_t)micro * B, (int)B, tokens, targets);
+        return;
+    }
+    uint64_t p0 = (uint64_t)t->batch_step * (uint64_t)tc->global_batch_size +
+                  ((uint64_t)micro * (uint64_t)t->cfg.parallel.dp + (uint64_t)comm_grid()->dp_i) * B;
+    tokens_fill_batch(&t->train_data, p0, (int)B, tokens, targets);
+}
+
+static void trace_cb(void *ctx, const char *what, int chunk, int micro, double t0, double t1) {
+    Trainer *t = ctx;
+    trace_event(what, t0, t1, t->batch_step + 1, chunk, micro);
 }
 
 double trainer_compute_grads(Trainer *t, int step) {
     const TrainingConfig *tc = &t->cfg.training;
-    const int B = tc->micro_batch_size, S = tc->seq_length, A = tc->grad_acc_steps;
-    const int dp_size = t->cfg.parallel.dp, dp_i = comm_grid()->dp_i;
     const uint64_t G = (uint64_t)tc->global_batch_size;
     // Invariant 1: every micro-batch's loss is divided by the token count of the
     // whole global batch, so summing over micro-batches and ranks gives the
-    // gradient of the global mean.
-    const float grad_scale = (float)(1.0 / ((double)G * S));
-    double loss_sum = 0.0;
-    for (int a = 0; a < A; a++) {
-        // Micro-batch a of data-parallel rank r holds global positions
-        // t*G + (a*dp + r)*B .. + B - 1: the ranks interleave, the set is the step's.
-        uint64_t p0 = (uint64_t)step * G + ((uint64_t)a * dp_size + dp_i) * B;
-        tokens_fill_batch(&t->train_data, p0, B, t->inputs, t->targets);
-        dp_begin_micro(&t->dp, a, A);
-        loss_sum += llama_forward(&t->model, &t->dp.access, &t->act, t->inputs, t->targets,
-                                  grad_scale);
-        llama_backward(&t->model, &t->dp.access, &t->act, t->inputs);
-        dp_finish_grads(&t->dp);
-    }
+    // gradient of the global mean — with or without a pipeline.
+    const float grad_scale = (float)(1.0 / ((double)G * tc->seq_length));
+    PpCallbacks cb = {t, fill_batch, trace_enabled() ? trace_cb : NULL};
+    t->batch_step = step;
+    dp_begin_step(&t->dp, tc->grad_acc_steps);
+    double loss_sum = pp_run_step(&t->pipe, &t->model, &t->dp.access, &cb, grad_scale);
+    double t0 = now_seconds();
+    dp_finish_grads(&t->dp);
+    trace_event("reduce-wait", t0, now_seconds(), step + 1, -1, -1);
+    // The loss lives on the last pipeline stage of every data-parallel rank.
     group_allreduce_sum_f64(GROUP_DP, &loss_sum, 1);
-    return loss_sum / ((double)G * S);
+    group_allreduce_sum_f64(GROUP_PP, &loss_sum, 1);
+    return loss_sum / ((double)G * tc->seq_length);
 }
 
 StepResult trainer_step(Trainer *t) {
@@ -96,7 +108,9 @@ StepResult trainer_step(Trainer *t) {
         t->bad_steps = 0;
         // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
         double coef = tc->grad_clip > 0.0 ? tc->grad_clip / (r.grad_norm + 1e-6) : 1.0;
+        double t0 = now_seconds();
         dp_clip_and_update(&t->dp, coef, (float)r.lr, tc, r.step);
+        trace_event("optimizer", t0, now_seconds(), r.step, -1, -1);
     }
     t->state.step = r.step;
     t->state.consumed_sequences += (uint64_t)tc->global_batch_size;
@@ -105,16 +119,14 @@ StepResult trainer_step(Trainer *t) {
 
 double trainer_validate(Trainer *t) {
     const TrainingConfig *tc = &t->cfg.training;
-    const int B = tc->micro_batch_size, S = tc->seq_length;
     const int nb = t->cfg.logging.val_batches;
-    double sum = 0.0;
-    // Every rank evaluates the same fixed batches (ZeRO-3 gathers are collective,
-    // so all ranks must run the same forwards).
-    for (int k = 0; k < nb; k++) {
-        tokens_fill_batch(&t->val_data, (uint64_t)k * B, B, t->inputs, t->targets);
-        sum += llama_forward_loss(&t->model, &t->dp.access, &t->act, t->inputs, t->targets);
-    }
-    return sum / ((double)nb * B * S);
+    PpCallbacks cb = {t, fill_batch, trace_enabled() ? trace_cb : NULL};
+    // Every data-parallel rank evaluates the same fixed batches (ZeRO-3 gathers
+    // are collective, so all ranks must run the same forwards).
+    t->batch_step = -1;
+    double sum = pp_run_forward(&t->pipe, &t->model, &t->dp.access, &cb, nb);
+    group_allreduce_sum_f64(GROUP_PP, &sum, 1);
+    return sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
 }
 
 void trainer_save(Trainer *t) {

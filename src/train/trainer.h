@@ -9,6 +9,7 @@
 #include "io/checkpoint.h"
 #include "model/llama.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_parallel.h"
 
 typedef struct {
     Config cfg;
@@ -17,8 +18,8 @@ typedef struct {
     // sharded by the ZeRO stage (DESIGN.md invariant 2; see data_parallel.h).
     DataParallel dp;
     CkptPiece *pieces;  // (dp_max_pieces) checkpoint pieces, planned once
-    Activations act;
-    int32_t *inputs, *targets;  // (B*S) the current micro-batch
+    Pipeline pipe;      // this rank's stage(s), schedule and activation slots
+    int batch_step;     // step whose micro-batches fill_batch serves (-1: validation)
     TokenDataset train_data, val_data;
     int has_val;
     TrainerState state;

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# bench/train_vs_pytorch.sh — train the same Llama model with femtotron and with
+# PyTorch (fp32, CPU) on the same data on this machine, in one run, and write
+# bench/results/train_vs_pytorch.{md,png}: tokens/s, MFU (against one measured
+# GEMM peak) and the ratio femtotron / PyTorch. See bench/README.md.
+#
+# Environment knobs (defaults in brackets):
+#   CONFIGS ["small gpt2"]   ROUNDS [2]   TORCH_THREADS ["1 2"]   FEMTO_THREADS [2]
+#   PYTHON [/usr/bin/python3]   SCRATCH [a fresh mktemp -d, removed at the end]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+CONFIGS=${CONFIGS:-"small gpt2"}
+ROUNDS=${ROUNDS:-2}
+TORCH_THREADS=${TORCH_THREADS:-"1 2"}
+FEMTO_THREADS=${FEMTO_THREADS:-2}
+PYTHON=${PYTHON:-/usr/bin/python3}
+OUT=bench/results
+if [[ -n ${SCRATCH:-} ]]; then mkdir -p "$SCRATCH"; else
+    SCRATCH=$(mktemp -d /tmp/train_vs_pytorch.XXXXXX)
+    trap 'rm -rf "$SCRATCH"' EXIT
+fi
+mkdir -p "$OUT" "$SCRATCH/runs"
+
+# Each config: model/batch sizes, then warm-up steps and timed steps per run.
+# Fields: hidden layers heads kv_heads intermediate vocab seq micro_batch warmup timed
+declare -A CFG=(
+    [small]="512 8 8 4 1536 8192 256 8 3 5"
+    [gpt2]="768 12 12 4 2048 32768 512 4 2 3"
+)
+
+echo "== build"
+if ! make -s femtotron; then
+    [[ -x femtotron ]] || exit 1
+    echo "WARNING: make failed; benchmarking the existing ./femtotron" >&2
+fi
+FEMTO="$SCRATCH/femtotron"  # a private copy: others may rebuild ./femtotron meanwhile
+cp femtotron "$FEMTO"
+
+echo "== data: fortunes -> $SCRATCH/data"
+mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
+"$FEMTO" prepare --input "${TEXTS[@]}" --split-on % --output "$SCRATCH/data" --force | tail -n 1
+DATA="$SCRATCH/data/train_*.bin"
+
+echo "== GEMM peak (2 threads)"
+PEAK_GFLOPS=$("$FEMTO" bench peak --threads 2 --seconds 5 | awk '{print $2}')
+PEAK=$(awk -v g="$PEAK_GFLOPS" 'BEGIN{printf "%.6e", g * 1e9}')
+echo "peak $PEAK_GFLOPS GFLOP/s"
+
+run_femto() {  # config round
+    local c=$1 r=$2 H L NH KV I V S B W T
+    read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
+    "$FEMTO" train --data.train "$DATA" --model.hidden_size "$H" --model.num_hidden_layers "$L" \
+        --model.num_attention_heads "$NH" --model.num_key_value_heads "$KV" \
+        --model.intermediate_size "$I" --model.vocab_size "$V" --model.max_position_embeddings "$S" \
+        --training.seq_length "$S" --training.micro_batch_size "$B" --training.steps $((W + T)) \
+        --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
+        --logging.metrics "$SCRATCH/runs/$c.femto.$FEMTO_THREADS.$r.jsonl" | grep '^step' | tail -n 1
+}
+
+run_torch() {  # config threads round
+    local c=$1 t=$2 r=$3 H L NH KV I V S B W T
+    read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
+    "$PYTHON" bench/torch_train.py --data "$DATA" --hidden "$H" --layers "$L" --heads "$NH" \
+        --kv-heads "$KV" --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" \
+        --steps $((W + T)) --warmup-steps "$W" --threads "$t" --peak-flops "$PEAK" \
+        --metrics "$SCRATCH/runs/$c.torch.$t.$r.jsonl" | grep '^step' | tail -n 1
+}
+
+# Interleaved so that the machine's noise hits both systems alike.
+for c in $CONFIGS; do
+    for r in $(seq 1 "$ROUNDS"); do
+        echo "== $c round $r: femtotron, $FEMTO_THREADS threads"
+        run_femto "$c" "$r"
+        for t in $TORCH_THREADS; do
+            echo "== $c round $r: PyTorch, $t threads"
+            run_torch "$c" "$t" "$r"
+        done
+    done
+done
+
+echo "== summary"
+CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+CONFIGS="$CONFIGS" CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
+    "$PYTHON" - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" <<'EOF'
+import glob, json, math, os, statistics, sys, datetime
+runs, out, peak, cpu = sys.argv[1:]
+rows, plot = [], []
+for line in os.environ["CFGS"].splitlines():
+    c, H, L, NH, KV, I, V, S, B, W, T = line.split()
+    def stats(system):
+        """{threads: (median tok/s, MFU, step-1 loss, timed steps)} over all rounds."""
+        res = {}
+        for f in sorted(glob.glob(f"{runs}/{c}.{system}.*.jsonl")):
+            th = int(os.path.basename(f).split(".")[2])
+            recs = [json.loads(l) for l in open(f)]
+            res.setdefault(th, ([], []))[0].extend(r for r in recs if r["step"] > int(W))
+            res[th][1].append(recs[0]["loss"])
+        out = {}
+        for th, (timed, first) in res.items():
+            ms = statistics.median(r["step_ms"] for r in timed)
+            tps = timed[0]["tokens"] * 1e3 / ms
+            mfu = tps * timed[0]["mfu"] / timed[0]["tokens_per_s"]
+            out[th] = (tps, mfu, first[0], len(timed))
+        return out
+    f, t = stats("femto"), stats("torch")
+    ft = max(f, key=lambda k: f[k][0])
+    tt = max(t, key=lambda k: t[k][0])
+    tried = ", ".join(f"{k}: {t[k][0]:.0f}" for k in sorted(t))
+    rows.append(f"| {c} | {f[ft][0]:.0f} | {t[tt][0]:.0f} | **{f[ft][0] / t[tt][0]:.2f}x** | "
+                f"{100 * f[ft][1]:.1f}% | {100 * t[tt][1]:.1f}% | {ft} | {tt} (tok/s by threads: {tried}) | "
+                f"{f[ft][3]} / {t[tt][3]} | {f[ft][2]:.3f} / {t[tt][2]:.3f} (ln V = {math.log(int(V)):.3f}) |")
+    plot.append(f"{c} {f[ft][0]:.1f} {t[tt][0]:.1f}")
+date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+md = f"""# femtotron vs PyTorch: training throughput
+
+{date} · {cpu} · GEMM peak {peak} GFLOP/s (fp32 sgemm, 2 threads, `femtotron bench peak`),
+the MFU denominator of both columns · PyTorch {os.popen(sys.executable + " -c 'import torch; print(torch.__version__)'").read().strip()} (eager fp32)
+
+| config | femtotron tok/s | PyTorch tok/s | ratio | MFU femtotron | MFU PyTorch | femtotron threads | PyTorch threads | timed steps | step-1 loss femtotron / PyTorch |
+|---|---|---|---|---|---|---|---|---|---|
+""" + "\n".join(rows) + """
+
+Configs: small = hidden 512, 8 layers, 8 heads / 4 kv, intermediate 1536, vocab 8192,
+seq 256, micro-batch 8; gpt2 = hidden 768, 12 layers, 12 heads / 4 kv, intermediate 2048,
+vocab 32768, seq 512, micro-batch 4. tok/s = tokens per step / median timed step
+(runs interleaved femtotron, PyTorch, ..., warm-up steps dropped). MFU = model
+FLOPs/token (6 N_matmul + 6 L S D) x tok/s / GEMM peak.
+"""
+open(f"{out}/train_vs_pytorch.md", "w").write(md)
+open(f"{out}/train_vs_pytorch.dat", "w").write("config femtotron pytorch\n" + "\n".join(plot) + "\n")
+print(md)
+EOF
+
+gnuplot <<EOF
+set terminal pngcairo size 720,420 noenhanced
+set output "$OUT/train_vs_pytorch.png"
+set title "Training throughput, fp32 CPU ($CPU, peak $PEAK_GFLOPS GFLOP/s)"
+set ylabel "tokens/s"
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set yrange [0:*]
+set key top right
+set grid ytics
+plot "$OUT/train_vs_pytorch.dat" using 2:xtic(1) title "femtotron" lc rgb "#1f77b4", \
+     "" using 3 title "PyTorch" lc rgb "#ff7f0e"
+EOF
+rm -f "$OUT/train_vs_pytorch.dat"
+echo "wrote $OUT/train_vs_pytorch.md and $OUT/train_vs_pytorch.png"

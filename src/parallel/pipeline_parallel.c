@@ -1,0 +1,367 @@
+// parallel/pipeline_parallel.c — stage split, schedules, and the executor that
+// runs a rank's list of forward/backward actions with non-blocking messages.
+#include "parallel/pipeline_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+// ------------------------------------------------------------------ split
+
+// Estimated training FLOPs per token of one layer, the head and the embedding:
+// the balance criterion of the default split (the head of a large vocabulary
+// weighs like several layers, the embedding lookup almost nothing).
+static double layer_cost(const LlamaModel *m, int S) {
+    double qkv = (double)(m->H + 2 * m->KV) * m->hd;
+    return 6.0 * ((double)m->D * qkv + (double)m->H * m->hd * m->D + 3.0 * m->D * m->F) +
+           6.0 * S * m->D;
+}
+
+// Layers per virtual stage minimising the most expensive stage (linear partition
+// by dynamic programming: best[k][i] = cheapest max cost of the first i layers in
+// k stages). Stage 0 also pays the embedding, the last stage the head.
+static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
+    const int L = m->L;
+    const double c = layer_cost(m, S), head = 6.0 * m->V * m->D, embed = 2.0 * m->D;
+    double *best = xmalloc(sizeof(double) * (size_t)(K + 1) * (L + 1), "split plan");  // (K+1, L+1)
+    int *cut = xmalloc(sizeof(int) * (size_t)(K + 1) * (L + 1), "split plan");         // (K+1, L+1)
+#define BEST(k, i) best[(size_t)(k) * (L + 1) + (i)]
+#define CUT(k, i) cut[(size_t)(k) * (L + 1) + (i)]
+    for (int k = 0; k <= K; k++)
+        for (int i = 0; i <= L; i++) BEST(k, i) = 1e300;
+    BEST(0, 0) = 0.0;
+    for (int k = 1; k <= K; k++)
+        for (int i = k; i <= L; i++)
+            for (int j = k - 1; j < i; j++) {  // stage k-1 holds layers j .. i-1
+                double cost = c * (i - j) + (k == 1 ? embed : 0.0) + (k == K && i == L ? head : 0.0);
+                double worst = BEST(k - 1, j) > cost ? BEST(k - 1, j) : cost;
+                if (worst < BEST(k, i)) {
+                    BEST(k, i) = worst;
+                    CUT(k, i) = j;
+                }
+            }
+    for (int k = K, i = L; k >= 1; k--) {
+        int j = CUT(k, i);
+        layers[k - 1] = i - j;
+        i = j;
+    }
+#undef BEST
+#undef CUT
+    free(best);
+    free(cut);
+}
+
+static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+    const int K = pp->n_virtual;
+    int *layers = xmalloc(sizeof(int) * (size_t)K, "split");  // (K) layers per virtual stage
+    if (cfg->parallel.pp_layers[0]) {
+        const char *q = cfg->parallel.pp_layers;  // validated by config_validate
+        for (int k = 0; k < K; k++) {
+            char *end;
+            layers[k] = (int)strtol(q, &end, 10);
+            q = *end == ',' ? end + 1 : end;
+        }
+    } else {
+        balanced_split(m, cfg->training.seq_length, K, layers);
+    }
+    pp->virt_units = xmalloc(sizeof(StageUnits) * (size_t)K, "stage units");
+    for (int k = 0, l = 0; k < K; k++) {
+        pp->virt_units[k].u0 = k == 0 ? 0 : 1 + l;
+        l += layers[k];
+        pp->virt_units[k].u1 = k == K - 1 ? m->L + 1 : l;  // unit of the stage's last layer
+    }
+    free(layers);
+}
+
+int pp_virtual_stage(const Pipeline *pp, int c) { return c * pp->pp + pp->stage; }
+
+// ---------------------------------------------------------------- schedules
+
+static void push(Pipeline *pp, int forward, int chunk, int micro) {
+    pp->actions[pp->n_actions++] = (PpAction){forward, chunk, micro};
+}
+
+static void build_schedule(Pipeline *pp, const char *name) {
+    const int M = pp->micros, P = pp->pp, s = pp->stage, v = pp->v;
+    pp->actions = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "schedule");
+    pp->n_actions = 0;
+    if (strcmp(name, "afab") == 0) {
+        for (int i = 0; i < M; i++) push(pp, 1, 0, i);
+        for (int i = 0; i < M; i++) push(pp, 0, 0, i);
+    } else if (strcmp(name, "1f1b") == 0) {
+        int warm = P - s - 1 < M ? P - s - 1 : M;
+        for (int i = 0; i < warm; i++) push(pp, 1, 0, i);
+        for (int i = 0; i < M - warm; i++) {
+            push(pp, 1, 0, warm + i);
+            push(pp, 0, 0, i);
+        }
+        for (int i = M - warm; i < M; i++) push(pp, 0, 0, i);
+    } else {  // interleaved (Narayanan et al. 2021, as scheduled by Megatron-LM)
+        const int total = M * v, group = P * v;
+        int warm = M == P ? total : (P - s - 1) * 2 + (v - 1) * P;
+        if (warm > total) warm = total;
+#define CHUNK_F(k) (((k) % group) / P)
+#define MICRO(k) (((k) / group) * P + (k) % P)
+        for (int k = 0; k < warm; k++) push(pp, 1, CHUNK_F(k), MICRO(k));
+        for (int i = 0; i < total - warm; i++) {
+            int kf = warm + i;
+            push(pp, 1, CHUNK_F(kf), MICRO(kf));
+            push(pp, 0, v - 1 - CHUNK_F(i), MICRO(i));
+        }
+        for (int k = total - warm; k < total; k++) push(pp, 0, v - 1 - CHUNK_F(k), MICRO(k));
+#undef CHUNK_F
+#undef MICRO
+    }
+}
+
+// Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
+// the number of activation slots the chunk needs.
+static void count_slots(Pipeline *pp) {
+    int *live = xcalloc(sizeof(int) * (size_t)pp->v, "slots");  // (v)
+    pp->n_slots = xcalloc(sizeof(int) * (size_t)pp->v, "slots");
+    for (int k = 0; k < pp->n_actions; k++) {
+        const PpAction *a = &pp->actions[k];
+        live[a->chunk] += a->forward ? 1 : -1;
+        if (live[a->chunk] > pp->n_slots[a->chunk]) pp->n_slots[a->chunk] = live[a->chunk];
+    }
+    pp->max_slots = 1;
+    for (int c = 0; c < pp->v; c++) {
+        if (pp->n_slots[c] < 1) pp->n_slots[c] = 1;  // validation needs one
+        if (pp->n_slots[c] > pp->max_slots) pp->max_slots = pp->n_slots[c];
+    }
+    free(live);
+}
+
+// ------------------------------------------------------------------- setup
+
+void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+    memset(pp, 0, sizeof *pp);
+    const Grid *g = comm_grid();
+    const TrainingConfig *tc = &cfg->training;
+    pp->pp = g->pp;
+    pp->stage = g->pp_i;
+    pp->v = cfg->parallel.pp_virtual;
+    pp->n_virtual = pp->pp * pp->v;
+    pp->micros = tc->grad_acc_steps;
+    split_model(pp, m, cfg);
+    pp->held = xcalloc(sizeof(int) * (size_t)m->n_units, "held units");
+    for (int c = 0; c < pp->v; c++) {
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        for (int u = su.u0; u <= su.u1; u++) pp->held[u] = 1;
+    }
+    build_schedule(pp, cfg->parallel.pp_schedule);
+    count_slots(pp);
+
+    const int B = tc->micro_batch_size, S = tc->seq_length;
+    const size_t N = (size_t)B * S, v = (size_t)pp->v, ms = (size_t)pp->max_slots;
+    pp->acts = xcalloc(sizeof(Activations *) * v, "activation slots");
+    pp->slot_busy = xcalloc(sizeof(int *) * v, "activation slots");
+    pp->tokens = xcalloc(sizeof(int32_t *) * v, "token slots");
+    pp->targets = xcalloc(sizeof(int32_t *) * v, "token slots");
+    pp->grad_send = xcalloc(sizeof(float *) * v, "gradient buffers");
+    pp->grad_recv = xcalloc(sizeof(float *) * v, "gradient buffers");
+    const Activations *scratch = NULL;  // the first slot allocates the shared backward scratch
+    for (int c = 0; c < pp->v; c++) {
+        int ns = pp->n_slots[c];
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)ns, "activation slots");
+        for (int i = 0; i < ns; i++) {
+            activations_alloc(&pp->acts[c][i], m, su, B, S, cfg->model.rope_theta, scratch);
+            if (!scratch) scratch = &pp->acts[c][i];
+            pp->act_bytes += pp->acts[c][i].bytes;
+        }
+        pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)ns, "activation slots");
+        pp->tokens[c] = xmalloc(sizeof(int32_t) * N * (size_t)ns, "token slots");   // (ns, B*S)
+        pp->targets[c] = xmalloc(sizeof(int32_t) * N * (size_t)ns, "token slots");  // (ns, B*S)
+        pp->grad_send[c] = xmalloc(sizeof(float) * N * m->D * (size_t)ns, "gradient send");  // (ns, N, D)
+        pp->grad_recv[c] = xmalloc(sizeof(float) * N * m->D * (size_t)ns, "gradient recv");  // (ns, N, D)
+        pp->act_bytes += (2 * sizeof(int32_t) + 2 * sizeof(float) * m->D) * N * (size_t)ns;
+    }
+    pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
+    pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
+    pp->grad_send_req = xmalloc(sizeof(CommRequest) * v * ms, "requests");    // (v, max slots)
+    pp->recv_req = xmalloc(sizeof(CommRequest) * 2 * v * ms, "requests");     // (2, v, max slots)
+    for (size_t i = 0; i < v * ms; i++) pp->act_send[i] = pp->grad_send_req[i] = COMM_REQUEST_IDLE;
+    for (size_t i = 0; i < 2 * v * ms; i++) pp->recv_req[i] = COMM_REQUEST_IDLE;
+}
+
+void pp_free(Pipeline *pp) {
+    for (int c = 0; c < pp->v; c++) {
+        for (int i = 0; i < pp->n_slots[c]; i++) activations_free(&pp->acts[c][i]);
+        free(pp->acts[c]);
+        free(pp->slot_busy[c]);
+        free(pp->tokens[c]);
+        free(pp->targets[c]);
+        free(pp->grad_send[c]);
+        free(pp->grad_recv[c]);
+    }
+    free(pp->acts);
+    free(pp->slot_busy);
+    free(pp->tokens);
+    free(pp->targets);
+    free(pp->grad_send);
+    free(pp->grad_recv);
+    free(pp->slot_of);
+    free(pp->act_send);
+    free(pp->grad_send_req);
+    free(pp->recv_req);
+    free(pp->n_slots);
+    free(pp->actions);
+    free(pp->held);
+    free(pp->virt_units);
+    memset(pp, 0, sizeof *pp);
+}
+
+// ---------------------------------------------------------------- executor
+
+// Messages between virtual stages k and k+1 use tag 2k (activations) and 2k + 1
+// (gradients); MPI keeps messages with the same source and tag in order, and both
+// sides handle a chunk's micro-batches in increasing order.
+static int rank_of_virtual(const Pipeline *pp, int vs) { return vs % pp->pp; }
+
+typedef struct {
+    Pipeline *pp;
+    const LlamaModel *m;
+    const ParamAccess *pa;
+    const PpCallbacks *cb;
+    size_t nd;  // B*S*D elements of an activation message
+} Exec;
+
+static int *slot_ref(Pipeline *pp, int c, int micro) { return &pp->slot_of[(size_t)c * pp->micros + micro]; }
+
+static size_t slot_index(const Pipeline *pp, int c, int slot) { return (size_t)c * pp->max_slots + slot; }
+
+static void trace(const Exec *x, const char *what, int c, int micro, double t0) {
+    if (x->cb->trace) x->cb->trace(x->cb->ctx, what, c, micro, t0, now_seconds());
+}
+
+// Make sure the message an action waits for has a receive posted (and, for a
+// forward, that the micro-batch has an activation slot). Looking ahead, a forward
+// whose slot is still in use by the current action is left for its own turn.
+static void post_input(Exec *x, const PpAction *act, int lookahead) {
+    Pipeline *pp = x->pp;
+    int c = act->chunk, vs = pp_virtual_stage(pp, c), *slot = slot_ref(pp, c, act->micro);
+    if (act->forward && *slot < 0) {
+        int s = 0;
+        while (s < pp->n_slots[c] && pp->slot_busy[c][s]) s++;
+        if (s == pp->n_slots[c]) {
+            if (lookahead) return;
+            die("pipeline: no free activation slot for chunk %d (schedule bug)", c);
+        }
+        pp->slot_busy[c][s] = 1;
+        *slot = s;
+        if (vs > 0) {
+            Activations *a = &pp->acts[c][s];
+            pp->recv_req[slot_index(pp, c, s)] =
+                group_irecv_f32(GROUP_PP, a->resid, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
+        }
+    } else if (!act->forward && vs < pp->n_virtual - 1) {
+        CommRequest *r = &pp->recv_req[(size_t)pp->v * pp->max_slots + slot_index(pp, c, *slot)];
+        if (r->slot < 0)
+            *r = group_irecv_f32(GROUP_PP, pp->grad_recv[c] + (size_t)*slot * x->nd, x->nd,
+                                 rank_of_virtual(pp, vs + 1), 2 * vs + 1);
+    }
+}
+
+// Forward of (chunk c, micro-batch `micro`) in activation slot `slot`.
+static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale, int want_grads) {
+    Pipeline *pp = x->pp;
+    const int vs = pp_virtual_stage(pp, c);
+    const size_t bs = x->nd / x->m->D;
+    Activations *a = &pp->acts[c][slot];
+    int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
+    if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
+    double t0 = now_seconds();
+    if (vs > 0) {
+        comm_wait(&pp->recv_req[slot_index(pp, c, slot)], "pipeline activation receive");
+        trace(x, "recv", c, micro, t0);
+    }
+    t0 = now_seconds();
+    double loss = llama_stage_forward(x->m, x->pa, a, tokens, a->resid, targets, grad_scale, want_grads);
+    trace(x, want_grads ? "forward" : "validation", c, micro, t0);
+    if (vs < pp->n_virtual - 1)
+        pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
+            GROUP_PP, llama_stage_output(x->m, a), x->nd, rank_of_virtual(pp, vs + 1), 2 * vs);
+    return loss;
+}
+
+static void run_backward(Exec *x, const PpAction *act) {
+    Pipeline *pp = x->pp;
+    const int c = act->chunk, vs = pp_virtual_stage(pp, c);
+    int *slot_p = slot_ref(pp, c, act->micro), slot = *slot_p;
+    const size_t si = slot_index(pp, c, slot), bs = x->nd / x->m->D;
+    Activations *a = &pp->acts[c][slot];
+    const float *dx_out = NULL;
+    double t0 = now_seconds();
+    if (vs < pp->n_virtual - 1) {
+        comm_wait(&pp->recv_req[(size_t)pp->v * pp->max_slots + si], "pipeline gradient receive");
+        dx_out = pp->grad_recv[c] + (size_t)slot * x->nd;
+        trace(x, "recv", c, act->micro, t0);
+    }
+    t0 = now_seconds();
+    const float *dx_in = llama_stage_backward(x->m, x->pa, a, pp->tokens[c] + (size_t)slot * bs, dx_out);
+    trace(x, "backward", c, act->micro, t0);
+    if (vs > 0) {
+        float *buf = pp->grad_send[c] + (size_t)slot * x->nd;
+        comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
+        memcpy(buf, dx_in, sizeof(float) * x->nd);
+        pp->grad_send_req[si] = group_isend_f32(GROUP_PP, buf, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1) + 1);
+    }
+    // The activation this slot sent forward must have left before the slot is reused.
+    comm_wait(&pp->act_send[si], "pipeline activation send");
+    pp->slot_busy[c][slot] = 0;
+    *slot_p = -1;
+}
+
+static void reset_slots(Pipeline *pp) {
+    for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = -1;
+    for (int c = 0; c < pp->v; c++) memset(pp->slot_busy[c], 0, sizeof(int) * (size_t)pp->n_slots[c]);
+}
+
+static void drain_sends(Pipeline *pp) {
+    for (size_t i = 0; i < (size_t)pp->v * pp->max_slots; i++) {
+        comm_wait(&pp->act_send[i], "pipeline activation send");
+        comm_wait(&pp->grad_send_req[i], "pipeline gradient send");
+    }
+}
+
+double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
+                   float grad_scale) {
+    Exec x = {pp, m, pa, cb, (size_t)pp->acts[0][0].B * pp->acts[0][0].S * m->D};
+    reset_slots(pp);
+    double loss = 0.0;
+    for (int k = 0; k < pp->n_actions; k++) {
+        post_input(&x, &pp->actions[k], 0);
+        // Post the next action's receive now, so its message can land while this
+        // action computes.
+        if (k + 1 < pp->n_actions) post_input(&x, &pp->actions[k + 1], 1);
+        const PpAction *act = &pp->actions[k];
+        if (act->forward)
+            loss += run_forward(&x, act->chunk, act->micro, *slot_ref(pp, act->chunk, act->micro),
+                                grad_scale, 1);
+        else
+            run_backward(&x, &pp->actions[k]);
+    }
+    drain_sends(pp);
+    return loss;
+}
+
+double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
+                      const PpCallbacks *cb, int micros) {
+    Exec x = {pp, m, pa, cb, (size_t)pp->acts[0][0].B * pp->acts[0][0].S * m->D};
+    double loss = 0.0;
+    // Forward only, one micro-batch at a time through every chunk in order, in
+    // slot 0 of each chunk; each message is received before the next is posted.
+    for (int mb = 0; mb < micros; mb++)
+        for (int c = 0; c < pp->v; c++) {
+            const int vs = pp_virtual_stage(pp, c);
+            const size_t si = slot_index(pp, c, 0);
+            if (vs > 0)
+                pp->recv_req[si] = group_irecv_f32(GROUP_PP, pp->acts[c][0].resid, x.nd,
+                                                   rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
+            loss += run_forward(&x, c, mb, 0, 0.0f, 0);
+            comm_wait(&pp->act_send[si], "pipeline activation send");
+        }
+    return loss;
+}
