@@ -47,7 +47,7 @@ for zero in 0 1 2 3; do
         awk -v zero="$zero" -v dp="$dp" '
             /^model: / { psi = $2 }
             /^memory \(rank / {
-                p = $5; g = $8; o = $11; a = $14; s = p + g + o
+                p = $5; g = $9; o = $13; a = $17; s = p + g + o
                 if (s > best) { best = s; bp = p; bg = g; bo = o }
                 if ($3 == "0):") act = a
             }

@@ -86,6 +86,8 @@ static const KeyDef KEYS[] = {
     KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
     KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
+    KEY(parallel, sequence_parallel, KT_BOOL, "false",
+        "with tp > 1: norms, residual adds and the loss input on token shards (all-gather/reduce-scatter)"),
     KEY(parallel, order, KT_STRING, "dp-pp-cp-tp",
         "rank order, outermost first (tp fastest): dp-pp-cp-tp or pp-dp-cp-tp"),
     KEY(parallel, bucket_mb, KT_DOUBLE, "25", "data-parallel gradient bucket size (MiB)"),
@@ -629,7 +631,7 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
 
 static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.dp", p->dp, 1);
-    need_unsupported_one("parallel.tp", p->tp, "tensor parallel");
+    need_int_min("parallel.tp", p->tp, 1);
     need_int_min("parallel.pp", p->pp, 1);
     need_unsupported_one("parallel.cp", p->cp, "context parallel");
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
@@ -652,6 +654,23 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
 }
 
 // Pipeline constraints that involve the model and the batch.
+// Tensor-parallel constraints: every rank gets whole heads and an equal FFN slice.
+static void validate_tensor(const Config *c) {
+    const int tp = c->parallel.tp;
+    const ModelConfig *m = &c->model;
+    if (m->num_attention_heads % tp != 0)
+        die("model.num_attention_heads = %d is not divisible by parallel.tp = %d", m->num_attention_heads, tp);
+    if (m->num_key_value_heads % tp != 0)
+        die("model.num_key_value_heads = %d is not divisible by parallel.tp = %d (key/value heads are "
+            "split over tensor-parallel ranks, not replicated)", m->num_key_value_heads, tp);
+    if (m->intermediate_size % tp != 0)
+        die("model.intermediate_size = %d is not divisible by parallel.tp = %d", m->intermediate_size, tp);
+    long long tokens = (long long)c->training.micro_batch_size * c->training.seq_length;
+    if (c->parallel.sequence_parallel && tp > 1 && tokens % tp != 0)
+        die("parallel.sequence_parallel: training.micro_batch_size * training.seq_length = %lld tokens "
+            "is not divisible by parallel.tp = %d", tokens, tp);
+}
+
 static void validate_pipeline(const Config *c) {
     const ParallelConfig *p = &c->parallel;
     int chunks = p->pp * p->pp_virtual, L = c->model.num_hidden_layers;
@@ -714,6 +733,7 @@ void config_validate(Config *c, int world_size) {
     validate_parallel(&c->parallel, world_size);
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
+    validate_tensor(c);
     if (!c->data.train[0])
         die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
     need_int_min("checkpoint.every", c->checkpoint.every, 0);

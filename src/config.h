@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
+    bool sequence_parallel;  // norms and residual stream on token shards (tp > 1)
     char order[CFG_PATH_MAX];  // rank order, outermost first: "dp-pp-cp-tp" or "pp-dp-cp-tp"
     double bucket_mb;    // data-parallel gradient bucket size in MiB
     bool overlap;        // reduce gradient buckets during backward (false: after it)

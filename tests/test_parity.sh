@@ -24,6 +24,8 @@ STEPS=12
 tmp=$(mktemp -d)
 if [ "${KEEP:-0}" = 1 ]; then echo "work directory: $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
 fail=0
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
 failed() { echo "FAIL $*"; fail=1; }
 
 [ -x "$FEMTOTRON" ] || { failed "setup: $FEMTOTRON not built (run make)"; exit 1; }
@@ -54,6 +56,7 @@ run_layout() {
 # compare REF ROW -> prints "worst_rel_diff=... grad_norm_rel_diff=..." ; status 1 on mismatch
 compare() {
     awk -v tol="$TOL" -v steps=$STEPS '
+        BEGIN { num = "^-?[0-9]+(\\.[0-9]*)?([eE][-+]?[0-9]+)?$" }
         function field(line, key,   m) {
             if (match(line, "\"" key "\": [^,}]*")) {
                 m = substr(line, RSTART, RLENGTH); sub(/^[^:]*: /, "", m); return m
@@ -61,7 +64,7 @@ compare() {
             return "NA"
         }
         function rel(a, b,   d, s) {
-            d = a - b; if (d < 0) d = -d
+            a += 0; b += 0; d = a - b; if (d < 0) d = -d
             s = b < 0 ? -b : b; if (s < 1e-30) s = 1e-30
             return d / s
         }
@@ -69,9 +72,9 @@ compare() {
         {
             n++
             s = field($0, "step"); l = field($0, "loss"); g = field($0, "grad_norm"); k = field($0, "skipped")
-            if (s != rs[n]) { bad = bad sprintf(" line %d: step %s, reference step %s;", n, s, rs[n]); continue }
+            if (s != rs[n]) { bad = bad sprintf(" line %d: step %s, reference step %s;", n, s, rs[n]); next }
             if (k == "true") bad = bad sprintf(" step %s skipped;", s)
-            if (l == "NA" || g == "NA" || l != l + 0 || g != g + 0) { bad = bad sprintf(" step %s: no finite loss/grad_norm;", s); continue }
+            if (l !~ num || g !~ num) { bad = bad sprintf(" step %s: no finite loss/grad_norm;", s); next }
             dl = rel(l, rl[n]); dg = rel(g, rg[n])
             if (dl > wl) wl = dl
             if (dg > wg) wg = dg
@@ -82,6 +85,7 @@ compare() {
             if (nref != steps) bad = bad sprintf(" reference has %d steps, expected %d;", nref, steps)
             if (n != steps) bad = bad sprintf(" %d steps logged, expected %d;", n, steps)
             printf "worst_rel_diff=%.3g grad_norm_rel_diff=%.3g", wl, wg
+            if (length(bad) > 300) bad = substr(bad, 1, 300) " ..."
             if (wl > tol || wg > tol || bad != "") { printf " (tolerance %s):%s%s%s", tol, firstl, firstg, bad; exit 1 }
         }' "$1" "$2"
 }
@@ -111,24 +115,24 @@ done < "$layouts"
 declare -A ref_of ref_ok
 nref=0
 for i in "${!names[@]}"; do
-    key=${modelargs[$i]}
+    key="k:${modelargs[$i]}"   # bash cannot use an empty string as a key
     [ -n "${ref_of[$key]+x}" ] && continue
     nref=$((nref + 1))
     ref="$tmp/ref$nref"
     ref_of[$key]=$ref
-    read -r -a margs <<< "$key"
-    t0=$(date +%s.%N)
+    read -r -a margs <<< "${key#k:}"
+    t0=$(now)
     run_layout 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}"
     rc=$?
     if [ $rc -eq 0 ] && [ "$(wc -l < "$ref.jsonl")" -eq $STEPS ]; then
         ref_ok[$key]=1
-        printf 'reference%s: 1 rank, B 8 x A 1: loss %s -> %s (%.1fs)\n' "${key:+ [$key]}" \
+        printf 'reference%s: 1 rank, B 8 x A 1: loss %s -> %s (%s)\n' "${margs[*]:+ [${margs[*]}]}" \
             "$(head -n1 "$ref.jsonl" | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
             "$(tail -n1 "$ref.jsonl" | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
-            "$(echo "$(date +%s.%N) - $t0" | bc)"
+            "$(since "$t0")"
     else
         ref_ok[$key]=0
-        echo "reference run${key:+ [$key]} failed (status $rc):"; tail -n 20 "$ref.log" | sed 's/^/    /'
+        echo "reference run${margs[*]:+ [${margs[*]}]} failed (status $rc):"; tail -n 20 "$ref.log" | sed 's/^/    /'
     fi
 done
 
@@ -142,13 +146,14 @@ for i in "${!names[@]}"; do
         else rest+=("${args[$j]}"); fi
     done
     [[ "$np" =~ ^[1-9][0-9]*$ ]] || { failed "$name: bad -np value '$np'"; continue; }
-    ref=${ref_of[${modelargs[$i]}]}
-    if [ "${ref_ok[${modelargs[$i]}]}" != 1 ]; then failed "$name: its 1-rank reference run failed"; continue; fi
+    key="k:${modelargs[$i]}"
+    ref=${ref_of[$key]}
+    if [ "${ref_ok[$key]}" != 1 ]; then failed "$name: its 1-rank reference run failed"; continue; fi
     log="$tmp/$name.log"; metrics="$tmp/$name.jsonl"
-    t0=$(date +%s.%N)
+    t0=$(now)
     run_layout "$np" "$log" "$metrics" "${rest[@]}" "${margs[@]}"
     rc=$?
-    dt=$(printf '%.1fs' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    dt=$(since "$t0")
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         failed "$name: hung (timeout ${TIMEOUT}s, $np ranks)"; tail -n 5 "$log" | sed 's/^/    /'; continue
     fi

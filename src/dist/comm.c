@@ -282,6 +282,14 @@ void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
     allreduce_f64(g, buf, n, MPI_MAX, "all-reduce (max)");
 }
 
+void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
+    if (!mpi_up || group_size(g) == 1) return;
+    if (n > MAX_PIECE) die("all-reduce (max) of %zu floats exceeds the per-call limit", n);
+    CommRequest r = take_slot(g);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, groups[g], &requests[r.slot]);
+    comm_wait(&r, "all-reduce (max)");
+}
+
 void group_allgather_f32(GroupId g, float *buf, size_t chunk) {
     if (!mpi_up || group_size(g) == 1) return;
     CommRequest r = group_iallgather_f32(g, buf, chunk);

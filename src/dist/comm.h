@@ -52,6 +52,7 @@ void group_barrier(GroupId g);
 void group_allreduce_sum_f32(GroupId g, float *buf, size_t n);    // in place
 void group_allreduce_sum_f64(GroupId g, double *buf, size_t n);   // in place
 void group_allreduce_max_f64(GroupId g, double *buf, size_t n);   // in place
+void group_allreduce_max_f32(GroupId g, float *buf, size_t n);    // in place
 // buf (size * chunk): every rank's chunk r sits at buf + r*chunk; gathers in place.
 void group_allgather_f32(GroupId g, float *buf, size_t chunk);
 // in (size * chunk) -> out (chunk): out = sum over ranks of their in[r*chunk ..].

@@ -76,11 +76,14 @@ void llama_init_range(const LlamaModel *m, uint64_t seed, size_t lo, size_t hi, 
             for (size_t e = a; e < b; e++) x[e - a] = 1.0f;
             continue;
         }
-        // Element index inside the global tensor is the generator's counter.
+        // The element's index in the GLOBAL tensor is the generator's counter, so a
+        // tensor-parallel slice draws exactly its part; vocab padding rows are zero.
         const uint32_t key[2] = {(uint32_t)seed, fnv1a32(pi->name) ^ (uint32_t)(seed >> 32)};
 #pragma omp parallel for schedule(static)
-        for (size_t e = a; e < b; e++)
-            x[e - a] = (float)(std * normal_from_key(key, (uint64_t)(e - pi->offset)));
+        for (size_t e = a; e < b; e++) {
+            int64_t g = param_global_index(pi, e - pi->offset);
+            x[e - a] = g < 0 ? 0.0f : (float)(std * normal_from_key(key, (uint64_t)g));
+        }
     }
 }
 

@@ -12,19 +12,38 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "parallel/tensor_parallel.h"
 #include "util.h"
 
 // Append one tensor to the table (when the table exists; the first pass only counts)
-// and return its offset in the flat buffer. cols == 0 means a 1-D tensor.
+// and return its offset in the flat buffer. cols == 0 means a 1-D tensor. The
+// slice held here follows `split`: `parts` equal slices of the split dimension,
+// this rank's being number m->tp_rank; `valid_rows` < the slice for vocab padding.
 static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *name,
-                        int64_t rows, int64_t cols) {
-    size_t at = *offset, numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+                        int64_t rows, int64_t cols, SplitKind split) {
+    int64_t lrows = rows, lcols = cols > 0 ? cols : 1, start = 0, valid = 0;
+    if (split == SPLIT_ROWS) {
+        lrows = (rows + m->tp - 1) / m->tp;  // vocab rows are padded to a multiple of tp
+        start = lrows * m->tp_rank;
+        valid = rows - start < 0 ? 0 : (rows - start < lrows ? rows - start : lrows);
+    } else if (split == SPLIT_COLS) {
+        lcols = cols / m->tp;
+        start = lcols * m->tp_rank;
+        valid = lcols;
+    }
+    size_t at = *offset, numel = (size_t)lrows * (size_t)lcols;
     if (m->params) {
         ParamInfo *p = &m->params[*count];
         snprintf(p->name, sizeof p->name, "%s", name);
         p->ndim = cols > 0 ? 2 : 1;
         p->shape[0] = rows;
         p->shape[1] = cols > 0 ? cols : 1;
+        p->local_shape[0] = lrows;
+        p->local_shape[1] = lcols;
+        p->split = split;
+        p->start = start;
+        p->valid = valid;
+        p->replica_writer = split != SPLIT_NONE || m->tp_rank == 0;
         p->offset = at;
         p->numel = numel;
         p->weight_decay = p->ndim >= 2;
@@ -34,34 +53,41 @@ static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *n
     return at;
 }
 
+int64_t param_global_index(const ParamInfo *p, size_t e) {
+    if (p->split == SPLIT_NONE) return (int64_t)e;
+    int64_t i = (int64_t)e / p->local_shape[1], j = (int64_t)e % p->local_shape[1];
+    if (p->split == SPLIT_ROWS) return i < p->valid ? (p->start + i) * p->shape[1] + j : -1;
+    return i * p->shape[1] + p->start + j;
+}
+
 // Walk the tensors in buffer order; a first pass counts, a second fills the table.
 static void layout_params(LlamaModel *m) {
     int count = 0;
     size_t off = 0;
     char name[PARAM_NAME_MAX];
     const int D = m->D, F = m->F, q_rows = m->H * m->hd, kv_rows = m->KV * m->hd;
-    m->embed = add_param(m, &count, &off, "model.embed_tokens.weight", m->V, D);
+    m->embed = add_param(m, &count, &off, "model.embed_tokens.weight", m->V, D, SPLIT_ROWS);
     for (int l = 0; l < m->L; l++) {
         LayerOffsets lo;
-#define LAYER_PARAM(suffix, rows, cols) \
+#define LAYER_PARAM(suffix, rows, cols, split) \
     (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), \
-     add_param(m, &count, &off, name, rows, cols))
-        lo.ln1 = LAYER_PARAM("input_layernorm.weight", D, 0);
-        lo.qkv = LAYER_PARAM("self_attn.q_proj.weight", q_rows, D);  // q, k, v adjacent:
-        LAYER_PARAM("self_attn.k_proj.weight", kv_rows, D);          // one fused GEMM
-        LAYER_PARAM("self_attn.v_proj.weight", kv_rows, D);
-        lo.o = LAYER_PARAM("self_attn.o_proj.weight", D, q_rows);
-        lo.ln2 = LAYER_PARAM("post_attention_layernorm.weight", D, 0);
-        lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D);  // gate, up adjacent:
-        LAYER_PARAM("mlp.up_proj.weight", F, D);                 // one fused GEMM
-        lo.down = LAYER_PARAM("mlp.down_proj.weight", D, F);
+     add_param(m, &count, &off, name, rows, cols, split))
+        lo.ln1 = LAYER_PARAM("input_layernorm.weight", D, 0, SPLIT_NONE);
+        lo.qkv = LAYER_PARAM("self_attn.q_proj.weight", q_rows, D, SPLIT_ROWS);  // q, k, v adjacent:
+        LAYER_PARAM("self_attn.k_proj.weight", kv_rows, D, SPLIT_ROWS);          // one fused GEMM
+        LAYER_PARAM("self_attn.v_proj.weight", kv_rows, D, SPLIT_ROWS);
+        lo.o = LAYER_PARAM("self_attn.o_proj.weight", D, q_rows, SPLIT_COLS);
+        lo.ln2 = LAYER_PARAM("post_attention_layernorm.weight", D, 0, SPLIT_NONE);
+        lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D, SPLIT_ROWS);  // gate, up adjacent:
+        LAYER_PARAM("mlp.up_proj.weight", F, D, SPLIT_ROWS);                 // one fused GEMM
+        lo.down = LAYER_PARAM("mlp.down_proj.weight", D, F, SPLIT_COLS);
 #undef LAYER_PARAM
         if (m->layer) m->layer[l] = lo;
     }
-    m->final_norm = add_param(m, &count, &off, "model.norm.weight", D, 0);
+    m->final_norm = add_param(m, &count, &off, "model.norm.weight", D, 0, SPLIT_NONE);
     m->head = m->cfg.tie_word_embeddings
                   ? m->embed
-                  : add_param(m, &count, &off, "lm_head.weight", m->V, D);
+                  : add_param(m, &count, &off, "lm_head.weight", m->V, D, SPLIT_ROWS);
     m->n_params = count;
     m->num_elements = off;
     if (m->unit_lo) {  // units: embedding | layer 0 | ... | layer L-1 | final norm (+ head)
@@ -72,7 +98,7 @@ static void layout_params(LlamaModel *m) {
     }
 }
 
-void llama_build(LlamaModel *m, const ModelConfig *cfg) {
+void llama_build_tp(LlamaModel *m, const ModelConfig *cfg, int tp, int tp_rank, int sp) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->D = cfg->hidden_size;
@@ -82,6 +108,15 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg) {
     m->KV = cfg->num_key_value_heads;
     m->hd = cfg->hidden_size / cfg->num_attention_heads;
     m->V = cfg->vocab_size;
+    m->tp = tp;
+    m->tp_rank = tp_rank;
+    m->sp = sp && tp > 1;
+    m->Hl = m->H / tp;
+    m->KVl = m->KV / tp;
+    m->Fl = m->F / tp;
+    m->Vl = (m->V + tp - 1) / tp;
+    m->v0 = m->Vl * tp_rank;
+    m->v_valid = m->V - m->v0 < 0 ? 0 : (m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl);
     layout_params(m);  // count
     m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
     m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
@@ -89,6 +124,8 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg) {
     m->unit_lo = xcalloc(sizeof(size_t) * (size_t)(m->n_units + 1), "unit offsets");
     layout_params(m);  // fill
 }
+
+void llama_build(LlamaModel *m, const ModelConfig *cfg) { llama_build_tp(m, cfg, 1, 0, 0); }
 
 void llama_free(LlamaModel *m) {
     free(m->params);
@@ -125,25 +162,28 @@ StageUnits llama_all_units(const LlamaModel *m) {
 // Scratch buffers are planned only when with_scratch is set.
 static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *a,
                                 int with_scratch) {
-    const size_t N = (size_t)B * S, D = m->D, F = m->F, nl = (size_t)a->nl;
-    const size_t QKV = (size_t)(m->H + 2 * m->KV) * m->hd, A = (size_t)m->H * m->hd;
-    const size_t P = (size_t)B * m->H * S * S, half = (size_t)m->hd / 2;
+    const size_t N = (size_t)B * S, Nr = (size_t)tp_rows(m, B * S), D = m->D, Fl = m->Fl;
+    const size_t nl = (size_t)a->nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
+    const size_t A = (size_t)m->Hl * m->hd, P = (size_t)B * m->Hl * S * S, half = (size_t)m->hd / 2;
     const size_t head = a->has_head ? 1 : 0, scr = with_scratch ? 1 : 0;
+    const size_t tps = with_scratch && m->tp > 1 ? 1 : 0;
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
         {&a->cos_t, S * half},          {&a->sin_t, S * half},
-        {&a->resid, (nl + 1) * N * D},  {&a->ln1, nl * N * D},
-        {&a->ln1_rstd, nl * N},         {&a->qkv, nl * N * QKV},
+        {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nl * Nr * D},
+        {&a->ln1_rstd, nl * Nr},        {&a->qkv, nl * N * QKV},
         {&a->probs, nl * P},            {&a->attn, nl * N * A},
-        {&a->resid_mid, nl * N * D},    {&a->ln2, nl * N * D},
-        {&a->ln2_rstd, nl * N},         {&a->gu, nl * N * 2 * F},
-        {&a->mlp_h, nl * N * F},        {&a->lnf, head * N * D},
-        {&a->lnf_rstd, head * N},       {&a->logits, head * N * (size_t)m->V},
-        {&a->dresid, scr * N * D},      {&a->dbuf_d, scr * N * (D > A ? D : A)},
+        {&a->resid_mid, nl * Nr * D},   {&a->ln2, nl * Nr * D},
+        {&a->ln2_rstd, nl * Nr},        {&a->gu, nl * N * 2 * Fl},
+        {&a->mlp_h, nl * N * Fl},       {&a->lnf, head * Nr * D},
+        {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
+        {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
         {&a->dqkv, scr * N * QKV},      {&a->dattn_scratch, scr * P},
-        {&a->dgu, scr * N * 2 * F},     {&a->dbuf_i, scr * N * F},
+        {&a->dgu, scr * N * 2 * Fl},    {&a->dbuf_i, scr * N * (Fl > A ? Fl : A)},
+        {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
+        {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},
     };
     size_t total = 0;
     float *base = a->arena;  // NULL when only counting
@@ -187,6 +227,10 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
         a->dattn_scratch = share_scratch->dattn_scratch;
         a->dgu = share_scratch->dgu;
         a->dbuf_i = share_scratch->dbuf_i;
+        a->tp_full = share_scratch->tp_full;
+        a->tp_partial = share_scratch->tp_partial;
+        a->tp_stats = share_scratch->tp_stats;
+        a->tp_dw = share_scratch->tp_dw;
     }
     rope_tables(a->cos_t, a->sin_t, S, m->hd, rope_theta, 0);
 }
@@ -222,113 +266,159 @@ ParamAccess param_access_whole(WholeBuffers *wb) {
 #define AT(base, u, off) ((base) + ((off) - m->unit_lo[u]))
 
 float *llama_stage_output(const LlamaModel *m, Activations *a) {
-    return a->resid + (size_t)a->nl * a->B * a->S * m->D;
+    return a->resid + (size_t)a->nl * tp_rows(m, a->B * a->S) * m->D;
+}
+
+// RMSNorm backward of a replicated weight: with sequence parallel each rank sees
+// only its token shard, so the weight's gradient contribution is summed over the
+// group before it joins the accumulated gradient.
+static void norm_backward(const LlamaModel *m, Activations *a, float *din, float *dweight,
+                          const float *dout, const float *in, const float *weight, const float *rstd,
+                          int Nr) {
+    if (!m->sp) {
+        rmsnorm_backward(din, dweight, dout, in, weight, rstd, Nr, m->D);
+        return;
+    }
+    memset(a->tp_dw, 0, sizeof(float) * (size_t)m->D);
+    rmsnorm_backward(din, a->tp_dw, dout, in, weight, rstd, Nr, m->D);
+    tp_sum_replicated(m, a->tp_dw, (size_t)m->D);
+    residual_forward(dweight, dweight, a->tp_dw, (size_t)m->D);
+}
+
+// Row-parallel output: computed into `out` directly (all-reduced in place) without
+// sequence parallel, or into the partial scratch then reduce-scattered into out.
+static float *row_parallel_dst(const LlamaModel *m, Activations *a, float *out) {
+    return m->sp ? a->tp_partial : out;
 }
 
 // One decoder layer forward; i is the local slot, l the global layer index.
 static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
-    const int B = a->B, S = a->S, N = B * S, D = m->D, F = m->F;
-    const int H = m->H, KV = m->KV, hd = m->hd, QKV = (H + 2 * KV) * hd, A = H * hd;
+    const int B = a->B, S = a->S, N = B * S, Nr = tp_rows(m, N), D = m->D, Fl = m->Fl;
+    const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
     const float eps = (float)m->cfg.rms_norm_eps;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     const float *w = pa->acquire_params(pa->ctx, u);
-    float *x = a->resid + (size_t)i * N * D;              // (N, D) layer input
-    float *ln1 = a->ln1 + (size_t)i * N * D;              // (N, D)
-    float *qkv = a->qkv + (size_t)i * N * QKV;            // (N, QKV)
-    float *probs = a->probs + (size_t)i * B * H * S * S;  // (B, H, S, S)
-    float *attn = a->attn + (size_t)i * N * A;            // (N, H*hd)
-    float *mid = a->resid_mid + (size_t)i * N * D;        // (N, D)
-    float *ln2 = a->ln2 + (size_t)i * N * D;              // (N, D)
-    float *gu = a->gu + (size_t)i * N * 2 * F;            // (N, 2F)
-    float *h = a->mlp_h + (size_t)i * N * F;              // (N, F)
-    float *out = a->resid + (size_t)(i + 1) * N * D;      // (N, D) layer output
+    float *x = a->resid + (size_t)i * Nr * D;              // (Nr, D) layer input
+    float *ln1 = a->ln1 + (size_t)i * Nr * D;              // (Nr, D)
+    float *qkv = a->qkv + (size_t)i * N * QKV;             // (N, QKV) local heads
+    float *probs = a->probs + (size_t)i * B * Hl * S * S;  // (B, Hl, S, S)
+    float *attn = a->attn + (size_t)i * N * A;             // (N, Hl*hd)
+    float *mid = a->resid_mid + (size_t)i * Nr * D;        // (Nr, D)
+    float *ln2 = a->ln2 + (size_t)i * Nr * D;              // (Nr, D)
+    float *gu = a->gu + (size_t)i * N * 2 * Fl;            // (N, 2Fl)
+    float *h = a->mlp_h + (size_t)i * N * Fl;              // (N, Fl)
+    float *out = a->resid + (size_t)(i + 1) * Nr * D;      // (Nr, D) layer output
 
-    rmsnorm_forward(ln1, a->ln1_rstd + (size_t)i * N, x, AT(w, u, lo->ln1), N, D, eps);
-    matmul_forward(qkv, ln1, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v in one GEMM
-    rope_forward(qkv, a->cos_t, a->sin_t, B, S, H, KV, hd);
-    attention_forward(attn, probs, qkv, B, S, H, KV, hd);
-    matmul_forward(mid, attn, AT(w, u, lo->o), N, A, D);
-    residual_forward(mid, mid, x, (size_t)N * D);
-    rmsnorm_forward(ln2, a->ln2_rstd + (size_t)i * N, mid, AT(w, u, lo->ln2), N, D, eps);
-    matmul_forward(gu, ln2, AT(w, u, lo->gate_up), N, D, 2 * F);  // gate|up in one GEMM
-    swiglu_forward(h, gu, N, F);
-    matmul_forward(out, h, AT(w, u, lo->down), N, F, D);
-    residual_forward(out, out, mid, (size_t)N * D);
+    rmsnorm_forward(ln1, a->ln1_rstd + (size_t)i * Nr, x, AT(w, u, lo->ln1), Nr, D, eps);
+    const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);             // (N, D)
+    matmul_forward(qkv, ln1_full, AT(w, u, lo->qkv), N, D, QKV);              // q|k|v, column-parallel
+    rope_forward(qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    attention_forward(attn, probs, qkv, B, S, Hl, KVl, hd);
+    float *o = row_parallel_dst(m, a, mid);
+    matmul_forward(o, attn, AT(w, u, lo->o), N, A, D);                        // row-parallel
+    tp_reduce(m, o, mid, N, D);
+    residual_forward(mid, mid, x, (size_t)Nr * D);
+    rmsnorm_forward(ln2, a->ln2_rstd + (size_t)i * Nr, mid, AT(w, u, lo->ln2), Nr, D, eps);
+    const float *ln2_full = tp_gather(m, ln2, a->tp_full, N, D);
+    matmul_forward(gu, ln2_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);        // gate|up, column-parallel
+    swiglu_forward(h, gu, N, Fl);
+    float *down = row_parallel_dst(m, a, out);
+    matmul_forward(down, h, AT(w, u, lo->down), N, Fl, D);                    // row-parallel
+    tp_reduce(m, down, out, N, D);
+    residual_forward(out, out, mid, (size_t)Nr * D);
     pa->release_params(pa->ctx, u);
 }
 
 double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                            const int32_t *tokens, const float *x_in, const int32_t *targets,
                            float grad_scale, int want_grads) {
-    const int N = a->B * a->S, D = m->D, u_final = m->L + 1;
+    const int N = a->B * a->S, Nr = tp_rows(m, N), D = m->D, u_final = m->L + 1;
     const int tied = m->cfg.tie_word_embeddings;
     const float *w0 = NULL;
     if (a->has_embed) {
         w0 = pa->acquire_params(pa->ctx, 0);
-        embedding_forward(a->resid, tokens, AT(w0, 0, m->embed), N, D);
+        tp_embedding_forward(m, a->resid, tokens, AT(w0, 0, m->embed), a->tp_full, N);
         if (!(tied && a->has_head)) pa->release_params(pa->ctx, 0);  // a tied head needs it again
-    } else {
-        memcpy(a->resid, x_in, sizeof(float) * (size_t)N * D);  // kept for this stage's backward
+    } else if (x_in != a->resid) {
+        memcpy(a->resid, x_in, sizeof(float) * (size_t)Nr * D);  // kept for this stage's backward
     }
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     const float *wf = pa->acquire_params(pa->ctx, u_final);
     if (tied && !w0) die("tie_word_embeddings: the last stage must hold the embedding");
     const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
-    rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), AT(wf, u_final, m->final_norm), N,
-                    D, (float)m->cfg.rms_norm_eps);
-    matmul_forward(a->logits, a->lnf, head, N, D, m->V);
+    rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), AT(wf, u_final, m->final_norm),
+                    Nr, D, (float)m->cfg.rms_norm_eps);
+    const float *lnf_full = tp_gather(m, a->lnf, a->tp_full, N, D);
+    matmul_forward(a->logits, lnf_full, head, N, D, m->Vl);  // vocab-parallel head
     pa->release_params(pa->ctx, u_final);
     if (tied) pa->release_params(pa->ctx, 0);
-    if (want_grads) return cross_entropy_forward_backward(a->logits, targets, N, m->V, grad_scale);
-    return cross_entropy_forward(a->logits, targets, N, m->V);
+    return tp_cross_entropy(m, a->logits, targets, N, grad_scale, want_grads, a->tp_stats);
 }
 
 // -------------------------------------------------------------------- backward
 
-// One decoder layer backward: dres (N, D) holds the gradient of the layer output on
+// Backward of a column-parallel block's input: din_partial = dout @ W (N, D) is
+// reduced over the group while the weight gradient is computed (overlap), then
+// lands in din (Nr, D).
+static void column_backward(const LlamaModel *m, Activations *a, float *din, float *dweight,
+                            const float *dout, const float *in_full, const float *weight, int N,
+                            int out_dim) {
+    const int D = m->D;
+    float *partial = m->sp ? a->tp_partial : din;
+    matmul_backward(partial, NULL, dout, in_full, weight, N, D, out_dim, 0);  // input gradient only
+    CommRequest r = tp_reduce_start(m, partial, din, N, D);
+    matmul_backward(NULL, dweight, dout, in_full, weight, N, D, out_dim, 0);  // weight gradient
+    tp_reduce_finish(&r);
+}
+
+// One decoder layer backward: dres (Nr, D) holds the gradient of the layer output on
 // entry and of the layer input on exit.
 static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
-    const int B = a->B, S = a->S, N = B * S, D = m->D, F = m->F;
-    const int H = m->H, KV = m->KV, hd = m->hd, QKV = (H + 2 * KV) * hd, A = H * hd;
+    const int B = a->B, S = a->S, N = B * S, Nr = tp_rows(m, N), D = m->D, Fl = m->Fl;
+    const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid, *dd = a->dbuf_d;
     const float *w = pa->acquire_params(pa->ctx, u);
     float *g = pa->grads(pa->ctx, u);
-    const float *x = a->resid + (size_t)i * N * D;
-    const float *ln1 = a->ln1 + (size_t)i * N * D;
+    const float *x = a->resid + (size_t)i * Nr * D;
+    const float *ln1 = a->ln1 + (size_t)i * Nr * D;
     const float *qkv = a->qkv + (size_t)i * N * QKV;
-    const float *probs = a->probs + (size_t)i * B * H * S * S;
+    const float *probs = a->probs + (size_t)i * B * Hl * S * S;
     const float *attn = a->attn + (size_t)i * N * A;
-    const float *mid = a->resid_mid + (size_t)i * N * D;
-    const float *ln2 = a->ln2 + (size_t)i * N * D;
-    const float *gu = a->gu + (size_t)i * N * 2 * F;
-    const float *h = a->mlp_h + (size_t)i * N * F;
+    const float *mid = a->resid_mid + (size_t)i * Nr * D;
+    const float *ln2 = a->ln2 + (size_t)i * Nr * D;
+    const float *gu = a->gu + (size_t)i * N * 2 * Fl;
+    const float *h = a->mlp_h + (size_t)i * N * Fl;
 
     // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
-    matmul_backward(a->dbuf_i, AT(g, u, lo->down), dres, h, AT(w, u, lo->down), N, F, D, 0);
-    swiglu_backward(a->dgu, a->dbuf_i, gu, N, F);
-    matmul_backward(dd, AT(g, u, lo->gate_up), a->dgu, ln2, AT(w, u, lo->gate_up), N, D, 2 * F, 0);
-    rmsnorm_backward(dres, AT(g, u, lo->ln2), dd, mid, AT(w, u, lo->ln2),
-                     a->ln2_rstd + (size_t)i * N, N, D);
+    const float *dout_full = tp_gather(m, dres, a->tp_full, N, D);  // row-parallel needs all tokens
+    matmul_backward(a->dbuf_i, AT(g, u, lo->down), dout_full, h, AT(w, u, lo->down), N, Fl, D, 0);
+    swiglu_backward(a->dgu, a->dbuf_i, gu, N, Fl);
+    const float *ln2_full = tp_gather(m, ln2, a->tp_full, N, D);    // re-gathered, not stored
+    column_backward(m, a, dd, AT(g, u, lo->gate_up), a->dgu, ln2_full, AT(w, u, lo->gate_up), N, 2 * Fl);
+    norm_backward(m, a, dres, AT(g, u, lo->ln2), dd, mid, AT(w, u, lo->ln2),
+                  a->ln2_rstd + (size_t)i * Nr, Nr);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
-    matmul_backward(dd, AT(g, u, lo->o), dres, attn, AT(w, u, lo->o), N, A, D, 0);
-    attention_backward(a->dqkv, a->dattn_scratch, dd, qkv, probs, B, S, H, KV, hd);
-    rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, H, KV, hd);
-    matmul_backward(dd, AT(g, u, lo->qkv), a->dqkv, ln1, AT(w, u, lo->qkv), N, D, QKV, 0);
-    rmsnorm_backward(dres, AT(g, u, lo->ln1), dd, x, AT(w, u, lo->ln1), a->ln1_rstd + (size_t)i * N,
-                     N, D);
+    dout_full = tp_gather(m, dres, a->tp_full, N, D);
+    matmul_backward(a->dbuf_i, AT(g, u, lo->o), dout_full, attn, AT(w, u, lo->o), N, A, D, 0);
+    attention_backward(a->dqkv, a->dattn_scratch, a->dbuf_i, qkv, probs, B, S, Hl, KVl, hd);
+    rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);
+    column_backward(m, a, dd, AT(g, u, lo->qkv), a->dqkv, ln1_full, AT(w, u, lo->qkv), N, QKV);
+    norm_backward(m, a, dres, AT(g, u, lo->ln1), dd, x, AT(w, u, lo->ln1),
+                  a->ln1_rstd + (size_t)i * Nr, Nr);
     pa->release_params(pa->ctx, u);
     pa->grads_done(pa->ctx, u);
 }
 
 const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                   const int32_t *tokens, const float *dx_out) {
-    const int N = a->B * a->S, D = m->D, u_final = m->L + 1;
+    const int N = a->B * a->S, Nr = tp_rows(m, N), D = m->D, u_final = m->L + 1;
     const int tied = m->cfg.tie_word_embeddings;
-    float *dres = a->dresid;  // (N, D) gradient of the residual stream
+    float *dres = a->dresid;  // (Nr, D) gradient of the residual stream
     const float *w0 = NULL;
     float *g0 = NULL;
     if (a->has_head) {
@@ -342,19 +432,20 @@ const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Ac
         }
         const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
         float *dhead = tied ? AT(g0, 0, m->embed) : AT(gf, u_final, m->head);
-        matmul_backward(a->dbuf_d, dhead, a->logits, a->lnf, head, N, D, m->V, 0);
-        memset(dres, 0, sizeof(float) * (size_t)N * D);
-        rmsnorm_backward(dres, AT(gf, u_final, m->final_norm), a->dbuf_d, llama_stage_output(m, a),
-                         AT(wf, u_final, m->final_norm), a->lnf_rstd, N, D);
+        const float *lnf_full = tp_gather(m, a->lnf, a->tp_full, N, D);
+        column_backward(m, a, a->dbuf_d, dhead, a->logits, lnf_full, head, N, m->Vl);
+        memset(dres, 0, sizeof(float) * (size_t)Nr * D);
+        norm_backward(m, a, dres, AT(gf, u_final, m->final_norm), a->dbuf_d, llama_stage_output(m, a),
+                      AT(wf, u_final, m->final_norm), a->lnf_rstd, Nr);
         pa->release_params(pa->ctx, u_final);
         pa->grads_done(pa->ctx, u_final);
     } else {
-        memcpy(dres, dx_out, sizeof(float) * (size_t)N * D);
+        memcpy(dres, dx_out, sizeof(float) * (size_t)Nr * D);
     }
     for (int i = a->nl - 1; i >= 0; i--) layer_backward(m, pa, a, i);
     if (!a->has_embed) return dres;
     if (!g0) g0 = pa->grads(pa->ctx, 0);
-    embedding_backward(AT(g0, 0, m->embed), dres, tokens, N, D);
+    tp_embedding_backward(m, AT(g0, 0, m->embed), dres, tokens, a->tp_full, N);
     if (w0) pa->release_params(pa->ctx, 0);
     pa->grads_done(pa->ctx, 0);
     return NULL;

@@ -27,15 +27,31 @@
 
 #define PARAM_NAME_MAX 96
 
-// One tensor of the flat buffer.
+// How tensor parallelism cuts a tensor (Megatron-LM): column-parallel layers
+// (q, k, v, gate, up) and the vocab-parallel embedding and head split the rows of
+// the (out, in) weight, row-parallel layers (o, down) split the columns, and the
+// norm weights are replicated on every tensor-parallel rank.
+typedef enum { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS } SplitKind;
+
+// One tensor of the flat buffer: the slice this rank holds of a global tensor.
 typedef struct {
     char name[PARAM_NAME_MAX];  // Hugging Face name
     int ndim;                   // 1 or 2
     int64_t shape[2];           // global shape (shape[1] = 1 when ndim == 1)
+    int64_t local_shape[2];     // shape of the slice held here (vocab padding included)
+    SplitKind split;
+    int64_t start;              // first global row (SPLIT_ROWS) or column (SPLIT_COLS) held
+    int64_t valid;              // rows/columns of the slice that exist globally (the rest of a
+                                // vocab slice is padding: never trained, never saved)
+    int replica_writer;         // 1 where this rank writes the tensor (replicated: tp rank 0 only)
     size_t offset;              // first element in the flat buffer
-    size_t numel;               // elements held by this rank
+    size_t numel;               // elements held by this rank (local_shape product)
     int weight_decay;           // 1 for matrices (ndim >= 2), 0 for norm weights
 } ParamInfo;
+
+// Global element index (row-major in the global shape) of local element e of p,
+// or -1 when e is vocab padding.
+int64_t param_global_index(const ParamInfo *p, size_t e);
 
 // Offsets (in elements) of one decoder layer's tensors in the flat buffer.
 typedef struct {
@@ -51,6 +67,11 @@ typedef struct {
     int n_units;                 // L + 2
     size_t *unit_lo;             // (n_units + 1)
     int D, F, L, H, KV, hd, V;   // shorthands from cfg (F = intermediate, hd = D / H)
+    // Tensor parallelism: this rank holds heads, FFN columns and a vocab slice.
+    int tp, tp_rank;             // group size and this rank's index (1, 0 without TP)
+    int sp;                      // sequence parallel: norms and residual on token shards
+    int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
+    int v0, v_valid;             // first global vocab id of the slice, real (unpadded) rows
     int n_params;
     ParamInfo *params;           // (n_params)
     size_t num_elements;         // total elements of the flat buffer
@@ -58,8 +79,10 @@ typedef struct {
     LayerOffsets *layer;         // (L)
 } LlamaModel;
 
-// Build the table from a model config (no weights allocated).
+// Build the table from a model config (no weights allocated), for one rank.
 void llama_build(LlamaModel *m, const ModelConfig *cfg);
+// The same for tensor-parallel rank tp_rank of tp (sp: sequence parallel).
+void llama_build_tp(LlamaModel *m, const ModelConfig *cfg, int tp, int tp_rank, int sp);
 void llama_free(LlamaModel *m);
 
 // Find a tensor by Hugging Face name; NULL when absent.
@@ -84,31 +107,38 @@ StageUnits llama_all_units(const LlamaModel *m);
 // buffer its backward needs, planned once (DESIGN.md invariant 3). `nl` = layers
 // of the stage; layer slots are local (slot i = layer l0 + i). Several in-flight
 // micro-batches (pipeline schedules) each get their own saved buffers and share
-// one set of backward scratch buffers.
+// one set of backward scratch buffers. Shapes are per rank: with tensor
+// parallelism Hl = H/tp heads, Fl = F/tp, Vl vocab rows; Nr = N/tp rows of the
+// residual stream with sequence parallel (else N = B*S).
 typedef struct {
     int B, S;
     int l0, nl;              // first layer and number of layers of the stage
     int has_embed, has_head; // first / last stage
     float *arena;            // one allocation holding every buffer this struct owns
     float *cos_t, *sin_t;    // (S, hd/2) RoPE tables
-    float *resid;            // (nl+1, N, D) residual stream entering each layer; slot nl = output
-    float *ln1, *ln1_rstd;   // (nl, N, D), (nl, N)
-    float *qkv;              // (nl, N, (H+2KV)*hd) after RoPE
-    float *probs;            // (nl, B, H, S, S)
-    float *attn;             // (nl, N, H*hd) attention output (o_proj input)
-    float *resid_mid;        // (nl, N, D) residual after attention
-    float *ln2, *ln2_rstd;   // (nl, N, D), (nl, N)
-    float *gu;               // (nl, N, 2F) gate|up pre-activations
-    float *mlp_h;            // (nl, N, F) silu(gate)*up (down_proj input)
-    float *lnf, *lnf_rstd;   // (N, D), (N)  last stage only
-    float *logits;           // (N, V) logits, then dlogits in place; last stage only
+    float *resid;            // (nl+1, Nr, D) residual stream entering each layer; slot nl = output
+    float *ln1, *ln1_rstd;   // (nl, Nr, D), (nl, Nr)
+    float *qkv;              // (nl, N, (Hl+2KVl)*hd) after RoPE
+    float *probs;            // (nl, B, Hl, S, S)
+    float *attn;             // (nl, N, Hl*hd) attention output (o_proj input)
+    float *resid_mid;        // (nl, Nr, D) residual after attention
+    float *ln2, *ln2_rstd;   // (nl, Nr, D), (nl, Nr)
+    float *gu;               // (nl, N, 2Fl) gate|up pre-activations
+    float *mlp_h;            // (nl, N, Fl) silu(gate)*up (down_proj input)
+    float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only
+    float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
     // backward scratch (shared between in-flight micro-batches)
-    float *dresid;           // (N, D) gradient of the residual stream
-    float *dbuf_d;           // (N, D)
-    float *dqkv;             // (N, (H+2KV)*hd)
-    float *dattn_scratch;    // (B, H, S, S)
-    float *dgu;              // (N, 2F)
-    float *dbuf_i;           // (N, F)
+    float *dresid;           // (Nr, D) gradient of the residual stream
+    float *dbuf_d;           // (Nr, D)
+    float *dqkv;             // (N, (Hl+2KVl)*hd)
+    float *dattn_scratch;    // (B, Hl, S, S)
+    float *dgu;              // (N, 2Fl)
+    float *dbuf_i;           // (N, Fl)
+    // tensor-parallel scratch (tp > 1 only)
+    float *tp_full;          // (N, D) a gathered activation
+    float *tp_partial;       // (N, D) a partial sum before its reduction
+    float *tp_stats;         // (3N) vocab-parallel loss statistics
+    float *tp_dw;            // (D) a norm weight's gradient contribution (sequence parallel)
     size_t bytes;            // bytes this struct allocated
 } Activations;
 

@@ -28,8 +28,9 @@ void matmul_forward(float *out, const float *in, const float *weight, int N, int
 void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
                      const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     // dW += dout^T @ in : (out, N) x (N, in)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout, out_dim,
-                in, in_dim, 1.0f, dweight, in_dim);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout,
+                    out_dim, in, in_dim, 1.0f, dweight, in_dim);
     if (din == NULL) return;
     // din (+)= dout @ W : (N, out) x (out, in)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout,
@@ -53,6 +54,34 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
         int c0 = (int)((long)D * id / nt), c1 = (int)((long)D * (id + 1) / nt);
         for (int n = 0; n < N; n++) {
             float *row = dtable + (size_t)tokens[n] * D;
+            const float *g = dout + (size_t)n * D;
+            for (int c = c0; c < c1; c++) row[c] += g[c];
+        }
+    }
+}
+
+void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D,
+                             int v0, int rows) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        int r = tokens[n] - v0;
+        if (r >= 0 && r < rows)
+            memcpy(out + (size_t)n * D, table + (size_t)r * D, sizeof(float) * (size_t)D);
+        else
+            memset(out + (size_t)n * D, 0, sizeof(float) * (size_t)D);
+    }
+}
+
+void embedding_backward_range(float *dtable, const float *dout, const int32_t *tokens, int N, int D,
+                              int v0, int rows) {
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)D * id / nt), c1 = (int)((long)D * (id + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            int r = tokens[n] - v0;
+            if (r < 0 || r >= rows) continue;
+            float *row = dtable + (size_t)r * D;
             const float *g = dout + (size_t)n * D;
             for (int c = c0; c < c1; c++) row[c] += g[c];
         }
@@ -303,6 +332,46 @@ double cross_entropy_forward(const float *logits, const int32_t *targets, int N,
         for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         for (int j = 0; j < V; j++) sum += expf(x[j] - mx);
         loss += (double)logf(sum) + (double)mx - (double)x[targets[n]];
+    }
+    return loss;
+}
+
+void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vl;
+        float mx = -INFINITY;
+        for (int j = 0; j < valid; j++) mx = x[j] > mx ? x[j] : mx;
+        rowmax[n] = mx;
+    }
+}
+
+void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                   const float *rowmax, float *sumexp, float *tlogit) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vl;
+        float sum = 0.0f;
+        for (int j = 0; j < valid; j++) sum += expf(x[j] - rowmax[n]);
+        sumexp[n] = sum;
+        int t = targets[n] - v0;
+        tlogit[n] = t >= 0 && t < valid ? x[t] : 0.0f;
+    }
+}
+
+double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                       const float *rowmax, const float *sumexp, const float *tlogit,
+                       float grad_scale, int want_grads) {
+    double loss = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : loss)
+    for (int n = 0; n < N; n++) {
+        loss += (double)logf(sumexp[n]) + (double)rowmax[n] - (double)tlogit[n];
+        if (!want_grads) continue;
+        float *x = logits + (size_t)n * Vl, inv = grad_scale / sumexp[n];
+        for (int j = 0; j < valid; j++) x[j] = expf(x[j] - rowmax[n]) * inv;
+        for (int j = valid; j < Vl; j++) x[j] = 0.0f;
+        int t = targets[n] - v0;
+        if (t >= 0 && t < valid) x[t] -= grad_scale;
     }
     return loss;
 }

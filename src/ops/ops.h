@@ -20,7 +20,7 @@ void matmul_forward(float *out, const float *in, const float *weight,
 
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
-// din may be NULL (no input gradient wanted).
+// din or dweight may be NULL (that gradient not wanted).
 void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
                      const float *weight, int N, int in_dim, int out_dim,
                      int accumulate_din);
@@ -31,6 +31,14 @@ void matmul_backward(float *din, float *dweight, const float *dout, const float 
 void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D);
 // dtable(V, D) += scatter of dout(N, D) by tokens
 void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D);
+
+// Vocab-parallel pieces: table(rows, D) holds vocabulary ids v0 .. v0+rows-1.
+// out(N, D) = table[tokens[n] - v0] for ids inside the slice, 0 for the others.
+void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D,
+                             int v0, int rows);
+// dtable(rows, D) += scatter of dout(N, D) by the tokens inside the slice.
+void embedding_backward_range(float *dtable, const float *dout, const int32_t *tokens, int N, int D,
+                              int v0, int rows);
 
 // ---- RMSNorm (Hugging Face LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps)) ----
 
@@ -90,6 +98,22 @@ double cross_entropy_forward_backward(float *logits, const int32_t *targets,
                                       int N, int V, float grad_scale);
 // Loss only (validation): the sum of -log softmax[target]; logits untouched.
 double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V);
+
+// Vocab-parallel cross-entropy on a shard logits(N, Vl) of vocabulary ids
+// v0 .. v0+valid-1 (columns valid .. Vl-1 are padding). Three passes, with a sum or
+// max over the tensor-parallel group between them (tensor_parallel.c):
+// 1) rowmax(N) = max over the valid columns
+void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax);
+// 2) sumexp(N) = sum exp(x - rowmax) over valid columns; tlogit(N) = the target's
+//    logit when it falls in this shard, else 0
+void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                   const float *rowmax, float *sumexp, float *tlogit);
+// 3) with the group-wide max, sum and target logit: returns the SUM of the losses
+//    log(sumexp) + max - tlogit; with want_grads, logits become
+//    dlogits = (softmax - onehot) * grad_scale (padding columns 0).
+double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                       const float *rowmax, const float *sumexp, const float *tlogit,
+                       float grad_scale, int want_grads);
 
 // ---- optimizer ----
 

@@ -273,15 +273,32 @@ void dp_finish_grads(DataParallel *dp) {
     for (int k = dp->n_buckets - 1; k >= 0; k--) complete_bucket(dp, &dp->buckets[k]);
 }
 
-double dp_grad_norm(DataParallel *dp) {
-    double ss;
-    if (dp->zero == 0) {
-        ss = sum_squares(dp->grads, dp->n_elements);  // every rank holds the same reduced sum
-    } else {
-        ss = sum_squares(dp->shard_grads, dp->shard_n);
-        group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
+// Sum of squares of g over the model-order range [lo, hi) (local buffer g at lo),
+// counting a replicated tensor on one tensor-parallel rank only.
+static double sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g) {
+    double ss = 0.0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *pi = &m->params[i];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a < b && pi->replica_writer) ss += sum_squares(g + (a - lo), b - a);
     }
+    return ss;
+}
+
+double dp_grad_norm(DataParallel *dp) {
+    double ss = 0.0;
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        if (dp->zero == 0)  // every dp rank holds the same reduced sum
+            ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
+        else
+            ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
+                              dp->shard_grads + b->shard_off);
+    }
+    if (dp->zero > 0) group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
     group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
+    group_allreduce_sum_f64(GROUP_TP, &ss, 1);  // and tensor-parallel ranks different slices
     return sqrt(ss);
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/tensor_parallel.h"
 #include "util.h"
 
 // ------------------------------------------------------------------ split
@@ -268,7 +269,7 @@ static void post_input(Exec *x, const PpAction *act, int lookahead) {
 static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale, int want_grads) {
     Pipeline *pp = x->pp;
     const int vs = pp_virtual_stage(pp, c);
-    const size_t bs = x->nd / x->m->D;
+    const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
     if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
@@ -290,7 +291,7 @@ static void run_backward(Exec *x, const PpAction *act) {
     Pipeline *pp = x->pp;
     const int c = act->chunk, vs = pp_virtual_stage(pp, c);
     int *slot_p = slot_ref(pp, c, act->micro), slot = *slot_p;
-    const size_t si = slot_index(pp, c, slot), bs = x->nd / x->m->D;
+    const size_t si = slot_index(pp, c, slot), bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     const float *dx_out = NULL;
     double t0 = now_seconds();
@@ -314,6 +315,12 @@ static void run_backward(Exec *x, const PpAction *act) {
     *slot_p = -1;
 }
 
+// Elements of one activation message: this rank's rows of the residual stream
+// (a token shard under sequence parallelism) times the hidden size.
+static size_t message_elems(const Pipeline *pp, const LlamaModel *m) {
+    return (size_t)tp_rows(m, pp->acts[0][0].B * pp->acts[0][0].S) * m->D;
+}
+
 static void reset_slots(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = -1;
     for (int c = 0; c < pp->v; c++) memset(pp->slot_busy[c], 0, sizeof(int) * (size_t)pp->n_slots[c]);
@@ -328,7 +335,7 @@ static void drain_sends(Pipeline *pp) {
 
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
                    float grad_scale) {
-    Exec x = {pp, m, pa, cb, (size_t)pp->acts[0][0].B * pp->acts[0][0].S * m->D};
+    Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
     double loss = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
@@ -349,7 +356,7 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
 
 double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
                       const PpCallbacks *cb, int micros) {
-    Exec x = {pp, m, pa, cb, (size_t)pp->acts[0][0].B * pp->acts[0][0].S * m->D};
+    Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     double loss = 0.0;
     // Forward only, one micro-batch at a time through every chunk in order, in
     // slot 0 of each chunk; each message is received before the next is posted.

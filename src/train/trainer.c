@@ -16,7 +16,8 @@ void trainer_init(Trainer *t, const Config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     const TrainingConfig *tc = &cfg->training;
-    llama_build(&t->model, &cfg->model);
+    const Grid *g = comm_grid();
+    llama_build_tp(&t->model, &cfg->model, g->tp, g->tp_i, cfg->parallel.sequence_parallel);
     pp_init(&t->pipe, &t->model, cfg);
     dp_init(&t->dp, &t->model, &cfg->parallel, t->pipe.held);
     t->pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp_max_pieces(&t->dp), "checkpoint pieces");
