@@ -579,11 +579,6 @@ static void need_nonnegative(const char *name, double v) {
     if (!(v >= 0)) die("%s = %g: must be 0 or more", name, v);
 }
 
-static void need_unsupported_one(const char *name, int v, const char *what) {
-    need_int_min(name, v, 1);
-    if (v != 1) die("%s = %d: %s is not supported by this version; use 1", name, v, what);
-}
-
 static void validate_model(const ModelConfig *m) {
     need_int_min("model.hidden_size", m->hidden_size, 1);
     need_int_min("model.intermediate_size", m->intermediate_size, 1);
@@ -633,7 +628,7 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.dp", p->dp, 1);
     need_int_min("parallel.tp", p->tp, 1);
     need_int_min("parallel.pp", p->pp, 1);
-    need_unsupported_one("parallel.cp", p->cp, "context parallel");
+    need_int_min("parallel.cp", p->cp, 1);
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     if (strcmp(p->order, "dp-pp-cp-tp") != 0 && strcmp(p->order, "pp-dp-cp-tp") != 0)
         die("parallel.order = \"%s\": must be \"dp-pp-cp-tp\" (default) or \"pp-dp-cp-tp\" "
@@ -665,7 +660,11 @@ static void validate_tensor(const Config *c) {
             "split over tensor-parallel ranks, not replicated)", m->num_key_value_heads, tp);
     if (m->intermediate_size % tp != 0)
         die("model.intermediate_size = %d is not divisible by parallel.tp = %d", m->intermediate_size, tp);
-    long long tokens = (long long)c->training.micro_batch_size * c->training.seq_length;
+    const int cp = c->parallel.cp;
+    if (cp > 1 && c->training.seq_length % (2 * cp) != 0)
+        die("parallel.cp = %d: training.seq_length = %d must be divisible by 2 * cp = %d (each rank "
+            "holds two of the 2*cp chunks of every sequence)", cp, c->training.seq_length, 2 * cp);
+    long long tokens = (long long)c->training.micro_batch_size * (c->training.seq_length / cp);
     if (c->parallel.sequence_parallel && tp > 1 && tokens % tp != 0)
         die("parallel.sequence_parallel: training.micro_batch_size * training.seq_length = %lld tokens "
             "is not divisible by parallel.tp = %d", tokens, tp);

@@ -527,58 +527,179 @@ static double att_loss(void *p) {
     return dot_d(c->out, c->R, (size_t)c->B * c->S * c->H * c->hd);
 }
 
+// Positions 0..S-1 for the single-block kernels.
+static int *positions(int S) {
+    int *p = talloc(sizeof(int) * (size_t)S);
+    for (int i = 0; i < S; i++) p[i] = i;
+    return p;
+}
+
+// log sum_j<=t exp(score_j) for every (b, h, t), in double: the saved log-sum-exp.
+static void lse_d(double *lse, const double *qkv, int B, int S, int H, int KV, int hd) {
+    int W = (H + 2 * KV) * hd, group = H / KV;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < S; t++) {
+                const double *q = qkv + (size_t)(b * S + t) * W + (size_t)h * hd;
+                double mx = -INFINITY, z = 0.0, sc[512];
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + (size_t)(b * S + j) * W + (size_t)(H + h / group) * hd;
+                    double s = 0.0;
+                    for (int d = 0; d < hd; d++) s += q[d] * k[d];
+                    sc[j] = s / sqrt((double)hd);
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j <= t; j++) z += exp(sc[j] - mx);
+                lse[((size_t)b * H + h) * S + t] = mx + log(z);
+            }
+}
+
 static void test_attention(void) {
+    // Small S: everything against the textbook and central differences. Large S:
+    // several 64-wide tiles (and skipped masked tiles); the backward is checked on a
+    // sample of elements, central differences being O(n) forwards each.
     static const int cfg[][5] = {  // B, S, H, KV, hd
-        {2, 6, 4, 2, 4}, {2, 5, 4, 4, 8}, {2, 7, 4, 1, 4}};
-    for (int k = 0; k < 3; k++) {
+        {2, 6, 4, 2, 4}, {2, 5, 4, 4, 8}, {2, 7, 4, 1, 4}, {1, 150, 4, 2, 8}};
+    for (int k = 0; k < 4; k++) {
         int B = cfg[k][0], S = cfg[k][1], H = cfg[k][2], KV = cfg[k][3], hd = cfg[k][4];
         size_t nq = (size_t)B * S * (H + 2 * KV) * hd, no = (size_t)B * S * H * hd;
-        size_t np = (size_t)B * H * S * S;
+        size_t nr = (size_t)B * H * S;
         rng_seed(50 + k);
-        float *qkv = fnew(nq), *out = fnew(no), *probs = fnew(np), *R = fnew(no);
+        int *pos = positions(S);
+        float *qkv = fnew(nq), *out = fnew(no), *lse = fnew(nr), *mrun = fnew(nr), *lrun = fnew(nr);
+        float *R = fnew(no), *scratch = fnew(attention_scratch_floats());
         fill(qkv, nq, -2, 2);  // scores of a few units: peaked, non-trivial softmax
         fill(R, no, -1, 1);
-        fill(out, no, 7, 8);
-        fill(probs, np, 7, 8);  // garbage: the forward must write every entry (zeros too)
-        attention_forward(out, probs, qkv, B, S, H, KV, hd);
-        double *ref = dnew(no), *pref = dnew(np);
+        fill(out, no, 7, 8);  // garbage: the forward writes every entry
+        attention_forward(out, lse, mrun, lrun, qkv, pos, B, S, H, KV, hd, scratch);
+        double *ref = dnew(no), *lref = dnew(nr);
         att_ctx c = {to_d(qkv, nq), NULL, dnew(no), to_d(R, no), NULL, NULL, B, S, H, KV, hd, 0};
-        attention_d(ref, pref, c.x, B, S, H, KV, hd);
+        attention_d(ref, NULL, c.x, B, S, H, KV, hd);
+        lse_d(lref, c.x, B, S, H, KV, hd);
         double e = nerr_f(out, ref, no);
         CHECK(e < TOL_FWD, "attention_forward H=%d KV=%d hd=%d S=%d vs textbook masked softmax (err %.2e)", H, KV, hd, S, e);
-        double ep = nerr_f(probs, pref, np);
-        CHECK(ep < TOL_FWD, "attention_forward H=%d KV=%d probs = causal softmax (err %.2e)", H, KV, ep);
-        int zeros = 1;
-        for (int bh = 0; bh < B * H; bh++)
-            for (int t = 0; t < S; t++)
-                for (int j = t + 1; j < S; j++) zeros &= probs[((size_t)bh * S + t) * S + j] == 0.0f;
-        CHECK(zeros, "attention_forward H=%d KV=%d probs exactly 0 above the diagonal", H, KV);
+        double el = nerr_f(lse, lref, nr);
+        CHECK(el < TOL_FWD, "attention_forward S=%d saves lse = log sum exp(visible scores) (err %.2e)", S, el);
 
-        double *g = dnew(nq);
-        fd_grad(att_loss, &c, c.x, nq, g);
-        float *dqkv = fnew(nq), *scratch = fnew(np);
-        fill(dqkv, nq, 300, 400);     // garbage: dqkv is overwritten
-        fill(scratch, np, -500, 500);  // garbage: scratch is workspace
-        attention_backward(dqkv, scratch, R, qkv, probs, B, S, H, KV, hd);
-        double eb = nerr_f(dqkv, g, nq);
-        CHECK(eb < TOL_BWD, "attention_backward H=%d KV=%d dq,dk,dv vs FD, overwrites garbage dqkv (err %.2e)", H, KV, eb);
+        float *dqkv = fnew(nq), *rowdot = fnew(nr);
+        fill(dqkv, nq, 300, 400);  // garbage: dqkv is overwritten
+        fill(scratch, attention_scratch_floats(), -500, 500);  // garbage: scratch is workspace
+        attention_backward(dqkv, rowdot, R, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+        if (S < 64) {
+            double *g = dnew(nq);
+            fd_grad(att_loss, &c, c.x, nq, g);
+            double eb = nerr_f(dqkv, g, nq);
+            CHECK(eb < TOL_BWD, "attention_backward H=%d KV=%d dq,dk,dv vs FD, overwrites garbage dqkv (err %.2e)", H, KV, eb);
+        } else {
+            // Central differences on 120 sampled elements of q, k and v.
+            double worst = 0.0, scale = 0.0;
+            for (size_t i = 0; i < nq; i++) scale = fmax(scale, fabs(dqkv[i]));
+            for (int t = 0; t < 120; t++) {
+                size_t i = (size_t)(rng_unif() * (double)nq) % nq;
+                double x0 = c.x[i], hstep = 1e-6;
+                c.x[i] = x0 + hstep;
+                double lp = att_loss(&c);
+                c.x[i] = x0 - hstep;
+                double lm = att_loss(&c);
+                c.x[i] = x0;
+                worst = fmax(worst, fabs((lp - lm) / (2 * hstep) - dqkv[i]) / scale);
+            }
+            CHECK(worst < TOL_BWD, "attention_backward S=%d (3 tiles, masked tiles skipped) vs FD on 120 elements (err %.2e)", S, worst);
+        }
+        tfree_all();
+    }
+
+    // Blocks: a two-rank zigzag split (context parallelism) simulated in one process.
+    // Rank r holds chunks r and 3-r of a sequence of 4C tokens; its queries fold in
+    // its own key/value block and the other rank's, in either order. Output, lse and
+    // gradients must equal the full-sequence attention at those positions.
+    {
+        int B = 2, C = 40, S = 4 * C, Sl = 2 * C, H = 4, KV = 2, hd = 8, W = (H + 2 * KV) * hd;
+        size_t nq = (size_t)B * S * W, no = (size_t)B * S * H * hd;
+        rng_seed(77);
+        int *pos = positions(S);
+        float *qkv = fnew(nq), *R = fnew(no), *scratch = fnew(attention_scratch_floats());
+        fill(qkv, nq, -2, 2);
+        fill(R, no, -1, 1);
+        float *full = fnew(no), *flse = fnew((size_t)B * H * S), *fm = fnew((size_t)B * H * S), *fl = fnew((size_t)B * H * S);
+        float *fdq = fnew(nq), *frd = fnew((size_t)B * H * S);
+        attention_forward(full, flse, fm, fl, qkv, pos, B, S, H, KV, hd, scratch);
+        attention_backward(fdq, frd, R, qkv, full, flse, pos, B, S, H, KV, hd, scratch);
+        int lpos[2][80];
+        float *lq[2], *lR[2];  // per rank: (B*Sl, W) and (B*Sl, H*hd)
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < C; i++) {
+                lpos[r][i] = r * C + i;
+                lpos[r][C + i] = (3 - r) * C + i;
+            }
+            lq[r] = fnew((size_t)B * Sl * W);
+            lR[r] = fnew((size_t)B * Sl * H * hd);
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < Sl; i++) {
+                    memcpy(lq[r] + ((size_t)b * Sl + i) * W, qkv + ((size_t)b * S + lpos[r][i]) * W, sizeof(float) * W);
+                    memcpy(lR[r] + ((size_t)b * Sl + i) * H * hd, R + ((size_t)b * S + lpos[r][i]) * H * hd, sizeof(float) * H * hd);
+                }
+        }
+        double ef = 0, eg = 0, fscale = 0, gscale = 0;
+        float *dkv[2] = {fnew((size_t)B * Sl * W), fnew((size_t)B * Sl * W)};  // each rank's k/v gradient
+        for (int r = 0; r < 2; r++) {
+            size_t nr = (size_t)B * H * Sl;
+            float *o = fnew((size_t)B * Sl * H * hd), *lse = fnew(nr), *m = fnew(nr), *l = fnew(nr);
+            attention_block_init(o, m, l, B, Sl, H, hd);
+            for (int j = 0; j < 2; j++) {  // own block first, then the other rank's (ring order)
+                int src = (r + j) % 2;
+                attention_block_forward(o, m, l, lq[r], W, lq[src], W, H * hd, (H + KV) * hd,
+                                        lpos[r], lpos[src], B, Sl, Sl, H, KV, hd, scratch);
+            }
+            attention_block_finish(o, lse, m, l, B, Sl, H, hd);
+            float *rd = fnew(nr), *dq = fnew((size_t)B * Sl * W);
+            attention_rowdot(rd, lR[r], o, B, Sl, H, hd);
+            for (int j = 0; j < 2; j++) {
+                int src = (r + j) % 2;
+                attention_block_backward(dq, dkv[src], lq[r], W, lq[src], W, H * hd, (H + KV) * hd,
+                                         lR[r], lse, rd, lpos[r], lpos[src], B, Sl, Sl, H, KV, hd, scratch);
+            }
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < Sl; i++) {
+                    const float *want = full + ((size_t)b * S + lpos[r][i]) * H * hd;
+                    const float *got = o + ((size_t)b * Sl + i) * H * hd;
+                    for (int d = 0; d < H * hd; d++) {
+                        ef = fmax(ef, fabs(want[d] - got[d]));
+                        fscale = fmax(fscale, fabs(want[d]));
+                    }
+                    const float *wq = fdq + ((size_t)b * S + lpos[r][i]) * W, *gq = dq + ((size_t)b * Sl + i) * W;
+                    for (int d = 0; d < H * hd; d++) {
+                        eg = fmax(eg, fabs(wq[d] - gq[d]));
+                        gscale = fmax(gscale, fabs(wq[d]));
+                    }
+                }
+        }
+        for (int r = 0; r < 2; r++)  // key/value gradients gathered from both ranks' queries
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < Sl; i++) {
+                    const float *wk = fdq + ((size_t)b * S + lpos[r][i]) * W, *gk = dkv[r] + ((size_t)b * Sl + i) * W;
+                    for (int d = H * hd; d < W; d++) eg = fmax(eg, fabs(wk[d] - gk[d]));
+                }
+        CHECK(ef / fscale < TOL_FWD, "ring blocks (zigzag, 2 ranks) merge to the full attention output (err %.2e)", ef / fscale);
+        CHECK(eg / gscale < TOL_FWD, "ring blocks: dq and the accumulated dk, dv equal the full gradient (err %.2e)", eg / gscale);
         tfree_all();
     }
 
     // composite: rope -> attention, chained kernel backward (attention then rope)
     // vs FD through the double rope + attention, with respect to the pre-RoPE qkv.
     int B = 2, S = 6, H = 4, KV = 2, hd = 8, half = hd / 2;
-    size_t nq = (size_t)B * S * (H + 2 * KV) * hd, no = (size_t)B * S * H * hd;
-    size_t np = (size_t)B * H * S * S;
+    size_t nq = (size_t)B * S * (H + 2 * KV) * hd, no = (size_t)B * S * H * hd, nr = (size_t)B * H * S;
     rng_seed(60);
+    int *pos = positions(S);
     float *x = fnew(nq), *R = fnew(no), *cs = fnew((size_t)S * half), *sn = fnew((size_t)S * half);
     fill(x, nq, -2, 2);
     fill(R, no, -1, 1);
     rope_tables(cs, sn, S, hd, 100.0, 2);
-    float *q = fcopy(x, nq), *out = fnew(no), *probs = fnew(np), *dq = fnew(nq), *scr = fnew(np);
+    float *q = fcopy(x, nq), *out = fnew(no), *lse = fnew(nr), *m = fnew(nr), *l = fnew(nr), *dq = fnew(nq);
+    float *scr = fnew(attention_scratch_floats());
     rope_forward(q, cs, sn, B, S, H, KV, hd);
-    attention_forward(out, probs, q, B, S, H, KV, hd);
-    attention_backward(dq, scr, R, q, probs, B, S, H, KV, hd);
+    attention_forward(out, lse, m, l, q, pos, B, S, H, KV, hd, scr);
+    attention_backward(dq, m, R, q, out, lse, pos, B, S, H, KV, hd, scr);
     rope_backward(dq, cs, sn, B, S, H, KV, hd);
     att_ctx c = {to_d(x, nq), dnew(nq), dnew(no), to_d(R, no), to_d(cs, (size_t)S * half),
                  to_d(sn, (size_t)S * half), B, S, H, KV, hd, 1};
@@ -805,7 +926,8 @@ static void test_threads(void) {
     float *o[2], *di[2], *dw[2];
     int B = 2, S = 16, H = 4, KV = 2, hd = 8;
     size_t nq = (size_t)B * S * (H + 2 * KV) * hd, no = (size_t)B * S * H * hd;
-    size_t np = (size_t)B * H * S * S;
+    size_t np = (size_t)B * H * S;  // lse rows
+    int *pos = positions(S);
     float *qkv = fnew(nq), *R = fnew(no), *ao[2], *pr[2], *dq[2];
     fill(qkv, nq, -2, 2);
     fill(R, no, -1, 1);
@@ -819,8 +941,9 @@ static void test_threads(void) {
         ao[k] = fnew(no);
         pr[k] = fnew(np);
         dq[k] = fnew(nq);
-        attention_forward(ao[k], pr[k], qkv, B, S, H, KV, hd);
-        attention_backward(dq[k], fnew(np), R, qkv, pr[k], B, S, H, KV, hd);
+        float *scr = fnew(attention_scratch_floats());
+        attention_forward(ao[k], pr[k], fnew(np), fnew(np), qkv, pos, B, S, H, KV, hd, scr);
+        attention_backward(dq[k], fnew(np), R, qkv, ao[k], pr[k], pos, B, S, H, KV, hd, scr);
     }
     ops_set_threads(2);
     double e1 = nerr_ff(o[1], o[0], (size_t)N * O);

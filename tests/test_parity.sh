@@ -37,13 +37,14 @@ cat src/*.c src/*/*.c > "$tmp/corpus.txt"
     >"$tmp/prepare.log" 2>&1 || { failed "setup: prepare corpus"; cat "$tmp/prepare.log"; exit 1; }
 
 # The problem every row solves: tiny model, 8 sequences x 32 tokens per step, a
-# learning rate that moves the loss (5.5 -> ~4.2 in 12 steps), shuffled data so the
+# learning rate that moves the loss (5.5 -> ~4.6 in 12 steps; higher rates make
+# the fp32 rounding noise grow into grad_norm differences near 1e-5), shuffled data so the
 # data-order rule (by global sample index) is exercised.
 common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
         --model.num_attention_heads 4 --model.num_key_value_heads 2
         --training.seq_length 32 --training.global_batch_size 8 --training.steps $STEPS
-        --training.lr 3e-3 --training.min_lr 3e-5 --training.warmup_steps 2
+        --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
         --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
 
 # run_layout NP LOG METRICS ARGS... -> exit status of the job (124 = timed out)

@@ -9,9 +9,11 @@
 //
 // With many ranks no tensor data ever travels between them: rank 0 creates the
 // files with their safetensors headers at full size, every rank pwrite()s its own
-// ranges of the global flat order straight into them and fsyncs, and rank 0 then
-// publishes. Loading reads each rank's ranges by tensor name, so any layout can
-// resume from a checkpoint written by any other.
+// ranges straight into them and fsyncs, and rank 0 then publishes. A rank's ranges
+// are of its own flat order; with tensor parallelism that holds a slice of each
+// tensor (ParamInfo), whose elements map to runs of the global tensor: contiguous
+// for a row split, one per row for a column split. Loading reads the same runs by
+// tensor name, so any layout can resume from a checkpoint written by any other.
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
@@ -138,25 +140,115 @@ static size_t global_numel(const ParamInfo *p) {
     return p->ndim == 1 ? (size_t)p->shape[0] : (size_t)p->shape[0] * (size_t)p->shape[1];
 }
 
-// Pieces address the global flat order, which is the parameter table's own order
-// only when the table holds every tensor whole and back to back; a table of
-// shards (a rank's slice of a tensor) has no place in it.
-static void check_global_table(const LlamaModel *model, const char *where) {
+// Pieces address the rank's own flat order (the parameter table's offsets); the
+// mapping to global elements below trusts every slice to lie inside its global
+// tensor and the tensors to sit back to back. A table that breaks that would
+// write other tensors' bytes, so it is refused, naming the tensor.
+static void check_table(const LlamaModel *model, const char *where) {
     size_t off = 0;
     for (int i = 0; i < model->n_params; i++) {
         const ParamInfo *p = &model->params[i];
-        if (p->numel != global_numel(p))
-            die("%s: tensor %s holds %zu of its %zu elements in the parameter table; "
-                "checkpoints need the global (unsharded) table", where, p->name, p->numel,
-                global_numel(p));
+        const int64_t *g = p->shape, *l = p->local_shape;
+        int ok = p->ndim == 2 || (p->ndim == 1 && g[1] == 1);
+        if (p->split == SPLIT_NONE) ok = ok && l[0] == g[0] && l[1] == g[1];
+        else if (p->split == SPLIT_ROWS)
+            ok = ok && l[1] == g[1] && p->start >= 0 && p->valid >= 0 && p->valid <= l[0] &&
+                 p->start + p->valid <= g[0];
+        else if (p->split == SPLIT_COLS)
+            ok = ok && l[0] == g[0] && p->start >= 0 && p->valid == l[1] &&
+                 p->start + l[1] <= g[1];
+        else ok = 0;
+        if (!ok || l[0] < 0 || l[1] < 0 || p->numel != (size_t)l[0] * (size_t)l[1])
+            die("%s: tensor %s: the parameter table's slice (split %d, start %lld, valid %lld, "
+                "local shape [%lld, %lld], %zu elements) does not fit its global shape "
+                "[%lld, %lld]", where, p->name, (int)p->split, (long long)p->start,
+                (long long)p->valid, (long long)l[0], (long long)l[1], p->numel,
+                (long long)g[0], (long long)g[1]);
         if (p->offset != off)
-            die("%s: tensor %s sits at offset %zu of the parameter table, not %zu: the table "
-                "is not in global flat order", where, p->name, p->offset, off);
+            die("%s: tensor %s sits at offset %zu of the parameter table, not %zu: the tensors "
+                "are not back to back", where, p->name, p->offset, off);
         off += p->numel;
     }
     if (off != model->num_elements)
         die("%s: the parameter table's tensors hold %zu elements, but num_elements is %zu",
             where, off, model->num_elements);
+}
+
+// Element index, in the files, of each tensor's first element: the files hold the
+// global tensors back to back in table order, whatever slice this rank holds.
+// Returns (n_params + 1) offsets; the last is the global total.
+static size_t *global_bases(const LlamaModel *model) {
+    size_t *base = xmalloc(((size_t)model->n_params + 1) * sizeof *base, "checkpoint offsets");  // (n_params + 1)
+    base[0] = 0;
+    for (int i = 0; i < model->n_params; i++) base[i + 1] = base[i] + global_numel(&model->params[i]);
+    return base;
+}
+
+// Local elements [l + r*len, l + (r+1)*len) of one tensor (counted from its first
+// local element), r < n_runs, are global elements [g + r*stride, g + r*stride + len)
+// of that tensor; g < 0 marks vocab padding, which has no place in any file.
+typedef struct {
+    size_t l, len, n_runs;
+    int64_t g, stride;
+} Block;
+
+// Map local elements [a, b) of p (a < b <= numel) to at most 3 blocks, in local
+// order. Rows of a row split are whole rows of the global tensor, so the valid ones
+// form one global run; a column split is one run per row, and the whole rows in the
+// middle of the range are one strided block (one read for all of them).
+static int map_range(const ParamInfo *p, size_t a, size_t b, Block *out) {
+    int k = 0;
+    size_t lc = (size_t)p->local_shape[1];
+    int64_t gc = p->shape[1];
+    if (p->split == SPLIT_NONE || (p->split == SPLIT_COLS && (int64_t)lc == gc)) {
+        out[k++] = (Block){a, b - a, 1, (int64_t)a, 0};
+    } else if (p->split == SPLIT_ROWS) {
+        size_t vend = (size_t)p->valid * lc;  // padding rows come after the valid ones
+        if (a < vend) out[k++] = (Block){a, (b < vend ? b : vend) - a, 1, p->start * gc + (int64_t)a, 0};
+        size_t pad = a > vend ? a : vend;
+        if (b > pad) out[k++] = (Block){pad, b - pad, 1, -1, 0};
+    } else {  // SPLIT_COLS narrower than the tensor
+        size_t i0 = a / lc, j0 = a % lc, i1 = b / lc, j1 = b % lc;  // b = (i1, j1) exclusive
+#define GLOBAL_AT(i, j) ((int64_t)(i) * gc + p->start + (int64_t)(j))
+        if (i0 == i1) {  // inside one row
+            out[k++] = (Block){a, b - a, 1, GLOBAL_AT(i0, j0), 0};
+            return k;
+        }
+        size_t r0 = i0;
+        if (j0 > 0) {
+            out[k++] = (Block){a, lc - j0, 1, GLOBAL_AT(i0, j0), 0};
+            r0++;
+        }
+        if (i1 > r0) out[k++] = (Block){r0 * lc, lc, i1 - r0, GLOBAL_AT(r0, 0), gc};
+        if (j1 > 0) out[k++] = (Block){i1 * lc, j1, 1, GLOBAL_AT(i1, 0), 0};
+#undef GLOBAL_AT
+    }
+    return k;
+}
+
+// The part of piece pc that falls in tensor p, as local elements [*a, *b) of p;
+// 0 when they do not meet.
+static int piece_in_tensor(const CkptPiece *pc, const ParamInfo *p, size_t *a, size_t *b) {
+    size_t begin = p->offset, end = p->offset + p->numel;
+    if (end <= pc->lo || begin >= pc->hi || pc->hi == pc->lo) return 0;
+    *a = (pc->lo > begin ? pc->lo : begin) - begin;
+    *b = (pc->hi < end ? pc->hi : end) - begin;
+    return 1;
+}
+
+// Global elements piece pc puts into the file: its elements minus vocab padding
+// and minus replicas another tensor-parallel rank writes.
+static size_t global_written(const CkptPiece *pc, const LlamaModel *model) {
+    size_t total = 0, a, b;
+    Block blk[3];
+    for (int i = 0; i < model->n_params; i++) {
+        const ParamInfo *p = &model->params[i];
+        if (!p->replica_writer || !piece_in_tensor(pc, p, &a, &b)) continue;
+        int nb = map_range(p, a, b, blk);
+        for (int k = 0; k < nb; k++)
+            if (blk[k].g >= 0) total += blk[k].len * blk[k].n_runs;
+    }
+    return total;
 }
 
 // The model tensor holding flat element e (e < num_elements), for messages.
@@ -187,28 +279,39 @@ static void check_local_pieces(const CkptPiece *pieces, int n_pieces, size_t n,
 // ---------------------------------------------------------------- collective save
 
 // Piece metadata of every rank, gathered so that rank 0 can check the partition.
-// Only (kind, lo, hi) travel, never tensor data. Element counts are exact in a
-// double up to 2^53 elements.
+// Only (kind, lo, hi) and a few counts travel, never tensor data. Element counts
+// are exact in a double up to 2^53 elements.
+#define RANK_HEAD 6  // tp, tp_rank, num_elements, global elements written per kind (3)
 typedef struct {
     int world, per_rank;  // ranks; piece slots per rank (the largest n_pieces)
+    double *head;         // (world, RANK_HEAD)
     double *slot;         // (world, per_rank, 3): kind + 1 (0 = unused slot), lo, hi
 } PieceTable;
 
-static void gather_pieces(PieceTable *t, const CkptPiece *pieces, int n_pieces) {
+static void gather_pieces(PieceTable *t, const LlamaModel *model, const CkptPiece *pieces,
+                          int n_pieces) {
     double most = n_pieces;
     group_allreduce_max_f64(GROUP_WORLD, &most, 1);
     t->world = comm_world_size();
     t->per_rank = (int)most;
-    size_t len = (size_t)t->world * (size_t)(t->per_rank ? t->per_rank : 1) * 3;
-    // Zero-filled: each rank fills only its own row, so the sum is a gather.
-    t->slot = xcalloc(len * sizeof(double), "checkpoint piece table");
-    double *mine = t->slot + (size_t)comm_world_rank() * (size_t)t->per_rank * 3;
+    size_t heads = (size_t)t->world * RANK_HEAD;
+    size_t len = heads + (size_t)t->world * (size_t)(t->per_rank ? t->per_rank : 1) * 3;
+    // Zero-filled: each rank fills only its own rows, so the sum is a gather.
+    t->head = xcalloc(len * sizeof(double), "checkpoint piece table");
+    t->slot = t->head + heads;
+    int r = comm_world_rank();
+    double *h = t->head + (size_t)r * RANK_HEAD;
+    h[0] = model->tp;
+    h[1] = model->tp_rank;
+    h[2] = (double)model->num_elements;
+    double *mine = t->slot + (size_t)r * (size_t)t->per_rank * 3;
     for (int i = 0; i < n_pieces; i++) {
         mine[3 * i] = (double)pieces[i].kind + 1;
         mine[3 * i + 1] = (double)pieces[i].lo;
         mine[3 * i + 2] = (double)pieces[i].hi;
+        h[3 + pieces[i].kind] += (double)global_written(&pieces[i], model);
     }
-    group_allreduce_sum_f64(GROUP_WORLD, t->slot, len);
+    group_allreduce_sum_f64(GROUP_WORLD, t->head, len);
 }
 
 // 1 when some rank passes a piece of this kind (even an empty one).
@@ -229,38 +332,98 @@ static int cmp_range(const void *a, const void *b) {
     return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->rank - y->rank;
 }
 
-// The non-empty pieces of one kind over all ranks must tile [0, n) exactly: sort
-// them by start and walk, so the first gap or overlap is named with its ranks.
+// The non-empty pieces of one kind over the ranks of tensor-parallel rank tp_rank
+// must tile that rank's flat order [0, n) exactly (`model` is its table): sort them
+// by start and walk, so the first gap or overlap is named with its ranks. Without
+// tensor parallelism that is every rank and the global flat order.
 static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel *model,
-                            const char *where) {
+                            int tp_rank, const char *where) {
     size_t n = model->num_elements, len = (size_t)t->world * (size_t)t->per_rank, k = 0;
     Range *r = xmalloc((len ? len : 1) * sizeof *r, "checkpoint piece ranges");  // (len)
     for (size_t s = 0; s < len; s++) {
         const double *e = t->slot + 3 * s;
+        int rank = (int)(s / (size_t)t->per_rank);
         if (e[0] != (double)kind + 1 || e[1] == e[2]) continue;
-        r[k++] = (Range){(size_t)e[1], (size_t)e[2], (int)(s / (size_t)t->per_rank)};
+        if ((int)t->head[(size_t)rank * RANK_HEAD + 1] != tp_rank) continue;
+        r[k++] = (Range){(size_t)e[1], (size_t)e[2], rank};
     }
     qsort(r, k, sizeof *r, cmp_range);
     const char *kn = KIND_NAMES[kind];
+    char of[64] = "";  // which flat order, when there are several
+    if (model->tp > 1) snprintf(of, sizeof of, " of tensor-parallel rank %d's flat order", tp_rank);
     size_t covered = 0;  // [0, covered) is written exactly once so far
     for (size_t i = 0; i < k; i++) {
         if (r[i].lo > covered)
-            die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written by no rank: the "
-                "pieces leave a gap", where, kn, covered, r[i].lo, tensor_at(model, covered));
+            die("%s: %s elements [%zu, %zu)%s (starting in tensor %s) are written by no rank: the "
+                "pieces leave a gap", where, kn, covered, r[i].lo, of, tensor_at(model, covered));
         if (r[i].lo < covered)
-            die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written twice, by rank %d "
-                "and rank %d: the pieces overlap", where, kn, r[i].lo,
-                r[i].hi < covered ? r[i].hi : covered, tensor_at(model, r[i].lo),
+            die("%s: %s elements [%zu, %zu)%s (starting in tensor %s) are written twice, by rank "
+                "%d and rank %d: the pieces overlap", where, kn, r[i].lo,
+                r[i].hi < covered ? r[i].hi : covered, of, tensor_at(model, r[i].lo),
                 r[i - 1].rank, r[i].rank);
         covered = r[i].hi;
     }
     if (covered < n)
-        die("%s: %s elements [%zu, %zu) (starting in tensor %s) are written by no rank: the pieces "
-            "leave a gap%s", where, kn, covered, n, tensor_at(model, covered),
+        die("%s: %s elements [%zu, %zu)%s (starting in tensor %s) are written by no rank: the "
+            "pieces leave a gap%s", where, kn, covered, n, of, tensor_at(model, covered),
             k == 0 && kind != CKPT_PARAMS ? " (AdamW moments: give both exp_avg and "
                                              "exp_avg_sq pieces, or neither)" : "");
     free(r);
 }
+
+// The parameter table of every tensor-parallel rank, rebuilt from the shared model
+// config, for rank 0 to judge the other ranks' pieces. Returns (tp) tables; without
+// tensor parallelism the one table is the model's own (no rebuild).
+static const LlamaModel *tp_tables(const LlamaModel *model) {
+    if (model->tp == 1) return model;
+    LlamaModel *tabs = xmalloc((size_t)model->tp * sizeof *tabs, "tensor-parallel tables");  // (tp)
+    for (int tr = 0; tr < model->tp; tr++)
+        llama_build_tp(&tabs[tr], &model->cfg, model->tp, tr, model->sp);
+    return tabs;
+}
+
+static void free_tp_tables(const LlamaModel *tabs, const LlamaModel *model) {
+    if (tabs == model) return;
+    LlamaModel *own = (LlamaModel *)tabs;  // allocated by tp_tables
+    for (int tr = 0; tr < model->tp; tr++) llama_free(&own[tr]);
+    free(own);
+}
+
+// Every rank must run rank 0's tensor-parallel degree, with the table its tp rank
+// builds: pieces are judged against those tables.
+static void check_tables_agree(const PieceTable *t, const LlamaModel *tabs, int tp,
+                               const char *where) {
+    for (int r = 0; r < t->world; r++) {
+        const double *h = t->head + (size_t)r * RANK_HEAD;
+        if ((int)h[0] != tp || h[1] < 0 || h[1] >= tp)
+            die("%s: rank %d is tensor-parallel rank %.0f of %.0f, but rank 0 runs tp = %d", where,
+                r, h[1], h[0], tp);
+        size_t want = tabs[(int)h[1]].num_elements;
+        if (h[2] != (double)want)
+            die("%s: rank %d (tensor-parallel rank %.0f) holds %.0f parameter elements, but that "
+                "rank of this model holds %zu: the ranks built different models", where, r, h[1],
+                h[2], want);
+    }
+}
+
+// Rank 0's verdict on the gathered pieces of one kind. Per tensor-parallel rank,
+// the pieces must partition that rank's flat order; the tp ranks' tables hold
+// disjoint slices of every tensor (replicas: tp rank 0 writes), so that makes every
+// global element written exactly once, and a gap or an overlap is named with its
+// range and ranks. The global count (elements put into the file over all ranks,
+// padding and non-writing replicas excluded, against the sum of the global tensor
+// sizes) checks the same from the other side, without trusting the tables.
+static void check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs, int tp,
+                           size_t global_total, const char *where) {
+    for (int tr = 0; tr < tp; tr++) check_partition(t, kind, &tabs[tr], tr, where);
+    double written = 0;
+    for (int r = 0; r < t->world; r++) written += t->head[(size_t)r * RANK_HEAD + 3 + kind];
+    if (written != (double)global_total)
+        die("%s: the %s pieces of all ranks put %.0f elements into the checkpoint, but the "
+            "model's global tensors hold %zu: the ranks' parameter tables do not fit together",
+            where, KIND_NAMES[kind], written, global_total);
+}
+
 static void write_trainer_state(const char *path, const Config *cfg, const TrainerState *st) {
     char *cfg_json = config_to_json(cfg);
     if (!cfg_json) die("config_to_json returned NULL while writing %s", path);
@@ -342,27 +505,71 @@ static void pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off, cons
     }
 }
 
+// Byte runs bound for one file, merged while each continues the last in both the
+// file and memory: with tp = 1 a piece is one pwrite however many tensors it
+// crosses; a column slice is one pwrite per row.
+typedef struct {
+    int fd;
+    const char *path;
+    uint64_t off;     // file offset of the pending run
+    const char *src;  // its bytes
+    size_t bytes;     // its length (0: nothing pending)
+} RunWriter;
+
+static void run_flush(RunWriter *w) {
+    if (w->bytes) pwrite_all(w->fd, w->src, w->bytes, w->off, w->path);
+    w->bytes = 0;
+}
+
+static void run_add(RunWriter *w, uint64_t off, const float *src, size_t count) {
+    const char *p = (const char *)src;
+    if (w->bytes && off == w->off + w->bytes && p == w->src + w->bytes) {
+        w->bytes += count * sizeof(float);
+        return;
+    }
+    run_flush(w);
+    *w = (RunWriter){w->fd, w->path, off, p, count * sizeof(float)};
+}
+
 // Write this rank's non-empty pieces of the kinds stored in path (params into
 // model.safetensors; both moments into optimizer.safetensors, exp_avg_sq after all
-// n exp_avg values) at their flat positions, then fsync: every writer syncs its own
-// bytes, so the file is durable once every rank has returned from here.
+// G exp_avg values, G = global elements) at the global positions of their elements
+// (gbase: global_bases), then fsync: every writer syncs its own bytes, so the file
+// is durable once every rank has returned from here. Vocab padding is never
+// written, nor a replica that another tensor-parallel rank writes.
 static void write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
-                            int n_pieces, int optimizer, size_t n) {
-    int fd = -1;
+                            int n_pieces, int optimizer, const LlamaModel *model,
+                            const size_t *gbase) {
+    RunWriter w = {-1, path, 0, NULL, 0};
+    size_t G = gbase[model->n_params], a, b;
+    Block blk[3];
     for (int i = 0; i < n_pieces; i++) {
-        const CkptPiece *p = &pieces[i];
-        if (p->hi == p->lo || (p->kind != CKPT_PARAMS) != optimizer) continue;
-        if (fd < 0) {
-            fd = open(path, O_WRONLY);
-            if (fd < 0) die_errno("cannot open %s (created by rank 0) for writing", path);
+        const CkptPiece *pc = &pieces[i];
+        if (pc->hi == pc->lo || (pc->kind != CKPT_PARAMS) != optimizer) continue;
+        if (w.fd < 0) {
+            w.fd = open(path, O_WRONLY);
+            if (w.fd < 0) die_errno("cannot open %s (created by rank 0) for writing", path);
         }
-        size_t first = p->kind == CKPT_EXP_AVG_SQ ? n + p->lo : p->lo;
-        pwrite_all(fd, p->data, (p->hi - p->lo) * sizeof(float), data_start + 4 * (uint64_t)first,
-                   path);
+        size_t kind_base = pc->kind == CKPT_EXP_AVG_SQ ? G : 0;
+        for (int t = 0; t < model->n_params; t++) {
+            const ParamInfo *p = &model->params[t];
+            if (!p->replica_writer || !piece_in_tensor(pc, p, &a, &b)) continue;
+            int nb = map_range(p, a, b, blk);
+            for (int k = 0; k < nb; k++) {
+                if (blk[k].g < 0) continue;  // padding
+                for (size_t r = 0; r < blk[k].n_runs; r++) {
+                    uint64_t e = kind_base + gbase[t] + (uint64_t)blk[k].g +
+                                 (uint64_t)r * (uint64_t)blk[k].stride;
+                    const float *src = pc->data + (p->offset + blk[k].l + r * blk[k].len - pc->lo);
+                    run_add(&w, data_start + 4 * e, src, blk[k].len);
+                }
+            }
+        }
     }
-    if (fd < 0) return;
-    if (fsync(fd) != 0) die_errno("fsync of %s failed", path);
-    if (close(fd) != 0) die_errno("close of %s failed", path);
+    if (w.fd < 0) return;
+    run_flush(&w);
+    if (fsync(w.fd) != 0) die_errno("fsync of %s failed", path);
+    if (close(w.fd) != 0) die_errno("close of %s failed", path);
 }
 
 // Paths of one save: DIR/step_NNNNNNN, DIR/.tmp_step_NNNNNNN and the files in it.
@@ -430,12 +637,12 @@ void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel
     const char *where = "checkpoint_save";
     if (!dir || !dir[0]) die("%s: empty checkpoint directory", where);
     if (st->step < 0) die("%s: negative step %d", where, st->step);
-    check_global_table(model, where);
-    size_t n = model->num_elements;
-    check_local_pieces(pieces, n_pieces, n, where);
+    check_table(model, where);
+    check_local_pieces(pieces, n_pieces, model->num_elements, where);
+    size_t *gbase = global_bases(model);
 
     PieceTable table;
-    gather_pieces(&table, pieces, n_pieces);
+    gather_pieces(&table, model, pieces, n_pieces);
     int moments = kind_given(&table, CKPT_EXP_AVG) || kind_given(&table, CKPT_EXP_AVG_SQ);
     int rank = comm_world_rank();
     SavePaths sp;
@@ -444,19 +651,24 @@ void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel
     if (rank == 0) {
         // Rank 0 alone judges the partition: one clear message, not one per rank
         // (its die() ends every rank).
-        check_partition(&table, CKPT_PARAMS, model, where);
+        const LlamaModel *tabs = tp_tables(model);
+        check_tables_agree(&table, tabs, model->tp, where);
+        size_t G = gbase[model->n_params];
+        check_coverage(&table, CKPT_PARAMS, tabs, model->tp, G, where);
         if (moments) {
-            check_partition(&table, CKPT_EXP_AVG, model, where);
-            check_partition(&table, CKPT_EXP_AVG_SQ, model, where);
+            check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp, G, where);
+            check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp, G, where);
         }
+        free_tp_tables(tabs, model);
         begin_save(&sp, dir, model, moments, data_start);
     }
-    free(table.slot);
+    free(table.head);
     // The broadcast doubles as the barrier "the sized files exist".
     group_broadcast_bytes(GROUP_WORLD, data_start, sizeof data_start, 0);
 
-    write_my_pieces(sp.model, data_start[0], pieces, n_pieces, 0, n);
-    if (moments) write_my_pieces(sp.optimizer, data_start[1], pieces, n_pieces, 1, n);
+    write_my_pieces(sp.model, data_start[0], pieces, n_pieces, 0, model, gbase);
+    if (moments) write_my_pieces(sp.optimizer, data_start[1], pieces, n_pieces, 1, model, gbase);
+    free(gbase);
     group_barrier(GROUP_WORLD);  // every rank's bytes are written and fsync'd
 
     if (rank == 0) finish_save(&sp, dir, cfg, st);
@@ -565,16 +777,25 @@ static const StTensor **resolve_all(const StIndex *idx, const LlamaModel *model,
     return t;
 }
 
-// Fill one piece: every tensor overlapping [lo, hi) contributes the elements in
-// the overlap, read from the file's tensor (file: (n_params) in table order).
+// Fill one piece: every tensor overlapping [lo, hi) of the local flat order
+// contributes the elements in the overlap, read from the global positions they
+// map to in the file's tensor (file: (n_params) in table order); vocab padding
+// is set to 0.
 static void read_piece(const CkptPiece *pc, const LlamaModel *model, const StTensor **file) {
+    size_t a, b;
+    Block blk[3];
     for (int i = 0; i < model->n_params; i++) {
         const ParamInfo *p = &model->params[i];
-        size_t begin = p->offset, end = p->offset + p->numel;
-        if (end <= pc->lo || begin >= pc->hi) continue;
-        size_t first = pc->lo > begin ? pc->lo : begin;  // flat, inside the overlap
-        size_t last = pc->hi < end ? pc->hi : end;
-        st_read_f32(file[i], first - begin, last - first, pc->data + (first - pc->lo));
+        if (!piece_in_tensor(pc, p, &a, &b)) continue;
+        int nb = map_range(p, a, b, blk);
+        for (int k = 0; k < nb; k++) {
+            float *dst = pc->data + (p->offset + blk[k].l - pc->lo);  // runs lie back to back
+            if (blk[k].g < 0)
+                memset(dst, 0, blk[k].len * blk[k].n_runs * sizeof(float));
+            else
+                st_read_f32_strided(file[i], (uint64_t)blk[k].g, blk[k].len,
+                                    (uint64_t)blk[k].stride, blk[k].n_runs, dst);
+        }
     }
 }
 
@@ -674,7 +895,7 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
                             CkptPiece *pieces, int n_pieces, TrainerState *st) {
     const char *where = "checkpoint_load";
     if (!is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
-    check_global_table(model, where);
+    check_table(model, where);
     check_local_pieces(pieces, n_pieces, model->num_elements, where);
     // model.safetensors is checked even when this rank loads no parameters: a
     // checkpoint of another model must fail everywhere.
@@ -752,7 +973,7 @@ static void check_hf_extras(const StIndex *idx, const LlamaModel *model, const c
 void load_hf_weights_pieces(const char *dir, const LlamaModel *model, CkptPiece *pieces,
                             int n_pieces) {
     const char *where = "load_hf_weights";
-    check_global_table(model, where);
+    check_table(model, where);
     check_local_pieces(pieces, n_pieces, model->num_elements, where);
     for (int i = 0; i < n_pieces; i++)
         if (pieces[i].kind != CKPT_PARAMS)

@@ -43,32 +43,44 @@ void load_hf_weights(const char *dir, const LlamaModel *model, float *params);
 
 // ---- many ranks: each writes and reads only its own pieces -------------------------
 //
-// The global flat order is the order of the parameter table (ParamInfo.offset), and
-// model.safetensors stores the tensors in exactly that order, contiguously, so
-// element e of the flat order sits at byte data_start + 4e of the file.
-// optimizer.safetensors stores every "NAME.exp_avg" in that order, then every
-// "NAME.exp_avg_sq": exp_avg of e at data_start + 4e, exp_avg_sq at data_start + 4(n + e).
+// Pieces are ranges of the rank's own flat order: the order of its parameter table
+// (ParamInfo.offset / numel), which with tensor parallelism (llama_build_tp) holds a
+// slice of each tensor. The files do not depend on that: model.safetensors stores
+// the GLOBAL tensors in table order, contiguously, so global element g of tensor i
+// sits at byte data_start + 4 * (G_i + g), G_i = sum of the global sizes of the
+// tensors before i. optimizer.safetensors stores every "NAME.exp_avg" that way,
+// then every "NAME.exp_avg_sq" (after all G global elements). A slice's elements
+// map to its global positions (param_global_index): a row split is one run, a
+// column split one run per row, vocab padding rows are never written and read as 0,
+// and a replicated tensor (norm weights) is written only where replica_writer is set.
+// Without tensor parallelism the flat order IS the global order.
 typedef enum { CKPT_PARAMS, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ } CkptKind;
 
-// A range [lo, hi) of the global flat order, of one kind, with its local storage.
+// A range [lo, hi) of the rank's flat order, of one kind, with its local storage.
 typedef struct {
     CkptKind kind;
     size_t lo, hi;
     float *data;  // (hi - lo)
 } CkptPiece;
 
-// Collective over the world. Every rank passes the pieces it writes; across all
-// ranks the pieces of each kind partition [0, num_elements) (checked: a gap or an
-// overlap is a fatal error). Rank 0 writes the headers, config.json and
-// trainer_state.json and does the renames; every rank pwrite()s its pieces into
-// the shared files and fsyncs them. Same directory protocol and atomicity as
-// checkpoint_save; no rank ever holds another rank's data.
+// Collective over the world. Every rank passes the pieces it writes; for each kind,
+// the pieces of the ranks of each tensor-parallel rank must partition that rank's
+// flat order [0, num_elements) (with tp = 1: all ranks, the global order), checked
+// on rank 0, which rebuilds every tp rank's table from the shared model config: a
+// gap or an overlap is a fatal error naming the range and the ranks. So is a total
+// of global elements written over all ranks other than the global size (the ranks'
+// tables disagree). Every rank must have built its table with the same ModelConfig
+// and tp. Rank 0 writes the headers, config.json and trainer_state.json and does
+// the renames; every rank pwrite()s its pieces into the shared files and fsyncs
+// them. Same directory protocol and atomicity as checkpoint_save; no rank ever
+// holds another rank's data.
 void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
                             const CkptPiece *pieces, int n_pieces, const TrainerState *st);
 
-// Fill each piece from a checkpoint directory (any piece layout, whatever layout
-// wrote it; pieces may overlap). Reads tensor slices by name, so it works on any
-// safetensors file with our names. Shape checks as checkpoint_load. Not collective.
+// Fill each piece from a checkpoint directory (any piece layout, whatever layout and
+// tensor-parallel degree wrote it; pieces may overlap; vocab padding gets 0). Reads
+// tensor slices by name, so it works on any safetensors file with our names. Shape
+// checks (against the global shapes) as checkpoint_load. Not collective.
 void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
                             CkptPiece *pieces, int n_pieces, TrainerState *st);
 

@@ -404,28 +404,60 @@ const StTensor *st_find(const StIndex *idx, const char *name) {
 // ---------------------------------------------------------------- reading data
 
 void st_read_f32(const StTensor *t, uint64_t elem_begin, size_t count, float *out) {
+    st_read_f32_strided(t, elem_begin, count, count, 1, out);
+}
+
+void st_read_f32_strided(const StTensor *t, uint64_t elem_begin, size_t count, uint64_t stride,
+                         size_t n_runs, float *out) {
     unsigned es = dtype_size(t->dtype);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
         die("%s: tensor \"%s\" has dtype %s, which cannot be read as fp32", t->file, t->name,
             dtype_name(t->dtype));
     uint64_t numel = (t->end - t->begin) / es;
-    if (elem_begin > numel || count > numel - elem_begin)
-        die("%s: tensor \"%s\": read of elements [%llu, %llu) is past its %llu elements",
-            t->file, t->name, (unsigned long long)elem_begin,
-            (unsigned long long)(elem_begin + count), (unsigned long long)numel);
-    if (count == 0) return;
+    if (count == 0 || n_runs == 0) {
+        if (elem_begin > numel)
+            die("%s: tensor \"%s\": read at element %llu is past its %llu elements", t->file,
+                t->name, (unsigned long long)elem_begin, (unsigned long long)numel);
+        return;
+    }
+    // The last run must end inside the tensor; written without overflow, as a
+    // corrupt caller's stride could be anything.
+    uint64_t span = (uint64_t)n_runs - 1;
+    if (n_runs > 1 && stride < count)
+        die("%s: tensor \"%s\": strided read with stride %llu shorter than its runs of %zu "
+            "elements", t->file, t->name, (unsigned long long)stride, count);
+    if (elem_begin > numel || count > numel - elem_begin ||
+        (span && stride > (numel - elem_begin - count) / span)) {
+        if (n_runs == 1)
+            die("%s: tensor \"%s\": read of elements [%llu, %llu) is past its %llu elements",
+                t->file, t->name, (unsigned long long)elem_begin,
+                (unsigned long long)(elem_begin + count), (unsigned long long)numel);
+        die("%s: tensor \"%s\": read of %zu runs of %zu elements from element %llu (stride "
+            "%llu) is past its %llu elements", t->file, t->name, n_runs, count,
+            (unsigned long long)elem_begin, (unsigned long long)stride, (unsigned long long)numel);
+    }
+    // One open for all the runs: a column slice of a row-parallel weight is one run
+    // per row, thousands of them for a real model.
     int fd = open(t->file, O_RDONLY);
     if (fd < 0) die_errno("cannot open safetensors file %s", t->file);
-    uint64_t off = t->data_start + t->begin + elem_begin * es;
-    if (t->dtype == ST_F32) {
-        pread_all(fd, out, count * 4, off, t->file);
-    } else {
-        size_t per = ST_CHUNK_BYTES / es;
-        unsigned char *buf = xmalloc(ST_CHUNK_BYTES, "safetensors read buffer");  // (ST_CHUNK_BYTES) raw bytes
+    unsigned char *buf = NULL;  // (staging) raw bytes of a non-F32 tensor
+    size_t per = ST_CHUNK_BYTES / es, staging = 0;
+    if (t->dtype != ST_F32) {
+        // Sized to what one run needs, so that many small reads stay cheap.
+        staging = (count < per ? count : per) * es;
+        buf = xmalloc(staging, "safetensors read buffer");
+    }
+    for (size_t r = 0; r < n_runs; r++) {
+        uint64_t off = t->data_start + t->begin + (elem_begin + r * stride) * es;
+        float *o_run = out + r * count;
+        if (t->dtype == ST_F32) {
+            pread_all(fd, o_run, count * 4, off, t->file);
+            continue;
+        }
         for (size_t done = 0; done < count;) {
             size_t k = count - done < per ? count - done : per;
             pread_all(fd, buf, k * es, off + done * es, t->file);
-            float *o = out + done;
+            float *o = o_run + done;
             if (t->dtype == ST_F64) {
                 for (size_t i = 0; i < k; i++) {
                     double d;
@@ -440,8 +472,8 @@ void st_read_f32(const StTensor *t, uint64_t elem_begin, size_t count, float *ou
             }
             done += k;
         }
-        free(buf);
     }
+    free(buf);
     close(fd);
 }
 

@@ -42,6 +42,12 @@ const StTensor *st_find(const StIndex *idx, const char *name);
 // element order of its global shape) as fp32, converting F16/BF16/F64.
 void st_read_f32(const StTensor *t, uint64_t elem_begin, size_t count, float *out);
 
+// n_runs runs of `count` elements, run r starting at element elem_begin + r * stride
+// (stride >= count), read as fp32 into out (n_runs * count) back to back: a column
+// slice of a row-major matrix in one call (one open, one staging buffer).
+void st_read_f32_strided(const StTensor *t, uint64_t elem_begin, size_t count, uint64_t stride,
+                         size_t n_runs, float *out);
+
 // One tensor to write: a name, a shape, fp32 data.
 typedef struct {
     const char *name;

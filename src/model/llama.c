@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "util.h"
 
@@ -117,6 +118,8 @@ void llama_build_tp(LlamaModel *m, const ModelConfig *cfg, int tp, int tp_rank, 
     m->Vl = (m->V + tp - 1) / tp;
     m->v0 = m->Vl * tp_rank;
     m->v_valid = m->V - m->v0 < 0 ? 0 : (m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl);
+    m->cp = 1;  // set by the trainer under context parallelism
+    m->cp_rank = 0;
     layout_params(m);  // count
     m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
     m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
@@ -164,7 +167,8 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
                                 int with_scratch) {
     const size_t N = (size_t)B * S, Nr = (size_t)tp_rows(m, B * S), D = m->D, Fl = m->Fl;
     const size_t nl = (size_t)a->nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
-    const size_t A = (size_t)m->Hl * m->hd, P = (size_t)B * m->Hl * S * S, half = (size_t)m->hd / 2;
+    const size_t A = (size_t)m->Hl * m->hd, R = (size_t)B * m->Hl * S, half = (size_t)m->hd / 2;
+    const size_t kvw = 2 * (size_t)m->KVl * m->hd, ring = m->cp > 1 ? 2 * N * 2 * kvw + 2 * N * kvw : 0;
     const size_t head = a->has_head ? 1 : 0, scr = with_scratch ? 1 : 0;
     const size_t tps = with_scratch && m->tp > 1 ? 1 : 0;
     struct {
@@ -174,13 +178,15 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->cos_t, S * half},          {&a->sin_t, S * half},
         {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nl * Nr * D},
         {&a->ln1_rstd, nl * Nr},        {&a->qkv, nl * N * QKV},
-        {&a->probs, nl * P},            {&a->attn, nl * N * A},
+        {&a->lse, nl * R},              {&a->attn, nl * N * A},
         {&a->resid_mid, nl * Nr * D},   {&a->ln2, nl * Nr * D},
         {&a->ln2_rstd, nl * Nr},        {&a->gu, nl * N * 2 * Fl},
         {&a->mlp_h, nl * N * Fl},       {&a->lnf, head * Nr * D},
         {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
-        {&a->dqkv, scr * N * QKV},      {&a->dattn_scratch, scr * P},
+        {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
+        {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
+        {&a->att_scratch, scr * attention_scratch_floats()}, {&a->ring, scr * ring},
         {&a->dgu, scr * N * 2 * Fl},    {&a->dbuf_i, scr * N * (Fl > A ? Fl : A)},
         {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
         {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},
@@ -224,7 +230,11 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
         a->dresid = share_scratch->dresid;
         a->dbuf_d = share_scratch->dbuf_d;
         a->dqkv = share_scratch->dqkv;
-        a->dattn_scratch = share_scratch->dattn_scratch;
+        a->att_m = share_scratch->att_m;
+        a->att_l = share_scratch->att_l;
+        a->att_rowdot = share_scratch->att_rowdot;
+        a->att_scratch = share_scratch->att_scratch;
+        a->ring = share_scratch->ring;
         a->dgu = share_scratch->dgu;
         a->dbuf_i = share_scratch->dbuf_i;
         a->tp_full = share_scratch->tp_full;
@@ -232,10 +242,18 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
         a->tp_stats = share_scratch->tp_stats;
         a->tp_dw = share_scratch->tp_dw;
     }
-    rope_tables(a->cos_t, a->sin_t, S, m->hd, rope_theta, 0);
+    // Global positions of the local tokens (zigzag chunks under context parallelism),
+    // for RoPE and for the causal mask.
+    a->pos = xmalloc(sizeof(int) * (size_t)S, "token positions");                    // (S)
+    a->pos_of = xmalloc(sizeof(int) * (size_t)S * m->cp, "token positions");         // (cp, S)
+    for (int r = 0; r < m->cp; r++) cp_positions(S * m->cp, m->cp, r, a->pos_of + (size_t)r * S);
+    memcpy(a->pos, a->pos_of + (size_t)m->cp_rank * S, sizeof(int) * (size_t)S);
+    rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, rope_theta);
 }
 
 void activations_free(Activations *a) {
+    free(a->pos);
+    free(a->pos_of);
     free(a->arena);
     memset(a, 0, sizeof *a);
 }
@@ -302,7 +320,7 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
     float *x = a->resid + (size_t)i * Nr * D;              // (Nr, D) layer input
     float *ln1 = a->ln1 + (size_t)i * Nr * D;              // (Nr, D)
     float *qkv = a->qkv + (size_t)i * N * QKV;             // (N, QKV) local heads
-    float *probs = a->probs + (size_t)i * B * Hl * S * S;  // (B, Hl, S, S)
+    float *lse = a->lse + (size_t)i * B * Hl * S;          // (B, Hl, S)
     float *attn = a->attn + (size_t)i * N * A;             // (N, Hl*hd)
     float *mid = a->resid_mid + (size_t)i * Nr * D;        // (Nr, D)
     float *ln2 = a->ln2 + (size_t)i * Nr * D;              // (Nr, D)
@@ -314,7 +332,7 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
     const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);             // (N, D)
     matmul_forward(qkv, ln1_full, AT(w, u, lo->qkv), N, D, QKV);              // q|k|v, column-parallel
     rope_forward(qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    attention_forward(attn, probs, qkv, B, S, Hl, KVl, hd);
+    cp_attention_forward(m, a, qkv, attn, lse);
     float *o = row_parallel_dst(m, a, mid);
     matmul_forward(o, attn, AT(w, u, lo->o), N, A, D);                        // row-parallel
     tp_reduce(m, o, mid, N, D);
@@ -386,7 +404,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const float *x = a->resid + (size_t)i * Nr * D;
     const float *ln1 = a->ln1 + (size_t)i * Nr * D;
     const float *qkv = a->qkv + (size_t)i * N * QKV;
-    const float *probs = a->probs + (size_t)i * B * Hl * S * S;
+    const float *lse = a->lse + (size_t)i * B * Hl * S;
     const float *attn = a->attn + (size_t)i * N * A;
     const float *mid = a->resid_mid + (size_t)i * Nr * D;
     const float *ln2 = a->ln2 + (size_t)i * Nr * D;
@@ -404,7 +422,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
     dout_full = tp_gather(m, dres, a->tp_full, N, D);
     matmul_backward(a->dbuf_i, AT(g, u, lo->o), dout_full, attn, AT(w, u, lo->o), N, A, D, 0);
-    attention_backward(a->dqkv, a->dattn_scratch, a->dbuf_i, qkv, probs, B, S, Hl, KVl, hd);
+    cp_attention_backward(m, a, a->dqkv, a->dbuf_i, qkv, attn, lse);
     rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);
     column_backward(m, a, dd, AT(g, u, lo->qkv), a->dqkv, ln1_full, AT(w, u, lo->qkv), N, QKV);

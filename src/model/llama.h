@@ -72,6 +72,7 @@ typedef struct {
     int sp;                      // sequence parallel: norms and residual on token shards
     int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
     int v0, v_valid;             // first global vocab id of the slice, real (unpadded) rows
+    int cp, cp_rank;             // context parallelism: this rank holds 1/cp of each sequence
     int n_params;
     ParamInfo *params;           // (n_params)
     size_t num_elements;         // total elements of the flat buffer
@@ -109,7 +110,8 @@ StageUnits llama_all_units(const LlamaModel *m);
 // micro-batches (pipeline schedules) each get their own saved buffers and share
 // one set of backward scratch buffers. Shapes are per rank: with tensor
 // parallelism Hl = H/tp heads, Fl = F/tp, Vl vocab rows; Nr = N/tp rows of the
-// residual stream with sequence parallel (else N = B*S).
+// residual stream with sequence parallel (else N = B*S). With context parallelism
+// S is this rank's share of each sequence (seq_length / cp, two zigzag chunks).
 typedef struct {
     int B, S;
     int l0, nl;              // first layer and number of layers of the stage
@@ -119,7 +121,7 @@ typedef struct {
     float *resid;            // (nl+1, Nr, D) residual stream entering each layer; slot nl = output
     float *ln1, *ln1_rstd;   // (nl, Nr, D), (nl, Nr)
     float *qkv;              // (nl, N, (Hl+2KVl)*hd) after RoPE
-    float *probs;            // (nl, B, Hl, S, S)
+    float *lse;              // (nl, B, Hl, S) log-sum-exp of each attention row
     float *attn;             // (nl, N, Hl*hd) attention output (o_proj input)
     float *resid_mid;        // (nl, Nr, D) residual after attention
     float *ln2, *ln2_rstd;   // (nl, Nr, D), (nl, Nr)
@@ -131,7 +133,12 @@ typedef struct {
     float *dresid;           // (Nr, D) gradient of the residual stream
     float *dbuf_d;           // (Nr, D)
     float *dqkv;             // (N, (Hl+2KVl)*hd)
-    float *dattn_scratch;    // (B, Hl, S, S)
+    float *att_m, *att_l;    // (B, Hl, S) running max and sum of the online softmax
+    float *att_rowdot;       // (B, Hl, S) sum(dout * out) per attention row
+    float *att_scratch;      // (attention_scratch_floats) per-thread tiles
+    float *ring;             // cp > 1: (2, B*S, 4*KVl*hd) ring blocks + (2, B*S, 2*KVl*hd) homing
+    int *pos;                // (S) global position of each local token
+    int *pos_of;             // (cp, S) positions of every cp rank's tokens
     float *dgu;              // (N, 2Fl)
     float *dbuf_i;           // (N, Fl)
     // tensor-parallel scratch (tp > 1 only)

@@ -59,6 +59,8 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 // cos, sin: (S, hd/2) tables for positions pos0 .. pos0+S-1:
 //   angle(p, i) = p * theta^(-2i/hd), i in [0, hd/2)
 void rope_tables(float *cos_t, float *sin_t, int S, int hd, double theta, int pos0);
+// The same for arbitrary positions pos(S) (context-parallel chunks).
+void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, double theta);
 
 // In place on the q and k parts of qkv(B*S, (H + 2*KV) * hd), laid out per token as
 // [q heads (H*hd) | k heads (KV*hd) | v heads (KV*hd)], each head [x1 (hd/2) | x2 (hd/2)]:
@@ -69,18 +71,52 @@ void rope_forward(float *qkv, const float *cos_t, const float *sin_t,
 void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
                    int B, int S, int H, int KV, int hd);
 
-// ---- causal grouped-query attention ----
+// ---- causal grouped-query attention, flash style ----
+//
+// Tiled attention with an online softmax (Dao et al. 2022; Rabe & Staats 2021):
+// no score matrix larger than one tile per thread is ever held, the forward saves
+// only the log-sum-exp of each query row, and the backward recomputes each tile's
+// probabilities from it, so attention memory is linear in the sequence length.
+// Queries and keys carry GLOBAL positions: key j is visible to query i iff
+// kpos[j] <= qpos[i] (causal), which also covers context-parallel blocks (a block
+// of keys from another rank, zigzag chunks). Tiles entirely above the diagonal are
+// skipped. Query head h uses key/value head h / (H/KV).
+//
+// Layouts: q rows are tokens of qkv(B*Sq, ldq) with query head h at column h*hd;
+// a key/value block kv(B*Sk, ldkv) holds key head g at column koff + g*hd and value
+// head g at voff + g*hd. o(B*Sq, H*hd); m, l, lse, rowdot: (B, H, Sq).
 
-// qkv(B*S, (H+2KV)*hd) after RoPE; query head h uses kv head h / (H/KV).
-// probs(B, H, S, S): softmax(q k^T / sqrt(hd)) with the causal mask (entries above
-//   the diagonal are 0), saved for backward.
-// out(B*S, H*hd): per token the heads side by side (input of o_proj).
-void attention_forward(float *out, float *probs, const float *qkv,
-                       int B, int S, int H, int KV, int hd);
-// dqkv(B*S, (H+2KV)*hd) = gradient w.r.t. qkv (overwritten, all three parts);
-// scratch(B, H, S, S) is workspace (dP then dScores).
-void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *probs, int B, int S, int H, int KV, int hd);
+// Floats of scratch the two block kernels need (per-thread tiles).
+size_t attention_scratch_floats(void);
+
+// Start a row block: o = 0, m = -inf, l = 0.
+void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd);
+// Fold one key/value block into the running (o unnormalised, m max, l sum).
+void attention_block_forward(float *o, float *m, float *l, const float *q, int ldq,
+                             const float *kv, int ldkv, int koff, int voff, const int *qpos,
+                             const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd,
+                             float *scratch);
+// o /= l (in place) and lse = m + log(l).
+void attention_block_finish(float *o, float *lse, const float *m, const float *l, int B, int Sq,
+                            int H, int hd);
+// rowdot = sum over the head dim of dout * out (the softmax backward's correction).
+void attention_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H,
+                      int hd);
+// Gradients of one key/value block: dq(B*Sq, ldq) += ..., and the block's key and
+// value gradients dkv(B*Sk, ldkv) (same koff/voff layout) += ... .
+void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, const float *kv,
+                              int ldkv, int koff, int voff, const float *dout, const float *lse,
+                              const float *rowdot, const int *qpos, const int *kpos, int B,
+                              int Sq, int Sk, int H, int KV, int hd, float *scratch);
+
+// Single-block causal attention over qkv(B*S, (H+2KV)*hd) with positions pos(S):
+// out(B*S, H*hd), lse(B, H, S); m, l: (B, H, S) scratch.
+void attention_forward(float *out, float *lse, float *m, float *l, const float *qkv,
+                       const int *pos, int B, int S, int H, int KV, int hd, float *scratch);
+// dqkv(B*S, (H+2KV)*hd) = gradient w.r.t. qkv (overwritten); rowdot: (B, H, S) scratch.
+void attention_backward(float *dqkv, float *rowdot, const float *dout, const float *qkv,
+                        const float *out, const float *lse, const int *pos, int B, int S, int H,
+                        int KV, int hd, float *scratch);
 
 // ---- SwiGLU ----
 

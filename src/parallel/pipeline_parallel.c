@@ -154,7 +154,7 @@ void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     build_schedule(pp, cfg->parallel.pp_schedule);
     count_slots(pp);
 
-    const int B = tc->micro_batch_size, S = tc->seq_length;
+    const int B = tc->micro_batch_size, S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens
     const size_t N = (size_t)B * S, v = (size_t)pp->v, ms = (size_t)pp->max_slots;
     pp->acts = xcalloc(sizeof(Activations *) * v, "activation slots");
     pp->slot_busy = xcalloc(sizeof(int *) * v, "activation slots");

@@ -8,6 +8,7 @@
 
 #include "dist/comm.h"
 #include "ops/ops.h"
+#include "parallel/context_parallel.h"
 #include "train/schedule.h"
 #include "train/trace.h"
 #include "util.h"
@@ -18,6 +19,11 @@ void trainer_init(Trainer *t, const Config *cfg) {
     const TrainingConfig *tc = &cfg->training;
     const Grid *g = comm_grid();
     llama_build_tp(&t->model, &cfg->model, g->tp, g->tp_i, cfg->parallel.sequence_parallel);
+    t->model.cp = g->cp;
+    t->model.cp_rank = g->cp_i;
+    const size_t full = (size_t)tc->micro_batch_size * tc->seq_length;
+    t->full_tokens = xmalloc(sizeof(int32_t) * full, "sequences");   // (B*S)
+    t->full_targets = xmalloc(sizeof(int32_t) * full, "sequences");  // (B*S)
     pp_init(&t->pipe, &t->model, cfg);
     dp_init(&t->dp, &t->model, &cfg->parallel, t->pipe.held);
     t->pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp_max_pieces(&t->dp), "checkpoint pieces");
@@ -34,6 +40,8 @@ void trainer_free(Trainer *t) {
     tokens_close(&t->train_data);
     if (t->has_val) tokens_close(&t->val_data);
     pp_free(&t->pipe);
+    free(t->full_tokens);
+    free(t->full_targets);
     dp_free(&t->dp);
     free(t->pieces);
     llama_free(&t->model);
@@ -51,17 +59,25 @@ MemoryReport trainer_memory(const Trainer *t) {
 // takes global positions t*G + (micro*dp + r)*B .. + B - 1, so the ranks
 // interleave and the set is exactly the step's global batch. Validation
 // (batch_step < 0) takes the fixed positions micro*B .. of the val data.
+// Under context parallelism every cp rank reads the same sequences and keeps its
+// two zigzag chunks of each.
 static void fill_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
     Trainer *t = ctx;
     const TrainingConfig *tc = &t->cfg.training;
     const uint64_t B = (uint64_t)tc->micro_batch_size;
+    const Grid *g = comm_grid();
+    int32_t *in = g->cp > 1 ? t->full_tokens : tokens, *tg = g->cp > 1 ? t->full_targets : targets;
     if (t->batch_step < 0) {
-        tokens_fill_batch(&t->val_data, (uint64_t)micro * B, (int)B, tokens, targets);
-        return;
+        tokens_fill_batch(&t->val_data, (uint64_t)micro * B, (int)B, in, tg);
+    } else {
+        uint64_t p0 = (uint64_t)t->batch_step * (uint64_t)tc->global_batch_size +
+                      ((uint64_t)micro * (uint64_t)t->cfg.parallel.dp + (uint64_t)g->dp_i) * B;
+        tokens_fill_batch(&t->train_data, p0, (int)B, in, tg);
     }
-    uint64_t p0 = (uint64_t)t->batch_step * (uint64_t)tc->global_batch_size +
-                  ((uint64_t)micro * (uint64_t)t->cfg.parallel.dp + (uint64_t)comm_grid()->dp_i) * B;
-    tokens_fill_batch(&t->train_data, p0, (int)B, tokens, targets);
+    if (g->cp > 1) {
+        cp_take_local(in, tokens, (int)B, tc->seq_length, g->cp, g->cp_i);
+        cp_take_local(tg, targets, (int)B, tc->seq_length, g->cp, g->cp_i);
+    }
 }
 
 static void trace_cb(void *ctx, const char *what, int chunk, int micro, double t0, double t1) {
@@ -83,8 +99,8 @@ double trainer_compute_grads(Trainer *t, int step) {
     double t0 = now_seconds();
     dp_finish_grads(&t->dp);
     trace_event("reduce-wait", t0, now_seconds(), step + 1, -1, -1);
-    // The loss lives on the last pipeline stage of every data-parallel rank.
-    group_allreduce_sum_f64(GROUP_DP, &loss_sum, 1);
+    // The loss lives on the last pipeline stage of every data- and context-parallel rank.
+    group_allreduce_sum_f64(GROUP_DPCP, &loss_sum, 1);
     group_allreduce_sum_f64(GROUP_PP, &loss_sum, 1);
     return loss_sum / ((double)G * tc->seq_length);
 }
@@ -127,6 +143,7 @@ double trainer_validate(Trainer *t) {
     t->batch_step = -1;
     double sum = pp_run_forward(&t->pipe, &t->model, &t->dp.access, &cb, nb);
     group_allreduce_sum_f64(GROUP_PP, &sum, 1);
+    group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
     return sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
 }
 

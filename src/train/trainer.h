@@ -20,6 +20,7 @@ typedef struct {
     CkptPiece *pieces;  // (dp_max_pieces) checkpoint pieces, planned once
     Pipeline pipe;      // this rank's stage(s), schedule and activation slots
     int batch_step;     // step whose micro-batches fill_batch serves (-1: validation)
+    int32_t *full_tokens, *full_targets;  // (B*S) whole sequences before the context-parallel split
     TokenDataset train_data, val_data;
     int has_val;
     TrainerState state;

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# bench/pp_bubble.sh — pipeline bubble of the afab, 1f1b and interleaved (v = 2)
+# schedules at pp = 2 and 4 for M = pp, 2pp, 4pp micro-batches per step, next to
+# the formula (p - 1) / (v m) (bubble time over ideal compute time; Narayanan et
+# al. 2021, eq. 1 and 3).
+#
+# Every run writes a Chrome trace (logging.trace); the bubble is computed from it
+# in two ways (see the "Pipeline bubble" section of bench/README.md):
+#
+#   schedule bubble (pp = 2 and 4): replay of the trace's event ORDER in unit
+#     time. Each rank's forward/backward events, sorted by start time on that
+#     rank's own clock, give the order in which the rank really executed its
+#     actions; they are replayed with forward = 1/v, backward = 2/v time units
+#     per chunk and the message dependencies F(k, m) after F(k-1, m),
+#     B(k, m) after B(k+1, m) (k = virtual stage). Bubble = T / (3M) - 1, T the
+#     replayed makespan, 3M the work of one rank. Independent of how the ranks
+#     time-share the cores; it measures the schedule, not the machine.
+#
+#   measured bubble (pp = 2 only: 2 ranks on the 2 cores, threads 1): per step,
+#     span = first stage's first forward start to its last backward end (one
+#     rank's clock: the first stage starts every step and ends it), busy = sum of
+#     a rank's forward + backward durations; bubble = span / mean busy - 1, the
+#     median over steps 2..N. At pp = 4 the 4 ranks share 2 cores, so a waiting
+#     rank lends its core to a computing one and wall-clock idle time is not a
+#     bubble; no measured value is given there.
+#
+# Output: bench/results/pp_bubble.md (table), pp_bubble.png (plot), pp_bubble.dat.
+# Usage: bench/pp_bubble.sh   (FEMTOTRON=path overrides ./femtotron; STEPS=N)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+FT=${FEMTOTRON:-./femtotron}
+RES=bench/results
+mkdir -p "$RES"
+[ -x "$FT" ] || make -j2 >/dev/null
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cat src/*.c src/*/*.c >"$TMP/corpus.txt"
+"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+
+# 8 layers (2 per virtual stage at pp = 4, v = 2), hidden 256, seq 128, micro-batch 2.
+MODEL=(--model.hidden_size 256 --model.intermediate_size 768 --model.num_hidden_layers 8
+       --model.num_attention_heads 4 --model.num_key_value_heads 2)
+STEPS=${STEPS:-5}
+
+cat >"$TMP/bubble.py" <<'EOF'
+# bubble.py TRACE PP V M MEASURE -> "sim_ratio measured_ratio busy_ms span_ms"
+import json, statistics, sys
+path, P, V, M, measure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+ev = [e for e in json.load(open(path))["traceEvents"]
+      if e.get("ph") == "X" and e["name"] in ("forward", "backward") and e["args"]["step"] > 0]
+steps = sorted({e["args"]["step"] for e in ev})
+K = P * V                                      # virtual stages; chunk c of rank r is c * P + r
+
+def replay(step):
+    """Unit-time replay of every rank's action order; returns the makespan."""
+    todo = {r: [(e["name"] == "forward", e["args"]["chunk"] * P + r, e["args"]["micro"])
+                for e in sorted((e for e in ev if e["tid"] == r and e["args"]["step"] == step),
+                                key=lambda e: e["ts"])] for r in range(P)}
+    assert all(len(todo[r]) == 2 * M * V for r in range(P)), f"step {step}: wrong action count"
+    done, free, pos = {}, [0.0] * P, [0] * P
+    while any(pos[r] < len(todo[r]) for r in range(P)):
+        moved = False
+        for r in range(P):
+            while pos[r] < len(todo[r]):
+                f, k, m = todo[r][pos[r]]
+                dep = (True, k - 1, m) if f and k > 0 else (False, k + 1, m) if not f and k < K - 1 else \
+                      (True, k, m) if not f else None
+                if dep is not None and dep not in done:
+                    break
+                t0 = max(free[r], done[dep] if dep else 0.0)
+                free[r] = done[(f, k, m)] = t0 + (1.0 if f else 2.0) / V
+                pos[r] += 1
+                moved = True
+        if not moved:
+            sys.exit(f"step {step}: the action order deadlocks")
+    return max(free)
+
+sims = [replay(s) / (3.0 * M) - 1.0 for s in steps]
+assert max(sims) - min(sims) < 1e-9, f"schedule differs between steps: {sims}"
+meas, busy_ms, span_ms = float("nan"), float("nan"), float("nan")
+if measure:
+    rows = []
+    for s in steps[1:]:                         # step 1 warms up caches and pages
+        first = [e for e in ev if e["tid"] == 0 and e["args"]["step"] == s]
+        span = max(e["ts"] + e["dur"] for e in first) - min(e["ts"] for e in first)
+        busy = statistics.mean(sum(e["dur"] for e in ev if e["tid"] == r and e["args"]["step"] == s)
+                               for r in range(P))
+        rows.append((span / busy - 1.0, busy, span))
+    meas = statistics.median(r[0] for r in rows)
+    busy_ms = statistics.median(r[1] for r in rows) / 1e3
+    span_ms = statistics.median(r[2] for r in rows) / 1e3
+print(f"{sims[0]:.4f} {meas:.4f} {busy_ms:.1f} {span_ms:.1f}")
+EOF
+
+DAT="$RES/pp_bubble.dat"
+echo "# pp schedule v M formula sim_ratio measured_ratio busy_ms span_ms" >"$DAT"
+for pp in 2 4; do
+    for sched in afab 1f1b interleaved; do
+        v=1; [ "$sched" = interleaved ] && v=2
+        for M in $pp $((2 * pp)) $((4 * pp)); do
+            log="$TMP/run.log"
+            trace="$TMP/trace_${pp}_${sched}_${M}.json"
+            mpirun --oversubscribe --allow-run-as-root -np "$pp" "$FT" train \
+                --data.train "$TMP/data/train_*.bin" "${MODEL[@]}" \
+                --training.steps "$STEPS" --training.threads 1 --training.peak_flops 1e10 \
+                --training.seq_length 128 --training.micro_batch_size 2 --training.grad_acc_steps "$M" \
+                --parallel.pp "$pp" --parallel.pp_schedule "$sched" --parallel.pp_virtual "$v" \
+                --logging.trace "$trace" >"$log" 2>&1 || { echo "run pp=$pp $sched M=$M failed:"; tail -5 "$log"; exit 1; }
+            measure=0; [ "$pp" -eq 2 ] && measure=1
+            r=$(/usr/bin/python3 "$TMP/bubble.py" "$trace" "$pp" "$v" "$M" "$measure")
+            f=$(awk -v p="$pp" -v v="$v" -v m="$M" 'BEGIN { printf "%.4f", (p - 1) / (v * m) }')
+            echo "$pp $sched $v $M $f $r" | tee -a "$DAT"
+        done
+    done
+done
+
+{
+    echo "# Pipeline bubble: afab, 1f1b, interleaved"
+    echo
+    echo "Model: 8 layers, hidden 256, intermediate 768, 4/2 heads, vocab 257; seq 128 x micro-batch 2;"
+    echo "$STEPS steps per run, threads 1, one rank per pipeline stage (ranks oversubscribed at pp = 4)."
+    echo "Bubble = bubble time / ideal compute time, formula (p - 1) / (v m). The fraction of the"
+    echo "step spent idle is bubble / (1 + bubble)."
+    echo
+    echo "- **schedule**: the trace's per-rank event order replayed in unit time (forward 1/v,"
+    echo "  backward 2/v per chunk, message dependencies between virtual stages)."
+    echo "- **measured** (pp = 2, 2 ranks on 2 cores): span of the step on the first stage /"
+    echo "  mean over ranks of forward + backward time - 1, median of steps 2..$STEPS;"
+    echo "  busy and span are those medians. Not measured at pp = 4 (4 ranks time-share 2 cores)."
+    echo
+    echo "| pp | schedule | v | M | (p-1)/(v·m) | schedule bubble | measured bubble | busy ms | span ms |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    awk '!/^#/ { printf "| %d | %s | %d | %d | %.3f | %.3f | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6,
+                 $7 == "nan" ? "–" : sprintf("%.3f", $7), $8 == "nan" ? "–" : $8, $9 == "nan" ? "–" : $9 }' "$DAT"
+} >"$RES/pp_bubble.md"
+
+gnuplot <<EOF
+set terminal pngcairo size 1200,500 noenhanced
+set output "$RES/pp_bubble.png"
+set multiplot layout 1,2 title "Pipeline bubble (bubble time / ideal compute) vs micro-batches per step"
+set xlabel "M (micro-batches per step)"
+set ylabel "bubble / ideal"
+set logscale x 2
+set grid
+set key top right
+set yrange [0:*]
+do for [p in "2 4"] {
+    set title sprintf("pp = %s", p)
+    set xrange [p/1.3 : 4*p*1.3]
+    plot "$DAT" using (\$1==p && \$3==1 ? \$4 : 1/0):6 with points pt 7 ps 1.5 lc 1 title "afab / 1f1b schedule (replay)", \
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 4 lc 2 title "afab measured", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 6 lc 3 title "1f1b measured", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):6 with points pt 9 ps 1.5 lc 4 title "interleaved v=2 schedule (replay)", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 8 lc 4 dt 3 title "interleaved v=2 measured", \
+         (p-1)/x with lines lw 2 lc 1 dt 2 title "(p-1)/m", \
+         (p-1)/(2*x) with lines lw 2 lc 4 dt 2 title "(p-1)/(2m)"
+}
+unset multiplot
+EOF
+cat "$RES/pp_bubble.md"

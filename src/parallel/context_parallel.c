@@ -1,0 +1,112 @@
+// parallel/context_parallel.c — zigzag split and ring attention.
+#include "parallel/context_parallel.h"
+
+#include <string.h>
+
+#include "dist/comm.h"
+#include "ops/ops.h"
+#include "util.h"
+
+#define TAG_KV 100       // key/value blocks, forward
+#define TAG_KV_GRAD 101  // key/value blocks with their gradients, backward
+#define TAG_HOME 102     // a block's finished gradient, back to its owner
+
+void cp_positions(int S, int cp, int r, int *pos) {
+    const int C = S / (2 * cp);
+    for (int i = 0; i < C; i++) {
+        pos[i] = r * C + i;                     // chunk r
+        pos[C + i] = (2 * cp - 1 - r) * C + i;  // chunk 2cp-1-r
+    }
+}
+
+void cp_take_local(const int32_t *full, int32_t *local, int B, int S, int cp, int r) {
+    const int C = S / (2 * cp), Sl = S / cp;
+    for (int b = 0; b < B; b++) {
+        memcpy(local + (size_t)b * Sl, full + (size_t)b * S + (size_t)r * C, sizeof(int32_t) * C);
+        memcpy(local + (size_t)b * Sl + C, full + (size_t)b * S + (size_t)(2 * cp - 1 - r) * C,
+               sizeof(int32_t) * C);
+    }
+}
+
+// Copy the key|value columns (adjacent in a qkv row) of every token into rows of
+// width `width` of a ring buffer.
+static void pack_kv(float *dst, int width, const float *qkv, int ld, int col, int kvw, int rows) {
+    for (int t = 0; t < rows; t++)
+        memcpy(dst + (size_t)t * width, qkv + (size_t)t * ld + col, sizeof(float) * (size_t)kvw);
+}
+
+void cp_attention_forward(const LlamaModel *m, Activations *a, const float *qkv, float *out,
+                          float *lse) {
+    const int B = a->B, Sl = a->S, Hl = m->Hl, KVl = m->KVl, hd = m->hd;
+    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = m->cp, r = m->cp_rank;
+    if (cp == 1) {
+        attention_forward(out, lse, a->att_m, a->att_l, qkv, a->pos, B, Sl, Hl, KVl, hd, a->att_scratch);
+        return;
+    }
+    const size_t rows = (size_t)B * Sl, n = rows * kvw;
+    float *ring[2] = {a->ring, a->ring + n};  // (B*Sl, 2*KVl*hd) each
+    pack_kv(ring[0], kvw, qkv, ld, Hl * hd, kvw, (int)rows);
+    attention_block_init(out, a->att_m, a->att_l, B, Sl, Hl, hd);
+    const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+    for (int j = 0, cur = 0; j < cp; j++, cur ^= 1) {
+        const int src = (r - j + cp) % cp;  // owner of the block held at step j
+        CommRequest rx = COMM_REQUEST_IDLE, tx = COMM_REQUEST_IDLE;
+        if (j < cp - 1) {  // the next block travels while this one is computed
+            rx = group_irecv_f32(GROUP_CP, ring[cur ^ 1], n, prev, TAG_KV);
+            tx = group_isend_f32(GROUP_CP, ring[cur], n, next, TAG_KV);
+        }
+        attention_block_forward(out, a->att_m, a->att_l, qkv, ld, ring[cur], kvw, 0, KVl * hd,
+                                a->pos, a->pos_of + (size_t)src * Sl, B, Sl, Sl, Hl, KVl, hd,
+                                a->att_scratch);
+        comm_wait(&rx, "context-parallel key/value receive");
+        comm_wait(&tx, "context-parallel key/value send");
+    }
+    attention_block_finish(out, lse, a->att_m, a->att_l, B, Sl, Hl, hd);
+}
+
+void cp_attention_backward(const LlamaModel *m, Activations *a, float *dqkv, const float *dout,
+                           const float *qkv, const float *out, const float *lse) {
+    const int B = a->B, Sl = a->S, Hl = m->Hl, KVl = m->KVl, hd = m->hd;
+    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = m->cp, r = m->cp_rank;
+    if (cp == 1) {
+        attention_backward(dqkv, a->att_rowdot, dout, qkv, out, lse, a->pos, B, Sl, Hl, KVl, hd,
+                           a->att_scratch);
+        return;
+    }
+    const size_t rows = (size_t)B * Sl, bw = 2 * (size_t)kvw, n = rows * bw;
+    // Ring rows: [k | v | dk | dv], (B*Sl, 4*KVl*hd) each.
+    float *ring[2] = {a->ring, a->ring + n};
+    memset(ring[0], 0, sizeof(float) * n);
+    pack_kv(ring[0], (int)bw, qkv, ld, Hl * hd, kvw, (int)rows);
+    memset(dqkv, 0, sizeof(float) * rows * ld);
+    attention_rowdot(a->att_rowdot, dout, out, B, Sl, Hl, hd);
+    const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+    int cur = 0;
+    for (int j = 0; j < cp; j++) {
+        const int src = (r - j + cp) % cp;
+        CommRequest rx = COMM_REQUEST_IDLE;
+        if (j < cp - 1) rx = group_irecv_f32(GROUP_CP, ring[cur ^ 1], n, prev, TAG_KV_GRAD);
+        // Keys/values are read at columns 0 and KVl*hd; their gradients are written
+        // at the same offsets from the dk column (2*KVl*hd).
+        attention_block_backward(dqkv, ring[cur] + kvw, qkv, ld, ring[cur], (int)bw, 0, KVl * hd,
+                                 dout, lse, a->att_rowdot, a->pos, a->pos_of + (size_t)src * Sl, B,
+                                 Sl, Sl, Hl, KVl, hd, a->att_scratch);
+        if (j < cp - 1) {
+            CommRequest tx = group_isend_f32(GROUP_CP, ring[cur], n, next, TAG_KV_GRAD);
+            comm_wait(&rx, "context-parallel key/value receive");
+            comm_wait(&tx, "context-parallel key/value send");
+            cur ^= 1;
+        }
+    }
+    // The block held now belongs to `next` (r - (cp-1) = r + 1): send its finished
+    // gradient home, and receive this rank's own from `prev`.
+    float *home = a->ring + 2 * n;  // (B*Sl, 2*KVl*hd)
+    float *out_grad = home + rows * kvw;  // (B*Sl, 2*KVl*hd)
+    pack_kv(out_grad, kvw, ring[cur], (int)bw, kvw, kvw, (int)rows);
+    CommRequest rx = group_irecv_f32(GROUP_CP, home, rows * kvw, prev, TAG_HOME);
+    CommRequest tx = group_isend_f32(GROUP_CP, out_grad, rows * kvw, next, TAG_HOME);
+    comm_wait(&rx, "context-parallel gradient receive");
+    comm_wait(&tx, "context-parallel gradient send");
+    for (size_t t = 0; t < rows; t++)
+        memcpy(dqkv + t * ld + (size_t)Hl * hd, home + t * kvw, sizeof(float) * (size_t)kvw);
+}
