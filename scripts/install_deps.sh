@@ -3,7 +3,7 @@
 # Debian's packages (idempotent: skips apt when everything is already there).
 set -euo pipefail
 pkgs=(build-essential libopenmpi-dev openmpi-bin libopenblas-openmp-dev libcjson-dev
-      python3-torch python3-numpy gnuplot-nox fortunes gzip)
+      python3-torch python3-numpy python3-venv gnuplot-nox fortunes gzip)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +14,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     $sudo apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+fi
+
+# The tokenizer tests and benchmark compare with the Hugging Face `tokenizers`
+# package (PyPI; not packaged by Debian), installed into a venv that still sees
+# Debian's torch and numpy. Skipped when it already imports.
+cd "$(dirname "$0")/.."
+if ! build/pyenv/bin/python -c "import tokenizers" >/dev/null 2>&1; then
+    echo "installing the Python package tokenizers into build/pyenv"
+    /usr/bin/python3 -m venv --system-site-packages build/pyenv
+    build/pyenv/bin/pip install -q tokenizers
 fi

@@ -3,7 +3,8 @@
 // overwrite), clear errors for corrupt or mismatched checkpoints (checked in
 // fork()ed children, since die() ends the process), and Hugging Face weight loading
 // for tied and untied models, single-file and sharded; the piece API on one rank
-// (byte-identical files, any read layout, refused partitions).
+// (byte-identical files, any read layout, refused partitions); tensor-parallel
+// tables (slices of global tensors, vocab padding) loading BF16 and F32 files.
 #define _GNU_SOURCE
 #include <cJSON.h>
 #include <dirent.h>
@@ -744,6 +745,196 @@ static void test_hf_pieces(void) {
     free(g_pieces[0].data);
 }
 
+// ---------------------------------------------------------------- tensor-parallel tables
+
+// A value exact in bf16 (8 significant bits) for global flat element g, so that a
+// BF16 file holds the model's values exactly.
+static float tp_value(size_t g) { return (float)((int)(g % 253) - 126) * 0.25f; }
+
+// Hugging Face file of model m's global tensors in BF16 (written by hand: our writer
+// only writes F32), element g of the global flat order holding tp_value(g).
+static void write_bf16_file(const char *path, const LlamaModel *m) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t total = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *p = &m->params[i];
+        size_t numel = (size_t)(p->shape[0] * p->shape[1]);
+        cJSON *t = cJSON_AddObjectToObject(root, p->name);
+        cJSON_AddStringToObject(t, "dtype", "BF16");
+        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < p->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)p->shape[d]));
+        cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(2 * total)));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(2 * (total + numel))));
+        total += numel;
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    uint64_t n8 = padded;
+    fwrite(&n8, 8, 1, f);  // little-endian host (as safetensors.c requires)
+    fwrite(json, 1, hlen, f);
+    for (size_t i = hlen; i < padded; i++) fputc(' ', f);
+    for (size_t g = 0; g < total; g++) {
+        float v = tp_value(g);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        uint16_t h = (uint16_t)(u >> 16);  // exact: tp_value has <= 8 significant bits
+        fwrite(&h, 2, 1, f);
+    }
+    fclose(f);
+    free(json);
+    cJSON_Delete(root);
+}
+
+// Expected value of local element e of tp table m: the global function, 0 for padding.
+static float tp_expected(const LlamaModel *m, size_t e, float (*fn)(size_t)) {
+    size_t base = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *p = &m->params[i];
+        if (e < p->offset + p->numel) {
+            int64_t g = param_global_index(p, e - p->offset);
+            return g < 0 ? 0.0f : fn(base + (size_t)g);
+        }
+        base += (size_t)(p->shape[0] * p->shape[1]);
+    }
+    return NAN;
+}
+
+static float g_tp_shift;
+static float tp_moment(size_t g) { return g_tp_shift + 1e-3f * (float)g; }
+
+static LlamaModel g_tp;
+
+static void child_save_tp(void *p) {
+    float *buf = calloc(g_tp.num_elements, sizeof(float));
+    CkptPiece pc = {CKPT_PARAMS, 0, g_tp.num_elements, buf};
+    TrainerState st = {.step = 1, .consumed_sequences = 0};
+    checkpoint_save_pieces((const char *)p, &g_cfg, &g_tp, &pc, 1, &st);
+}
+
+// Tables of llama_build_tp (tp 2 and 3, vocab 257: padding rows on the last tp
+// rank): Hugging Face BF16 weights and an F32 checkpoint load into every tp rank's
+// slices, whole or in pieces cut inside rows of the column-split tensors and
+// across the padding boundary; one process cannot save a tp > 1 model alone.
+static void test_tp_tables(void) {
+    Config c;
+    make_cfg(&c, 1, 257, 0);
+    c.model.hidden_size = 12;
+    c.model.num_attention_heads = 6;
+    c.model.num_key_value_heads = 6;
+    c.model.intermediate_size = 18;
+    LlamaModel whole;
+    llama_build(&whole, &c.model);
+    char dir[512], path[1100];
+    snprintf(dir, sizeof dir, "%s/hf_bf16", tmpdir);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_bf16_file(path, &whole);
+
+    // An F32 checkpoint of the unsharded model (params = tp_value, moments distinct).
+    size_t N = whole.num_elements;
+    float *gp = malloc(N * sizeof(float)), *gm = malloc(N * sizeof(float)), *gv = malloc(N * sizeof(float));
+    for (size_t g = 0; g < N; g++) {
+        gp[g] = tp_value(g);
+        gm[g] = 1.0f + 1e-3f * (float)g;
+        gv[g] = 2.0f + 1e-3f * (float)g;
+    }
+    char ck[512], ckstep[1100];
+    snprintf(ck, sizeof ck, "%s/tp_ckpt", tmpdir);
+    TrainerState st = {.step = 4, .consumed_sequences = 8};
+    checkpoint_save(ck, &c, &whole, gp, gm, gv, &st);
+    snprintf(ckstep, sizeof ckstep, "%s/step_0000004", ck);
+
+    for (int tp = 2; tp <= 3; tp++)
+        for (int r = 0; r < tp; r++) {
+            LlamaModel m;
+            llama_build_tp(&m, &c.model, tp, r, 0);
+            size_t n = m.num_elements, bad = 0, pad = 0;
+            float *buf = garbage(n);
+            load_hf_weights(dir, &m, buf);
+            for (size_t e = 0; e < n; e++) {
+                float want = tp_expected(&m, e, tp_value);
+                bad += memcmp(&want, &buf[e], 4) != 0;
+            }
+            // Cuts: inside the first and last row of every column-split tensor, and
+            // 5 elements before the head's padding (a piece crossing into it).
+            size_t cut[32];
+            int nc = 0;
+            for (int i = 0; i < m.n_params; i++) {
+                const ParamInfo *p = &m.params[i];
+                if (p->split == SPLIT_COLS) {
+                    cut[nc++] = p->offset + (size_t)p->local_shape[1] / 2;
+                    cut[nc++] = p->offset + p->numel - (size_t)p->local_shape[1] - 1;
+                }
+                if (p->split == SPLIT_ROWS && p->valid < p->local_shape[0]) {
+                    pad += (size_t)(p->local_shape[0] - p->valid) * (size_t)p->local_shape[1];
+                    cut[nc++] = p->offset + (size_t)(p->valid * p->local_shape[1]) - 5;
+                }
+            }
+            cut[nc++] = n;
+            CkptPiece pc[32];
+            size_t lo = 0;
+            for (int k = 0; k < nc; k++) {  // cuts are in increasing order (table order)
+                pc[k] = (CkptPiece){CKPT_PARAMS, lo, cut[k], garbage(cut[k] - lo + 1)};
+                lo = cut[k];
+            }
+            load_hf_weights_pieces(dir, &m, pc, nc);
+            int spill = 0;
+            for (int k = 0; k < nc; k++) {
+                for (size_t e = pc[k].lo; e < pc[k].hi; e++) {
+                    float want = tp_expected(&m, e, tp_value);
+                    bad += memcmp(&want, &pc[k].data[e - pc[k].lo], 4) != 0;
+                }
+                spill += pc[k].data[pc[k].hi - pc[k].lo] != -999.0f;
+                free(pc[k].data);
+            }
+            CHECK(bad == 0 && spill == 0 && nc == 2 * 2 + 1 + (r == tp - 1 ? 2 : 0) &&
+                      (r == tp - 1) == (pad > 0),
+                  "tp %d rank %d: BF16 Hugging Face weights load into the slices whole and in %d "
+                  "pieces cut inside rows, %zu padding elements 0 (%zu wrong, %d spills)", tp, r,
+                  nc, pad, bad, spill);
+
+            // The F32 checkpoint, params and both moments, into the same slices.
+            float *bm = garbage(n), *bv = garbage(n);
+            memset(buf, 0xff, n * sizeof(float));
+            TrainerState got = {0};
+            checkpoint_load(ckstep, &m, buf, bm, bv, &got);
+            bad = 0;
+            for (size_t e = 0; e < n; e++) {
+                float w0 = tp_expected(&m, e, tp_value);
+                g_tp_shift = 1.0f;
+                float w1 = tp_expected(&m, e, tp_moment);
+                g_tp_shift = 2.0f;
+                float w2 = tp_expected(&m, e, tp_moment);
+                bad += memcmp(&w0, &buf[e], 4) != 0;
+                bad += memcmp(&w1, &bm[e], 4) != 0;
+                bad += memcmp(&w2, &bv[e], 4) != 0;
+            }
+            CHECK(bad == 0 && got.step == 4,
+                  "tp %d rank %d: checkpoint_load of an unsharded checkpoint fills params and "
+                  "moments of the slices bit for bit (%zu wrong)", tp, r, bad);
+            free(buf);
+            free(bm);
+            free(bv);
+            llama_free(&m);
+        }
+
+    // One process holding tp rank 0 of 2 leaves tp rank 1's slices unwritten.
+    g_cfg = c;
+    llama_build_tp(&g_tp, &c.model, 2, 0, 0);
+    snprintf(ck, sizeof ck, "%s/tp_alone", tmpdir);
+    expect_death("a tp = 2 save on one rank", child_save_tp, ck,
+                 "of tensor-parallel rank 1's flat order", "written by no rank");
+    llama_free(&g_tp);
+    free(gp);
+    free(gm);
+    free(gv);
+    llama_free(&whole);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
@@ -755,6 +946,7 @@ int main(void) {
     test_pieces_load();
     test_hf();
     test_hf_pieces();
+    test_tp_tables();
     free(g_params);
     free(g_m);
     free(g_v);

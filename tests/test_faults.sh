@@ -129,7 +129,7 @@ else
     wait $job; rc=$?
     dt=$(elapsed "$t0")
     last_logged=$(tail -n 1 "$tmp/b_killed.jsonl" 2>/dev/null | grep -o '"step": [0-9]*' | cut -d' ' -f2)
-    if [ $rc -eq 124 ] || [ $rc -eq 137 -a "$(echo "$dt > 100" | awk '{print ($1 > 100)}')" = 1 ]; then
+    if [ $rc -eq 124 ] || le 100 "$dt"; then   # killed by the 120 s `timeout` of launch
         failed "b: job still running $dt s after kill -9 of rank 2 (pid $victim): hung"
     elif [ $rc -ne 0 ] && le "$dt" 30; then
         pass "b: kill -9 of rank 2 at step ~${last_logged:-?}/$NB ended the job with status $rc after $dt s"
@@ -233,6 +233,6 @@ e_case "unknown key" 'training.lrr' "${base[@]}" --parallel.dp 2 --training.lrr 
 e_case "zero 4" 'parallel.zero' "${base[@]}" --parallel.dp 2 --parallel.zero 4
 e_case "batch not divisible" 'training.global_batch_size' "${base[@]}" --parallel.dp 2 --training.global_batch_size 3
 e_case "missing data" 'no token file' "${base[@]}" --parallel.dp 2 --data.train "$tmp/none_*.bin"
-e_case "invalid JSON config" 'broken.json' "${base[@]}" --parallel.dp 2 --config "$tmp/broken.json"
+e_case "invalid JSON config" 'broken.json' --config "$tmp/broken.json" "${base[@]}" --parallel.dp 2
 
 exit $fail

@@ -143,6 +143,13 @@ const ParamInfo *llama_find(const LlamaModel *m, const char *name) {
     return NULL;
 }
 
+size_t llama_global_params(const LlamaModel *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        n += (size_t)m->params[i].shape[0] * (size_t)m->params[i].shape[1];
+    return n;
+}
+
 size_t llama_matmul_params(const LlamaModel *m) {
     size_t qkv = (size_t)(m->H + 2 * m->KV) * m->hd;
     size_t per_layer = (size_t)m->D * qkv + (size_t)m->H * m->hd * m->D + 3 * (size_t)m->D * m->F;

@@ -89,6 +89,9 @@ void llama_free(LlamaModel *m);
 // Find a tensor by Hugging Face name; NULL when absent.
 const ParamInfo *llama_find(const LlamaModel *m, const char *name);
 
+// Parameters of the whole model (global shapes), whatever this rank holds.
+size_t llama_global_params(const LlamaModel *m);
+
 // Matmul parameters (everything multiplied in a GEMM: q,k,v,o,gate,up,down, head;
 // the embedding lookup is not a matmul unless tied, where it is the head).
 size_t llama_matmul_params(const LlamaModel *m);

@@ -130,9 +130,9 @@ int train_main(int argc, char **argv) {
         fflush(stdout);
     }
     if (rank0) {
-        printf("model: %zu parameters (%zu in matmuls), %d layers, hidden %d, heads %d/%d kv, "
-               "vocab %d\n",
-               t.model.num_elements, llama_matmul_params(&t.model), t.model.L, t.model.D,
+        printf("model: %zu parameters (%zu in matmuls; %zu on this rank), %d layers, hidden %d, "
+               "heads %d/%d kv, vocab %d\n",
+               llama_global_params(&t.model), llama_matmul_params(&t.model), t.dp.n_elements, t.model.L, t.model.D,
                t.model.H, t.model.KV, t.model.V);
         printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets, "
                "pipeline %s with %d chunk(s) per rank\n",
