@@ -5,7 +5,7 @@
 # al. 2021, eq. 1 and 3).
 #
 # Every run writes a Chrome trace (logging.trace); the bubble is computed from it
-# in two ways (see the "Pipeline bubble" section of bench/README.md):
+# in three ways (see the "Pipeline bubble" section of bench/README.md):
 #
 #   schedule bubble (pp = 2 and 4): replay of the trace's event ORDER in unit
 #     time. Each rank's forward/backward events, sorted by start time on that
@@ -15,6 +15,11 @@
 #     B(k, m) after B(k+1, m) (k = virtual stage). Bubble = T / (3M) - 1, T the
 #     replayed makespan, 3M the work of one rank. Independent of how the ranks
 #     time-share the cores; it measures the schedule, not the machine.
+#
+#   timed replay (pp = 2 and 4): the same replay with each virtual stage's median
+#     measured forward and backward durations (steps 2..N): the real stage
+#     imbalance and backward/forward ratio without the noise of single events
+#     (at pp = 4 the durations are those of 4 ranks sharing 2 cores).
 #
 #   measured bubble (pp = 2 only: 2 ranks on the 2 cores, threads 1): per step,
 #     span = first stage's first forward start to its last backward end (one
@@ -45,7 +50,7 @@ MODEL=(--model.hidden_size 256 --model.intermediate_size 768 --model.num_hidden_
 STEPS=${STEPS:-5}
 
 cat >"$TMP/bubble.py" <<'EOF'
-# bubble.py TRACE PP V M MEASURE -> "sim_ratio measured_ratio busy_ms span_ms"
+# bubble.py TRACE PP V M MEASURE -> "sim_ratio timed_ratio measured_ratio busy_ms span_ms"
 import json, statistics, sys
 path, P, V, M, measure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 ev = [e for e in json.load(open(path))["traceEvents"]
@@ -53,8 +58,9 @@ ev = [e for e in json.load(open(path))["traceEvents"]
 steps = sorted({e["args"]["step"] for e in ev})
 K = P * V                                      # virtual stages; chunk c of rank r is c * P + r
 
-def replay(step):
-    """Unit-time replay of every rank's action order; returns the makespan."""
+def replay(step, cost):
+    """Replay of every rank's action order, an action of virtual stage k taking
+    cost(forward, k); returns the makespan."""
     todo = {r: [(e["name"] == "forward", e["args"]["chunk"] * P + r, e["args"]["micro"])
                 for e in sorted((e for e in ev if e["tid"] == r and e["args"]["step"] == step),
                                 key=lambda e: e["ts"])] for r in range(P)}
@@ -70,15 +76,26 @@ def replay(step):
                 if dep is not None and dep not in done:
                     break
                 t0 = max(free[r], done[dep] if dep else 0.0)
-                free[r] = done[(f, k, m)] = t0 + (1.0 if f else 2.0) / V
+                free[r] = done[(f, k, m)] = t0 + cost(f, k)
                 pos[r] += 1
                 moved = True
         if not moved:
             sys.exit(f"step {step}: the action order deadlocks")
     return max(free)
 
-sims = [replay(s) / (3.0 * M) - 1.0 for s in steps]
+sims = [replay(s, lambda f, k: (1.0 if f else 2.0) / V) / (3.0 * M) - 1.0 for s in steps]
 assert max(sims) - min(sims) < 1e-9, f"schedule differs between steps: {sims}"
+# Replay with each (virtual stage, forward/backward)'s median measured duration
+# (steps 2..N): the real stage imbalance and backward/forward ratio, without noise.
+med = {}
+for f in (True, False):
+    for k in range(K):
+        d = [e["dur"] for e in ev if e["args"]["step"] > 1 and (e["name"] == "forward") == f
+             and e["args"]["chunk"] * P + e["tid"] == k]
+        med[(f, k)] = statistics.median(d)
+mean_work = statistics.mean(sum(M * (med[(True, k)] + med[(False, k)]) for k in range(K) if k % P == r)
+                            for r in range(P))
+timed = statistics.median(replay(s, lambda f, k: med[(f, k)]) for s in steps[1:]) / mean_work - 1.0
 meas, busy_ms, span_ms = float("nan"), float("nan"), float("nan")
 if measure:
     rows = []
@@ -91,11 +108,11 @@ if measure:
     meas = statistics.median(r[0] for r in rows)
     busy_ms = statistics.median(r[1] for r in rows) / 1e3
     span_ms = statistics.median(r[2] for r in rows) / 1e3
-print(f"{sims[0]:.4f} {meas:.4f} {busy_ms:.1f} {span_ms:.1f}")
+print(f"{sims[0]:.4f} {timed:.4f} {meas:.4f} {busy_ms:.1f} {span_ms:.1f}")
 EOF
 
 DAT="$RES/pp_bubble.dat"
-echo "# pp schedule v M formula sim_ratio measured_ratio busy_ms span_ms" >"$DAT"
+echo "# pp schedule v M formula sim_ratio timed_ratio measured_ratio busy_ms span_ms" >"$DAT"
 for pp in 2 4; do
     for sched in afab 1f1b interleaved; do
         v=1; [ "$sched" = interleaved ] && v=2
@@ -120,42 +137,52 @@ done
     echo "# Pipeline bubble: afab, 1f1b, interleaved"
     echo
     echo "Model: 8 layers, hidden 256, intermediate 768, 4/2 heads, vocab 257; seq 128 x micro-batch 2;"
-    echo "$STEPS steps per run, threads 1, one rank per pipeline stage (ranks oversubscribed at pp = 4)."
-    echo "Bubble = bubble time / ideal compute time, formula (p - 1) / (v m). The fraction of the"
-    echo "step spent idle is bubble / (1 + bubble)."
+    echo "$STEPS steps per run, threads 1, one rank per pipeline stage (4 ranks on 2 cores at pp = 4)."
+    echo "Bubble = bubble time / ideal compute time; formula (p - 1) / (v m). The idle fraction of"
+    echo "a step is bubble / (1 + bubble). Method: bench/README.md, section \"Pipeline bubble\"."
     echo
-    echo "- **schedule**: the trace's per-rank event order replayed in unit time (forward 1/v,"
-    echo "  backward 2/v per chunk, message dependencies between virtual stages)."
-    echo "- **measured** (pp = 2, 2 ranks on 2 cores): span of the step on the first stage /"
-    echo "  mean over ranks of forward + backward time - 1, median of steps 2..$STEPS;"
-    echo "  busy and span are those medians. Not measured at pp = 4 (4 ranks time-share 2 cores)."
+    echo "- **schedule**: each rank's event order from the trace, replayed in unit time (forward 1/v,"
+    echo "  backward 2/v per chunk; an action waits for its message from the neighbouring virtual stage)."
+    echo "- **timed replay**: the same replay with each virtual stage's median measured forward and"
+    echo "  backward durations (steps 2..$STEPS): real stage imbalance and backward/forward ratio, no"
+    echo "  noise. At pp = 4 these durations are those of 4 ranks sharing 2 cores."
+    echo "- **measured** (pp = 2 only, 2 ranks on 2 cores): span of a step on the first stage (it starts"
+    echo "  and ends every step) / mean over ranks of forward + backward time - 1, median over steps"
+    echo "  2..$STEPS (busy, span: medians in ms). Not given at pp = 4, where a waiting rank lends its"
+    echo "  core to another rank, so wall-clock idle time is not a bubble."
     echo
-    echo "| pp | schedule | v | M | (p-1)/(v·m) | schedule bubble | measured bubble | busy ms | span ms |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-    awk '!/^#/ { printf "| %d | %s | %d | %d | %.3f | %.3f | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6,
-                 $7 == "nan" ? "–" : sprintf("%.3f", $7), $8 == "nan" ? "–" : $8, $9 == "nan" ? "–" : $9 }' "$DAT"
+    echo "| pp | schedule | v | M | (p-1)/(v·m) | schedule | timed replay | measured | busy ms | span ms |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    awk 'function f(x) { return x == "nan" ? "–" : x }
+         !/^#/ { printf "| %d | %s | %d | %d | %.3f | %.3f | %.3f | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7,
+                 $8 == "nan" ? "–" : sprintf("%.3f", $8), f($9), f($10) }' "$DAT"
 } >"$RES/pp_bubble.md"
 
 gnuplot <<EOF
-set terminal pngcairo size 1200,500 noenhanced
+set terminal pngcairo size 1300,560 noenhanced
 set output "$RES/pp_bubble.png"
-set multiplot layout 1,2 title "Pipeline bubble (bubble time / ideal compute) vs micro-batches per step"
+set multiplot layout 1,2 title "Pipeline bubble (bubble time / ideal compute time) vs micro-batches per step M"
 set xlabel "M (micro-batches per step)"
 set ylabel "bubble / ideal"
 set logscale x 2
 set grid
-set key top right
+set key top right font ",9"
 set yrange [0:*]
-do for [p in "2 4"] {
-    set title sprintf("pp = %s", p)
+do for [p=2:4:2] {
+    set title (p == 2 ? "pp = 2 (2 ranks on 2 cores)" : "pp = 4 (4 ranks on 2 cores: no wall-clock measurement)")
     set xrange [p/1.3 : 4*p*1.3]
-    plot "$DAT" using (\$1==p && \$3==1 ? \$4 : 1/0):6 with points pt 7 ps 1.5 lc 1 title "afab / 1f1b schedule (replay)", \
-         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 4 lc 2 title "afab measured", \
-         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 6 lc 3 title "1f1b measured", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):6 with points pt 9 ps 1.5 lc 4 title "interleaved v=2 schedule (replay)", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$7==\$7 ? \$7 : 1/0) with linespoints pt 8 lc 4 dt 3 title "interleaved v=2 measured", \
-         (p-1)/x with lines lw 2 lc 1 dt 2 title "(p-1)/m", \
-         (p-1)/(2*x) with lines lw 2 lc 4 dt 2 title "(p-1)/(2m)"
+    set xtics (p, 2*p, 4*p)
+    plot (p-1.0)/x with lines lw 2 lc rgb "gray30" dt 2 title "(p-1)/m", \
+         (p-1.0)/(2*x) with lines lw 2 lc rgb "gray60" dt 2 title "(p-1)/(2m)", \
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):6 with points pt 6 ps 2.2 lc 1 title "afab schedule", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):6 with points pt 2 ps 1.6 lc 2 title "1f1b schedule", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):6 with points pt 12 ps 1.8 lc 4 title "interleaved v=2 schedule", \
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):7 with lines lw 1 lc 1 dt 3 title "afab timed replay", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):7 with lines lw 1 lc 2 dt 3 title "1f1b timed replay", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):7 with lines lw 1 lc 4 dt 3 title "interleaved timed replay", \
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 7 lc 1 title "afab measured", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 5 lc 2 title "1f1b measured", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 13 lc 4 title "interleaved measured"
 }
 unset multiplot
 EOF

@@ -377,8 +377,8 @@ static void run_tp_variant(int T, const char *dir, const char *from, int tied) {
     llama_free(&model);
 }
 
-// Bad tensor-parallel saves on 2 ranks: tp rank 1 leaves the last element of its
-// flat order unwritten (tpgap), or the ranks run different tp degrees (tpmix).
+// Bad tensor-parallel saves on 2 ranks: tp rank 1 leaves the first element of its
+// flat order (the embedding's) unwritten (tpgap), or the ranks run different tp degrees (tpmix).
 static void run_tp_bad(const char *dir, const char *mode) {
     Config cfg;
     make_tp_config(&cfg, 0);
@@ -387,7 +387,7 @@ static void run_tp_bad(const char *dir, const char *mode) {
     if (mix && r == 1) llama_build(&model, &cfg.model);
     else llama_build_tp(&model, &cfg.model, 2, r % 2, 0);
     size_t *gbase = make_gbase(&model), n = model.num_elements;
-    CkptPiece p = new_tp_piece(&model, gbase, CKPT_PARAMS, 0, !mix && r == 1 ? n - 1 : n, 1);
+    CkptPiece p = new_tp_piece(&model, gbase, CKPT_PARAMS, !mix && r == 1 ? 1 : 0, n, 1);
     if (mix && r == 1) p.hi = p.lo;  // its part would be written by tp rank 1 of 2
     TrainerState st = {.step = 1, .consumed_sequences = 0};
     char out[1024];

@@ -14,7 +14,7 @@
 # environment: FEMTOTRON (default ./femtotron), MPIRUN (default
 #   "mpirun --oversubscribe --allow-run-as-root"), KEEP=1 keeps the work directory.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 FEMTOTRON=${FEMTOTRON:-./femtotron}
 read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 tmp=$(mktemp -d)
@@ -112,7 +112,7 @@ fi
 # 300 steps at dp 4 (a few ms each), a checkpoint every 100 steps; one rank is killed
 # 0.2 s after the first checkpoint, i.e. between two checkpoints.
 NB=300
-b_args=("${model[@]}" --training.steps $NB --training.micro_batch_size 2 --parallel.dp 4 --parallel.zero 1
+b_args=("${model[@]}" --training.steps "$NB" --training.micro_batch_size 2 --parallel.dp 4 --parallel.zero 1
         --checkpoint.every 100)
 launch 4 "${b_args[@]}" --checkpoint.dir "$tmp/b_full" --logging.metrics "$tmp/b_full.jsonl" >"$tmp/b_full.log" 2>&1 ||
     { failed "b: uninterrupted 4-rank run"; show "$tmp/b_full.log"; }
@@ -227,7 +227,7 @@ base=(--data.train "$tmp/data/train_*.bin" --training.threads 1 --training.peak_
       --training.seq_length 32 --training.micro_batch_size 1)
 e_case "dp 4 on 2 ranks" 'but the job has 2 ranks' "${base[@]}" --parallel.dp 4
 e_case "default dp 1 on 2 ranks" 'but the job has 2 ranks' "${base[@]}"
-e_case "tp 2 (unsupported)" 'parallel.tp' "${base[@]}" --parallel.dp 1 --parallel.tp 2
+e_case "tp 2 x pp 2 on 2 ranks" 'but the job has 2 ranks' "${base[@]}" --parallel.tp 2 --parallel.pp 2
 e_case "negative lr" 'training.lr' "${base[@]}" --parallel.dp 2 --training.lr -1
 e_case "unknown key" 'training.lrr' "${base[@]}" --parallel.dp 2 --training.lrr 1
 e_case "zero 4" 'parallel.zero' "${base[@]}" --parallel.dp 2 --parallel.zero 4

@@ -12,7 +12,7 @@
 #   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory).
 # Prints one "PASS name ..." or "FAIL name ..." line per row; exit 1 on any failure.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 layouts=${1:-tests/parity_layouts.txt}
 filter=${2:-}
 FEMTOTRON=${FEMTOTRON:-./femtotron}
@@ -43,7 +43,7 @@ cat src/*.c src/*/*.c > "$tmp/corpus.txt"
 common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
         --model.num_attention_heads 4 --model.num_key_value_heads 2
-        --training.seq_length 32 --training.global_batch_size 8 --training.steps $STEPS
+        --training.seq_length 32 --training.global_batch_size 8 --training.steps "$STEPS"
         --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
         --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
 

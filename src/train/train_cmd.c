@@ -66,6 +66,14 @@ static void setup_checkpoints(Trainer *t) {
     }
 }
 
+// A number as JSON text: 17 significant digits, or null when not finite.
+static void json_number(char *out, size_t size, double v) {
+    if (isfinite(v))
+        snprintf(out, size, "%.17g", v);
+    else
+        snprintf(out, size, "null");
+}
+
 static void log_step(FILE *metrics, const StepResult *r, int steps, double tokens,
                      double step_s, double flops_per_token, double peak, double val_loss) {
     double tps = tokens / step_s, mfu = flops_per_token * tps / peak;
@@ -77,13 +85,18 @@ static void log_step(FILE *metrics, const StepResult *r, int steps, double token
     printf("\n");
     fflush(stdout);
     if (!metrics) return;
+    // JSON has no NaN or infinity: a skipped step's non-finite values are null.
+    char loss_s[32], norm_s[32], val_s[32];
+    json_number(loss_s, sizeof loss_s, r->loss);
+    json_number(norm_s, sizeof norm_s, r->grad_norm);
+    json_number(val_s, sizeof val_s, val_loss);
     fprintf(metrics,
-            "{\"step\": %d, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+            "{\"step\": %d, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
             "\"tokens\": %.0f, \"tokens_per_s\": %.3f, \"mfu\": %.6f, \"step_ms\": %.3f, "
             "\"skipped\": %s",
-            r->step, r->loss, r->lr, r->grad_norm, tokens, tps, mfu, 1e3 * step_s,
+            r->step, loss_s, r->lr, norm_s, tokens, tps, mfu, 1e3 * step_s,
             r->skipped ? "true" : "false");
-    if (!isnan(val_loss)) fprintf(metrics, ", \"val_loss\": %.17g", val_loss);
+    if (!isnan(val_loss)) fprintf(metrics, ", \"val_loss\": %s", val_s);
     fprintf(metrics, "}\n");
     fflush(metrics);
 }
