@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_layout_resume.sh — checkpoints do not depend on the layout that wrote
-# them: a run saved at pp=4 interleaved (2 chunks per rank) and at dp=4 ZeRO-3
-# resumes at other layouts (pp=2, 1 rank, dp=2 x pp=2 ZeRO-3, dp=2 ZeRO-1) and
-# continues with the losses of the uninterrupted 1-rank run (relative 1e-5).
+# them: runs saved at pp=4 interleaved (2 chunks per rank), dp=4 ZeRO-3, tp=2 with
+# sequence parallel, and tp2 x cp2 x pp2 resume at other layouts (pp=2, 1 rank,
+# dp=2 x pp=2 ZeRO-3, dp=2 ZeRO-1, tp=1, tp=4, cp=4) and continue with the losses
+# of the uninterrupted 1-rank run (relative 1e-5).
 set -u
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -14,7 +15,7 @@ cat src/*.c src/*/*.c > "$tmp/corpus.txt"
     { echo "FAIL prepare"; exit 1; }
 C=(--data.train "$tmp/data/train_*.bin" --training.steps 12 --training.seq_length 32
    --training.micro_batch_size 2 --training.global_batch_size 8 --model.hidden_size 64
-   --model.intermediate_size 128 --model.num_hidden_layers 8 --training.peak_flops 1e10
+   --model.intermediate_size 128 --model.num_hidden_layers 8 --model.num_key_value_heads 4 --training.peak_flops 1e10
    --training.lr 3e-3 --training.threads 1 --data.shuffle true --parallel.timeout_s 60)
 
 train() {  # train NAME NP ARGS...
@@ -53,4 +54,13 @@ resume_from "$tmp/ck_pp4" pp4_to_1rank 1
 resume_from "$tmp/ck_pp4" pp4_to_dp2pp2z3 4 --parallel.dp 2 --parallel.pp 2 --parallel.zero 3
 resume_from "$tmp/ck_dp4" dp4z3_to_dp2z1 2 --parallel.dp 2 --parallel.zero 1
 resume_from "$tmp/ck_dp4" dp4z3_to_1rank 1
+train save_tp2sp 2 --parallel.tp 2 --parallel.sequence_parallel true --checkpoint.dir "$tmp/ck_tp2" \
+    --checkpoint.every 6 && compare save_tp2sp
+resume_from "$tmp/ck_tp2" tp2sp_to_1rank 1
+resume_from "$tmp/ck_tp2" tp2sp_to_tp4 4 --parallel.tp 4
+train save_4d 8 --parallel.tp 2 --parallel.cp 2 --parallel.pp 2 --parallel.sequence_parallel true \
+    --checkpoint.dir "$tmp/ck_4d" --checkpoint.every 6 && compare save_4d
+resume_from "$tmp/ck_4d" 4d_to_1rank 1
+resume_from "$tmp/ck_4d" 4d_to_cp4 4 --parallel.cp 4
+resume_from "$tmp/ck_4d" 4d_to_dp2tp2z2 4 --parallel.dp 2 --parallel.tp 2 --parallel.zero 2
 exit $fail

@@ -22,7 +22,10 @@ void trace_open(const char *path, double t_origin) {
     snprintf(mine, sizeof mine, "%s.rank%d", path, comm_world_rank());
     trace_file = fopen(mine, "w");
     if (!trace_file) die_errno("logging.trace: cannot write %s", mine);
+    // One time origin for every rank (rank 0's), so that events of different ranks
+    // line up: CLOCK_MONOTONIC is shared by the processes of one node.
     origin = t_origin;
+    group_broadcast_bytes(GROUP_WORLD, &origin, sizeof origin, 0);
     first_event = 1;
 }
 
