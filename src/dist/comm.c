@@ -229,7 +229,7 @@ static void split_counts(CommRequest r, GroupId g, size_t len) {
 CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len) {
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
-    MPI_Ireduce_scatter(in, out, slot_counts + (size_t)r.slot * comm_world_size(), MPI_FLOAT,
+    MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, slot_counts + (size_t)r.slot * comm_world_size(), MPI_FLOAT,
                         MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }

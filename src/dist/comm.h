@@ -73,7 +73,8 @@ CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk);  // in pl
 // the last parts may be shorter or empty.
 size_t comm_split_chunk(size_t len, int size);
 size_t comm_split_part(size_t len, int size, int r);  // length of part r
-// Sum over the group of in(len) -> out(part of this rank).
+// Sum over the group of in(len) -> out(part of this rank). With in == NULL the
+// input is taken from out(len) and the part lands at its start (in place).
 CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len);
 // buf(len): every rank's own part, in place -> the whole buf on every rank.
 CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len);

@@ -91,8 +91,19 @@ static void pool_give(float **pool, int *used, int n, const float *w) {
 
 // ------------------------------------------------------------- reductions
 
+// Where this rank's reduced gradient part of bucket b lives: stage 1 keeps it in
+// place inside the whole gradient buffer, stages 2-3 in the shard buffer.
+static float *owned_grads(const DataParallel *dp, const Bucket *b) {
+    return dp->zero == 1 ? dp->grads + b->own_lo : dp->shard_grads + b->shard_off;
+}
+
 static void complete_bucket(DataParallel *dp, Bucket *b) {
+    int was_active = b->req.slot >= 0;
     comm_wait(&b->req, "gradient reduction");
+    // Stage 1 reduce-scatters in place: MPI leaves this rank's reduced part at the
+    // start of the bucket; move it where it belongs.
+    if (was_active && dp->zero == 1 && b->own_lo != b->lo)
+        memmove(dp->grads + b->own_lo, dp->grads + b->lo, sizeof(float) * (b->own_hi - b->own_lo));
     if (b->flight_window) {
         pool_give(dp->grad_pool, dp->grad_pool_used, dp->n_windows, b->flight_window);
         b->flight_window = NULL;
@@ -105,8 +116,7 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
     if (dp->zero == 0) {
         b->req = group_iallreduce_sum_f32(GROUP_DPCP, dp->grads + b->lo, len);
     } else if (dp->zero == 1) {
-        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, dp->grads + b->lo,
-                                                 dp->shard_grads + b->shard_off, len);
+        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, NULL, dp->grads + b->lo, len);
     } else {
         // No whole gradient buffer: the reduce-scatter of every micro-batch lands in
         // the owned part. To accumulate over micro-batches without a second buffer,
@@ -116,7 +126,7 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
         const float *held = dp->shard_grads + b->shard_off;
         if (b->rounds > 0) residual_forward(mine, mine, held, own);
         b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, b->grad_window,
-                                                 dp->shard_grads + b->shard_off, len);
+                                                 owned_grads(dp, b), len);
         // The next micro-batch's gradients for this bucket go to a fresh window.
         b->flight_window = b->grad_window;
         b->grad_window = NULL;
@@ -207,7 +217,7 @@ void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc
     const size_t n = dp->n_elements, s = dp->shard_n;
     dp->params = xcalloc(sizeof(float) * (dp->zero == 3 ? s : n), "parameters");
     if (dp->zero < 2) dp->grads = xcalloc(sizeof(float) * n, "gradients");
-    if (dp->zero >= 1) dp->shard_grads = xcalloc(sizeof(float) * s, "gradient shard");
+    if (dp->zero >= 2) dp->shard_grads = xcalloc(sizeof(float) * s, "gradient shard");
     dp->m = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW first moments");
     dp->v = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW second moments");
     if (dp->zero >= 2) {
@@ -294,7 +304,7 @@ double dp_grad_norm(DataParallel *dp) {
             ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
         else
             ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
-                              dp->shard_grads + b->shard_off);
+                              owned_grads(dp, b));
     }
     if (dp->zero > 0) group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
     group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
@@ -330,12 +340,16 @@ void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const Trai
         }
         return;
     }
-    if (clip_coef < 1.0) scale_inplace(dp->shard_grads, dp->shard_n, (float)clip_coef);
+    if (clip_coef < 1.0)
+        for (int k = 0; k < dp->n_buckets; k++) {
+            const Bucket *b = &dp->buckets[k];
+            scale_inplace(owned_grads(dp, b), b->own_hi - b->own_lo, (float)clip_coef);
+        }
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
         adamw_range(m, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo), p,
-                    dp->shard_grads + b->shard_off,
+                    owned_grads(dp, b),
                     dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
     }
     if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
