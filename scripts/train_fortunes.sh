@@ -23,5 +23,5 @@ layout=()
 [ "$ranks" = 1 ] && layout=(--parallel.tp 1 --parallel.cp 1 --parallel.pp 1)
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-exec mpirun --oversubscribe "${root[@]}" -np "$ranks" ./femtotron train --config configs/fortunes.json \
+exec mpirun --oversubscribe --bind-to none "${root[@]}" -np "$ranks" ./femtotron train --config configs/fortunes.json \
     "${layout[@]}" "$@"

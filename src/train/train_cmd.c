@@ -1,7 +1,9 @@
 // train/train_cmd.c — `femtotron train`: config, start-up report, the loop, logs,
 // validation and checkpoints.
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
 #include "train/train_cmd.h"
+
+#include <sched.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +26,14 @@ static void train_usage(void) {
     config_print_help();
 }
 
+// Threads per rank when training.threads is 0: the cores this rank may run on.
+// When the launcher bound the rank to some cores (mpirun binds small jobs to one
+// core each), those; otherwise the node's cores shared among its ranks.
 static int default_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < cores)
+        return CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : 1;
     int local = comm_local_size();
     int t = (int)(cores / (local > 0 ? local : 1));
     return t < 1 ? 1 : t;
@@ -38,6 +46,7 @@ static void print_memory(const Trainer *t) {
            "activations %.1f MiB | total %.1f MiB\n",
            comm_world_rank(), r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
            (r.params + r.grads + r.optimizer + r.activations + r.batch) / MiB);
+    fflush(stdout);
 }
 
 // Resume or refuse: a directory that already holds checkpoints is never written
