@@ -83,10 +83,10 @@ typedef struct {
     ParallelConfig parallel;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
-    // Internal to config.c: bit i is set when key i of config.c's key table was
-    // given by a config file or config_set (not left at its default). model.from
-    // fills only the model keys whose bit is clear, so an explicit key always wins
-    // whatever order the file and overrides arrive in.
+    // Internal to the config_*.c files: bit i is set when key i of the key table
+    // (config_keys.c) was given by a config file or config_set (not left at its
+    // default). model.from fills only the model keys whose bit is clear, so an
+    // explicit key always wins whatever order the file and overrides arrive in.
     uint64_t keys_set;
 } Config;
 

@@ -1,0 +1,278 @@
+// config_keys.c — the run configuration's key table and what reads it: defaults,
+// lookups, and setting one key from override text or a JSON value.
+//
+// ONE table of keys (below) drives the defaults, JSON loading, `--section.key value`
+// overrides, unknown-key errors, --help, JSON output and the Hugging Face
+// config.json; adding a key is one line there plus its field in config.h. Cross-key
+// rules live in config_validate.c.
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_internal.h"
+#include "util.h"
+
+#define KEY(sec, name, type, def, help) \
+    {#sec, #name, type, offsetof(Config, sec.name), def, NULL, help}
+#define MKEY(name, type, def, hf_def, help) \
+    {"model", #name, type, offsetof(Config, model.name), def, hf_def, help}
+
+const KeyDef CFG_KEYS[] = {
+    // Hugging Face LlamaConfig keys. num_key_value_heads has no fixed HF default:
+    // transformers uses num_attention_heads when the key is absent.
+    MKEY(hidden_size, KT_INT, "256", "4096", "width of the residual stream (D)"),
+    MKEY(intermediate_size, KT_INT, "768", "11008", "hidden width of the SwiGLU MLP"),
+    MKEY(num_hidden_layers, KT_INT, "4", "32", "decoder layers (L)"),
+    MKEY(num_attention_heads, KT_INT, "4", "32", "query heads (H); head dim = hidden_size / H"),
+    MKEY(num_key_value_heads, KT_INT, "2", NULL,
+         "key/value heads (grouped-query attention); must divide num_attention_heads"),
+    MKEY(vocab_size, KT_INT, "257", "32000",
+         "vocabulary size (257 = byte-level tokenizer: 256 bytes + end-of-text)"),
+    MKEY(max_position_embeddings, KT_INT, "1024", "2048",
+         "longest sequence the model is built for; training.seq_length <= this"),
+    MKEY(rms_norm_eps, KT_DOUBLE, "1e-5", "1e-6", "epsilon inside RMSNorm"),
+    MKEY(rope_theta, KT_DOUBLE, "10000", "10000", "RoPE base frequency"),
+    MKEY(initializer_range, KT_DOUBLE, "0.02", "0.02", "std of the normal init of every matrix"),
+    MKEY(tie_word_embeddings, KT_BOOL, "false", "false",
+         "output head shares the embedding matrix"),
+    MKEY(from, KT_STRING, "", NULL,
+         "local Hugging Face model directory: its config.json gives the model keys not set here"),
+
+    KEY(data, train, KT_STRING, "", "training token shards: llm.c .bin file or glob (required)"),
+    KEY(data, val, KT_STRING, "", "validation token shards: file or glob (\"\" = none)"),
+    KEY(data, shuffle, KT_BOOL, "false", "seeded permutation of the sequences every epoch"),
+
+    KEY(training, seed, KT_U64, "1234", "seed of initialisation and data order"),
+    KEY(training, steps, KT_INT, "100", "optimizer steps in total (resumed steps count)"),
+    KEY(training, seq_length, KT_INT, "256", "tokens per sequence (S)"),
+    KEY(training, micro_batch_size, KT_INT, "8", "sequences per micro-batch per data-parallel rank (B)"),
+    KEY(training, grad_acc_steps, KT_INT, "0",
+         "micro-batches per optimizer step (0 = derive from global_batch_size)"),
+    KEY(training, global_batch_size, KT_INT, "0",
+         "sequences per optimizer step (0 = grad_acc_steps * micro_batch_size * dp)"),
+    KEY(training, lr, KT_DOUBLE, "3e-4", "peak learning rate (after warmup)"),
+    KEY(training, min_lr, KT_DOUBLE, "3e-5", "lowest learning rate, reached at the end of the decay"),
+    KEY(training, warmup_steps, KT_INT, "10", "steps of linear warmup"),
+    KEY(training, weight_decay, KT_DOUBLE, "0.1", "AdamW decoupled weight decay (matrices only)"),
+    KEY(training, beta1, KT_DOUBLE, "0.9", "AdamW first-moment decay"),
+    KEY(training, beta2, KT_DOUBLE, "0.95", "AdamW second-moment decay"),
+    KEY(training, eps, KT_DOUBLE, "1e-8", "AdamW epsilon"),
+    KEY(training, grad_clip, KT_DOUBLE, "1.0", "max global gradient L2 norm (0 = no clipping)"),
+    KEY(training, threads, KT_INT, "0", "threads per rank (0 = cores / ranks on the node)"),
+    KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = measure GEMM peak)"),
+    KEY(training, max_bad_steps, KT_INT, "5",
+        "stop after this many steps in a row with a non-finite loss or gradient norm"),
+
+    KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
+    KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
+    KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
+    KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
+    KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
+    KEY(parallel, sequence_parallel, KT_BOOL, "false",
+        "with tp > 1: norms, residual adds and the loss input on token shards (all-gather/reduce-scatter)"),
+    KEY(parallel, order, KT_STRING, "dp-pp-cp-tp",
+        "rank order, outermost first (tp fastest): dp-pp-cp-tp or pp-dp-cp-tp"),
+    KEY(parallel, bucket_mb, KT_DOUBLE, "25", "data-parallel gradient bucket size (MiB)"),
+    KEY(parallel, overlap, KT_BOOL, "true",
+        "reduce each gradient bucket during backward as soon as it is complete (false: after backward)"),
+    KEY(parallel, pp_schedule, KT_STRING, "1f1b", "pipeline schedule: 1f1b, afab (all forwards, then all backwards) or interleaved"),
+    KEY(parallel, pp_virtual, KT_INT, "1", "model chunks per pipeline rank (interleaved schedule; 1 otherwise)"),
+    KEY(parallel, pp_layers, KT_STRING, "",
+        "layers per (virtual) pipeline stage, e.g. \"3,3,2\" (\"\" = balance estimated cost)"),
+    KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
+
+    KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),
+    KEY(checkpoint, every, KT_INT, "0", "save every N steps (0 = only at the end)"),
+    KEY(checkpoint, resume, KT_BOOL, "false", "continue from DIR/latest"),
+
+    KEY(logging, metrics, KT_STRING, "", "JSON-lines metrics file (\"\" = none)"),
+    KEY(logging, every, KT_INT, "1", "print and log every N steps"),
+    KEY(logging, val_every, KT_INT, "0", "validate every N steps (0 = never; needs data.val)"),
+    KEY(logging, val_batches, KT_INT, "4", "micro-batches per validation"),
+    KEY(logging, verbose, KT_BOOL, "false", "every rank prints its grid coordinates at start-up"),
+    KEY(logging, trace, KT_STRING, "",
+        "Chrome trace-event JSON timeline of every rank's forward/backward/send/recv/reduce/optimizer (opens in Perfetto)"),
+};
+const int CFG_NKEYS = (int)(sizeof CFG_KEYS / sizeof CFG_KEYS[0]);
+_Static_assert(sizeof CFG_KEYS / sizeof CFG_KEYS[0] <= 64, "Config.keys_set has 64 bits");
+
+const char *const CFG_SECTIONS[] = {"model", "data", "training", "parallel", "checkpoint", "logging"};
+const int CFG_NSECTIONS = (int)(sizeof CFG_SECTIONS / sizeof CFG_SECTIONS[0]);
+
+// ---------------------------------------------------------------- table lookups
+
+void *cfg_field_ptr(Config *c, const KeyDef *k) { return (char *)c + k->offset; }
+
+int cfg_key_index(const char *section, size_t section_len, const char *key) {
+    for (int i = 0; i < CFG_NKEYS; i++)
+        if (strlen(CFG_KEYS[i].section) == section_len &&
+            strncmp(CFG_KEYS[i].section, section, section_len) == 0 && strcmp(CFG_KEYS[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+int cfg_is_section(const char *s) {
+    for (int i = 0; i < CFG_NSECTIONS; i++)
+        if (strcmp(CFG_SECTIONS[i], s) == 0) return 1;
+    return 0;
+}
+
+int cfg_is_model_from(const KeyDef *k) {
+    return strcmp(k->section, "model") == 0 && strcmp(k->key, "from") == 0;
+}
+
+// What a value of this type must look like, for error messages.
+static const char *type_expect(KeyType t) {
+    switch (t) {
+    case KT_INT: return "an integer";
+    case KT_U64: return "a non-negative integer";
+    case KT_DOUBLE: return "a finite number";
+    case KT_BOOL: return "true or false";
+    case KT_STRING: return "a string";
+    }
+    return "?";
+}
+
+// Edit distance, for "did you mean" hints on misspelt keys.
+static int edit_distance(const char *a, const char *b) {
+    enum { N = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= N || lb >= N) return N;
+    int row[N], prev[N];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            int del = prev[j] + 1, ins = row[j - 1] + 1;
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, row, sizeof(int) * (lb + 1));
+    }
+    return prev[lb];
+}
+
+void cfg_die_unknown_key(const char *origin, const char *dotted) {
+    int best = -1, best_d = 4;
+    for (int i = 0; i < CFG_NKEYS; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s.%s", CFG_KEYS[i].section, CFG_KEYS[i].key);
+        int d = edit_distance(dotted, name);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (best >= 0)
+        die("%s: unknown key \"%s\" (did you mean \"%s.%s\"?)", origin, dotted,
+            CFG_KEYS[best].section, CFG_KEYS[best].key);
+    die("%s: unknown key \"%s\" (see ./femtotron train --help for every key)", origin, dotted);
+}
+
+// ---------------------------------------------------------------- setting values
+
+// Parse `text` by the key's type into c. Used for the defaults in the table and
+// for command-line overrides, so both accept exactly the same spellings.
+void cfg_set_text(Config *c, const KeyDef *k, const char *text, const char *origin) {
+    void *p = cfg_field_ptr(c, k);
+    char *end = NULL;
+    errno = 0;
+    switch (k->type) {
+    case KT_INT: {
+        long v = strtol(text, &end, 10);
+        if (end == text || *end || errno || v < INT_MIN || v > INT_MAX) break;
+        *(int *)p = (int)v;
+        return;
+    }
+    case KT_U64: {
+        // strtoull accepts "-1" (wrapping it), so refuse any sign ourselves.
+        if (text[0] < '0' || text[0] > '9') break;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*end || errno) break;
+        *(uint64_t *)p = (uint64_t)v;
+        return;
+    }
+    case KT_DOUBLE: {
+        double v = strtod(text, &end);
+        if (end == text || *end || errno || !isfinite(v)) break;
+        *(double *)p = v;
+        return;
+    }
+    case KT_BOOL:
+        if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) {
+            *(bool *)p = true;
+            return;
+        }
+        if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) {
+            *(bool *)p = false;
+            return;
+        }
+        die("%s: \"%s.%s\" must be true, false, 1 or 0, got \"%s\"", origin, k->section, k->key, text);
+    case KT_STRING:
+        if (strlen(text) >= CFG_PATH_MAX)
+            die("%s: \"%s.%s\" is %zu characters long; the limit is %d", origin, k->section, k->key,
+                strlen(text), CFG_PATH_MAX - 1);
+        memcpy(p, text, strlen(text) + 1);
+        return;
+    }
+    die("%s: \"%s.%s\" must be %s, got \"%s\"", origin, k->section, k->key, type_expect(k->type), text);
+}
+
+// Set from a JSON value, which must have the key's JSON type. `name` is how the
+// key is spelt in that file ("training.steps" in a run config, "hidden_size" in a
+// Hugging Face config.json).
+void cfg_set_json(Config *c, const KeyDef *k, const cJSON *v, const char *origin, const char *name) {
+    void *p = cfg_field_ptr(c, k);
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+    switch (k->type) {
+    case KT_INT:
+        if (!cJSON_IsNumber(v) || d != floor(d) || d < INT_MIN || d > INT_MAX) break;
+        *(int *)p = (int)d;
+        return;
+    case KT_U64:
+        // A JSON number holds integers exactly only up to 2^53; larger seeds are
+        // written (by config_to_json) and accepted as decimal strings.
+        if (cJSON_IsString(v) && v->valuestring[0] >= '0' && v->valuestring[0] <= '9') {
+            char *end;
+            errno = 0;
+            unsigned long long u = strtoull(v->valuestring, &end, 10);
+            if (*end || errno) break;
+            *(uint64_t *)p = (uint64_t)u;
+            return;
+        }
+        if (!cJSON_IsNumber(v) || d != floor(d) || d < 0 || d > JSON_MAX_EXACT) break;
+        *(uint64_t *)p = (uint64_t)d;
+        return;
+    case KT_DOUBLE:
+        if (!cJSON_IsNumber(v)) break;
+        *(double *)p = d;
+        return;
+    case KT_BOOL:
+        if (!cJSON_IsBool(v)) break;
+        *(bool *)p = cJSON_IsTrue(v);
+        return;
+    case KT_STRING:
+        if (!cJSON_IsString(v)) break;
+        if (strlen(v->valuestring) >= CFG_PATH_MAX)
+            die("%s: \"%s\" is %zu characters long; the limit is %d", origin, name,
+                strlen(v->valuestring), CFG_PATH_MAX - 1);
+        memcpy(p, v->valuestring, strlen(v->valuestring) + 1);
+        return;
+    }
+    char *shown = cJSON_PrintUnformatted(v);
+    if (shown && strlen(shown) > 40) strcpy(shown + 37, "...");
+    die("%s: \"%s\" must be %s (JSON %s), got %s", origin, name, type_expect(k->type),
+        k->type == KT_STRING ? "string" : k->type == KT_BOOL ? "true/false" : "number",
+        shown ? shown : "?");
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < CFG_NKEYS; i++) cfg_set_text(c, &CFG_KEYS[i], CFG_KEYS[i].def, "built-in default");
+    c->keys_set = 0;
+}

@@ -1,0 +1,108 @@
+// config_output.c — the run configuration written out: --help from the key table,
+// the config as JSON (config_to_json) and a checkpoint's Hugging Face config.json
+// (config_write_hf_json).
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+#include "util.h"
+
+// ---------------------------------------------------------------- output
+
+static const char *type_name(KeyType t) {
+    switch (t) {
+    case KT_INT: return "int";
+    case KT_U64: return "uint64";
+    case KT_DOUBLE: return "float";
+    case KT_BOOL: return "bool";
+    case KT_STRING: return "string";
+    }
+    return "?";
+}
+
+void config_print_help(void) {
+    printf("Run configuration: a JSON file with the sections below, then overrides\n"
+           "--section.key VALUE or --section.key=VALUE. Model keys are Hugging Face\n"
+           "LlamaConfig keys; precedence: defaults < model.from's config.json <\n"
+           "the file's model section < command-line overrides.\n");
+    const char *last = "";
+    for (int i = 0; i < CFG_NKEYS; i++) {
+        const KeyDef *k = &CFG_KEYS[i];
+        if (strcmp(k->section, last) != 0) printf("\n%s:\n", last = k->section);
+        char name[64], def[40];
+        snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+        snprintf(def, sizeof def, k->type == KT_STRING ? "\"%s\"" : "%s", k->def);
+        printf("  %-32s %-7s %-8s %s\n", name, type_name(k->type), def, k->help);
+    }
+}
+
+// Add one key's value from a struct at `base` (whose fields sit at k->offset - shift).
+static void add_json_value(cJSON *obj, const KeyDef *k, const char *base, size_t shift) {
+    const void *p = base + (k->offset - shift);
+    switch (k->type) {
+    case KT_INT: cJSON_AddNumberToObject(obj, k->key, *(const int *)p); break;
+    case KT_DOUBLE: cJSON_AddNumberToObject(obj, k->key, *(const double *)p); break;
+    case KT_BOOL: cJSON_AddBoolToObject(obj, k->key, *(const bool *)p); break;
+    case KT_STRING: cJSON_AddStringToObject(obj, k->key, (const char *)p); break;
+    case KT_U64: {
+        uint64_t u = *(const uint64_t *)p;
+        if ((double)u <= JSON_MAX_EXACT) {
+            cJSON_AddNumberToObject(obj, k->key, (double)u);
+        } else {  // beyond a double's exact integers: keep every digit as a string
+            char s[24];
+            snprintf(s, sizeof s, "%llu", (unsigned long long)u);
+            cJSON_AddStringToObject(obj, k->key, s);
+        }
+        break;
+    }
+    }
+}
+
+char *config_to_json(const Config *c) {
+    cJSON *root = cJSON_CreateObject();
+    for (int s = 0; s < CFG_NSECTIONS; s++) {
+        cJSON *sec = cJSON_AddObjectToObject(root, CFG_SECTIONS[s]);
+        for (int i = 0; i < CFG_NKEYS; i++)
+            if (strcmp(CFG_KEYS[i].section, CFG_SECTIONS[s]) == 0) add_json_value(sec, &CFG_KEYS[i], (const char *)c, 0);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) die("out of memory writing the config as JSON");
+    return text;
+}
+
+void config_write_hf_json(const ModelConfig *m, const char *path) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(root, "model_type", "llama");
+    for (int i = 0; i < CFG_NKEYS; i++)
+        if (strcmp(CFG_KEYS[i].section, "model") == 0 && !cfg_is_model_from(&CFG_KEYS[i]))
+            add_json_value(root, &CFG_KEYS[i], (const char *)m, offsetof(Config, model));
+    cJSON_AddNumberToObject(root, "head_dim", m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddBoolToObject(root, "attention_bias", false);
+    cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
+    cJSON_AddBoolToObject(root, "mlp_bias", false);
+    cJSON_AddNullToObject(root, "rope_scaling");
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) die("out of memory writing %s", path);
+
+    // fsync before returning: the checkpoint code renames the directory holding
+    // this file into place and must never publish an empty config.json.
+    FILE *f = fopen(path, "w");
+    if (!f) die_errno("cannot create %s", path);
+    if (fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0) die_errno("cannot write %s", path);
+    if (fsync(fileno(f)) != 0) die_errno("cannot fsync %s", path);
+    if (fclose(f) != 0) die_errno("cannot close %s", path);
+    free(text);
+}

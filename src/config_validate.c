@@ -1,0 +1,191 @@
+// config_validate.c — the rules a run configuration must satisfy before any work
+// (config_validate): each key's range, the cross-key rules of the model, batch,
+// tensor, context and pipeline parallelism, and the derived batch sizes.
+#include "config.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+// ---------------------------------------------------------------- validation
+
+static void need_int_min(const char *name, int v, int min) {
+    if (v < min) die("%s = %d: must be at least %d", name, v, min);
+}
+
+static void need_positive(const char *name, double v) {
+    if (!(v > 0)) die("%s = %g: must be greater than 0", name, v);
+}
+
+static void need_nonnegative(const char *name, double v) {
+    if (!(v >= 0)) die("%s = %g: must be 0 or more", name, v);
+}
+
+static void validate_model(const ModelConfig *m) {
+    need_int_min("model.hidden_size", m->hidden_size, 1);
+    need_int_min("model.intermediate_size", m->intermediate_size, 1);
+    need_int_min("model.num_hidden_layers", m->num_hidden_layers, 1);
+    need_int_min("model.num_attention_heads", m->num_attention_heads, 1);
+    need_int_min("model.num_key_value_heads", m->num_key_value_heads, 1);
+    need_int_min("model.vocab_size", m->vocab_size, 2);
+    need_int_min("model.max_position_embeddings", m->max_position_embeddings, 1);
+    if (m->hidden_size % m->num_attention_heads != 0)
+        die("model.hidden_size = %d is not divisible by model.num_attention_heads = %d", m->hidden_size,
+            m->num_attention_heads);
+    int hd = m->hidden_size / m->num_attention_heads;
+    if (hd % 2 != 0)
+        die("head dim = model.hidden_size / model.num_attention_heads = %d / %d = %d is odd: RoPE rotates "
+            "pairs, so it must be even", m->hidden_size, m->num_attention_heads, hd);
+    if (m->num_attention_heads % m->num_key_value_heads != 0)
+        die("model.num_attention_heads = %d is not divisible by model.num_key_value_heads = %d",
+            m->num_attention_heads, m->num_key_value_heads);
+    need_positive("model.rms_norm_eps", m->rms_norm_eps);
+    need_positive("model.rope_theta", m->rope_theta);
+    need_nonnegative("model.initializer_range", m->initializer_range);
+}
+
+static void validate_training(const TrainingConfig *t, int max_pos) {
+    need_int_min("training.steps", t->steps, 1);
+    need_int_min("training.seq_length", t->seq_length, 1);
+    if (t->seq_length > max_pos)
+        die("training.seq_length = %d exceeds model.max_position_embeddings = %d", t->seq_length, max_pos);
+    need_int_min("training.micro_batch_size", t->micro_batch_size, 1);
+    need_int_min("training.grad_acc_steps", t->grad_acc_steps, 0);
+    need_int_min("training.global_batch_size", t->global_batch_size, 0);
+    need_positive("training.lr", t->lr);
+    need_nonnegative("training.min_lr", t->min_lr);
+    if (t->min_lr > t->lr) die("training.min_lr = %g exceeds training.lr = %g", t->min_lr, t->lr);
+    need_int_min("training.warmup_steps", t->warmup_steps, 0);
+    need_nonnegative("training.weight_decay", t->weight_decay);
+    if (!(t->beta1 >= 0 && t->beta1 < 1)) die("training.beta1 = %g: must be in [0, 1)", t->beta1);
+    if (!(t->beta2 >= 0 && t->beta2 < 1)) die("training.beta2 = %g: must be in [0, 1)", t->beta2);
+    need_positive("training.eps", t->eps);
+    need_nonnegative("training.grad_clip", t->grad_clip);
+    need_int_min("training.threads", t->threads, 0);
+    need_nonnegative("training.peak_flops", t->peak_flops);
+    need_int_min("training.max_bad_steps", t->max_bad_steps, 1);
+}
+
+static void validate_parallel(const ParallelConfig *p, int world_size) {
+    need_int_min("parallel.dp", p->dp, 1);
+    need_int_min("parallel.tp", p->tp, 1);
+    need_int_min("parallel.pp", p->pp, 1);
+    need_int_min("parallel.cp", p->cp, 1);
+    if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
+    if (strcmp(p->order, "dp-pp-cp-tp") != 0 && strcmp(p->order, "pp-dp-cp-tp") != 0)
+        die("parallel.order = \"%s\": must be \"dp-pp-cp-tp\" (default) or \"pp-dp-cp-tp\" "
+            "(pipeline outermost)", p->order);
+    need_positive("parallel.bucket_mb", p->bucket_mb);
+    if (strcmp(p->pp_schedule, "1f1b") != 0 && strcmp(p->pp_schedule, "afab") != 0 &&
+        strcmp(p->pp_schedule, "interleaved") != 0)
+        die("parallel.pp_schedule = \"%s\": must be \"1f1b\", \"afab\" or \"interleaved\"", p->pp_schedule);
+    need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
+    if (p->pp_virtual > 1 && strcmp(p->pp_schedule, "interleaved") != 0)
+        die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" (it is \"%s\")",
+            p->pp_virtual, p->pp_schedule);
+    need_positive("parallel.timeout_s", p->timeout_s);
+    long long n = (long long)p->dp * p->tp * p->pp * p->cp;
+    if (n != world_size)
+        die("parallel.dp * tp * pp * cp = %d * %d * %d * %d = %lld, but the job has %d rank%s; they must be equal",
+            p->dp, p->tp, p->pp, p->cp, n, world_size, world_size == 1 ? "" : "s");
+}
+
+// Pipeline constraints that involve the model and the batch.
+// Tensor-parallel constraints: every rank gets whole heads and an equal FFN slice.
+static void validate_tensor(const Config *c) {
+    const int tp = c->parallel.tp;
+    const ModelConfig *m = &c->model;
+    if (m->num_attention_heads % tp != 0)
+        die("model.num_attention_heads = %d is not divisible by parallel.tp = %d", m->num_attention_heads, tp);
+    if (m->num_key_value_heads % tp != 0)
+        die("model.num_key_value_heads = %d is not divisible by parallel.tp = %d (key/value heads are "
+            "split over tensor-parallel ranks, not replicated)", m->num_key_value_heads, tp);
+    if (m->intermediate_size % tp != 0)
+        die("model.intermediate_size = %d is not divisible by parallel.tp = %d", m->intermediate_size, tp);
+    const int cp = c->parallel.cp;
+    if (cp > 1 && c->training.seq_length % (2 * cp) != 0)
+        die("parallel.cp = %d: training.seq_length = %d must be divisible by 2 * cp = %d (each rank "
+            "holds two of the 2*cp chunks of every sequence)", cp, c->training.seq_length, 2 * cp);
+    long long tokens = (long long)c->training.micro_batch_size * (c->training.seq_length / cp);
+    if (c->parallel.sequence_parallel && tp > 1 && tokens % tp != 0)
+        die("parallel.sequence_parallel: training.micro_batch_size * training.seq_length = %lld tokens "
+            "is not divisible by parallel.tp = %d", tokens, tp);
+}
+
+static void validate_pipeline(const Config *c) {
+    const ParallelConfig *p = &c->parallel;
+    int chunks = p->pp * p->pp_virtual, L = c->model.num_hidden_layers;
+    if (chunks > L)
+        die("parallel.pp * parallel.pp_virtual = %d * %d = %d pipeline stages but the model has only "
+            "%d layers (model.num_hidden_layers): a stage would be empty", p->pp, p->pp_virtual, chunks, L);
+    if (strcmp(p->pp_schedule, "interleaved") == 0 && c->training.grad_acc_steps % p->pp != 0)
+        die("parallel.pp_schedule \"interleaved\" needs the micro-batches per step "
+            "(training.grad_acc_steps = %d) to be a multiple of parallel.pp = %d",
+            c->training.grad_acc_steps, p->pp);
+    if (p->pp > 1 && c->model.tie_word_embeddings)
+        die("model.tie_word_embeddings = true with parallel.pp = %d: the first and last stages would "
+            "share the embedding; this version supports tied embeddings only with parallel.pp = 1",
+            p->pp);
+    if (!p->pp_layers[0]) return;
+    int n = 0, sum = 0;
+    for (const char *q = p->pp_layers; *q;) {
+        char *end;
+        long k = strtol(q, &end, 10);
+        if (end == q || k < 1)
+            die("parallel.pp_layers = \"%s\": expected positive layer counts separated by commas, "
+                "one per stage (an empty stage is not allowed)", p->pp_layers);
+        n++;
+        sum += (int)k;
+        q = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') die("parallel.pp_layers = \"%s\": unexpected '%c'", p->pp_layers, *end);
+    }
+    if (n != chunks || sum != L)
+        die("parallel.pp_layers = \"%s\" gives %d stages with %d layers; expected %d stages "
+            "(parallel.pp * parallel.pp_virtual) with %d layers in total", p->pp_layers, n, sum, chunks, L);
+}
+
+// G = A * B * dp; whichever of G (global_batch_size) and A (grad_acc_steps) is 0
+// is derived from the other.
+static void derive_batch(TrainingConfig *t, int dp) {
+    long long B = t->micro_batch_size, per_acc = B * dp;
+    if (t->global_batch_size == 0 && t->grad_acc_steps == 0) t->grad_acc_steps = 1;
+    if (t->global_batch_size == 0) {
+        long long g = t->grad_acc_steps * per_acc;
+        if (g > INT_MAX)
+            die("training.global_batch_size = training.grad_acc_steps * training.micro_batch_size * parallel.dp "
+                "= %d * %lld * %d is too large", t->grad_acc_steps, B, dp);
+        t->global_batch_size = (int)g;
+    } else if (t->grad_acc_steps == 0) {
+        if (t->global_batch_size % per_acc != 0)
+            die("training.global_batch_size = %d is not a multiple of training.micro_batch_size * parallel.dp "
+                "= %lld * %d = %lld", t->global_batch_size, B, dp, per_acc);
+        t->grad_acc_steps = (int)(t->global_batch_size / per_acc);
+    } else if ((long long)t->grad_acc_steps * per_acc != t->global_batch_size) {
+        die("training.global_batch_size = %d but training.grad_acc_steps * training.micro_batch_size * "
+            "parallel.dp = %d * %lld * %d = %lld; set one of global_batch_size and grad_acc_steps to 0 to "
+            "derive it", t->global_batch_size, t->grad_acc_steps, B, dp, (long long)t->grad_acc_steps * per_acc);
+    }
+}
+
+void config_validate(Config *c, int world_size) {
+    config_resolve_model(c);
+    validate_model(&c->model);
+    validate_training(&c->training, c->model.max_position_embeddings);
+    validate_parallel(&c->parallel, world_size);
+    derive_batch(&c->training, c->parallel.dp);
+    validate_pipeline(c);
+    validate_tensor(c);
+    if (!c->data.train[0])
+        die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
+    need_int_min("checkpoint.every", c->checkpoint.every, 0);
+    if (c->checkpoint.resume && !c->checkpoint.dir[0])
+        die("checkpoint.resume = true but checkpoint.dir is not set: give the directory to resume from");
+    need_int_min("logging.every", c->logging.every, 1);
+    need_int_min("logging.val_every", c->logging.val_every, 0);
+    need_int_min("logging.val_batches", c->logging.val_batches, 1);
+    if (c->logging.val_every > 0 && !c->data.val[0])
+        die("logging.val_every = %d but data.val is not set: give validation shards or set "
+            "logging.val_every to 0", c->logging.val_every);
+}

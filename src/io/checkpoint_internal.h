@@ -1,0 +1,116 @@
+// io/checkpoint_internal.h — what the checkpoint files share; not part of the API
+// (that is io/checkpoint.h). A checkpoint holds global tensors under Hugging Face
+// names, so it can be resumed under any parallel layout and loaded by transformers.
+// One job each:
+//   checkpoint_dir.c       directory protocol: temporary directory, fsync, rename, `latest`
+//   checkpoint_pieces.c    pieces of a rank's flat order -> runs of the global tensors
+//   checkpoint_coverage.c  rank 0's check that the ranks' pieces write every element once
+//   checkpoint_save.c      the collective save: sized files, each rank pwrite()s its runs
+//   checkpoint_load.c      filling pieces from a checkpoint or Hugging Face weights
+//   checkpoint_state.c     trainer_state.json
+#ifndef FEMTOTRON_CHECKPOINT_INTERNAL_H
+#define FEMTOTRON_CHECKPOINT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "io/checkpoint.h"
+#include "model/llama.h"
+
+#define CKPT_FORMAT "femtotron-checkpoint-v1"
+#define CKPT_PATH_MAX 1024
+#define CKPT_OPT_NAME_MAX (PARAM_NAME_MAX + 16)  // "NAME.exp_avg_sq"
+
+// ---------------------------------------------------------------- checkpoint_dir.c
+
+// out = dir/name (out: CKPT_PATH_MAX bytes); too long is fatal.
+void ckpt_path_join(char *out, const char *dir, const char *name);
+int ckpt_is_dir(const char *path);
+int ckpt_is_file(const char *path);
+// Create (truncate) path with text, fsync'd.
+void ckpt_write_text_file(const char *path, const char *text);
+// Whole file as a NUL-terminated string (caller frees); failure is fatal.
+char *ckpt_read_text_file(const char *path);
+
+// Paths of one save: DIR/step_NNNNNNN, DIR/.tmp_step_NNNNNNN and the files in it.
+typedef struct {
+    char step_name[32];
+    char final_dir[CKPT_PATH_MAX], tmp_dir[CKPT_PATH_MAX];
+    char model[CKPT_PATH_MAX], optimizer[CKPT_PATH_MAX];
+} SavePaths;
+
+void ckpt_save_paths(SavePaths *sp, const char *dir, int step);
+// Rank 0, before any data is written: the temporary directory and the sized files
+// with their headers. data_start: (2) model, optimizer (0 when no moments are saved).
+void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
+                     int moments, uint64_t *data_start);
+// Rank 0, once every rank's data is durable: the small files, then the renames.
+void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
+                      const TrainerState *st);
+
+// ---------------------------------------------------------------- checkpoint_pieces.c
+
+extern const char *const CKPT_KIND_NAMES[];  // indexed by CkptKind
+
+// The parameter table must hold slices inside their global tensors, back to back.
+void ckpt_check_table(const LlamaModel *model, const char *where);
+// File element index of each tensor's first element: (n_params + 1), caller frees.
+size_t *ckpt_global_bases(const LlamaModel *model);
+
+// Local elements [l + r*len, l + (r+1)*len) of one tensor (counted from its first
+// local element), r < n_runs, are global elements [g + r*stride, g + r*stride + len)
+// of that tensor; g < 0 marks vocab padding, which has no place in any file.
+typedef struct {
+    size_t l, len, n_runs;
+    int64_t g, stride;
+} Block;
+
+// Local elements [a, b) of p as at most 3 blocks (out: 3); returns how many.
+int ckpt_map_range(const ParamInfo *p, size_t a, size_t b, Block *out);
+// The part of piece pc in tensor p, as local elements [*a, *b) of p; 0 if none.
+int ckpt_piece_in_tensor(const CkptPiece *pc, const ParamInfo *p, size_t *a, size_t *b);
+// This rank's own pieces: a known kind, lo <= hi <= n, storage when non-empty.
+void ckpt_check_local_pieces(const CkptPiece *pieces, int n_pieces, size_t n,
+                             const char *where);
+
+// ---------------------------------------------------------------- checkpoint_coverage.c
+
+// Piece metadata of every rank, gathered so that rank 0 can check the partition.
+// Only (kind, lo, hi) and a few counts travel, never tensor data. Element counts
+// are exact in a double up to 2^53 elements.
+#define RANK_HEAD 6  // tp, tp_rank, num_elements, global elements written per kind (3)
+typedef struct {
+    int world, per_rank;  // ranks; piece slots per rank (the largest n_pieces)
+    double *head;         // (world, RANK_HEAD)
+    double *slot;         // (world, per_rank, 3): kind + 1 (0 = unused slot), lo, hi
+} PieceTable;
+
+// Collective: every rank's piece metadata into t (caller frees t->head).
+void ckpt_gather_pieces(PieceTable *t, const LlamaModel *model, const CkptPiece *pieces,
+                        int n_pieces);
+// 1 when some rank passes a piece of this kind (even an empty one).
+int ckpt_kind_given(const PieceTable *t, CkptKind kind);
+// Every tensor-parallel rank's table: (tp), freed by ckpt_free_tp_tables.
+const LlamaModel *ckpt_tp_tables(const LlamaModel *model);
+void ckpt_free_tp_tables(const LlamaModel *tabs, const LlamaModel *model);
+// Every rank runs rank 0's tp degree, with the table its tp rank builds.
+void ckpt_check_tables_agree(const PieceTable *t, const LlamaModel *tabs, int tp,
+                             const char *where);
+// Rank 0: the pieces of one kind write every global element exactly once.
+void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs, int tp,
+                         size_t global_total, const char *where);
+
+// ---------------------------------------------------------------- checkpoint_save.c
+
+// Create path with the safetensors header of the model's tensors (suffix1, then
+// suffix2 when not NULL), sized to hold them all; returns the data section's offset.
+uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
+                           const char *suffix2, const char *meta_kind);
+
+// ---------------------------------------------------------------- checkpoint_state.c
+
+void ckpt_write_trainer_state(const char *path, const Config *cfg, const TrainerState *st);
+void ckpt_read_trainer_state(const char *path, TrainerState *st);
+
+#endif

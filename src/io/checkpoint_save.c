@@ -1,0 +1,201 @@
+// io/checkpoint_save.c — the collective save (checkpoint_save_pieces,
+// checkpoint_save): sized safetensors files, each rank's runs pwrite()n into them.
+//
+// With many ranks no tensor data ever travels between them: rank 0 creates the
+// files with their safetensors headers at full size, every rank pwrite()s its own
+// ranges straight into them and fsyncs, and rank 0 then publishes (checkpoint_dir.c).
+// A rank's ranges are of its own flat order, mapped to runs of the global tensors
+// by checkpoint_pieces.c.
+#define _POSIX_C_SOURCE 200809L
+#include "io/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "dist/comm.h"
+#include "io/checkpoint_internal.h"
+#include "io/safetensors.h"
+#include "util.h"
+
+// The tensor list of one safetensors file: the model's tensors under their names
+// plus `suffix`, in table order (the global flat order). Data pointers stay NULL:
+// only the header is written from it. names: (n_params, CKPT_OPT_NAME_MAX).
+static void fill_header_list(StWrite *w, char (*names)[CKPT_OPT_NAME_MAX],
+                             const LlamaModel *model, const char *suffix) {
+    for (int i = 0; i < model->n_params; i++) {
+        const ParamInfo *p = &model->params[i];
+        snprintf(names[i], CKPT_OPT_NAME_MAX, "%s%s", p->name, suffix);
+        w[i].name = names[i];
+        w[i].ndim = p->ndim;
+        w[i].shape[0] = p->shape[0];
+        w[i].shape[1] = p->ndim == 2 ? p->shape[1] : 0;
+        w[i].data = NULL;
+    }
+}
+
+// Create path with the header of the model's tensors (suffix1, then suffix2 when
+// not NULL), sized to hold them all; returns the data section's byte offset.
+uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
+                           const char *suffix2, const char *meta_kind) {
+    int n = model->n_params * (suffix2 ? 2 : 1);
+    StWrite *w = xcalloc((size_t)n * sizeof *w, "checkpoint tensor list");  // (n)
+    char (*names)[CKPT_OPT_NAME_MAX] = xmalloc((size_t)n * CKPT_OPT_NAME_MAX, "checkpoint names");  // (n, CKPT_OPT_NAME_MAX)
+    fill_header_list(w, names, model, suffix1);
+    if (suffix2) fill_header_list(w + model->n_params, names + model->n_params, model, suffix2);
+    const char *keys[] = {"femtotron"};
+    const char *vals[] = {meta_kind};
+    uint64_t data_start = st_write_header(path, w, n, keys, vals, 1);
+    free(names);
+    free(w);
+    return data_start;
+}
+
+static void pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off, const char *path) {
+    const char *p = buf;
+    while (bytes > 0) {
+        size_t want = bytes > (1u << 30) ? (1u << 30) : bytes;
+        ssize_t put = pwrite(fd, p, want, (off_t)off);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            die_errno("%s: write of %zu bytes at offset %llu failed", path, want,
+                      (unsigned long long)off);
+        }
+        p += put;
+        bytes -= (size_t)put;
+        off += (uint64_t)put;
+    }
+}
+
+// Byte runs bound for one file, merged while each continues the last in both the
+// file and memory: with tp = 1 a piece is one pwrite however many tensors it
+// crosses; a column slice is one pwrite per row.
+typedef struct {
+    int fd;
+    const char *path;
+    uint64_t off;     // file offset of the pending run
+    const char *src;  // its bytes
+    size_t bytes;     // its length (0: nothing pending)
+} RunWriter;
+
+static void run_flush(RunWriter *w) {
+    if (w->bytes) pwrite_all(w->fd, w->src, w->bytes, w->off, w->path);
+    w->bytes = 0;
+}
+
+static void run_add(RunWriter *w, uint64_t off, const float *src, size_t count) {
+    const char *p = (const char *)src;
+    if (w->bytes && off == w->off + w->bytes && p == w->src + w->bytes) {
+        w->bytes += count * sizeof(float);
+        return;
+    }
+    run_flush(w);
+    *w = (RunWriter){w->fd, w->path, off, p, count * sizeof(float)};
+}
+
+// Write this rank's non-empty pieces of the kinds stored in path (params into
+// model.safetensors; both moments into optimizer.safetensors, exp_avg_sq after all
+// G exp_avg values, G = global elements) at the global positions of their elements
+// (gbase: ckpt_global_bases), then fsync: every writer syncs its own bytes, so the file
+// is durable once every rank has returned from here. Vocab padding is never
+// written, nor a replica that another tensor-parallel rank writes.
+static void write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
+                            int n_pieces, int optimizer, const LlamaModel *model,
+                            const size_t *gbase) {
+    RunWriter w = {-1, path, 0, NULL, 0};
+    size_t G = gbase[model->n_params], a, b;
+    Block blk[3];
+    for (int i = 0; i < n_pieces; i++) {
+        const CkptPiece *pc = &pieces[i];
+        if (pc->hi == pc->lo || (pc->kind != CKPT_PARAMS) != optimizer) continue;
+        if (w.fd < 0) {
+            w.fd = open(path, O_WRONLY);
+            if (w.fd < 0) die_errno("cannot open %s (created by rank 0) for writing", path);
+        }
+        size_t kind_base = pc->kind == CKPT_EXP_AVG_SQ ? G : 0;
+        for (int t = 0; t < model->n_params; t++) {
+            const ParamInfo *p = &model->params[t];
+            if (!p->replica_writer || !ckpt_piece_in_tensor(pc, p, &a, &b)) continue;
+            int nb = ckpt_map_range(p, a, b, blk);
+            for (int k = 0; k < nb; k++) {
+                if (blk[k].g < 0) continue;  // padding
+                for (size_t r = 0; r < blk[k].n_runs; r++) {
+                    uint64_t e = kind_base + gbase[t] + (uint64_t)blk[k].g +
+                                 (uint64_t)r * (uint64_t)blk[k].stride;
+                    const float *src = pc->data + (p->offset + blk[k].l + r * blk[k].len - pc->lo);
+                    run_add(&w, data_start + 4 * e, src, blk[k].len);
+                }
+            }
+        }
+    }
+    if (w.fd < 0) return;
+    run_flush(&w);
+    if (fsync(w.fd) != 0) die_errno("fsync of %s failed", path);
+    if (close(w.fd) != 0) die_errno("close of %s failed", path);
+}
+
+void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
+                            const CkptPiece *pieces, int n_pieces, const TrainerState *st) {
+    const char *where = "checkpoint_save";
+    if (!dir || !dir[0]) die("%s: empty checkpoint directory", where);
+    if (st->step < 0) die("%s: negative step %d", where, st->step);
+    ckpt_check_table(model, where);
+    ckpt_check_local_pieces(pieces, n_pieces, model->num_elements, where);
+    size_t *gbase = ckpt_global_bases(model);
+
+    PieceTable table;
+    ckpt_gather_pieces(&table, model, pieces, n_pieces);
+    int moments = ckpt_kind_given(&table, CKPT_EXP_AVG) || ckpt_kind_given(&table, CKPT_EXP_AVG_SQ);
+    int rank = comm_world_rank();
+    SavePaths sp;
+    ckpt_save_paths(&sp, dir, st->step);
+    uint64_t data_start[2] = {0, 0};  // model, optimizer
+    if (rank == 0) {
+        // Rank 0 alone judges the partition: one clear message, not one per rank
+        // (its die() ends every rank).
+        const LlamaModel *tabs = ckpt_tp_tables(model);
+        ckpt_check_tables_agree(&table, tabs, model->tp, where);
+        size_t G = gbase[model->n_params];
+        ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model->tp, G, where);
+        if (moments) {
+            ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp, G, where);
+            ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp, G, where);
+        }
+        ckpt_free_tp_tables(tabs, model);
+        ckpt_begin_save(&sp, dir, model, moments, data_start);
+    }
+    free(table.head);
+    // The broadcast doubles as the barrier "the sized files exist".
+    group_broadcast_bytes(GROUP_WORLD, data_start, sizeof data_start, 0);
+
+    write_my_pieces(sp.model, data_start[0], pieces, n_pieces, 0, model, gbase);
+    if (moments) write_my_pieces(sp.optimizer, data_start[1], pieces, n_pieces, 1, model, gbase);
+    free(gbase);
+    group_barrier(GROUP_WORLD);  // every rank's bytes are written and fsync'd
+
+    if (rank == 0) ckpt_finish_save(&sp, dir, cfg, st);
+    // Nobody returns (and, say, deletes its buffers or starts the next save)
+    // before the checkpoint is published.
+    group_barrier(GROUP_WORLD);
+}
+
+void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model,
+                     const float *params, const float *m, const float *v,
+                     const TrainerState *st) {
+    if ((m == NULL) != (v == NULL))
+        die("checkpoint_save: both AdamW moments (m and v) or neither must be given");
+    if (comm_world_size() > 1)
+        die("checkpoint_save: it takes whole buffers from one rank, but %d ranks are running; "
+            "each rank must pass its own pieces to checkpoint_save_pieces", comm_world_size());
+    size_t n = model->num_elements;
+    // The save only reads the pieces' data; CkptPiece's pointer is non-const because
+    // the same struct carries the destinations of a load.
+    CkptPiece pieces[3] = {
+        {CKPT_PARAMS, 0, n, (float *)params},
+        {CKPT_EXP_AVG, 0, n, (float *)m},
+        {CKPT_EXP_AVG_SQ, 0, n, (float *)v},
+    };
+    checkpoint_save_pieces(dir, cfg, model, pieces, m ? 3 : 1, st);
+}
