@@ -5,6 +5,7 @@
 #include "bench/peak.h"
 #include "data/prepare.h"
 #include "dist/comm.h"
+#include "gen/generate.h"
 #include "train/train_cmd.h"
 
 static void usage(void) {
@@ -13,6 +14,7 @@ static void usage(void) {
            "commands:\n"
            "  train     train a model:  femtotron train --config run.json [--section.key value ...]\n"
            "  prepare   turn text into token shards:  femtotron prepare --input FILE... --output DIR\n"
+           "  generate  sample text from a model:  femtotron generate --model DIR --prompt TEXT\n"
            "  bench     measure this machine:  femtotron bench peak\n\n"
            "`femtotron <command> --help` lists each command's options.\n");
 }
@@ -27,6 +29,8 @@ int main(int argc, char **argv) {
         rc = train_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "prepare") == 0) {
         rc = prepare_main(argc - 1, argv + 1);
+    } else if (strcmp(argv[1], "generate") == 0) {
+        rc = generate_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "bench") == 0) {
         rc = bench_main(argc - 1, argv + 1);
     } else {

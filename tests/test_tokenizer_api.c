@@ -195,13 +195,13 @@ static void self_checks(void) {
     const struct { int llama3; const char *in, *want; } sp[] = {
         {0, "Hello world", "Hello| world"},
         {0, "a  b", "a| | b"},                   // \s+(?!\S) leaves the last space to " b"
-        {0, "x \n\ny", "x| \n|\ny"},
+        {0, "x \n\ny", "x| \n|\n|y"},      // " ?" takes a space only, not a newline
         {0, "I'm don't 'S", "I|'m| don|'t| '|S"},  // GPT-2 contractions are case-sensitive
         {0, "abc123 456!!", "abc|123| 456|!!"},
         {0, "end   ", "end|   "},               // trailing run taken whole
         {1, "I'M don't", "I|'M| don|'t"},          // Llama 3's (?i:...)
         {1, "12345 x", "123|45| x"},               // \p{N}{1,3}, no space before digits
-        {1, "a  1", "a| |1"},
+        {1, "a  1", "a| | |1"},                  // digits take no space: the last one stands alone
         {1, "Hi!\n\nYo", "Hi|!\n\n|Yo"},           // punctuation takes following newlines
         {1, "a \n \nb", "a| \n \n|b"},             // \s*[\r\n]+ ends after the last newline
         {1, "(hello", "(hello"},                   // one non-letter may lead letters

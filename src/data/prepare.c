@@ -1,25 +1,35 @@
-// data/prepare.c — `femtotron prepare`: text files (plain or .gz) → byte-level
-// llm.c token shards (uint16, format in data/tokens.h) split into train and val.
+// data/prepare.c — `femtotron prepare`: text or JSONL files (plain or .gz) → llm.c
+// token shards split into train and val, with the byte-level tokenizer or a Hugging
+// Face tokenizer.json (data/tokenizer.h).
 //
-// Documents: each input file is one document; with --split-on LINE, each run of
-// lines between lines equal to LINE (a trailing "\r" ignored) is one, its lines
-// keeping their newlines; the separator lines themselves are dropped. Documents
-// never span two files. Documents shorter than --min-bytes bytes (default 1, so
-// empty chunks between separators disappear) are skipped and not counted.
-// Every kept document becomes its bytes followed by end-of-text (byte_tokenizer.h).
+// Documents: each text input file is one document; with --split-on LINE, each run
+// of lines between lines equal to LINE (a trailing "\r" ignored) is one, its lines
+// keeping their newlines; the separator lines themselves are dropped. Each line of
+// a JSONL input (.jsonl / .jsonl.gz, or --format jsonl) is one document: the string
+// in its --field (default "text"); blank lines are skipped. Documents never span
+// two files. Documents shorter than --min-bytes bytes (default 1, so empty chunks
+// between separators disappear) are skipped and not counted.
+// Every kept document becomes its tokens followed by the end-of-text token.
 // Split: kept document k (from 0, across all inputs in the order given) goes to
 // val iff floor((k+1)*F) > floor(k*F) in double arithmetic, so val gets ~F of the
 // documents, spread evenly through the corpus, and any tool can recompute it.
-// Shards: DIR/train_000000.bin, ... and DIR/val_000000.bin, ...; a shard is closed
-// at the first document end at or after --shard-tokens tokens. Each is written as
-// NAME.tmp and renamed when complete, so a crash never leaves a shard that looks whole.
+// Shards: see data/shard_writer.h; uint16 tokens when the vocabulary has at most
+// 65536 ids, uint32 otherwise.
+//
+// Threads: one thread reads and decides documents, splits, and the order of
+// everything; a batch of document segments is then encoded by --threads threads
+// at once and written in order, so the shards are identical for any thread count.
+// A long document is cut into segments only where tokenizer_safe_cut says its
+// encoding cannot change; otherwise it is encoded whole.
 #define _POSIX_C_SOURCE 200809L
 #include "data/prepare.h"
 
+#include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,137 +41,87 @@
 #include <unistd.h>
 
 #include "data/byte_tokenizer.h"
+#include "data/shard_writer.h"
+#include "data/tokenizer.h"
 #include "util.h"
 
 extern char **environ;  // passed to gzip; not declared by unistd.h in strict POSIX mode
 
-#define SHARD_HEADER_INTS 256
-#define SHARD_MAGIC_U16 20240520  // llm.c magic for uint16 tokens (data/tokens.h)
-#define WRITE_BUF_TOKENS 65536
 #define READ_CHUNK (1 << 20)
+#define SEG_BYTES (256 << 10)           // a long document is cut after about this much
+#define BATCH_BYTES_PER_THREAD (4 << 20)  // text encoded per batch and thread
 
 static const char *usage_text =
     "usage: femtotron prepare --input FILE... --output DIR [options]\n"
     "\n"
-    "Turn text into byte-level llm.c token shards (uint16; ids 0..255 are bytes,\n"
-    "256 is end-of-text, written after every document; vocab_size 257).\n"
+    "Turn text into llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin). The default\n"
+    "tokenizer is byte-level (uint16; ids 0..255 are bytes, 256 is end-of-text;\n"
+    "vocab_size 257); --tokenizer uses a Hugging Face tokenizer.json byte-level BPE\n"
+    "(GPT-2, SmolLM, Llama 3, ...). The end-of-text token follows every document.\n"
     "\n"
-    "  --input FILE...       text files, in order; FILE.gz is decompressed with gzip\n"
+    "  --input FILE...       input files, in order; FILE.gz is decompressed with gzip\n"
     "  --output DIR          where train_NNNNNN.bin and val_NNNNNN.bin go (created)\n"
+    "  --tokenizer FILE      Hugging Face tokenizer.json (byte-level BPE) to encode with\n"
+    "  --eot TOKEN           end-of-text token written after each document (default:\n"
+    "                        <|endoftext|>, <|end_of_text|>, </s> or <eos>, the first\n"
+    "                        the tokenizer has)\n"
+    "  --format F            auto (default: .jsonl/.jsonl.gz/.ndjson files are JSONL,\n"
+    "                        others text), text or jsonl\n"
+    "  --field NAME          JSONL: the string field holding a document (default text)\n"
     "  --val-fraction F      fraction of documents for validation (default 0.05):\n"
     "                        document k goes to val iff floor((k+1)F) > floor(kF)\n"
-    "  --split-on LINE       a line equal to LINE separates documents (e.g. \"%\" for\n"
-    "                        fortune files); default: each file is one document\n"
+    "  --split-on LINE       text: a line equal to LINE separates documents (e.g. \"%\"\n"
+    "                        for fortune files); default: each file is one document\n"
     "  --shard-tokens N      start a new shard at the first document end after N\n"
     "                        tokens (default 100000000)\n"
     "  --min-bytes M         skip documents shorter than M bytes (default 1)\n"
+    "  --threads T           encoding threads (default: all cores); the output does\n"
+    "                        not depend on T\n"
     "  --force               replace existing train_*.bin / val_*.bin shards in DIR\n"
     "  --help                print this help\n";
 
-// Token stream of one split ("train" or "val") into numbered shards.
+// A piece of a document to encode; the pieces of a batch are encoded in parallel.
 typedef struct {
-    const char *dir;
-    const char *prefix;
-    uint64_t shard_tokens;          // close a shard at a document end past this
-    int fd;                         // open shard, -1 when none
-    int index;                      // number of the open (or next) shard
-    char path[4096];                // final name of the open shard
-    char tmp_path[4100];            // name while being written
-    uint64_t count;                 // tokens in the open shard
-    uint16_t buf[WRITE_BUF_TOKENS]; // (WRITE_BUF_TOKENS) tokens not yet written
-    size_t buf_n;
-    uint64_t docs, tokens;          // totals over every shard
-    int files;
-} ShardWriter;
-
-// One document being read: its first min_bytes bytes wait in `pending` until it
-// is known to be long enough to keep; only then does it get its number k.
-typedef struct {
-    uint8_t *pending;       // (min_bytes) bytes held back
-    size_t pending_n;
-    size_t min_bytes;
-    ShardWriter *target;    // NULL until kept
-} Document;
+    size_t off, len;        // bytes in the batch arena
+    ShardWriter *target;
+    bool ends_doc;          // the document's last piece: end-of-text follows
+    int tid;                // thread that encoded it, and where its ids are
+    size_t ids_off, ids_n;
+} Segment;
 
 typedef struct {
+    // options
     double val_fraction;
+    size_t min_bytes;
+    int threads;
+    const Tokenizer *tok;
+    uint32_t eot;
+    // state of the reader
     uint64_t next_doc;      // k of the next kept document
     uint64_t skipped;
     ShardWriter *train, *val;
-    uint64_t bytes_read;
+    uint64_t bytes_read, total_bytes;  // total 0: unknown (gzip inputs)
+    int file_index, n_files;
     double t_start, t_progress;
+    // the batch: bytes of complete segments, then the open document's bytes
+    uint8_t *arena;         // (arena_cap)
+    size_t used, arena_cap, batch_bytes;
+    Segment *seg;           // (seg_cap)
+    size_t n_seg, seg_cap;
+    // the open document: its not yet segmented bytes are arena[doc_start, used)
+    size_t doc_start, doc_bytes, doc_scan;
+    ShardWriter *doc_target;  // NULL until the document is known to be kept
+    // encoding
+    TokenizerState **states;  // (threads)
+    TokenList *ids;           // (threads) each thread's ids of the batch
+    uint64_t invalid_utf8;
+    double encode_seconds;  // wall time of the parallel encoding
+    uint64_t encoded_bytes;
 } Prepare;
 
-static void write_all(int fd, const void *buf, size_t bytes, const char *path) {
-    const uint8_t *p = buf;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            die_errno("cannot write shard %s", path);
-        }
-        p += w;
-        bytes -= (size_t)w;
-    }
-}
-
-static void writer_flush(ShardWriter *w) {
-    write_all(w->fd, w->buf, w->buf_n * sizeof(uint16_t), w->tmp_path);
-    w->buf_n = 0;
-}
-
-static void writer_open_shard(ShardWriter *w) {
-    snprintf(w->path, sizeof w->path, "%s/%s_%06d.bin", w->dir, w->prefix, w->index);
-    snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", w->path);
-    // O_CLOEXEC: a gzip started later must not inherit the shard.
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd < 0) die_errno("cannot create shard %s", w->tmp_path);
-    // Zero header for now (magic 0: not a valid shard); the real one goes in at close.
-    int32_t header[SHARD_HEADER_INTS] = {0};  // (256)
-    write_all(w->fd, header, sizeof header, w->tmp_path);
-    w->count = 0;
-}
-
-static void writer_close_shard(ShardWriter *w) {
-    if (w->fd < 0) return;
-    writer_flush(w);
-    if (w->count > (uint64_t)INT32_MAX)
-        die("shard %s would hold %llu tokens, more than the int32 count of the llm.c "
-            "header allows; lower --shard-tokens or split the input into documents",
-            w->path, (unsigned long long)w->count);
-    int32_t header[SHARD_HEADER_INTS] = {0};  // (256)
-    header[0] = SHARD_MAGIC_U16;
-    header[1] = 1;
-    header[2] = (int32_t)w->count;
-    if (lseek(w->fd, 0, SEEK_SET) != 0) die_errno("cannot seek in shard %s", w->tmp_path);
-    write_all(w->fd, header, sizeof header, w->tmp_path);
-    if (fsync(w->fd) != 0) die_errno("cannot fsync shard %s", w->tmp_path);
-    if (close(w->fd) != 0) die_errno("cannot close shard %s", w->tmp_path);
-    if (rename(w->tmp_path, w->path) != 0)
-        die_errno("cannot rename %s to %s", w->tmp_path, w->path);
-    w->fd = -1;
-    w->index++;
-    w->files++;
-}
-
-static void writer_put(ShardWriter *w, const uint8_t *bytes, size_t n) {
-    if (w->fd < 0) writer_open_shard(w);
-    for (size_t i = 0; i < n; i++) {
-        if (w->buf_n == WRITE_BUF_TOKENS) writer_flush(w);
-        w->buf[w->buf_n++] = bytes[i];  // byte-level: the id is the byte value
-    }
-    w->count += n;
-    w->tokens += n;
-}
-
-static void writer_end_document(ShardWriter *w) {
-    if (w->fd < 0) writer_open_shard(w);  // an empty kept document (--min-bytes 0)
-    if (w->buf_n == WRITE_BUF_TOKENS) writer_flush(w);
-    w->buf[w->buf_n++] = BYTE_EOT;
-    w->count++;
-    w->tokens++;
-    w->docs++;
-    if (w->count >= w->shard_tokens) writer_close_shard(w);
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 static void progress(Prepare *pp, bool final) {
@@ -169,48 +129,116 @@ static void progress(Prepare *pp, bool final) {
     if (!final && now - pp->t_progress < 0.5) return;
     pp->t_progress = now;
     double mb = (double)pp->bytes_read / 1e6, dt = now - pp->t_start;
-    fprintf(stderr, "\rprepare: %.1f MB read, %.1f MB/s, %llu tokens written", mb,
-            dt > 0 ? mb / dt : 0.0,
-            (unsigned long long)(pp->train->tokens + pp->val->tokens));
+    char bar[64] = "";
+    if (pp->total_bytes) {
+        double f = fmin(1.0, (double)pp->bytes_read / (double)pp->total_bytes);
+        int filled = (int)(f * 20);
+        bar[0] = '[';
+        for (int i = 0; i < 20; i++) bar[1 + i] = i < filled ? '#' : '.';
+        snprintf(bar + 21, sizeof bar - 21, "] %3.0f%% ", 100 * f);
+    } else {
+        snprintf(bar, sizeof bar, "file %d/%d ", pp->file_index + 1, pp->n_files);
+    }
+    fprintf(stderr, "\rprepare: %s%.1f MB read, %.1f MB/s, %llu tokens written", bar, mb,
+            dt > 0 ? mb / dt : 0.0, (unsigned long long)(pp->train->tokens + pp->val->tokens));
     if (final) fputc('\n', stderr);
     fflush(stderr);
 }
 
-static void doc_keep(Prepare *pp, Document *d) {
+// ---------------------------------------------------------------- batches
+
+static void add_segment(Prepare *pp, size_t len, bool ends_doc) {
+    if (pp->n_seg == pp->seg_cap) {
+        pp->seg_cap = pp->seg_cap ? 2 * pp->seg_cap : 4096;
+        pp->seg = realloc(pp->seg, pp->seg_cap * sizeof(Segment));
+        if (!pp->seg) die("out of memory for %zu document segments", pp->seg_cap);
+    }
+    pp->seg[pp->n_seg++] = (Segment){.off = pp->doc_start, .len = len, .target = pp->doc_target,
+                                     .ends_doc = ends_doc};
+    pp->doc_start += len;
+    pp->doc_scan = 0;
+}
+
+// Encode the batch's segments in parallel, write them in order, and move the
+// open document's bytes to the front of the arena.
+static void flush_batch(Prepare *pp) {
+    int n = (int)pp->n_seg;
+    for (int t = 0; t < pp->threads; t++) pp->ids[t].n = 0;
+    double t0 = now_seconds();
+#pragma omp parallel num_threads(pp->threads)
+    {
+        int tid = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            Segment *s = &pp->seg[i];
+            s->tid = tid;
+            s->ids_off = pp->ids[tid].n;
+            tokenizer_encode(pp->states[tid], pp->arena + s->off, s->len, &pp->ids[tid]);
+            s->ids_n = pp->ids[tid].n - s->ids_off;
+        }
+    }
+    pp->encode_seconds += now_seconds() - t0;
+    for (int i = 0; i < n; i++) {
+        const Segment *s = &pp->seg[i];
+        pp->encoded_bytes += s->len;
+        shard_writer_put(s->target, pp->ids[s->tid].ids + s->ids_off, s->ids_n);
+        if (s->ends_doc) shard_writer_end_document(s->target, pp->eot);
+    }
+    pp->n_seg = 0;
+    size_t open = pp->used - pp->doc_start;
+    memmove(pp->arena, pp->arena + pp->doc_start, open);
+    pp->used = open;
+    pp->doc_start = 0;
+}
+
+// ---------------------------------------------------------------- documents
+
+static void doc_keep(Prepare *pp) {
     double F = pp->val_fraction, k = (double)pp->next_doc;
     bool to_val = floor((k + 1.0) * F) > floor(k * F);
-    d->target = to_val ? pp->val : pp->train;
+    pp->doc_target = to_val ? pp->val : pp->train;
     pp->next_doc++;
-    writer_put(d->target, d->pending, d->pending_n);
-    d->pending_n = 0;
 }
 
-static void doc_add(Prepare *pp, Document *d, const uint8_t *bytes, size_t n) {
-    while (!d->target) {
-        size_t take = d->min_bytes - d->pending_n;
-        if (take > n) take = n;
-        memcpy(d->pending + d->pending_n, bytes, take);
-        d->pending_n += take;
-        bytes += take;
-        n -= take;
-        if (d->pending_n >= d->min_bytes) doc_keep(pp, d);
-        else return;  // everything so far is held back
+static void doc_add(Prepare *pp, const uint8_t *bytes, size_t n) {
+    if (pp->used + n > pp->arena_cap) {
+        while (pp->used + n > pp->arena_cap) pp->arena_cap *= 2;
+        pp->arena = realloc(pp->arena, pp->arena_cap);
+        if (!pp->arena) die("out of memory holding a document of %zu bytes", pp->used + n);
     }
-    writer_put(d->target, bytes, n);
+    memcpy(pp->arena + pp->used, bytes, n);
+    pp->used += n;
+    pp->doc_bytes += n;
+    if (!pp->doc_target && pp->doc_bytes >= pp->min_bytes) doc_keep(pp);
+    // Cut a kept document that has grown long where its encoding cannot change.
+    while (pp->doc_target && pp->used - pp->doc_start >= 2 * SEG_BYTES) {
+        size_t len = pp->used - pp->doc_start;
+        size_t from = pp->doc_scan > SEG_BYTES ? pp->doc_scan : SEG_BYTES;
+        size_t cut = tokenizer_safe_cut(pp->tok, pp->arena + pp->doc_start, len, from);
+        if (!cut) {
+            pp->doc_scan = len;  // resume the search here when more text arrives
+            break;
+        }
+        add_segment(pp, cut, false);
+        if (pp->doc_start >= pp->batch_bytes) flush_batch(pp);
+    }
 }
 
-static void doc_end(Prepare *pp, Document *d) {
-    if (!d->target && d->pending_n >= d->min_bytes) doc_keep(pp, d);
-    if (d->target) writer_end_document(d->target);
-    else pp->skipped++;
-    d->target = NULL;
-    d->pending_n = 0;
+static void doc_end(Prepare *pp) {
+    if (!pp->doc_target && pp->doc_bytes >= pp->min_bytes) doc_keep(pp);
+    if (pp->doc_target) {
+        add_segment(pp, pp->used - pp->doc_start, true);
+    } else {
+        pp->skipped++;
+        pp->used = pp->doc_start;  // drop its bytes
+    }
+    pp->doc_target = NULL;
+    pp->doc_bytes = 0;
+    pp->doc_scan = 0;
+    if (pp->used >= pp->batch_bytes) flush_batch(pp);
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
+// ---------------------------------------------------------------- inputs
 
 // Open an input for reading; .gz files through `gzip -dc` (no zlib dependency).
 // *child gets gzip's pid, or 0.
@@ -255,15 +283,13 @@ static void input_close(FILE *f, pid_t child, const char *path) {
             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
-static void read_input(Prepare *pp, Document *d, const char *path, const char *split_on) {
-    pid_t child;
-    FILE *f = input_open(path, &child);
+static void read_text(Prepare *pp, FILE *f, const char *split_on) {
     if (!split_on) {
         uint8_t *chunk = xmalloc(READ_CHUNK, "input read buffer");  // (READ_CHUNK)
         size_t got;
         while ((got = fread(chunk, 1, READ_CHUNK, f)) > 0) {
             pp->bytes_read += got;
-            doc_add(pp, d, chunk, got);
+            doc_add(pp, chunk, got);
             progress(pp, false);
         }
         free(chunk);
@@ -277,15 +303,47 @@ static void read_input(Prepare *pp, Document *d, const char *path, const char *s
             size_t len = (size_t)got;  // content without "\n" / "\r\n"
             if (len && line[len - 1] == '\n') len--;
             if (len && line[len - 1] == '\r') len--;
-            if (len == sep_len && memcmp(line, split_on, len) == 0) doc_end(pp, d);
-            else doc_add(pp, d, (const uint8_t *)line, (size_t)got);
+            if (len == sep_len && memcmp(line, split_on, len) == 0) doc_end(pp);
+            else doc_add(pp, (const uint8_t *)line, (size_t)got);
             progress(pp, false);
         }
         free(line);
     }
-    input_close(f, child, path);
-    doc_end(pp, d);  // documents never span files
+    doc_end(pp);  // documents never span files
 }
+
+static void read_jsonl(Prepare *pp, FILE *f, const char *path, const char *field) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    uint64_t lineno = 0;
+    while ((got = getline(&line, &cap, f)) > 0) {
+        lineno++;
+        pp->bytes_read += (uint64_t)got;
+        size_t k = 0;
+        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
+        if (k == (size_t)got) continue;  // blank line
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)got);
+        if (!j || !cJSON_IsObject(j))
+            die("input %s line %llu: not a JSON object", path, (unsigned long long)lineno);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, field);
+        if (!cJSON_IsString(s))
+            die("input %s line %llu: no string field \"%s\" (choose the field with --field)", path,
+                (unsigned long long)lineno, field);
+        size_t len = strlen(s->valuestring);
+        // cJSON ends strings at NUL: a \u0000 escape would silently cut the document.
+        if (strstr(line, "\\u0000"))
+            die("input %s line %llu: the text holds \\u0000 (NUL), which prepare cannot carry",
+                path, (unsigned long long)lineno);
+        doc_add(pp, (const uint8_t *)s->valuestring, len);
+        doc_end(pp);
+        cJSON_Delete(j);
+        progress(pp, false);
+    }
+    free(line);
+}
+
+// ---------------------------------------------------------------- output directory
 
 static void mkdir_p(const char *dir) {
     char buf[4096];
@@ -332,6 +390,8 @@ static void clear_old_shards(const char *dir, bool force) {
     if (removed) fprintf(stderr, "prepare: --force: removed %d old shard(s) from %s\n", removed, dir);
 }
 
+// ---------------------------------------------------------------- options
+
 static double parse_double(const char *opt, const char *s) {
     char *end;
     errno = 0;
@@ -349,12 +409,20 @@ static uint64_t parse_count(const char *opt, const char *s) {
     return (uint64_t)v;
 }
 
+static bool is_jsonl(const char *path, const char *format) {
+    if (!strcmp(format, "jsonl")) return true;
+    if (!strcmp(format, "text")) return false;
+    return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz") || ends_with(path, ".ndjson") ||
+           ends_with(path, ".ndjson.gz");
+}
+
 int prepare_main(int argc, char **argv) {
     const char **inputs = xmalloc((size_t)argc * sizeof(char *), "input list");  // (argc)
     int n_inputs = 0;
-    const char *out_dir = NULL, *split_on = NULL;
+    const char *out_dir = NULL, *split_on = NULL, *tok_path = NULL, *eot_text = NULL;
+    const char *field = NULL, *format = "auto";
     double val_fraction = 0.05;
-    uint64_t shard_tokens = 100000000, min_bytes = 1;
+    uint64_t shard_tokens = 100000000, min_bytes = 1, threads = 0;
     bool force = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -372,13 +440,19 @@ int prepare_main(int argc, char **argv) {
             if (n_inputs == before) die("prepare: --input needs at least one file");
         } else if (!strcmp(a, "--output") || !strcmp(a, "--val-fraction") ||
                    !strcmp(a, "--split-on") || !strcmp(a, "--shard-tokens") ||
-                   !strcmp(a, "--min-bytes")) {
+                   !strcmp(a, "--min-bytes") || !strcmp(a, "--tokenizer") || !strcmp(a, "--eot") ||
+                   !strcmp(a, "--field") || !strcmp(a, "--format") || !strcmp(a, "--threads")) {
             if (!has_value) die("prepare: %s needs a value (see femtotron prepare --help)", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--output")) out_dir = v;
             else if (!strcmp(a, "--split-on")) split_on = v;
+            else if (!strcmp(a, "--tokenizer")) tok_path = v;
+            else if (!strcmp(a, "--eot")) eot_text = v;
+            else if (!strcmp(a, "--field")) field = v;
+            else if (!strcmp(a, "--format")) format = v;
             else if (!strcmp(a, "--val-fraction")) val_fraction = parse_double(a, v);
             else if (!strcmp(a, "--shard-tokens")) shard_tokens = parse_count(a, v);
+            else if (!strcmp(a, "--threads")) threads = parse_count(a, v);
             else min_bytes = parse_count(a, v);
         } else {
             die("prepare: unknown argument '%s' (see femtotron prepare --help)", a);
@@ -393,35 +467,80 @@ int prepare_main(int argc, char **argv) {
             (unsigned long long)shard_tokens, INT32_MAX);
     if (min_bytes > ((uint64_t)1 << 30))
         die("prepare: --min-bytes %llu is larger than 1 GiB", (unsigned long long)min_bytes);
+    if (strcmp(format, "auto") && strcmp(format, "text") && strcmp(format, "jsonl"))
+        die("prepare: --format must be auto, text or jsonl, got '%s'", format);
+    if (threads > 256) die("prepare: --threads %llu is more than 256", (unsigned long long)threads);
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (uint64_t)(cores < 64 ? cores : 64) : 1;
+    }
+    int n_jsonl = 0;
+    for (int i = 0; i < n_inputs; i++) n_jsonl += is_jsonl(inputs[i], format);
+    if (field && n_jsonl == 0)
+        die("prepare: --field applies to JSONL inputs only (.jsonl, .jsonl.gz, .ndjson or --format jsonl)");
+    if (split_on && n_jsonl == n_inputs)
+        die("prepare: --split-on applies to text inputs only; each JSONL line is a document");
 
     // Check every input before touching the output, so a typo costs nothing.
+    uint64_t total_bytes = 0;
+    bool any_gz = false;
     for (int i = 0; i < n_inputs; i++) {
         struct stat st;
         if (stat(inputs[i], &st) != 0) die_errno("cannot open input %s", inputs[i]);
         if (S_ISDIR(st.st_mode)) die("input %s is a directory, not a file", inputs[i]);
         if (access(inputs[i], R_OK) != 0) die_errno("cannot read input %s", inputs[i]);
+        total_bytes += (uint64_t)st.st_size;
+        any_gz |= ends_with(inputs[i], ".gz");
     }
+    Tokenizer *tok = tok_path ? tokenizer_load(tok_path) : tokenizer_byte_level();
+    int64_t eot = eot_text ? tokenizer_token_id(tok, eot_text) : tokenizer_default_eot(tok);
+    if (eot < 0) {
+        if (eot_text) die("prepare: --eot %s is not a token of %s", eot_text, tokenizer_describe(tok));
+        die("prepare: tokenizer %s has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, "
+            "<eos>); name one with --eot", tokenizer_describe(tok));
+    }
+    uint32_t vocab = tokenizer_vocab_size(tok);
+    int wide = vocab > 65536;
     mkdir_p(out_dir);
     clear_old_shards(out_dir, force);
 
     ShardWriter *train = xcalloc(sizeof(ShardWriter), "train shard writer");
     ShardWriter *val = xcalloc(sizeof(ShardWriter), "val shard writer");
-    *train = (ShardWriter){.dir = out_dir, .prefix = "train", .shard_tokens = shard_tokens, .fd = -1};
-    *val = (ShardWriter){.dir = out_dir, .prefix = "val", .shard_tokens = shard_tokens, .fd = -1};
-    Prepare pp = {.val_fraction = val_fraction, .train = train, .val = val};
+    shard_writer_init(train, out_dir, "train", shard_tokens, wide);
+    shard_writer_init(val, out_dir, "val", shard_tokens, wide);
+    Prepare pp = {.val_fraction = val_fraction, .min_bytes = (size_t)min_bytes, .threads = (int)threads,
+                  .tok = tok, .eot = (uint32_t)eot, .train = train, .val = val,
+                  .total_bytes = any_gz ? 0 : total_bytes, .n_files = n_inputs};
+    pp.batch_bytes = (size_t)BATCH_BYTES_PER_THREAD * (size_t)threads;
+    pp.arena_cap = pp.batch_bytes + 4 * SEG_BYTES;
+    pp.arena = xmalloc(pp.arena_cap, "prepare batch");
+    pp.states = xmalloc((size_t)threads * sizeof(TokenizerState *), "tokenizer states");
+    pp.ids = xcalloc((size_t)threads * sizeof(TokenList), "token lists");
+    for (int t = 0; t < (int)threads; t++) pp.states[t] = tokenizer_state_new(tok);
     pp.t_start = pp.t_progress = now_seconds();
-    Document doc = {.min_bytes = (size_t)min_bytes};
-    doc.pending = xmalloc((size_t)min_bytes, "document prefix buffer");  // (min_bytes)
 
-    for (int i = 0; i < n_inputs; i++) read_input(&pp, &doc, inputs[i], split_on);
-    writer_close_shard(train);
-    writer_close_shard(val);
+    for (int i = 0; i < n_inputs; i++) {
+        pp.file_index = i;
+        pid_t child;
+        FILE *f = input_open(inputs[i], &child);
+        if (is_jsonl(inputs[i], format)) read_jsonl(&pp, f, inputs[i], field ? field : "text");
+        else read_text(&pp, f, split_on);
+        input_close(f, child, inputs[i]);
+    }
+    flush_batch(&pp);
+    shard_writer_finish(train);
+    shard_writer_finish(val);
     progress(&pp, true);
     // Make the renames durable too.
     int dfd = open(out_dir, O_RDONLY);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
+    }
+    for (int t = 0; t < (int)threads; t++) {
+        pp.invalid_utf8 += tokenizer_state_invalid_utf8(pp.states[t]);
+        tokenizer_state_free(pp.states[t]);
+        token_list_free(&pp.ids[t]);
     }
 
     printf("prepared %d input file(s), %.1f MB, into %s\n", n_inputs,
@@ -435,12 +554,31 @@ int prepare_main(int argc, char **argv) {
     printf("val: %llu documents, %llu tokens, %d files (%s/val_*.bin)\n",
            (unsigned long long)val->docs, (unsigned long long)val->tokens, val->files, out_dir);
     printf("files written: %d\n", train->files + val->files);
-    printf("vocab: byte-level, %d ids (bytes 0..255, end-of-text %d): set "
-           "model.vocab_size to %d or more\n", BYTE_VOCAB_SIZE, BYTE_EOT, BYTE_VOCAB_SIZE);
+    printf("encoding: %.1f MB in %.2f s on %d thread(s), %.1f MB/s\n", (double)pp.encoded_bytes / 1e6,
+           pp.encode_seconds, (int)threads,
+           pp.encode_seconds > 0 ? (double)pp.encoded_bytes / 1e6 / pp.encode_seconds : 0.0);
+    if (tokenizer_is_byte_level(tok)) {
+        printf("vocab: byte-level, %d ids (bytes 0..255, end-of-text %d): set "
+               "model.vocab_size to %d or more\n", BYTE_VOCAB_SIZE, BYTE_EOT, BYTE_VOCAB_SIZE);
+    } else {
+        size_t len;
+        const uint8_t *eb = tokenizer_token_bytes(tok, (uint32_t)eot, &len);
+        printf("vocab: %s; end-of-text \"%.*s\" = %lld; %s tokens: set model.vocab_size to %u "
+               "or more\n", tokenizer_describe(tok), (int)len, (const char *)eb, (long long)eot,
+               wide ? "uint32" : "uint16", vocab);
+    }
+    if (pp.invalid_utf8)
+        warn("prepare: the input held %llu bytes that are not valid UTF-8; each was encoded as "
+             "its byte token (Hugging Face tokenizers accepts valid UTF-8 only)",
+             (unsigned long long)pp.invalid_utf8);
     fflush(stdout);
-    free(doc.pending);
+    free(pp.arena);
+    free(pp.seg);
+    free(pp.states);
+    free(pp.ids);
     free(train);
     free(val);
     free(inputs);
+    tokenizer_free(tok);
     return 0;
 }

@@ -130,7 +130,20 @@ typedef struct {
     int64_t id;
 } VocabEntry;
 
+// Make room for ids up to `id` (added tokens may lie past the model's ids).
+static void ensure_id(Tokenizer *t, uint32_t id) {
+    if (id < t->vocab_size) return;
+    uint32_t n = id + 1;
+    t->tok_bytes = realloc(t->tok_bytes, n * sizeof(uint8_t *));
+    t->tok_len = realloc(t->tok_len, n * sizeof(uint32_t));
+    t->is_added = realloc(t->is_added, n);
+    if (!t->tok_bytes || !t->tok_len || !t->is_added) die("out of memory for %u token ids", n);
+    for (uint32_t i = t->vocab_size; i < n; i++) t->tok_bytes[i] = NULL, t->tok_len[i] = 0, t->is_added[i] = 0;
+    t->vocab_size = n;
+}
+
 static void set_token(Tokenizer *t, uint32_t id, const uint8_t *bytes, size_t len) {
+    ensure_id(t, id);
     free(t->tok_bytes[id]);
     t->tok_bytes[id] = xmalloc(len + 1, "token bytes");
     memcpy(t->tok_bytes[id], bytes, len);
@@ -245,16 +258,12 @@ static void load_model(const Ctx *c, Tokenizer *t, const cJSON *model, uint32_t 
         int64_t id = get_id(c, v, "a model.vocab value");
         if ((uint32_t)id + 1 > *max_id) *max_id = (uint32_t)id + 1;
     }
-    const cJSON *added = get(c->root, "added_tokens");
-    if (added && cJSON_IsArray(added))
-        for (const cJSON *a = added->child; a; a = a->next) {
-            int64_t id = get_id(c, get(a, "id"), "added_tokens[].id");
-            if ((uint32_t)id + 1 > *max_id) *max_id = (uint32_t)id + 1;
-        }
     t->vocab_size = *max_id;
-    t->tok_bytes = xcalloc(t->vocab_size * sizeof(uint8_t *), "token table");
-    t->tok_len = xcalloc(t->vocab_size * sizeof(uint32_t), "token lengths");
-    t->is_added = xcalloc(t->vocab_size, "added-token flags");
+    // Plain calloc: ensure_id grows these with realloc for added tokens.
+    t->tok_bytes = calloc(t->vocab_size + 1, sizeof(uint8_t *));
+    t->tok_len = calloc(t->vocab_size + 1, sizeof(uint32_t));
+    t->is_added = calloc(t->vocab_size + 1, 1);
+    if (!t->tok_bytes || !t->tok_len || !t->is_added) die("out of memory for %u token ids", t->vocab_size);
     size_t n = (size_t)cJSON_GetArraySize(vocab);
     t->vocab_mask = pow2_at_least(2 * n + 1) - 1;
     t->vocab = xcalloc((t->vocab_mask + 1) * sizeof(VocabSlot), "vocabulary map");
@@ -323,7 +332,12 @@ static void fill_added_set(AddedSet *s, AddedSrc *src, int n_src, bool normalize
     s->first[256] = k;
 }
 
-static void load_added(const Ctx *c, Tokenizer *t, AddedSrc **out, int *n_out) {
+// Ids of added tokens are assigned as tokenizers does when it loads the file
+// (it re-adds every token and only warns when the file's id differs): the id of
+// an earlier added token with the same content, else the model's id of that
+// token string, else a new id: the model's vocabulary size (its number of
+// entries) for the first new one, one more than the last new one after that.
+static void load_added(const Ctx *c, Tokenizer *t, size_t model_count, AddedSrc **out, int *n_out) {
     const cJSON *added = get(c->root, "added_tokens");
     *out = NULL;
     *n_out = 0;
@@ -331,6 +345,7 @@ static void load_added(const Ctx *c, Tokenizer *t, AddedSrc **out, int *n_out) {
     if (!cJSON_IsArray(added)) die("tokenizer %s: added_tokens must be an array", c->path);
     int n = cJSON_GetArraySize(added), k = 0;
     AddedSrc *src = xcalloc((size_t)(n ? n : 1) * sizeof(AddedSrc), "added tokens");
+    int64_t max_added = -1;
     for (const cJSON *a = added->child; a; a = a->next) {
         const cJSON *content = get(a, "content");
         if (!cJSON_IsString(content)) die("tokenizer %s: an added token has no content", c->path);
@@ -341,19 +356,32 @@ static void load_added(const Ctx *c, Tokenizer *t, AddedSrc **out, int *n_out) {
             if (get_bool(c, a, flags[f], false, "added token"))
                 die("tokenizer %s: added token \"%s\" sets %s, which is not supported", c->path, s,
                     flags[f]);
-        uint32_t id = (uint32_t)get_id(c, get(a, "id"), "added_tokens[].id");
+        uint32_t file_id = (uint32_t)get_id(c, get(a, "id"), "added_tokens[].id");
         size_t slen = strlen(s), len;
+        uint8_t *buf = xmalloc(slen + 1, "added token");
+        bool mapped = map_token_string(s, buf, &len);
+        int64_t id = -1;
+        for (int i = 0; i < k && id < 0; i++)
+            if (src[i].len == slen && memcmp(src[i].content, s, slen) == 0) id = src[i].id;
+        if (id < 0 && mapped) id = tok_vocab_find(t, buf, len);
+        if (id < 0) {
+            id = max_added >= (int64_t)model_count ? max_added + 1 : (int64_t)model_count;
+            max_added = id;
+        }
+        if ((uint32_t)id != file_id)
+            warn("tokenizer %s: added token \"%s\" has id %u in the file, but tokenizers gives it "
+                 "id %lld when it loads the file; femtotron does the same", c->path, s, file_id,
+                 (long long)id);
         src[k].content = xmalloc(slen + 1, "added token");
         memcpy(src[k].content, s, slen + 1);
         src[k].len = slen;
-        src[k].id = id;
+        src[k].id = (uint32_t)id;
         src[k].normalized = get_bool(c, a, "normalized", true, "added token");
         k++;
         // Decoding passes added tokens through the ByteLevel decoder too: byte
         // characters become their bytes, other text stays as it is.
-        uint8_t *buf = xmalloc(slen + 1, "added token");
-        if (map_token_string(s, buf, &len)) set_token(t, id, buf, len);
-        else set_token(t, id, (const uint8_t *)s, slen);
+        if (mapped) set_token(t, (uint32_t)id, buf, len);
+        else set_token(t, (uint32_t)id, (const uint8_t *)s, slen);
         free(buf);
         t->is_added[id] = 1;
     }
@@ -532,7 +560,7 @@ Tokenizer *tokenizer_load(const char *path) {
     load_model(&c, t, get(root, "model"), &max_id);
     AddedSrc *added;
     int n_added;
-    load_added(&c, t, &added, &n_added);
+    load_added(&c, t, (size_t)cJSON_GetArraySize(get(get(root, "model"), "vocab")), &added, &n_added);
     fill_added_set(&t->added_raw, added, n_added, false);
     fill_added_set(&t->added_norm, added, n_added, true);
     bool newline_in_added = false;

@@ -1,0 +1,141 @@
+// gen/kv_model.c — Llama inference with a key/value cache (see kv_model.h).
+#define _POSIX_C_SOURCE 200809L
+#include "gen/kv_model.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gen/kv_attention.h"
+#include "io/checkpoint.h"
+#include "ops/ops.h"
+#include "util.h"
+
+#define PROMPT_CHUNK 128  // tokens per prompt forward: bounds the activation memory
+
+static int file_exists(const char *dir, const char *name) {
+    char p[CFG_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+void kv_model_load(KVModel *km, const char *dir, int positions) {
+    memset(km, 0, sizeof *km);
+    char resolved[CFG_PATH_MAX];
+    // A checkpoint.dir holds step_NNNNNNN directories and `latest` naming the newest.
+    if (!checkpoint_latest(dir, resolved, sizeof resolved)) {
+        if (snprintf(resolved, sizeof resolved, "%s", dir) >= (int)sizeof resolved)
+            die("generate: --model path is too long: %s", dir);
+    }
+    if (!file_exists(resolved, "config.json"))
+        die("generate: %s has no config.json: --model needs a femtotron checkpoint (or its "
+            "checkpoint.dir) or a Hugging Face Llama directory", resolved);
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "model.from", resolved);
+    config_resolve_model(&c);
+    km->cfg = c.model;
+    const ModelConfig *mc = &km->cfg;
+    if (mc->num_attention_heads <= 0 || mc->hidden_size % mc->num_attention_heads != 0 ||
+        mc->num_key_value_heads <= 0 || mc->num_attention_heads % mc->num_key_value_heads != 0 ||
+        (mc->hidden_size / mc->num_attention_heads) % 2 != 0)
+        die("generate: %s/config.json: hidden_size %d, %d heads, %d key/value heads do not make "
+            "a Llama attention layout", resolved, mc->hidden_size, mc->num_attention_heads,
+            mc->num_key_value_heads);
+    llama_build(&km->m, mc);
+    const LlamaModel *m = &km->m;
+    km->params = xmalloc(m->num_elements * sizeof(float), "model weights");
+    load_hf_weights(resolved, m, km->params);
+
+    if (positions < 1) positions = 1;
+    if (positions > mc->max_position_embeddings) positions = mc->max_position_embeddings;
+    km->T = positions;
+    km->C = positions < PROMPT_CHUNK ? positions : PROMPT_CHUNK;
+    const size_t D = (size_t)m->D, F = (size_t)m->F, hd = (size_t)m->hd, T = (size_t)km->T,
+                 C = (size_t)km->C, kvr = (size_t)m->KV * hd, qkvr = (size_t)(m->H + 2 * m->KV) * hd;
+    km->k_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "key cache");
+    km->v_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "value cache");
+    km->x = xmalloc(C * D * sizeof(float), "generate activations");
+    km->h = xmalloc(C * D * sizeof(float), "generate activations");
+    km->rstd = xmalloc(C * sizeof(float), "generate activations");
+    km->qkv = xmalloc(C * qkvr * sizeof(float), "generate activations");
+    km->att = xmalloc(C * (size_t)m->H * hd * sizeof(float), "generate activations");
+    km->tmp = xmalloc(C * D * sizeof(float), "generate activations");
+    km->gu = xmalloc(C * 2 * F * sizeof(float), "generate activations");
+    km->mh = xmalloc(C * F * sizeof(float), "generate activations");
+    km->cos_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
+    km->sin_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
+    km->logits = xmalloc((size_t)m->V * sizeof(float), "logits");
+}
+
+void kv_model_free(KVModel *km) {
+    float *bufs[] = {km->params, km->k_cache, km->v_cache, km->x, km->h, km->rstd, km->qkv,
+                     km->att, km->tmp, km->gu, km->mh, km->cos_t, km->sin_t, km->scratch,
+                     km->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    llama_free(&km->m);
+    memset(km, 0, sizeof *km);
+}
+
+// One forward of n <= C tokens at positions km->pos ..
+static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
+    const LlamaModel *m = &km->m;
+    const float *P = km->params;
+    const int D = m->D, F = m->F, H = m->H, KV = m->KV, hd = m->hd, pos0 = km->pos;
+    const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd;
+    const float eps = (float)km->cfg.rms_norm_eps;
+    embedding_forward(km->x, tokens, P + m->embed, n, D);
+    rope_tables(km->cos_t, km->sin_t, n, hd, km->cfg.rope_theta, pos0);
+    for (int l = 0; l < m->L; l++) {
+        const LayerOffsets *lo = &m->layer[l];
+        float *kc = km->k_cache + (size_t)l * km->T * kvr;  // (T, KV*hd) of layer l
+        float *vc = km->v_cache + (size_t)l * km->T * kvr;
+        // attention block
+        rmsnorm_forward(km->h, km->rstd, km->x, P + lo->ln1, n, D, eps);
+        matmul_forward(km->qkv, km->h, P + lo->qkv, n, D, qkv_dim);
+        rope_forward(km->qkv, km->cos_t, km->sin_t, 1, n, H, KV, hd);
+        for (int t = 0; t < n; t++) {
+            const float *row = km->qkv + (size_t)t * qkv_dim;
+            memcpy(kc + (size_t)(pos0 + t) * kvr, row + (size_t)H * hd, (size_t)kvr * sizeof(float));
+            memcpy(vc + (size_t)(pos0 + t) * kvr, row + (size_t)(H + KV) * hd, (size_t)kvr * sizeof(float));
+        }
+        kv_attention(km->att, km->qkv, qkv_dim, kc, vc, pos0, n, H, KV, hd, km->scratch);
+        matmul_forward(km->tmp, km->att, P + lo->o, n, H * hd, D);
+        residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
+        // MLP block
+        rmsnorm_forward(km->h, km->rstd, km->x, P + lo->ln2, n, D, eps);
+        matmul_forward(km->gu, km->h, P + lo->gate_up, n, D, 2 * F);
+        swiglu_forward(km->mh, km->gu, n, F);
+        matmul_forward(km->tmp, km->mh, P + lo->down, n, F, D);
+        residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
+    }
+    // Only the last token's logits are needed.
+    const float *last = km->x + (size_t)(n - 1) * D;
+    rmsnorm_forward(km->h, km->rstd, last, P + m->final_norm, 1, D, eps);
+    matmul_forward(km->logits, km->h, P + m->head, 1, D, m->V);
+    km->pos += n;
+}
+
+void kv_model_forward(KVModel *km, const int32_t *tokens, int n) {
+    // Scores scratch: one row per thread, sized for the thread count in force now.
+    if (omp_get_max_threads() > km->scratch_threads) {
+        free(km->scratch);
+        km->scratch_threads = omp_get_max_threads();
+        km->scratch = xmalloc((size_t)km->scratch_threads * (size_t)km->T * sizeof(float),
+                              "attention scores");
+    }
+    if (km->pos + n > km->T)
+        die("generate: %d positions would pass the cache of %d (max_position_embeddings %d)",
+            km->pos + n, km->T, km->cfg.max_position_embeddings);
+    for (int i = 0; i < n; i += km->C) {
+        int k = n - i < km->C ? n - i : km->C;
+        for (int t = 0; t < k; t++)
+            if (tokens[i + t] < 0 || tokens[i + t] >= km->m.V)
+                die("generate: token id %d is outside the model's vocabulary of %d", tokens[i + t],
+                    km->m.V);
+        forward_chunk(km, tokens + i, k);
+    }
+}

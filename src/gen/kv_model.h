@@ -1,0 +1,46 @@
+// gen/kv_model.h — a Llama model for inference: the weights in one flat buffer laid
+// out by llama_build (model/llama.h), a key/value cache, and a forward over new
+// tokens built from the kernels of ops/ops.h plus kv_attention. No gradients, no
+// MPI. The prompt goes through in chunks; each generated token is one forward.
+#ifndef FEMTOTRON_KV_MODEL_H
+#define FEMTOTRON_KV_MODEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "model/llama.h"
+
+typedef struct {
+    ModelConfig cfg;
+    LlamaModel m;
+    float *params;            // (m.num_elements) flat weights, llama_build's layout
+    int T;                    // cache capacity in positions
+    int C;                    // most tokens per forward (prompt chunk)
+    int pos;                  // positions filled so far
+    float *k_cache, *v_cache; // (L, T, KV*hd) each, after RoPE for keys
+    // activations of one forward of up to C tokens
+    float *x;                 // (C, D) residual stream
+    float *h;                 // (C, D) normed input of a block
+    float *rstd;              // (C)
+    float *qkv;               // (C, (H+2KV)*hd)
+    float *att;               // (C, H*hd)
+    float *tmp;               // (C, D) block output before the residual add
+    float *gu;                // (C, 2F) gate|up
+    float *mh;                // (C, F) silu(gate)*up
+    float *cos_t, *sin_t;     // (C, hd/2)
+    float *scratch;           // (scratch_threads, T) attention scores
+    int scratch_threads;
+    float *logits;            // (V) of the last token of the last forward
+} KVModel;
+
+// Load a model directory: a femtotron checkpoint (step dir, or a checkpoint.dir
+// with `latest`) or a Hugging Face Llama directory (config.json + safetensors).
+// The cache holds `positions` positions (at most max_position_embeddings).
+void kv_model_load(KVModel *km, const char *dir, int positions);
+void kv_model_free(KVModel *km);
+
+// Run tokens(n) at positions km->pos .. km->pos+n-1 (in chunks of C), append their
+// keys and values to the cache and leave the logits of the last one in km->logits.
+void kv_model_forward(KVModel *km, const int32_t *tokens, int n);
+
+#endif
