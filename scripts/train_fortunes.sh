@@ -3,7 +3,8 @@
 # English text: quotations, jokes, literature) into byte-level token shards, then
 # train the default model on it with all four kinds of parallelism at once:
 # 8 MPI ranks = tensor 2 (with sequence parallel) x context 2 x pipeline 2
-# (configs/fortunes.json), a few minutes on 2 cores. RANKS=1 runs the same
+# (configs/fortunes.json), a few minutes on 2 cores, then generates a few lines
+# from the trained model. RANKS=1 runs the same
 # training on one rank (same losses: the layout does not change the numbers).
 # Extra arguments are config overrides, e.g. --training.steps 100.
 set -euo pipefail
@@ -23,5 +24,14 @@ layout=()
 [ "$ranks" = 1 ] && layout=(--parallel.tp 1 --parallel.cp 1 --parallel.pp 1)
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-exec mpirun --oversubscribe --bind-to none "${root[@]}" -np "$ranks" ./femtotron train --config configs/fortunes.json \
+mpirun --oversubscribe --bind-to none "${root[@]}" -np "$ranks" ./femtotron train --config configs/fortunes.json \
     "${layout[@]}" "$@"
+
+# What did it learn? Sample a few lines from the last checkpoint (byte-level tokens).
+for prompt in "The secret of life is" "Q: Why did the programmer"; do
+    echo
+    echo "--- generate: \"$prompt\""
+    ./femtotron generate --model runs/fortunes --prompt "$prompt" --max-new-tokens 160 \
+        --temperature 0.8 --top-k 40 --seed 7
+    echo
+done
