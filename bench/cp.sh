@@ -27,7 +27,8 @@
 #
 # Output: bench/results/cp.md (tables), bench/results/cp.png (plot),
 # bench/results/cp_probe.dat, cp_max.dat, cp_speed.dat (raw numbers).
-# Usage: bench/cp.sh   (env: BUDGET_MIB=256 SEQ=8192 ROUNDS=3 STEPS=4)
+# Usage: bench/cp.sh   (env: BUDGET_MIB=256 SEQ=8192 ROUNDS=3 STEPS=4; REPORT_ONLY=1
+# rebuilds cp.md and cp.png from the .dat files without running anything). ~5 minutes.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -39,12 +40,12 @@ BUDGET_MIB=${BUDGET_MIB:-256}
 SEQ=${SEQ:-8192}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-4}
-MPI=(mpirun --oversubscribe --allow-run-as-root)
+# --bind-to none: Open MPI 4 binds each rank to one core when np <= 2, so `mpirun -np 1`
+# would put both of cp 1's threads on core 0.
+MPI=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-./femtotron prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
 
 # 3.3M parameters: hidden 256, 4 layers, 4 query / 2 key-value heads, SwiGLU 768, vocab 257.
 MODEL=(--model.hidden_size 256 --model.num_hidden_layers 4 --model.num_attention_heads 4
@@ -52,25 +53,29 @@ MODEL=(--model.hidden_size 256 --model.num_hidden_layers 4 --model.num_attention
 COMMON=(--data.train "$TMP/data/train_*.bin" "${MODEL[@]}" --training.micro_batch_size 1
         --training.global_batch_size 1 --training.warmup_steps 1)
 
+PROBE="$RES/cp_probe.dat" MAX="$RES/cp_max.dat" SPEED="$RES/cp_speed.dat"
+if [ "${REPORT_ONLY:-0}" != 1 ]; then
+cat src/*.c src/*/*.c >"$TMP/corpus.txt"
+./femtotron prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
 # ---------------------------------------------------------------- (1) memory
-PROBE="$RES/cp_probe.dat"
 echo "# cp seq_length planned_total_mib planned_activations_mib (max over ranks)" >"$PROBE"
 
 # probe CP S: planned per-rank total in MiB (max over ranks), from the start-up report.
 probe() {
     local cp=$1 S=$2 log="$TMP/probe_cp$1_S$2.log" pid n=0
+    : >"$log"  # exists before the background job opens it, so the polling never misses it
     "${MPI[@]}" -np "$cp" stdbuf -oL ./femtotron train "${COMMON[@]}" \
         --training.seq_length "$S" --model.max_position_embeddings "$S" --parallel.cp "$cp" \
         --training.steps 1 --training.threads 1 --training.peak_flops 1e10 \
         --logging.verbose true >"$log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
-        n=$(grep -c '^memory (rank' "$log" || true)
+        n=$(grep -c '^memory (rank' "$log") || n=0
         if [ "$n" -ge "$cp" ]; then kill "$pid" 2>/dev/null || true; break; fi
         sleep 0.2
     done
     wait "$pid" 2>/dev/null || true
-    n=$(grep -c '^memory (rank' "$log" || true)
+    n=$(grep -c '^memory (rank' "$log") || n=0
     if [ "$n" -lt "$cp" ]; then echo "probe cp=$cp S=$S: no memory report:" >&2; tail -5 "$log" >&2; exit 1; fi
     awk -v cp="$cp" -v S="$S" -v out="$PROBE" '/^memory \(rank/ {
             if ($21 > t) t = $21; if ($17 > a) a = $17 }
@@ -83,8 +88,8 @@ fits_at() {
     awk -v t="$t" -v b="$BUDGET_MIB" 'BEGIN { exit !(t + 0 > 0 && t <= b) }'
 }
 
-MAX="$RES/cp_max.dat"
-echo "# cp max_seq tokens_per_rank planned_total_mib planned_act_mib next_seq next_planned_mib rss_max_mib steps_ok final_loss step_ms" >"$MAX"
+echo "# budget_mib $BUDGET_MIB" >"$MAX"
+echo "# cp max_seq tokens_per_rank planned_total_mib planned_act_mib next_seq next_planned_mib rss_max_mib steps_ok final_loss step_ms" >>"$MAX"
 for cp in 1 2 4; do
     G=$((2 * cp * 64))
     lo=0 hi=1                                   # in units of G: lo fits (0 = none yet), hi does not
@@ -119,8 +124,7 @@ for i in 1 2 3; do
     p=$(./femtotron bench peak --threads 2 --seconds 1 | awk '{ print $2 * 1e9 }')
     PEAK=$(awk -v a="$PEAK" -v b="$p" 'BEGIN { print (b > a ? b : a) }')
 done
-SPEED="$RES/cp_speed.dat"
-echo "# cp round step step_ms loss" >"$SPEED"
+{ echo "# cp round step step_ms loss"; echo "# meta peak_flops $PEAK seq $SEQ rounds $ROUNDS steps $STEPS"; } >"$SPEED"
 for round in $(seq 1 "$ROUNDS"); do
     for cp in 1 2; do
         log="$TMP/speed_cp${cp}_r$round.log"
@@ -131,15 +135,24 @@ for round in $(seq 1 "$ROUNDS"); do
             --training.peak_flops "$(awk -v p="$PEAK" -v c="$cp" 'BEGIN { print p / c }')" \
             >"$log" 2>&1 || { echo "speed cp=$cp failed:"; tail -20 "$log"; exit 1; }
         awk -v cp="$cp" -v r="$round" '/^step / { split($2, s, "/"); print cp, r, s[1], $(NF - 1), $5 }' "$log" >>"$SPEED"
-        FPT=$(awk '/model FLOPs\/token/ { print $(NF - 2) }' "$log")
+        [ -n "${FPT:-}" ] || { FPT=$(awk '/model FLOPs\/token/ { print $(NF - 2) }' "$log"); echo "# meta fpt $FPT" >>"$SPEED"; }
         echo "round $round cp $cp: $(awk '/^step / { printf "%s ", $(NF - 1) }' "$log")ms"
     done
 done
-# median of the timed steps (step >= 2) per cp
-median() { awk -v cp="$1" '!/^#/ && $1 == cp && $3 >= 2 { print $4 }' "$SPEED" | sort -g |
+fi  # REPORT_ONLY
+
+# ---------------------------------------------------------------- summary (from the .dat files)
+BUDGET_MIB=$(awk '/^# budget_mib/ { print $3 }' "$MAX")
+read -r PEAK SEQ ROUNDS STEPS < <(awk '/^# meta peak_flops/ { print $4, $6, $8, $10 }' "$SPEED")
+FPT=$(awk '/^# meta fpt/ { print $4 }' "$SPEED")
+# median / best of the timed steps (step >= 2) per cp, optionally of one round
+median() { awk -v cp="$1" -v r="${2:-0}" '!/^#/ && $1 == cp && $3 >= 2 && (r == 0 || $2 == r) { print $4 }' "$SPEED" | sort -g |
            awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+best() { awk -v cp="$1" '!/^#/ && $1 == cp && $3 >= 2 { print $4 }' "$SPEED" | sort -g | head -1; }
 count() { awk -v cp="$1" '!/^#/ && $1 == cp && $3 >= 2' "$SPEED" | wc -l; }
-M1=$(median 1) M2=$(median 2) N1=$(count 1) N2=$(count 2)
+M1=$(median 1) M2=$(median 2) B1=$(best 1) B2=$(best 2) N1=$(count 1) N2=$(count 2)
+PER_ROUND=$(for r in $(seq 1 "$ROUNDS"); do
+    awk -v r="$r" -v a="$(median 1 "$r")" -v b="$(median 2 "$r")" 'BEGIN { printf "round %d: %.0f / %.0f ms = %.2f; ", r, a, b, a / b }'; done)
 LOSSDIFF=$(awk '!/^#/ && $2 == 1 { l[$1, $3] = $5 } END { d = 0; for (k in l) { split(k, p, SUBSEP)
     if (p[1] == 1 && ((2, p[2]) in l)) { x = l[k] - l[2, p[2]]; x = x < 0 ? -x : x; if (x > d) d = x } } printf "%.2g", d }' "$SPEED")
 
@@ -167,23 +180,30 @@ LOSSDIFF=$(awk '!/^#/ && $2 == 1 { l[$1, $3] = $5 } END { d = 0; for (k in l) { 
     echo
     echo "## Tokens/s at seq_length $SEQ: cp 1 (1 rank × 2 threads) vs cp 2 (2 ranks × 1 thread)"
     echo
-    echo "Same 2 cores, same data, global batch 1 × $SEQ tokens. $ROUNDS interleaved rounds of $STEPS steps,"
+    echo "Same 2 cores (mpirun --bind-to none: Open MPI would pin a lone rank to one core), same data,"
+    echo "global batch 1 × $SEQ tokens. $ROUNDS interleaved rounds (cp 1, cp 2, cp 1, ...) of $STEPS steps,"
     echo "first step of each run dropped; median of the remaining $N1 (cp 1) / $N2 (cp 2) step times."
     echo "MFU = tokens/s × $(awk -v f="$FPT" 'BEGIN { printf "%.3g", f }') FLOPs/token (6·N_matmul + 6·L·S·D) / machine peak"
     echo "$(awk -v p="$PEAK" 'BEGIN { printf "%.1f", p / 1e9 }') GFLOP/s (best of 3 \`femtotron bench peak --threads 2\`)."
     echo "Largest loss difference cp 1 vs cp 2 over the steps of round 1: $LOSSDIFF."
     echo
-    echo "| layout | median step ms | tokens/s | MFU | all step times ms |"
-    echo "|---|---:|---:|---:|---|"
+    echo "| layout | median step ms | tokens/s | MFU | best step ms | tokens/s (best) | MFU (best) | timed steps ms, in order |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|"
     for cp in 1 2; do
         m=$([ "$cp" = 1 ] && echo "$M1" || echo "$M2")
-        awk -v cp="$cp" -v m="$m" -v S="$SEQ" -v f="$FPT" -v p="$PEAK" -v sp="$SPEED" 'BEGIN {
+        b=$([ "$cp" = 1 ] && echo "$B1" || echo "$B2")
+        awk -v cp="$cp" -v m="$m" -v b="$b" -v S="$SEQ" -v f="$FPT" -v p="$PEAK" -v sp="$SPEED" 'BEGIN {
             while ((getline l < sp) > 0) { split(l, x, " "); if (x[1] == cp && x[3] >= 2) all = all sprintf("%.0f ", x[4]) }
-            t = S / (m / 1000)
-            printf "| cp %d (%s) | %.0f | %.0f | %.1f%% | %s|\n", cp, cp == 1 ? "1 rank × 2 threads" : "2 ranks × 1 thread", m, t, 100 * t * f / p, all }'
+            t = S / (m / 1000); tb = S / (b / 1000)
+            printf "| cp %d (%s) | %.0f | %.0f | %.1f%% | %.0f | %.0f | %.1f%% | %s|\n", cp,
+                   cp == 1 ? "1 rank × 2 threads" : "2 ranks × 1 thread", m, t, 100 * t * f / p, b, tb, 100 * tb * f / p, all }'
     done
     echo
-    awk -v a="$M1" -v b="$M2" 'BEGIN { printf "**Ratio tokens/s cp 2 / cp 1 = %.2f**\n", a / b }'
+    awk -v a="$M1" -v b="$M2" -v c="$B1" -v d="$B2" 'BEGIN {
+        printf "**Ratio tokens/s cp 2 / cp 1 = %.2f (medians), %.2f (best steps).**\n", a / b, c / d }'
+    echo "Per round, median cp 1 / median cp 2 step time: ${PER_ROUND%; }."
+    echo "The machine is shared with other jobs: steps of the same layout vary up to 3x between rounds,"
+    echo "so read the ratio with the per-round numbers and the best steps next to the medians."
 } >"$RES/cp.md"
 
 gnuplot <<EOF
@@ -193,9 +213,9 @@ set multiplot layout 1,2
 set title "Planned memory per rank vs sequence length"
 set xlabel "seq_length (tokens)"
 set ylabel "MiB per rank (planned)"
-set key top left
+set key bottom right
 set grid
-plot for [c in "1 2 4"] "$PROBE" using (\$1==c+0 ? \$2 : 1/0):3 with linespoints pt 7 title "cp ".c, \
+plot for [c in "1 2 4"] "$PROBE" using (\$1==c+0 ? \$2 : 1/0):3 smooth unique with linespoints pt 7 title "cp ".c, \
      $BUDGET_MIB with lines dt 2 lw 2 lc rgb "black" title "budget $BUDGET_MIB MiB"
 set title "Longest sequence within $BUDGET_MIB MiB per rank"
 set xlabel "cp (ranks)"
@@ -203,9 +223,10 @@ set ylabel "max seq_length (tokens)"
 set xtics (1, 2, 4)
 set xrange [0.5:4.5]
 set yrange [0:*]
+set key bottom right
 s1 = real(system("awk '!/^#/ { print \$2; exit }' $MAX"))
-plot "$MAX" using 1:2 with linespoints lw 2 pt 7 title "max seq (planned <= budget, trained 2 steps)", \
-     x * s1 with lines dt 2 title "linear: cp x max seq(cp 1)"
+plot "$MAX" using 1:2 with linespoints lw 2 pt 7 title "max seq (planned <= budget; trained 2 steps)", \
+     x * s1 with lines dt 2 title "cp x max seq at cp 1"
 unset multiplot
 EOF
 cat "$RES/cp.md"

@@ -16,16 +16,18 @@
 #     replayed makespan, 3M the work of one rank. Independent of how the ranks
 #     time-share the cores; it measures the schedule, not the machine.
 #
-#   timed replay (pp = 2 and 4): the same replay with each virtual stage's median
+#   timed replay (pp = 2 only): the same replay with each virtual stage's median
 #     measured forward and backward durations (steps 2..N): the real stage
-#     imbalance and backward/forward ratio without the noise of single events
-#     (at pp = 4 the durations are those of 4 ranks sharing 2 cores).
+#     imbalance and backward/forward ratio without the noise of single events.
 #
 #   measured bubble (pp = 2 only: 2 ranks on the 2 cores, threads 1): per step,
 #     span = first stage's first forward start to its last backward end (one
 #     rank's clock: the first stage starts every step and ends it), busy = sum of
-#     a rank's forward + backward durations; bubble = span / mean busy - 1, the
-#     median over steps 2..N. At pp = 4 the 4 ranks share 2 cores, so a waiting
+#     a rank's forward + backward durations; bubble = span / mean busy - 1 (idle
+#     time from the schedule AND from unequal stage times) and span / slowest
+#     rank's busy - 1 (the schedule's bubble around the slowest stage, the figure
+#     the formula predicts when stages are unequal); medians over steps 2..N,
+#     per-rank busy printed to show the imbalance. At pp = 4 the 4 ranks share 2 cores, so a waiting
 #     rank lends its core to a computing one and wall-clock idle time is not a
 #     bubble; no measured value is given there.
 #
@@ -50,7 +52,7 @@ MODEL=(--model.hidden_size 256 --model.intermediate_size 768 --model.num_hidden_
 STEPS=${STEPS:-5}
 
 cat >"$TMP/bubble.py" <<'EOF'
-# bubble.py TRACE PP V M MEASURE -> "sim_ratio timed_ratio measured_ratio busy_ms span_ms"
+# bubble.py TRACE PP V M MEASURE -> "sim timed measured_vs_mean measured_vs_slowest busy_ms(per rank) span_ms"
 import json, statistics, sys
 path, P, V, M, measure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 ev = [e for e in json.load(open(path))["traceEvents"]
@@ -87,32 +89,35 @@ sims = [replay(s, lambda f, k: (1.0 if f else 2.0) / V) / (3.0 * M) - 1.0 for s 
 assert max(sims) - min(sims) < 1e-9, f"schedule differs between steps: {sims}"
 # Replay with each (virtual stage, forward/backward)'s median measured duration
 # (steps 2..N): the real stage imbalance and backward/forward ratio, without noise.
+timed = float("nan")
 med = {}
-for f in (True, False):
+for f in (True, False) if measure else ():
     for k in range(K):
         d = [e["dur"] for e in ev if e["args"]["step"] > 1 and (e["name"] == "forward") == f
              and e["args"]["chunk"] * P + e["tid"] == k]
         med[(f, k)] = statistics.median(d)
-mean_work = statistics.mean(sum(M * (med[(True, k)] + med[(False, k)]) for k in range(K) if k % P == r)
-                            for r in range(P))
-timed = statistics.median(replay(s, lambda f, k: med[(f, k)]) for s in steps[1:]) / mean_work - 1.0
-meas, busy_ms, span_ms = float("nan"), float("nan"), float("nan")
+if measure:
+    mean_work = statistics.mean(sum(M * (med[(True, k)] + med[(False, k)]) for k in range(K) if k % P == r)
+                                for r in range(P))
+    timed = statistics.median(replay(s, lambda f, k: med[(f, k)]) for s in steps[1:]) / mean_work - 1.0
+meas_mean = meas_max = float("nan")
+busy_ms, span_ms = "nan", "nan"
 if measure:
     rows = []
     for s in steps[1:]:                         # step 1 warms up caches and pages
         first = [e for e in ev if e["tid"] == 0 and e["args"]["step"] == s]
         span = max(e["ts"] + e["dur"] for e in first) - min(e["ts"] for e in first)
-        busy = statistics.mean(sum(e["dur"] for e in ev if e["tid"] == r and e["args"]["step"] == s)
-                               for r in range(P))
-        rows.append((span / busy - 1.0, busy, span))
-    meas = statistics.median(r[0] for r in rows)
-    busy_ms = statistics.median(r[1] for r in rows) / 1e3
-    span_ms = statistics.median(r[2] for r in rows) / 1e3
-print(f"{sims[0]:.4f} {timed:.4f} {meas:.4f} {busy_ms:.1f} {span_ms:.1f}")
+        busy = [sum(e["dur"] for e in ev if e["tid"] == r and e["args"]["step"] == s) for r in range(P)]
+        rows.append((span / statistics.mean(busy) - 1.0, span / max(busy) - 1.0, busy, span))
+    meas_mean = statistics.median(r[0] for r in rows)
+    meas_max = statistics.median(r[1] for r in rows)
+    busy_ms = "/".join(f"{statistics.median(row[2][r] for row in rows) / 1e3:.0f}" for r in range(P))
+    span_ms = f"{statistics.median(r[3] for r in rows) / 1e3:.0f}"
+print(f"{sims[0]:.4f} {timed:.4f} {meas_mean:.4f} {meas_max:.4f} {busy_ms} {span_ms}")
 EOF
 
 DAT="$RES/pp_bubble.dat"
-echo "# pp schedule v M formula sim_ratio timed_ratio measured_ratio busy_ms span_ms" >"$DAT"
+echo "# pp schedule v M formula sim_ratio timed_ratio measured_vs_mean measured_vs_slowest busy_ms_per_rank span_ms" >"$DAT"
 for pp in 2 4; do
     for sched in afab 1f1b interleaved; do
         v=1; [ "$sched" = interleaved ] && v=2
@@ -145,17 +150,20 @@ done
     echo "  backward 2/v per chunk; an action waits for its message from the neighbouring virtual stage)."
     echo "- **timed replay**: the same replay with each virtual stage's median measured forward and"
     echo "  backward durations (steps 2..$STEPS): real stage imbalance and backward/forward ratio, no"
-    echo "  noise. At pp = 4 these durations are those of 4 ranks sharing 2 cores."
+    echo "  noise (pp = 2 only)."
     echo "- **measured** (pp = 2 only, 2 ranks on 2 cores): span of a step on the first stage (it starts"
-    echo "  and ends every step) / mean over ranks of forward + backward time - 1, median over steps"
-    echo "  2..$STEPS (busy, span: medians in ms). Not given at pp = 4, where a waiting rank lends its"
-    echo "  core to another rank, so wall-clock idle time is not a bubble."
+    echo "  and ends every step) / busy - 1, busy = a rank's forward + backward time; **vs mean** divides"
+    echo "  by the mean over ranks (counts idle time from unequal stages too), **vs slowest** by the"
+    echo "  slowest rank (the bubble around the bottleneck stage). Medians over steps 2..$STEPS; busy per"
+    echo "  rank and span in ms. Not given at pp = 4, where a waiting rank lends its core to another"
+    echo "  rank, so wall-clock idle time is not a bubble."
     echo
-    echo "| pp | schedule | v | M | (p-1)/(v·m) | schedule | timed replay | measured | busy ms | span ms |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| pp | schedule | v | M | (p-1)/(v·m) | schedule | timed replay | measured vs mean | measured vs slowest | busy ms (rank 0/1) | span ms |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     awk 'function f(x) { return x == "nan" ? "–" : x }
-         !/^#/ { printf "| %d | %s | %d | %d | %.3f | %.3f | %.3f | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7,
-                 $8 == "nan" ? "–" : sprintf("%.3f", $8), f($9), f($10) }' "$DAT"
+         function g(x) { return x == "nan" ? "–" : sprintf("%.3f", x) }
+         !/^#/ { printf "| %d | %s | %d | %d | %.3f | %.3f | %s | %s | %s | %s | %s |\n",
+                 $1, $2, $3, $4, $5, $6, g($7), g($8), g($9), f($10), f($11) }' "$DAT"
 } >"$RES/pp_bubble.md"
 
 gnuplot <<EOF
@@ -177,12 +185,12 @@ do for [p=2:4:2] {
          "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):6 with points pt 6 ps 2.2 lc 1 title "afab schedule", \
          "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):6 with points pt 2 ps 1.6 lc 2 title "1f1b schedule", \
          "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):6 with points pt 12 ps 1.8 lc 4 title "interleaved v=2 schedule", \
-         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):7 with lines lw 1 lc 1 dt 3 title "afab timed replay", \
-         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):7 with lines lw 1 lc 2 dt 3 title "1f1b timed replay", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):7 with lines lw 1 lc 4 dt 3 title "interleaved timed replay", \
-         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 7 lc 1 title "afab measured", \
-         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 5 lc 2 title "1f1b measured", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with linespoints lw 2 pt 13 lc 4 title "interleaved measured"
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 7 lc 1 title "afab measured (vs slowest rank)", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 5 lc 2 title "1f1b measured (vs slowest rank)", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 13 lc 4 title "interleaved measured (vs slowest rank)", \
+         "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 1 dt 3 title "afab measured (vs mean rank)", \
+         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 2 dt 3 title "1f1b measured (vs mean rank)", \
+         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 4 dt 3 title "interleaved measured (vs mean rank)"
 }
 unset multiplot
 EOF

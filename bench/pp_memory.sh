@@ -64,7 +64,8 @@ def mem(name):
     return {int(r): float(a) for r, a in (l.split() for l in open(f"{tmp}/{name}.mem"))}
 
 def in_flight(name, v):
-    """Per rank, per chunk: most micro-batches forwarded and not yet backwarded."""
+    """Per rank: most micro-batches forwarded and not yet backwarded, per chunk and
+    over all chunks at once (the joint peak)."""
     ev = [e for e in json.load(open(f"{tmp}/{name}.json"))["traceEvents"]
           if e.get("ph") == "X" and e["name"] in ("forward", "backward") and e["args"]["step"] == 1]
     res = {}
@@ -77,11 +78,12 @@ def in_flight(name, v):
                 pts.append((e["ts"], 1, e["args"]["chunk"]))
             else:
                 pts.append((e["ts"] + e["dur"], -1, e["args"]["chunk"]))
-        live, peak = [0] * v, [0] * v
+        live, peak, joint = [0] * v, [0] * v, 0
         for _, d, c in sorted(pts):
             live[c] += d
             peak[c] = max(peak[c], live[c])
-        res[r] = peak
+            joint = max(joint, sum(live))
+        res[r] = peak + [joint]
     return res
 
 A = {n: mem(n) for n in ("afab", "1f1b", "interleaved", "afab_m1")}
@@ -112,15 +114,19 @@ for s in range(P):
 tot = lambda n: sum(A[n].values())
 L.append(f"| all | | | {tot('afab'):.1f} | | | {tot('1f1b'):.1f} | | | | {tot('1f1b') / tot('afab'):.3f} |")
 L.append("")
-L.append("Interleaved 1F1B (v = 2: rank s holds virtual stages s and s + 4, one layer each; a chunk")
-L.append("micro-batch is half a stage's activations, so \"stage-equivalents\" = (in flight c0 + c1) / 2):")
+L.append(f"Interleaved 1F1B (v = 2: rank s holds virtual stages s and s + {P}, one layer each, so a chunk")
+L.append("micro-batch holds about half a stage's activations). Slots are planned per chunk (the chunk's")
+L.append("own peak); \"joint\" is the most chunk-micro-batches in flight at once over both chunks, and")
+L.append("Megatron-LM's count is warm-up + 1 = (pp - s - 1)·2 + (v - 1)·pp + 1:")
 L.append("")
-L.append("| stage | activations MiB | in flight chunk 0 | in flight chunk 1 | stage-equivalents | vs 1f1b MiB |")
-L.append("|---:|---:|---:|---:|---:|---:|")
+L.append("| stage | activations MiB | vs 1f1b MiB | in flight chunk 0 | chunk 1 | slots planned (sum) | joint in flight | Megatron warm-up + 1 |")
+L.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s in range(P):
-    c0, c1 = F["interleaved"][s]
-    L.append(f"| {s} | {A['interleaved'][s]:.1f} | {c0} | {c1} | {(c0 + c1) / 2:.1f} | {A['interleaved'][s] / A['1f1b'][s]:.3f} |")
-L.append(f"| all | {tot('interleaved'):.1f} | | | | {tot('interleaved') / tot('1f1b'):.3f} |")
+    c0, c1, j = F["interleaved"][s]
+    L.append(f"| {s} | {A['interleaved'][s]:.1f} | {A['interleaved'][s] / A['1f1b'][s]:.3f} | {c0} | {c1} | {c0 + c1} "
+             f"| {j} | {min((P - s - 1) * 2 + P + 1, 2 * M)} |")
+L.append(f"| all | {tot('interleaved'):.1f} | {tot('interleaved') / tot('1f1b'):.3f} | | | "
+         f"{sum(sum(F['interleaved'][s][:2]) for s in range(P))} | {sum(F['interleaved'][s][2] for s in range(P))} | |")
 open(out, "w").write("\n".join(L) + "\n")
 EOF
 cat "$RES/pp_memory.md"
