@@ -9,22 +9,24 @@ BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)
 
 SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
-OBJ      := $(SRC:src/%.c=build/%.o)
+# BUILD: where objects go (tests/test_sanitizers.sh builds into build-asan).
+BUILD    ?= build
+OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=build/tests/%) build/tests/dump_grads
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads
 
 .PHONY: all test clean tests-bin
 all: femtotron
 
-femtotron: build/main.o $(OBJ)
+femtotron: $(BUILD)/main.o $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-build/%.o: src/%.c $(shell find src -name '*.h')
+$(BUILD)/%.o: src/%.c $(shell find src -name '*.h')
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-build/tests/%: tests/%.c $(OBJ) tests/check.h
-	@mkdir -p build/tests
+$(BUILD)/tests/%: tests/%.c $(OBJ) tests/check.h
+	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(OBJ) $(LDLIBS)
 
 tests-bin: $(TEST_BIN)
@@ -34,4 +36,4 @@ test: femtotron $(TEST_BIN)
 
 
 clean:
-	rm -rf build femtotron
+	rm -rf build build-asan femtotron
