@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "ops/fast_exp.h"
 #include "ops/ops.h"
 
 // -------------------------------------------------------------------- attention
@@ -68,9 +69,9 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         }
                         // Online softmax: rescale what was accumulated under the old max.
                         float mnew = mb[i0 + r] > rmax ? mb[i0 + r] : rmax;
-                        float alpha = expf(mb[i0 + r] - mnew), sum = 0.0f;
+                        float alpha = fast_expf(mb[i0 + r] - mnew), sum = 0.0f;
                         for (int c = 0; c < nk; c++) {
-                            srow[c] = expf(srow[c] - mnew);
+                            srow[c] = fast_expf(srow[c] - mnew);
                             sum += srow[c];
                         }
                         lb[i0 + r] = lb[i0 + r] * alpha + sum;
@@ -146,7 +147,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                             const int qp = qpos[i0 + r];
                             const float lse_r = lb[i0 + r];
                             for (int c = 0; c < nk; c++)
-                                prow[c] = (masked && kpos[j0 + c] > qp) ? 0.0f : expf(prow[c] - lse_r);
+                                prow[c] = (masked && kpos[j0 + c] > qp) ? 0.0f : fast_expf(prow[c] - lse_r);
                         }
                         // dP = dO V^T, then dS = P (dP - rowdot) / sqrt(hd)
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mq, nk, hd, 1.0f,

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "ops/fast_exp.h"
 #include "ops/ops.h"
 
 // OpenBLAS extension (declared in its cblas.h on some builds only).
@@ -197,7 +198,7 @@ void swiglu_forward(float *out, const float *gu, int N, int F) {
     for (int n = 0; n < N; n++) {
         const float *g = gu + (size_t)n * 2 * F, *u = g + F;
         float *o = out + (size_t)n * F;
-        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + fast_expf(-g[i])) * u[i];
     }
 }
 
@@ -208,7 +209,7 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
         const float *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
         float *dg = dgu + (size_t)n * 2 * F, *du = dg + F;
         for (int i = 0; i < F; i++) {
-            float s = 1.0f / (1.0f + expf(-g[i]));
+            float s = 1.0f / (1.0f + fast_expf(-g[i]));
             du[i] = d[i] * g[i] * s;
             dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
         }
@@ -227,7 +228,7 @@ double cross_entropy_forward_backward(float *logits, const int32_t *targets, int
         for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         float target_logit = x[targets[n]], sum = 0.0f;
         for (int j = 0; j < V; j++) {
-            x[j] = expf(x[j] - mx);
+            x[j] = fast_expf(x[j] - mx);
             sum += x[j];
         }
         // -log softmax[target] = log(sum) + max - x_target
@@ -246,7 +247,7 @@ double cross_entropy_forward(const float *logits, const int32_t *targets, int N,
         const float *x = logits + (size_t)n * V;
         float mx = x[0], sum = 0.0f;
         for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        for (int j = 0; j < V; j++) sum += expf(x[j] - mx);
+        for (int j = 0; j < V; j++) sum += fast_expf(x[j] - mx);
         loss += (double)logf(sum) + (double)mx - (double)x[targets[n]];
     }
     return loss;
@@ -268,7 +269,7 @@ void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, i
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;
         float sum = 0.0f;
-        for (int j = 0; j < valid; j++) sum += expf(x[j] - rowmax[n]);
+        for (int j = 0; j < valid; j++) sum += fast_expf(x[j] - rowmax[n]);
         sumexp[n] = sum;
         int t = targets[n] - v0;
         tlogit[n] = t >= 0 && t < valid ? x[t] : 0.0f;
@@ -284,7 +285,7 @@ double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int
         loss += (double)logf(sumexp[n]) + (double)rowmax[n] - (double)tlogit[n];
         if (!want_grads) continue;
         float *x = logits + (size_t)n * Vl, inv = grad_scale / sumexp[n];
-        for (int j = 0; j < valid; j++) x[j] = expf(x[j] - rowmax[n]) * inv;
+        for (int j = 0; j < valid; j++) x[j] = fast_expf(x[j] - rowmax[n]) * inv;
         for (int j = valid; j < Vl; j++) x[j] = 0.0f;
         int t = targets[n] - v0;
         if (t >= 0 && t < valid) x[t] -= grad_scale;
