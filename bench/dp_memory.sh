@@ -51,7 +51,10 @@ for zero in 0 1 2 3; do
                 if (s > best) { best = s; bp = p; bg = g; bo = o }
                 if ($3 == "0):") act = a
             }
-            /peak_rss_kib/ { r = $2 / 1024; if (r > rss) rss = r }
+            # ranks share stderr, so a report may land mid-line: find it anywhere
+            match($0, /peak_rss_kib [0-9]+/) {
+                r = substr($0, RSTART + 13, RLENGTH - 13) / 1024; if (r > rss) rss = r
+            }
             END {
                 MiB = 1048576; n = dp
                 if (zero == 0) f = 16 * psi
