@@ -94,6 +94,7 @@ set ylabel "MiB per rank"
 set logscale x 2
 set logscale y 2
 set xtics (1, 2, 4, 8)
+set xrange [0.8:10]
 set key outside right
 set grid
 plot for [z=0:3] "$DAT" using (\$1==z ? \$2 : 1/0):4 with linespoints lw 2 pt 7 lc z+1 title sprintf("ZeRO-%d measured", z), \

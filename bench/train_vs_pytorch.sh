@@ -143,6 +143,7 @@ set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set boxwidth 0.9
 set yrange [0:*]
+set xrange [-0.6:$(($(wc -w <<<"$CONFIGS") - 1)).6]
 set key top right
 set grid ytics
 plot "$OUT/train_vs_pytorch.dat" using 2:xtic(1) title "femtotron" lc rgb "#1f77b4", \

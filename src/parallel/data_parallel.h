@@ -64,7 +64,6 @@ typedef struct {
     float *grads;        // stage 0-1: (n_elements) whole; stage 2-3: NULL
     float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
     float *m, *v;        // stage 0: (n_elements); stage 1-3: (shard_n)
-    float *recv;         // stage 2-3: (max part) reduce-scatter landing buffer
     // Window pools (stage 2-3 gradients, stage 3 parameters), allocated once.
     int n_windows;
     float **param_pool, **grad_pool;  // (n_windows) each (max bucket) or NULL
