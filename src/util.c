@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dist/comm.h"
 
@@ -80,4 +81,29 @@ uint32_t fnv1a32(const char *s) {
         h *= 16777619u;
     }
     return h;
+}
+
+// Both write loops: write(2) may write less than asked, or be interrupted.
+static void write_loop(int fd, const void *buf, size_t bytes, uint64_t off, int positioned,
+                       const char *path) {
+    const char *p = buf;
+    while (bytes > 0) {
+        size_t want = bytes > ((size_t)1 << 30) ? ((size_t)1 << 30) : bytes;
+        ssize_t put = positioned ? pwrite(fd, p, want, (off_t)off) : write(fd, p, want);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            die_errno("%s: write of %zu bytes at offset %llu failed", path, want, (unsigned long long)off);
+        }
+        p += put;
+        bytes -= (size_t)put;
+        off += (uint64_t)put;
+    }
+}
+
+void write_fully(int fd, const void *buf, size_t bytes, const char *path) {
+    write_loop(fd, buf, bytes, 0, 0, path);
+}
+
+void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const char *path) {
+    write_loop(fd, buf, bytes, off, 1, path);
 }

@@ -20,6 +20,11 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t bytes, const char *what);
 
+// Write all `bytes` of buf to fd (at offset `off` for pwrite_fully), retrying short
+// writes and EINTR, in pieces of at most 1 GiB; fatal error naming `path` otherwise.
+void write_fully(int fd, const void *buf, size_t bytes, const char *path);
+void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const char *path);
+
 // Wall-clock seconds from a monotonic clock.
 double now_seconds(void);
 

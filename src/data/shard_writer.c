@@ -16,19 +16,6 @@
 #define SHARD_MAGIC_U32 20240801  // ... and for uint32 tokens
 #define SHARD_BUF_BYTES (1 << 18)
 
-static void write_all(int fd, const void *buf, size_t bytes, const char *path) {
-    const uint8_t *p = buf;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            die_errno("cannot write shard %s", path);
-        }
-        p += w;
-        bytes -= (size_t)w;
-    }
-}
-
 void shard_writer_init(ShardWriter *w, const char *dir, const char *prefix,
                        uint64_t shard_tokens, int wide) {
     *w = (ShardWriter){.dir = dir, .prefix = prefix, .shard_tokens = shard_tokens,
@@ -37,7 +24,7 @@ void shard_writer_init(ShardWriter *w, const char *dir, const char *prefix,
 }
 
 static void flush(ShardWriter *w) {
-    write_all(w->fd, w->buf, w->buf_bytes, w->tmp_path);
+    write_fully(w->fd, w->buf, w->buf_bytes, w->tmp_path);
     w->buf_bytes = 0;
 }
 
@@ -49,7 +36,7 @@ static void open_shard(ShardWriter *w) {
     if (w->fd < 0) die_errno("cannot create shard %s", w->tmp_path);
     // Zero header for now (magic 0: not a valid shard); the real one goes in at close.
     int32_t header[SHARD_HEADER_INTS] = {0};  // (256)
-    write_all(w->fd, header, sizeof header, w->tmp_path);
+    write_fully(w->fd, header, sizeof header, w->tmp_path);
     w->count = 0;
 }
 
@@ -65,7 +52,7 @@ static void close_shard(ShardWriter *w) {
     header[1] = 1;
     header[2] = (int32_t)w->count;
     if (lseek(w->fd, 0, SEEK_SET) != 0) die_errno("cannot seek in shard %s", w->tmp_path);
-    write_all(w->fd, header, sizeof header, w->tmp_path);
+    write_fully(w->fd, header, sizeof header, w->tmp_path);
     if (fsync(w->fd) != 0) die_errno("cannot fsync shard %s", w->tmp_path);
     if (close(w->fd) != 0) die_errno("cannot close shard %s", w->tmp_path);
     if (rename(w->tmp_path, w->path) != 0)

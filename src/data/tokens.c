@@ -231,19 +231,6 @@ void tokens_fill_batch(TokenDataset *ds, uint64_t p0, int B, int32_t *inputs,
     }
 }
 
-static void write_all(int fd, const void *buf, size_t bytes, const char *path) {
-    const uint8_t *p = buf;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            die_errno("cannot write token file %s", path);
-        }
-        p += w;
-        bytes -= (size_t)w;
-    }
-}
-
 void tokens_write_shard(const char *path, const uint32_t *tokens, size_t n, int force_wide) {
     if (n > (size_t)INT32_MAX)
         die("token file %s: %zu tokens do not fit the int32 count of the llm.c header",
@@ -257,16 +244,16 @@ void tokens_write_shard(const char *path, const uint32_t *tokens, size_t n, int 
     header[2] = (int32_t)n;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) die_errno("cannot create token file %s", path);
-    write_all(fd, header, sizeof header, path);
+    write_fully(fd, header, sizeof header, path);
     if (wide) {
-        write_all(fd, tokens, n * sizeof(uint32_t), path);
+        write_fully(fd, tokens, n * sizeof(uint32_t), path);
     } else {
         enum { CHUNK = 1 << 15 };
         uint16_t narrow[CHUNK];  // (CHUNK) uint16 copy of a run of tokens
         for (size_t i = 0; i < n; i += CHUNK) {
             size_t m = n - i < CHUNK ? n - i : CHUNK;
             for (size_t k = 0; k < m; k++) narrow[k] = (uint16_t)tokens[i + k];
-            write_all(fd, narrow, m * sizeof(uint16_t), path);
+            write_fully(fd, narrow, m * sizeof(uint16_t), path);
         }
     }
     // fsync so a shard that prepare reported as written survives a crash.

@@ -88,16 +88,7 @@ static void remove_tree(const char *path) {
 void ckpt_write_text_file(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) die_errno("cannot create %s", path);
-    size_t n = strlen(text);
-    while (n > 0) {
-        ssize_t k = write(fd, text, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            die_errno("write to %s failed", path);
-        }
-        text += k;
-        n -= (size_t)k;
-    }
+    write_fully(fd, text, strlen(text), path);
     if (fsync(fd) != 0) die_errno("fsync of %s failed", path);
     if (close(fd) != 0) die_errno("close of %s failed", path);
 }

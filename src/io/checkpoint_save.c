@@ -53,22 +53,6 @@ uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char
     return data_start;
 }
 
-static void pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off, const char *path) {
-    const char *p = buf;
-    while (bytes > 0) {
-        size_t want = bytes > (1u << 30) ? (1u << 30) : bytes;
-        ssize_t put = pwrite(fd, p, want, (off_t)off);
-        if (put < 0) {
-            if (errno == EINTR) continue;
-            die_errno("%s: write of %zu bytes at offset %llu failed", path, want,
-                      (unsigned long long)off);
-        }
-        p += put;
-        bytes -= (size_t)put;
-        off += (uint64_t)put;
-    }
-}
-
 // Byte runs bound for one file, merged while each continues the last in both the
 // file and memory: with tp = 1 a piece is one pwrite however many tensors it
 // crosses; a column slice is one pwrite per row.
@@ -81,7 +65,7 @@ typedef struct {
 } RunWriter;
 
 static void run_flush(RunWriter *w) {
-    if (w->bytes) pwrite_all(w->fd, w->src, w->bytes, w->off, w->path);
+    if (w->bytes) pwrite_fully(w->fd, w->src, w->bytes, w->off, w->path);
     w->bytes = 0;
 }
 

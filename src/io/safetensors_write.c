@@ -19,20 +19,6 @@
 
 // ---------------------------------------------------------------- low-level I/O
 
-static void write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n > 0) {
-        size_t want = n > (1u << 30) ? (1u << 30) : n;
-        ssize_t put = write(fd, p, want);
-        if (put < 0) {
-            if (errno == EINTR) continue;
-            die_errno("%s: write failed", path);
-        }
-        p += put;
-        n -= (size_t)put;
-    }
-}
-
 // ---------------------------------------------------------------- writing
 
 typedef struct {
@@ -132,8 +118,8 @@ static int create_with_header(const char *path, const Buf *h) {
     if (fd < 0) die_errno("cannot create %s", path);
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
-    write_all(fd, lenbuf, 8, path);
-    write_all(fd, h->s, h->len, path);
+    write_fully(fd, lenbuf, 8, path);
+    write_fully(fd, h->s, h->len, path);
     return fd;
 }
 
@@ -151,7 +137,7 @@ void st_write_f32(const char *path, const StWrite *tensors, int n,
     for (int i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
-        if (numel) write_all(fd, tensors[i].data, 4 * numel, path);
+        if (numel) write_fully(fd, tensors[i].data, 4 * numel, path);
     }
     sync_and_close(fd, path);
     free(h.s);
