@@ -25,7 +25,7 @@ $(BUILD)/%.o: src/%.c $(shell find src -name '*.h')
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(OBJ) tests/check.h
+$(BUILD)/tests/%: tests/%.c $(OBJ) tests/check.h tests/run_child.h
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(OBJ) $(LDLIBS)
 

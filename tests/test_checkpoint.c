@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "run_child.h"
 #include "config.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -25,39 +26,6 @@
 static char tmpdir[256];
 
 // ---------------------------------------------------------------- helpers
-
-// Run fn(ctx) in a child with stderr captured (newlines folded) into err; returns
-// the exit status (128 + signal when killed). A child that returns exits 0.
-static int run_child(void (*fn)(void *), void *ctx, char *err, size_t err_size) {
-    fflush(stdout);
-    fflush(stderr);
-    int fds[2];
-    if (pipe(fds) != 0) { perror("pipe"); exit(2); }
-    pid_t pid = fork();
-    if (pid < 0) { perror("fork"); exit(2); }
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn(ctx);
-        fflush(stderr);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t len = 0;
-    ssize_t k;
-    char sink[256];
-    while ((k = read(fds[0], len + 1 < err_size ? err + len : sink,
-                     len + 1 < err_size ? err_size - 1 - len : sizeof sink)) > 0)
-        if (len + 1 < err_size) len += (size_t)k;
-    err[len] = '\0';
-    while (len > 0 && err[len - 1] == '\n') err[--len] = '\0';
-    for (size_t i = 0; i < len; i++)
-        if (err[i] == '\n') err[i] = '|';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 static int exists(const char *path) {
     struct stat sb;
