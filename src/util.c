@@ -107,3 +107,17 @@ void write_fully(int fd, const void *buf, size_t bytes, const char *path) {
 void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const char *path) {
     write_loop(fd, buf, bytes, off, 1, path);
 }
+
+char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die_errno("cannot open %s", path);
+    if (fseek(f, 0, SEEK_END) != 0) die_errno("seek in %s failed", path);
+    long sz = ftell(f);
+    if (sz < 0) die_errno("ftell of %s failed", path);
+    rewind(f);
+    char *buf = xmalloc((size_t)sz + 1, path);  // (sz + 1) file text + NUL
+    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) die_errno("read of %s failed", path);
+    buf[sz] = '\0';
+    fclose(f);
+    return buf;
+}

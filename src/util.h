@@ -25,6 +25,10 @@ void *xcalloc(size_t bytes, const char *what);
 void write_fully(int fd, const void *buf, size_t bytes, const char *path);
 void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const char *path);
 
+// A whole file as a NUL-terminated string (caller frees); fatal error naming `path`
+// when it cannot be read.
+char *read_text_file(const char *path);
+
 // Wall-clock seconds from a monotonic clock.
 double now_seconds(void);
 

@@ -93,20 +93,6 @@ void ckpt_write_text_file(const char *path, const char *text) {
     if (close(fd) != 0) die_errno("close of %s failed", path);
 }
 
-char *ckpt_read_text_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die_errno("cannot open %s", path);
-    if (fseek(f, 0, SEEK_END) != 0) die_errno("seek in %s failed", path);
-    long sz = ftell(f);
-    if (sz < 0) die_errno("ftell of %s failed", path);
-    rewind(f);
-    char *buf = xmalloc((size_t)sz + 1, path);  // (sz + 1) file text + NUL
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) die_errno("read of %s failed", path);
-    buf[sz] = '\0';
-    fclose(f);
-    return buf;
-}
-
 // ---------------------------------------------------------------- save protocol
 
 // Paths of one save (SavePaths): DIR/step_NNNNNNN, DIR/.tmp_step_NNNNNNN and its files.
@@ -173,7 +159,7 @@ int checkpoint_latest(const char *dir, char *out, size_t out_size) {
         if (errno == ENOENT || errno == ENOTDIR) return 0;
         die_errno("cannot stat %s", latest);
     }
-    char *text = ckpt_read_text_file(latest);
+    char *text = read_text_file(latest);
     size_t len = strlen(text);
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
         text[--len] = '\0';

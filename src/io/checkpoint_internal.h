@@ -30,8 +30,6 @@ int ckpt_is_dir(const char *path);
 int ckpt_is_file(const char *path);
 // Create (truncate) path with text, fsync'd.
 void ckpt_write_text_file(const char *path, const char *text);
-// Whole file as a NUL-terminated string (caller frees); failure is fatal.
-char *ckpt_read_text_file(const char *path);
 
 // Paths of one save: DIR/step_NNNNNNN, DIR/.tmp_step_NNNNNNN and the files in it.
 typedef struct {

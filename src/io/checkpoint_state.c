@@ -53,7 +53,7 @@ static uint64_t json_count(const cJSON *root, const char *key, const char *path)
 }
 
 void ckpt_read_trainer_state(const char *path, TrainerState *st) {
-    char *text = ckpt_read_text_file(path);
+    char *text = read_text_file(path);
     cJSON *root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) die("%s: not a valid JSON object", path);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");

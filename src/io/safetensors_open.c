@@ -198,20 +198,6 @@ void st_open(StIndex *idx, const char *path) {
 
 // ---------------------------------------------------------------- directories
 
-static char *read_text_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die_errno("cannot open %s", path);
-    if (fseek(f, 0, SEEK_END) != 0) die_errno("%s: seek failed", path);
-    long sz = ftell(f);
-    if (sz < 0) die_errno("%s: ftell failed", path);
-    rewind(f);
-    char *buf = xmalloc((size_t)sz + 1, path);  // (sz + 1) file text + NUL
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) die_errno("%s: read failed", path);
-    buf[sz] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static int file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
