@@ -21,35 +21,29 @@
 // at once and written in order, so the shards are identical for any thread count.
 // A long document is cut into segments only where tokenizer_safe_cut says its
 // encoding cannot change; otherwise it is encoded whole.
+//
+// This file: the command line and the output directory; the inputs are read in
+// prepare_input.c and encoded and written in prepare_batch.c.
 #define _POSIX_C_SOURCE 200809L
 #include "data/prepare.h"
 
-#include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <omp.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/byte_tokenizer.h"
+#include "data/prepare_impl.h"
 #include "data/shard_writer.h"
 #include "data/tokenizer.h"
 #include "util.h"
-
-extern char **environ;  // passed to gzip; not declared by unistd.h in strict POSIX mode
-
-#define READ_CHUNK (1 << 20)
-#define SEG_BYTES (256 << 10)           // a long document is cut after about this much
-#define BATCH_BYTES_PER_THREAD (4 << 20)  // text encoded per batch and thread
 
 static const char *usage_text =
     "usage: femtotron prepare --input FILE... --output DIR [options]\n"
@@ -79,269 +73,6 @@ static const char *usage_text =
     "                        not depend on T\n"
     "  --force               replace existing train_*.bin / val_*.bin shards in DIR\n"
     "  --help                print this help\n";
-
-// A piece of a document to encode; the pieces of a batch are encoded in parallel.
-typedef struct {
-    size_t off, len;        // bytes in the batch arena
-    ShardWriter *target;
-    bool ends_doc;          // the document's last piece: end-of-text follows
-    int tid;                // thread that encoded it, and where its ids are
-    size_t ids_off, ids_n;
-} Segment;
-
-typedef struct {
-    // options
-    double val_fraction;
-    size_t min_bytes;
-    int threads;
-    const Tokenizer *tok;
-    uint32_t eot;
-    // state of the reader
-    uint64_t next_doc;      // k of the next kept document
-    uint64_t skipped;
-    ShardWriter *train, *val;
-    uint64_t bytes_read, total_bytes;  // total 0: unknown (gzip inputs)
-    int file_index, n_files;
-    double t_start, t_progress;
-    // the batch: bytes of complete segments, then the open document's bytes
-    uint8_t *arena;         // (arena_cap)
-    size_t used, arena_cap, batch_bytes;
-    Segment *seg;           // (seg_cap)
-    size_t n_seg, seg_cap;
-    // the open document: its not yet segmented bytes are arena[doc_start, used)
-    size_t doc_start, doc_bytes, doc_scan;
-    ShardWriter *doc_target;  // NULL until the document is known to be kept
-    // encoding
-    TokenizerState **states;  // (threads)
-    TokenList *ids;           // (threads) each thread's ids of the batch
-    uint64_t invalid_utf8;
-    double encode_seconds;  // wall time of the parallel encoding
-    uint64_t encoded_bytes;
-} Prepare;
-
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-static void progress(Prepare *pp, bool final) {
-    double now = now_seconds();
-    if (!final && now - pp->t_progress < 0.5) return;
-    pp->t_progress = now;
-    double mb = (double)pp->bytes_read / 1e6, dt = now - pp->t_start;
-    char bar[64] = "";
-    if (pp->total_bytes) {
-        double f = fmin(1.0, (double)pp->bytes_read / (double)pp->total_bytes);
-        int filled = (int)(f * 20);
-        bar[0] = '[';
-        for (int i = 0; i < 20; i++) bar[1 + i] = i < filled ? '#' : '.';
-        snprintf(bar + 21, sizeof bar - 21, "] %3.0f%% ", 100 * f);
-    } else {
-        snprintf(bar, sizeof bar, "file %d/%d ", pp->file_index + 1, pp->n_files);
-    }
-    fprintf(stderr, "\rprepare: %s%.1f MB read, %.1f MB/s, %llu tokens written", bar, mb,
-            dt > 0 ? mb / dt : 0.0, (unsigned long long)(pp->train->tokens + pp->val->tokens));
-    if (final) fputc('\n', stderr);
-    fflush(stderr);
-}
-
-// ---------------------------------------------------------------- batches
-
-static void add_segment(Prepare *pp, size_t len, bool ends_doc) {
-    if (pp->n_seg == pp->seg_cap) {
-        pp->seg_cap = pp->seg_cap ? 2 * pp->seg_cap : 4096;
-        pp->seg = realloc(pp->seg, pp->seg_cap * sizeof(Segment));
-        if (!pp->seg) die("out of memory for %zu document segments", pp->seg_cap);
-    }
-    pp->seg[pp->n_seg++] = (Segment){.off = pp->doc_start, .len = len, .target = pp->doc_target,
-                                     .ends_doc = ends_doc};
-    pp->doc_start += len;
-    pp->doc_scan = 0;
-}
-
-// Encode the batch's segments in parallel, write them in order, and move the
-// open document's bytes to the front of the arena.
-static void flush_batch(Prepare *pp) {
-    int n = (int)pp->n_seg;
-    for (int t = 0; t < pp->threads; t++) pp->ids[t].n = 0;
-    double t0 = now_seconds();
-#pragma omp parallel num_threads(pp->threads)
-    {
-        int tid = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < n; i++) {
-            Segment *s = &pp->seg[i];
-            s->tid = tid;
-            s->ids_off = pp->ids[tid].n;
-            tokenizer_encode(pp->states[tid], pp->arena + s->off, s->len, &pp->ids[tid]);
-            s->ids_n = pp->ids[tid].n - s->ids_off;
-        }
-    }
-    pp->encode_seconds += now_seconds() - t0;
-    for (int i = 0; i < n; i++) {
-        const Segment *s = &pp->seg[i];
-        pp->encoded_bytes += s->len;
-        shard_writer_put(s->target, pp->ids[s->tid].ids + s->ids_off, s->ids_n);
-        if (s->ends_doc) shard_writer_end_document(s->target, pp->eot);
-    }
-    pp->n_seg = 0;
-    size_t open = pp->used - pp->doc_start;
-    memmove(pp->arena, pp->arena + pp->doc_start, open);
-    pp->used = open;
-    pp->doc_start = 0;
-}
-
-// ---------------------------------------------------------------- documents
-
-static void doc_keep(Prepare *pp) {
-    double F = pp->val_fraction, k = (double)pp->next_doc;
-    bool to_val = floor((k + 1.0) * F) > floor(k * F);
-    pp->doc_target = to_val ? pp->val : pp->train;
-    pp->next_doc++;
-}
-
-static void doc_add(Prepare *pp, const uint8_t *bytes, size_t n) {
-    if (pp->used + n > pp->arena_cap) {
-        while (pp->used + n > pp->arena_cap) pp->arena_cap *= 2;
-        pp->arena = realloc(pp->arena, pp->arena_cap);
-        if (!pp->arena) die("out of memory holding a document of %zu bytes", pp->used + n);
-    }
-    memcpy(pp->arena + pp->used, bytes, n);
-    pp->used += n;
-    pp->doc_bytes += n;
-    if (!pp->doc_target && pp->doc_bytes >= pp->min_bytes) doc_keep(pp);
-    // Cut a kept document that has grown long where its encoding cannot change.
-    while (pp->doc_target && pp->used - pp->doc_start >= 2 * SEG_BYTES) {
-        size_t len = pp->used - pp->doc_start;
-        size_t from = pp->doc_scan > SEG_BYTES ? pp->doc_scan : SEG_BYTES;
-        size_t cut = tokenizer_safe_cut(pp->tok, pp->arena + pp->doc_start, len, from);
-        if (!cut) {
-            pp->doc_scan = len;  // resume the search here when more text arrives
-            break;
-        }
-        add_segment(pp, cut, false);
-        if (pp->doc_start >= pp->batch_bytes) flush_batch(pp);
-    }
-}
-
-static void doc_end(Prepare *pp) {
-    if (!pp->doc_target && pp->doc_bytes >= pp->min_bytes) doc_keep(pp);
-    if (pp->doc_target) {
-        add_segment(pp, pp->used - pp->doc_start, true);
-    } else {
-        pp->skipped++;
-        pp->used = pp->doc_start;  // drop its bytes
-    }
-    pp->doc_target = NULL;
-    pp->doc_bytes = 0;
-    pp->doc_scan = 0;
-    if (pp->used >= pp->batch_bytes) flush_batch(pp);
-}
-
-// ---------------------------------------------------------------- inputs
-
-// Open an input for reading; .gz files through `gzip -dc` (no zlib dependency).
-// *child gets gzip's pid, or 0.
-static FILE *input_open(const char *path, pid_t *child) {
-    *child = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) die_errno("cannot open input %s", path);
-    if (!ends_with(path, ".gz")) {
-        FILE *f = fdopen(fd, "rb");
-        if (!f) die_errno("cannot read input %s", path);
-        return f;
-    }
-    int pipefd[2];
-    if (pipe(pipefd) != 0) die_errno("cannot create a pipe to decompress %s", path);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fd, STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-    char *args[] = {"gzip", "-dc", NULL};
-    int rc = posix_spawnp(child, "gzip", &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        errno = rc;
-        die_errno("cannot run gzip to decompress input %s", path);
-    }
-    close(fd);
-    close(pipefd[1]);
-    FILE *f = fdopen(pipefd[0], "rb");
-    if (!f) die_errno("cannot read the output of gzip for %s", path);
-    return f;
-}
-
-static void input_close(FILE *f, pid_t child, const char *path) {
-    if (ferror(f)) die_errno("cannot read input %s", path);
-    fclose(f);
-    if (!child) return;
-    int status = 0;
-    if (waitpid(child, &status, 0) < 0) die_errno("cannot wait for gzip on %s", path);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        die("input %s: gzip -dc failed (status %d): not a valid gzip file?", path,
-            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-}
-
-static void read_text(Prepare *pp, FILE *f, const char *split_on) {
-    if (!split_on) {
-        uint8_t *chunk = xmalloc(READ_CHUNK, "input read buffer");  // (READ_CHUNK)
-        size_t got;
-        while ((got = fread(chunk, 1, READ_CHUNK, f)) > 0) {
-            pp->bytes_read += got;
-            doc_add(pp, chunk, got);
-            progress(pp, false);
-        }
-        free(chunk);
-    } else {
-        size_t sep_len = strlen(split_on);
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t got;
-        while ((got = getline(&line, &cap, f)) > 0) {
-            pp->bytes_read += (uint64_t)got;
-            size_t len = (size_t)got;  // content without "\n" / "\r\n"
-            if (len && line[len - 1] == '\n') len--;
-            if (len && line[len - 1] == '\r') len--;
-            if (len == sep_len && memcmp(line, split_on, len) == 0) doc_end(pp);
-            else doc_add(pp, (const uint8_t *)line, (size_t)got);
-            progress(pp, false);
-        }
-        free(line);
-    }
-    doc_end(pp);  // documents never span files
-}
-
-static void read_jsonl(Prepare *pp, FILE *f, const char *path, const char *field) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    uint64_t lineno = 0;
-    while ((got = getline(&line, &cap, f)) > 0) {
-        lineno++;
-        pp->bytes_read += (uint64_t)got;
-        size_t k = 0;
-        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
-        if (k == (size_t)got) continue;  // blank line
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)got);
-        if (!j || !cJSON_IsObject(j))
-            die("input %s line %llu: not a JSON object", path, (unsigned long long)lineno);
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, field);
-        if (!cJSON_IsString(s))
-            die("input %s line %llu: no string field \"%s\" (choose the field with --field)", path,
-                (unsigned long long)lineno, field);
-        size_t len = strlen(s->valuestring);
-        // cJSON ends strings at NUL: a \u0000 escape would silently cut the document.
-        if (strstr(line, "\\u0000"))
-            die("input %s line %llu: the text holds \\u0000 (NUL), which prepare cannot carry",
-                path, (unsigned long long)lineno);
-        doc_add(pp, (const uint8_t *)s->valuestring, len);
-        doc_end(pp);
-        cJSON_Delete(j);
-        progress(pp, false);
-    }
-    free(line);
-}
 
 // ---------------------------------------------------------------- output directory
 
@@ -409,13 +140,6 @@ static uint64_t parse_count(const char *opt, const char *s) {
     return (uint64_t)v;
 }
 
-static bool is_jsonl(const char *path, const char *format) {
-    if (!strcmp(format, "jsonl")) return true;
-    if (!strcmp(format, "text")) return false;
-    return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz") || ends_with(path, ".ndjson") ||
-           ends_with(path, ".ndjson.gz");
-}
-
 int prepare_main(int argc, char **argv) {
     const char **inputs = xmalloc((size_t)argc * sizeof(char *), "input list");  // (argc)
     int n_inputs = 0;
@@ -475,7 +199,7 @@ int prepare_main(int argc, char **argv) {
         threads = cores > 0 ? (uint64_t)(cores < 64 ? cores : 64) : 1;
     }
     int n_jsonl = 0;
-    for (int i = 0; i < n_inputs; i++) n_jsonl += is_jsonl(inputs[i], format);
+    for (int i = 0; i < n_inputs; i++) n_jsonl += prepare_is_jsonl(inputs[i], format);
     if (field && n_jsonl == 0)
         die("prepare: --field applies to JSONL inputs only (.jsonl, .jsonl.gz, .ndjson or --format jsonl)");
     if (split_on && n_jsonl == n_inputs)
@@ -522,15 +246,15 @@ int prepare_main(int argc, char **argv) {
     for (int i = 0; i < n_inputs; i++) {
         pp.file_index = i;
         pid_t child;
-        FILE *f = input_open(inputs[i], &child);
-        if (is_jsonl(inputs[i], format)) read_jsonl(&pp, f, inputs[i], field ? field : "text");
-        else read_text(&pp, f, split_on);
-        input_close(f, child, inputs[i]);
+        FILE *f = prepare_input_open(inputs[i], &child);
+        if (prepare_is_jsonl(inputs[i], format)) prepare_read_jsonl(&pp, f, inputs[i], field ? field : "text");
+        else prepare_read_text(&pp, f, split_on);
+        prepare_input_close(f, child, inputs[i]);
     }
-    flush_batch(&pp);
+    prepare_flush_batch(&pp);
     shard_writer_finish(train);
     shard_writer_finish(val);
-    progress(&pp, true);
+    prepare_progress(&pp, true);
     // Make the renames durable too.
     int dfd = open(out_dir, O_RDONLY);
     if (dfd >= 0) {

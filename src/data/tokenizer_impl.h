@@ -1,5 +1,6 @@
-// data/tokenizer_impl.h — the Tokenizer's insides, shared by tokenizer.c (loading
-// tokenizer.json, decoding) and tokenizer_encode.c (encoding). Not a public API.
+// data/tokenizer_impl.h — the Tokenizer's insides, shared by tokenizer_load.c and
+// tokenizer_vocab.c (loading tokenizer.json), tokenizer.c (lookups, decoding) and
+// tokenizer_encode.c (encoding). Not a public API.
 #ifndef FEMTOTRON_TOKENIZER_IMPL_H
 #define FEMTOTRON_TOKENIZER_IMPL_H
 
