@@ -28,7 +28,9 @@ le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }   # le A B: A <= B
 show() { grep -v '^step ' "$1" | tail -n "${2:-8}" | sed 's/^/    /'; }
 
 [ -x "$FEMTOTRON" ] || { failed "setup: $FEMTOTRON not built (run make)"; exit 1; }
-cat src/*.c src/*/*.c > "$tmp/corpus.txt"
+# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
+# the training data must not change when the code does.
+cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
 "$FEMTOTRON" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 \
     >"$tmp/prepare.log" 2>&1 || { failed "setup: prepare corpus"; cat "$tmp/prepare.log"; exit 1; }
 

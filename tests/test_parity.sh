@@ -32,7 +32,9 @@ failed() { echo "FAIL $*"; fail=1; }
 [ -r "$layouts" ] || { failed "setup: cannot read layout file $layouts"; exit 1; }
 
 # Corpus: this repository's C sources as bytes (deterministic text).
-cat src/*.c src/*/*.c > "$tmp/corpus.txt"
+# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
+# the training data must not change when the code does.
+cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
 "$FEMTOTRON" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 \
     >"$tmp/prepare.log" 2>&1 || { failed "setup: prepare corpus"; cat "$tmp/prepare.log"; exit 1; }
 
