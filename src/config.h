@@ -46,6 +46,7 @@ typedef struct {
     int threads;           // threads per rank (0 = cores / ranks on the node)
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
     int max_bad_steps;     // stop after this many non-finite steps in a row
+    char recompute[CFG_PATH_MAX];  // activation recomputation: "none", "selective" or "full"
 } TrainingConfig;
 
 typedef struct {
@@ -59,6 +60,9 @@ typedef struct {
     char pp_schedule[CFG_PATH_MAX];  // "1f1b", "afab" or "interleaved"
     int pp_virtual;      // model chunks per pipeline rank (interleaved schedule)
     char pp_layers[CFG_PATH_MAX];    // "" (balanced) or layers per (virtual) stage, "3,3,2"
+    bool auto_layout;    // parallel.auto: the planner picks dp/tp/pp/cp/zero/... for the world size
+    double memory_gb;    // per-rank memory budget of the planner (0 = this machine's RAM / ranks)
+    char profile[CFG_PATH_MAX];  // "" or a hardware profile JSON from `femtotron bench`
 } ParallelConfig;
 
 typedef struct {

@@ -70,6 +70,9 @@ const KeyDef CFG_KEYS[] = {
     KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = measure GEMM peak)"),
     KEY(training, max_bad_steps, KT_INT, "5",
         "stop after this many steps in a row with a non-finite loss or gradient norm"),
+    KEY(training, recompute, KT_STRING, "none",
+        "activation recomputation: none, selective (attention core redone in backward) or full "
+        "(each layer redone from its input)"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
@@ -87,6 +90,13 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, pp_virtual, KT_INT, "1", "model chunks per pipeline rank (interleaved schedule; 1 otherwise)"),
     KEY(parallel, pp_layers, KT_STRING, "",
         "layers per (virtual) pipeline stage, e.g. \"3,3,2\" (\"\" = balance estimated cost)"),
+    {"parallel", "auto", KT_BOOL, offsetof(Config, parallel.auto_layout), "false", NULL,
+     "let the planner choose dp, tp, pp, cp, zero, micro-batch, schedule and recompute for the "
+     "world size (explicit layout keys are replaced; the choice is printed)"},
+    KEY(parallel, memory_gb, KT_DOUBLE, "0",
+        "memory budget per rank for parallel.auto in GiB (0 = this machine's RAM / ranks)"),
+    KEY(parallel, profile, KT_STRING, "",
+        "hardware profile JSON written by `femtotron bench` for parallel.auto (\"\" = calibrate at start)"),
     KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),

@@ -66,6 +66,9 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
     need_int_min("training.threads", t->threads, 0);
     need_nonnegative("training.peak_flops", t->peak_flops);
     need_int_min("training.max_bad_steps", t->max_bad_steps, 1);
+    if (strcmp(t->recompute, "none") != 0 && strcmp(t->recompute, "selective") != 0 &&
+        strcmp(t->recompute, "full") != 0)
+        die("training.recompute = \"%s\": must be \"none\", \"selective\" or \"full\"", t->recompute);
 }
 
 static void validate_parallel(const ParallelConfig *p, int world_size) {
@@ -86,6 +89,7 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
         die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" (it is \"%s\")",
             p->pp_virtual, p->pp_schedule);
     need_positive("parallel.timeout_s", p->timeout_s);
+    need_nonnegative("parallel.memory_gb", p->memory_gb);
     long long n = (long long)p->dp * p->tp * p->pp * p->cp;
     if (n != world_size)
         die("parallel.dp * tp * pp * cp = %d * %d * %d * %d = %lld, but the job has %d rank%s; they must be equal",

@@ -162,6 +162,12 @@ double llama_flops_per_token(const LlamaModel *m, int seq_length) {
 
 // ----------------------------------------------------------------- activations
 
+Recompute recompute_from_name(const char *name) {
+    if (strcmp(name, "selective") == 0) return RECOMPUTE_SELECTIVE;
+    if (strcmp(name, "full") == 0) return RECOMPUTE_FULL;
+    return RECOMPUTE_NONE;
+}
+
 StageUnits llama_all_units(const LlamaModel *m) {
     StageUnits su = {0, m->L + 1};
     return su;

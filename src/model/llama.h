@@ -58,6 +58,15 @@ typedef struct {
     size_t ln1, qkv, o, ln2, gate_up, down;  // q/k/v and gate/up are fused views
 } LayerOffsets;
 
+// Activation recomputation (training.recompute): what a layer keeps for backward.
+//   RECOMPUTE_NONE      every buffer its backward reads
+//   RECOMPUTE_SELECTIVE the linear layers' inputs and q/k/v; the attention core
+//                       (scores, softmax, probabilities x values) is redone in backward
+//   RECOMPUTE_FULL      only the layer input; the whole layer is redone in backward
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+// Parse "none" / "selective" / "full" (validated by config_validate).
+Recompute recompute_from_name(const char *name);
+
 // A unit is the granule in which parameters are gathered (ZeRO-3) and gradients
 // are handed over (data-parallel buckets): unit 0 = the embedding, unit 1 + l =
 // decoder layer l, unit L + 1 = the final norm and (untied) the output head. Units
@@ -73,6 +82,7 @@ typedef struct {
     int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
     int v0, v_valid;             // first global vocab id of the slice, real (unpadded) rows
     int cp, cp_rank;             // context parallelism: this rank holds 1/cp of each sequence
+    Recompute recompute;         // activation recomputation (RECOMPUTE_NONE after llama_build)
     int n_params;
     ParamInfo *params;           // (n_params)
     size_t num_elements;         // total elements of the flat buffer
