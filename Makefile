@@ -13,7 +13,8 @@ SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
 BUILD    ?= build
 OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
+            $(BUILD)/tests/plan_memory_main
 
 .PHONY: all test clean tests-bin
 all: femtotron

@@ -77,8 +77,8 @@ probe() {
     wait "$pid" 2>/dev/null || true
     n=$(grep -c '^memory (rank' "$log") || n=0
     if [ "$n" -lt "$cp" ]; then echo "probe cp=$cp S=$S: no memory report:" >&2; tail -5 "$log" >&2; exit 1; fi
-    awk -v cp="$cp" -v S="$S" -v out="$PROBE" '/^memory \(rank/ {
-            if ($21 > t) t = $21; if ($17 > a) a = $17 }
+    awk -v cp="$cp" -v S="$S" -v out="$PROBE" '/^memory \(rank/ {  # "... activations X MiB | ... | total X MiB"
+            for (i = 1; i < NF; i++) { if ($i == "total" && $(i + 1) > t) t = $(i + 1); if ($i == "activations" && $(i + 1) > a) a = $(i + 1) } }
         END { printf "%d %d %.1f %.1f\n", cp, S, t, a >> out; printf "%.1f\n", t }' "$log"
 }
 # fits_at CP S: does seq_length S fit the budget under cp? (exits the script if a probe fails)
@@ -166,7 +166,7 @@ LOSSDIFF=$(awk '!/^#/ && $2 == 1 { l[$1, $3] = $5 } END { d = 0; for (k in l) { 
     echo "## Longest sequence within ${BUDGET_MIB} MiB planned per rank"
     echo
     echo "Largest seq_length (multiple of 2·cp·64) whose planned per-rank total (start-up report:"
-    echo "params + grads + AdamW state + activations + batch; max over ranks) is <= ${BUDGET_MIB} MiB, found"
+    echo "params + grads + AdamW state + activations + communication buffers; max over ranks) is <= ${BUDGET_MIB} MiB, found"
     echo "by bisection on the report; the next multiple is shown to exceed it. The winner was then"
     echo "trained for 2 optimizer steps (threads 1, cp ranks oversubscribed on the cores): peak RSS ="
     echo "max over ranks of /usr/bin/time -v \"Maximum resident set size\" (includes code, OpenBLAS,"

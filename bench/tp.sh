@@ -88,7 +88,7 @@ rows = [  # name, tp, ranks x threads, sp, timed
     ("tp1", 1, "1 x 2", "-", True), ("tp2", 2, "2 x 1", "off", True), ("tp2_sp", 2, "2 x 1", "on", True),
     ("tp4", 4, "4 x 1 (oversubscribed)", "off", False), ("tp4_sp", 4, "4 x 1 (oversubscribed)", "on", False)]
 MEM = re.compile(r"^memory \(rank (\d+)\): params ([\d.]+) MiB \| grads ([\d.]+) MiB \| optimizer ([\d.]+) MiB"
-                 r" \| activations ([\d.]+) MiB \| total ([\d.]+) MiB")
+                 r" \| activations ([\d.]+) MiB(?: \| comm [\d.]+ MiB)? \| total ([\d.]+) MiB")
 out = {}
 for name, tp, rt, sp, timed in rows:
     best, loss1, lossN, timed_steps = None, None, None, []

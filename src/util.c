@@ -68,6 +68,57 @@ void *xcalloc(size_t bytes, const char *what) {
     return p;
 }
 
+// ------------------------------------------------------------ planned buffers
+
+// Each buf_alloc block starts with this header, padded to 64 bytes so that the
+// buffer after it keeps the 64-byte alignment.
+#define BUF_MAGIC 0x66627566u  // "fbuf"
+typedef struct {
+    size_t bytes;
+    int kind;
+    unsigned magic;
+} BufHeader;
+#define BUF_HEADER 64
+_Static_assert(sizeof(BufHeader) <= BUF_HEADER, "buffer header fits its padding");
+
+static size_t mem_counter[MEM_KINDS];  // bytes per kind currently allocated (init-time only)
+
+const char *mem_kind_name(MemKind k) {
+    static const char *names[MEM_KINDS] = {"params", "grads", "optimizer", "activations", "comm"};
+    return (unsigned)k < MEM_KINDS ? names[k] : "?";
+}
+
+void *buf_alloc(MemKind k, size_t bytes, const char *what) {
+    if ((unsigned)k >= MEM_KINDS) die("buf_alloc: bad memory kind %d for %s", (int)k, what);
+    if (bytes > SIZE_MAX - BUF_HEADER) die("out of memory allocating %zu bytes for %s", bytes, what);
+    char *base = xcalloc(BUF_HEADER + bytes, what);
+    BufHeader h = {bytes, (int)k, BUF_MAGIC};
+    memcpy(base, &h, sizeof h);
+    mem_counter[k] += bytes;
+    return base + BUF_HEADER;
+}
+
+void buf_free(void *p) {
+    if (!p) return;
+    char *base = (char *)p - BUF_HEADER;
+    BufHeader h;
+    memcpy(&h, base, sizeof h);
+    if (h.magic != BUF_MAGIC || (unsigned)h.kind >= MEM_KINDS || mem_counter[h.kind] < h.bytes)
+        die("buf_free: %p was not allocated by buf_alloc", p);
+    mem_counter[h.kind] -= h.bytes;
+    memset(base, 0, sizeof h);  // a second buf_free of p is caught above
+    free(base);
+}
+
+size_t mem_allocated(MemKind k) { return (unsigned)k < MEM_KINDS ? mem_counter[k] : 0; }
+
+void *buf_take(MemTally *plan_only, MemKind k, size_t bytes, const char *what) {
+    if (!plan_only) return buf_alloc(k, bytes, what);
+    if ((unsigned)k >= MEM_KINDS) die("buf_take: bad memory kind %d for %s", (int)k, what);
+    plan_only->bytes[k] += bytes;
+    return NULL;
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -20,6 +20,42 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t bytes, const char *what);
 
+// ---- planned buffers (DESIGN.md invariant 3): counted allocations ----
+// Every buffer whose size depends on the model, the batch or the layout is
+// allocated once at start-up with buf_alloc, under one of five kinds:
+//   MEM_PARAMS       the flat parameter buffer (whole, or the ZeRO-3 own parts)
+//   MEM_GRADS        the flat gradient buffer, or the ZeRO-2/3 reduced own parts
+//   MEM_OPTIMIZER    the AdamW moments (whole, or the ZeRO-1/2/3 own parts)
+//   MEM_ACTIVATIONS  the activation arenas of every pipeline slot (tensor- and
+//                    context-parallel scratch included), their position tables,
+//                    the token/target slots and the trainer's whole sequences
+//   MEM_COMM         buffers that exist for communication only: the ZeRO-2/3
+//                    gradient and parameter windows, the pipeline's gradient
+//                    send/receive messages
+// The counters are per process (= per rank) and count requested bytes; the
+// memory report (trainer_memory) reads them and plan/memory_rank.c predicts them.
+// Small bookkeeping (tables, schedules, request lists, the parameter table) stays
+// on xmalloc; so do transient I/O buffers (checkpoint and safetensors staging),
+// the data loader's shard tables and shuffle permutation (sized by the data set),
+// and what MPI allocates inside itself: none of those are planned.
+typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_COMM, MEM_KINDS } MemKind;
+// "params", "grads", "optimizer", "activations", "comm".
+const char *mem_kind_name(MemKind k);
+// Zeroed, 64-byte aligned, counted under k (bytes may be 0: a valid, empty buffer).
+void *buf_alloc(MemKind k, size_t bytes, const char *what);
+// Free a buf_alloc buffer and uncount it (its kind and size are kept with it); NULL is a no-op.
+void buf_free(void *p);
+// Bytes of kind k currently allocated by this process.
+size_t mem_allocated(MemKind k);
+// A planner's tally of the same buffers: bytes per kind.
+typedef struct {
+    size_t bytes[MEM_KINDS];
+} MemTally;
+// The one call through which planned buffers are made, so that allocating and
+// predicting run the same code: with plan_only NULL, buf_alloc(k, bytes, what);
+// otherwise add bytes to plan_only->bytes[k] and return NULL (nothing allocated).
+void *buf_take(MemTally *plan_only, MemKind k, size_t bytes, const char *what);
+
 // Write all `bytes` of buf to fd (at offset `off` for pwrite_fully), retrying short
 // writes and EINTR, in pieces of at most 1 GiB; fatal error naming `path` otherwise.
 void write_fully(int fd, const void *buf, size_t bytes, const char *path);

@@ -2,15 +2,20 @@
 # tests/test_parity.sh — layout-independent numerics (DESIGN invariant 1): every
 # layout in the layout file trains the same tiny model on the same data and global
 # batch as a 1-rank reference run, and every step's loss and gradient norm must
-# agree with the reference to a relative 1e-5.
+# agree with the reference to a relative 1e-5. Each row's run also checks the
+# planner's exact memory model (DESIGN invariant 3): every rank reports the bytes
+# it allocated per category (logging.verbose), and they must equal what
+# build/tests/plan_memory_main (plan/memory_rank.c) predicts from the same arguments.
 #
 # usage: bash tests/test_parity.sh [LAYOUT_FILE [NAME_REGEX]]
 #   LAYOUT_FILE  default tests/parity_layouts.txt (its header documents the format)
 #   NAME_REGEX   only rows whose name matches (grep -E), e.g. 'zero3|tied'
 # environment: FEMTOTRON (binary, default ./femtotron), MPIRUN (launcher, default
 #   "mpirun --oversubscribe --allow-run-as-root"), PARITY_TIMEOUT (s per run,
-#   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory).
-# Prints one "PASS name ..." or "FAIL name ..." line per row; exit 1 on any failure.
+#   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory),
+#   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main).
+# Prints one "PASS name ..." or "FAIL name ..." line per row, and one
+# "PASS memory name ..." or "FAIL memory name ..." line; exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 layouts=${1:-tests/parity_layouts.txt}
@@ -19,6 +24,7 @@ FEMTOTRON=${FEMTOTRON:-./femtotron}
 read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 TIMEOUT=${PARITY_TIMEOUT:-120}
 TOL=${PARITY_TOL:-1e-5}
+PLAN_MEMORY=${PLAN_MEMORY:-build/tests/plan_memory_main}
 STEPS=12
 
 tmp=$(mktemp -d)
@@ -30,6 +36,8 @@ failed() { echo "FAIL $*"; fail=1; }
 
 [ -x "$FEMTOTRON" ] || { failed "setup: $FEMTOTRON not built (run make)"; exit 1; }
 [ -r "$layouts" ] || { failed "setup: cannot read layout file $layouts"; exit 1; }
+[ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
+[ -x "$PLAN_MEMORY" ] || { failed "setup: $PLAN_MEMORY not built (run make $PLAN_MEMORY)"; exit 1; }
 
 # Corpus: this repository's C sources as bytes (deterministic text).
 # A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
@@ -50,10 +58,45 @@ common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
 
 # run_layout NP LOG METRICS ARGS... -> exit status of the job (124 = timed out)
+# (logging.verbose: every rank prints its "memory bytes (rank R): ..." line for check_memory)
 run_layout() {
     local np=$1 log=$2 metrics=$3; shift 3
     timeout -k 10 "$TIMEOUT" "${MPIRUN[@]}" -np "$np" "$FEMTOTRON" train "${common[@]}" "$@" \
-        --logging.metrics "$metrics" >"$log" 2>&1
+        --logging.verbose true --logging.metrics "$metrics" >"$log" 2>&1
+}
+
+# check_memory NAME NP LOG ARGS... -> prints "PASS memory NAME ..." or "FAIL memory NAME ..."
+# Every rank of the run logged "memory bytes (rank R): params N grads N optimizer N
+# activations N comm N" (what it allocated, counted by buf_alloc); the planner predicts
+# the same line for every rank from the same arguments (ARGS: the row's, without -np).
+# Both must hold one line per rank, equal in all 5 categories.
+check_memory() {
+    local name=$1 np=$2 log=$3; shift 3
+    local pred="$tmp/$name.memory" res
+    if ! "$PLAN_MEMORY" --world "$np" "${common[@]}" "$@" >"$pred" 2>&1; then
+        failed "memory $name: the planner failed: $(tail -n 1 "$pred")"; return
+    fi
+    if res=$(awk -v np="$np" '
+        /^memory bytes \(rank [0-9]+\):/ {
+            r = $4; sub(/\):$/, "", r)
+            if (FNR == NR) { np_[r]++; for (i = 5; i < 15; i += 2) { cat[(i - 5) / 2] = $i; p[r, $i] = $(i + 1) } }
+            else { nr[r]++; for (i = 5; i < 15; i += 2) m[r, $i] = $(i + 1) }
+        }
+        END {
+            for (r = 0; r < np; r++) {
+                if (np_[r] != 1) { bad = bad sprintf(" rank %d: %d predicted lines;", r, np_[r]); continue }
+                if (nr[r] != 1) { bad = bad sprintf(" rank %d: %d reported lines;", r, nr[r]); continue }
+                for (c = 0; c < 5; c++)
+                    if (p[r, cat[c]] != m[r, cat[c]])
+                        bad = bad sprintf(" rank %d %s: predicted %s, reported %s;", r, cat[c], p[r, cat[c]], m[r, cat[c]])
+            }
+            if (bad != "") { if (length(bad) > 400) bad = substr(bad, 1, 400) " ..."; printf "%s", bad; exit 1 }
+            printf "%d ranks x 5 categories equal", np
+        }' "$pred" "$log"); then
+        echo "PASS memory $name: $res"
+    else
+        failed "memory $name:$res"
+    fi
 }
 
 # compare REF ROW -> prints "worst_rel_diff=... grad_norm_rel_diff=..." ; status 1 on mismatch
@@ -163,6 +206,7 @@ for i in "${!names[@]}"; do
     if [ $rc -ne 0 ]; then
         failed "$name: exited with status $rc ($np ranks, $dt)"; grep -v '^step ' "$log" | tail -n 8 | sed 's/^/    /'; continue
     fi
+    check_memory "$name" "$np" "$log" "${rest[@]}" "${margs[@]}"
     [ -f "$metrics" ] || { failed "$name: no metrics file written"; continue; }
     if res=$(compare "$ref.jsonl" "$metrics"); then
         echo "PASS $name $res ($np ranks, $dt)"

@@ -176,6 +176,9 @@ StageUnits llama_all_units(const LlamaModel *m) {
 // The activation plan: every buffer and its size in floats. With a->arena set the
 // buffers are carved out of it in this order; either way the total is returned.
 // Scratch buffers are planned only when with_scratch is set.
+// Recomputation (m->recompute) decides how many layer slots the saved buffers have:
+// nl (one per layer), or one working layer that belongs to the shared scratch — the
+// lse under selective, everything but the residual stream under full.
 static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *a,
                                 int with_scratch) {
     const size_t N = (size_t)B * S, Nr = (size_t)tp_rows(m, B * S), D = m->D, Fl = m->Fl;
@@ -184,17 +187,19 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t kvw = 2 * (size_t)m->KVl * m->hd, ring = m->cp > 1 ? 2 * N * 2 * kvw + 2 * N * kvw : 0;
     const size_t head = a->has_head ? 1 : 0, scr = with_scratch ? 1 : 0;
     const size_t tps = with_scratch && m->tp > 1 ? 1 : 0;
+    const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
+    const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
         {&a->cos_t, S * half},          {&a->sin_t, S * half},
-        {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nl * Nr * D},
-        {&a->ln1_rstd, nl * Nr},        {&a->qkv, nl * N * QKV},
-        {&a->lse, nl * R},              {&a->attn, nl * N * A},
-        {&a->resid_mid, nl * Nr * D},   {&a->ln2, nl * Nr * D},
-        {&a->ln2_rstd, nl * Nr},        {&a->gu, nl * N * 2 * Fl},
-        {&a->mlp_h, nl * N * Fl},       {&a->lnf, head * Nr * D},
+        {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nk * Nr * D},
+        {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
+        {&a->lse, nlse * R},            {&a->attn, nk * N * A},
+        {&a->resid_mid, nk * Nr * D},   {&a->ln2, nk * Nr * D},
+        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fl},
+        {&a->mlp_h, nk * N * Fl},       {&a->lnf, head * Nr * D},
         {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
         {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
@@ -230,6 +235,15 @@ size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int w
     return activation_floats(m, B, S, &tmp, with_scratch) * sizeof(float);
 }
 
+// The position tables next to the arena: pos_of (cp, S) then pos (S), one block.
+static size_t positions_bytes(const LlamaModel *m, int S) {
+    return sizeof(int) * (size_t)S * (size_t)(m->cp + 1);
+}
+
+size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch) {
+    return activations_bytes(m, su, B, S, with_scratch) + positions_bytes(m, S);
+}
+
 void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
                        double rope_theta, const Activations *share_scratch) {
     memset(a, 0, sizeof *a);
@@ -237,7 +251,7 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
     a->S = S;
     stage_shape(a, m, su);
     a->bytes = activations_bytes(m, su, B, S, share_scratch == NULL);
-    a->arena = xcalloc(a->bytes, "activations");
+    a->arena = buf_alloc(MEM_ACTIVATIONS, a->bytes, "activations");
     activation_floats(m, B, S, a, share_scratch == NULL);
     if (share_scratch) {
         a->dresid = share_scratch->dresid;
@@ -254,20 +268,31 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
         a->tp_partial = share_scratch->tp_partial;
         a->tp_stats = share_scratch->tp_stats;
         a->tp_dw = share_scratch->tp_dw;
+        if (m->recompute != RECOMPUTE_NONE) a->lse = share_scratch->lse;  // the working layer
+        if (m->recompute == RECOMPUTE_FULL) {
+            a->ln1 = share_scratch->ln1;
+            a->ln1_rstd = share_scratch->ln1_rstd;
+            a->qkv = share_scratch->qkv;
+            a->attn = share_scratch->attn;
+            a->resid_mid = share_scratch->resid_mid;
+            a->ln2 = share_scratch->ln2;
+            a->ln2_rstd = share_scratch->ln2_rstd;
+            a->gu = share_scratch->gu;
+            a->mlp_h = share_scratch->mlp_h;
+        }
     }
     // Global positions of the local tokens (zigzag chunks under context parallelism),
     // for RoPE and for the causal mask.
-    a->pos = xmalloc(sizeof(int) * (size_t)S, "token positions");                    // (S)
-    a->pos_of = xmalloc(sizeof(int) * (size_t)S * m->cp, "token positions");         // (cp, S)
+    a->pos_of = buf_alloc(MEM_ACTIVATIONS, positions_bytes(m, S), "token positions");  // (cp + 1, S)
+    a->pos = a->pos_of + (size_t)m->cp * S;  // (S) the last row: this rank's own positions
     for (int r = 0; r < m->cp; r++) cp_positions(S * m->cp, m->cp, r, a->pos_of + (size_t)r * S);
     memcpy(a->pos, a->pos_of + (size_t)m->cp_rank * S, sizeof(int) * (size_t)S);
     rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, rope_theta);
 }
 
 void activations_free(Activations *a) {
-    free(a->pos);
-    free(a->pos_of);
-    free(a->arena);
+    buf_free(a->pos_of);  // pos lives in the same block
+    buf_free(a->arena);
     memset(a, 0, sizeof *a);
 }
 
@@ -322,42 +347,82 @@ static float *row_parallel_dst(const LlamaModel *m, Activations *a, float *out) 
     return m->sp ? a->tp_partial : out;
 }
 
-// One decoder layer forward; i is the local slot, l the global layer index.
-static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
+// The buffers layer i's backward reads, written by its forward: the layer's own
+// slots, or the one working layer in the shared scratch for what recomputation
+// drops (see Activations in llama.h). The residual stream is kept per layer always.
+typedef struct {
+    float *x;                 // (Nr, D) layer input
+    float *ln1, *ln1_rstd;    // (Nr, D), (Nr)
+    float *qkv;               // (N, (Hl+2KVl)*hd) local heads, after RoPE
+    float *lse;               // (B, Hl, S)
+    float *attn;              // (N, Hl*hd)
+    float *mid;               // (Nr, D) residual after attention
+    float *ln2, *ln2_rstd;    // (Nr, D), (Nr)
+    float *gu;                // (N, 2Fl)
+    float *h;                 // (N, Fl)
+    float *out;               // (Nr, D) layer output (the next layer's input)
+} LayerSaved;
+
+static LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
+    const size_t N = (size_t)a->B * a->S, Nr = (size_t)tp_rows(m, a->B * a->S), D = m->D;
+    const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
+    const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->Fl;
+    const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
+    const size_t kl = m->recompute == RECOMPUTE_NONE ? (size_t)i : 0;   // slot of lse
+    LayerSaved s = {
+        .x = a->resid + (size_t)i * Nr * D,
+        .ln1 = a->ln1 + k * Nr * D,
+        .ln1_rstd = a->ln1_rstd + k * Nr,
+        .qkv = a->qkv + k * N * QKV,
+        .lse = a->lse + kl * R,
+        .attn = a->attn + k * N * A,
+        .mid = a->resid_mid + k * Nr * D,
+        .ln2 = a->ln2 + k * Nr * D,
+        .ln2_rstd = a->ln2_rstd + k * Nr,
+        .gu = a->gu + k * N * 2 * Fl,
+        .h = a->mlp_h + k * N * Fl,
+        .out = a->resid + (size_t)(i + 1) * Nr * D,
+    };
+    return s;
+}
+
+// One decoder layer forward with its weights w (unit u = 1 + l); i is the local
+// slot, l the global layer index. `recompute` (full recomputation, from the
+// backward) stops once every buffer the backward reads is rebuilt: the down
+// projection only makes the layer output, which is kept — and for the last layer
+// of a stage may still be on its way to the next stage, so it must not be written.
+static void layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i,
+                               int recompute) {
     const int B = a->B, S = a->S, N = B * S, Nr = tp_rows(m, N), D = m->D, Fl = m->Fl;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
     const float eps = (float)m->cfg.rms_norm_eps;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
-    const float *w = pa->acquire_params(pa->ctx, u);
-    float *x = a->resid + (size_t)i * Nr * D;              // (Nr, D) layer input
-    float *ln1 = a->ln1 + (size_t)i * Nr * D;              // (Nr, D)
-    float *qkv = a->qkv + (size_t)i * N * QKV;             // (N, QKV) local heads
-    float *lse = a->lse + (size_t)i * B * Hl * S;          // (B, Hl, S)
-    float *attn = a->attn + (size_t)i * N * A;             // (N, Hl*hd)
-    float *mid = a->resid_mid + (size_t)i * Nr * D;        // (Nr, D)
-    float *ln2 = a->ln2 + (size_t)i * Nr * D;              // (Nr, D)
-    float *gu = a->gu + (size_t)i * N * 2 * Fl;            // (N, 2Fl)
-    float *h = a->mlp_h + (size_t)i * N * Fl;              // (N, Fl)
-    float *out = a->resid + (size_t)(i + 1) * Nr * D;      // (Nr, D) layer output
+    const LayerSaved s = layer_saved(m, a, i);
 
-    rmsnorm_forward(ln1, a->ln1_rstd + (size_t)i * Nr, x, AT(w, u, lo->ln1), Nr, D, eps);
-    const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);             // (N, D)
-    matmul_forward(qkv, ln1_full, AT(w, u, lo->qkv), N, D, QKV);              // q|k|v, column-parallel
-    rope_forward(qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    cp_attention_forward(m, a, qkv, attn, lse);
-    float *o = row_parallel_dst(m, a, mid);
-    matmul_forward(o, attn, AT(w, u, lo->o), N, A, D);                        // row-parallel
-    tp_reduce(m, o, mid, N, D);
-    residual_forward(mid, mid, x, (size_t)Nr * D);
-    rmsnorm_forward(ln2, a->ln2_rstd + (size_t)i * Nr, mid, AT(w, u, lo->ln2), Nr, D, eps);
-    const float *ln2_full = tp_gather(m, ln2, a->tp_full, N, D);
-    matmul_forward(gu, ln2_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);        // gate|up, column-parallel
-    swiglu_forward(h, gu, N, Fl);
-    float *down = row_parallel_dst(m, a, out);
-    matmul_forward(down, h, AT(w, u, lo->down), N, Fl, D);                    // row-parallel
-    tp_reduce(m, down, out, N, D);
-    residual_forward(out, out, mid, (size_t)Nr * D);
+    rmsnorm_forward(s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+    const float *ln1_full = tp_gather(m, s.ln1, a->tp_full, N, D);           // (N, D)
+    matmul_forward(s.qkv, ln1_full, AT(w, u, lo->qkv), N, D, QKV);            // q|k|v, column-parallel
+    rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    cp_attention_forward(m, a, s.qkv, s.attn, s.lse);
+    float *o = row_parallel_dst(m, a, s.mid);
+    matmul_forward(o, s.attn, AT(w, u, lo->o), N, A, D);                      // row-parallel
+    tp_reduce(m, o, s.mid, N, D);
+    residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
+    rmsnorm_forward(s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    const float *ln2_full = tp_gather(m, s.ln2, a->tp_full, N, D);
+    matmul_forward(s.gu, ln2_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);      // gate|up, column-parallel
+    swiglu_forward(s.h, s.gu, N, Fl);
+    if (recompute) return;
+    float *down = row_parallel_dst(m, a, s.out);
+    matmul_forward(down, s.h, AT(w, u, lo->down), N, Fl, D);                  // row-parallel
+    tp_reduce(m, down, s.out, N, D);
+    residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
+}
+
+static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
+    const int u = 1 + a->l0 + i;
+    layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
     pa->release_params(pa->ctx, u);
 }
 
@@ -405,7 +470,11 @@ static void column_backward(const LlamaModel *m, Activations *a, float *din, flo
 }
 
 // One decoder layer backward: dres (Nr, D) holds the gradient of the layer output on
-// entry and of the layer input on exit.
+// entry and of the layer input on exit. What recomputation dropped is rebuilt first
+// from the kept buffers with the forward's own kernels and inputs, so it is
+// bit-identical: under full the layer forward from the kept input (the weights are
+// acquired once for both: under ZeRO-3 the gather the backward makes anyway), under
+// selective the attention core (its lse; the output it rewrites is identical).
 static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
     const int B = a->B, S = a->S, N = B * S, Nr = tp_rows(m, N), D = m->D, Fl = m->Fl;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
@@ -413,34 +482,26 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid, *dd = a->dbuf_d;
     const float *w = pa->acquire_params(pa->ctx, u);
+    if (m->recompute == RECOMPUTE_FULL) layer_forward_with(m, a, w, i, 1);
     float *g = pa->grads(pa->ctx, u);
-    const float *x = a->resid + (size_t)i * Nr * D;
-    const float *ln1 = a->ln1 + (size_t)i * Nr * D;
-    const float *qkv = a->qkv + (size_t)i * N * QKV;
-    const float *lse = a->lse + (size_t)i * B * Hl * S;
-    const float *attn = a->attn + (size_t)i * N * A;
-    const float *mid = a->resid_mid + (size_t)i * Nr * D;
-    const float *ln2 = a->ln2 + (size_t)i * Nr * D;
-    const float *gu = a->gu + (size_t)i * N * 2 * Fl;
-    const float *h = a->mlp_h + (size_t)i * N * Fl;
+    const LayerSaved s = layer_saved(m, a, i);
 
     // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
     const float *dout_full = tp_gather(m, dres, a->tp_full, N, D);  // row-parallel needs all tokens
-    matmul_backward(a->dbuf_i, AT(g, u, lo->down), dout_full, h, AT(w, u, lo->down), N, Fl, D, 0);
-    swiglu_backward(a->dgu, a->dbuf_i, gu, N, Fl);
-    const float *ln2_full = tp_gather(m, ln2, a->tp_full, N, D);    // re-gathered, not stored
+    matmul_backward(a->dbuf_i, AT(g, u, lo->down), dout_full, s.h, AT(w, u, lo->down), N, Fl, D, 0);
+    swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+    const float *ln2_full = tp_gather(m, s.ln2, a->tp_full, N, D);  // re-gathered, not stored
     column_backward(m, a, dd, AT(g, u, lo->gate_up), a->dgu, ln2_full, AT(w, u, lo->gate_up), N, 2 * Fl);
-    norm_backward(m, a, dres, AT(g, u, lo->ln2), dd, mid, AT(w, u, lo->ln2),
-                  a->ln2_rstd + (size_t)i * Nr, Nr);
+    norm_backward(m, a, dres, AT(g, u, lo->ln2), dd, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, Nr);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
     dout_full = tp_gather(m, dres, a->tp_full, N, D);
-    matmul_backward(a->dbuf_i, AT(g, u, lo->o), dout_full, attn, AT(w, u, lo->o), N, A, D, 0);
-    cp_attention_backward(m, a, a->dqkv, a->dbuf_i, qkv, attn, lse);
+    matmul_backward(a->dbuf_i, AT(g, u, lo->o), dout_full, s.attn, AT(w, u, lo->o), N, A, D, 0);
+    if (m->recompute == RECOMPUTE_SELECTIVE) cp_attention_forward(m, a, s.qkv, s.attn, s.lse);
+    cp_attention_backward(m, a, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
     rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    const float *ln1_full = tp_gather(m, ln1, a->tp_full, N, D);
+    const float *ln1_full = tp_gather(m, s.ln1, a->tp_full, N, D);
     column_backward(m, a, dd, AT(g, u, lo->qkv), a->dqkv, ln1_full, AT(w, u, lo->qkv), N, QKV);
-    norm_backward(m, a, dres, AT(g, u, lo->ln1), dd, x, AT(w, u, lo->ln1),
-                  a->ln1_rstd + (size_t)i * Nr, Nr);
+    norm_backward(m, a, dres, AT(g, u, lo->ln1), dd, s.x, AT(w, u, lo->ln1), s.ln1_rstd, Nr);
     pa->release_params(pa->ctx, u);
     pa->grads_done(pa->ctx, u);
 }

@@ -125,6 +125,13 @@ StageUnits llama_all_units(const LlamaModel *m);
 // parallelism Hl = H/tp heads, Fl = F/tp, Vl vocab rows; Nr = N/tp rows of the
 // residual stream with sequence parallel (else N = B*S). With context parallelism
 // S is this rank's share of each sequence (seq_length / cp, two zigzag chunks).
+// Recomputation (LlamaModel.recompute) sets what is kept per layer (slots nl):
+//   none       every layer buffer below, nk = nlse = nl
+//   selective  all but lse (nlse = 1): one layer's lse in the shared scratch, rebuilt
+//              by re-running the layer's attention in its backward
+//   full       only resid (nk = nlse = 1): ln1 .. mlp_h are ONE layer's working set in
+//              the shared scratch, rebuilt by re-running the layer forward in its backward
+// Buffers with a single slot belong to the scratch: the micro-batches share them.
 typedef struct {
     int B, S;
     int l0, nl;              // first layer and number of layers of the stage
@@ -132,14 +139,14 @@ typedef struct {
     float *arena;            // one allocation holding every buffer this struct owns
     float *cos_t, *sin_t;    // (S, hd/2) RoPE tables
     float *resid;            // (nl+1, Nr, D) residual stream entering each layer; slot nl = output
-    float *ln1, *ln1_rstd;   // (nl, Nr, D), (nl, Nr)
-    float *qkv;              // (nl, N, (Hl+2KVl)*hd) after RoPE
-    float *lse;              // (nl, B, Hl, S) log-sum-exp of each attention row
-    float *attn;             // (nl, N, Hl*hd) attention output (o_proj input)
-    float *resid_mid;        // (nl, Nr, D) residual after attention
-    float *ln2, *ln2_rstd;   // (nl, Nr, D), (nl, Nr)
-    float *gu;               // (nl, N, 2Fl) gate|up pre-activations
-    float *mlp_h;            // (nl, N, Fl) silu(gate)*up (down_proj input)
+    float *ln1, *ln1_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *qkv;              // (nk, N, (Hl+2KVl)*hd) after RoPE
+    float *lse;              // (nlse, B, Hl, S) log-sum-exp of each attention row
+    float *attn;             // (nk, N, Hl*hd) attention output (o_proj input)
+    float *resid_mid;        // (nk, Nr, D) residual after attention
+    float *ln2, *ln2_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *gu;               // (nk, N, 2Fl) gate|up pre-activations
+    float *mlp_h;            // (nk, N, Fl) silu(gate)*up (down_proj input)
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
     // backward scratch (shared between in-flight micro-batches)
@@ -167,8 +174,12 @@ typedef struct {
 void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
                        double rope_theta, const Activations *share_scratch);
 void activations_free(Activations *a);
-// Bytes activations_alloc would allocate (memory report and planner).
+// Bytes of the arena activations_alloc allocates (every buffer of the struct but the
+// position tables; with_scratch: the slot that owns the shared backward scratch).
 size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
+// Everything activations_alloc allocates (counted as MEM_ACTIVATIONS, util.h): the
+// arena (activations_bytes) and the token-position tables.
+size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
 
 // How the model reaches its weights and gradients, unit by unit. The data-parallel
 // engine implements it (parallel/data_parallel.c): with whole buffers it returns

@@ -205,59 +205,74 @@ static void grads_done(void *ctx, int unit) {
 
 // ------------------------------------------------------------------- setup
 
-void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
-             const int *held) {
+// The plan: buckets, owned parts and window counts from the group size n and this
+// rank's index in it (GROUP_DPCP: n = dp * cp, rank = dp_i * cp + cp_i). Pure
+// bookkeeping, no MPI and no planned buffer: plan/memory_rank.c calls it with
+// coordinates, dp_init with the communicator's.
+void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
+             int n, int rank) {
     memset(dp, 0, sizeof *dp);
     dp->model = model;
     dp->zero = pc->zero;
-    dp->n = group_size(GROUP_DPCP);
-    dp->rank = group_rank(GROUP_DPCP);
+    dp->n = n;
+    dp->rank = rank;
     dp->overlap = pc->overlap;
     make_buckets(dp, pc->bucket_mb, held);
-    const size_t n = dp->n_elements, s = dp->shard_n;
-    dp->params = xcalloc(sizeof(float) * (dp->zero == 3 ? s : n), "parameters");
-    if (dp->zero < 2) dp->grads = xcalloc(sizeof(float) * n, "gradients");
-    if (dp->zero >= 2) dp->shard_grads = xcalloc(sizeof(float) * s, "gradient shard");
-    dp->m = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW first moments");
-    dp->v = xcalloc(sizeof(float) * (dp->zero == 0 ? n : s), "AdamW second moments");
-    if (dp->zero >= 2) {
-        size_t max_len = 0;
-        for (int k = 0; k < dp->n_buckets; k++) {
-            size_t len = dp->buckets[k].hi - dp->buckets[k].lo;
-            max_len = len > max_len ? len : max_len;
-        }
-        dp->n_windows = DP_WINDOWS;
-        dp->grad_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");
-        dp->grad_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");
-        dp->param_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");
-        dp->param_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");
-        for (int i = 0; i < DP_WINDOWS; i++) {
-            dp->grad_pool[i] = xmalloc(sizeof(float) * max_len, "gradient window");  // (max bucket)
-            dp->window_bytes += sizeof(float) * max_len;
-            if (dp->zero == 3) {
-                dp->param_pool[i] = xmalloc(sizeof(float) * max_len, "parameter window");  // (max bucket)
-                dp->window_bytes += sizeof(float) * max_len;
-            }
-        }
+    // Window pools (stage 2-3): the pointer tables are bookkeeping, the windows
+    // themselves planned buffers (dp_buffers).
+    dp->n_windows = dp->zero >= 2 ? DP_WINDOWS : 0;
+    if (dp->n_windows) {
+        dp->grad_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");     // (n_windows)
+        dp->grad_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");    // (n_windows)
+        dp->param_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");    // (n_windows)
+        dp->param_pool_used = xcalloc(sizeof(int) * DP_WINDOWS, "window pool");   // (n_windows)
     }
+}
+
+// Every planned buffer of a planned engine (the table in data_parallel.h), allocated
+// (plan_only NULL) or only added up by kind: the trainer and the planner run this
+// same code, so what is allocated is what is predicted.
+void dp_buffers(DataParallel *dp, MemTally *plan_only) {
+    const size_t f = sizeof(float), n = dp->n_elements, s = dp->shard_n;
+    dp->params = buf_take(plan_only, MEM_PARAMS, f * (dp->zero == 3 ? s : n), "parameters");
+    if (dp->zero < 2) dp->grads = buf_take(plan_only, MEM_GRADS, f * n, "gradients");
+    if (dp->zero >= 2) dp->shard_grads = buf_take(plan_only, MEM_GRADS, f * s, "gradient shard");
+    dp->m = buf_take(plan_only, MEM_OPTIMIZER, f * (dp->zero == 0 ? n : s), "AdamW first moments");
+    dp->v = buf_take(plan_only, MEM_OPTIMIZER, f * (dp->zero == 0 ? n : s), "AdamW second moments");
+    size_t max_len = 0;  // the largest bucket: every window holds any bucket
+    for (int k = 0; k < dp->n_buckets; k++) {
+        size_t len = dp->buckets[k].hi - dp->buckets[k].lo;
+        max_len = len > max_len ? len : max_len;
+    }
+    for (int i = 0; i < dp->n_windows; i++) {
+        dp->grad_pool[i] = buf_take(plan_only, MEM_COMM, f * max_len, "gradient window");  // (max bucket)
+        if (dp->zero == 3)
+            dp->param_pool[i] = buf_take(plan_only, MEM_COMM, f * max_len, "parameter window");  // (max bucket)
+    }
+}
+
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
+             const int *held) {
+    dp_plan(dp, model, pc, held, group_size(GROUP_DPCP), group_rank(GROUP_DPCP));
+    dp_buffers(dp, NULL);
     ParamAccess pa = {dp, acquire_params, release_params, unit_grads, grads_done};
     dp->access = pa;
 }
 
 void dp_free(DataParallel *dp) {
     for (int i = 0; i < dp->n_windows; i++) {
-        free(dp->grad_pool[i]);
-        if (dp->param_pool) free(dp->param_pool[i]);
+        buf_free(dp->grad_pool[i]);
+        buf_free(dp->param_pool[i]);
     }
     free(dp->grad_pool);
     free(dp->grad_pool_used);
     free(dp->param_pool);
     free(dp->param_pool_used);
-    free(dp->params);
-    free(dp->grads);
-    free(dp->shard_grads);
-    free(dp->m);
-    free(dp->v);
+    buf_free(dp->params);
+    buf_free(dp->grads);
+    buf_free(dp->shard_grads);
+    buf_free(dp->m);
+    buf_free(dp->v);
     free(dp->buckets);
     free(dp->bucket_of_unit);
     free(dp->unit_local);
@@ -423,13 +438,4 @@ int dp_load_pieces(DataParallel *dp, CkptPiece *pieces) {
         }
     }
     return np;
-}
-
-void dp_memory(const DataParallel *dp, size_t *params, size_t *grads, size_t *optimizer) {
-    const size_t f = sizeof(float), n = dp->n_elements, s = dp->shard_n;
-    size_t param_windows = dp->zero == 3 ? dp->window_bytes / 2 : 0;
-    size_t grad_windows = dp->zero >= 2 ? (dp->zero == 3 ? dp->window_bytes / 2 : dp->window_bytes) : 0;
-    *params = f * (dp->zero == 3 ? s : n) + param_windows;
-    *grads = (dp->grads ? f * n : 0) + (dp->shard_grads ? f * s : 0) + grad_windows;
-    *optimizer = 2 * f * (dp->zero == 0 ? n : s);
 }

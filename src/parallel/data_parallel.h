@@ -32,6 +32,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "model/llama.h"
+#include "util.h"
 
 typedef struct {
     size_t lo, hi;               // LOCAL flat element range: whole units [unit_first, unit_last]
@@ -70,13 +71,22 @@ typedef struct {
     int *param_pool_used, *grad_pool_used;
     int micros;                  // micro-batches per step (each held unit sees each once)
     ParamAccess access;          // what the model calls
-    size_t window_bytes;         // bytes of the window pools (memory report)
 } DataParallel;
 
-// held[u] != 0 for the units this rank holds (NULL: all of them).
+// held[u] != 0 for the units this rank holds (NULL: all of them). dp_init =
+// dp_plan with the dp x cp communicator's size and rank, then dp_buffers(dp, NULL).
 void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
              const int *held);
-void dp_free(DataParallel *dp);
+void dp_free(DataParallel *dp);  // also frees a dp_plan-only engine
+
+// The pure plan (no MPI, no planned buffer): buckets, owned parts, window counts
+// for rank `rank` of a dp x cp group of n ranks.
+void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
+             int n, int rank);
+// The planned buffers (parameters, gradients, moments: MEM_PARAMS, MEM_GRADS,
+// MEM_OPTIMIZER; ZeRO-2/3 windows: MEM_COMM) of a planned engine: allocated when
+// plan_only is NULL, else only added up into *plan_only (plan/memory_rank.c).
+void dp_buffers(DataParallel *dp, MemTally *plan_only);
 
 // Before the first micro-batch of a step of `micros` micro-batches.
 void dp_begin_step(DataParallel *dp, int micros);
@@ -98,8 +108,5 @@ void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir);
 int dp_max_pieces(const DataParallel *dp);
 int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces);
 int dp_load_pieces(DataParallel *dp, CkptPiece *pieces);
-
-// Bytes per kind (parameters, gradients, optimizer) this rank allocated.
-void dp_memory(const DataParallel *dp, size_t *params, size_t *grads, size_t *optimizer);
 
 #endif

@@ -22,9 +22,7 @@ static double layer_cost(const LlamaModel *m, int S) {
 // Layers per virtual stage minimising the most expensive stage (linear partition
 // by dynamic programming: best[k][i] = cheapest max cost of the first i layers in
 // k stages). Stage 0 also pays the embedding, the last stage the head.
-static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
-    const int L = m->L;
-    const double c = layer_cost(m, S), head = 6.0 * m->V * m->D, embed = 2.0 * m->D;
+void pp_balanced_split(int L, double layer, double embed, double head, int K, int *layers) {
     double *best = xmalloc(sizeof(double) * (size_t)(K + 1) * (L + 1), "split plan");  // (K+1, L+1)
     int *cut = xmalloc(sizeof(int) * (size_t)(K + 1) * (L + 1), "split plan");         // (K+1, L+1)
 #define BEST(k, i) best[(size_t)(k) * (L + 1) + (i)]
@@ -35,7 +33,7 @@ static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
     for (int k = 1; k <= K; k++)
         for (int i = k; i <= L; i++)
             for (int j = k - 1; j < i; j++) {  // stage k-1 holds layers j .. i-1
-                double cost = c * (i - j) + (k == 1 ? embed : 0.0) + (k == K && i == L ? head : 0.0);
+                double cost = layer * (i - j) + (k == 1 ? embed : 0.0) + (k == K && i == L ? head : 0.0);
                 double worst = BEST(k - 1, j) > cost ? BEST(k - 1, j) : cost;
                 if (worst < BEST(k, i)) {
                     BEST(k, i) = worst;
@@ -51,6 +49,10 @@ static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
 #undef CUT
     free(best);
     free(cut);
+}
+
+static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
+    pp_balanced_split(m->L, layer_cost(m, S), 2.0 * m->D, 6.0 * m->V * m->D, K, layers);  // embed, head
 }
 
 static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
@@ -79,72 +81,87 @@ int pp_virtual_stage(const Pipeline *pp, int c) { return c * pp->pp + pp->stage;
 
 // ---------------------------------------------------------------- schedules
 
-static void push(Pipeline *pp, int forward, int chunk, int micro) {
-    pp->actions[pp->n_actions++] = (PpAction){forward, chunk, micro};
+// A rank's action list: pushed in execution order into out (2*M*v entries).
+typedef struct {
+    PpAction *out;
+    int n;
+} ActionList;
+
+static void push(ActionList *l, int forward, int chunk, int micro) {
+    l->out[l->n++] = (PpAction){forward, chunk, micro};
 }
 
-static void build_schedule(Pipeline *pp, const char *name) {
-    const int M = pp->micros, P = pp->pp, s = pp->stage, v = pp->v;
-    pp->actions = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "schedule");
-    pp->n_actions = 0;
+int pp_schedule_actions(const char *name, int M, int P, int s, int v, PpAction *out) {
+    ActionList l = {out, 0};
     if (strcmp(name, "afab") == 0) {
-        for (int i = 0; i < M; i++) push(pp, 1, 0, i);
-        for (int i = 0; i < M; i++) push(pp, 0, 0, i);
+        for (int i = 0; i < M; i++) push(&l, 1, 0, i);
+        for (int i = 0; i < M; i++) push(&l, 0, 0, i);
     } else if (strcmp(name, "1f1b") == 0) {
         int warm = P - s - 1 < M ? P - s - 1 : M;
-        for (int i = 0; i < warm; i++) push(pp, 1, 0, i);
+        for (int i = 0; i < warm; i++) push(&l, 1, 0, i);
         for (int i = 0; i < M - warm; i++) {
-            push(pp, 1, 0, warm + i);
-            push(pp, 0, 0, i);
+            push(&l, 1, 0, warm + i);
+            push(&l, 0, 0, i);
         }
-        for (int i = M - warm; i < M; i++) push(pp, 0, 0, i);
+        for (int i = M - warm; i < M; i++) push(&l, 0, 0, i);
     } else {  // interleaved (Narayanan et al. 2021, as scheduled by Megatron-LM)
         const int total = M * v, group = P * v;
         int warm = M == P ? total : (P - s - 1) * 2 + (v - 1) * P;
         if (warm > total) warm = total;
 #define CHUNK_F(k) (((k) % group) / P)
 #define MICRO(k) (((k) / group) * P + (k) % P)
-        for (int k = 0; k < warm; k++) push(pp, 1, CHUNK_F(k), MICRO(k));
+        for (int k = 0; k < warm; k++) push(&l, 1, CHUNK_F(k), MICRO(k));
         for (int i = 0; i < total - warm; i++) {
             int kf = warm + i;
-            push(pp, 1, CHUNK_F(kf), MICRO(kf));
-            push(pp, 0, v - 1 - CHUNK_F(i), MICRO(i));
+            push(&l, 1, CHUNK_F(kf), MICRO(kf));
+            push(&l, 0, v - 1 - CHUNK_F(i), MICRO(i));
         }
-        for (int k = total - warm; k < total; k++) push(pp, 0, v - 1 - CHUNK_F(k), MICRO(k));
+        for (int k = total - warm; k < total; k++) push(&l, 0, v - 1 - CHUNK_F(k), MICRO(k));
 #undef CHUNK_F
 #undef MICRO
     }
+    return l.n;
+}
+
+static void build_schedule(Pipeline *pp, const char *name) {
+    pp->actions = xmalloc(sizeof(PpAction) * (size_t)(2 * pp->micros * pp->v), "schedule");
+    pp->n_actions = pp_schedule_actions(name, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
+}
+
+void pp_count_slots(const PpAction *actions, int n, int v, int *slots) {
+    int *live = xcalloc(sizeof(int) * (size_t)v, "slots");  // (v)
+    for (int c = 0; c < v; c++) slots[c] = 0;
+    for (int k = 0; k < n; k++) {
+        live[actions[k].chunk] += actions[k].forward ? 1 : -1;
+        if (live[actions[k].chunk] > slots[actions[k].chunk]) slots[actions[k].chunk] = live[actions[k].chunk];
+    }
+    for (int c = 0; c < v; c++)
+        if (slots[c] < 1) slots[c] = 1;  // validation needs one
+    free(live);
 }
 
 // Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
 // the number of activation slots the chunk needs.
 static void count_slots(Pipeline *pp) {
-    int *live = xcalloc(sizeof(int) * (size_t)pp->v, "slots");  // (v)
     pp->n_slots = xcalloc(sizeof(int) * (size_t)pp->v, "slots");
-    for (int k = 0; k < pp->n_actions; k++) {
-        const PpAction *a = &pp->actions[k];
-        live[a->chunk] += a->forward ? 1 : -1;
-        if (live[a->chunk] > pp->n_slots[a->chunk]) pp->n_slots[a->chunk] = live[a->chunk];
-    }
+    pp_count_slots(pp->actions, pp->n_actions, pp->v, pp->n_slots);
     pp->max_slots = 1;
-    for (int c = 0; c < pp->v; c++) {
-        if (pp->n_slots[c] < 1) pp->n_slots[c] = 1;  // validation needs one
+    for (int c = 0; c < pp->v; c++)
         if (pp->n_slots[c] > pp->max_slots) pp->max_slots = pp->n_slots[c];
-    }
-    free(live);
 }
 
 // ------------------------------------------------------------------- setup
 
-void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+void pp_plan(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
     memset(pp, 0, sizeof *pp);
-    const Grid *g = comm_grid();
     const TrainingConfig *tc = &cfg->training;
-    pp->pp = g->pp;
-    pp->stage = g->pp_i;
+    pp->pp = cfg->parallel.pp;
+    pp->stage = stage;
     pp->v = cfg->parallel.pp_virtual;
     pp->n_virtual = pp->pp * pp->v;
     pp->micros = tc->grad_acc_steps;
+    pp->B = tc->micro_batch_size;
+    pp->S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens of each sequence
     split_model(pp, m, cfg);
     pp->held = xcalloc(sizeof(int) * (size_t)m->n_units, "held units");
     for (int c = 0; c < pp->v; c++) {
@@ -153,31 +170,17 @@ void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     }
     build_schedule(pp, cfg->parallel.pp_schedule);
     count_slots(pp);
-
-    const int B = tc->micro_batch_size, S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens
-    const size_t N = (size_t)B * S, v = (size_t)pp->v, ms = (size_t)pp->max_slots;
-    pp->acts = xcalloc(sizeof(Activations *) * v, "activation slots");
-    pp->slot_busy = xcalloc(sizeof(int *) * v, "activation slots");
-    pp->tokens = xcalloc(sizeof(int32_t *) * v, "token slots");
-    pp->targets = xcalloc(sizeof(int32_t *) * v, "token slots");
-    pp->grad_send = xcalloc(sizeof(float *) * v, "gradient buffers");
-    pp->grad_recv = xcalloc(sizeof(float *) * v, "gradient buffers");
-    const Activations *scratch = NULL;  // the first slot allocates the shared backward scratch
+    // Bookkeeping: per-chunk tables and the request lists (small, xmalloc).
+    const size_t v = (size_t)pp->v, ms = (size_t)pp->max_slots;
+    pp->acts = xcalloc(sizeof(Activations *) * v, "activation slots");        // (v)
+    pp->slot_busy = xcalloc(sizeof(int *) * v, "activation slots");           // (v)
+    pp->tokens = xcalloc(sizeof(int32_t *) * v, "token slots");               // (v)
+    pp->targets = xcalloc(sizeof(int32_t *) * v, "token slots");              // (v)
+    pp->grad_send = xcalloc(sizeof(float *) * v, "gradient buffers");         // (v)
+    pp->grad_recv = xcalloc(sizeof(float *) * v, "gradient buffers");         // (v)
     for (int c = 0; c < pp->v; c++) {
-        int ns = pp->n_slots[c];
-        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
-        pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)ns, "activation slots");
-        for (int i = 0; i < ns; i++) {
-            activations_alloc(&pp->acts[c][i], m, su, B, S, cfg->model.rope_theta, scratch);
-            if (!scratch) scratch = &pp->acts[c][i];
-            pp->act_bytes += pp->acts[c][i].bytes;
-        }
-        pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)ns, "activation slots");
-        pp->tokens[c] = xmalloc(sizeof(int32_t) * N * (size_t)ns, "token slots");   // (ns, B*S)
-        pp->targets[c] = xmalloc(sizeof(int32_t) * N * (size_t)ns, "token slots");  // (ns, B*S)
-        pp->grad_send[c] = xmalloc(sizeof(float) * N * m->D * (size_t)ns, "gradient send");  // (ns, N, D)
-        pp->grad_recv[c] = xmalloc(sizeof(float) * N * m->D * (size_t)ns, "gradient recv");  // (ns, N, D)
-        pp->act_bytes += (2 * sizeof(int32_t) + 2 * sizeof(float) * m->D) * N * (size_t)ns;
+        pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)pp->n_slots[c], "activation slots");
+        pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)pp->n_slots[c], "activation slots");
     }
     pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
@@ -187,15 +190,41 @@ void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     for (size_t i = 0; i < 2 * v * ms; i++) pp->recv_req[i] = COMM_REQUEST_IDLE;
 }
 
+void pp_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *plan_only) {
+    const size_t N = (size_t)pp->B * pp->S;  // tokens of one micro-batch on this rank
+    for (int c = 0; c < pp->v; c++) {
+        const int ns = pp->n_slots[c];
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        for (int i = 0; i < ns; i++) {
+            // Slot 0 of chunk 0 allocates the backward scratch; every other slot shares it.
+            const int owns_scratch = c == 0 && i == 0;
+            if (plan_only)
+                plan_only->bytes[MEM_ACTIVATIONS] += activations_alloc_bytes(m, su, pp->B, pp->S, owns_scratch);
+            else
+                activations_alloc(&pp->acts[c][i], m, su, pp->B, pp->S, cfg->model.rope_theta,
+                                  owns_scratch ? NULL : &pp->acts[0][0]);
+        }
+        pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
+        pp->targets[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
+        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, sizeof(float) * N * m->D * ns, "gradient send");  // (ns, N, D)
+        pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, sizeof(float) * N * m->D * ns, "gradient recv");  // (ns, N, D)
+    }
+}
+
+void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+    pp_plan(pp, m, cfg, comm_grid()->pp_i);
+    pp_buffers(pp, m, cfg, NULL);
+}
+
 void pp_free(Pipeline *pp) {
     for (int c = 0; c < pp->v; c++) {
         for (int i = 0; i < pp->n_slots[c]; i++) activations_free(&pp->acts[c][i]);
         free(pp->acts[c]);
         free(pp->slot_busy[c]);
-        free(pp->tokens[c]);
-        free(pp->targets[c]);
-        free(pp->grad_send[c]);
-        free(pp->grad_recv[c]);
+        buf_free(pp->tokens[c]);
+        buf_free(pp->targets[c]);
+        buf_free(pp->grad_send[c]);
+        buf_free(pp->grad_recv[c]);
     }
     free(pp->acts);
     free(pp->slot_busy);

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "dist/comm.h"
 #include "model/llama.h"
+#include "util.h"
 
 typedef struct {
     int forward;  // 1 forward, 0 backward
@@ -31,6 +32,7 @@ typedef struct {
     StageUnits *virt_units;       // (n_virtual) units of every virtual stage
     int *held;                    // (n_units) 1 for the units this rank holds
     int micros;                   // micro-batches per step (M)
+    int B, S;                     // sequences per micro-batch, this rank's tokens of each (seq_length / cp)
     int n_actions;
     PpAction *actions;            // (n_actions) this rank's step
     // Activation slots: chunk c has n_slots[c] micro-batches in flight at most.
@@ -43,12 +45,30 @@ typedef struct {
     float **grad_recv;            // (v) arrays of n_slots[c] * (B*S, D) incoming output-gradients
     CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
     int max_slots;
-    size_t act_bytes;             // activation bytes planned (memory report)
 } Pipeline;
 
-// Split the model over the pipeline and plan this rank's schedule and buffers.
+// Layers of each of K virtual stages, minimising the costliest stage when every
+// layer costs `layer`, stage 0 also `embed` and the last stage also `head`.
+void pp_balanced_split(int L, double layer, double embed, double head, int K, int *layers);
+// The action list of pipeline rank s (of P, v chunks each) for M micro-batches
+// under schedule `name`, written to out (room for 2*M*v); returns its length.
+int pp_schedule_actions(const char *name, int M, int P, int s, int v, PpAction *out);
+// slots[c] (c < v): most micro-batches of chunk c in flight at once in `actions`
+// (at least 1): the activation slots the chunk needs.
+void pp_count_slots(const PpAction *actions, int n, int v, int *slots);
+
+// Split the model over the pipeline and plan this rank's schedule and buffers:
+// pp_plan for this rank's stage of the grid, then pp_buffers(pp, m, cfg, NULL).
 void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg);
-void pp_free(Pipeline *pp);
+void pp_free(Pipeline *pp);  // also frees a pp_plan-only pipeline
+
+// The pure plan of pipeline rank `stage` of cfg->parallel.pp (no MPI, no planned
+// buffer): split, schedule, slot counts and the bookkeeping tables.
+void pp_plan(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage);
+// The planned buffers of a planned pipeline: every slot's activations, token and
+// target slots (MEM_ACTIVATIONS), gradient send/receive messages (MEM_COMM);
+// allocated when plan_only is NULL, else only added up into *plan_only.
+void pp_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *plan_only);
 
 // Virtual stage of local chunk c, and whether it is the first / last of the model.
 int pp_virtual_stage(const Pipeline *pp, int c);

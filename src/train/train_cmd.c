@@ -13,6 +13,7 @@
 
 #include "bench/peak.h"
 #include "dist/comm.h"
+#include "plan/plan_cmd.h"
 #include "io/checkpoint.h"
 #include "ops/ops.h"
 #include "train/trace.h"
@@ -39,13 +40,18 @@ static int default_threads(void) {
     return t < 1 ? 1 : t;
 }
 
+// The rank's planned buffers as allocated (counted by buf_alloc, util.h): a
+// readable line and an exact one, which tests/test_parity.sh compares with the
+// planner's prediction (plan/memory_rank.h) byte for byte.
 static void print_memory(const Trainer *t) {
     MemoryReport r = trainer_memory(t);
     const double MiB = 1024.0 * 1024.0;
     printf("memory (rank %d): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
-           "activations %.1f MiB | total %.1f MiB\n",
+           "activations %.1f MiB | comm %.1f MiB | total %.1f MiB (activations %zu bytes)\n"
+           "memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu\n",
            comm_world_rank(), r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
-           (r.params + r.grads + r.optimizer + r.activations + r.batch) / MiB);
+           r.comm / MiB, (r.params + r.grads + r.optimizer + r.activations + r.comm) / MiB,
+           r.activations, comm_world_rank(), r.params, r.grads, r.optimizer, r.activations, r.comm);
     fflush(stdout);
 }
 
@@ -127,6 +133,10 @@ int train_main(int argc, char **argv) {
         }
     }
     config_apply_args(&cfg, argc - i, argv + i);
+    if (cfg.parallel.auto_layout) {  // the planner replaces the layout keys
+        config_resolve_model(&cfg);
+        plan_auto_layout(&cfg, comm_world_size(), comm_local_size());
+    }
     config_validate(&cfg, comm_world_size());
     comm_grid_init(&cfg.parallel);
     if (cfg.training.threads == 0) cfg.training.threads = default_threads();

@@ -13,17 +13,27 @@
 #include "train/trace.h"
 #include "util.h"
 
+void trainer_build_model(LlamaModel *m, const Config *cfg, int tp_i, int cp_i) {
+    llama_build_tp(m, &cfg->model, cfg->parallel.tp, tp_i, cfg->parallel.sequence_parallel);
+    m->cp = cfg->parallel.cp;
+    m->cp_rank = cp_i;
+    m->recompute = recompute_from_name(cfg->training.recompute);  // before the activations are planned
+}
+
+void trainer_sequence_buffers(int32_t **tokens, int32_t **targets, const Config *cfg,
+                              MemTally *plan_only) {
+    const size_t full = (size_t)cfg->training.micro_batch_size * cfg->training.seq_length;
+    *tokens = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * full, "sequences");   // (B*S)
+    *targets = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * full, "sequences");  // (B*S)
+}
+
 void trainer_init(Trainer *t, const Config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     const TrainingConfig *tc = &cfg->training;
     const Grid *g = comm_grid();
-    llama_build_tp(&t->model, &cfg->model, g->tp, g->tp_i, cfg->parallel.sequence_parallel);
-    t->model.cp = g->cp;
-    t->model.cp_rank = g->cp_i;
-    const size_t full = (size_t)tc->micro_batch_size * tc->seq_length;
-    t->full_tokens = xmalloc(sizeof(int32_t) * full, "sequences");   // (B*S)
-    t->full_targets = xmalloc(sizeof(int32_t) * full, "sequences");  // (B*S)
+    trainer_build_model(&t->model, cfg, g->tp_i, g->cp_i);
+    trainer_sequence_buffers(&t->full_tokens, &t->full_targets, cfg, NULL);
     pp_init(&t->pipe, &t->model, cfg);
     dp_init(&t->dp, &t->model, &cfg->parallel, t->pipe.held);
     t->pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp_max_pieces(&t->dp), "checkpoint pieces");
@@ -40,19 +50,24 @@ void trainer_free(Trainer *t) {
     tokens_close(&t->train_data);
     if (t->has_val) tokens_close(&t->val_data);
     pp_free(&t->pipe);
-    free(t->full_tokens);
-    free(t->full_targets);
+    buf_free(t->full_tokens);
+    buf_free(t->full_targets);
     dp_free(&t->dp);
     free(t->pieces);
     llama_free(&t->model);
 }
 
-MemoryReport trainer_memory(const Trainer *t) {
-    MemoryReport r;
-    dp_memory(&t->dp, &r.params, &r.grads, &r.optimizer);
-    r.activations = t->pipe.act_bytes;  // every in-flight slot, tokens and message buffers
-    r.batch = 0;
+MemoryReport memory_report(const size_t bytes[MEM_KINDS]) {
+    MemoryReport r = {bytes[MEM_PARAMS], bytes[MEM_GRADS], bytes[MEM_OPTIMIZER],
+                      bytes[MEM_ACTIVATIONS], bytes[MEM_COMM]};
     return r;
+}
+
+MemoryReport trainer_memory(const Trainer *t) {
+    (void)t;  // one trainer per process: the counters are its buffers
+    size_t bytes[MEM_KINDS];
+    for (int k = 0; k < MEM_KINDS; k++) bytes[k] = mem_allocated((MemKind)k);
+    return memory_report(bytes);
 }
 
 // Micro-batch `micro` of the current step for this rank: data-parallel rank r

@@ -10,6 +10,7 @@
 #include "model/llama.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_parallel.h"
+#include "util.h"
 
 typedef struct {
     Config cfg;
@@ -41,11 +42,26 @@ typedef struct {
 void trainer_init(Trainer *t, const Config *cfg);
 void trainer_free(Trainer *t);
 
-// Bytes of each buffer kind (for the memory report and the planner).
+// Bytes of each kind of planned buffer (util.h: MemKind), for the memory report and
+// the planner (plan/memory_rank.h).
 typedef struct {
-    size_t params, grads, optimizer, activations, batch;
+    size_t params, grads, optimizer, activations, comm;
 } MemoryReport;
+// The report of per-kind byte counts (indexed by MemKind).
+MemoryReport memory_report(const size_t bytes[MEM_KINDS]);
+// MEASURED: what this process allocated through buf_alloc (util.h), by kind.
 MemoryReport trainer_memory(const Trainer *t);
+
+// What trainer_init runs before allocating, shared with the planner
+// (plan/memory_rank.c) so that both size the same buffers: the model table of
+// tensor-parallel rank tp_i and context-parallel rank cp_i (with sequence parallel
+// and activation recomputation as configured) ...
+void trainer_build_model(LlamaModel *m, const Config *cfg, int tp_i, int cp_i);
+// ... and the trainer's own planned buffers, the whole sequences (B*S) each before
+// the context-parallel split (MEM_ACTIVATIONS): allocated when plan_only is NULL,
+// else only added up (util.h: buf_take).
+void trainer_sequence_buffers(int32_t **tokens, int32_t **targets, const Config *cfg,
+                              MemTally *plan_only);
 
 // Accumulate the gradients of optimizer step `step` (0-based) over this rank's
 // micro-batches and reduce them over data-parallel ranks. Every micro-batch's loss
