@@ -6,6 +6,7 @@
 #include "data/prepare.h"
 #include "dist/comm.h"
 #include "gen/generate.h"
+#include "plan/plan_cmd.h"
 #include "train/train_cmd.h"
 
 static void usage(void) {
@@ -15,7 +16,8 @@ static void usage(void) {
            "  train     train a model:  femtotron train --config run.json [--section.key value ...]\n"
            "  prepare   turn text into token shards:  femtotron prepare --input FILE... --output DIR\n"
            "  generate  sample text from a model:  femtotron generate --model DIR --prompt TEXT\n"
-           "  bench     measure this machine:  femtotron bench peak\n\n"
+           "  plan      choose a parallel layout:  femtotron plan --model llama-3.1-8b --gpus 64 --hardware h100 ...\n"
+           "  bench     measure this machine:  femtotron bench peak | calibrate\n\n"
            "`femtotron <command> --help` lists each command's options.\n");
 }
 
@@ -31,6 +33,8 @@ int main(int argc, char **argv) {
         rc = prepare_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "generate") == 0) {
         rc = generate_main(argc - 1, argv + 1);
+    } else if (strcmp(argv[1], "plan") == 0) {
+        rc = plan_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "bench") == 0) {
         rc = bench_main(argc - 1, argv + 1);
     } else {

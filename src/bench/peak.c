@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/calibrate.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -44,7 +45,13 @@ static void bench_usage(void) {
     printf("usage: femtotron bench peak [--threads T] [--size N] [--seconds S]\n"
            "  Measures the fp32 GEMM peak (square sgemm, best of repeats) with T threads\n"
            "  (default: all cores) and prints it in GFLOP/s. MFU on CPU is reported\n"
-           "  against this number unless training.peak_flops is set.\n");
+           "  against this number unless training.peak_flops is set.\n\n"
+           "usage: [mpirun -np N] femtotron bench calibrate [--output FILE] [--threads T] [--quick]\n"
+           "  Measures the planner's hardware profile on every rank at once (GEMM and\n"
+           "  attention rate curves, memory bandwidth, peak, alpha-beta fits of all-reduce,\n"
+           "  reduce-scatter, all-gather and p2p) and writes it as JSON (default\n"
+           "  profile.json); threads per rank default to the cores bound to the rank, else\n"
+           "  the node's cores divided among its ranks. --quick: a few seconds.\n");
 }
 
 int bench_main(int argc, char **argv) {
@@ -52,7 +59,8 @@ int bench_main(int argc, char **argv) {
         bench_usage();
         return argc < 2 ? 1 : 0;
     }
-    if (strcmp(argv[1], "peak") != 0) die("bench: unknown benchmark \"%s\" (try: peak)", argv[1]);
+    if (strcmp(argv[1], "calibrate") == 0) return bench_calibrate_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "peak") != 0) die("bench: unknown benchmark \"%s\" (try: peak, calibrate)", argv[1]);
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n = 2048;
     double seconds = 2.0;
     for (int i = 2; i < argc; i++) {

@@ -6,7 +6,8 @@
 // with the threads currently set for this rank.
 double bench_gemm_peak(int n, double seconds);
 
-// `./femtotron bench peak [--threads T] [--size N] [--seconds S]`
+// `./femtotron bench peak [--threads T] [--size N] [--seconds S]`, and
+// `femtotron bench calibrate ...` (bench/calibrate.h)
 int bench_main(int argc, char **argv);
 
 #endif

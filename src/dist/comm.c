@@ -15,7 +15,8 @@
 static int mpi_up = 0;
 static Grid grid = {1, 1, 1, 1, 0, 0, 0, 0, 0};
 static MPI_Comm groups[GROUP_COUNT];
-static int groups_up = 0;
+static int groups_up = 0;   // the grid's groups (GROUP_DP .. GROUP_DPCP) exist
+static int bench_up = 0;    // GROUP_BENCH was split off (comm_bench_group)
 static double timeout_s = 300.0;
 
 #define MAX_REQUESTS 256
@@ -25,7 +26,7 @@ static const char *request_group[MAX_REQUESTS];
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
 
-static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp"};
+static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "bench"};
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -43,8 +44,9 @@ void comm_init(int *argc, char ***argv) {
 void comm_finalize(void) {
     if (!mpi_up) return;
     if (groups_up)
-        for (int i = 1; i < GROUP_COUNT; i++) MPI_Comm_free(&groups[i]);
-    groups_up = 0;
+        for (int i = 1; i <= GROUP_DPCP; i++) MPI_Comm_free(&groups[i]);
+    if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
+    groups_up = bench_up = 0;
     free(slot_counts);
     free(slot_displs);
     MPI_Finalize();
@@ -109,7 +111,7 @@ void comm_grid_init(const ParallelConfig *p) {
     // A group holds the ranks that share every coordinate outside it: the colour
     // is built from those coordinates, the key orders members by their own one.
     const Grid *g = &grid;
-    int colour[GROUP_COUNT] = {
+    int colour[GROUP_DPCP + 1] = {
         0,
         (g->pp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // dp
         (g->dp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // pp
@@ -117,13 +119,22 @@ void comm_grid_init(const ParallelConfig *p) {
         (g->dp_i * g->pp + g->pp_i) * g->cp + g->cp_i,   // tp
         g->pp_i * g->tp + g->tp_i,                       // dp x cp
     };
-    int key[GROUP_COUNT] = {rank, g->dp_i, g->pp_i, g->cp_i, g->tp_i, g->dp_i * g->cp + g->cp_i};
-    for (int i = 1; i < GROUP_COUNT; i++)
+    int key[GROUP_DPCP + 1] = {rank, g->dp_i, g->pp_i, g->cp_i, g->tp_i, g->dp_i * g->cp + g->cp_i};
+    for (int i = 1; i <= GROUP_DPCP; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
 }
 
 const Grid *comm_grid(void) { return &grid; }
+
+void comm_bench_group(int size) {
+    if (size < 1) die("comm_bench_group: size %d must be positive", size);
+    if (!mpi_up) return;
+    if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
+    int rank = comm_world_rank();
+    MPI_Comm_split(MPI_COMM_WORLD, rank / size, rank % size, &groups[GROUP_BENCH]);
+    bench_up = 1;
+}
 
 int group_rank(GroupId g) {
     int r = 0;

@@ -14,7 +14,9 @@
 
 #include "config.h"
 
-typedef enum { GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_COUNT } GroupId;
+// GROUP_BENCH is not part of the grid: `femtotron bench calibrate` sets it with
+// comm_bench_group to time collectives on sub-groups of the world.
+typedef enum { GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_BENCH, GROUP_COUNT } GroupId;
 
 typedef struct {
     int dp, pp, cp, tp;              // sizes
@@ -46,6 +48,12 @@ int group_size(GroupId g);
 const char *group_name(GroupId g);
 // World rank of the member `r` of group g that shares this rank's other coordinates.
 int comm_grid_rank_of(int dp_i, int pp_i, int cp_i, int tp_i);
+
+// Make GROUP_BENCH the blocks of `size` consecutive world ranks (world ranks
+// r*size .. r*size+size-1; the last block is smaller when size does not divide the
+// world), replacing the previous one. Collective: every rank calls it with the same
+// size. Until the first call GROUP_BENCH is the world.
+void comm_bench_group(int size);
 
 // ---- blocking collectives (sum reductions; in place where it says so) ----
 void group_barrier(GroupId g);

@@ -43,6 +43,9 @@ typedef struct {
     double mem_bw;          // bytes/s of elementwise kernels (norms, activations, optimizer)
     int bytes_per_value;    // 2 for the GPU bf16 mixed-precision model, 4 for femtotron's fp32
     RateCurve gemm;         // GEMM FLOP/s against FLOPs per call
+    // Causal attention FLOPs per call (B sequences of S tokens, H query heads of hd):
+    //   forward  = 4 * B * H * hd * S(S+1)/2   (Q K^T and P V over the causal half)
+    //   backward = 2 * forward                 (nominal; rate = nominal FLOPs / seconds)
     RateCurve attn_fwd;     // attention forward FLOP/s against FLOPs per call
     RateCurve attn_bwd;     // attention backward FLOP/s against FLOPs per call
     // Link classes for collectives not in the measured table: a ring over n ranks
@@ -64,11 +67,18 @@ int hardware_builtin(Hardware *hw, const char *name);
 void hardware_load(Hardware *hw, const char *path);
 void hardware_save(const Hardware *hw, const char *path);
 
-// Rate of a curve at `work` FLOPs (log-interpolated, clamped).
+// Rate of a curve at `work` FLOPs (log-interpolated, clamped; 0 for an empty curve).
 double curve_rate(const RateCurve *c, double work);
 // Seconds of a collective of `bytes` on `ranks` ranks (0 when ranks <= 1):
-// a measured fit for (kind, ranks, intra) when there is one, else the ring model
-// over the link class.
+// a measured fit for (kind, ranks, intra) when there is one (for p2p, any p2p fit
+// of the link class); else, when the same kind and link class was measured on
+// other group sizes, those fits rescaled with the ring factors (per-step latency
+// alpha/(n-1) and per-byte cost beta/((n-1)/n), interpolated in n between the
+// nearest measured sizes, held beyond them); else the ring model over the link
+// class: all-reduce 2(n-1)·lat + 2(n-1)/n·B/bw, reduce-scatter and all-gather
+// (n-1)·lat + (n-1)/n·B/bw, p2p lat + B/bw.
 double hardware_collective_s(const Hardware *hw, CollKind kind, int ranks, int intra_node, double bytes);
+// "allreduce", "reduce_scatter", "allgather", "p2p" (the JSON spelling).
+const char *hardware_coll_name(CollKind k);
 
 #endif

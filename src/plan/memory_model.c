@@ -1,0 +1,100 @@
+// plan/memory_model.c — per-rank memory of bf16 mixed-precision training on GPUs.
+//
+// Model states follow the Ultra-Scale Playbook (mixed precision with Adam, no
+// separate fp32 gradient buffer): bf16 parameters 2 bytes, bf16 gradients 2,
+// fp32 master weights and both moments 12 bytes per parameter; ZeRO-1 divides
+// the 12 by N_d (the dp x cp group), ZeRO-2 also the gradients, ZeRO-3 also the
+// parameters: 2Ψ+2Ψ+12Ψ/N_d, 2Ψ+14Ψ/N_d, 16Ψ/N_d, Ψ = this rank's parameters.
+//
+// Activations follow Korthikanti et al. 2022 (16-bit values, s tokens per
+// sequence on this rank, b sequences, h width, a heads, t tensor ranks):
+//  * GPT models (flash = 0, the paper's own accounting): per layer
+//    s*b*h*(34 + 5*a*s/h) bytes; with TP s*b*h*(10 + 24/t + 5*a*s/(h*t)); with
+//    TP + sequence parallel everything divided by t. Selective recomputation
+//    drops the 5*a*s/h term (scores, softmax, dropout mask); full keeps 2*s*b*h.
+//  * Llama models with a flash-style attention kernel: the same bookkeeping for
+//    their layer: what backward reads is x and the norm output before
+//    attention (2 of width h), q|k|v (h*(1 + 2*kv/a)), the attention output
+//    (h), x and the norm output before the MLP (2h), gate and up (2f) and the
+//    SwiGLU output (f), i.e. 2*s*b*(6h + 2h*kv/a + 3f) bytes, plus the fp32
+//    log-sum-exp per row and head (4*s*b*a). Without sequence parallel the four
+//    h-wide norm inputs/outputs are replicated over the tensor group, the rest is
+//    divided by t (as Korthikanti's 10 + 24/t); with it everything is divided.
+//    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 34*s*b*h, Korthikanti's
+//    constant. Selective drops the log-sum-exp (flash already stores no scores);
+//    full keeps the layer input 2*s*b*h (/t with sequence parallel) and one
+//    layer's working set.
+//  * The last stage keeps its final norm input (2*s*b*h) and the fp32 logits of
+//    its vocabulary shard (4*s*b*V/t) for the cross-entropy backward.
+//  * Pipeline: a rank holds as many micro-batches of each chunk as its schedule
+//    keeps in flight (the trainer's action lists: 1F1B pp - stage, AFAB all M);
+//    Korthikanti's "the first stage holds p micro-batches" follows from it.
+// Communication buffers: the gathered activation of TP (s*b*h), the ring
+// attention's double buffer of K|V and their gradients, two pipeline message
+// buffers per chunk, and with ZeRO-3 two gathered units.
+#include <math.h>
+#include <stdlib.h>
+
+#include "plan/plan.h"
+#include "plan/pipeline_sim.h"
+#include "util.h"
+
+// Bytes one micro-batch leaves behind in one layer.
+static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, double s, double b) {
+    const double h = pm->D, a = pm->H, t = l->tp, sbh = s * b * h;
+    const double rep = l->sp ? 1.0 / t : 1.0;  // replicated parts without sequence parallel
+    if (l->recompute == RECOMPUTE_FULL) return 2.0 * sbh * rep;
+    if (!pm->flash) {
+        double att = l->recompute == RECOMPUTE_SELECTIVE ? 0.0 : 5.0 * a * s / h;
+        return l->sp ? sbh * (34.0 + att) / t : sbh * (10.0 + 24.0 / t + att / t);
+    }
+    const double hd = h / a, qkv = (a + 2.0 * pm->KV) * hd;
+    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + h + 3.0 * pm->F) / t);
+    if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
+    return bytes;
+}
+
+// Working set of one layer redone in backward (full recomputation).
+static double layer_working_bytes(const PlanModel *pm, const PlanLayout *l, double s, double b) {
+    PlanLayout none = *l;
+    none.recompute = RECOMPUTE_NONE;
+    return layer_activation_bytes(pm, &none, s, b);
+}
+
+PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
+    const PlanModel *pm = &p->model;
+    const int K = l->pp * l->v, ndp = l->dp * l->cp;
+    const double s = (double)p->seq / l->cp, b = l->mbs, h = pm->D, t = l->tp;
+    const double embed = (double)pm->V * pm->D / t, layer = plan_layer_params(pm) / t;
+    int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K)
+    int *slots = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
+    plan_split(p, l, layers);
+    const char *sched = plan_schedule_name(l->sched);
+    PlanMemory worst = {0, 0, 0, 0, 0, 0};
+    for (int st = 0; st < l->pp; st++) {
+        pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);
+        double psi = 0.0, act = 0.0;
+        for (int c = 0; c < l->v; c++) {
+            int k = c * l->pp + st, first = k == 0, last = k == K - 1;
+            psi += layers[k] * layer + (first ? embed : 0) +
+                   (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
+            act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);
+            if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);
+        }
+        if (l->recompute == RECOMPUTE_FULL) act += layer_working_bytes(pm, l, s, b);
+        PlanMemory m;
+        m.params = 2.0 * psi / (l->zero == 3 ? ndp : 1);
+        m.grads = 2.0 * psi / (l->zero >= 2 ? ndp : 1);
+        m.optimizer = 12.0 * psi / (l->zero >= 1 ? ndp : 1);
+        m.activations = act;
+        m.comm = (l->tp > 1 ? 2.0 * s * b * h : 0.0) +
+                 (l->cp > 1 ? 2.0 * 2.0 * (2.0 * s * b * pm->KV * h / pm->H / t) * 2.0 : 0.0) +
+                 (l->pp > 1 ? 2.0 * l->v * 2.0 * s * b * h * (l->sp ? 1 / t : 1) : 0.0) +
+                 (l->zero == 3 ? 2.0 * 2.0 * layer : 0.0);
+        m.total = m.params + m.grads + m.optimizer + m.activations + m.comm;
+        if (m.total > worst.total) worst = m;
+    }
+    free(layers);
+    free(slots);
+    return worst;
+}

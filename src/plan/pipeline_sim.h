@@ -1,0 +1,29 @@
+// plan/pipeline_sim.h — critical-path replay of a pipeline schedule.
+//
+// Each pipeline rank runs its action list (parallel/pipeline_parallel.c builds
+// it: the same lists the trainer executes) one action at a time; a forward of
+// virtual stage k waits for the forward of stage k-1 plus the send time, a
+// backward for the backward of stage k+1 (or its own forward on the last stage).
+// The replay gives the step's makespan, each rank's busy time and, from the
+// action lists, the micro-batches each chunk holds at once (activation slots).
+#ifndef FEMTOTRON_PIPELINE_SIM_H
+#define FEMTOTRON_PIPELINE_SIM_H
+
+typedef struct {
+    double makespan;       // s from the first forward to the last backward
+    double busy_max;       // busiest rank's action time
+    int busiest;           // its pipeline rank
+} PipeSim;
+
+// P ranks, v chunks each, M micro-batches, schedule name "afab" | "1f1b" |
+// "interleaved". fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
+// virtual stage k (P*v entries); send_s: seconds of one activation (or gradient)
+// message between neighbouring stages.
+PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
+                          const double *bwd, double send_s);
+
+// Most micro-batches chunk c of pipeline rank s holds at once under the schedule
+// (what the trainer allocates activation slots for): slots[c] for c < v.
+void pipeline_slots(const char *sched, int P, int v, int M, int s, int *slots);
+
+#endif

@@ -1,0 +1,209 @@
+// plan/plan.c — evaluating layouts and searching for the best one.
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/pipeline_parallel.h"
+#include "util.h"
+
+const char *plan_schedule_name(PlanSchedule s) {
+    return s == SCHED_AFAB ? "afab" : s == SCHED_INTERLEAVED ? "interleaved" : "1f1b";
+}
+
+static const char *recompute_name(Recompute r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
+    char sched[32] = "";
+    if (l->pp > 1)
+        snprintf(sched, sizeof sched, " %s%s", plan_schedule_name(l->sched),
+                 l->v > 1 ? (l->v == 2 ? "x2" : l->v == 3 ? "x3" : "x4+") : "");
+    snprintf(buf, n, "dp%d tp%d%s pp%d%s cp%d z%d mbs%d M%d rc:%s", l->dp, l->tp, l->sp ? "sp" : "", l->pp,
+             sched, l->cp, l->zero, l->mbs, l->micro, recompute_name(l->recompute));
+}
+
+void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
+    const PlanModel *pm = &p->model;
+    const int K = l->pp * l->v;
+    if (p->base && p->base->parallel.pp_layers[0] && p->base->parallel.pp == l->pp &&
+        p->base->parallel.pp_virtual == l->v) {
+        const char *q = p->base->parallel.pp_layers;  // validated by config_validate
+        for (int k = 0; k < K; k++) {
+            char *end;
+            layers[k] = (int)strtol(q, &end, 10);
+            q = *end == ',' ? end + 1 : end;
+        }
+        return;
+    }
+    // The trainer's balance criterion (pipeline_parallel.c): training FLOPs per
+    // token of a layer, of the embedding lookup and of the head.
+    const double D = pm->D, hd = D / pm->H;
+    double matmul = D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F;
+    pp_balanced_split(pm->L, 6.0 * matmul + 6.0 * p->seq * D, 2.0 * D, 6.0 * (double)pm->V * D, K, layers);
+}
+
+void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
+    *c = *p->base;
+    ParallelConfig *pc = &c->parallel;
+    pc->dp = l->dp;
+    pc->tp = l->tp;
+    pc->pp = l->pp;
+    pc->cp = l->cp;
+    pc->zero = l->zero;
+    pc->sequence_parallel = l->sp;
+    snprintf(pc->pp_schedule, sizeof pc->pp_schedule, "%s", plan_schedule_name(l->sched));
+    pc->pp_virtual = l->v;
+    if (!(p->base->parallel.pp == l->pp && p->base->parallel.pp_virtual == l->v)) pc->pp_layers[0] = '\0';
+    c->training.micro_batch_size = l->mbs;
+    c->training.grad_acc_steps = l->micro;
+    c->training.global_batch_size = (int)p->global_seqs;
+    snprintf(c->training.recompute, sizeof c->training.recompute, "%s", recompute_name(l->recompute));
+}
+
+PlanMemory plan_memory(const PlanProblem *p, const PlanLayout *l) {
+    if (p->base && p->hw.bytes_per_value == 4) return plan_memory_own(p, l);
+    return plan_memory_mixed(p, l);
+}
+
+PlanResult plan_evaluate(const PlanProblem *p, const PlanLayout *l) {
+    PlanResult r;
+    r.layout = *l;
+    r.mem = plan_memory(p, l);
+    r.fits = r.mem.total <= p->mem_budget;
+    r.time = plan_step_time(p, l);
+    return r;
+}
+
+// ------------------------------------------------------------------- search
+
+// Can this layout run? femtotron's own runs obey the trainer's rules
+// (config_validate.c); GPU layouts Megatron's (kv heads may be replicated).
+static int layout_valid(const PlanProblem *p, const PlanLayout *l) {
+    const PlanModel *pm = &p->model;
+    const int own = p->base != NULL;
+    if (pm->H % l->tp || pm->F % l->tp) return 0;
+    if (own ? pm->KV % l->tp : (pm->KV % l->tp && l->tp % pm->KV)) return 0;
+    if (l->cp > 1 && p->seq % (2 * l->cp)) return 0;
+    if (l->pp * l->v > pm->L) return 0;
+    if (l->sched == SCHED_INTERLEAVED && l->micro % l->pp) return 0;
+    if (l->sp && ((long long)l->mbs * (p->seq / l->cp)) % l->tp) return 0;
+    if (own && pm->tied && l->pp > 1) return 0;
+    if (l->dp * l->cp == 1 && l->zero > 0) return 0;  // nothing to shard over
+    if (!own && l->tp > p->hw.gpus_per_node) return 0;  // TP stays on NVLink
+    return 1;
+}
+
+static int cmp_result(const void *a, const void *b) {
+    const PlanResult *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    if (x->time.total != y->time.total) return x->time.total < y->time.total ? -1 : 1;
+    return x->mem.total < y->mem.total ? -1 : x->mem.total > y->mem.total;
+}
+
+int plan_search(const PlanProblem *p, PlanResult **out) {
+    int cap = 1024, n = 0;
+    PlanResult *res = xmalloc(sizeof(PlanResult) * (size_t)cap, "plan results");
+    const int W = p->world;
+    for (int tp = 1; tp <= W; tp++) {
+        if (W % tp) continue;
+        for (int cp = 1; cp <= W / tp; cp++) {
+            if ((W / tp) % cp) continue;
+            for (int pp = 1; pp <= W / tp / cp; pp++) {
+                if ((W / tp / cp) % pp) continue;
+                const int dp = W / tp / cp / pp;
+                if (p->global_seqs % dp) continue;
+                for (int mbs = 1; mbs <= 16 && (p->global_seqs / dp) % mbs == 0; mbs *= 2) {
+                    const int M = (int)(p->global_seqs / dp / mbs);
+                    for (int sched = 0; sched < 3; sched++) {
+                        if (pp == 1 && sched != SCHED_1F1B) continue;
+                        for (int v = 1; v <= (sched == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
+                            if (sched == SCHED_INTERLEAVED && v == 1) continue;
+                            for (int zero = 0; zero <= 3; zero++)
+                                for (int sp = 0; sp <= (tp > 1); sp++)
+                                    for (int rc = 0; rc < 3; rc++) {
+                                        PlanLayout l = {dp, tp, pp, cp, zero, sp, mbs, M,
+                                                        (PlanSchedule)sched, v, (Recompute)rc};
+                                        if (!layout_valid(p, &l)) continue;
+                                        if (n == cap) {
+                                            cap *= 2;
+                                            res = realloc(res, sizeof(PlanResult) * (size_t)cap);
+                                            if (!res) die("out of memory for %d plan results", cap);
+                                        }
+                                        res[n++] = plan_evaluate(p, &l);
+                                    }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    qsort(res, (size_t)n, sizeof *res, cmp_result);
+    *out = res;
+    return n;
+}
+
+// ------------------------------------------------------------------ explain
+
+void plan_explain(const PlanProblem *p, const PlanResult *r, int n, char *buf, size_t size) {
+    int fitting = 0;
+    for (int i = 0; i < n; i++) fitting += r[i].fits;
+    if (fitting == 0) {
+        int small = 0;
+        for (int i = 1; i < n; i++)
+            if (r[i].mem.total < r[small].mem.total) small = i;
+        char name[128];
+        plan_layout_name(&r[small].layout, name, sizeof name);
+        snprintf(buf, size, "No layout fits in %.1f GiB per rank; the smallest, %s, needs %.1f GiB. Add "
+                 "ranks, shorten the sequence or shrink the batch.", p->mem_budget / 1073741824.0, name,
+                 r[small].mem.total / 1073741824.0);
+        return;
+    }
+    char win[128];
+    plan_layout_name(&r[0].layout, win, sizeof win);
+    const StepTime *t = &r[0].time;
+    // The winner's biggest overhead beyond compute, and how it compares to the
+    // best layout of a different shape (another dp/tp/pp/cp split).
+    const char *names[] = {"tensor-parallel communication", "context-parallel communication",
+                           "pipeline sends", "the pipeline bubble", "data-parallel communication",
+                           "the optimizer"};
+    double parts[] = {t->tp_comm, t->cp_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer};
+    int worst = 0;
+    for (int i = 1; i < 6; i++)
+        if (parts[i] > parts[worst]) worst = i;
+    int other = -1;
+    for (int i = 1; i < n; i++) {
+        const PlanLayout *a = &r[i].layout, *b = &r[0].layout;
+        if (r[i].fits && (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->cp != b->cp)) {
+            other = i;
+            break;
+        }
+    }
+    int len = snprintf(buf, size,
+                       "%s wins at %.3g s per step (%.0f%% compute, %.1f%% MFU); its largest overhead is %s "
+                       "(%.0f%% of the step). %d of %d layouts fit.",
+                       win, t->total, 100.0 * t->compute / t->total, 100.0 * t->mfu, names[worst],
+                       100.0 * parts[worst] / t->total, fitting, n);
+    if (other > 0 && len > 0 && (size_t)len < size) {
+        char alt[128];
+        plan_layout_name(&r[other].layout, alt, sizeof alt);
+        const StepTime *o = &r[other].time;
+        double oparts[] = {o->tp_comm, o->cp_comm, o->pp_comm, o->bubble, o->dp_comm, o->optimizer};
+        int why = 0;
+        double best = -1e300;
+        for (int i = 0; i < 6; i++)
+            if (oparts[i] - parts[i] > best) {
+                best = oparts[i] - parts[i];
+                why = i;
+            }
+        double dc = o->compute - t->compute;
+        if (dc > best) snprintf(buf + len, size - (size_t)len,
+                                " The best other split, %s, is %.0f%% slower, mostly in compute (smaller, "
+                                "less efficient kernels or recomputation).", alt, 100.0 * (o->total / t->total - 1));
+        else snprintf(buf + len, size - (size_t)len, " The best other split, %s, is %.0f%% slower, mostly in %s.",
+                      alt, 100.0 * (o->total / t->total - 1), names[why]);
+    }
+}

@@ -1,0 +1,97 @@
+// plan/plan.h — the planner: a layout's per-rank memory and step time, and the
+// search for the fastest layout that fits (Pipette's question, answered with the
+// Ultra-Scale Playbook's and Korthikanti et al.'s formulas and a critical-path
+// model of the pipeline schedule).
+#ifndef FEMTOTRON_PLAN_H
+#define FEMTOTRON_PLAN_H
+
+#include "model/llama.h"
+#include "plan/hardware.h"
+#include "plan/plan_model.h"
+
+typedef enum { SCHED_AFAB, SCHED_1F1B, SCHED_INTERLEAVED } PlanSchedule;
+
+// One candidate layout. Micro-batches per step = global sequences / (dp * mbs).
+typedef struct {
+    int dp, tp, pp, cp;
+    int zero;             // ZeRO stage 0..3, sharded over the dp x cp group
+    int sp;               // sequence parallel (tp > 1)
+    int mbs;              // sequences per micro-batch per data-parallel rank
+    int micro;            // micro-batches per step (M)
+    PlanSchedule sched;
+    int v;                // model chunks per pipeline rank (interleaved), else 1
+    Recompute recompute;
+} PlanLayout;
+
+// What the planner is asked about.
+typedef struct {
+    PlanModel model;
+    Hardware hw;
+    int world;            // ranks (GPUs)
+    int seq;              // tokens per sequence
+    long long global_seqs;  // sequences per optimizer step
+    double mem_budget;    // bytes per rank a layout may use
+    // femtotron's own runs (hw.bytes_per_value == 4): the run config the layouts
+    // are applied to, so memory comes from the trainer's own allocation plan.
+    const Config *base;
+} PlanProblem;
+
+// Per-rank memory of the most loaded rank, by category (bytes).
+typedef struct {
+    double params, grads, optimizer, activations, comm;
+    double total;
+} PlanMemory;
+
+// Predicted seconds of one optimizer step, split so that
+//   total = compute + tp_comm + cp_comm + pp_comm + bubble + dp_comm + optimizer.
+typedef struct {
+    double compute;   // forward + backward (+ recompute) kernels on the busiest pipeline rank
+    double tp_comm;   // exposed tensor-parallel collectives
+    double cp_comm;   // exposed ring-attention hops
+    double pp_comm;   // exposed pipeline sends on the critical path
+    double bubble;    // pipeline idle time of the busiest rank
+    double dp_comm;   // exposed gradient reduction and ZeRO gathers
+    double optimizer; // AdamW, clipping, norm
+    double total;
+    double tokens_per_s_per_rank, mfu;
+} StepTime;
+
+typedef struct {
+    PlanLayout layout;
+    PlanMemory mem;
+    StepTime time;
+    int fits;
+} PlanResult;
+
+// Human name of a layout, e.g. "dp2 tp2 sp pp2 1f1b cp1 z1 mbs1 M8 sel".
+void plan_layout_name(const PlanLayout *l, char *buf, size_t n);
+const char *plan_schedule_name(PlanSchedule s);
+
+// Memory of the most loaded rank: femtotron's own fp32 allocation plan when
+// p->hw.bytes_per_value == 4 (exact, plan/memory_rank.c), else the bf16
+// mixed-precision model (plan/memory_model.c).
+PlanMemory plan_memory(const PlanProblem *p, const PlanLayout *l);
+// femtotron's own fp32 runs: the trainer's allocation plan, most loaded rank.
+PlanMemory plan_memory_own(const PlanProblem *p, const PlanLayout *l);
+// bf16 mixed precision (GPU) memory model; documented in memory_model.c.
+PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l);
+// Predicted step time (plan/step_time.c).
+StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l);
+// Evaluate one layout.
+PlanResult plan_evaluate(const PlanProblem *p, const PlanLayout *l);
+
+// Every valid layout for the problem, evaluated and sorted: fitting ones first,
+// fastest first. Returns the count; *out is malloc'ed (free it).
+int plan_search(const PlanProblem *p, PlanResult **out);
+// A sentence on why results[0] won (against the runner-up and the alternatives).
+void plan_explain(const PlanProblem *p, const PlanResult *results, int n, char *buf, size_t size);
+
+// Config of femtotron's own run with layout l applied (p->base plus the layout's keys).
+void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *out);
+
+// Layers of each of the pp*v virtual stages, the split the trainer uses
+// (balanced estimated cost, the first stage also paying the embedding, the last
+// the head; parallel/pipeline_parallel.c).
+void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers);
+
+#endif

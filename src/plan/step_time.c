@@ -1,0 +1,298 @@
+// plan/step_time.c — predicted seconds of one optimizer step.
+//
+// Every cost is built bottom-up from the hardware profile:
+//  * compute: each GEMM of a layer at the GEMM curve's rate for its size, the
+//    attention core at the attention curves' rate, elementwise kernels (norms,
+//    RoPE, SwiGLU, residual adds, loss) at the memory bandwidth;
+//  * communication: each collective at its alpha-beta cost on its group and link
+//    class (hardware_collective_s), exposed except where femtotron overlaps it:
+//    the input-gradient reduction of a column-parallel block runs under its weight
+//    gradient GEMM, each forward ring-attention hop under the previous block's
+//    compute, data-parallel buckets under the last backward (every backward with
+//    ZeRO-2/3, which reduce-scatter each micro-batch);
+//  * the pipeline: the trainer's own action lists replayed with these per-stage
+//    costs (plan/pipeline_sim.c), which gives the bubble of the chosen schedule.
+// The breakdown is reported for the busiest pipeline rank.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "plan/pipeline_sim.h"
+#include "util.h"
+
+// Costs of one micro-batch through one piece of the model, split by kind.
+typedef struct {
+    double compute, tp, cp, dp;  // s: kernels, exposed TP, exposed CP, exposed ZeRO-3 gathers
+} Cost;
+
+static void add(Cost *a, Cost b, double times) {
+    a->compute += times * b.compute;
+    a->tp += times * b.tp;
+    a->cp += times * b.cp;
+    a->dp += times * b.dp;
+}
+static double cost_sum(Cost c) { return c.compute + c.tp + c.cp + c.dp; }
+
+// The shapes of one rank's micro-batch.
+typedef struct {
+    const Hardware *hw;
+    const PlanModel *pm;
+    const PlanLayout *l;
+    double B, S, N, Nr;             // sequences, full sequence, local tokens, residual rows
+    double D, hd, Hl, KVl, Fl, Vl;  // local widths
+    double bpv;                     // bytes per activation value
+    int tp_intra, cp_intra, pp_intra, dp_intra;
+} Shape;
+
+static double gemm_s(const Shape *s, double flops) { return flops / curve_rate(&s->hw->gemm, flops); }
+// Backward of a GEMM: input and weight gradients, each as many FLOPs as the forward.
+static double gemm_bwd_s(const Shape *s, double flops) {
+    return 2.0 * flops / curve_rate(&s->hw->gemm, 2.0 * flops);
+}
+static double elementwise_s(const Shape *s, double values) { return values * s->bpv / s->hw->mem_bw; }
+static double coll(const Shape *s, CollKind k, int ranks, int intra, double bytes) {
+    return hardware_collective_s(s->hw, k, ranks, intra, bytes);
+}
+
+// Causal attention of this rank's tokens: forward FLOPs 4*B*Hl*hd*S(S+1)/2 over the
+// whole sequence, 1/cp of it per context rank, run as cp blocks (flash-style
+// kernel). Megatron-2022's unfused attention (flash = 0) multiplies the full S x S
+// with two batched GEMMs and runs softmax/dropout over the S x S scores.
+static double attention_fwd_s(const Shape *s) {
+    const int cp = s->l->cp;
+    if (!s->pm->flash) {
+        double flops = 4.0 * s->B * s->Hl * s->hd * s->S * s->S;
+        return gemm_s(s, flops / 2) * 2 + elementwise_s(s, 6.0 * s->B * s->Hl * s->S * s->S);
+    }
+    double total = 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / cp;
+    return total / curve_rate(&s->hw->attn_fwd, total / cp);
+}
+static double attention_bwd_s(const Shape *s) {
+    const int cp = s->l->cp;
+    if (!s->pm->flash) return 2.0 * attention_fwd_s(s);
+    double total = 2.0 * 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / cp;
+    return total / curve_rate(&s->hw->attn_bwd, total / cp);
+}
+
+// One decoder layer's forward.
+static Cost layer_fwd(const Shape *s) {
+    const PlanLayout *l = s->l;
+    const double N = s->N, Nr = s->Nr, D = s->D, QKV = (s->Hl + 2 * s->KVl) * s->hd, A = s->Hl * s->hd;
+    const double up = (s->pm->ffn_mats - 1) * s->Fl;  // gate|up (SwiGLU) or fc1 (GPT) width
+    Cost c = {0, 0, 0, 0};
+    double attn = attention_fwd_s(s);
+    c.compute = gemm_s(s, 2 * N * D * QKV) + gemm_s(s, 2 * N * A * D) + gemm_s(s, 2 * N * D * up) +
+                gemm_s(s, 2 * N * s->Fl * D) + attn;
+    // rmsnorm x2 (read + write), residual x2 (2 reads + write), RoPE on q and k, SwiGLU
+    c.compute += elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
+    const double act = N * D * s->bpv;  // one gathered (N, D) activation
+    if (l->tp > 1) {
+        if (l->sp)
+            c.tp = 2 * coll(s, COLL_ALLGATHER, l->tp, s->tp_intra, act) +
+                   2 * coll(s, COLL_REDUCE_SCATTER, l->tp, s->tp_intra, act);
+        else
+            c.tp = 2 * coll(s, COLL_ALLREDUCE, l->tp, s->tp_intra, act);
+    }
+    if (l->cp > 1) {  // K|V of the local tokens hop cp-1 times, each under a block's compute
+        double hop = coll(s, COLL_P2P, 2, s->cp_intra, 2 * N * s->KVl * s->hd * s->bpv);
+        double hidden = attn / l->cp;
+        c.cp = (l->cp - 1) * (hop > hidden ? hop - hidden : 0.0);
+    }
+    return c;
+}
+
+// One decoder layer's backward (without recomputation).
+static Cost layer_bwd(const Shape *s) {
+    const PlanLayout *l = s->l;
+    const double N = s->N, Nr = s->Nr, D = s->D, QKV = (s->Hl + 2 * s->KVl) * s->hd, A = s->Hl * s->hd;
+    const double up = (s->pm->ffn_mats - 1) * s->Fl;
+    Cost c = {0, 0, 0, 0};
+    c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
+                gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
+    c.compute += 2 * elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
+    const double act = N * D * s->bpv;
+    if (l->tp > 1) {
+        // Column blocks (qkv, gate|up): the input gradient is reduced while the
+        // weight gradient GEMM runs (one GEMM of the forward's size).
+        CollKind red = l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE;
+        double r = coll(s, red, l->tp, s->tp_intra, act);
+        double w1 = gemm_s(s, 2 * N * D * QKV), w2 = gemm_s(s, 2 * N * D * up);
+        c.tp = (r > w1 ? r - w1 : 0) + (r > w2 ? r - w2 : 0);
+        // Sequence parallel re-gathers the two norm outputs and the two output
+        // gradients of the row-parallel blocks.
+        if (l->sp) c.tp += 4 * coll(s, COLL_ALLGATHER, l->tp, s->tp_intra, act);
+    }
+    if (l->cp > 1) {  // each hop carries K|V and their gradients after the block's compute
+        double kv = 2 * N * s->KVl * s->hd * s->bpv;
+        c.cp = (l->cp - 1) * coll(s, COLL_P2P, 2, s->cp_intra, 2 * kv) + coll(s, COLL_P2P, 2, s->cp_intra, kv);
+    }
+    return c;
+}
+
+// Embedding lookup and, on the last stage, final norm, head and cross-entropy.
+static Cost head_fwd(const Shape *s) {
+    Cost c = {0, 0, 0, 0};
+    c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + 3 * s->N * s->Vl);
+    if (s->l->tp > 1) {
+        if (s->l->sp) c.tp = coll(s, COLL_ALLGATHER, s->l->tp, s->tp_intra, s->N * s->D * s->bpv);
+        c.tp += 2 * coll(s, COLL_ALLREDUCE, s->l->tp, s->tp_intra, 3 * s->N * 4);  // loss statistics
+    }
+    return c;
+}
+static Cost head_bwd(const Shape *s) {
+    Cost c = {0, 0, 0, 0};
+    c.compute = gemm_bwd_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 4 * s->Nr * s->D + s->N * s->Vl);
+    if (s->l->tp > 1) {
+        double act = s->N * s->D * s->bpv;
+        c.tp = coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra, act);
+        if (s->l->sp) c.tp += coll(s, COLL_ALLGATHER, s->l->tp, s->tp_intra, act);
+    }
+    return c;
+}
+static Cost embed_fwd(const Shape *s) {
+    Cost c = {elementwise_s(s, 2 * s->N * s->D), 0, 0, 0};
+    if (s->l->tp > 1)  // vocab-parallel lookup: partial rows summed over the group
+        c.tp = coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra,
+                    s->N * s->D * s->bpv);
+    return c;
+}
+
+// Parameters one rank holds for virtual stage k (tensor-parallel share).
+static double stage_params(const PlanProblem *p, const PlanLayout *l, int layers, int first, int last) {
+    const PlanModel *pm = &p->model;
+    double embed = (double)pm->V * pm->D / l->tp;
+    return layers * plan_layer_params(pm) / l->tp + (first ? embed : 0) +
+           (last ? (pm->tied && !first ? embed : 0) + (pm->tied ? 0 : embed) + pm->D : 0);
+}
+
+static int fits_node(const Hardware *hw, long span) { return span <= hw->gpus_per_node; }
+
+StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
+    const PlanModel *pm = &p->model;
+    const Hardware *hw = &p->hw;
+    Shape s;
+    memset(&s, 0, sizeof s);
+    s.hw = hw;
+    s.pm = pm;
+    s.l = l;
+    s.B = l->mbs;
+    s.S = p->seq;
+    s.N = s.B * s.S / l->cp;
+    s.Nr = l->sp ? s.N / l->tp : s.N;
+    s.D = pm->D;
+    s.hd = (double)pm->D / pm->H;
+    s.Hl = (double)pm->H / l->tp;
+    s.KVl = (double)pm->KV / l->tp;
+    s.Fl = (double)pm->F / l->tp;
+    s.Vl = ceil((double)pm->V / l->tp);
+    s.bpv = hw->bytes_per_value;
+    // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
+    // ranks it spans fit in one.
+    s.tp_intra = fits_node(hw, l->tp);
+    s.cp_intra = fits_node(hw, (long)l->tp * l->cp);
+    s.pp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp);
+    s.dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp);
+
+    const int K = l->pp * l->v, M = l->micro;
+    int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K) layers per virtual stage
+    plan_split(p, l, layers);
+    Cost lf = layer_fwd(&s), lb = layer_bwd(&s);
+    // Recomputation redoes part of the forward inside the backward.
+    if (l->recompute == RECOMPUTE_FULL) {
+        add(&lb, lf, 1.0);
+    } else if (l->recompute == RECOMPUTE_SELECTIVE) {
+        Cost again = {attention_fwd_s(&s), 0, lf.cp, 0};
+        if (!pm->flash) again.compute = attention_fwd_s(&s);
+        add(&lb, again, 1.0);
+    }
+    double *fwd = xmalloc(sizeof(double) * (size_t)K, "plan stage costs");  // (K) s per micro-batch
+    double *bwd = xmalloc(sizeof(double) * (size_t)K, "plan stage costs");  // (K)
+    Cost *cf = xcalloc(sizeof(Cost) * (size_t)K, "plan stage costs");       // (K)
+    Cost *cb = xcalloc(sizeof(Cost) * (size_t)K, "plan stage costs");       // (K)
+    for (int k = 0; k < K; k++) {
+        int first = k == 0, last = k == K - 1;
+        add(&cf[k], lf, layers[k]);
+        add(&cb[k], lb, layers[k]);
+        if (first) add(&cf[k], embed_fwd(&s), 1.0);
+        if (last) {
+            add(&cf[k], head_fwd(&s), 1.0);
+            add(&cb[k], head_bwd(&s), 1.0);
+        }
+    }
+    // Per pipeline rank: its v chunks' parameters (ZeRO-3 gathers them per use).
+    double rank_params = 0.0;
+    for (int st = 0; st < l->pp; st++) {
+        double par = 0.0;
+        for (int c = 0; c < l->v; c++) {
+            int k = c * l->pp + st;
+            par += stage_params(p, l, layers[k], k == 0, k == K - 1);
+        }
+        if (par > rank_params) rank_params = par;
+    }
+    const int ndp = l->dp * l->cp;
+    const int dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp) ||
+                         (l->dp == 1 && s.cp_intra);
+    const double gbytes = 4.0;  // gradients are reduced in fp32 (femtotron; Megatron's default)
+    if (l->zero == 3 && ndp > 1)
+        for (int k = 0; k < K; k++) {
+            // Each unit is gathered before its forward and again before its backward.
+            double g = coll(&s, COLL_ALLGATHER, ndp, dp_intra, stage_params(p, l, layers[k], k == 0, k == K - 1) * s.bpv);
+            cf[k].dp += g;
+            cb[k].dp += g;
+        }
+    for (int k = 0; k < K; k++) {
+        fwd[k] = cost_sum(cf[k]);
+        bwd[k] = cost_sum(cb[k]);
+    }
+    const char *sched = plan_schedule_name(l->sched);
+    double send = l->pp > 1 ? coll(&s, COLL_P2P, 2, s.pp_intra, s.Nr * s.D * s.bpv) : 0.0;
+    PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, send);
+    PipeSim without = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, 0.0);
+
+    StepTime t;
+    memset(&t, 0, sizeof t);
+    // Breakdown of the busiest rank's actions.
+    Cost busy = {0, 0, 0, 0};
+    double last_bwd = 0.0;
+    for (int c = 0; c < l->v; c++) {
+        int k = c * l->pp + without.busiest;
+        add(&busy, cf[k], M);
+        add(&busy, cb[k], M);
+        last_bwd += bwd[k];
+    }
+    t.compute = busy.compute;
+    t.tp_comm = busy.tp;
+    t.cp_comm = busy.cp;
+    t.dp_comm = busy.dp;
+    t.bubble = without.makespan - without.busy_max;
+    t.pp_comm = with.makespan - without.makespan;
+    // Gradient reduction over dp x cp: buckets of bucket_mb reduce under the last
+    // backward (ZeRO-2/3: under every backward, one reduce-scatter per micro-batch).
+    if (ndp > 1) {
+        double bytes = rank_params * gbytes;
+        double bucket = p->base ? p->base->parallel.bucket_mb * 1048576.0 : 25.0 * 1048576.0;
+        double nb = ceil(bytes / bucket);
+        double red = coll(&s, l->zero == 0 ? COLL_ALLREDUCE : COLL_REDUCE_SCATTER, ndp, dp_intra, bytes);
+        int overlap = p->base ? p->base->parallel.overlap : 1;
+        double exposed = overlap ? fmax(red / nb, red - last_bwd) : red;
+        t.dp_comm += (l->zero >= 2 ? M : 1) * exposed;
+        // ZeRO-1/2: the updated shards are all-gathered into whole parameters.
+        if (l->zero == 1 || l->zero == 2) t.dp_comm += coll(&s, COLL_ALLGATHER, ndp, dp_intra, rank_params * s.bpv);
+    }
+    // AdamW reads parameters, gradients and both moments and writes three of them
+    // (fp32), plus the gradient norm's pass: about 40 bytes per owned element.
+    double owned = rank_params / (l->zero >= 1 ? ndp : 1);
+    t.optimizer = owned * 40.0 / hw->mem_bw + rank_params * 4.0 / hw->mem_bw;
+    // ZeRO-3 gathers (busy.dp) run inside the actions, so inside the makespan.
+    t.total = with.makespan + (t.dp_comm - busy.dp) + t.optimizer;
+    double tokens = (double)p->global_seqs * p->seq;
+    t.tokens_per_s_per_rank = tokens / t.total / p->world;
+    t.mfu = t.tokens_per_s_per_rank * plan_flops_per_token(pm, p->seq) / hw->peak_flops;
+    free(layers);
+    free(fwd);
+    free(bwd);
+    free(cf);
+    free(cb);
+    return t;
+}

@@ -1,0 +1,207 @@
+// tests/test_plan.c — the planner against independent references: the textbook
+// pipeline bubble (p-1)/(v*m), the Ultra-Scale Playbook's bytes per parameter,
+// Korthikanti et al.'s activation formulas, the 6*N*T FLOP count on an ideal
+// machine, the alpha-beta ring cost of the data-parallel reduction, and the
+// search's own invariants.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "plan/pipeline_sim.h"
+#include "plan/plan.h"
+
+// A machine where every kernel runs at exactly `rate` FLOP/s, memory traffic and
+// (optionally) communication cost nothing.
+static Hardware ideal(double rate, double alpha, double bw) {
+    Hardware hw;
+    memset(&hw, 0, sizeof hw);
+    strcpy(hw.name, "ideal");
+    hw.peak_flops = rate;
+    hw.mem_bytes = 1e15;
+    hw.mem_bw = 1e30;
+    hw.bytes_per_value = 2;
+    RateCurve flat = {2, {1.0, 1e30}, {rate, rate}};
+    hw.gemm = hw.attn_fwd = hw.attn_bwd = flat;
+    hw.intra_bw = hw.inter_bw = bw;
+    hw.intra_lat = hw.inter_lat = alpha;
+    hw.gpus_per_node = 8;
+    return hw;
+}
+
+static PlanProblem problem(const char *preset, int world, int seq, long long seqs, Hardware hw) {
+    PlanProblem p;
+    memset(&p, 0, sizeof p);
+    plan_model_resolve(&p.model, preset);
+    p.hw = hw;
+    p.world = world;
+    p.seq = seq;
+    p.global_seqs = seqs;
+    p.mem_budget = 80e9;
+    return p;
+}
+
+static void test_bubble(void) {
+    // Equal stages: forward f, backward 2f per chunk. The ideal step is M*v*(f+b)
+    // per rank; the schedule adds (p-1)/(v*m) of it (Narayanan et al. 2021).
+    const char *scheds[] = {"afab", "1f1b", "interleaved"};
+    int cases[][3] = {{2, 4, 1}, {4, 8, 1}, {4, 4, 1}, {8, 16, 1}, {4, 8, 2}, {2, 4, 2}, {4, 12, 3}};
+    for (int si = 0; si < 3; si++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int P = cases[c][0], M = cases[c][1], v = si == 2 ? cases[c][2] : 1;
+            if (si == 2 && v == 1) continue;
+            double fwd[64], bwd[64];
+            for (int k = 0; k < P * v; k++) {
+                fwd[k] = 1.0 / v;
+                bwd[k] = 2.0 / v;
+            }
+            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0);
+            double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
+            CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", scheds[si], P,
+                  M, v, s.makespan, want);
+        }
+    // A send adds to every hop of the critical path: 1F1B with P stages pays
+    // 2*(P-1) sends at least.
+    double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
+    PipeSim a = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.0), b = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1);
+    CHECK(b.makespan - a.makespan >= 2 * 3 * 0.1 - 1e-12, "sends on the critical path: +%.3f s for 6 hops of 0.1 s",
+          b.makespan - a.makespan);
+    // Activation slots: 1F1B keeps pp - s micro-batches, AFAB all of them.
+    int slots[4];
+    int ok = 1;
+    for (int s = 0; s < 4; s++) {
+        pipeline_slots("1f1b", 4, 1, 8, s, slots);
+        ok &= slots[0] == 4 - s;
+    }
+    CHECK(ok, "1f1b stage s holds pp - s micro-batches");
+    pipeline_slots("afab", 4, 1, 8, 2, slots);
+    CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
+}
+
+static void test_memory_formulas(void) {
+    // Model states, bf16 mixed precision (Playbook): 2 + 2 + 12 bytes per parameter
+    // on one rank; ZeRO-1/2/3 over N_d ranks.
+    PlanProblem p = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    const double psi = plan_total_params(&p.model);
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    p.world = 1;
+    PlanMemory m = plan_memory_mixed(&p, &one);
+    CHECK(rel_diff(m.params, 2 * psi) < 1e-12 && rel_diff(m.grads, 2 * psi) < 1e-12 &&
+              rel_diff(m.optimizer, 12 * psi) < 1e-12,
+          "1 rank: params 2Ψ, grads 2Ψ, optimizer 12Ψ (Ψ = %.4g)", psi);
+    p.world = 8;
+    for (int z = 1; z <= 3; z++) {
+        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, SCHED_1F1B, 1, RECOMPUTE_NONE};
+        PlanMemory mz = plan_memory_mixed(&p, &l);
+        double want = z == 1 ? 4 * psi + 12 * psi / 8 : z == 2 ? 2 * psi + 14 * psi / 8 : 16 * psi / 8;
+        CHECK(rel_diff(mz.params + mz.grads + mz.optimizer, want) < 1e-12, "ZeRO-%d dp8: model states %.4g = %.4g", z,
+              mz.params + mz.grads + mz.optimizer, want);
+    }
+    // Activations of a GPT model (Korthikanti's own accounting), pp = 1, one
+    // micro-batch: L * s*b*h*(34 + 5as/h) + the head's 2sbh + 4sbV.
+    PlanProblem g = problem("gpt-22b", 8, 2048, 4, ideal(1e15, 0, 1e12));
+    const double s = 2048, b = 1, h = 6144, a = 64, L = 48, V = 51200;
+    struct {
+        int tp, sp;
+        Recompute rc;
+        double per_layer;
+    } rows[] = {
+        {1, 0, RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h)},
+        {8, 0, RECOMPUTE_NONE, s * b * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8))},
+        {8, 1, RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h) / 8},
+        {8, 1, RECOMPUTE_SELECTIVE, s * b * h * 34 / 8},
+        {8, 1, RECOMPUTE_FULL, 2 * s * b * h / 8},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), SCHED_1F1B, 1, rows[i].rc};
+        if (l.dp > 1) l.micro = 1;
+        PlanMemory mg = plan_memory_mixed(&g, &l);
+        double t = rows[i].tp, head = 2 * s * b * h * (rows[i].sp ? 1 / t : 1) + 4 * s * b * V / t;
+        double full_extra = rows[i].rc == RECOMPUTE_FULL ? s * b * h * (34 + 5 * a * s / h) / 8 : 0;
+        double want = L * rows[i].per_layer + head + full_extra;
+        CHECK(rel_diff(mg.activations, want) < 1e-12, "Korthikanti activations tp%d%s %s: %.4g = %.4g bytes",
+              rows[i].tp, rows[i].sp ? " sp" : "", rows[i].rc == RECOMPUTE_NONE ? "none" : rows[i].rc == RECOMPUTE_SELECTIVE ? "selective" : "full",
+              mg.activations, want);
+    }
+    // Llama-3.1-8B's own layer count is Korthikanti's 34 s*b*h (+ the fp32 lse).
+    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, SCHED_1F1B, 1, RECOMPUTE_SELECTIVE};
+    PlanProblem p8 = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    PlanMemory m8 = plan_memory_mixed(&p8, &l8);
+    double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
+    CHECK(rel_diff(m8.activations, 32 * 34 * sbh / 8 + head8) < 1e-12, "llama-3.1-8b selective: 34 sbh/t per layer");
+}
+
+static void test_step_time(void) {
+    // On an ideal machine (every FLOP at the peak, free memory traffic and
+    // communication) one rank's step is exactly the model FLOPs: MFU = 1.
+    PlanProblem p = problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    StepTime t = plan_step_time(&p, &one);
+    // plan_flops_per_token counts the causal attention as S (not S+1) per token.
+    double attn_fix = 1.0 + 1.0 / 2048 * (6.0 * 32 * 2048 * 960 / plan_flops_per_token(&p.model, 2048));
+    CHECK(rel_diff(t.mfu * attn_fix, 1.0) < 1e-3, "ideal machine, 1 rank: MFU %.5f = 1", t.mfu * attn_fix);
+    // Full recomputation adds one forward of every layer (not of the head): the
+    // layers' 1/3 more, 1 + (1/3) * (layer FLOPs / all FLOPs).
+    one.recompute = RECOMPUTE_FULL;
+    StepTime tf = plan_step_time(&p, &one);
+    const double D = 960, S = 2048;
+    double layers = 6.0 * 32 * (plan_layer_params(&p.model) - 2 * D) + 6.0 * 32 * S * D;
+    double want_rc = 1.0 + layers / 3.0 / plan_flops_per_token(&p.model, 2048);
+    CHECK(rel_diff(tf.total / t.total, want_rc) < 1e-3, "full recompute costs %.4f = %.4f", tf.total / t.total, want_rc);
+    // Data parallel, ZeRO-0, reduction after backward: the exposed time is the ring
+    // all-reduce of the fp32 gradients, 2(n-1)a + 2(n-1)/n * bytes / bw.
+    const double alpha = 1e-5, bw = 1e9;
+    PlanProblem q = problem("smollm-135m", 4, 1024, 8, ideal(1e14, alpha, bw));
+    Config base;
+    config_defaults(&base);
+    base.parallel.overlap = false;
+    q.base = &base;  // bucket size and overlap come from the run config
+    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    StepTime td = plan_step_time(&q, &dp4);
+    double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
+    CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
+    // The breakdown adds up.
+    PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
+    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, SCHED_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
+    StepTime tr = plan_step_time(&r, &l);
+    double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
+    CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);
+}
+
+static void test_search(void) {
+    Hardware h100;
+    hardware_builtin(&h100, "h100");
+    PlanProblem p = problem("llama-3.1-8b", 64, 4096, 256, h100);
+    p.mem_budget = 70e9;
+    PlanResult *res;
+    int n = plan_search(&p, &res);
+    int ok = n > 100, sorted = 1, fits = 1, seen_nofit = 0;
+    for (int i = 0; i < n; i++) {
+        const PlanLayout *l = &res[i].layout;
+        ok &= l->dp * l->tp * l->pp * l->cp == 64 && (long long)l->dp * l->mbs * l->micro == 256;
+        fits &= res[i].fits == (res[i].mem.total <= p.mem_budget);
+        if (!res[i].fits) seen_nofit = 1;
+        else if (seen_nofit) sorted = 0;
+        if (i > 0 && res[i].fits == res[i - 1].fits && res[i].time.total < res[i - 1].time.total) sorted = 0;
+    }
+    CHECK(ok, "search: %d layouts, each uses 64 ranks and the whole batch", n);
+    CHECK(fits, "search: fits == total <= budget");
+    CHECK(sorted, "search: fitting layouts first, each group fastest first");
+    CHECK(res[0].fits && res[0].layout.tp <= 8, "search: the winner fits and keeps TP inside a node");
+    free(res);
+    // Nothing fits in 1 GiB: every row says so.
+    p.mem_budget = 1e9;
+    n = plan_search(&p, &res);
+    int none = 1;
+    for (int i = 0; i < n; i++) none &= !res[i].fits;
+    CHECK(none, "search: 405B-class budget violations are all marked (1 GiB budget)");
+    free(res);
+}
+
+int main(void) {
+    test_bubble();
+    test_memory_formulas();
+    test_step_time();
+    test_search();
+    return check_summary();
+}
