@@ -20,7 +20,7 @@
 //   attn_*    attention_forward / attention_backward (causal, B = 1, H = KV in {4,8},
 //             hd = 64, S = 128 .. 2048): forward 4·B·H·hd·S(S+1)/2, backward twice
 //             that (nominal);
-//   mem_bw    residual_forward over 16M floats (3 arrays of 4 bytes per element);
+//   mem_bw    one layer's elementwise kernels (rmsnorm, residual, RoPE, SwiGLU) priced
 //   peak      the square sgemm peak (bench_gemm_peak), raised to the best curve
 //             point if one beat it;
 //   collectives  all-reduce, reduce-scatter, all-gather on groups of 2, 4, ...
@@ -331,26 +331,50 @@ static void measure_attention(RateCurve *fwd, RateCurve *bwd, const Opts *o) {
 
 // ------------------------------------------------------ memory bandwidth
 
+// The elementwise kernels of one decoder layer's forward, on N tokens of a layer
+// of width D, H/KV heads of 64 and MLP width F: two RMSNorms, two residual adds,
+// RoPE on q and k, SwiGLU. The planner (plan/step_time.c) prices them as
+//   10*N*D + 2*N*(H+KV)*hd + 3*N*F  values of 4 bytes
+// (each norm reads and writes N*D, each add reads two and writes one, RoPE reads
+// and writes q and k, SwiGLU reads gate and up and writes their product); mem_bw
+// is that byte count over the measured time, so the kernels' real costs (the
+// norm's two passes, the exp of SiLU, the RoPE tables) are in the rate.
 typedef struct {
-    float *a, *b, *c;
-    size_t n;
-} AddCall;
+    int N, D, H, KV, hd, F;
+    float *x, *y, *rstd, *w, *qkv, *cos_t, *sin_t, *gu, *h;
+} LayerElems;
 
-static void add_call(const void *p) {
-    const AddCall *x = p;
-    residual_forward(x->c, x->a, x->b, x->n);
+static void layer_elems_call(const void *p) {
+    const LayerElems *e = p;
+    const size_t nd = (size_t)e->N * e->D;
+    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    residual_forward(e->y, e->y, e->x, nd);
+    rope_forward(e->qkv, e->cos_t, e->sin_t, 1, e->N, e->H, e->KV, e->hd);
+    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    swiglu_forward(e->h, e->gu, e->N, e->F);
+    residual_forward(e->y, e->y, e->x, nd);
 }
 
 static double measure_mem_bw(const Opts *o) {
-    AddCall x = {NULL, NULL, NULL, (size_t)16 << 20};  // 16M floats: 3 x 64 MiB
-    x.a = xmalloc(x.n * sizeof(float), "calibration mem a");
-    x.b = xmalloc(x.n * sizeof(float), "calibration mem b");
-    x.c = xmalloc(x.n * sizeof(float), "calibration mem out");
-    fill_random(x.a, x.n, 1);
-    fill_random(x.b, x.n, 2);
-    memset(x.c, 0, x.n * sizeof(float));
-    double bw = 3.0 * sizeof(float) * x.n / time_call((Call){add_call, &x}, o), med;
-    free(x.a), free(x.b), free(x.c);
+    LayerElems e = {4096, 512, 8, 4, 64, 1536, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const size_t N = (size_t)e.N, qkvw = (size_t)(e.H + 2 * e.KV) * e.hd;
+    e.x = xmalloc(N * e.D * sizeof(float), "calibration x");                     // (N, D)
+    e.y = xmalloc(N * e.D * sizeof(float), "calibration y");                     // (N, D)
+    e.rstd = xmalloc(N * sizeof(float), "calibration rstd");                     // (N)
+    e.w = xmalloc((size_t)e.D * sizeof(float), "calibration norm weight");       // (D)
+    e.qkv = xmalloc(N * qkvw * sizeof(float), "calibration qkv");                // (N, (H+2KV)*hd)
+    e.cos_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.sin_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.gu = xmalloc(N * 2 * e.F * sizeof(float), "calibration gate|up");          // (N, 2F)
+    e.h = xmalloc(N * e.F * sizeof(float), "calibration swiglu");                // (N, F)
+    fill_random(e.x, N * e.D, 1);
+    fill_random(e.w, (size_t)e.D, 2);
+    fill_random(e.qkv, N * qkvw, 3);
+    fill_random(e.gu, N * 2 * e.F, 4);
+    rope_tables(e.cos_t, e.sin_t, e.N, e.hd, 10000.0, 0);
+    double values = 10.0 * N * e.D + 2.0 * N * (e.H + e.KV) * e.hd + 3.0 * N * e.F;
+    double bw = values * sizeof(float) / time_call((Call){layer_elems_call, &e}, o), med;
+    free(e.x), free(e.y), free(e.rstd), free(e.w), free(e.qkv), free(e.cos_t), free(e.sin_t), free(e.gu), free(e.h);
     world_median(&bw, &med, 1);
     return med;
 }
