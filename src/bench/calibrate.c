@@ -72,18 +72,6 @@ static void calibrate_usage(void) {
            "  --quick        smaller shapes and messages (a few seconds)\n");
 }
 
-// Threads per rank by default: the same rule as `femtotron train` (training.threads
-// = 0): the cores the launcher bound this rank to, else the node's cores shared
-// among its ranks.
-static int calibrate_default_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < cores)
-        return CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : 1;
-    int local = comm_local_size();
-    int t = (int)(cores / (local > 0 ? local : 1));
-    return t < 1 ? 1 : t;
-}
 
 // ------------------------------------------------------------ aggregation
 
@@ -579,7 +567,7 @@ int bench_calibrate_main(int argc, char **argv) {
     if (comm_world_rank() == 0) check_writable(output);
     double t0 = now_seconds();
     int ws = comm_world_size(), local = comm_local_size();
-    if (threads == 0) threads = calibrate_default_threads();
+    if (threads == 0) threads = comm_default_threads();  // the rule `femtotron train` uses
     ops_set_threads(threads);
 
     Hardware hw;

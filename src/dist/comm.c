@@ -1,14 +1,16 @@
 // dist/comm.c — MPI: the world, the dp x pp x cp x tp grid and its groups, and the
 // collectives, every one of them guarded by the parallel.timeout_s watchdog.
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT (and POSIX clocks)
 #include "dist/comm.h"
 
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -329,4 +331,14 @@ void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root) {
     CommRequest r = take_slot(g);
     MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
     comm_wait(&r, "broadcast");
+}
+
+int comm_default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < cores)
+        return CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : 1;
+    int local = comm_local_size();
+    int t = (int)(cores / (local > 0 ? local : 1));
+    return t < 1 ? 1 : t;
 }

@@ -35,6 +35,11 @@ int comm_world_size(void);
 // Number of ranks of this job on this node (shared-memory domain).
 int comm_local_size(void);
 
+// Threads per rank when none are configured: the cores this rank may run on.
+// When the launcher bound the rank to some cores (mpirun binds small jobs to one
+// core each), those; otherwise the node's cores shared among its ranks.
+int comm_default_threads(void);
+
 // End the whole job with this exit code (MPI_Abort when MPI is up). Never returns.
 void comm_abort(int code) __attribute__((noreturn));
 

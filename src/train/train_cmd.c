@@ -27,18 +27,6 @@ static void train_usage(void) {
     config_print_help();
 }
 
-// Threads per rank when training.threads is 0: the cores this rank may run on.
-// When the launcher bound the rank to some cores (mpirun binds small jobs to one
-// core each), those; otherwise the node's cores shared among its ranks.
-static int default_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < cores)
-        return CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : 1;
-    int local = comm_local_size();
-    int t = (int)(cores / (local > 0 ? local : 1));
-    return t < 1 ? 1 : t;
-}
 
 // The rank's planned buffers as allocated (counted by buf_alloc, util.h): a
 // readable line and an exact one, which tests/test_parity.sh compares with the
@@ -139,7 +127,7 @@ int train_main(int argc, char **argv) {
     }
     config_validate(&cfg, comm_world_size());
     comm_grid_init(&cfg.parallel);
-    if (cfg.training.threads == 0) cfg.training.threads = default_threads();
+    if (cfg.training.threads == 0) cfg.training.threads = comm_default_threads();
     ops_set_threads(cfg.training.threads);
     const int rank0 = comm_world_rank() == 0, world = comm_world_size();
 
