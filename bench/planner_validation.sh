@@ -81,7 +81,7 @@ TSV=$RES/planner_validation.tsv
 printf 'ranks\tlayout\tpredicted_s\tmeasured_s\terror\tplanner_rank\n' >"$TSV"
 for R in $SIZES; do
     prof=$TMP/profile_$R.json
-    "${MPIRUN[@]}" -np "$R" "$FT" bench calibrate --output "$prof" >"$TMP/calib_$R.log"
+    "${MPIRUN[@]}" -np "$R" "$FT" bench calibrate --head-dim 64 --output "$prof" </dev/null >"$TMP/calib_$R.log"
     first=$(planner_first "$R" "$prof")
     { layouts_for "$R"; echo "$first"; } | awk '!seen[$0]++' >"$TMP/layouts_$R"
     while read -r L; do

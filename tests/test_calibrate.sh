@@ -7,9 +7,12 @@
 #     positive rates, peak_flops >= every GEMM rate (within 10%); one fit for each
 #     of allreduce, reduce_scatter, allgather and p2p on 2 ranks, intra-node, with
 #     alpha, beta >= 0 and not both 0; the summary names the file;
-#   - 1 rank without mpirun (--threads 1): the same curves, no collective entries
-#     (nothing to communicate with), calib_ranks 1, calib_threads 1;
-#   - an unknown option, a bad --threads and an unwritable output fail naming them.
+#   - node_cores = nproc, attn_head_dim as asked (64 by default), attention curves
+#     keyed by the FLOPs of one (sequence, head): first work 4*hd*128*129/2;
+#   - 1 rank without mpirun (--threads 1, --head-dim 32): the same curves, no
+#     collective entries (nothing to communicate with), calib_ranks 1, calib_threads 1;
+#   - an unknown option, a bad --threads or --head-dim and an unwritable output fail
+#     naming them.
 set -u
 cd "$(dirname "$0")/.."
 FT=${FEMTOTRON:-./femtotron}
@@ -19,10 +22,10 @@ fail=0
 pass() { echo "PASS $*"; }
 failed() { echo "FAIL $*"; fail=1; }
 
-check_profile() {  # check_profile FILE RANKS THREADS
-    /usr/bin/python3 - "$@" <<'EOF'
+check_profile() {  # check_profile FILE RANKS THREADS HEAD_DIM
+    /usr/bin/python3 - "$@" "$(nproc)" <<'EOF'
 import json, sys
-path, ranks, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, ranks, threads, hd, cores = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 p = json.load(open(path))
 bad = 0
 def check(ok, what):
@@ -38,6 +41,13 @@ check(p["calib_ranks"] == ranks and p["gpus_per_node"] == ranks,
       f'calib_ranks {p["calib_ranks"]}, gpus_per_node {p["gpus_per_node"]}')
 check(p["calib_threads"] >= 1 and (threads == "any" or p["calib_threads"] == int(threads)),
       f'calib_threads {p["calib_threads"]}')
+check(p["node_cores"] == cores, f'node_cores {p["node_cores"]} = nproc {cores}')
+check(p["attn_head_dim"] == hd, f'attn_head_dim {p["attn_head_dim"]} = {hd}')
+# Attention is keyed by the FLOPs of one (sequence, head), the shortest sequence
+# 128 tokens: forward 4*hd*S(S+1)/2, backward twice that.
+w0 = 4 * hd * 128 * 129 / 2
+check(abs(p["attn_fwd"]["work"][0] - w0) < 1e-6 * w0 and abs(p["attn_bwd"]["work"][0] - 2 * w0) < 1e-6 * w0,
+      f'attention keyed per (sequence, head): first work {p["attn_fwd"]["work"][0]:.6g} = {w0:.6g}')
 for name in ("gemm", "attn_fwd", "attn_bwd"):
     w, r = p[name]["work"], p[name]["rate"]
     check(len(w) == len(r) and 3 <= len(w) <= 32, f"{name}: {len(w)} points")
@@ -66,7 +76,7 @@ rc=$?
 dt=$((SECONDS - t0))
 if [ "$rc" -eq 0 ] && [ -f "$tmp/p.json" ]; then
     pass "2 ranks: calibrate --quick exits 0 and writes the profile"
-    check_profile "$tmp/p.json" 2 any || fail=1
+    check_profile "$tmp/p.json" 2 any 64 || fail=1
 else
     failed "2 ranks: calibrate --quick exited $rc: $(tail -5 "$tmp/out2.txt")"
 fi
@@ -75,11 +85,11 @@ grep -q "^wrote $tmp/p.json" "$tmp/out2.txt" && grep -q "^allreduce .* 2 ranks" 
     pass "2 ranks: the summary lists the all-reduce fit and the file" ||
     failed "2 ranks: summary: $(cat "$tmp/out2.txt")"
 
-"$FT" bench calibrate --quick --threads 1 --output "$tmp/p1.json" >"$tmp/out1.txt" 2>&1
+"$FT" bench calibrate --quick --threads 1 --head-dim 32 --output "$tmp/p1.json" >"$tmp/out1.txt" 2>&1
 rc=$?
 if [ "$rc" -eq 0 ] && [ -f "$tmp/p1.json" ]; then
     pass "1 rank: calibrate --quick without mpirun exits 0 and writes the profile"
-    check_profile "$tmp/p1.json" 1 1 || fail=1
+    check_profile "$tmp/p1.json" 1 1 32 || fail=1
 else
     failed "1 rank: calibrate --quick exited $rc: $(tail -5 "$tmp/out1.txt")"
 fi
@@ -99,6 +109,7 @@ expect_fail() {  # expect_fail WHAT NEEDLE ARGS...
 expect_fail "--bogus" '"--bogus"' --bogus
 expect_fail "--threads zero" '--threads needs a positive integer (got "0")' --threads 0
 expect_fail "--output without a value" '--output needs a value' --output
+expect_fail "--head-dim not a number" '--head-dim needs a positive integer (got "x")' --head-dim x
 expect_fail "an output in a missing directory" "$tmp/nodir/p.json" --quick --output "$tmp/nodir/p.json"
 out=$("$FT" bench --help 2>&1)
 grep -q "bench calibrate" <<<"$out" && pass "bench --help documents calibrate" ||

@@ -168,6 +168,8 @@ static void test_round_trip(void) {
     a.inter_lat = 0;
     a.calib_ranks = 6;
     a.calib_threads = 5;
+    a.node_cores = 7;
+    a.attn_head_dim = 96;
     a.gemm.n = HW_CURVE_MAX;
     for (int i = 0; i < HW_CURVE_MAX; i++) {
         a.gemm.work[i] = 1e6 * pow(1.5, i);
@@ -186,8 +188,9 @@ static void test_round_trip(void) {
     CHECK(a.peak_flops == b.peak_flops && a.mem_bytes == b.mem_bytes && a.mem_bw == b.mem_bw,
           "round trip: peak, memory and bandwidth bit for bit");
     CHECK(a.bytes_per_value == b.bytes_per_value && a.gpus_per_node == b.gpus_per_node &&
-              a.calib_ranks == b.calib_ranks && a.calib_threads == b.calib_threads,
-          "round trip: bytes_per_value, gpus_per_node, calib_ranks, calib_threads");
+              a.calib_ranks == b.calib_ranks && a.calib_threads == b.calib_threads &&
+              a.node_cores == b.node_cores && a.attn_head_dim == b.attn_head_dim,
+          "round trip: bytes_per_value, gpus_per_node, calib_ranks, calib_threads, node_cores, attn_head_dim");
     CHECK(a.intra_bw == b.intra_bw && a.inter_bw == b.inter_bw && a.intra_lat == b.intra_lat &&
               a.inter_lat == b.inter_lat,
           "round trip: link bandwidths and latencies");
@@ -272,6 +275,8 @@ static void edit_string_peak(cJSON *r) { cJSON_ReplaceItemInObject(r, "peak_flop
 static void edit_zero_bw(cJSON *r) { cJSON_ReplaceItemInObject(r, "inter_bw", cJSON_CreateNumber(0)); }
 static void edit_frac_gpus(cJSON *r) { cJSON_ReplaceItemInObject(r, "gpus_per_node", cJSON_CreateNumber(2.5)); }
 static void edit_no_collectives(cJSON *r) { cJSON_DeleteItemFromObject(r, "collectives"); }
+// A profile from before node_cores existed keyed attention by FLOPs per call.
+static void edit_no_node_cores(cJSON *r) { cJSON_DeleteItemFromObject(r, "node_cores"); }
 static void edit_bad_kind(cJSON *r) {
     cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "collectives"), 0);
     cJSON_ReplaceItemInObject(c, "kind", cJSON_CreateString("broadcast"));
@@ -309,6 +314,7 @@ static void test_load_errors(void) {
         {"zero inter_bw", "zero_bw.json", edit_zero_bw, "\"inter_bw\" must be positive"},
         {"fractional gpus_per_node", "frac.json", edit_frac_gpus, "\"gpus_per_node\" must be an integer"},
         {"missing \"collectives\"", "no_coll.json", edit_no_collectives, "missing key \"collectives\""},
+        {"missing \"node_cores\"", "no_cores.json", edit_no_node_cores, "missing key \"node_cores\""},
         {"unknown collective kind", "kind.json", edit_bad_kind, "\"collectives[0].kind\" must be one of"},
         {"negative beta", "beta.json", edit_neg_beta, "\"collectives[0].beta_s_per_byte\" must be >= 0"},
         {"intra_node a number", "intra.json", edit_intra_number, "\"collectives[0].intra_node\" must be true or false"},

@@ -55,7 +55,7 @@ static void test_bubble(void) {
                 fwd[k] = 1.0 / v;
                 bwd[k] = 2.0 / v;
             }
-            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0);
+            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, NULL);
             double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
             CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", scheds[si], P,
                   M, v, s.makespan, want);
@@ -63,9 +63,26 @@ static void test_bubble(void) {
     // A send adds to every hop of the critical path: 1F1B with P stages pays
     // 2*(P-1) sends at least.
     double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
-    PipeSim a = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.0), b = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1);
+    PipeSim a = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.0, NULL), b = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1, NULL);
     CHECK(b.makespan - a.makespan >= 2 * 3 * 0.1 - 1e-12, "sends on the critical path: +%.3f s for 6 hops of 0.1 s",
           b.makespan - a.makespan);
+    // Processor sharing. Speed 1 for every count of computing ranks is the plain
+    // replay. AFAB, 2 ranks, 2 micro-batches, unit forward and backward, a rank
+    // computing alone twice as fast as two together (speed {-, 2, 1}), by hand:
+    //   rank 0 F0 alone 0-0.5; rank 0 F1 with rank 1 F0 0.5-1.5; rank 1 F1 alone
+    //   1.5-2; rank 1 B alone 2-2.5; rank 0 B with rank 1 B 2.5-3.5; rank 0 B alone
+    //   3.5-4: makespan 4 (6 without sharing); rank 0 computes 3 s of wall time.
+    const double ones[5] = {1, 1, 1, 1, 1}, halves[3] = {1, 2, 1};
+    PipeSim c = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1, ones);
+    CHECK(rel_diff(c.makespan, b.makespan) < 1e-12 && c.busy_wall == c.busy_max,
+          "sharing at speed 1 is the plain replay: %.6f = %.6f", c.makespan, b.makespan);
+    double unit[2] = {1, 1};
+    PipeSim d = pipeline_simulate("afab", 2, 1, 2, unit, unit, 0.0, NULL);
+    PipeSim e = pipeline_simulate("afab", 2, 1, 2, unit, unit, 0.0, halves);
+    CHECK(rel_diff(d.makespan, 6.0) < 1e-12 && rel_diff(e.makespan, 4.0) < 1e-12,
+          "sharing, AFAB 2x2 by hand: makespan %.4f = 4 (plain %.4f = 6)", e.makespan, d.makespan);
+    CHECK(rel_diff(e.busy_max, 4.0) < 1e-12 && rel_diff(e.busy_wall, 3.0) < 1e-12,
+          "sharing: busiest rank computes 4 nominal s in %.4f = 3 wall s", e.busy_wall);
     // Activation slots: 1F1B keeps pp - s micro-batches, AFAB all of them.
     int slots[4];
     int ok = 1;
@@ -131,6 +148,29 @@ static void test_memory_formulas(void) {
     CHECK(rel_diff(m8.activations, 32 * 34 * sbh / 8 + head8) < 1e-12, "llama-3.1-8b selective: 34 sbh/t per layer");
 }
 
+// 8 CPU ranks on 2 cores (1 thread each), calibrated so: a pipeline's bubbles let
+// the computing ranks run faster, layouts without a pipeline are unchanged, and
+// so is everything when the cores are enough for every thread.
+static void test_shared_cores(void) {
+    Hardware hw = ideal(1e11, 1e-6, 1e10);
+    hw.bytes_per_value = 4;
+    hw.calib_threads = 1;
+    hw.calib_ranks = 8;
+    PlanProblem own = problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
+    two.hw.node_cores = 2;
+    many.hw.node_cores = 8;
+    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    StepTime a = plan_step_time(&own, &pp4), b = plan_step_time(&two, &pp4), c = plan_step_time(&many, &pp4);
+    CHECK(b.total < 0.9 * a.total && c.total == a.total,
+          "shared cores: dp2 x pp4 %.4f s < %.4f s unshared (8 cores: %.4f s)", b.total, a.total, c.total);
+    double sum = b.compute + b.tp_comm + b.cp_comm + b.pp_comm + b.bubble + b.dp_comm + b.optimizer;
+    CHECK(rel_diff(sum, b.total) < 1e-9 && b.bubble >= 0, "shared cores: breakdown %.6g = %.6g, bubble %.4g >= 0", sum,
+          b.total, b.bubble);
+    StepTime d = plan_step_time(&own, &dp8), e = plan_step_time(&two, &dp8);
+    CHECK(d.total == e.total, "shared cores: dp8 (no pipeline) unchanged %.6f = %.6f", e.total, d.total);
+}
+
 static void test_step_time(void) {
     // On an ideal machine (every FLOP at the peak, free memory traffic and
     // communication) one rank's step is exactly the model FLOPs: MFU = 1.
@@ -140,13 +180,14 @@ static void test_step_time(void) {
     // plan_flops_per_token counts the causal attention as S (not S+1) per token.
     double attn_fix = 1.0 + 1.0 / 2048 * (6.0 * 32 * 2048 * 960 / plan_flops_per_token(&p.model, 2048));
     CHECK(rel_diff(t.mfu * attn_fix, 1.0) < 1e-3, "ideal machine, 1 rank: MFU %.5f = 1", t.mfu * attn_fix);
-    // Full recomputation adds one forward of every layer (not of the head): the
-    // layers' 1/3 more, 1 + (1/3) * (layer FLOPs / all FLOPs).
+    // Full recomputation adds one forward of every layer (not of the head) up to
+    // SwiGLU (femtotron keeps the layer output, so the down projection, 2*F*D
+    // FLOPs per token, is not redone): 1 + (layer forward FLOPs - down) / all FLOPs.
     one.recompute = RECOMPUTE_FULL;
     StepTime tf = plan_step_time(&p, &one);
-    const double D = 960, S = 2048;
+    const double D = 960, S = 2048, F = 2560;
     double layers = 6.0 * 32 * (plan_layer_params(&p.model) - 2 * D) + 6.0 * 32 * S * D;
-    double want_rc = 1.0 + layers / 3.0 / plan_flops_per_token(&p.model, 2048);
+    double want_rc = 1.0 + (layers / 3.0 - 32 * 2.0 * F * D) / plan_flops_per_token(&p.model, 2048);
     CHECK(rel_diff(tf.total / t.total, want_rc) < 1e-3, "full recompute costs %.4f = %.4f", tf.total / t.total, want_rc);
     // Data parallel, ZeRO-0, reduction after backward: the exposed time is the ring
     // all-reduce of the fp32 gradients, 2(n-1)a + 2(n-1)/n * bytes / bw.
@@ -166,6 +207,7 @@ static void test_step_time(void) {
     StepTime tr = plan_step_time(&r, &l);
     double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
     CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);
+    test_shared_cores();
 }
 
 static void test_search(void) {

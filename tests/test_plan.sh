@@ -93,9 +93,18 @@ cat >"$T/run.json" <<JSON
               "peak_flops": 1e9},
  "logging": {"every": 1}}
 JSON
-if "${MPIRUN[@]}" -np 2 "$FT" bench calibrate --quick --output "$T/prof.json" >"$T/cal.out" 2>&1; then
+if "${MPIRUN[@]}" -np 2 "$FT" bench calibrate --quick --head-dim 16 --output "$T/prof.json" >"$T/cal.out" 2>&1; then
     pass "bench calibrate --quick on 2 ranks wrote a profile"
 else fail "calibrate: $(oneline "$T/cal.out")"; fi
+
+# Attention curves of another head dim than the model's: planned, with a note.
+"$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --top 1 >/dev/null 2>"$T/hd16.err"
+/usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['attn_head_dim'] = 32; json.dump(p, open(sys.argv[2], 'w'))" \
+    "$T/prof.json" "$T/prof32.json"
+"$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof32.json" --top 1 >/dev/null 2>"$T/hd32.err"
+if [ ! -s "$T/hd16.err" ] && grep -q "head dim 32, the model's is 16" "$T/hd32.err"; then
+    pass "plan notes a profile measured at another head dim (32 vs the model's 16), not the matching one"
+else fail "head-dim note: matching: '$(oneline "$T/hd16.err")', other: '$(oneline "$T/hd32.err")'"; fi
 
 bad "GPT model on femtotron" "GPT-style" --model gpt-22b --gpus 1 --hardware this --profile "$T/prof.json" --seq-length 2048 --global-batch-tokens 2048
 

@@ -29,8 +29,10 @@
 //
 //   fraction of peak     FLOPs per call:  1e8    1e9    1e10   1e11   1e12
 //   GEMM                                  0.10   0.35   0.62   0.75   0.80
+//   FLOPs per (sequence, head):           1e7    1e8    1e9    1e10
 //   attention forward                     0.08   0.25   0.45   0.55
 //   attention backward                    0.06   0.20   0.36   0.45
+//   (per (sequence, head) at hd 128: S = 512 is 6.7e7, S = 8192 is 1.7e10)
 typedef struct {
     const char *name;
     double peak, mem, mem_bw, intra_bw, inter_bw;
@@ -46,7 +48,7 @@ static const double INTRA_LAT = 5e-6, INTER_LAT = 1e-5;
 
 static const double GEMM_WORK[] = {1e8, 1e9, 1e10, 1e11, 1e12};
 static const double GEMM_FRAC[] = {0.10, 0.35, 0.62, 0.75, 0.80};
-static const double ATTN_WORK[] = {1e8, 1e9, 1e10, 1e11};
+static const double ATTN_WORK[] = {1e7, 1e8, 1e9, 1e10};
 static const double ATTN_FWD_FRAC[] = {0.08, 0.25, 0.45, 0.55};
 static const double ATTN_BWD_FRAC[] = {0.06, 0.20, 0.36, 0.45};
 
@@ -196,6 +198,8 @@ void hardware_save(const Hardware *hw, const char *path) {
     add_num(o, "inter_lat", hw->inter_lat);
     add_num(o, "calib_ranks", hw->calib_ranks);
     add_num(o, "calib_threads", hw->calib_threads);
+    add_num(o, "node_cores", hw->node_cores);
+    add_num(o, "attn_head_dim", hw->attn_head_dim);
     cJSON_AddItemToObject(o, "gemm", curve_json(&hw->gemm));
     cJSON_AddItemToObject(o, "attn_fwd", curve_json(&hw->attn_fwd));
     cJSON_AddItemToObject(o, "attn_bwd", curve_json(&hw->attn_bwd));
@@ -346,6 +350,13 @@ void hardware_load(Hardware *hw, const char *path) {
     hw->inter_lat = get_nonneg(root, "inter_lat", path, "");
     hw->calib_ranks = get_int(root, "calib_ranks", path, "", 0);
     hw->calib_threads = get_int(root, "calib_threads", path, "", 0);
+    // Profiles written before node_cores existed keyed the attention curves by FLOPs
+    // per call: planning with them would be wrong, not just less exact.
+    if (!cJSON_GetObjectItemCaseSensitive(root, "node_cores"))
+        die("hardware profile %s: missing key \"node_cores\" (a profile from an older femtotron: run "
+            "`femtotron bench calibrate` again)", path);
+    hw->node_cores = get_int(root, "node_cores", path, "", 0);
+    hw->attn_head_dim = get_int(root, "attn_head_dim", path, "", 0);
     load_curve(&hw->gemm, root, "gemm", path);
     load_curve(&hw->attn_fwd, root, "attn_fwd", path);
     load_curve(&hw->attn_bwd, root, "attn_bwd", path);

@@ -43,11 +43,15 @@ typedef struct {
     double mem_bw;          // bytes/s of elementwise kernels (norms, activations, optimizer)
     int bytes_per_value;    // 2 for the GPU bf16 mixed-precision model, 4 for femtotron's fp32
     RateCurve gemm;         // GEMM FLOP/s against FLOPs per call
-    // Causal attention FLOPs per call (B sequences of S tokens, H query heads of hd):
-    //   forward  = 4 * B * H * hd * S(S+1)/2   (Q K^T and P V over the causal half)
-    //   backward = 2 * forward                 (nominal; rate = nominal FLOPs / seconds)
-    RateCurve attn_fwd;     // attention forward FLOP/s against FLOPs per call
-    RateCurve attn_bwd;     // attention backward FLOP/s against FLOPs per call
+    // Causal attention FLOPs of one (sequence, head) pair of S tokens and head dim hd:
+    //   forward  = 4 * hd * S(S+1)/2   (Q K^T and P V over the causal half)
+    //   backward = 2 * forward         (nominal; rate = nominal FLOPs / seconds)
+    // A call over B sequences and H heads does B*H times that at the same rate: the
+    // kernel's speed is set by the tile work of one pair (S and hd), not by how
+    // many pairs there are once they fill the device.
+    RateCurve attn_fwd;     // attention forward FLOP/s against FLOPs per (sequence, head)
+    RateCurve attn_bwd;     // attention backward FLOP/s against FLOPs per (sequence, head)
+    int attn_head_dim;      // head dim the attention curves were measured at (0: datasheet)
     // Link classes for collectives not in the measured table: a ring over n ranks
     // moves (n-1)/n of the buffer per rank per phase in n-1 latency steps.
     double intra_bw, inter_bw;    // bytes/s per rank
@@ -57,6 +61,11 @@ typedef struct {
     CollFit coll[HW_COLL_MAX];    // measured fits (profile "this"), looked up first
     // Measurement conditions of "this": ranks that ran at once and threads each.
     int calib_ranks, calib_threads;
+    // CPU cores the ranks of one node share (0: every rank has its own device).
+    // When a node's ranks x threads exceed them, the measured rates are the shares
+    // ranks get while all compute, and a rank computing while others wait (a
+    // pipeline bubble) runs faster: plan/step_time.c.
+    int node_cores;
 } Hardware;
 
 // Fill hw with a built-in profile ("h100", "h200", "a100"); returns 0 when the

@@ -6,21 +6,27 @@
 // backward for the backward of stage k+1 (or its own forward on the last stage).
 // The replay gives the step's makespan, each rank's busy time and, from the
 // action lists, the micro-batches each chunk holds at once (activation slots).
+// Ranks that share processors (more ranks x threads than cores) are replayed with
+// processor sharing: while n of the P ranks compute, each runs at speed[n] times
+// its nominal rate, so a rank that computes alone in a bubble finishes sooner.
 #ifndef FEMTOTRON_PIPELINE_SIM_H
 #define FEMTOTRON_PIPELINE_SIM_H
 
 typedef struct {
     double makespan;       // s from the first forward to the last backward
-    double busy_max;       // busiest rank's action time
+    double busy_max;       // busiest rank's action time (nominal)
+    double busy_wall;      // wall seconds the busiest rank computed (= busy_max without sharing)
     int busiest;           // its pipeline rank
 } PipeSim;
 
 // P ranks, v chunks each, M micro-batches, schedule name "afab" | "1f1b" |
 // "interleaved". fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
 // virtual stage k (P*v entries); send_s: seconds of one activation (or gradient)
-// message between neighbouring stages.
+// message between neighbouring stages; speed (P+1 entries, or NULL for 1): the
+// rate factor of each computing rank while speed's index of them compute. Busy
+// times stay nominal (fwd/bwd sums).
 PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
-                          const double *bwd, double send_s);
+                          const double *bwd, double send_s, const double *speed);
 
 // Most micro-batches chunk c of pipeline rank s holds at once under the schedule
 // (what the trainer allocates activation slots for): slots[c] for c < v.

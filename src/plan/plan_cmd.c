@@ -258,6 +258,11 @@ int plan_main(int argc, char **argv) {
     Config base;
     PlanProblem p;
     build_problem(&p, &base, &a);
+    const int hd = p.model.D / p.model.H;
+    if (p.hw.attn_head_dim > 0 && p.hw.attn_head_dim != hd)
+        fprintf(stderr, "plan: note: the profile's attention curves are for head dim %d, the model's is %d: "
+                        "attention times are off (run bench calibrate --head-dim %d for this model)\n",
+                p.hw.attn_head_dim, hd, hd);
     if (!a.tsv)
         printf("plan: %s (%.3g B parameters) on %d x %s, sequence %d, %lld sequences per step, budget %.1f GiB "
                "per rank\n\n", p.model.name, plan_total_params(&p.model) / 1e9, p.world, p.hw.name, p.seq,

@@ -57,22 +57,26 @@ static double coll(const Shape *s, CollKind k, int ranks, int intra, double byte
 
 // Causal attention of this rank's tokens: forward FLOPs 4*B*Hl*hd*S(S+1)/2 over the
 // whole sequence, 1/cp of it per context rank, run as cp blocks (flash-style
-// kernel). Megatron-2022's unfused attention (flash = 0) multiplies the full S x S
-// with two batched GEMMs and runs softmax/dropout over the S x S scores.
+// kernel) at the rate of one (sequence, head) block's work (plan/hardware.h):
+// 4*hd*S(S+1)/2 / cp^2, the causal triangle of a block of S/cp queries and keys.
+// Megatron-2022's unfused attention (flash = 0) multiplies the full S x S with two
+// batched GEMMs and runs softmax/dropout over the S x S scores.
+static double attention_block_work(const Shape *s) {
+    const double cp = s->l->cp;
+    return 4.0 * s->hd * s->S * (s->S + 1) / 2 / (cp * cp);
+}
 static double attention_fwd_s(const Shape *s) {
-    const int cp = s->l->cp;
     if (!s->pm->flash) {
         double flops = 4.0 * s->B * s->Hl * s->hd * s->S * s->S;
         return gemm_s(s, flops / 2) * 2 + elementwise_s(s, 6.0 * s->B * s->Hl * s->S * s->S);
     }
-    double total = 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / cp;
-    return total / curve_rate(&s->hw->attn_fwd, total / cp);
+    double total = 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / s->l->cp;
+    return total / curve_rate(&s->hw->attn_fwd, attention_block_work(s));
 }
 static double attention_bwd_s(const Shape *s) {
-    const int cp = s->l->cp;
     if (!s->pm->flash) return 2.0 * attention_fwd_s(s);
-    double total = 2.0 * 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / cp;
-    return total / curve_rate(&s->hw->attn_bwd, total / cp);
+    double total = 2.0 * 4.0 * s->B * s->Hl * s->hd * s->S * (s->S + 1) / 2 / s->l->cp;
+    return total / curve_rate(&s->hw->attn_bwd, 2.0 * attention_block_work(s));
 }
 
 // One decoder layer's forward.
@@ -100,6 +104,18 @@ static Cost layer_fwd(const Shape *s) {
         c.cp = (l->cp - 1) * (hop > hidden ? hop - hidden : 0.0);
     }
     return c;
+}
+
+// What full recomputation redoes of a layer's forward lf. femtotron stops after
+// SwiGLU: the down projection, its tensor-parallel reduction and the second
+// residual add only make the layer output, which is kept (model/llama.c,
+// layer_forward_with). Megatron-2022 (flash = 0) re-runs the whole layer.
+static Cost recompute_fwd(const Shape *s, Cost lf) {
+    if (!s->pm->flash) return lf;
+    lf.compute -= gemm_s(s, 2 * s->N * s->Fl * s->D) + elementwise_s(s, 3 * s->Nr * s->D);
+    if (s->l->tp > 1)
+        lf.tp -= coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra, s->N * s->D * s->bpv);
+    return lf;
 }
 
 // One decoder layer's backward (without recomputation).
@@ -168,6 +184,29 @@ static double stage_params(const PlanProblem *p, const PlanLayout *l, int layers
 
 static int fits_node(const Hardware *hw, long span) { return span <= hw->gpus_per_node; }
 
+// Processor sharing on a CPU node (hw->node_cores > 0) whose ranks x threads
+// exceed its cores: the profile's rates are what each of its calib ranks got
+// while all computed, min(T, C/R) cores each (T threads per rank, C cores, R
+// ranks on the node). In a pipeline bubble only some ranks compute (the other
+// dimensions' replicas run the same schedule in step, so n computing pipeline
+// ranks are n*Rn/pp computing ranks of the node's Rn) and each gets
+// min(T, C/(n*Rn/pp)) cores: speed[n] is that over the calibrated share.
+// NULL when nothing is shared (GPUs, or cores enough for every thread).
+static double *shared_speed(const PlanProblem *p, const PlanLayout *l) {
+    const Hardware *hw = &p->hw;
+    const double C = hw->node_cores, T = hw->calib_threads > 0 ? hw->calib_threads : 1;
+    // Ranks on the node during calibration: calibration runs on one node, so all
+    // of its ranks (train --parallel.auto replaces gpus_per_node by the job's).
+    const int Rc = hw->calib_ranks > 0 ? hw->calib_ranks : hw->gpus_per_node;
+    const int Rn = p->world < hw->gpus_per_node ? p->world : hw->gpus_per_node;
+    if (C <= 0 || Rn * T <= C) return NULL;
+    const double calibrated = fmin(T, C / Rc);
+    double *speed = xmalloc(sizeof(double) * (size_t)(l->pp + 1), "plan processor sharing");  // (pp+1)
+    speed[0] = 1.0;
+    for (int n = 1; n <= l->pp; n++) speed[n] = fmin(T, C / fmax(1.0, (double)n * Rn / l->pp)) / calibrated;
+    return speed;
+}
+
 StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     const PlanModel *pm = &p->model;
     const Hardware *hw = &p->hw;
@@ -200,7 +239,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     Cost lf = layer_fwd(&s), lb = layer_bwd(&s);
     // Recomputation redoes part of the forward inside the backward.
     if (l->recompute == RECOMPUTE_FULL) {
-        add(&lb, lf, 1.0);
+        add(&lb, recompute_fwd(&s, lf), 1.0);
     } else if (l->recompute == RECOMPUTE_SELECTIVE) {
         Cost again = {attention_fwd_s(&s), 0, lf.cp, 0};
         if (!pm->flash) again.compute = attention_fwd_s(&s);
@@ -247,8 +286,10 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     }
     const char *sched = plan_schedule_name(l->sched);
     double send = l->pp > 1 ? coll(&s, COLL_P2P, 2, s.pp_intra, s.Nr * s.D * s.bpv) : 0.0;
-    PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, send);
-    PipeSim without = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, 0.0);
+    double *speed = shared_speed(p, l);
+    PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, send, speed);
+    PipeSim without = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, 0.0, speed);
+    free(speed);
 
     StepTime t;
     memset(&t, 0, sizeof t);
@@ -261,11 +302,14 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
         add(&busy, cb[k], M);
         last_bwd += bwd[k];
     }
-    t.compute = busy.compute;
-    t.tp_comm = busy.tp;
-    t.cp_comm = busy.cp;
-    t.dp_comm = busy.dp;
-    t.bubble = without.makespan - without.busy_max;
+    // With processor sharing the busiest rank's actions take busy_wall wall seconds
+    // for busy_max nominal ones: its breakdown is scaled to wall time.
+    const double wall = without.busy_max > 0 ? without.busy_wall / without.busy_max : 1.0;
+    t.compute = busy.compute * wall;
+    t.tp_comm = busy.tp * wall;
+    t.cp_comm = busy.cp * wall;
+    t.dp_comm = busy.dp * wall;
+    t.bubble = without.makespan - without.busy_wall;
     t.pp_comm = with.makespan - without.makespan;
     // Gradient reduction over dp x cp: buckets of bucket_mb reduce under the last
     // backward (ZeRO-2/3: under every backward, one reduce-scatter per micro-batch).
@@ -285,7 +329,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     double owned = rank_params / (l->zero >= 1 ? ndp : 1);
     t.optimizer = owned * 40.0 / hw->mem_bw + rank_params * 4.0 / hw->mem_bw;
     // ZeRO-3 gathers (busy.dp) run inside the actions, so inside the makespan.
-    t.total = with.makespan + (t.dp_comm - busy.dp) + t.optimizer;
+    t.total = with.makespan + (t.dp_comm - busy.dp * wall) + t.optimizer;
     double tokens = (double)p->global_seqs * p->seq;
     t.tokens_per_s_per_rank = tokens / t.total / p->world;
     t.mfu = t.tokens_per_s_per_rank * plan_flops_per_token(pm, p->seq) / hw->peak_flops;

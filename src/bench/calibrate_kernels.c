@@ -1,0 +1,233 @@
+// bench/calibrate_kernels.c — rates of the kernels a training step runs: GEMM
+// and attention throughput curves and the elementwise kernels' bandwidth, each
+// timed on every rank at once (calib_time_call) and aggregated as the median over
+// the ranks. FLOPs are counted as in plan/hardware.h.
+#define _DEFAULT_SOURCE  // _SC_LEVEL3_CACHE_SIZE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/calibrate_util.h"
+#include "dist/comm.h"
+#include "ops/ops.h"
+#include "util.h"
+
+// ----------------------------------------------------------------- GEMM
+
+static const int GEMM_TOKENS[] = {64, 256, 1024, 4096};
+static const int GEMM_DIMS[][2] = {{256, 256}, {256, 768}, {512, 1536}, {1024, 1024}, {1024, 4096}, {2048, 2048}};
+#define N_TOKENS ((int)(sizeof GEMM_TOKENS / sizeof GEMM_TOKENS[0]))
+#define N_DIMS ((int)(sizeof GEMM_DIMS / sizeof GEMM_DIMS[0]))
+#define MAX_GEMM_POINTS (2 * N_TOKENS * N_DIMS)
+
+// Operands come from memory, not cache, as in a training step, where a layer's
+// saved activations and weights have been evicted by the rest of the model by
+// the time its backward (or the next micro-batch) uses them: each call takes its
+// operands at the next offset of a pool larger than this rank's share of the
+// last-level cache, wrapping around. Inputs come from `src` (never written, so
+// the values stay bounded), outputs go to `dst`.
+typedef struct {
+    float *src, *dst;  // (pool) floats each
+    size_t pool;
+    size_t at_src, at_dst;  // next offsets
+} GemmPool;
+
+static float *take(float *base, size_t pool, size_t *at, size_t n) {
+    n = (n + 15) / 16 * 16;  // 64-byte aligned pieces
+    if (*at + n > pool) *at = 0;
+    float *p = base + *at;
+    *at += n;
+    return p;
+}
+
+// One GEMM of M tokens x (K in, N out).
+typedef struct {
+    int M, K, N;
+    GemmPool *pool;
+} GemmCall;
+
+static void gemm_forward_call(const void *p) {
+    const GemmCall *g = p;
+    GemmPool *q = g->pool;
+    const size_t M = (size_t)g->M, K = (size_t)g->K, N = (size_t)g->N;
+    const float *in = take(q->src, q->pool, &q->at_src, M * K);  // (M, K)
+    const float *w = take(q->src, q->pool, &q->at_src, N * K);   // (N, K)
+    float *out = take(q->dst, q->pool, &q->at_dst, M * N);       // (M, N)
+    matmul_forward(out, in, w, g->M, g->K, g->N);
+}
+
+static void gemm_backward_call(const void *p) {
+    const GemmCall *g = p;
+    GemmPool *q = g->pool;
+    const size_t M = (size_t)g->M, K = (size_t)g->K, N = (size_t)g->N;
+    const float *dout = take(q->src, q->pool, &q->at_src, M * N);  // (M, N)
+    const float *in = take(q->src, q->pool, &q->at_src, M * K);    // (M, K)
+    const float *w = take(q->src, q->pool, &q->at_src, N * K);     // (N, K)
+    float *din = take(q->dst, q->pool, &q->at_dst, M * K);         // (M, K)
+    float *dw = take(q->dst, q->pool, &q->at_dst, N * K);          // (N, K)
+    matmul_backward(din, dw, dout, in, w, g->M, g->K, g->N, 0);
+}
+
+// Floats per pool side: twice this rank's share of the last-level cache (64 MiB
+// when the size is unknown), at least the largest call's operands; --quick keeps
+// only the latter (it is for tests, not for a profile to plan with).
+static size_t pool_floats(size_t largest, int quick) {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = 64L << 20;
+    int local = comm_local_size();
+    size_t share = quick ? 0 : (size_t)(2.0 * (double)llc / (local > 0 ? local : 1) / sizeof(float));
+    return share > largest ? share : largest;
+}
+
+void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
+    int nt = o->quick ? N_TOKENS - 1 : N_TOKENS, nd = o->quick ? N_DIMS - 1 : N_DIMS;
+    size_t largest = 0;  // floats one side of a backward call takes, rounded up
+    for (int i = 0; i < nt; i++)
+        for (int j = 0; j < nd; j++) {
+            size_t M = (size_t)GEMM_TOKENS[i], K = (size_t)GEMM_DIMS[j][0], N = (size_t)GEMM_DIMS[j][1];
+            size_t need = M * N + M * K + N * K + 48;
+            if (need > largest) largest = need;
+        }
+    GemmPool pool = {NULL, NULL, pool_floats(largest, o->quick), 0, 0};
+    pool.src = xmalloc(pool.pool * sizeof(float), "calibration GEMM operands");  // (pool)
+    pool.dst = xmalloc(pool.pool * sizeof(float), "calibration GEMM results");   // (pool)
+    calib_fill_random(pool.src, pool.pool, 1);
+    memset(pool.dst, 0, pool.pool * sizeof(float));  // touch every page before timing
+    int n = 0;
+    double rate[MAX_GEMM_POINTS], work[MAX_GEMM_POINTS];
+    for (int i = 0; i < nt; i++)
+        for (int j = 0; j < nd; j++) {
+            int M = GEMM_TOKENS[i], K = GEMM_DIMS[j][0], N = GEMM_DIMS[j][1];
+            double f = 2.0 * M * K * N;
+            GemmCall g = {M, K, N, &pool};
+            double fwd_s = calib_time_call((CalibCall){gemm_forward_call, &g}, o);
+            double bwd_s = calib_time_call((CalibCall){gemm_backward_call, &g}, o);
+            work[n] = f;
+            rate[n++] = f / fwd_s;
+            work[n] = 2 * f;
+            rate[n++] = 2 * f / bwd_s;
+        }
+    free(pool.src);
+    free(pool.dst);
+    double med[MAX_GEMM_POINTS];
+    calib_world_median(rate, med, n);
+    CalibPoint p[MAX_GEMM_POINTS];
+    for (int i = 0; i < n; i++) p[i] = (CalibPoint){work[i], med[i]};
+    calib_fold_curve(c, p, n);
+}
+
+// ------------------------------------------------------------ attention
+
+// The kernel's speed depends on the sequence length (its tiles) and head dim, not
+// on how many (sequence, head) pairs a call holds once they fill the threads, so
+// the curves are keyed by the FLOPs of ONE (sequence, head): forward
+// 4*hd*S(S+1)/2, backward twice that (plan/hardware.h).
+static const int ATT_SEQ[] = {128, 256, 512, 1024, 2048};
+#define ATT_HEADS 8  // query = key/value heads per call (one sequence)
+#define N_SEQ ((int)(sizeof ATT_SEQ / sizeof ATT_SEQ[0]))
+
+// Causal attention of one sequence (B = 1) of S tokens, ATT_HEADS heads of hd.
+typedef struct {
+    int S, hd;
+    float *qkv, *dqkv, *out, *dout, *lse, *m, *l, *scratch;
+    const int *pos;
+} AttnCall;
+
+static void attn_forward_call(const void *p) {
+    const AttnCall *a = p;
+    attention_forward(a->out, a->lse, a->m, a->l, a->qkv, a->pos, 1, a->S, ATT_HEADS, ATT_HEADS, a->hd,
+                      a->scratch);
+}
+
+static void attn_backward_call(const void *p) {  // m serves as the rowdot scratch
+    const AttnCall *a = p;
+    attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, ATT_HEADS, ATT_HEADS,
+                       a->hd, a->scratch);
+}
+
+void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o) {
+    const int H = ATT_HEADS, hd = o->head_dim, ns = o->quick ? N_SEQ - 1 : N_SEQ;
+    const int Smax = ATT_SEQ[ns - 1];
+    const size_t ld = (size_t)3 * H * hd, S = (size_t)Smax;
+    float *qkv = xmalloc(S * ld * sizeof(float), "calibration qkv");                  // (S, 3*H*hd)
+    float *dqkv = xmalloc(S * ld * sizeof(float), "calibration dqkv");                // (S, 3*H*hd)
+    float *out = xmalloc(S * H * hd * sizeof(float), "calibration attention out");    // (S, H*hd)
+    float *dout = xmalloc(S * H * hd * sizeof(float), "calibration attention dout");  // (S, H*hd)
+    float *lse = xmalloc(S * H * sizeof(float), "calibration lse");                    // (1, H, S)
+    float *m = xmalloc(S * H * sizeof(float), "calibration m");                        // (1, H, S)
+    float *l = xmalloc(S * H * sizeof(float), "calibration l");                        // (1, H, S)
+    float *scratch = xmalloc(attention_scratch_floats() * sizeof(float), "calibration attention scratch");
+    int *pos = xmalloc(S * sizeof(int), "calibration positions");  // (S)
+    for (int i = 0; i < Smax; i++) pos[i] = i;
+    calib_fill_random(qkv, S * ld, 7);
+    calib_fill_random(dout, S * H * hd, 8);
+    double work[N_SEQ], rf[N_SEQ], rb[N_SEQ];
+    for (int s = 0; s < ns; s++) {
+        int Sq = ATT_SEQ[s];
+        work[s] = 4.0 * hd * (double)Sq * (Sq + 1) / 2;  // one (sequence, head)
+        AttnCall a = {Sq, hd, qkv, dqkv, out, dout, lse, m, l, scratch, pos};
+        double fwd_s = calib_time_call((CalibCall){attn_forward_call, &a}, o);
+        double bwd_s = calib_time_call((CalibCall){attn_backward_call, &a}, o);
+        rf[s] = H * work[s] / fwd_s;
+        rb[s] = 2 * H * work[s] / bwd_s;
+    }
+    free(qkv), free(dqkv), free(out), free(dout), free(lse), free(m), free(l), free(scratch), free(pos);
+    double med[N_SEQ];
+    CalibPoint p[N_SEQ];
+    calib_world_median(rf, med, ns);
+    for (int i = 0; i < ns; i++) p[i] = (CalibPoint){work[i], med[i]};
+    calib_fold_curve(fwd, p, ns);
+    calib_world_median(rb, med, ns);
+    for (int i = 0; i < ns; i++) p[i] = (CalibPoint){2 * work[i], med[i]};
+    calib_fold_curve(bwd, p, ns);
+}
+
+// ------------------------------------------------------ memory bandwidth
+
+// The elementwise kernels of one decoder layer's forward, on N tokens of a layer
+// of width D, H/KV heads of 64 and MLP width F: two RMSNorms, two residual adds,
+// RoPE on q and k, SwiGLU. The planner (plan/step_time.c) prices them as
+//   10*N*D + 2*N*(H+KV)*hd + 3*N*F  values of 4 bytes
+// (each norm reads and writes N*D, each add reads two and writes one, RoPE reads
+// and writes q and k, SwiGLU reads gate and up and writes their product); mem_bw
+// is that byte count over the measured time, so the kernels' real costs (the
+// norm's two passes, the exp of SiLU, the RoPE tables) are in the rate.
+typedef struct {
+    int N, D, H, KV, hd, F;
+    float *x, *y, *rstd, *w, *qkv, *cos_t, *sin_t, *gu, *h;
+} LayerElems;
+
+static void layer_elems_call(const void *p) {
+    const LayerElems *e = p;
+    const size_t nd = (size_t)e->N * e->D;
+    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    residual_forward(e->y, e->y, e->x, nd);
+    rope_forward(e->qkv, e->cos_t, e->sin_t, 1, e->N, e->H, e->KV, e->hd);
+    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    swiglu_forward(e->h, e->gu, e->N, e->F);
+    residual_forward(e->y, e->y, e->x, nd);
+}
+
+double calib_measure_mem_bw(const CalibOpts *o) {
+    LayerElems e = {4096, 512, 8, 4, 64, 1536, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const size_t N = (size_t)e.N, qkvw = (size_t)(e.H + 2 * e.KV) * e.hd;
+    e.x = xmalloc(N * e.D * sizeof(float), "calibration x");                     // (N, D)
+    e.y = xmalloc(N * e.D * sizeof(float), "calibration y");                     // (N, D)
+    e.rstd = xmalloc(N * sizeof(float), "calibration rstd");                     // (N)
+    e.w = xmalloc((size_t)e.D * sizeof(float), "calibration norm weight");       // (D)
+    e.qkv = xmalloc(N * qkvw * sizeof(float), "calibration qkv");                // (N, (H+2KV)*hd)
+    e.cos_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.sin_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.gu = xmalloc(N * 2 * e.F * sizeof(float), "calibration gate|up");          // (N, 2F)
+    e.h = xmalloc(N * e.F * sizeof(float), "calibration swiglu");                // (N, F)
+    calib_fill_random(e.x, N * e.D, 1);
+    calib_fill_random(e.w, (size_t)e.D, 2);
+    calib_fill_random(e.qkv, N * qkvw, 3);
+    calib_fill_random(e.gu, N * 2 * e.F, 4);
+    rope_tables(e.cos_t, e.sin_t, e.N, e.hd, 10000.0, 0);
+    double values = 10.0 * N * e.D + 2.0 * N * (e.H + e.KV) * e.hd + 3.0 * N * e.F;
+    double bw = values * sizeof(float) / calib_time_call((CalibCall){layer_elems_call, &e}, o), med;
+    free(e.x), free(e.y), free(e.rstd), free(e.w), free(e.qkv), free(e.cos_t), free(e.sin_t), free(e.gu), free(e.h);
+    calib_world_median(&bw, &med, 1);
+    return med;
+}
