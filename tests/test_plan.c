@@ -59,6 +59,11 @@ static void test_bubble(void) {
             double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
             CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", scheds[si], P,
                   M, v, s.makespan, want);
+            // The event-driven replay (shared cores) at speed 1 agrees.
+            double ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+            PipeSim e = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, ones);
+            CHECK(rel_diff(e.makespan, want) < 1e-12, "event replay at speed 1, %s P=%d M=%d v=%d: %.4f = %.4f",
+                  scheds[si], P, M, v, e.makespan, want);
         }
     // A send adds to every hop of the critical path: 1F1B with P stages pays
     // 2*(P-1) sends at least.

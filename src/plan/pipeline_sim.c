@@ -24,83 +24,137 @@ static double input_ready(const PpAction *a, int s, int P, int K, int M, const d
     return t < 0 ? -1.0 : t + send_s;
 }
 
-// An event-driven replay: time advances to the next end of an action or arrival
-// of an input. Between events the n ranks that compute each progress at speed[n]
-// nominal seconds per second (processor sharing; 1 without speed).
-PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
-                          const double *bwd, double send_s, const double *speed) {
-    const int K = P * v;
-    PpAction **acts = xmalloc(sizeof(PpAction *) * (size_t)P, "pipeline replay");  // (P) lists
-    int *n = xmalloc(sizeof(int) * (size_t)P, "pipeline replay");                  // (P)
-    int *next = xcalloc(sizeof(int) * (size_t)P, "pipeline replay");               // (P) next action
-    int *running = xcalloc(sizeof(int) * (size_t)P, "pipeline replay");            // (P) 0/1
-    double *left = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");         // (P) nominal s left
-    double *busy = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");         // (P) nominal s
-    double *wall = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");         // (P) s computing
-    double *done_f = xmalloc(sizeof(double) * (size_t)K * M, "pipeline replay");   // (K, M) end times
-    double *done_b = xmalloc(sizeof(double) * (size_t)K * M, "pipeline replay");   // (K, M)
-    for (size_t i = 0; i < (size_t)K * M; i++) done_f[i] = done_b[i] = -1.0;
-    for (int s = 0; s < P; s++) {
-        acts[s] = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "pipeline replay");
-        n[s] = pp_schedule_actions(sched, M, P, s, v, acts[s]);
+// The replay's state: every rank's action list, its progress, and the end time
+// of every (virtual stage, micro-batch) forward and backward.
+typedef struct {
+    int P, v, M, K;
+    const double *fwd, *bwd;
+    double send_s;
+    PpAction **acts;  // (P) lists
+    int *n;           // (P) actions per rank
+    int *next;        // (P) next action
+    double *busy;     // (P) nominal s of actions
+    double *wall;     // (P) wall s computing
+    double *done_f;   // (K, M) end times, -1 before
+    double *done_b;   // (K, M)
+} Replay;
+
+static double action_s(const Replay *r, const PpAction *a, int s) {
+    return a->forward ? r->fwd[a->chunk * r->P + s] : r->bwd[a->chunk * r->P + s];
+}
+static double *done_slot(Replay *r, const PpAction *a, int s) {
+    return &(a->forward ? r->done_f : r->done_b)[(size_t)(a->chunk * r->P + s) * r->M + a->micro];
+}
+static double ready_at(const Replay *r, const PpAction *a, int s) {
+    return input_ready(a, s, r->P, r->K, r->M, r->done_f, r->done_b, r->send_s);
+}
+
+// Dedicated devices: sweep the ranks, running every action whose input is known
+// at max(input, rank free), until all ran. Returns the makespan.
+static double replay_dedicated(Replay *r) {
+    double *free_at = xcalloc(sizeof(double) * (size_t)r->P, "pipeline replay");  // (P)
+    double makespan = 0.0;
+    for (int progressed = 1; progressed;) {
+        progressed = 0;
+        for (int s = 0; s < r->P; s++)
+            while (r->next[s] < r->n[s]) {
+                const PpAction *a = &r->acts[s][r->next[s]];
+                double ready = ready_at(r, a, s);
+                if (ready < 0) break;
+                double dur = action_s(r, a, s);
+                free_at[s] = (ready > free_at[s] ? ready : free_at[s]) + dur;
+                r->busy[s] += dur;
+                r->wall[s] += dur;
+                *done_slot(r, a, s) = free_at[s];
+                if (free_at[s] > makespan) makespan = free_at[s];
+                r->next[s]++;
+                progressed = 1;
+            }
     }
-    PipeSim r = {0.0, 0.0, 0.0, 0};
-    double now = 0.0;
+    free(free_at);
+    return makespan;
+}
+
+// Shared cores: event-driven, time advancing to the next end of an action or
+// arrival of an input; between events the n ranks that compute each progress at
+// speed[n] nominal seconds per wall second (processor sharing). Returns the makespan.
+static double replay_shared(Replay *r, const double *speed) {
+    int *running = xcalloc(sizeof(int) * (size_t)r->P, "pipeline replay");     // (P) 0/1
+    double *left = xcalloc(sizeof(double) * (size_t)r->P, "pipeline replay");  // (P) nominal s left
+    double now = 0.0, makespan = 0.0;
     for (;;) {
         // Start every action whose input has arrived; note the next arrival.
         int active = 0;
         double arrival = INFINITY;
-        for (int s = 0; s < P; s++) {
-            if (!running[s] && next[s] < n[s]) {
-                const PpAction *a = &acts[s][next[s]];
-                double t = input_ready(a, s, P, K, M, done_f, done_b, send_s);
+        for (int s = 0; s < r->P; s++) {
+            if (!running[s] && r->next[s] < r->n[s]) {
+                const PpAction *a = &r->acts[s][r->next[s]];
+                double t = ready_at(r, a, s);
                 if (t >= 0 && t <= now) {
                     running[s] = 1;
-                    left[s] = a->forward ? fwd[a->chunk * P + s] : bwd[a->chunk * P + s];
-                    busy[s] += left[s];
+                    left[s] = action_s(r, a, s);
+                    r->busy[s] += left[s];
                 } else if (t > now && t < arrival) {
                     arrival = t;
                 }
             }
             active += running[s];
         }
-        if (active == 0 && arrival == INFINITY) break;  // done, or deadlocked (checked below)
-        const double sp = speed ? speed[active] : 1.0;
+        if (active == 0 && arrival == INFINITY) break;  // done, or deadlocked (checked by the caller)
+        const double sp = speed[active];
         double step = arrival - now;  // wall seconds to the next event
-        for (int s = 0; s < P; s++)
+        for (int s = 0; s < r->P; s++)
             if (running[s] && left[s] / sp < step) step = left[s] / sp;
         now += step;
-        for (int s = 0; s < P; s++) {
+        for (int s = 0; s < r->P; s++) {
             if (!running[s]) continue;
-            wall[s] += step;
+            r->wall[s] += step;
             left[s] -= step * sp;
             if (left[s] > 1e-12 * (1.0 + now)) continue;
-            const PpAction *a = &acts[s][next[s]];
-            (a->forward ? done_f : done_b)[(size_t)(a->chunk * P + s) * M + a->micro] = now;
+            *done_slot(r, &r->acts[s][r->next[s]], s) = now;
             running[s] = 0;
-            next[s]++;
-            if (now > r.makespan) r.makespan = now;
+            r->next[s]++;
+            makespan = now;
         }
     }
-    for (int s = 0; s < P; s++) {
-        if (next[s] < n[s]) die("pipeline replay: schedule %s deadlocks at rank %d", sched, s);
-        if (busy[s] > r.busy_max) {
-            r.busy_max = busy[s];
-            r.busy_wall = wall[s];
-            r.busiest = s;
-        }
-        free(acts[s]);
-    }
-    free(acts);
-    free(n);
-    free(next);
     free(running);
     free(left);
-    free(busy);
-    free(wall);
-    free(done_f);
-    free(done_b);
-    return r;
+    return makespan;
+}
+
+PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
+                          const double *bwd, double send_s, const double *speed) {
+    Replay r = {P, v, M, P * v, fwd, bwd, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    r.acts = xmalloc(sizeof(PpAction *) * (size_t)P, "pipeline replay");
+    r.n = xmalloc(sizeof(int) * (size_t)P, "pipeline replay");
+    r.next = xcalloc(sizeof(int) * (size_t)P, "pipeline replay");
+    r.busy = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");
+    r.wall = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");
+    r.done_f = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
+    r.done_b = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
+    for (size_t i = 0; i < (size_t)r.K * M; i++) r.done_f[i] = r.done_b[i] = -1.0;
+    for (int s = 0; s < P; s++) {
+        r.acts[s] = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "pipeline replay");
+        r.n[s] = pp_schedule_actions(sched, M, P, s, v, r.acts[s]);
+    }
+    PipeSim out = {speed ? replay_shared(&r, speed) : replay_dedicated(&r), 0.0, 0.0, 0};
+    for (int s = 0; s < P; s++) {
+        if (r.next[s] < r.n[s]) die("pipeline replay: schedule %s deadlocks at rank %d", sched, s);
+        if (r.busy[s] > out.busy_max) {
+            out.busy_max = r.busy[s];
+            out.busy_wall = r.wall[s];
+            out.busiest = s;
+        }
+        free(r.acts[s]);
+    }
+    free(r.acts);
+    free(r.n);
+    free(r.next);
+    free(r.busy);
+    free(r.wall);
+    free(r.done_f);
+    free(r.done_b);
+    return out;
 }
 
 void pipeline_slots(const char *sched, int P, int v, int M, int s, int *slots) {
