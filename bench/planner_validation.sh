@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/planner_validation.sh — the planner's predicted step time against the
-# measured one, on this machine, for layouts of 1, 2 and 8 ranks (8 ranks share
-# the 2 cores: oversubscribed).
+# measured one, on this machine, for layouts of 1, 2, 4 and 8 ranks (4 and 8 ranks
+# share the 2 cores: oversubscribed).
 #
 # For each world size R: `femtotron bench calibrate` runs with R ranks at once
 # (so the GEMM/attention curves and collective costs are those of R ranks sharing
@@ -13,7 +13,7 @@
 # within 10% of the fastest measured one.
 #
 # Output: bench/results/planner_validation.md (and .tsv). Usage: bench/planner_validation.sh
-#   (FEMTOTRON=path overrides ./femtotron; STEPS=N, default 6; SIZES="1 2 8")
+#   (FEMTOTRON=path overrides ./femtotron; STEPS=N, default 6; SIZES="1 2 4 8")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -23,7 +23,7 @@ mkdir -p "$RES"
 [ -x "$FT" ] || make -j2 >/dev/null
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 STEPS=${STEPS:-6}
-SIZES=${SIZES:-"1 2 8"}
+SIZES=${SIZES:-"1 2 4 8"}
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -48,6 +48,8 @@ layouts_for() {
     2) printf '%s\n' "dp=2,mbs=4,zero=0" "dp=2,mbs=4,zero=1" "dp=2,mbs=4,zero=2" "dp=2,mbs=4,zero=3" \
            "tp=2,mbs=4,sp=0" "tp=2,mbs=4,sp=1" "pp=2,mbs=4,sched=1f1b" "pp=2,mbs=4,sched=afab" \
            "pp=2,mbs=2,sched=interleaved,v=2" "cp=2,mbs=4" ;;
+    4) printf '%s\n' "dp=4,mbs=4,zero=1" "dp=2,tp=2,mbs=4,sp=1" "dp=2,pp=2,mbs=4" "tp=2,pp=2,mbs=4,sp=1" \
+           "dp=2,cp=2,mbs=4" "pp=4,mbs=4" "tp=2,cp=2,mbs=4" ;;
     8) printf '%s\n' "dp=8,mbs=2,zero=1" "dp=4,tp=2,mbs=4,sp=1" "dp=2,tp=2,pp=2,mbs=4,sp=1" \
            "tp=2,cp=2,pp=2,mbs=4,sp=1" "dp=2,pp=4,mbs=4" "dp=4,cp=2,mbs=4" "dp=2,pp=2,cp=2,mbs=4" \
            "dp=2,cp=2,tp=2,mbs=4" "pp=8,mbs=2" "dp=4,pp=2,mbs=2,sched=afab" ;;
@@ -107,7 +109,7 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 out = ["# Planner: predicted vs measured step time on this machine", "",
        "Model: 8 layers, hidden 256, 4/2 heads (head dim 64), intermediate 768, byte vocab; sequence 256, 16 sequences",
        "per step. Calibration (`femtotron bench calibrate`) ran with the same number of ranks as the",
-       "layouts it predicts (8 ranks share the 2 cores). Measured: median step time of steps 3..N.",
+       "layouts it predicts (4 and 8 ranks share the 2 cores). Measured: median step time of steps 3..N.",
        f"Load at the end: `{sys.argv[3].strip()}`.", "",
        "| ranks | layout | predicted s | measured s | error |", "|---|---|---|---|---|"]
 for r in rows:
