@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "parallel/pipeline_parallel.h"
 #include "plan/pipeline_sim.h"
 #include "plan/plan.h"
 
@@ -176,6 +177,40 @@ static void test_shared_cores(void) {
     CHECK(d.total == e.total, "shared cores: dp8 (no pipeline) unchanged %.6f = %.6f", e.total, d.total);
 }
 
+// plan_split remembers recent splits: asked in turn for many stage counts and
+// eight sequence lengths (48 inputs, more than its memo's 32), twice each, it
+// always answers what the trainer's dynamic program answers for the same inputs.
+// SmolLM-135M's large vocabulary makes the head worth a varying number of layers
+// as the sequence grows, so the splits differ between sequence lengths.
+static void test_split_memo(void) {
+    PlanProblem p = problem("smollm-135m", 64, 2048, 64, ideal(1e14, 0, 1e30));
+    const PlanModel *pm = &p.model;
+    const double D = pm->D, hd = D / pm->H;
+    const double matmul = D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F;
+    int bad = 0, asked = 0, differ = 0;
+    for (int round = 0; round < 3; round++)
+        for (int pp = 2; pp <= 8; pp *= 2)
+            for (int v = 1; v <= 2; v++) {
+                int first[16];
+                for (int si = 0; si < 8; si++) {
+                    p.seq = 256 << si;
+                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, v, RECOMPUTE_NONE};
+                    int got[16], again[16], want[16];
+                    plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
+                    plan_split(&p, &l, again);  // a hit
+                    pp_balanced_split(pm->L, 6.0 * matmul + 6.0 * p.seq * D, 2.0 * D, 6.0 * (double)pm->V * D,
+                                      pp * v, want);
+                    const size_t n = sizeof(int) * (size_t)(pp * v);
+                    bad += memcmp(got, want, n) != 0 || memcmp(again, want, n) != 0;
+                    asked++;
+                    if (si == 0) memcpy(first, want, n);
+                    else differ += memcmp(first, want, n) != 0;
+                }
+            }
+    CHECK(bad == 0 && differ > 0, "plan_split (memoized) = the trainer's split in %d of %d asks (%d differ by sequence)",
+          asked - bad, asked, differ);
+}
+
 static void test_step_time(void) {
     // On an ideal machine (every FLOP at the peak, free memory traffic and
     // communication) one rank's step is exactly the model FLOPs: MFU = 1.
@@ -213,6 +248,7 @@ static void test_step_time(void) {
     double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
     CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);
     test_shared_cores();
+    test_split_memo();
 }
 
 static void test_search(void) {

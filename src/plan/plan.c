@@ -26,6 +26,35 @@ void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
              sched, l->cp, l->zero, l->mbs, l->micro, recompute_name(l->recompute));
 }
 
+// A search asks for the same split for every layout with the same pp*v (and
+// memory and step time ask again), and the split is a dynamic program of K*L^2
+// steps (126 layers of Llama-3.1-405B over up to 126 stages): the last splits are
+// kept, keyed by the program's inputs. Single-threaded, like the planner.
+#define SPLIT_MEMO 32
+typedef struct {
+    int L, K;
+    double layer, embed, head;
+    int *layers;  // (K)
+} SplitMemo;
+static SplitMemo split_memo[SPLIT_MEMO];
+static int split_memo_next;
+
+static void split_memoized(int L, double layer, double embed, double head, int K, int *layers) {
+    for (int i = 0; i < SPLIT_MEMO; i++) {
+        const SplitMemo *e = &split_memo[i];
+        if (e->layers && e->L == L && e->K == K && e->layer == layer && e->embed == embed && e->head == head) {
+            memcpy(layers, e->layers, sizeof(int) * (size_t)K);
+            return;
+        }
+    }
+    pp_balanced_split(L, layer, embed, head, K, layers);
+    SplitMemo *e = &split_memo[split_memo_next];
+    split_memo_next = (split_memo_next + 1) % SPLIT_MEMO;
+    free(e->layers);
+    *e = (SplitMemo){L, K, layer, embed, head, xmalloc(sizeof(int) * (size_t)K, "split memo")};
+    memcpy(e->layers, layers, sizeof(int) * (size_t)K);
+}
+
 void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
     const PlanModel *pm = &p->model;
     const int K = l->pp * l->v;
@@ -43,7 +72,7 @@ void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
     // token of a layer, of the embedding lookup and of the head.
     const double D = pm->D, hd = D / pm->H;
     double matmul = D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F;
-    pp_balanced_split(pm->L, 6.0 * matmul + 6.0 * p->seq * D, 2.0 * D, 6.0 * (double)pm->V * D, K, layers);
+    split_memoized(pm->L, 6.0 * matmul + 6.0 * p->seq * D, 2.0 * D, 6.0 * (double)pm->V * D, K, layers);
 }
 
 void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
