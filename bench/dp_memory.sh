@@ -32,7 +32,7 @@ MODEL=(--model.hidden_size 512 --model.num_hidden_layers 8 --model.intermediate_
 BUCKET_MB=25
 
 DAT="$RES/dp_memory.dat"
-echo "# zero dp psi measured_mib formula_mib ratio activations_mib rss_max_mib params_mib grads_mib optim_mib" >"$DAT"
+echo "# zero dp psi measured_mib formula_mib ratio activations_mib rss_max_mib params_mib grads_mib optim_mib comm_mib" >"$DAT"
 for zero in 0 1 2 3; do
     for dp in 1 2 4 8; do
         log="$TMP/z${zero}_dp${dp}.log"
@@ -43,12 +43,12 @@ for zero in 0 1 2 3; do
             --training.seq_length 128 --training.micro_batch_size 1 \
             --parallel.dp "$dp" --parallel.zero "$zero" --parallel.bucket_mb "$BUCKET_MB" \
             --logging.verbose true >"$log" 2>&1 || { echo "run zero=$zero dp=$dp failed:"; tail -5 "$log"; exit 1; }
-        # memory (rank R): params X MiB | grads X MiB | optimizer X MiB | activations X MiB | total X MiB
+        # memory (rank R): params X MiB | grads X MiB | optimizer X MiB | activations X MiB | comm X MiB | total X MiB
         awk -v zero="$zero" -v dp="$dp" '
             /^model: / { psi = $2 }
             /^memory \(rank / {
-                p = $5; g = $9; o = $13; a = $17; s = p + g + o
-                if (s > best) { best = s; bp = p; bg = g; bo = o }
+                p = $5; g = $9; o = $13; a = $17; c = $21; s = p + g + o
+                if (s > best) { best = s; bp = p; bg = g; bo = o; bc = c }
                 if ($3 == "0):") act = a
             }
             # ranks share stderr, so a report may land mid-line: find it anywhere
@@ -62,8 +62,8 @@ for zero in 0 1 2 3; do
                 else if (zero == 2) f = 4 * psi + 12 * psi / n
                 else f = 16 * psi / n
                 f /= MiB
-                printf "%d %d %d %.1f %.1f %.3f %.1f %.1f %.1f %.1f %.1f\n",
-                       zero, dp, psi, best, f, best / f, act, rss, bp, bg, bo
+                printf "%d %d %d %.1f %.1f %.3f %.1f %.1f %.1f %.1f %.1f %.1f\n",
+                       zero, dp, psi, best, f, best / f, act, rss, bp, bg, bo, bc
             }' "$log" >>"$DAT"
         tail -1 "$DAT"
     done
@@ -77,12 +77,13 @@ PSI=$(awk '!/^#/ { print $3; exit }' "$DAT")
     echo "parallel.bucket_mb $BUCKET_MB, seq 128 x micro-batch 1 per rank, one step, threads 1."
     echo "Measured = params + grads + optimizer of femtotron's start-up report (max over ranks);"
     echo "formula: 16Ψ (stage 0), 4Ψ+4Ψ+8Ψ/N (1), 4Ψ+12Ψ/N (2), 16Ψ/N (3), N = dp."
-    echo "Activations (rank 0) are not in the measured column. Peak RSS = max over ranks of"
-    echo "/usr/bin/time %M (everything: activations, code, BLAS, MPI)."
+    echo "Activations (rank 0) and communication buffers (the rank's comm: ZeRO-2/3 gradient and"
+    echo "parameter windows, pipeline messages) are not in the measured column. Peak RSS = max over"
+    echo "ranks of /usr/bin/time %M (everything: activations, code, BLAS, MPI)."
     echo
-    echo "| ZeRO | dp | params MiB | grads MiB | optimizer MiB | measured MiB | formula MiB | measured/formula | activations MiB | peak RSS MiB |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    awk '!/^#/ { printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.1f |\n", $1, $2, $9, $10, $11, $4, $5, $6, $7, $8 }' "$DAT"
+    echo "| ZeRO | dp | params MiB | grads MiB | optimizer MiB | measured MiB | formula MiB | measured/formula | comm MiB | activations MiB | peak RSS MiB |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    awk '!/^#/ { printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f |\n", $1, $2, $9, $10, $11, $4, $5, $6, $12, $7, $8 }' "$DAT"
 } >"$RES/dp_memory.md"
 
 gnuplot <<EOF
