@@ -206,8 +206,12 @@ void pp_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *
         }
         pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
         pp->targets[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
-        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, sizeof(float) * N * m->D * ns, "gradient send");  // (ns, N, D)
-        pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, sizeof(float) * N * m->D * ns, "gradient recv");  // (ns, N, D)
+        // Only a chunk with a stage before it sends input-gradients back, only one
+        // with a stage after it receives output-gradients: the ends keep 0 bytes.
+        const int vs = pp_virtual_stage(pp, c);
+        const size_t msg = sizeof(float) * N * m->D * ns;
+        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, vs > 0 ? msg : 0, "gradient send");                 // (ns, N, D)
+        pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, vs < pp->n_virtual - 1 ? msg : 0, "gradient recv");  // (ns, N, D)
     }
 }
 

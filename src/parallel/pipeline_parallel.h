@@ -41,8 +41,8 @@ typedef struct {
     int *slot_of;                 // (v * M) slot holding (chunk, micro), -1 when free
     int **slot_busy;              // (v) arrays of n_slots[c]
     int32_t **tokens, **targets;  // (v) arrays of n_slots[c] * (B*S)
-    float **grad_send;            // (v) arrays of n_slots[c] * (B*S, D) outgoing input-gradients
-    float **grad_recv;            // (v) arrays of n_slots[c] * (B*S, D) incoming output-gradients
+    float **grad_send;            // (v) arrays of n_slots[c] * (B*S, D) outgoing input-gradients (empty on virtual stage 0)
+    float **grad_recv;            // (v) arrays of n_slots[c] * (B*S, D) incoming output-gradients (empty on the last)
     CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
     int max_slots;
 } Pipeline;
