@@ -18,13 +18,7 @@
 # causal attention) against 989 TFLOP/s; Llama 3's own count differs slightly.
 #
 # Output: bench/results/planner_cluster.md. Usage: bench/planner_cluster.sh
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-FT=${FEMTOTRON:-./femtotron}
-RES=bench/results
-mkdir -p "$RES"
-[ -x "$FT" ] || make -j2 >/dev/null
+. "$(dirname "$0")/lib.sh"
 OUT=$RES/planner_cluster.md
 
 field() { awk -F'\t' -v c="$1" 'NR == 2 { print $c }'; }  # column c of the first row

@@ -14,21 +14,11 @@
 #
 # Output: bench/results/planner_validation.md (and .tsv). Usage: bench/planner_validation.sh
 #   (FEMTOTRON=path overrides ./femtotron; STEPS=N, default 6; SIZES="1 2 4 8")
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-FT=${FEMTOTRON:-./femtotron}
-RES=bench/results
-mkdir -p "$RES"
-[ -x "$FT" ] || make -j2 >/dev/null
+. "$(dirname "$0")/lib.sh"
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 STEPS=${STEPS:-6}
 SIZES=${SIZES:-"1 2 4 8"}
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+bench_corpus
 
 # 8 layers, hidden 256, 4 query / 2 key-value heads (head dim 64, as the attention curves), sequence 256, 16 sequences per step.
 cat >"$TMP/run.json" <<JSON

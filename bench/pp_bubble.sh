@@ -33,18 +33,8 @@
 #
 # Output: bench/results/pp_bubble.md (table), pp_bubble.png (plot), pp_bubble.dat.
 # Usage: bench/pp_bubble.sh   (FEMTOTRON=path overrides ./femtotron; STEPS=N)
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-FT=${FEMTOTRON:-./femtotron}
-RES=bench/results
-mkdir -p "$RES"
-[ -x "$FT" ] || make -j2 >/dev/null
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+. "$(dirname "$0")/lib.sh"
+bench_corpus
 
 # 8 layers (2 per virtual stage at pp = 4, v = 2), hidden 256, seq 128, micro-batch 2.
 MODEL=(--model.hidden_size 256 --model.intermediate_size 768 --model.num_hidden_layers 8

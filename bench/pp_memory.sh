@@ -8,7 +8,8 @@
 # Two measurements per run:
 #   - activation bytes: every rank's start-up line "memory (rank R): ... activations
 #     X MiB" (--logging.verbose true): the activation slots the schedule planned,
-#     with their token and message buffers (src/parallel/pipeline_parallel.c);
+#     with their token buffers (src/parallel/pipeline_parallel.c; the gradient
+#     messages between stages are communication buffers, not counted here);
 #   - micro-batches in flight: from the run's trace (logging.trace), per rank and
 #     chunk the most micro-batches whose forward has started and whose backward has
 #     not yet ended, in the order the rank really executed them.
@@ -19,18 +20,8 @@
 #
 # Output: bench/results/pp_memory.md. Usage: bench/pp_memory.sh
 # (FEMTOTRON=path overrides ./femtotron)
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-FT=${FEMTOTRON:-./femtotron}
-RES=bench/results
-mkdir -p "$RES"
-[ -x "$FT" ] || make -j2 >/dev/null
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+. "$(dirname "$0")/lib.sh"
+bench_corpus
 
 PP=4
 M=8
@@ -99,7 +90,7 @@ L.append(f"pp = {P}, M = {M} micro-batches per step; model 8 layers (2 per stage
 L.append("intermediate 768, 4/2 heads, vocab 257; seq 128 x micro-batch 4; one step, threads 1.")
 L.append("")
 L.append("- **activations MiB**: each rank's start-up memory line (planned activation slots with their")
-L.append("  token and message buffers; --logging.verbose true).")
+L.append("  token buffers; the gradient messages between stages count as comm; --logging.verbose true).")
 L.append("- **in flight (trace)**: most micro-batches forwarded but not yet backwarded on that rank,")
 L.append("  from the order of its forward/backward events in the run's trace (interleaved: per chunk).")
 L.append(f"- **per micro-batch / fixed**: from AFAB runs with M = 1 and M = {M}: per = (A({M}) - A(1)) / {M - 1},")

@@ -21,23 +21,11 @@
 #
 # Output: bench/results/recompute.md. Usage: bench/recompute.sh
 # (FEMTOTRON=path overrides ./femtotron; STEPS [3]; ROUNDS [3]; RES [bench/results])
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-RES=${RES:-bench/results}
-mkdir -p "$RES"
+. "$(dirname "$0")/lib.sh"
 STEPS=${STEPS:-3}
 ROUNDS=${ROUNDS:-3}
-TMP=$(mktemp -d /tmp/bench_recompute.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-if [ -n "${FEMTOTRON:-}" ]; then cp "$FEMTOTRON" "$TMP/femtotron"; else
-    make -s -j2 femtotron >/dev/null || [ -x femtotron ] || exit 1
-    cp femtotron "$TMP/femtotron"  # a private copy: others may rebuild ./femtotron meanwhile
-fi
-FT="$TMP/femtotron"
-
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+bench_private_binary
+bench_corpus
 D=512 L=8 H=8 KV=4 F=1536 V=8192 S=512 B=4 THREADS=2
 MODEL=(--model.hidden_size $D --model.num_hidden_layers $L --model.num_attention_heads $H
        --model.num_key_value_heads $KV --model.intermediate_size $F --model.vocab_size $V

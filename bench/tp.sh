@@ -27,23 +27,11 @@
 #
 # Output: bench/results/tp.md (table), tp.png (activations per rank vs tp), tp.dat.
 # Usage: bench/tp.sh   (FEMTOTRON=path overrides ./femtotron; STEPS [6]; ROUNDS [2]; RES [bench/results])
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-RES=${RES:-bench/results}
-mkdir -p "$RES"
+. "$(dirname "$0")/lib.sh"
 STEPS=${STEPS:-6}
 ROUNDS=${ROUNDS:-2}
-TMP=$(mktemp -d /tmp/bench_tp.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-if [ -n "${FEMTOTRON:-}" ]; then cp "$FEMTOTRON" "$TMP/femtotron"; else
-    make -s -j2 femtotron >/dev/null || [ -x femtotron ] || exit 1
-    cp femtotron "$TMP/femtotron"  # a private copy: others may rebuild ./femtotron meanwhile
-fi
-FT="$TMP/femtotron"
-
-cat src/*.c src/*/*.c >"$TMP/corpus.txt"
-"$FT" prepare --input "$TMP/corpus.txt" --output "$TMP/data" --val-fraction 0 >/dev/null
+bench_private_binary
+bench_corpus
 MODEL=(--model.hidden_size 512 --model.num_hidden_layers 8 --model.num_attention_heads 8
        --model.num_key_value_heads 4 --model.intermediate_size 1536 --model.vocab_size 8192
        --model.max_position_embeddings 256 --training.seq_length 256 --training.micro_batch_size 8)
