@@ -108,7 +108,9 @@ for cp in 1 2 4; do
         --logging.verbose true >"$log" 2>&1 || { echo "cp=$cp S=$S: training failed:"; tail -20 "$log"; exit 1; }
     awk -v cp="$cp" -v S="$S" -v Sn="$Snext" -v pf="$PROBE" '
         BEGIN { while ((getline l < pf) > 0) { split(l, f, " "); if (f[1] == cp && f[2] == Sn) nt = f[3] } }
-        /^memory \(rank/ { if ($21 > t) t = $21; if ($17 > a) a = $17 }
+        /^memory \(rank/ {  # "... activations X MiB | comm X MiB | total X MiB (...)": by name
+            for (i = 1; i < NF; i++) { if ($i == "total" && $(i + 1) + 0 > t) t = $(i + 1) + 0
+                                       if ($i == "activations" && $(i + 1) + 0 > a) a = $(i + 1) + 0 } }
         /Maximum resident set size/ { r = $NF / 1024; if (r > rss) rss = r }
         /^step / { n++; loss = $5; ms = $(NF - 1) }
         END { ok = (n == 2 && loss == loss + 0 && loss < 100) ? n : 0
