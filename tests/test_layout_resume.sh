@@ -4,17 +4,9 @@
 # sequence parallel, and tp2 x cp2 x pp2 resume at other layouts (pp=2, 1 rank,
 # dp=2 x pp=2 ZeRO-3, dp=2 ZeRO-1, tp=1, tp=4, cp=4) and continue with the losses
 # of the uninterrupted 1-rank run (relative 1e-5).
-set -u
-cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "$(dirname "$0")/lib.sh"
 MPI=(mpirun --oversubscribe --allow-run-as-root)
-# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
-# the training data must not change when the code does.
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
-./femtotron prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >/dev/null 2>&1 ||
-    { echo "FAIL prepare"; exit 1; }
+fortunes_data
 C=(--data.train "$tmp/data/train_*.bin" --training.steps 12 --training.seq_length 32
    --training.micro_batch_size 2 --training.global_batch_size 8 --model.hidden_size 64
    --model.intermediate_size 128 --model.num_hidden_layers 8 --model.num_key_value_heads 4 --training.peak_flops 1e10

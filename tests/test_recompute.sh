@@ -10,18 +10,8 @@
 # Two micro-batches under the AFAB schedule are in flight together, so the shared
 # one-layer working set is overwritten by the second forward before the first
 # backward recomputes into it.
-set -u
-cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-failed() { echo "FAIL $*"; fail=1; }
-
-# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh).
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
-./femtotron prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >/dev/null 2>&1 ||
-    { failed "prepare corpus"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+fortunes_data
 
 # The model and batch (the byte-count predictions below read these numbers).
 D=128 F=384 L=3 H=4 KV=2 S=64 B=2 M=2 STEPS=4

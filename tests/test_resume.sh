@@ -2,19 +2,8 @@
 # tests/test_resume.sh — resume is exact: 2N steps in one run give the same losses,
 # bit for bit, as N steps + kill -9 + resume + N steps. Also: a run killed at any
 # moment leaves the last complete checkpoint loadable.
-set -u
-cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-failed() { echo "FAIL $*"; fail=1; }
-
-# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
-# the training data must not change when the code does.
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
-./femtotron prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >/dev/null 2>&1 ||
-    { failed "prepare corpus"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+fortunes_data
 
 N=6
 common=(--data.train "$tmp/data/train_*.bin" --training.steps $((2 * N)) --training.seq_length 64

@@ -18,20 +18,8 @@
 #   - the per-rank temporary files PATH.rankN are gone after the merge.
 # Timestamps are printed with 0.1 us resolution (ts and dur rounded separately),
 # so comparisons allow 0.2 us.
-set -u
-cd "$(dirname "$0")/.."
-FT=${FEMTOTRON:-./femtotron}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-failed() { echo "FAIL $*"; fail=1; }
-
-# A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
-# the training data must not change when the code does.
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
-"$FT" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >/dev/null 2>&1 ||
-    { failed "prepare corpus"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+fortunes_data
 
 M=4
 STEPS=3
