@@ -231,7 +231,9 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.tp_intra = fits_node(hw, l->tp);
     s.cp_intra = fits_node(hw, (long)l->tp * l->cp);
     s.pp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp);
-    s.dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp);
+    // The gradient group (dp x cp): inside a node when the whole grid fits, or
+    // when it is only the cp group (dp = 1).
+    s.dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp) || (l->dp == 1 && s.cp_intra);
 
     const int K = l->pp * l->v, M = l->micro;
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K) layers per virtual stage
@@ -270,13 +272,11 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
         if (par > rank_params) rank_params = par;
     }
     const int ndp = l->dp * l->cp;
-    const int dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp) ||
-                         (l->dp == 1 && s.cp_intra);
     const double gbytes = 4.0;  // gradients are reduced in fp32 (femtotron; Megatron's default)
     if (l->zero == 3 && ndp > 1)
         for (int k = 0; k < K; k++) {
             // Each unit is gathered before its forward and again before its backward.
-            double g = coll(&s, COLL_ALLGATHER, ndp, dp_intra, stage_params(p, l, layers[k], k == 0, k == K - 1) * s.bpv);
+            double g = coll(&s, COLL_ALLGATHER, ndp, s.dp_intra, stage_params(p, l, layers[k], k == 0, k == K - 1) * s.bpv);
             cf[k].dp += g;
             cb[k].dp += g;
         }
@@ -317,12 +317,12 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
         double bytes = rank_params * gbytes;
         double bucket = p->base ? p->base->parallel.bucket_mb * 1048576.0 : 25.0 * 1048576.0;
         double nb = ceil(bytes / bucket);
-        double red = coll(&s, l->zero == 0 ? COLL_ALLREDUCE : COLL_REDUCE_SCATTER, ndp, dp_intra, bytes);
+        double red = coll(&s, l->zero == 0 ? COLL_ALLREDUCE : COLL_REDUCE_SCATTER, ndp, s.dp_intra, bytes);
         int overlap = p->base ? p->base->parallel.overlap : 1;
         double exposed = overlap ? fmax(red / nb, red - last_bwd) : red;
         t.dp_comm += (l->zero >= 2 ? M : 1) * exposed;
         // ZeRO-1/2: the updated shards are all-gathered into whole parameters.
-        if (l->zero == 1 || l->zero == 2) t.dp_comm += coll(&s, COLL_ALLGATHER, ndp, dp_intra, rank_params * s.bpv);
+        if (l->zero == 1 || l->zero == 2) t.dp_comm += coll(&s, COLL_ALLGATHER, ndp, s.dp_intra, rank_params * s.bpv);
     }
     // AdamW reads parameters, gradients and both moments and writes three of them
     // (fp32), plus the gradient norm's pass: about 40 bytes per owned element.
