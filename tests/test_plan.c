@@ -185,8 +185,6 @@ static void test_shared_cores(void) {
 static void test_split_memo(void) {
     PlanProblem p = problem("smollm-135m", 64, 2048, 64, ideal(1e14, 0, 1e30));
     const PlanModel *pm = &p.model;
-    const double D = pm->D, hd = D / pm->H;
-    const double matmul = D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F;
     int bad = 0, asked = 0, differ = 0;
     for (int round = 0; round < 3; round++)
         for (int pp = 2; pp <= 8; pp *= 2)
@@ -198,8 +196,8 @@ static void test_split_memo(void) {
                     int got[16], again[16], want[16];
                     plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
                     plan_split(&p, &l, again);  // a hit
-                    pp_balanced_split(pm->L, 6.0 * matmul + 6.0 * p.seq * D, 2.0 * D, 6.0 * (double)pm->V * D,
-                                      pp * v, want);
+                    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p.seq);
+                    pp_balanced_split(pm->L, layer, pm->D, pm->V, pp * v, want);
                     const size_t n = sizeof(int) * (size_t)(pp * v);
                     bad += memcmp(got, want, n) != 0 || memcmp(again, want, n) != 0;
                     asked++;

@@ -10,19 +10,18 @@
 
 // ------------------------------------------------------------------ split
 
-// Estimated training FLOPs per token of one layer, the head and the embedding:
-// the balance criterion of the default split (the head of a large vocabulary
-// weighs like several layers, the embedding lookup almost nothing).
-static double layer_cost(const LlamaModel *m, int S) {
-    double qkv = (double)(m->H + 2 * m->KV) * m->hd;
-    return 6.0 * ((double)m->D * qkv + (double)m->H * m->hd * m->D + 3.0 * m->D * m->F) +
-           6.0 * S * m->D;
+double pp_layer_cost(int D, int H, int KV, int hd, int ffn_mats, int F, int S) {
+    double qkv = (double)(H + 2 * KV) * hd;
+    return 6.0 * ((double)D * qkv + (double)H * hd * D + (double)ffn_mats * D * F) + 6.0 * S * D;
 }
 
 // Layers per virtual stage minimising the most expensive stage (linear partition
 // by dynamic programming: best[k][i] = cheapest max cost of the first i layers in
 // k stages). Stage 0 also pays the embedding, the last stage the head.
-void pp_balanced_split(int L, double layer, double embed, double head, int K, int *layers) {
+void pp_balanced_split(int L, double layer, int D, int V, int K, int *layers) {
+    // Training FLOPs per token of the embedding lookup and of the head: the head of
+    // a large vocabulary weighs like several layers, the lookup almost nothing.
+    const double embed = 2.0 * D, head = 6.0 * (double)V * D;
     double *best = xmalloc(sizeof(double) * (size_t)(K + 1) * (L + 1), "split plan");  // (K+1, L+1)
     int *cut = xmalloc(sizeof(int) * (size_t)(K + 1) * (L + 1), "split plan");         // (K+1, L+1)
 #define BEST(k, i) best[(size_t)(k) * (L + 1) + (i)]
@@ -51,23 +50,22 @@ void pp_balanced_split(int L, double layer, double embed, double head, int K, in
     free(cut);
 }
 
-static void balanced_split(const LlamaModel *m, int S, int K, int *layers) {
-    pp_balanced_split(m->L, layer_cost(m, S), 2.0 * m->D, 6.0 * m->V * m->D, K, layers);  // embed, head
+void pp_parse_layers(const char *spec, int K, int *layers) {
+    for (int k = 0; k < K; k++) {
+        char *end;
+        layers[k] = (int)strtol(spec, &end, 10);
+        spec = *end == ',' ? end + 1 : end;
+    }
 }
 
 static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     const int K = pp->n_virtual;
     int *layers = xmalloc(sizeof(int) * (size_t)K, "split");  // (K) layers per virtual stage
-    if (cfg->parallel.pp_layers[0]) {
-        const char *q = cfg->parallel.pp_layers;  // validated by config_validate
-        for (int k = 0; k < K; k++) {
-            char *end;
-            layers[k] = (int)strtol(q, &end, 10);
-            q = *end == ',' ? end + 1 : end;
-        }
-    } else {
-        balanced_split(m, cfg->training.seq_length, K, layers);
-    }
+    if (cfg->parallel.pp_layers[0])
+        pp_parse_layers(cfg->parallel.pp_layers, K, layers);
+    else
+        pp_balanced_split(m->L, pp_layer_cost(m->D, m->H, m->KV, m->hd, 3, m->F, cfg->training.seq_length), m->D,
+                          m->V, K, layers);
     pp->virt_units = xmalloc(sizeof(StageUnits) * (size_t)K, "stage units");
     for (int k = 0, l = 0; k < K; k++) {
         pp->virt_units[k].u0 = k == 0 ? 0 : 1 + l;

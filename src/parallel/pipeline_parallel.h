@@ -47,9 +47,16 @@ typedef struct {
     int max_slots;
 } Pipeline;
 
+// The balance criterion of the default split: estimated training FLOPs per token
+// of one decoder layer of width D, H/KV heads of hd, an MLP of ffn_mats matrices
+// (3: SwiGLU, 2: GPT's fc1/fc2) of width F, at sequence length S.
+double pp_layer_cost(int D, int H, int KV, int hd, int ffn_mats, int F, int S);
 // Layers of each of K virtual stages, minimising the costliest stage when every
-// layer costs `layer`, stage 0 also `embed` and the last stage also `head`.
-void pp_balanced_split(int L, double layer, double embed, double head, int K, int *layers);
+// layer costs `layer` (pp_layer_cost), stage 0 also the embedding lookup and the
+// last stage also the head of a vocabulary of V.
+void pp_balanced_split(int L, double layer, int D, int V, int K, int *layers);
+// parallel.pp_layers ("3,1,..."; validated by config_validate) -> layers (K).
+void pp_parse_layers(const char *spec, int K, int *layers);
 // The action list of pipeline rank s (of P, v chunks each) for M micro-batches
 // under schedule `name`, written to out (room for 2*M*v); returns its length.
 int pp_schedule_actions(const char *name, int M, int P, int s, int v, PpAction *out);

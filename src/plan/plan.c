@@ -32,26 +32,26 @@ void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
 // kept, keyed by the program's inputs. Single-threaded, like the planner.
 #define SPLIT_MEMO 32
 typedef struct {
-    int L, K;
-    double layer, embed, head;
+    int L, K, D, V;
+    double layer;
     int *layers;  // (K)
 } SplitMemo;
 static SplitMemo split_memo[SPLIT_MEMO];
 static int split_memo_next;
 
-static void split_memoized(int L, double layer, double embed, double head, int K, int *layers) {
+static void split_memoized(int L, double layer, int D, int V, int K, int *layers) {
     for (int i = 0; i < SPLIT_MEMO; i++) {
         const SplitMemo *e = &split_memo[i];
-        if (e->layers && e->L == L && e->K == K && e->layer == layer && e->embed == embed && e->head == head) {
+        if (e->layers && e->L == L && e->K == K && e->layer == layer && e->D == D && e->V == V) {
             memcpy(layers, e->layers, sizeof(int) * (size_t)K);
             return;
         }
     }
-    pp_balanced_split(L, layer, embed, head, K, layers);
+    pp_balanced_split(L, layer, D, V, K, layers);
     SplitMemo *e = &split_memo[split_memo_next];
     split_memo_next = (split_memo_next + 1) % SPLIT_MEMO;
     free(e->layers);
-    *e = (SplitMemo){L, K, layer, embed, head, xmalloc(sizeof(int) * (size_t)K, "split memo")};
+    *e = (SplitMemo){L, K, D, V, layer, xmalloc(sizeof(int) * (size_t)K, "split memo")};
     memcpy(e->layers, layers, sizeof(int) * (size_t)K);
 }
 
@@ -60,19 +60,12 @@ void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
     const int K = l->pp * l->v;
     if (p->base && p->base->parallel.pp_layers[0] && p->base->parallel.pp == l->pp &&
         p->base->parallel.pp_virtual == l->v) {
-        const char *q = p->base->parallel.pp_layers;  // validated by config_validate
-        for (int k = 0; k < K; k++) {
-            char *end;
-            layers[k] = (int)strtol(q, &end, 10);
-            q = *end == ',' ? end + 1 : end;
-        }
+        pp_parse_layers(p->base->parallel.pp_layers, K, layers);
         return;
     }
-    // The trainer's balance criterion (pipeline_parallel.c): training FLOPs per
-    // token of a layer, of the embedding lookup and of the head.
-    const double D = pm->D, hd = D / pm->H;
-    double matmul = D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F;
-    split_memoized(pm->L, 6.0 * matmul + 6.0 * p->seq * D, 2.0 * D, 6.0 * (double)pm->V * D, K, layers);
+    // The trainer's balance criterion (parallel/pipeline_parallel.c).
+    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p->seq);
+    split_memoized(pm->L, layer, pm->D, pm->V, K, layers);
 }
 
 void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
