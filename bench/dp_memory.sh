@@ -4,7 +4,7 @@
 # Rajbhandari et al. (2020): 16Ψ (stage 0), 4Ψ+4Ψ+8Ψ/N (1), 4Ψ+12Ψ/N (2), 16Ψ/N (3).
 #
 # "Measured" is what femtotron's start-up report says every rank allocated
-# (src/parallel/data_parallel.c dp_memory, printed per rank with
+# (src/engines/data_parallel.c, printed per rank with
 # --logging.verbose true); the max over ranks is kept. As a cross-check the peak
 # resident set of every rank is taken with /usr/bin/time (max over ranks): it also
 # holds activations, the batch, code, BLAS and MPI buffers.

@@ -8,7 +8,7 @@
 # Two measurements per run:
 #   - activation bytes: every rank's start-up line "memory (rank R): ... activations
 #     X MiB" (--logging.verbose true): the activation slots the schedule planned,
-#     with their token buffers (src/parallel/pipeline_parallel.c; the gradient
+#     with their token buffers (src/engines/pipeline.c; the gradient
 #     messages between stages are communication buffers, not counted here);
 #   - micro-batches in flight: from the run's trace (logging.trace), per rank and
 #     chunk the most micro-batches whose forward has started and whose backward has

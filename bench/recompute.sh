@@ -9,7 +9,7 @@
 #   - activation bytes measured: the start-up line "memory (rank 0): ...
 #     (activations N bytes)" — every activation buffer allocated before step 1
 #     (src/model/llama.c activation_floats, the token positions, and the token
-#     buffers of src/parallel/pipeline_parallel.c and src/train/trainer.c);
+#     buffers of src/engines/pipeline.c and src/engines/rank.c);
 #   - predicted: L x the per-layer formula (what each mode keeps per layer), plus one
 #     layer's working set in the backward scratch for selective (the lse) and full
 #     (everything but the layer input), plus the terms no mode changes (RoPE tables,

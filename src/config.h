@@ -10,6 +10,32 @@
 
 #define CFG_PATH_MAX 1024
 
+// Options with a fixed set of values are parsed once, when the config is loaded,
+// into these enums; everything downstream (trainer, engines, model, planner) uses
+// the enum. Each has a NULL-terminated table of its spellings, indexed by value
+// (config_keys.c), and a name function for messages.
+//
+// training.recompute — what a layer keeps for its backward (Korthikanti et al. 2022):
+//   none       every buffer its backward reads
+//   selective  the linear layers' inputs and q/k/v; the attention core (its
+//              log-sum-exp) is redone in backward
+//   full       only the layer input; the whole layer is redone in backward
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+// parallel.pp_schedule — engines/pipeline_schedule.h describes each.
+typedef enum { PP_AFAB, PP_1F1B, PP_INTERLEAVED } PpSchedule;
+// parallel.order — rank numbering, outermost dimension first, tp always fastest
+// (dist/grid.h).
+typedef enum { ORDER_DP_PP_CP_TP, ORDER_PP_DP_CP_TP } RankOrder;
+
+extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
+extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", NULL
+extern const char *const RANK_ORDER_NAMES[];   // "dp-pp-cp-tp", "pp-dp-cp-tp", NULL
+const char *recompute_name(Recompute r);
+const char *pp_schedule_name(PpSchedule s);
+const char *rank_order_name(RankOrder o);
+// Index of `name` in a NULL-terminated table of spellings, or -1.
+int config_name_index(const char *const *names, const char *name);
+
 typedef struct {
     // Hugging Face LlamaConfig keys (same names, same meaning).
     int hidden_size;              // D
@@ -46,18 +72,18 @@ typedef struct {
     int threads;           // threads per rank (0 = cores / ranks on the node)
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
     int max_bad_steps;     // stop after this many non-finite steps in a row
-    char recompute[CFG_PATH_MAX];  // activation recomputation: "none", "selective" or "full"
+    Recompute recompute;   // activation recomputation
 } TrainingConfig;
 
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
     bool sequence_parallel;  // norms and residual stream on token shards (tp > 1)
-    char order[CFG_PATH_MAX];  // rank order, outermost first: "dp-pp-cp-tp" or "pp-dp-cp-tp"
+    RankOrder order;     // rank order, outermost first
     double bucket_mb;    // data-parallel gradient bucket size in MiB
     bool overlap;        // reduce gradient buckets during backward (false: after it)
     double timeout_s;    // abort the job when a collective takes longer than this
-    char pp_schedule[CFG_PATH_MAX];  // "1f1b", "afab" or "interleaved"
+    PpSchedule pp_schedule;  // pipeline schedule
     int pp_virtual;      // model chunks per pipeline rank (interleaved schedule)
     char pp_layers[CFG_PATH_MAX];    // "" (balanced) or layers per (virtual) stage, "3,3,2"
     bool auto_layout;    // parallel.auto: the planner picks dp/tp/pp/cp/zero/... for the world size

@@ -13,7 +13,9 @@
 
 #include "config.h"
 
-typedef enum { KT_INT, KT_U64, KT_DOUBLE, KT_BOOL, KT_STRING } KeyType;
+// KT_ENUM: one of a fixed set of spellings (KeyDef.names), stored as the index of
+// the spelling in an int-sized enum field (config.h: Recompute, PpSchedule, ...).
+typedef enum { KT_INT, KT_U64, KT_DOUBLE, KT_BOOL, KT_STRING, KT_ENUM } KeyType;
 
 typedef struct {
     const char *section;
@@ -24,6 +26,7 @@ typedef struct {
     const char *hf_def;  // model keys: transformers' LlamaConfig default, used when
                          // FROM/config.json lacks the key (NULL: no such default)
     const char *help;
+    const char *const *names;  // KT_ENUM: the spellings, NULL-terminated, indexed by value
 } KeyDef;
 
 // The key table (config_keys.c): CFG_NKEYS keys, section by section.

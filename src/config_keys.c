@@ -21,9 +21,29 @@
 #include "util.h"
 
 #define KEY(sec, name, type, def, help) \
-    {#sec, #name, type, offsetof(Config, sec.name), def, NULL, help}
+    {#sec, #name, type, offsetof(Config, sec.name), def, NULL, help, NULL}
 #define MKEY(name, type, def, hf_def, help) \
-    {"model", #name, type, offsetof(Config, model.name), def, hf_def, help}
+    {"model", #name, type, offsetof(Config, model.name), def, hf_def, help, NULL}
+#define EKEY(sec, name, names, def, help) \
+    {#sec, #name, KT_ENUM, offsetof(Config, sec.name), def, NULL, help, names}
+
+// The spellings of the enum-valued keys, indexed by the enum's value (config.h).
+const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
+const char *const PP_SCHEDULE_NAMES[] = {"afab", "1f1b", "interleaved", NULL};
+const char *const RANK_ORDER_NAMES[] = {"dp-pp-cp-tp", "pp-dp-cp-tp", NULL};
+_Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
+                   sizeof(RankOrder) == sizeof(int),
+               "KT_ENUM keys store their value through an int");
+
+const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
+const char *pp_schedule_name(PpSchedule s) { return PP_SCHEDULE_NAMES[s]; }
+const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
+
+int config_name_index(const char *const *names, const char *name) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
 
 const KeyDef CFG_KEYS[] = {
     // Hugging Face LlamaConfig keys. num_key_value_heads has no fixed HF default:
@@ -70,9 +90,9 @@ const KeyDef CFG_KEYS[] = {
     KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = measure GEMM peak)"),
     KEY(training, max_bad_steps, KT_INT, "5",
         "stop after this many steps in a row with a non-finite loss or gradient norm"),
-    KEY(training, recompute, KT_STRING, "none",
-        "activation recomputation: none, selective (attention core redone in backward) or full "
-        "(each layer redone from its input)"),
+    EKEY(training, recompute, RECOMPUTE_NAMES, "none",
+         "activation recomputation: none, selective (attention core redone in backward) or full "
+         "(each layer redone from its input)"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
@@ -81,18 +101,19 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
     KEY(parallel, sequence_parallel, KT_BOOL, "false",
         "with tp > 1: norms, residual adds and the loss input on token shards (all-gather/reduce-scatter)"),
-    KEY(parallel, order, KT_STRING, "dp-pp-cp-tp",
-        "rank order, outermost first (tp fastest): dp-pp-cp-tp or pp-dp-cp-tp"),
+    EKEY(parallel, order, RANK_ORDER_NAMES, "dp-pp-cp-tp",
+         "rank order, outermost first (tp fastest): dp-pp-cp-tp or pp-dp-cp-tp"),
     KEY(parallel, bucket_mb, KT_DOUBLE, "25", "data-parallel gradient bucket size (MiB)"),
     KEY(parallel, overlap, KT_BOOL, "true",
         "reduce each gradient bucket during backward as soon as it is complete (false: after backward)"),
-    KEY(parallel, pp_schedule, KT_STRING, "1f1b", "pipeline schedule: 1f1b, afab (all forwards, then all backwards) or interleaved"),
+    EKEY(parallel, pp_schedule, PP_SCHEDULE_NAMES, "1f1b",
+         "pipeline schedule: 1f1b, afab (all forwards, then all backwards) or interleaved"),
     KEY(parallel, pp_virtual, KT_INT, "1", "model chunks per pipeline rank (interleaved schedule; 1 otherwise)"),
     KEY(parallel, pp_layers, KT_STRING, "",
         "layers per (virtual) pipeline stage, e.g. \"3,3,2\" (\"\" = balance estimated cost)"),
     {"parallel", "auto", KT_BOOL, offsetof(Config, parallel.auto_layout), "false", NULL,
      "let the planner choose dp, tp, pp, cp, zero, micro-batch, schedule and recompute for the "
-     "world size (explicit layout keys are replaced; the choice is printed)"},
+     "world size (explicit layout keys are replaced; the choice is printed)", NULL},
     KEY(parallel, memory_gb, KT_DOUBLE, "0",
         "memory budget per rank for parallel.auto in GiB (0 = this machine's RAM / ranks)"),
     KEY(parallel, profile, KT_STRING, "",
@@ -147,6 +168,7 @@ static const char *type_expect(KeyType t) {
     case KT_DOUBLE: return "a finite number";
     case KT_BOOL: return "true or false";
     case KT_STRING: return "a string";
+    case KT_ENUM: return "one of its names";
     }
     return "?";
 }
@@ -185,6 +207,21 @@ void cfg_die_unknown_key(const char *origin, const char *dotted) {
 }
 
 // ---------------------------------------------------------------- setting values
+
+// An enum key from its spelling; anything else is refused with every spelling listed.
+static void set_enum(void *p, const KeyDef *k, const char *text, const char *origin) {
+    int v = config_name_index(k->names, text);
+    if (v >= 0) {
+        *(int *)p = v;
+        return;
+    }
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; k->names[i] && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s\"%s\"",
+                                 i == 0 ? "" : k->names[i + 1] ? ", " : " or ", k->names[i]);
+    die("%s: %s.%s = \"%s\": must be %s", origin, k->section, k->key, text, list);
+}
 
 // Parse `text` by the key's type into c. Used for the defaults in the table and
 // for command-line overrides, so both accept exactly the same spellings.
@@ -229,6 +266,9 @@ void cfg_set_text(Config *c, const KeyDef *k, const char *text, const char *orig
                 strlen(text), CFG_PATH_MAX - 1);
         memcpy(p, text, strlen(text) + 1);
         return;
+    case KT_ENUM:
+        set_enum(p, k, text, origin);
+        return;
     }
     die("%s: \"%s.%s\" must be %s, got \"%s\"", origin, k->section, k->key, type_expect(k->type), text);
 }
@@ -266,6 +306,10 @@ void cfg_set_json(Config *c, const KeyDef *k, const cJSON *v, const char *origin
         if (!cJSON_IsBool(v)) break;
         *(bool *)p = cJSON_IsTrue(v);
         return;
+    case KT_ENUM:
+        if (!cJSON_IsString(v)) break;
+        set_enum(p, k, v->valuestring, origin);
+        return;
     case KT_STRING:
         if (!cJSON_IsString(v)) break;
         if (strlen(v->valuestring) >= CFG_PATH_MAX)
@@ -277,7 +321,7 @@ void cfg_set_json(Config *c, const KeyDef *k, const cJSON *v, const char *origin
     char *shown = cJSON_PrintUnformatted(v);
     if (shown && strlen(shown) > 40) strcpy(shown + 37, "...");
     die("%s: \"%s\" must be %s (JSON %s), got %s", origin, name, type_expect(k->type),
-        k->type == KT_STRING ? "string" : k->type == KT_BOOL ? "true/false" : "number",
+        k->type == KT_STRING || k->type == KT_ENUM ? "string" : k->type == KT_BOOL ? "true/false" : "number",
         shown ? shown : "?");
 }
 

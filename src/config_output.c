@@ -23,6 +23,7 @@ static const char *type_name(KeyType t) {
     case KT_DOUBLE: return "float";
     case KT_BOOL: return "bool";
     case KT_STRING: return "string";
+    case KT_ENUM: return "enum";
     }
     return "?";
 }
@@ -38,7 +39,7 @@ void config_print_help(void) {
         if (strcmp(k->section, last) != 0) printf("\n%s:\n", last = k->section);
         char name[64], def[40];
         snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-        snprintf(def, sizeof def, k->type == KT_STRING ? "\"%s\"" : "%s", k->def);
+        snprintf(def, sizeof def, k->type == KT_STRING || k->type == KT_ENUM ? "\"%s\"" : "%s", k->def);
         printf("  %-32s %-7s %-8s %s\n", name, type_name(k->type), def, k->help);
     }
 }
@@ -51,6 +52,7 @@ static void add_json_value(cJSON *obj, const KeyDef *k, const char *base, size_t
     case KT_DOUBLE: cJSON_AddNumberToObject(obj, k->key, *(const double *)p); break;
     case KT_BOOL: cJSON_AddBoolToObject(obj, k->key, *(const bool *)p); break;
     case KT_STRING: cJSON_AddStringToObject(obj, k->key, (const char *)p); break;
+    case KT_ENUM: cJSON_AddStringToObject(obj, k->key, k->names[*(const int *)p]); break;
     case KT_U64: {
         uint64_t u = *(const uint64_t *)p;
         if ((double)u <= JSON_MAX_EXACT) {

@@ -66,9 +66,6 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
     need_int_min("training.threads", t->threads, 0);
     need_nonnegative("training.peak_flops", t->peak_flops);
     need_int_min("training.max_bad_steps", t->max_bad_steps, 1);
-    if (strcmp(t->recompute, "none") != 0 && strcmp(t->recompute, "selective") != 0 &&
-        strcmp(t->recompute, "full") != 0)
-        die("training.recompute = \"%s\": must be \"none\", \"selective\" or \"full\"", t->recompute);
 }
 
 static void validate_parallel(const ParallelConfig *p, int world_size) {
@@ -77,17 +74,11 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.pp", p->pp, 1);
     need_int_min("parallel.cp", p->cp, 1);
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
-    if (strcmp(p->order, "dp-pp-cp-tp") != 0 && strcmp(p->order, "pp-dp-cp-tp") != 0)
-        die("parallel.order = \"%s\": must be \"dp-pp-cp-tp\" (default) or \"pp-dp-cp-tp\" "
-            "(pipeline outermost)", p->order);
     need_positive("parallel.bucket_mb", p->bucket_mb);
-    if (strcmp(p->pp_schedule, "1f1b") != 0 && strcmp(p->pp_schedule, "afab") != 0 &&
-        strcmp(p->pp_schedule, "interleaved") != 0)
-        die("parallel.pp_schedule = \"%s\": must be \"1f1b\", \"afab\" or \"interleaved\"", p->pp_schedule);
     need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
-    if (p->pp_virtual > 1 && strcmp(p->pp_schedule, "interleaved") != 0)
+    if (p->pp_virtual > 1 && p->pp_schedule != PP_INTERLEAVED)
         die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" (it is \"%s\")",
-            p->pp_virtual, p->pp_schedule);
+            p->pp_virtual, pp_schedule_name(p->pp_schedule));
     need_positive("parallel.timeout_s", p->timeout_s);
     need_nonnegative("parallel.memory_gb", p->memory_gb);
     long long n = (long long)p->dp * p->tp * p->pp * p->cp;
@@ -124,7 +115,7 @@ static void validate_pipeline(const Config *c) {
     if (chunks > L)
         die("parallel.pp * parallel.pp_virtual = %d * %d = %d pipeline stages but the model has only "
             "%d layers (model.num_hidden_layers): a stage would be empty", p->pp, p->pp_virtual, chunks, L);
-    if (strcmp(p->pp_schedule, "interleaved") == 0 && c->training.grad_acc_steps % p->pp != 0)
+    if (p->pp_schedule == PP_INTERLEAVED && c->training.grad_acc_steps % p->pp != 0)
         die("parallel.pp_schedule \"interleaved\" needs the micro-batches per step "
             "(training.grad_acc_steps = %d) to be a multiple of parallel.pp = %d",
             c->training.grad_acc_steps, p->pp);

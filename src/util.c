@@ -10,15 +10,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/comm.h"
+// Set by the communicator (util_set_job): which rank this process is, in a world
+// of how many, and how to end the whole job. Until then: a lone process.
+static int job_rank = 0, job_size = 1;
+static void (*job_end)(int code) = NULL;
+
+void util_set_job(int rank, int size, void (*end_job)(int code)) {
+    job_rank = rank;
+    job_size = size;
+    job_end = end_job;
+}
+
+__attribute__((noreturn)) static void end_job(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (job_end) job_end(code);
+    exit(code);
+}
 
 // Build the whole line first and write it with one call, so that messages from
 // several ranks sharing a terminal never interleave mid-line.
 static void vreport(const char *kind, const char *fmt, va_list ap, int err) {
     char line[2048];
     size_t n = 0;
-    if (comm_world_size() > 1)
-        n = (size_t)snprintf(line, sizeof line, "femtotron: rank %d: %s: ", comm_world_rank(), kind);
+    if (job_size > 1)
+        n = (size_t)snprintf(line, sizeof line, "femtotron: rank %d: %s: ", job_rank, kind);
     else
         n = (size_t)snprintf(line, sizeof line, "femtotron: %s: ", kind);
     if (n < sizeof line) n += (size_t)vsnprintf(line + n, sizeof line - n, fmt, ap);
@@ -34,7 +50,7 @@ void die(const char *fmt, ...) {
     va_start(ap, fmt);
     vreport("error", fmt, ap, 0);
     va_end(ap);
-    comm_abort(1);
+    end_job(1);
 }
 
 void die_errno(const char *fmt, ...) {
@@ -43,7 +59,7 @@ void die_errno(const char *fmt, ...) {
     va_start(ap, fmt);
     vreport("error", fmt, ap, err);
     va_end(ap);
-    comm_abort(1);
+    end_job(1);
 }
 
 void warn(const char *fmt, ...) {
@@ -111,6 +127,18 @@ void buf_free(void *p) {
 }
 
 size_t mem_allocated(MemKind k) { return (unsigned)k < MEM_KINDS ? mem_counter[k] : 0; }
+
+MemoryReport memory_report(const size_t bytes[MEM_KINDS]) {
+    MemoryReport r = {bytes[MEM_PARAMS], bytes[MEM_GRADS], bytes[MEM_OPTIMIZER],
+                      bytes[MEM_ACTIVATIONS], bytes[MEM_COMM]};
+    return r;
+}
+
+MemoryReport memory_allocated(void) {
+    size_t bytes[MEM_KINDS];
+    for (int k = 0; k < MEM_KINDS; k++) bytes[k] = mem_allocated((MemKind)k);
+    return memory_report(bytes);
+}
 
 void *buf_take(MemTally *plan_only, MemKind k, size_t bytes, const char *what) {
     if (!plan_only) return buf_alloc(k, bytes, what);

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Print "femtotron: error: <message>" to stderr and end the whole job (MPI_Abort
-// when MPI is running, exit(1) otherwise). Never returns.
+// Print "femtotron: error: <message>" to stderr (with the rank in a multi-rank job)
+// and end the whole job (the communicator's abort once util_set_job has been called,
+// exit(1) otherwise). Never returns.
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 // Same as die() but for a failed system call: appends strerror(errno).
@@ -15,12 +16,18 @@ void die_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretu
 // Print "femtotron: warning: ..." to stderr.
 void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The process's place in the job, for die() and warn(): set by the communicator
+// (dist/comm.c, comm_init) once the world exists. end_job must end every rank with
+// the exit code and not return. This callback is util's only edge upwards, so that
+// util depends on nothing (docs/DESIGN.md, "Layers").
+void util_set_job(int rank, int size, void (*end_job)(int code));
+
 // malloc/calloc that die with the requested size and purpose on failure.
 // 64-byte aligned, so AVX-512 loads never straddle a cache line.
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t bytes, const char *what);
 
-// ---- planned buffers (DESIGN.md invariant 3): counted allocations ----
+// ---- planned buffers (docs/DESIGN.md, invariant 3): counted allocations ----
 // Every buffer whose size depends on the model, the batch or the layout is
 // allocated once at start-up with buf_alloc, under one of five kinds:
 //   MEM_PARAMS       the flat parameter buffer (whole, or the ZeRO-3 own parts)
@@ -32,8 +39,9 @@ void *xcalloc(size_t bytes, const char *what);
 //   MEM_COMM         buffers that exist for communication only: the ZeRO-2/3
 //                    gradient and parameter windows, the pipeline's gradient
 //                    send/receive messages
-// The counters are per process (= per rank) and count requested bytes; the
-// memory report (trainer_memory) reads them and plan/memory_rank.c predicts them.
+// The counters are per process (= per rank, a per-process singleton) and count
+// requested bytes; the memory report (memory_allocated) reads them and
+// plan/memory_rank.c predicts them.
 // Small bookkeeping (tables, schedules, request lists, the parameter table) stays
 // on xmalloc; so do transient I/O buffers (checkpoint and safetensors staging),
 // the data loader's shard tables and shuffle permutation (sized by the data set),
@@ -51,6 +59,13 @@ size_t mem_allocated(MemKind k);
 typedef struct {
     size_t bytes[MEM_KINDS];
 } MemTally;
+// Bytes of each kind, by name, for reports.
+typedef struct {
+    size_t params, grads, optimizer, activations, comm;
+} MemoryReport;
+MemoryReport memory_report(const size_t bytes[MEM_KINDS]);
+// MEASURED: what this process has allocated through buf_alloc, by kind.
+MemoryReport memory_allocated(void);
 // The one call through which planned buffers are made, so that allocating and
 // predicting run the same code: with plan_only NULL, buf_alloc(k, bytes, what);
 // otherwise add bytes to plan_only->bytes[k] and return NULL (nothing allocated).

@@ -12,7 +12,7 @@
 //   ckpt_pieces_main overlap DIR  pieces that overlap: must die naming it
 //   ckpt_pieces_main tp T DIR FROM
 //                                 tensor parallel, T | N: rank r is tp rank r % T of
-//                                 llama_build_tp and, with N > T, the N / T ranks of
+//                                 model_tp_shard and, with N > T, the N / T ranks of
 //                                 one tp rank split its flat order unevenly. Saves
 //                                 DIR/tp_untied and DIR/tp_tied (compared with the
 //                                 1-rank reference by the script), then loads FROM's
@@ -185,7 +185,7 @@ static void run_variant(const char *dir, int tied, const char *mode) {
     Config cfg;
     make_config(&cfg, tied);
     LlamaModel model;
-    llama_build(&model, &cfg.model);
+    llama_build(&model, &cfg.model, model_whole());
     size_t n = model.num_elements;
     int r = comm_world_rank(), w = comm_world_size();
     char out[1024];
@@ -290,8 +290,8 @@ static size_t count_wrong_tp(const LlamaModel *m, const size_t *gbase, const Ckp
             if (memcmp(&want, &got, sizeof want) == 0) continue;
             if (!bad)
                 fprintf(stderr, "rank %d: %s (tp %d rank %d): piece %d (kind %d) element %zu "
-                        "(global %lld) is %.9g, expected %.9g\n", comm_world_rank(), what, m->tp,
-                        m->tp_rank, i, (int)p[i].kind, e, (long long)g, got, want);
+                        "(global %lld) is %.9g, expected %.9g\n", comm_world_rank(), what, m->tp.size,
+                        m->tp.rank, i, (int)p[i].kind, e, (long long)g, got, want);
             bad++;
         }
     return bad;
@@ -315,7 +315,7 @@ static void run_tp_variant(int T, const char *dir, const char *from, int tied) {
     Config cfg;
     make_tp_config(&cfg, tied);
     LlamaModel model;
-    llama_build_tp(&model, &cfg.model, T, r % T, 0);
+    llama_build(&model, &cfg.model, model_tp_shard(T, r % T, 0));
     size_t n = model.num_elements, *gbase = make_gbase(&model);
     char out[1024], src[1100], label[64];
     snprintf(label, sizeof label, "%s, %d ranks, tp %d", variant, w, T);
@@ -368,7 +368,7 @@ static void run_tp_variant(int T, const char *dir, const char *from, int tied) {
     free(gbase);
 
     // And into the unsharded model (tp = 1), in random overlapping pieces.
-    llama_build(&model, &cfg.model);
+    llama_build(&model, &cfg.model, model_whole());
     k = load_pieces(got, model.num_elements, r, w);
     checkpoint_load_pieces(src, &model, got, k, NULL);
     report_tp((double)count_wrong(got, k, "checkpoint_load_pieces into tp 1", r), label,
@@ -384,8 +384,8 @@ static void run_tp_bad(const char *dir, const char *mode) {
     make_tp_config(&cfg, 0);
     LlamaModel model;
     int r = comm_world_rank(), mix = strcmp(mode, "tpmix") == 0;
-    if (mix && r == 1) llama_build(&model, &cfg.model);
-    else llama_build_tp(&model, &cfg.model, 2, r % 2, 0);
+    if (mix && r == 1) llama_build(&model, &cfg.model, model_whole());
+    else llama_build(&model, &cfg.model, model_tp_shard(2, r % 2, 0));
     size_t *gbase = make_gbase(&model), n = model.num_elements;
     CkptPiece p = new_tp_piece(&model, gbase, CKPT_PARAMS, !mix && r == 1 ? 1 : 0, n, 1);
     if (mix && r == 1) p.hi = p.lo;  // its part would be written by tp rank 1 of 2
@@ -406,7 +406,7 @@ static void run_bad(const char *dir, const char *mode) {
     Config cfg;
     make_config(&cfg, 0);
     LlamaModel model;
-    llama_build(&model, &cfg.model);
+    llama_build(&model, &cfg.model, model_whole());
     size_t n = model.num_elements, half = n / 2;
     int r = comm_world_rank();
     int gap = strcmp(mode, "gap") == 0;
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
                 Config cfg;
                 make_tp_config(&cfg, tied);
                 LlamaModel model;
-                llama_build(&model, &cfg.model);
+                llama_build(&model, &cfg.model, model_whole());
                 size_t n = model.num_elements;
                 CkptPiece whole[3] = {new_piece(CKPT_PARAMS, 0, n, 1), new_piece(CKPT_EXP_AVG, 0, n, 1),
                                       new_piece(CKPT_EXP_AVG_SQ, 0, n, 1)};

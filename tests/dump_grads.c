@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "dist/comm.h"
+#include "dist/grid.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "train/trainer.h"
@@ -36,22 +37,22 @@ int main(int argc, char **argv) {
     ops_set_threads(cfg.training.threads > 0 ? cfg.training.threads : 1);
 
     Trainer t;
-    trainer_init(&t, &cfg);
+    trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     double loss = trainer_compute_grads(&t, 0);
     printf("loss %.17g\n", loss);
 
-    if (t.dp.grads == NULL || comm_world_size() != 1)
+    if (t.rank.dp.grads == NULL || comm_world_size() != 1)
         die("dump_grads: runs on one rank with parallel.zero 0 or 1 (whole gradient buffer)");
-    StWrite *w = xcalloc(sizeof(StWrite) * (size_t)t.model.n_params, "tensor list");
-    for (int i = 0; i < t.model.n_params; i++) {
-        const ParamInfo *p = &t.model.params[i];
+    StWrite *w = xcalloc(sizeof(StWrite) * (size_t)t.rank.model.n_params, "tensor list");
+    for (int i = 0; i < t.rank.model.n_params; i++) {
+        const ParamInfo *p = &t.rank.model.params[i];
         w[i].name = p->name;
         w[i].ndim = p->ndim;
         w[i].shape[0] = p->shape[0];
         w[i].shape[1] = p->shape[1];
-        w[i].data = t.dp.grads + p->offset;
+        w[i].data = t.rank.dp.grads + p->offset;
     }
-    st_write_f32(out, w, t.model.n_params, NULL, NULL, 0);
+    st_write_f32(out, w, t.rank.model.n_params, NULL, NULL, 0);
     free(w);
     free(rest);
     trainer_free(&t);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "dist/grid.h"
 #include "ops/ops.h"
 #include "plan/memory_rank.h"
 #include "util.h"
@@ -36,9 +37,7 @@ int main(int argc, char **argv) {
         die("plan_memory_main: training.threads must be given (activations depend on it)");
     ops_set_threads(cfg.training.threads);
     for (int r = 0; r < world; r++) {
-        int dp_i, pp_i, cp_i, tp_i;
-        plan_rank_coords(&cfg.parallel, r, &dp_i, &pp_i, &cp_i, &tp_i);
-        MemoryReport m = plan_rank_memory(&cfg, dp_i, pp_i, cp_i, tp_i);
+        MemoryReport m = plan_rank_memory(&cfg, grid_coords(&cfg.parallel, r));
         printf("memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu\n",
                r, m.params, m.grads, m.optimizer, m.activations, m.comm);
     }

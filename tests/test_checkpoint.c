@@ -143,7 +143,7 @@ static void expect_death(const char *what, void (*fn)(void *), void *ctx, const 
 
 static void test_save_load(void) {
     make_cfg(&g_cfg, 2, 11, 0);
-    llama_build(&g_model, &g_cfg.model);
+    llama_build(&g_model, &g_cfg.model, model_whole());
     size_t n = g_model.num_elements;
     g_params = pattern(n, 0.01f, 0.5f);
     g_m = pattern(n, -0.002f, 0.1f);
@@ -316,25 +316,25 @@ static void test_mismatch(void) {
     // Different vocabulary: the embedding's shape differs.
     Config c;
     make_cfg(&c, 2, 12, 0);
-    llama_build(&g_other, &c.model);
+    llama_build(&g_other, &c.model, model_whole());
     expect_death("vocab 12 model loading a vocab 11 checkpoint", child_load_other, NULL,
                  "model.embed_tokens.weight", "[11, 8]");
     llama_free(&g_other);
     // More layers: layer 2's tensors are missing.
     make_cfg(&c, 3, 11, 0);
-    llama_build(&g_other, &c.model);
+    llama_build(&g_other, &c.model, model_whole());
     expect_death("3-layer model loading a 2-layer checkpoint", child_load_other, NULL,
                  "model.layers.2.", "missing");
     llama_free(&g_other);
     // Fewer layers: the checkpoint has tensors the model lacks.
     make_cfg(&c, 1, 11, 0);
-    llama_build(&g_other, &c.model);
+    llama_build(&g_other, &c.model, model_whole());
     expect_death("1-layer model loading a 2-layer checkpoint", child_load_other, NULL,
                  "model.layers.1.", "not part of this model");
     llama_free(&g_other);
     // Tied model: the checkpoint's lm_head.weight has no place in it.
     make_cfg(&c, 2, 11, 1);
-    llama_build(&g_other, &c.model);
+    llama_build(&g_other, &c.model, model_whole());
     expect_death("tied model loading an untied checkpoint", child_load_other, NULL,
                  "lm_head.weight", "not part of this model");
     llama_free(&g_other);
@@ -588,7 +588,7 @@ static void test_hf(void) {
     // Tied model, sharded directory, with HF's rotary buffers as extra tensors.
     make_cfg(&c, 2, 11, 1);
     LlamaModel tied;
-    llama_build(&tied, &c.model);
+    llama_build(&tied, &c.model, model_whole());
     CHECK(llama_find(&tied, "lm_head.weight") == NULL, "tied model has no lm_head.weight parameter");
     float *src = pattern(tied.num_elements, 0.05f, -1.0f), *dst = garbage(tied.num_elements);
     const char *inv[] = {"model.layers.0.self_attn.rotary_emb.inv_freq",
@@ -604,7 +604,7 @@ static void test_hf(void) {
     // Untied model: lm_head present loads; missing is an error.
     make_cfg(&c, 2, 11, 0);
     LlamaModel untied;
-    llama_build(&untied, &c.model);
+    llama_build(&untied, &c.model, model_whole());
     float *usrc = pattern(untied.num_elements, -0.07f, 2.0f), *udst = garbage(untied.num_elements);
     snprintf(dir, sizeof dir, "%s/hf_untied", tmpdir);
     write_hf_dir(dir, &untied, usrc, NULL, NULL, 0, 1);
@@ -638,7 +638,7 @@ static void test_hf(void) {
     // A 3-layer file for a 2-layer config: the extra layer is a config mismatch.
     make_cfg(&c, 3, 11, 0);
     LlamaModel three;
-    llama_build(&three, &c.model);
+    llama_build(&three, &c.model, model_whole());
     float *three_src = pattern(three.num_elements, 0.01f, 0.0f);
     snprintf(dir, sizeof dir, "%s/hf_3layers", tmpdir);
     write_hf_dir(dir, &three, three_src, NULL, NULL, 0, 1);
@@ -649,7 +649,7 @@ static void test_hf(void) {
     // Shape mismatch: vocab 12 weights into a vocab 11 model.
     make_cfg(&c, 2, 12, 0);
     LlamaModel v12;
-    llama_build(&v12, &c.model);
+    llama_build(&v12, &c.model, model_whole());
     float *v12_src = pattern(v12.num_elements, 0.01f, 0.0f);
     snprintf(dir, sizeof dir, "%s/hf_v12", tmpdir);
     write_hf_dir(dir, &v12, v12_src, NULL, NULL, 0, 1);
@@ -783,7 +783,7 @@ static void child_save_tp(void *p) {
     checkpoint_save_pieces((const char *)p, &g_cfg, &g_tp, &pc, 1, &st);
 }
 
-// Tables of llama_build_tp (tp 2 and 3, vocab 257: padding rows on the last tp
+// Tables of model_tp_shard models (tp 2 and 3, vocab 257: padding rows on the last tp
 // rank): Hugging Face BF16 weights and an F32 checkpoint load into every tp rank's
 // slices, whole or in pieces cut inside rows of the column-split tensors and
 // across the padding boundary; one process cannot save a tp > 1 model alone.
@@ -795,7 +795,7 @@ static void test_tp_tables(void) {
     c.model.num_key_value_heads = 6;
     c.model.intermediate_size = 18;
     LlamaModel whole;
-    llama_build(&whole, &c.model);
+    llama_build(&whole, &c.model, model_whole());
     char dir[512], path[1100];
     snprintf(dir, sizeof dir, "%s/hf_bf16", tmpdir);
     mkdir(dir, 0755);
@@ -819,7 +819,7 @@ static void test_tp_tables(void) {
     for (int tp = 2; tp <= 3; tp++)
         for (int r = 0; r < tp; r++) {
             LlamaModel m;
-            llama_build_tp(&m, &c.model, tp, r, 0);
+            llama_build(&m, &c.model, model_tp_shard(tp, r, 0));
             size_t n = m.num_elements, bad = 0, pad = 0;
             float *buf = garbage(n);
             load_hf_weights(dir, &m, buf);
@@ -892,7 +892,7 @@ static void test_tp_tables(void) {
 
     // One process holding tp rank 0 of 2 leaves tp rank 1's slices unwritten.
     g_cfg = c;
-    llama_build_tp(&g_tp, &c.model, 2, 0, 0);
+    llama_build(&g_tp, &c.model, model_tp_shard(2, 0, 0));
     snprintf(ck, sizeof ck, "%s/tp_alone", tmpdir);
     expect_death("a tp = 2 save on one rank", child_save_tp, ck,
                  "of tensor-parallel rank 1's flat order", "written by no rank");

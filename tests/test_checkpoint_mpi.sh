@@ -58,7 +58,7 @@ for np in 1 3 4; do
     done
 done
 
-# Tensor parallel: each rank holds slices (llama_build_tp; vocab 257 and 131 leave
+# Tensor parallel: each rank holds slices (model_tp_shard; vocab 257 and 131 leave
 # padding rows at tp 2 and 3). A tp = 2 save on 2 ranks, a tp = 3 save on 3 and a
 # tp = 2 save by 2 tp groups of 2 on 4 ranks must all equal the 1-rank unsharded
 # checkpoint byte for byte; each run also loads the previous run's checkpoint (tp 2

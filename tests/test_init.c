@@ -47,7 +47,7 @@ int main(void) {
     c.num_attention_heads = 4; c.num_key_value_heads = 2; c.vocab_size = 300;
     c.initializer_range = 0.02; c.rms_norm_eps = 1e-5; c.rope_theta = 1e4;
     LlamaModel m;
-    llama_build(&m, &c);
+    llama_build(&m, &c, model_whole());
     float *whole = xmalloc(sizeof(float) * m.num_elements, "whole");  // (num_elements)
     llama_init_params(&m, whole, 7);
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "parallel/pipeline_parallel.h"
+#include "engines/pipeline_schedule.h"
 #include "plan/pipeline_sim.h"
 #include "plan/plan.h"
 
@@ -45,7 +45,7 @@ static PlanProblem problem(const char *preset, int world, int seq, long long seq
 static void test_bubble(void) {
     // Equal stages: forward f, backward 2f per chunk. The ideal step is M*v*(f+b)
     // per rank; the schedule adds (p-1)/(v*m) of it (Narayanan et al. 2021).
-    const char *scheds[] = {"afab", "1f1b", "interleaved"};
+    const PpSchedule scheds[] = {PP_AFAB, PP_1F1B, PP_INTERLEAVED};
     int cases[][3] = {{2, 4, 1}, {4, 8, 1}, {4, 4, 1}, {8, 16, 1}, {4, 8, 2}, {2, 4, 2}, {4, 12, 3}};
     for (int si = 0; si < 3; si++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -58,18 +58,18 @@ static void test_bubble(void) {
             }
             PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, NULL);
             double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
-            CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", scheds[si], P,
+            CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", pp_schedule_name(scheds[si]), P,
                   M, v, s.makespan, want);
             // The event-driven replay (shared cores) at speed 1 agrees.
             double ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
             PipeSim e = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, ones);
             CHECK(rel_diff(e.makespan, want) < 1e-12, "event replay at speed 1, %s P=%d M=%d v=%d: %.4f = %.4f",
-                  scheds[si], P, M, v, e.makespan, want);
+                  pp_schedule_name(scheds[si]), P, M, v, e.makespan, want);
         }
     // A send adds to every hop of the critical path: 1F1B with P stages pays
     // 2*(P-1) sends at least.
     double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
-    PipeSim a = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.0, NULL), b = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1, NULL);
+    PipeSim a = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.0, NULL), b = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, NULL);
     CHECK(b.makespan - a.makespan >= 2 * 3 * 0.1 - 1e-12, "sends on the critical path: +%.3f s for 6 hops of 0.1 s",
           b.makespan - a.makespan);
     // Processor sharing. Speed 1 for every count of computing ranks is the plain
@@ -79,12 +79,12 @@ static void test_bubble(void) {
     //   1.5-2; rank 1 B alone 2-2.5; rank 0 B with rank 1 B 2.5-3.5; rank 0 B alone
     //   3.5-4: makespan 4 (6 without sharing); rank 0 computes 3 s of wall time.
     const double ones[5] = {1, 1, 1, 1, 1}, halves[3] = {1, 2, 1};
-    PipeSim c = pipeline_simulate("1f1b", 4, 1, 8, fwd, bwd, 0.1, ones);
+    PipeSim c = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, ones);
     CHECK(rel_diff(c.makespan, b.makespan) < 1e-12 && c.busy_wall == c.busy_max,
           "sharing at speed 1 is the plain replay: %.6f = %.6f", c.makespan, b.makespan);
     double unit[2] = {1, 1};
-    PipeSim d = pipeline_simulate("afab", 2, 1, 2, unit, unit, 0.0, NULL);
-    PipeSim e = pipeline_simulate("afab", 2, 1, 2, unit, unit, 0.0, halves);
+    PipeSim d = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, NULL);
+    PipeSim e = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, halves);
     CHECK(rel_diff(d.makespan, 6.0) < 1e-12 && rel_diff(e.makespan, 4.0) < 1e-12,
           "sharing, AFAB 2x2 by hand: makespan %.4f = 4 (plain %.4f = 6)", e.makespan, d.makespan);
     CHECK(rel_diff(e.busy_max, 4.0) < 1e-12 && rel_diff(e.busy_wall, 3.0) < 1e-12,
@@ -93,11 +93,11 @@ static void test_bubble(void) {
     int slots[4];
     int ok = 1;
     for (int s = 0; s < 4; s++) {
-        pipeline_slots("1f1b", 4, 1, 8, s, slots);
+        pipeline_slots(PP_1F1B, 4, 1, 8, s, slots);
         ok &= slots[0] == 4 - s;
     }
     CHECK(ok, "1f1b stage s holds pp - s micro-batches");
-    pipeline_slots("afab", 4, 1, 8, 2, slots);
+    pipeline_slots(PP_AFAB, 4, 1, 8, 2, slots);
     CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
 }
 
@@ -106,7 +106,7 @@ static void test_memory_formulas(void) {
     // on one rank; ZeRO-1/2/3 over N_d ranks.
     PlanProblem p = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     const double psi = plan_total_params(&p.model);
-    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, PP_1F1B, 1, RECOMPUTE_NONE};
     p.world = 1;
     PlanMemory m = plan_memory_mixed(&p, &one);
     CHECK(rel_diff(m.params, 2 * psi) < 1e-12 && rel_diff(m.grads, 2 * psi) < 1e-12 &&
@@ -114,7 +114,7 @@ static void test_memory_formulas(void) {
           "1 rank: params 2Ψ, grads 2Ψ, optimizer 12Ψ (Ψ = %.4g)", psi);
     p.world = 8;
     for (int z = 1; z <= 3; z++) {
-        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, SCHED_1F1B, 1, RECOMPUTE_NONE};
+        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
         PlanMemory mz = plan_memory_mixed(&p, &l);
         double want = z == 1 ? 4 * psi + 12 * psi / 8 : z == 2 ? 2 * psi + 14 * psi / 8 : 16 * psi / 8;
         CHECK(rel_diff(mz.params + mz.grads + mz.optimizer, want) < 1e-12, "ZeRO-%d dp8: model states %.4g = %.4g", z,
@@ -136,7 +136,7 @@ static void test_memory_formulas(void) {
         {8, 1, RECOMPUTE_FULL, 2 * s * b * h / 8},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), SCHED_1F1B, 1, rows[i].rc};
+        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), PP_1F1B, 1, rows[i].rc};
         if (l.dp > 1) l.micro = 1;
         PlanMemory mg = plan_memory_mixed(&g, &l);
         double t = rows[i].tp, head = 2 * s * b * h * (rows[i].sp ? 1 / t : 1) + 4 * s * b * V / t;
@@ -147,7 +147,7 @@ static void test_memory_formulas(void) {
               mg.activations, want);
     }
     // Llama-3.1-8B's own layer count is Korthikanti's 34 s*b*h (+ the fp32 lse).
-    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, SCHED_1F1B, 1, RECOMPUTE_SELECTIVE};
+    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, PP_1F1B, 1, RECOMPUTE_SELECTIVE};
     PlanProblem p8 = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     PlanMemory m8 = plan_memory_mixed(&p8, &l8);
     double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
@@ -165,8 +165,8 @@ static void test_shared_cores(void) {
     PlanProblem own = problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
     two.hw.node_cores = 2;
     many.hw.node_cores = 8;
-    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, SCHED_1F1B, 1, RECOMPUTE_NONE};
-    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
     StepTime a = plan_step_time(&own, &pp4), b = plan_step_time(&two, &pp4), c = plan_step_time(&many, &pp4);
     CHECK(b.total < 0.9 * a.total && c.total == a.total,
           "shared cores: dp2 x pp4 %.4f s < %.4f s unshared (8 cores: %.4f s)", b.total, a.total, c.total);
@@ -192,7 +192,7 @@ static void test_split_memo(void) {
                 int first[16];
                 for (int si = 0; si < 8; si++) {
                     p.seq = 256 << si;
-                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, v, RECOMPUTE_NONE};
+                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? PP_INTERLEAVED : PP_1F1B, v, RECOMPUTE_NONE};
                     int got[16], again[16], want[16];
                     plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
                     plan_split(&p, &l, again);  // a hit
@@ -213,7 +213,7 @@ static void test_step_time(void) {
     // On an ideal machine (every FLOP at the peak, free memory traffic and
     // communication) one rank's step is exactly the model FLOPs: MFU = 1.
     PlanProblem p = problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
-    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
     StepTime t = plan_step_time(&p, &one);
     // plan_flops_per_token counts the causal attention as S (not S+1) per token.
     double attn_fix = 1.0 + 1.0 / 2048 * (6.0 * 32 * 2048 * 960 / plan_flops_per_token(&p.model, 2048));
@@ -235,13 +235,13 @@ static void test_step_time(void) {
     config_defaults(&base);
     base.parallel.overlap = false;
     q.base = &base;  // bucket size and overlap come from the run config
-    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, SCHED_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
     StepTime td = plan_step_time(&q, &dp4);
     double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
     CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
     // The breakdown adds up.
     PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
-    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, SCHED_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
+    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
     StepTime tr = plan_step_time(&r, &l);
     double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
     CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);

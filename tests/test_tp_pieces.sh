@@ -4,7 +4,7 @@
 # column- and row-parallel linear layers, the sequence-parallel norm, the
 # vocab-parallel embedding (padded vocabulary, a rank with an empty slice), the
 # vocab-parallel cross-entropy (large logits, padding columns) and a whole decoder
-# stack built with llama_build_tp (loss and every gradient slice, tied and untied).
+# stack of a model_tp_shard model (loss and every gradient slice, tied and untied).
 # The driver (tests/tp_pieces_main.c) prints one PASS/FAIL line per check on rank 0.
 set -u
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 // tests/tp_pieces_main.c — MPI driver for tests/test_tp_pieces.sh: every
-// tensor-parallel piece (parallel/tensor_parallel.c and the decoder stack built on
-// it) against its 1-rank equivalent, forward and backward, with and without
+// tensor-parallel piece (parallel_layers/tensor_parallel.c and the decoder stack
+// built on it) against its 1-rank equivalent, forward and backward, with and without
 // sequence parallel. Run under `mpirun -np TP`: the whole world is one TP group.
 //
 // Every input is a function of (name, element index) (init_normal), so each rank
@@ -10,18 +10,19 @@
 // one PASS/FAIL line per check.
 //
 // Pieces:
-//   column-parallel linear   tp_gather + local GEMM of a row slice of W; backward:
-//                            input gradient through tp_reduce_start/finish, dW rows
-//   row-parallel linear      local GEMM of a column slice of W + tp_reduce; backward:
-//                            tp_gather of dout, input gradient and dW columns
-//   sequence-parallel norm   rmsnorm on token shards + tp_sum_replicated of dweight
+//   column-parallel linear   tp_gather, tp_column_forward (row slice of W);
+//                            tp_column_backward: input gradient reduced while dW rows
+//                            are computed
+//   row-parallel linear      tp_row_forward (column slice of W + reduction);
+//                            tp_row_backward: input gradient and dW columns
+//   sequence-parallel norm   rmsnorm on token shards + tp_norm_backward's dweight sum
 //   vocab-parallel embedding tp_embedding_forward/backward, V not divisible by tp
 //                            (padding rows), tokens in every shard, a rank whose
 //                            vocab slice is empty
 //   vocab-parallel loss      tp_cross_entropy vs cross_entropy_forward(_backward)
 //                            on the full logits: loss sum, dlogits slices, padding
 //                            columns zero, large logits, want_grads 0 and 1
-//   decoder stack            llama_build_tp vs llama_build with the same weights:
+//   decoder stack            a model_tp_shard model vs model_whole, same weights:
 //                            init slices, loss, every gradient slice (tied and
 //                            untied head, 2 micro-batches accumulated)
 #include <math.h>
@@ -32,10 +33,12 @@
 
 #include "config.h"
 #include "dist/comm.h"
+#include "model/activation_plan.h"
 #include "model/init.h"
 #include "model/llama.h"
+#include "model/param_access.h"
 #include "ops/ops.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel_layers/tensor_parallel.h"
 #include "util.h"
 
 #define SEED 20240611ULL
@@ -119,12 +122,8 @@ static void small_config(ModelConfig *mc, int vocab, int tied) {
 // Column-parallel: y(N, O/tp) = gather(x) @ W[rows o0..]^T; din = reduce(dy @ W_slice).
 static void test_column_linear(int sp) {
     const int N = 16, D = 24, O = 20, Ol = O / g_tp, o0 = g_rank * Ol;
-    ModelConfig mc;
-    small_config(&mc, 37, 0);
-    mc.hidden_size = D;
-    LlamaModel m;
-    llama_build_tp(&m, &mc, g_tp, g_rank, sp);
-    const int Nr = tp_rows(&m, N), n0 = sp ? g_rank * Nr : 0;
+    const TensorParallel tp = tp_group(g_tp, g_rank, sp);
+    const int Nr = tp_rows(&tp, N), n0 = sp ? g_rank * Nr : 0;
     float *X = seeded("col.x", (size_t)N * D, 1.0, 0.0);
     float *W = seeded("col.w", (size_t)O * D, 0.5, 0.0);
     float *dY = seeded("col.dy", (size_t)N * O, 1.0, 0.0);
@@ -134,39 +133,32 @@ static void test_column_linear(int sp) {
 
     float *x = zeros((size_t)Nr * D), *full = zeros((size_t)N * D);
     memcpy(x, X + (size_t)n0 * D, sizeof(float) * (size_t)Nr * D);
-    const float *xin = tp_gather(&m, x, full, N, D);
+    const float *xin = tp_gather(&tp, x, full, N, D);
     report(max_err(xin, D, X, D, N, D), 0.0, "column-parallel sp=%d: tp_gather gives the full input", sp);
     const float *Wl = W + (size_t)o0 * D;  // row slice (Ol, D)
     float *y = zeros((size_t)N * Ol);
-    matmul_forward(y, xin, Wl, N, D, Ol);
+    memset(full, 0, sizeof(float) * (size_t)N * D);
+    tp_column_forward(&tp, y, x, full, Wl, N, D, Ol);
     report(max_err(y, Ol, Y + o0, O, N, Ol), TOL, "column-parallel sp=%d: forward output slice", sp);
 
+    // tp_column_backward: the input gradient's reduction overlapped with the weight gradient.
     float *dy = cols_of(dY, N, O, o0, Ol);
-    float *partial = zeros((size_t)N * D), *din = sp ? zeros((size_t)Nr * D) : partial;
+    float *partial = zeros((size_t)N * D), *din = zeros((size_t)(sp ? Nr : N) * D);
     float *dWl = zeros((size_t)Ol * D);
-    matmul_backward(partial, NULL, dy, xin, Wl, N, D, Ol, 0);
-    CommRequest r = tp_reduce_start(&m, partial, din, N, D);
-    matmul_backward(NULL, dWl, dy, xin, Wl, N, D, Ol, 0);
-    tp_reduce_finish(&r);
+    tp_column_backward(&tp, din, dWl, dy, x, Wl, full, partial, N, D, Ol);
     report(max_err(din, D, dX + (size_t)n0 * D, D, Nr, D), TOL,
            "column-parallel sp=%d: input gradient after tp_reduce (rows %d..%d)", sp, n0, n0 + Nr - 1);
     report(max_err(dWl, D, dW + (size_t)o0 * D, D, Ol, D), TOL,
            "column-parallel sp=%d: weight gradient row slice", sp);
     free(X), free(W), free(dY), free(Y), free(dX), free(dW), free(x), free(full), free(y);
-    free(dy), free(partial), free(dWl);
-    if (sp) free(din);
-    llama_free(&m);
+    free(dy), free(partial), free(dWl), free(din);
 }
 
 // Row-parallel: out = reduce(y[:, k0..] @ W[:, k0..]^T); backward from gather(dout).
 static void test_row_linear(int sp) {
     const int N = 16, D = 24, K = 12, Kl = K / g_tp, k0 = g_rank * Kl;
-    ModelConfig mc;
-    small_config(&mc, 37, 0);
-    mc.hidden_size = D;
-    LlamaModel m;
-    llama_build_tp(&m, &mc, g_tp, g_rank, sp);
-    const int Nr = tp_rows(&m, N), n0 = sp ? g_rank * Nr : 0;
+    const TensorParallel tp = tp_group(g_tp, g_rank, sp);
+    const int Nr = tp_rows(&tp, N), n0 = sp ? g_rank * Nr : 0;
     float *Yf = seeded("row.y", (size_t)N * K, 1.0, 0.0);
     float *W = seeded("row.w", (size_t)D * K, 0.5, 0.0);
     float *dO = seeded("row.dout", (size_t)N * D, 1.0, 0.0);
@@ -175,34 +167,27 @@ static void test_row_linear(int sp) {
     matmul_backward(dYf, dW, dO, Yf, W, N, K, D, 0);
 
     float *y = cols_of(Yf, N, K, k0, Kl), *Wl = cols_of(W, D, K, k0, Kl);
-    float *partial = zeros((size_t)N * D), *out = sp ? zeros((size_t)Nr * D) : partial;
-    matmul_forward(partial, y, Wl, N, Kl, D);
-    tp_reduce(&m, partial, out, N, D);
+    float *partial = zeros((size_t)N * D), *out = zeros((size_t)(sp ? Nr : N) * D);
+    tp_row_forward(&tp, out, y, Wl, partial, N, Kl, D);
     report(max_err(out, D, O + (size_t)n0 * D, D, Nr, D), TOL,
            "row-parallel sp=%d: forward output after tp_reduce (rows %d..%d)", sp, n0, n0 + Nr - 1);
 
     float *dout = zeros((size_t)Nr * D), *full = zeros((size_t)N * D);
     memcpy(dout, dO + (size_t)n0 * D, sizeof(float) * (size_t)Nr * D);
-    const float *dfull = tp_gather(&m, dout, full, N, D);
     float *dy = zeros((size_t)N * Kl), *dWl = zeros((size_t)D * Kl);
-    matmul_backward(dy, dWl, dfull, y, Wl, N, Kl, D, 0);
+    tp_row_backward(&tp, dy, dWl, dout, y, Wl, full, N, Kl, D);
     report(max_err(dy, Kl, dYf + k0, K, N, Kl), TOL, "row-parallel sp=%d: input gradient column slice", sp);
     report(max_err(dWl, Kl, dW + k0, K, D, Kl), TOL, "row-parallel sp=%d: weight gradient column slice", sp);
     free(Yf), free(W), free(dO), free(O), free(dYf), free(dW), free(y), free(Wl), free(partial);
-    free(dout), free(full), free(dy), free(dWl);
-    if (sp) free(out);
-    llama_free(&m);
+    free(dout), free(full), free(dy), free(dWl), free(out);
 }
 
 // Sequence parallel norm: rmsnorm on token shards; the replicated weight's gradient
-// is the sum of the shards' contributions (tp_sum_replicated).
+// is the sum of the shards' contributions (tp_norm_backward).
 static void test_sp_norm(void) {
     const int N = 16, D = 32;
-    ModelConfig mc;
-    small_config(&mc, 37, 0);
-    LlamaModel m;
-    llama_build_tp(&m, &mc, g_tp, g_rank, 1);
-    const int Nr = tp_rows(&m, N), n0 = g_rank * Nr;
+    const TensorParallel tp = tp_group(g_tp, g_rank, 1);
+    const int Nr = tp_rows(&tp, N), n0 = g_rank * Nr;
     float *X = seeded("norm.x", (size_t)N * D, 1.0, 0.3);
     float *w = seeded("norm.w", (size_t)D, 0.2, 1.0);
     float *dY = seeded("norm.dy", (size_t)N * D, 1.0, 0.0);
@@ -211,19 +196,17 @@ static void test_sp_norm(void) {
     rmsnorm_forward(Y, rstd, X, w, N, D, 1e-5f);
     rmsnorm_backward(dX, dw, dY, X, w, rstd, N, D);
     float *y = zeros((size_t)Nr * D), *r = zeros((size_t)Nr), *dx = zeros((size_t)Nr * D);
-    float *dwl = zeros((size_t)D);
+    float *dwl = zeros((size_t)D), *dw_scratch = zeros((size_t)D);
     const float *xs = X + (size_t)n0 * D;
     rmsnorm_forward(y, r, xs, w, Nr, D, 1e-5f);
-    rmsnorm_backward(dx, dwl, dY + (size_t)n0 * D, xs, w, r, Nr, D);
-    tp_sum_replicated(&m, dwl, (size_t)D);
+    tp_norm_backward(&tp, dx, dwl, dY + (size_t)n0 * D, xs, w, r, dw_scratch, Nr, D);
     double e = max_err(y, D, Y + (size_t)n0 * D, D, Nr, D);
     double e2 = max_err(dx, D, dX + (size_t)n0 * D, D, Nr, D);
     report(fmax(e, e2), TOL, "sequence-parallel rmsnorm: output and input gradient on the token shard");
     report(max_err(dwl, D, dw, D, 1, D), TOL,
-           "sequence-parallel rmsnorm: tp_sum_replicated weight gradient = full weight gradient");
+           "sequence-parallel rmsnorm: tp_norm_backward weight gradient = full weight gradient");
     free(X), free(w), free(dY), free(Y), free(rstd), free(dX), free(dw), free(y), free(r), free(dx);
-    free(dwl);
-    llama_free(&m);
+    free(dwl), free(dw_scratch);
 }
 
 // ----------------------------------------------------------- vocab parallel
@@ -235,12 +218,12 @@ static void fill_tokens(int32_t *t, int N, int V, int salt) {
 }
 
 // Rows of vocabulary padding over the whole group (tp * Vl - V).
-static int vocab_padding(const LlamaModel *m) { return m->tp * m->Vl - m->V; }
+static int vocab_padding(const VocabShard *vs, int V) { return g_tp * vs->rows - V; }
 
 // Does every shard with valid rows hold at least one token?
-static int every_shard_hit(const LlamaModel *m, const int32_t *t, int N) {
-    for (int r = 0; r < m->tp; r++) {
-        int lo = r * m->Vl, hi = lo + m->Vl < m->V ? lo + m->Vl : m->V, hit = lo >= hi;
+static int every_shard_hit(const VocabShard *vs, int V, const int32_t *t, int N) {
+    for (int r = 0; r < g_tp; r++) {
+        int lo = r * vs->rows, hi = lo + vs->rows < V ? lo + vs->rows : V, hit = lo >= hi;
         for (int n = 0; n < N; n++) hit |= t[n] >= lo && t[n] < hi;
         if (!hit) return 0;
     }
@@ -249,11 +232,9 @@ static int every_shard_hit(const LlamaModel *m, const int32_t *t, int N) {
 
 static void test_embedding(int V, int sp) {
     const int N = 16, D = 32;
-    ModelConfig mc;
-    small_config(&mc, V, 0);
-    LlamaModel m;
-    llama_build_tp(&m, &mc, g_tp, g_rank, sp);
-    const int Nr = tp_rows(&m, N), n0 = sp ? g_rank * Nr : 0, Vl = m.Vl;
+    const TensorParallel tp = tp_group(g_tp, g_rank, sp);
+    const VocabShard vs = tp_vocab_shard(&tp, V);
+    const int Nr = tp_rows(&tp, N), n0 = sp ? g_rank * Nr : 0, Vl = vs.rows;
     int32_t tok[16];
     fill_tokens(tok, N, V, 0);
     float *T = seeded("emb.table", (size_t)V * D, 1.0, 0.0);
@@ -265,38 +246,35 @@ static void test_embedding(int V, int sp) {
     // This rank's slice (Vl, D); padding rows hold NaN, which must never be read.
     float *t = xmalloc(sizeof(float) * (size_t)Vl * D, "table slice");
     for (size_t i = 0; i < (size_t)Vl * D; i++) t[i] = NAN;
-    if (m.v_valid > 0) memcpy(t, T + (size_t)m.v0 * D, sizeof(float) * (size_t)m.v_valid * D);
+    if (vs.valid > 0) memcpy(t, T + (size_t)vs.v0 * D, sizeof(float) * (size_t)vs.valid * D);
     float *out = zeros((size_t)Nr * D), *full = zeros((size_t)N * D);
-    tp_embedding_forward(&m, out, tok, t, full, N);
-    report(every_shard_hit(&m, tok, N) ? 0.0 : 1.0, 0.0, "embedding V=%d: the tokens hit every shard", V);
+    tp_embedding_forward(&tp, &vs, out, tok, t, full, N, D);
+    report(every_shard_hit(&vs, V, tok, N) ? 0.0 : 1.0, 0.0, "embedding V=%d: the tokens hit every shard", V);
     report(max_err(out, D, O + (size_t)n0 * D, D, Nr, D), 0.0,
            "vocab-parallel embedding V=%d (slices of %d rows, %d padding rows) sp=%d: forward = table lookup",
-           V, Vl, vocab_padding(&m), sp);
+           V, Vl, vocab_padding(&vs, V), sp);
 
     // Backward accumulates into dtable: start from 0.25 everywhere.
     float *dt = xmalloc(sizeof(float) * (size_t)Vl * D, "dtable slice");
     for (size_t i = 0; i < (size_t)Vl * D; i++) dt[i] = 0.25f;
     float *dout = zeros((size_t)Nr * D);
     memcpy(dout, dO + (size_t)n0 * D, sizeof(float) * (size_t)Nr * D);
-    tp_embedding_backward(&m, dt, dout, tok, full, N);
-    for (size_t i = 0; i < (size_t)m.v_valid * D; i++) dt[i] -= 0.25f;
+    tp_embedding_backward(&tp, &vs, dt, dout, tok, full, N, D);
+    for (size_t i = 0; i < (size_t)vs.valid * D; i++) dt[i] -= 0.25f;
     double pad = 0.0;
-    for (size_t i = (size_t)m.v_valid * D; i < (size_t)Vl * D; i++) pad = fmax(pad, fabs(dt[i] - 0.25f));
-    double e = m.v_valid > 0 ? max_err(dt, D, dT + (size_t)m.v0 * D, D, m.v_valid, D) : 0.0;
+    for (size_t i = (size_t)vs.valid * D; i < (size_t)Vl * D; i++) pad = fmax(pad, fabs(dt[i] - 0.25f));
+    double e = vs.valid > 0 ? max_err(dt, D, dT + (size_t)vs.v0 * D, D, vs.valid, D) : 0.0;
     report(e, TOL, "vocab-parallel embedding V=%d sp=%d: backward += scatter of the rows of this slice", V, sp);
     report(pad, 0.0, "vocab-parallel embedding V=%d sp=%d: padding rows of dtable untouched", V, sp);
     free(T), free(dO), free(O), free(dT), free(t), free(out), free(full), free(dt), free(dout);
-    llama_free(&m);
 }
 
 static void test_cross_entropy(int V) {
     const int N = 16;
     const float scale = 1.0f / 16.0f;
-    ModelConfig mc;
-    small_config(&mc, V, 0);
-    LlamaModel m;
-    llama_build_tp(&m, &mc, g_tp, g_rank, 0);
-    const int Vl = m.Vl, v0 = m.v0, valid = m.v_valid;
+    const TensorParallel tp = tp_group(g_tp, g_rank, 0);
+    const VocabShard vs = tp_vocab_shard(&tp, V);
+    const int Vl = vs.rows, v0 = vs.v0, valid = vs.valid;
     int32_t tgt[16];
     fill_tokens(tgt, N, V, 3);
     // Large logits: row n is 1000*n + s_n * N(0,1), s_n alternating sharp (40) and
@@ -317,14 +295,14 @@ static void test_cross_entropy(int V) {
             l[(size_t)n * Vl + j] = j < valid ? L[(size_t)n * V + v0 + j] : NAN;  // padding: NaN
     float *keep = xmalloc(sizeof(float) * (size_t)N * Vl, "copy");
     memcpy(keep, l, sizeof(float) * (size_t)N * Vl);
-    report(every_shard_hit(&m, tgt, N) ? 0.0 : 1.0, 0.0, "cross-entropy V=%d: the targets hit every shard", V);
-    double loss0 = tp_cross_entropy(&m, l, tgt, N, scale, 0, stats);
+    report(every_shard_hit(&vs, V, tgt, N) ? 0.0 : 1.0, 0.0, "cross-entropy V=%d: the targets hit every shard", V);
+    double loss0 = tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 0, stats);
     report(rel_err_scalar(loss0, ref), 1e-6,
            "vocab-parallel cross-entropy V=%d, want_grads 0: loss sum %.9g = cross_entropy_forward %.9g", V,
            loss0, ref);
     report(memcmp(l, keep, sizeof(float) * (size_t)N * Vl) ? 1.0 : 0.0, 0.0,
            "vocab-parallel cross-entropy V=%d, want_grads 0: logits untouched", V);
-    double loss1 = tp_cross_entropy(&m, l, tgt, N, scale, 1, stats);
+    double loss1 = tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 1, stats);
     report(rel_err_scalar(loss1, ref2), 1e-6,
            "vocab-parallel cross-entropy V=%d, want_grads 1: loss sum = cross_entropy_forward_backward", V);
     double lmax[2] = {loss1, -loss1};
@@ -336,9 +314,8 @@ static void test_cross_entropy(int V) {
     for (int n = 0; n < N; n++)
         for (int j = valid; j < Vl; j++) pad = fmax(pad, l[(size_t)n * Vl + j] == 0.0f ? 0.0 : 1.0);
     report(pad, 0.0, "vocab-parallel cross-entropy V=%d: padding columns of dlogits are 0 (%d of them)", V,
-           vocab_padding(&m));
+           vocab_padding(&vs, V));
     free(L), free(dL), free(l), free(stats), free(keep);
-    llama_free(&m);
 }
 
 // ------------------------------------------------------------ decoder stack
@@ -349,8 +326,8 @@ static void test_stack(int sp, int tied) {
     ModelConfig mc;
     small_config(&mc, 37, tied);
     LlamaModel m1, mt;
-    llama_build(&m1, &mc);
-    llama_build_tp(&mt, &mc, g_tp, g_rank, sp);
+    llama_build(&m1, &mc, model_whole());
+    llama_build(&mt, &mc, model_tp_shard(g_tp, g_rank, sp));
     float *p1 = zeros(m1.num_elements), *g1 = zeros(m1.num_elements);
     float *pt = zeros(mt.num_elements), *gt = zeros(mt.num_elements);
     llama_init_params(&m1, p1, SEED);
@@ -438,10 +415,10 @@ int main(int argc, char **argv) {
     ParallelConfig *pc = &c.parallel;
     pc->dp = pc->pp = pc->cp = 1;
     pc->tp = comm_world_size();
-    snprintf(pc->order, sizeof pc->order, "dp-pp-cp-tp");
+    pc->order = ORDER_DP_PP_CP_TP;
     pc->bucket_mb = 25;
     pc->timeout_s = 60;
-    snprintf(pc->pp_schedule, sizeof pc->pp_schedule, "1f1b");
+    pc->pp_schedule = PP_1F1B;
     pc->pp_virtual = 1;
     comm_grid_init(pc);
     ops_set_threads(1);

@@ -12,10 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/grid.h"
 #include "util.h"
 
+// The communicator context: one per process (docs/DESIGN.md, "Per-process
+// singletons"). Nothing outside this file sees MPI.
 static int mpi_up = 0;
-static Grid grid = {1, 1, 1, 1, 0, 0, 0, 0, 0};
 static MPI_Comm groups[GROUP_COUNT];
 static int groups_up = 0;   // the grid's groups (GROUP_DP .. GROUP_DPCP) exist
 static int bench_up = 0;    // GROUP_BENCH was split off (comm_bench_group)
@@ -41,6 +43,7 @@ void comm_init(int *argc, char ***argv) {
     size_t n = (size_t)MAX_REQUESTS * (size_t)comm_world_size();
     slot_counts = xcalloc(n * sizeof(int), "collective counts");
     slot_displs = xcalloc(n * sizeof(int), "collective displacements");
+    util_set_job(comm_world_rank(), comm_world_size(), comm_abort);  // die() ends the job
 }
 
 void comm_finalize(void) {
@@ -53,6 +56,7 @@ void comm_finalize(void) {
     free(slot_displs);
     MPI_Finalize();
     mpi_up = 0;
+    util_set_job(0, 1, NULL);
 }
 
 int comm_world_rank(void) {
@@ -86,48 +90,25 @@ void comm_abort(int code) {
 
 // ---------------------------------------------------------------------- grid
 
-int comm_grid_rank_of(int dp_i, int pp_i, int cp_i, int tp_i) {
-    int outer = grid.pp_outermost ? pp_i * grid.dp + dp_i : dp_i * grid.pp + pp_i;
-    return (outer * grid.cp + cp_i) * grid.tp + tp_i;
-}
-
 void comm_grid_init(const ParallelConfig *p) {
-    grid.dp = p->dp;
-    grid.pp = p->pp;
-    grid.cp = p->cp;
-    grid.tp = p->tp;
-    grid.pp_outermost = strcmp(p->order, "pp-dp-cp-tp") == 0;
     timeout_s = p->timeout_s;
-    int rank = comm_world_rank();
-    grid.tp_i = rank % p->tp;
-    grid.cp_i = rank / p->tp % p->cp;
-    int outer = rank / (p->tp * p->cp);
-    if (grid.pp_outermost) {
-        grid.dp_i = outer % p->dp;
-        grid.pp_i = outer / p->dp;
-    } else {
-        grid.pp_i = outer % p->pp;
-        grid.dp_i = outer / p->pp;
-    }
     if (!mpi_up) return;
     // A group holds the ranks that share every coordinate outside it: the colour
     // is built from those coordinates, the key orders members by their own one.
-    const Grid *g = &grid;
+    const GridCoords g = grid_coords(p, comm_world_rank());
     int colour[GROUP_DPCP + 1] = {
         0,
-        (g->pp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // dp
-        (g->dp_i * g->cp + g->cp_i) * g->tp + g->tp_i,   // pp
-        (g->dp_i * g->pp + g->pp_i) * g->tp + g->tp_i,   // cp
-        (g->dp_i * g->pp + g->pp_i) * g->cp + g->cp_i,   // tp
-        g->pp_i * g->tp + g->tp_i,                       // dp x cp
+        (g.pp * p->cp + g.cp) * p->tp + g.tp,   // dp
+        (g.dp * p->cp + g.cp) * p->tp + g.tp,   // pp
+        (g.dp * p->pp + g.pp) * p->tp + g.tp,   // cp
+        (g.dp * p->pp + g.pp) * p->cp + g.cp,   // tp
+        g.pp * p->tp + g.tp,                    // dp x cp
     };
-    int key[GROUP_DPCP + 1] = {rank, g->dp_i, g->pp_i, g->cp_i, g->tp_i, g->dp_i * g->cp + g->cp_i};
+    int key[GROUP_DPCP + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, grid_dpcp_index(p, g)};
     for (int i = 1; i <= GROUP_DPCP; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
 }
-
-const Grid *comm_grid(void) { return &grid; }
 
 void comm_bench_group(int size) {
     if (size < 1) die("comm_bench_group: size %d must be positive", size);

@@ -1,12 +1,13 @@
-// dist/comm.h — the only interface to the process world. Model and trainer code call
-// these, never MPI directly (DESIGN.md invariant 4).
+// dist/comm.h — the only interface to the process world. Model, engines, parallel
+// layers and trainer call these, never MPI directly (docs/DESIGN.md, invariant 4:
+// communication in one place).
 //
-// The process grid is dp x pp x cp x tp. Ranks are numbered with tp fastest:
-//   order "dp-pp-cp-tp" (default): rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
-//   order "pp-dp-cp-tp":           rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
-// so tensor-parallel ranks share a node and the outermost dimension spans nodes.
+// The process grid is dp x pp x cp x tp, numbered as dist/grid.h says (tp fastest).
 // One communicator per dimension, plus the dp x cp group over which gradients are
 // reduced (context-parallel ranks hold the same weights, as data-parallel ones do).
+// The communicators, the request table and the watchdog's timeout are this
+// process's communicator context, a per-process singleton; grid coordinates are
+// not kept here: whoever needs them computes them with grid_coords.
 #ifndef FEMTOTRON_COMM_H
 #define FEMTOTRON_COMM_H
 
@@ -17,12 +18,6 @@
 // GROUP_BENCH is not part of the grid: `femtotron bench calibrate` sets it with
 // comm_bench_group to time collectives on sub-groups of the world.
 typedef enum { GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_BENCH, GROUP_COUNT } GroupId;
-
-typedef struct {
-    int dp, pp, cp, tp;              // sizes
-    int dp_i, pp_i, cp_i, tp_i;      // this rank's coordinates
-    int pp_outermost;                // order "pp-dp-cp-tp"
-} Grid;
 
 // Initialise MPI (safe to call when launched without mpirun: a 1-rank world).
 void comm_init(int *argc, char ***argv);
@@ -43,16 +38,14 @@ int comm_default_threads(void);
 // End the whole job with this exit code (MPI_Abort when MPI is up). Never returns.
 void comm_abort(int code) __attribute__((noreturn));
 
-// Build the grid and its communicators from a validated parallel config.
-// Every collective below waits at most timeout_s seconds, then aborts the job with
-// a message naming the rank, the operation and the group.
+// Build the grid's communicators from a validated parallel config (grid_coords of
+// this rank decides its groups). Every collective below waits at most
+// p->timeout_s seconds, then aborts the job with a message naming the rank, the
+// operation and the group.
 void comm_grid_init(const ParallelConfig *p);
-const Grid *comm_grid(void);
 int group_rank(GroupId g);
 int group_size(GroupId g);
 const char *group_name(GroupId g);
-// World rank of the member `r` of group g that shares this rank's other coordinates.
-int comm_grid_rank_of(int dp_i, int pp_i, int cp_i, int tp_i);
 
 // Make GROUP_BENCH the blocks of `size` consecutive world ranks (world ranks
 // r*size .. r*size+size-1; the last block is smaller when size does not divide the

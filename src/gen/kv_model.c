@@ -45,7 +45,7 @@ void kv_model_load(KVModel *km, const char *dir, int positions) {
         die("generate: %s/config.json: hidden_size %d, %d heads, %d key/value heads do not make "
             "a Llama attention layout", resolved, mc->hidden_size, mc->num_attention_heads,
             mc->num_key_value_heads);
-    llama_build(&km->m, mc);
+    llama_build(&km->m, mc, model_whole());
     const LlamaModel *m = &km->m;
     km->params = xmalloc(m->num_elements * sizeof(float), "model weights");
     load_hf_weights(resolved, m, km->params);

@@ -44,7 +44,7 @@ void load_hf_weights(const char *dir, const LlamaModel *model, float *params);
 // ---- many ranks: each writes and reads only its own pieces -------------------------
 //
 // Pieces are ranges of the rank's own flat order: the order of its parameter table
-// (ParamInfo.offset / numel), which with tensor parallelism (llama_build_tp) holds a
+// (ParamInfo.offset / numel), which with tensor parallelism (model_tp_shard) holds a
 // slice of each tensor. The files do not depend on that: model.safetensors stores
 // the GLOBAL tensors in table order, contiguously, so global element g of tensor i
 // sits at byte data_start + 4 * (G_i + g), G_i = sum of the global sizes of the

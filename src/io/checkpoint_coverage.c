@@ -49,8 +49,8 @@ void ckpt_gather_pieces(PieceTable *t, const LlamaModel *model, const CkptPiece 
     t->slot = t->head + heads;
     int r = comm_world_rank();
     double *h = t->head + (size_t)r * RANK_HEAD;
-    h[0] = model->tp;
-    h[1] = model->tp_rank;
+    h[0] = model->tp.size;
+    h[1] = model->tp.rank;
     h[2] = (double)model->num_elements;
     double *mine = t->slot + (size_t)r * (size_t)t->per_rank * 3;
     for (int i = 0; i < n_pieces; i++) {
@@ -98,7 +98,7 @@ static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel
     qsort(r, k, sizeof *r, cmp_range);
     const char *kn = CKPT_KIND_NAMES[kind];
     char of[64] = "";  // which flat order, when there are several
-    if (model->tp > 1) snprintf(of, sizeof of, " of tensor-parallel rank %d's flat order", tp_rank);
+    if (model->tp.size > 1) snprintf(of, sizeof of, " of tensor-parallel rank %d's flat order", tp_rank);
     size_t covered = 0;  // [0, covered) is written exactly once so far
     for (size_t i = 0; i < k; i++) {
         if (r[i].lo > covered)
@@ -123,17 +123,17 @@ static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel
 // config, for rank 0 to judge the other ranks' pieces. Returns (tp) tables; without
 // tensor parallelism the one table is the model's own (no rebuild).
 const LlamaModel *ckpt_tp_tables(const LlamaModel *model) {
-    if (model->tp == 1) return model;
-    LlamaModel *tabs = xmalloc((size_t)model->tp * sizeof *tabs, "tensor-parallel tables");  // (tp)
-    for (int tr = 0; tr < model->tp; tr++)
-        llama_build_tp(&tabs[tr], &model->cfg, model->tp, tr, model->sp);
+    if (model->tp.size == 1) return model;
+    LlamaModel *tabs = xmalloc((size_t)model->tp.size * sizeof *tabs, "tensor-parallel tables");  // (tp)
+    for (int tr = 0; tr < model->tp.size; tr++)
+        llama_build(&tabs[tr], &model->cfg, model_tp_shard(model->tp.size, tr, model->tp.sp));
     return tabs;
 }
 
 void ckpt_free_tp_tables(const LlamaModel *tabs, const LlamaModel *model) {
     if (tabs == model) return;
     LlamaModel *own = (LlamaModel *)tabs;  // allocated by ckpt_tp_tables
-    for (int tr = 0; tr < model->tp; tr++) llama_free(&own[tr]);
+    for (int tr = 0; tr < model->tp.size; tr++) llama_free(&own[tr]);
     free(own);
 }
 

@@ -140,12 +140,12 @@ void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel
         // Rank 0 alone judges the partition: one clear message, not one per rank
         // (its die() ends every rank).
         const LlamaModel *tabs = ckpt_tp_tables(model);
-        ckpt_check_tables_agree(&table, tabs, model->tp, where);
+        ckpt_check_tables_agree(&table, tabs, model->tp.size, where);
         size_t G = gbase[model->n_params];
-        ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model->tp, G, where);
+        ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model->tp.size, G, where);
         if (moments) {
-            ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp, G, where);
-            ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp, G, where);
+            ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp.size, G, where);
+            ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp.size, G, where);
         }
         ckpt_free_tp_tables(tabs, model);
         ckpt_begin_save(&sp, dir, model, moments, data_start);

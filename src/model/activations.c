@@ -1,153 +1,9 @@
-// model/activations.c — the activation plan of one pipeline stage: every buffer a
-// micro-batch's forward writes for its backward, and the backward's scratch, with
-// their sizes (activations_bytes, which the planner also calls), their allocation
-// in one arena, and each layer's slots (layer_saved) under recomputation.
+// model/activations.c — views into a stage's activations: a layer slot's saved
+// buffers under the recomputation mode, and the ring-attention workspace.
 #include "model/activations.h"
 
-#include <stdlib.h>
-#include <string.h>
-
-#include "ops/ops.h"
-#include "parallel/context_parallel.h"
-#include "parallel/tensor_parallel.h"
-#include "util.h"
-
-Recompute recompute_from_name(const char *name) {
-    if (strcmp(name, "selective") == 0) return RECOMPUTE_SELECTIVE;
-    if (strcmp(name, "full") == 0) return RECOMPUTE_FULL;
-    return RECOMPUTE_NONE;
-}
-
-StageUnits llama_all_units(const LlamaModel *m) {
-    StageUnits su = {0, m->L + 1};
-    return su;
-}
-
-// The activation plan: every buffer and its size in floats. With a->arena set the
-// buffers are carved out of it in this order; either way the total is returned.
-// Scratch buffers are planned only when with_scratch is set.
-// Recomputation (m->recompute) decides how many layer slots the saved buffers have:
-// nl (one per layer), or one working layer that belongs to the shared scratch — the
-// lse under selective, everything but the residual stream under full.
-static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *a,
-                                int with_scratch) {
-    const size_t N = (size_t)B * S, Nr = (size_t)tp_rows(m, B * S), D = m->D, Fl = m->Fl;
-    const size_t nl = (size_t)a->nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
-    const size_t A = (size_t)m->Hl * m->hd, R = (size_t)B * m->Hl * S, half = (size_t)m->hd / 2;
-    const size_t kvw = 2 * (size_t)m->KVl * m->hd, ring = m->cp > 1 ? 2 * N * 2 * kvw + 2 * N * kvw : 0;
-    const size_t head = a->has_head ? 1 : 0, scr = with_scratch ? 1 : 0;
-    const size_t tps = with_scratch && m->tp > 1 ? 1 : 0;
-    const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
-    const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
-    struct {
-        float **ptr;
-        size_t n;
-    } plan[] = {
-        {&a->cos_t, S * half},          {&a->sin_t, S * half},
-        {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nk * Nr * D},
-        {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
-        {&a->lse, nlse * R},            {&a->attn, nk * N * A},
-        {&a->resid_mid, nk * Nr * D},   {&a->ln2, nk * Nr * D},
-        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fl},
-        {&a->mlp_h, nk * N * Fl},       {&a->lnf, head * Nr * D},
-        {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
-        {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
-        {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
-        {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
-        {&a->att_scratch, scr * attention_scratch_floats()}, {&a->ring, scr * ring},
-        {&a->dgu, scr * N * 2 * Fl},    {&a->dbuf_i, scr * N * (Fl > A ? Fl : A)},
-        {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
-        {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},
-    };
-    size_t total = 0;
-    float *base = a->arena;  // NULL when only counting
-    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
-        size_t n = (plan[i].n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
-        if (base && plan[i].n) *plan[i].ptr = base + total;
-        total += n;
-    }
-    return total;
-}
-
-static void stage_shape(Activations *a, const LlamaModel *m, StageUnits su) {
-    a->has_embed = su.u0 == 0;
-    a->has_head = su.u1 == m->L + 1;
-    int first_layer = su.u0 == 0 ? 0 : su.u0 - 1;
-    int last_layer = su.u1 == m->L + 1 ? m->L - 1 : su.u1 - 1;
-    a->l0 = first_layer;
-    a->nl = last_layer - first_layer + 1;
-}
-
-size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch) {
-    Activations tmp;
-    memset(&tmp, 0, sizeof tmp);
-    stage_shape(&tmp, m, su);
-    return activation_floats(m, B, S, &tmp, with_scratch) * sizeof(float);
-}
-
-// The position tables next to the arena: pos_of (cp, S) then pos (S), one block.
-static size_t positions_bytes(const LlamaModel *m, int S) {
-    return sizeof(int) * (size_t)S * (size_t)(m->cp + 1);
-}
-
-size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch) {
-    return activations_bytes(m, su, B, S, with_scratch) + positions_bytes(m, S);
-}
-
-void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
-                       double rope_theta, const Activations *share_scratch) {
-    memset(a, 0, sizeof *a);
-    a->B = B;
-    a->S = S;
-    stage_shape(a, m, su);
-    a->bytes = activations_bytes(m, su, B, S, share_scratch == NULL);
-    a->arena = buf_alloc(MEM_ACTIVATIONS, a->bytes, "activations");
-    activation_floats(m, B, S, a, share_scratch == NULL);
-    if (share_scratch) {
-        a->dresid = share_scratch->dresid;
-        a->dbuf_d = share_scratch->dbuf_d;
-        a->dqkv = share_scratch->dqkv;
-        a->att_m = share_scratch->att_m;
-        a->att_l = share_scratch->att_l;
-        a->att_rowdot = share_scratch->att_rowdot;
-        a->att_scratch = share_scratch->att_scratch;
-        a->ring = share_scratch->ring;
-        a->dgu = share_scratch->dgu;
-        a->dbuf_i = share_scratch->dbuf_i;
-        a->tp_full = share_scratch->tp_full;
-        a->tp_partial = share_scratch->tp_partial;
-        a->tp_stats = share_scratch->tp_stats;
-        a->tp_dw = share_scratch->tp_dw;
-        if (m->recompute != RECOMPUTE_NONE) a->lse = share_scratch->lse;  // the working layer
-        if (m->recompute == RECOMPUTE_FULL) {
-            a->ln1 = share_scratch->ln1;
-            a->ln1_rstd = share_scratch->ln1_rstd;
-            a->qkv = share_scratch->qkv;
-            a->attn = share_scratch->attn;
-            a->resid_mid = share_scratch->resid_mid;
-            a->ln2 = share_scratch->ln2;
-            a->ln2_rstd = share_scratch->ln2_rstd;
-            a->gu = share_scratch->gu;
-            a->mlp_h = share_scratch->mlp_h;
-        }
-    }
-    // Global positions of the local tokens (zigzag chunks under context parallelism),
-    // for RoPE and for the causal mask.
-    a->pos_of = buf_alloc(MEM_ACTIVATIONS, positions_bytes(m, S), "token positions");  // (cp + 1, S)
-    a->pos = a->pos_of + (size_t)m->cp * S;  // (S) the last row: this rank's own positions
-    for (int r = 0; r < m->cp; r++) cp_positions(S * m->cp, m->cp, r, a->pos_of + (size_t)r * S);
-    memcpy(a->pos, a->pos_of + (size_t)m->cp_rank * S, sizeof(int) * (size_t)S);
-    rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, rope_theta);
-}
-
-void activations_free(Activations *a) {
-    buf_free(a->pos_of);  // pos lives in the same block
-    buf_free(a->arena);
-    memset(a, 0, sizeof *a);
-}
-
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
-    const size_t N = (size_t)a->B * a->S, Nr = (size_t)tp_rows(m, a->B * a->S), D = m->D;
+    const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
     const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->Fl;
     const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
@@ -167,4 +23,14 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
         .out = a->resid + (size_t)(i + 1) * Nr * D,
     };
     return s;
+}
+
+RingAttention activations_ring(const LlamaModel *m, const Activations *a) {
+    RingAttention ra = {
+        .B = a->B, .S = a->S, .H = m->Hl, .KV = m->KVl, .hd = m->hd,
+        .pos = a->pos, .pos_of = a->pos_of,
+        .m = a->att_m, .l = a->att_l, .rowdot = a->att_rowdot,
+        .scratch = a->att_scratch, .ring = a->ring,
+    };
+    return ra;
 }

@@ -1,20 +1,73 @@
-// model/activations.h — the layer buffers a backward reads (model/activations.c
-// plans and allocates them; model/llama.c's forward writes them, its backward
-// reads them).
+// model/activations.h — the buffers one micro-batch's forward writes on one stage
+// for its backward, and the backward's scratch. model/activation_plan.c sizes and
+// allocates them (once, before step 1); model/llama.c's forward writes them and its
+// backward reads them. Shape letters: model/llama.h.
+//
+// Layer slots are local to the stage (slot i = layer l0 + i). Several in-flight
+// micro-batches (pipeline schedules) each get their own saved buffers and share one
+// set of backward scratch buffers. Shapes are per rank: with tensor parallelism
+// Hl = H/tp heads, Fl = F/tp, Vl vocab rows, Nr = N/tp rows of the residual stream
+// with sequence parallel (else N); with context parallelism S is this rank's share
+// of each sequence (seq_length / cp, two zigzag chunks).
+// Recomputation (LlamaModel.recompute) sets how many layer slots are kept:
+//   none       every layer buffer below, nk = nlse = nl
+//   selective  all but lse (nlse = 1): one layer's lse in the shared scratch, rebuilt
+//              by re-running the layer's attention in its backward
+//   full       only resid (nk = nlse = 1): ln1 .. mlp_h are ONE layer's working set in
+//              the shared scratch, rebuilt by re-running the layer forward in its backward
+// Buffers with a single slot belong to the scratch: the micro-batches share them.
 #ifndef FEMTOTRON_ACTIVATIONS_H
 #define FEMTOTRON_ACTIVATIONS_H
 
 #include "model/llama.h"
 
-// The buffers layer i's backward reads, written by its forward: the layer's own
+typedef struct Activations {
+    int B, S;
+    int l0, nl;              // first layer and number of layers of the stage
+    int has_embed, has_head; // first / last stage
+    float *arena;            // one allocation holding every buffer this struct owns
+    float *cos_t, *sin_t;    // (S, hd/2) RoPE tables
+    float *resid;            // (nl+1, Nr, D) residual stream entering each layer; slot nl = output
+    float *ln1, *ln1_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *qkv;              // (nk, N, (Hl+2KVl)*hd) after RoPE
+    float *lse;              // (nlse, B, Hl, S) log-sum-exp of each attention row
+    float *attn;             // (nk, N, A) attention output (o_proj input)
+    float *resid_mid;        // (nk, Nr, D) residual after attention
+    float *ln2, *ln2_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *gu;               // (nk, N, 2Fl) gate|up pre-activations
+    float *mlp_h;            // (nk, N, Fl) silu(gate)*up (down_proj input)
+    float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only
+    float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
+    // backward scratch (shared between in-flight micro-batches)
+    float *dresid;           // (Nr, D) gradient of the residual stream
+    float *dbuf_d;           // (Nr, D) a block's input gradient before the residual add
+    float *dqkv;             // (N, (Hl+2KVl)*hd)
+    float *att_m, *att_l;    // (B, Hl, S) running max and sum of the online softmax
+    float *att_rowdot;       // (B, Hl, S) sum(dout * out) per attention row
+    float *att_scratch;      // (attention_scratch_floats) per-thread tiles
+    float *ring;             // (cp_ring_floats) cp > 1: ring blocks + homing messages
+    int *pos;                // (S) global position of each local token
+    int *pos_of;             // (cp, S) positions of every cp rank's tokens
+    float *dgu;              // (N, 2Fl)
+    float *dbuf_i;           // (N, max(Fl, A)): the gradient entering SwiGLU (N, Fl),
+                             // then the attention output's (N, A)
+    // tensor-parallel scratch (tp > 1 only)
+    float *tp_full;          // (N, D) a gathered activation
+    float *tp_partial;       // (N, D) a partial sum before its reduction
+    float *tp_stats;         // (3N) vocab-parallel loss statistics
+    float *tp_dw;            // (D) a norm weight's gradient contribution (sequence parallel)
+    size_t bytes;            // bytes of the arena
+} Activations;
+
+// The buffers layer slot i's backward reads, written by its forward: the layer's own
 // slots, or the one working layer in the shared scratch for what recomputation
-// drops (see Activations in llama.h). The residual stream is kept per layer always.
+// drops. The residual stream is kept per layer always.
 typedef struct {
     float *x;                 // (Nr, D) layer input
     float *ln1, *ln1_rstd;    // (Nr, D), (Nr)
     float *qkv;               // (N, (Hl+2KVl)*hd) local heads, after RoPE
     float *lse;               // (B, Hl, S)
-    float *attn;              // (N, Hl*hd)
+    float *attn;              // (N, A)
     float *mid;               // (Nr, D) residual after attention
     float *ln2, *ln2_rstd;    // (Nr, D), (Nr)
     float *gu;                // (N, 2Fl)
@@ -24,5 +77,8 @@ typedef struct {
 
 // Layer slot i's buffers in a.
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i);
+
+// The ring attention view of a's attention buffers (parallel_layers/context_parallel.h).
+RingAttention activations_ring(const LlamaModel *m, const Activations *a);
 
 #endif

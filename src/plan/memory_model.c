@@ -69,7 +69,7 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K)
     int *slots = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
     plan_split(p, l, layers);
-    const char *sched = plan_schedule_name(l->sched);
+    const PpSchedule sched = l->sched;
     PlanMemory worst = {0, 0, 0, 0, 0, 0};
     for (int st = 0; st < l->pp; st++) {
         pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);

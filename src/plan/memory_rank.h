@@ -7,20 +7,17 @@
 #define FEMTOTRON_MEMORY_RANK_H
 
 #include "config.h"
-#include "train/trainer.h"  // MemoryReport: params, grads, optimizer, activations, comm
-
-// Grid coordinates of world rank `rank` under p->order: the numbering of
-// dist/comm.h (tp fastest; "dp-pp-cp-tp" or "pp-dp-cp-tp"), computed without MPI.
-void plan_rank_coords(const ParallelConfig *p, int rank, int *dp_i, int *pp_i, int *cp_i, int *tp_i);
+#include "dist/grid.h"
+#include "util.h"  // MemoryReport: params, grads, optimizer, activations, comm
 
 // Bytes of each kind of planned buffer (util.h: MemKind) that the rank at grid
-// coordinates (dp_i, pp_i, cp_i, tp_i) allocates in trainer_init, for a config
+// coordinates `at` allocates in trainer_init (engines/rank.h), for a config
 // that config_validate has accepted (grad_acc_steps derived). Pure: no MPI, no
 // buffer allocated (small planning tables only, freed before it returns).
 // Activations include the attention kernel's per-thread tiles, sized for the
 // OpenMP thread count in effect: call ops_set_threads(training.threads) first, as
 // `femtotron train` does.
-MemoryReport plan_rank_memory(const Config *cfg, int dp_i, int pp_i, int cp_i, int tp_i);
+MemoryReport plan_rank_memory(const Config *cfg, GridCoords at);
 
 // Sum of the five categories.
 size_t plan_memory_total(const MemoryReport *r);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "parallel/pipeline_parallel.h"
+#include "engines/pipeline_schedule.h"
 #include "util.h"
 
 // Time of the input of rank s's next action a (its dependency's end plus the
@@ -122,7 +122,7 @@ static double replay_shared(Replay *r, const double *speed) {
     return makespan;
 }
 
-PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
+PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
                           const double *bwd, double send_s, const double *speed) {
     Replay r = {P, v, M, P * v, fwd, bwd, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     r.acts = xmalloc(sizeof(PpAction *) * (size_t)P, "pipeline replay");
@@ -139,7 +139,7 @@ PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *
     }
     PipeSim out = {speed ? replay_shared(&r, speed) : replay_dedicated(&r), 0.0, 0.0, 0};
     for (int s = 0; s < P; s++) {
-        if (r.next[s] < r.n[s]) die("pipeline replay: schedule %s deadlocks at rank %d", sched, s);
+        if (r.next[s] < r.n[s]) die("pipeline replay: schedule %s deadlocks at rank %d", pp_schedule_name(sched), s);
         if (r.busy[s] > out.busy_max) {
             out.busy_max = r.busy[s];
             out.busy_wall = r.wall[s];
@@ -157,7 +157,7 @@ PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *
     return out;
 }
 
-void pipeline_slots(const char *sched, int P, int v, int M, int s, int *slots) {
+void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, int *slots) {
     PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "pipeline slots");  // (2Mv)
     int na = pp_schedule_actions(sched, M, P, s, v, acts);
     pp_count_slots(acts, na, v, slots);

@@ -1,6 +1,6 @@
 // plan/pipeline_sim.h — critical-path replay of a pipeline schedule.
 //
-// Each pipeline rank runs its action list (parallel/pipeline_parallel.c builds
+// Each pipeline rank runs its action list (engines/pipeline_schedule.c builds
 // it: the same lists the trainer executes) one action at a time; a forward of
 // virtual stage k waits for the forward of stage k-1 plus the send time, a
 // backward for the backward of stage k+1 (or its own forward on the last stage).
@@ -12,6 +12,8 @@
 #ifndef FEMTOTRON_PIPELINE_SIM_H
 #define FEMTOTRON_PIPELINE_SIM_H
 
+#include "config.h"
+
 typedef struct {
     double makespan;       // s from the first forward to the last backward
     double busy_max;       // busiest rank's action time (nominal)
@@ -19,17 +21,16 @@ typedef struct {
     int busiest;           // its pipeline rank
 } PipeSim;
 
-// P ranks, v chunks each, M micro-batches, schedule name "afab" | "1f1b" |
-// "interleaved". fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
+// P ranks, v chunks each, M micro-batches, schedule `sched`. fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
 // virtual stage k (P*v entries); send_s: seconds of one activation (or gradient)
 // message between neighbouring stages; speed (P+1 entries, or NULL for 1): the
 // rate factor of each computing rank while speed's index of them compute. Busy
 // times stay nominal (fwd/bwd sums).
-PipeSim pipeline_simulate(const char *sched, int P, int v, int M, const double *fwd,
+PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
                           const double *bwd, double send_s, const double *speed);
 
 // Most micro-batches chunk c of pipeline rank s holds at once under the schedule
 // (what the trainer allocates activation slots for): slots[c] for c < v.
-void pipeline_slots(const char *sched, int P, int v, int M, int s, int *slots);
+void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, int *slots);
 
 #endif

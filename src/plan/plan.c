@@ -6,21 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/pipeline_parallel.h"
+#include "engines/pipeline_schedule.h"
 #include "util.h"
-
-const char *plan_schedule_name(PlanSchedule s) {
-    return s == SCHED_AFAB ? "afab" : s == SCHED_INTERLEAVED ? "interleaved" : "1f1b";
-}
-
-static const char *recompute_name(Recompute r) {
-    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
-}
 
 void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
     char sched[32] = "";
     if (l->pp > 1)
-        snprintf(sched, sizeof sched, " %s%s", plan_schedule_name(l->sched),
+        snprintf(sched, sizeof sched, " %s%s", pp_schedule_name(l->sched),
                  l->v > 1 ? (l->v == 2 ? "x2" : l->v == 3 ? "x3" : "x4+") : "");
     snprintf(buf, n, "dp%d tp%d%s pp%d%s cp%d z%d mbs%d M%d rc:%s", l->dp, l->tp, l->sp ? "sp" : "", l->pp,
              sched, l->cp, l->zero, l->mbs, l->micro, recompute_name(l->recompute));
@@ -63,7 +55,7 @@ void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
         pp_parse_layers(p->base->parallel.pp_layers, K, layers);
         return;
     }
-    // The trainer's balance criterion (parallel/pipeline_parallel.c).
+    // The trainer's balance criterion (engines/pipeline_schedule.c).
     double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p->seq);
     split_memoized(pm->L, layer, pm->D, pm->V, K, layers);
 }
@@ -77,13 +69,13 @@ void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
     pc->cp = l->cp;
     pc->zero = l->zero;
     pc->sequence_parallel = l->sp;
-    snprintf(pc->pp_schedule, sizeof pc->pp_schedule, "%s", plan_schedule_name(l->sched));
+    pc->pp_schedule = l->sched;
     pc->pp_virtual = l->v;
     if (!(p->base->parallel.pp == l->pp && p->base->parallel.pp_virtual == l->v)) pc->pp_layers[0] = '\0';
     c->training.micro_batch_size = l->mbs;
     c->training.grad_acc_steps = l->micro;
     c->training.global_batch_size = (int)p->global_seqs;
-    snprintf(c->training.recompute, sizeof c->training.recompute, "%s", recompute_name(l->recompute));
+    c->training.recompute = l->recompute;
 }
 
 PlanMemory plan_memory(const PlanProblem *p, const PlanLayout *l) {
@@ -111,7 +103,7 @@ static int layout_valid(const PlanProblem *p, const PlanLayout *l) {
     if (own ? pm->KV % l->tp : (pm->KV % l->tp && l->tp % pm->KV)) return 0;
     if (l->cp > 1 && p->seq % (2 * l->cp)) return 0;
     if (l->pp * l->v > pm->L) return 0;
-    if (l->sched == SCHED_INTERLEAVED && l->micro % l->pp) return 0;
+    if (l->sched == PP_INTERLEAVED && l->micro % l->pp) return 0;
     if (l->sp && ((long long)l->mbs * (p->seq / l->cp)) % l->tp) return 0;
     if (own && pm->tied && l->pp > 1) return 0;
     if (l->dp * l->cp == 1 && l->zero > 0) return 0;  // nothing to shard over
@@ -141,14 +133,14 @@ int plan_search(const PlanProblem *p, PlanResult **out) {
                 for (int mbs = 1; mbs <= 16 && (p->global_seqs / dp) % mbs == 0; mbs *= 2) {
                     const int M = (int)(p->global_seqs / dp / mbs);
                     for (int sched = 0; sched < 3; sched++) {
-                        if (pp == 1 && sched != SCHED_1F1B) continue;
-                        for (int v = 1; v <= (sched == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
-                            if (sched == SCHED_INTERLEAVED && v == 1) continue;
+                        if (pp == 1 && sched != PP_1F1B) continue;
+                        for (int v = 1; v <= (sched == PP_INTERLEAVED ? 4 : 1); v *= 2) {
+                            if (sched == PP_INTERLEAVED && v == 1) continue;
                             for (int zero = 0; zero <= 3; zero++)
                                 for (int sp = 0; sp <= (tp > 1); sp++)
                                     for (int rc = 0; rc < 3; rc++) {
                                         PlanLayout l = {dp, tp, pp, cp, zero, sp, mbs, M,
-                                                        (PlanSchedule)sched, v, (Recompute)rc};
+                                                        (PpSchedule)sched, v, (Recompute)rc};
                                         if (!layout_valid(p, &l)) continue;
                                         if (n == cap) {
                                             cap *= 2;

@@ -9,8 +9,6 @@
 #include "plan/hardware.h"
 #include "plan/plan_model.h"
 
-typedef enum { SCHED_AFAB, SCHED_1F1B, SCHED_INTERLEAVED } PlanSchedule;
-
 // One candidate layout. Micro-batches per step = global sequences / (dp * mbs).
 typedef struct {
     int dp, tp, pp, cp;
@@ -18,9 +16,9 @@ typedef struct {
     int sp;               // sequence parallel (tp > 1)
     int mbs;              // sequences per micro-batch per data-parallel rank
     int micro;            // micro-batches per step (M)
-    PlanSchedule sched;
+    PpSchedule sched;     // parallel.pp_schedule (config.h)
     int v;                // model chunks per pipeline rank (interleaved), else 1
-    Recompute recompute;
+    Recompute recompute;  // training.recompute (config.h)
 } PlanLayout;
 
 // What the planner is asked about.
@@ -65,7 +63,6 @@ typedef struct {
 
 // Human name of a layout, e.g. "dp2 tp2 sp pp2 1f1b cp1 z1 mbs1 M8 sel".
 void plan_layout_name(const PlanLayout *l, char *buf, size_t n);
-const char *plan_schedule_name(PlanSchedule s);
 
 // Memory of the most loaded rank: femtotron's own fp32 allocation plan when
 // p->hw.bytes_per_value == 4 (exact, plan/memory_rank.c), else the bf16
@@ -91,7 +88,7 @@ void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *out);
 
 // Layers of each of the pp*v virtual stages, the split the trainer uses
 // (balanced estimated cost, the first stage also paying the embedding, the last
-// the head; parallel/pipeline_parallel.c).
+// the head; engines/pipeline_schedule.c).
 void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers);
 
 #endif

@@ -1,6 +1,6 @@
 // plan/plan_cmd.c — `femtotron plan`: the ranked table of layouts, the winner
-// explained; `--layout` evaluates one given layout; `train --parallel.auto`
-// asks the same search for the fastest layout that fits.
+// explained; `--layout` evaluates one given layout. (`train --parallel.auto` asks
+// the same search for the fastest layout that fits: plan/plan_auto.c.)
 #define _DEFAULT_SOURCE  // sysconf page counts
 #include "plan/plan_cmd.h"
 
@@ -61,15 +61,14 @@ void plan_parse_layout(PlanLayout *l, const char *text) {
         if (!eq) die("--layout: \"%s\" is not key=value", tok);
         *eq = '\0';
         const char *k = tok, *v = eq + 1;
-        if (strcmp(k, "sched") == 0) {
-            if (strcmp(v, "afab") == 0) l->sched = SCHED_AFAB;
-            else if (strcmp(v, "1f1b") == 0) l->sched = SCHED_1F1B;
-            else if (strcmp(v, "interleaved") == 0) l->sched = SCHED_INTERLEAVED;
-            else die("--layout: sched=%s: must be afab, 1f1b or interleaved", v);
-        } else if (strcmp(k, "recompute") == 0) {
-            if (strcmp(v, "none") && strcmp(v, "selective") && strcmp(v, "full"))
-                die("--layout: recompute=%s: must be none, selective or full", v);
-            l->recompute = recompute_from_name(v);
+        if (strcmp(k, "sched") == 0) {  // the spellings of parallel.pp_schedule
+            int sched = config_name_index(PP_SCHEDULE_NAMES, v);
+            if (sched < 0) die("--layout: sched=%s: must be afab, 1f1b or interleaved", v);
+            l->sched = (PpSchedule)sched;
+        } else if (strcmp(k, "recompute") == 0) {  // and of training.recompute
+            int rc = config_name_index(RECOMPUTE_NAMES, v);
+            if (rc < 0) die("--layout: recompute=%s: must be none, selective or full", v);
+            l->recompute = (Recompute)rc;
         } else {
             int x = (int)parse_ll(k, v, strcmp(k, "zero") == 0 || strcmp(k, "sp") == 0 ? 0 : 1);
             if (strcmp(k, "dp") == 0) l->dp = x;
@@ -112,8 +111,8 @@ static void print_row(int i, const PlanResult *r, int tsv) {
     if (tsv) {
         printf("%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.6g\t"
                "%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.4f\n",
-               i, name, l->dp, l->tp, l->pp, l->cp, l->zero, l->sp, l->mbs, l->micro, plan_schedule_name(l->sched),
-               l->v, l->recompute == RECOMPUTE_FULL ? "full" : l->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none",
+               i, name, l->dp, l->tp, l->pp, l->cp, l->zero, l->sp, l->mbs, l->micro, pp_schedule_name(l->sched),
+               l->v, recompute_name(l->recompute),
                m->params, m->grads, m->optimizer, m->activations, m->comm, m->total, r->fits, t->total, t->compute,
                t->tp_comm, t->cp_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer, t->tokens_per_s_per_rank,
                t->mfu);
@@ -268,15 +267,12 @@ int plan_main(int argc, char **argv) {
                "per rank\n\n", p.model.name, plan_total_params(&p.model) / 1e9, p.world, p.hw.name, p.seq,
                p.global_seqs, p.mem_budget / 1073741824.0);
     if (a.layout) {
-        PlanLayout l = {1, 1, 1, 1, 0, 0, 1, 0, SCHED_1F1B, 1, RECOMPUTE_NONE};
+        PlanLayout l = {1, 1, 1, 1, 0, 0, 1, 0, PP_1F1B, 1, RECOMPUTE_NONE};
         if (a.config) {  // keys --layout leaves out keep the run config's values
             const ParallelConfig *pc = &base.parallel;
             l = (PlanLayout){pc->dp, pc->tp, pc->pp, pc->cp, pc->zero, pc->sequence_parallel,
-                             base.training.micro_batch_size, 0,
-                             strcmp(pc->pp_schedule, "afab") == 0          ? SCHED_AFAB
-                             : strcmp(pc->pp_schedule, "interleaved") == 0 ? SCHED_INTERLEAVED
-                                                                           : SCHED_1F1B,
-                             pc->pp_virtual, recompute_from_name(base.training.recompute)};
+                             base.training.micro_batch_size, 0, pc->pp_schedule, pc->pp_virtual,
+                             base.training.recompute};
             l.dp = l.tp = l.pp = l.cp = 1;  // the grid comes from --layout (and --gpus)
         }
         plan_parse_layout(&l, a.layout);
@@ -286,8 +282,8 @@ int plan_main(int argc, char **argv) {
             die("plan: --layout %s: %lld sequences per step do not split into dp=%d x mbs=%d", a.layout,
                 p.global_seqs, l.dp, l.mbs);
         l.micro = (int)(p.global_seqs / ((long long)l.dp * l.mbs));
-        if (l.pp == 1) l.sched = SCHED_1F1B;
-        if (l.sched != SCHED_INTERLEAVED) l.v = 1;
+        if (l.pp == 1) l.sched = PP_1F1B;
+        if (l.sched != PP_INTERLEAVED) l.v = 1;
         PlanResult r = plan_evaluate(&p, &l);
         print_header(a.tsv);
         print_row(1, &r, a.tsv);
@@ -305,51 +301,4 @@ int plan_main(int argc, char **argv) {
     }
     free(res);
     return 0;
-}
-
-// ------------------------------------------------------------ parallel.auto
-
-void plan_auto_layout(Config *cfg, int world, int ranks_per_node) {
-    PlanProblem p;
-    memset(&p, 0, sizeof p);
-    if (cfg->parallel.profile[0]) {
-        hardware_load(&p.hw, cfg->parallel.profile);
-    } else {
-        die("parallel.auto needs a hardware profile: run `mpirun -np %d femtotron bench calibrate --output "
-            "profile.json` once and pass --parallel.profile profile.json", world);
-    }
-    p.hw.gpus_per_node = ranks_per_node;
-    plan_model_from_config(&p.model, &cfg->model);
-    p.world = world;
-    p.seq = cfg->training.seq_length;
-    // The global batch is fixed by the run (given, or grad_acc_steps x micro-batch x dp
-    // as written); the layout decides how it splits into ranks and micro-batches.
-    TrainingConfig *tc = &cfg->training;
-    if (tc->global_batch_size == 0)
-        tc->global_batch_size = (tc->grad_acc_steps ? tc->grad_acc_steps : 1) * tc->micro_batch_size * cfg->parallel.dp;
-    p.global_seqs = tc->global_batch_size;
-    double budget = cfg->parallel.memory_gb * 1073741824.0;
-    if (budget <= 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-        budget = 0.9 * (double)pages * (double)page / ranks_per_node;
-    }
-    p.mem_budget = budget;
-    p.base = cfg;
-    PlanResult *res;
-    int n = plan_search(&p, &res);
-    if (n == 0 || !res[0].fits)
-        die("parallel.auto: no layout of %d ranks fits %.2f GiB per rank (smallest needs %.2f GiB); set "
-            "parallel.memory_gb or use more ranks", world, budget / 1073741824.0,
-            n ? res[0].mem.total / 1073741824.0 : 0.0);
-    Config chosen;
-    plan_apply_layout(&p, &res[0].layout, &chosen);
-    if (comm_world_rank() == 0) {
-        char name[128], why[1024];
-        plan_layout_name(&res[0].layout, name, sizeof name);
-        plan_explain(&p, res, n, why, sizeof why);
-        printf("parallel.auto: %s (predicted %.4g s per step, %.2f GiB per rank)\n%s\n", name,
-               res[0].time.total, res[0].mem.total / 1073741824.0, why);
-    }
-    *cfg = chosen;
-    free(res);
 }

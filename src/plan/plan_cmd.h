@@ -11,9 +11,4 @@ int plan_main(int argc, char **argv);
 // into l (keys not given keep their value in l); dies naming a bad key.
 void plan_parse_layout(PlanLayout *l, const char *text);
 
-// parallel.auto: replace cfg's layout by the planner's fastest layout that fits
-// the world size and the memory budget; prints the choice and the table's top.
-// Every rank computes the same choice from the same inputs (profile, config).
-void plan_auto_layout(Config *cfg, int world_size, int ranks_per_node);
-
 #endif

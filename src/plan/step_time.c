@@ -284,7 +284,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
         fwd[k] = cost_sum(cf[k]);
         bwd[k] = cost_sum(cb[k]);
     }
-    const char *sched = plan_schedule_name(l->sched);
+    const PpSchedule sched = l->sched;
     double send = l->pp > 1 ? coll(&s, COLL_P2P, 2, s.pp_intra, s.Nr * s.D * s.bpv) : 0.0;
     double *speed = shared_speed(p, l);
     PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, send, speed);

@@ -13,9 +13,10 @@
 
 #include "bench/peak.h"
 #include "dist/comm.h"
-#include "plan/plan_cmd.h"
+#include "dist/grid.h"
 #include "io/checkpoint.h"
 #include "ops/ops.h"
+#include "plan/plan_auto.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 #include "util.h"
@@ -31,8 +32,8 @@ static void train_usage(void) {
 // The rank's planned buffers as allocated (counted by buf_alloc, util.h): a
 // readable line and an exact one, which tests/test_parity.sh compares with the
 // planner's prediction (plan/memory_rank.h) byte for byte.
-static void print_memory(const Trainer *t) {
-    MemoryReport r = trainer_memory(t);
+static void print_memory(void) {
+    MemoryReport r = memory_allocated();
     const double MiB = 1024.0 * 1024.0;
     printf("memory (rank %d): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
            "activations %.1f MiB | comm %.1f MiB | total %.1f MiB (activations %zu bytes)\n"
@@ -132,7 +133,7 @@ int train_main(int argc, char **argv) {
     const int rank0 = comm_world_rank() == 0, world = comm_world_size();
 
     Trainer t;
-    trainer_init(&t, &cfg);
+    trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;
     // MFU denominator: peak per rank (given, or this rank's measured GEMM peak,
     // averaged over ranks) times the number of ranks.
@@ -142,22 +143,25 @@ int train_main(int argc, char **argv) {
         group_allreduce_sum_f64(GROUP_WORLD, &peak, 1);
         peak /= world;
     }
-    const double fpt = llama_flops_per_token(&t.model, tc->seq_length);
+    const LlamaModel *model = &t.rank.model;
+    const double fpt = llama_flops_per_token(model, tc->seq_length);
     if (cfg.logging.verbose) {
-        const Grid *g = comm_grid();
-        printf("rank %d: dp %d/%d pp %d/%d cp %d/%d tp %d/%d (order %s)\n", comm_world_rank(), g->dp_i,
-               g->dp, g->pp_i, g->pp, g->cp_i, g->cp, g->tp_i, g->tp, cfg.parallel.order);
+        const GridCoords g = t.rank.at;
+        const ParallelConfig *p = &cfg.parallel;
+        printf("rank %d: dp %d/%d pp %d/%d cp %d/%d tp %d/%d (order %s)\n", comm_world_rank(), g.dp,
+               p->dp, g.pp, p->pp, g.cp, p->cp, g.tp, p->tp, rank_order_name(p->order));
         fflush(stdout);
     }
     if (rank0) {
         printf("model: %zu parameters (%zu in matmuls; %zu on this rank), %d layers, hidden %d, "
                "heads %d/%d kv, vocab %d\n",
-               llama_global_params(&t.model), llama_matmul_params(&t.model), t.dp.n_elements, t.model.L, t.model.D,
-               t.model.H, t.model.KV, t.model.V);
+               llama_global_params(model), llama_matmul_params(model), t.rank.dp.n_elements, model->L,
+               model->D, model->H, model->KV, model->V);
         printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets, "
                "pipeline %s with %d chunk(s) per rank\n",
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
-               cfg.parallel.zero, t.dp.n_buckets, cfg.parallel.pp_schedule, cfg.parallel.pp_virtual);
+               cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
+               cfg.parallel.pp_virtual);
         printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank; "
                "%llu sequences in %s\n",
                tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
@@ -166,7 +170,7 @@ int train_main(int argc, char **argv) {
                tc->threads, peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM",
                fpt);
     }
-    if (rank0 || cfg.logging.verbose) print_memory(&t);
+    if (rank0 || cfg.logging.verbose) print_memory();
     setup_checkpoints(&t);
 
     FILE *metrics = NULL;

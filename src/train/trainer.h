@@ -6,22 +6,18 @@
 
 #include "config.h"
 #include "data/tokens.h"
+#include "dist/grid.h"
+#include "engines/rank.h"
 #include "io/checkpoint.h"
-#include "model/llama.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline_parallel.h"
-#include "util.h"
 
 typedef struct {
     Config cfg;
-    LlamaModel model;
-    // Parameters, gradients and AdamW moments: one flat buffer per kind, whole or
-    // sharded by the ZeRO stage (DESIGN.md invariant 2; see data_parallel.h).
-    DataParallel dp;
+    // The rank's model shard, pipeline and data-parallel engine (engines/rank.h):
+    // parameters, gradients and AdamW moments live in rank.dp, one flat buffer per
+    // kind, whole or sharded by the ZeRO stage (docs/DESIGN.md, invariant 2).
+    Rank rank;
     CkptPiece *pieces;  // (dp_max_pieces) checkpoint pieces, planned once
-    Pipeline pipe;      // this rank's stage(s), schedule and activation slots
     int batch_step;     // step whose micro-batches fill_batch serves (-1: validation)
-    int32_t *full_tokens, *full_targets;  // (B*S) whole sequences before the context-parallel split
     TokenDataset train_data, val_data;
     int has_val;
     TrainerState state;
@@ -37,31 +33,11 @@ typedef struct {
     int skipped;       // 1 when the update was skipped (non-finite loss or norm)
 } StepResult;
 
-// Build the model, allocate every buffer (planned once, nothing inside the step),
-// initialise or load the weights (model.from), open the data.
-void trainer_init(Trainer *t, const Config *cfg);
+// Build the rank at grid coordinates `at` (engines/rank.h: every buffer planned
+// once, nothing allocated inside the step), initialise or load the weights
+// (model.from), open the data.
+void trainer_init(Trainer *t, const Config *cfg, GridCoords at);
 void trainer_free(Trainer *t);
-
-// Bytes of each kind of planned buffer (util.h: MemKind), for the memory report and
-// the planner (plan/memory_rank.h).
-typedef struct {
-    size_t params, grads, optimizer, activations, comm;
-} MemoryReport;
-// The report of per-kind byte counts (indexed by MemKind).
-MemoryReport memory_report(const size_t bytes[MEM_KINDS]);
-// MEASURED: what this process allocated through buf_alloc (util.h), by kind.
-MemoryReport trainer_memory(const Trainer *t);
-
-// What trainer_init runs before allocating, shared with the planner
-// (plan/memory_rank.c) so that both size the same buffers: the model table of
-// tensor-parallel rank tp_i and context-parallel rank cp_i (with sequence parallel
-// and activation recomputation as configured) ...
-void trainer_build_model(LlamaModel *m, const Config *cfg, int tp_i, int cp_i);
-// ... and the trainer's own planned buffers, the whole sequences (B*S) each before
-// the context-parallel split (MEM_ACTIVATIONS): allocated when plan_only is NULL,
-// else only added up (util.h: buf_take).
-void trainer_sequence_buffers(int32_t **tokens, int32_t **targets, const Config *cfg,
-                              MemTally *plan_only);
 
 // Accumulate the gradients of optimizer step `step` (0-based) over this rank's
 // micro-batches and reduce them over data-parallel ranks. Every micro-batch's loss

@@ -1,7 +1,10 @@
-// parallel/data_parallel.h — gradient reduction over the dp x cp group, bucket by
-// bucket during backward, and ZeRO stages 1-3 (Rajbhandari et al. 2020).
+// engines/data_parallel.h — the data-parallel engine: it owns a rank's flat
+// parameter, gradient and AdamW buffers (docs/DESIGN.md, invariant 2), hands the
+// model its weights and gradient destinations through ParamAccess
+// (model/param_access.h), reduces gradients over the dp x cp group bucket by bucket
+// during backward, and applies ZeRO stages 1-3 (Rajbhandari et al. 2020).
 //
-// Buckets are runs of whole units (model/llama.h: embedding, each layer, final)
+// Buckets are runs of whole units (model/param_access.h: embedding, each layer, final)
 // of about parallel.bucket_mb, formed from the end of the flat buffer because
 // backward produces gradients from the last layer to the first (ZeRO-3: one unit
 // per bucket, so a layer is gathered just before it is used). Each bucket is split
@@ -32,6 +35,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "model/llama.h"
+#include "model/param_access.h"
 #include "util.h"
 
 typedef struct {
@@ -60,7 +64,7 @@ typedef struct {
     size_t *unit_local;          // (n_units) local flat offset of each held unit
     size_t n_elements;           // local flat elements (the held units)
     size_t shard_n;              // elements this rank owns (sum of own parts)
-    // Buffers (DESIGN.md invariant 2: one flat buffer per kind):
+    // Buffers (docs/DESIGN.md, invariant 2: one flat buffer per kind):
     float *params;       // stage 0-2: (n_elements) whole; stage 3: (shard_n) own parts
     float *grads;        // stage 0-1: (n_elements) whole; stage 2-3: NULL
     float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
@@ -73,20 +77,19 @@ typedef struct {
     ParamAccess access;          // what the model calls
 } DataParallel;
 
-// held[u] != 0 for the units this rank holds (NULL: all of them). dp_init =
-// dp_plan with the dp x cp communicator's size and rank, then dp_buffers(dp, NULL).
-void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
-             const int *held);
-void dp_free(DataParallel *dp);  // also frees a dp_plan-only engine
+// Plan the engine for rank `rank` of a dp x cp group of n ranks (dist/grid.h:
+// grid_dpcp_index) holding the units with held[u] != 0 (NULL: all of them):
+// buckets, owned parts, window counts, then the planned buffers (parameters,
+// gradients, moments: MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER; ZeRO-2/3 windows:
+// MEM_COMM), allocated when plan_only is NULL, else only added up into *plan_only
+// (the planner: nothing allocated but bookkeeping).
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
+             int n, int rank, MemTally *plan_only);
+void dp_free(DataParallel *dp);
 
-// The pure plan (no MPI, no planned buffer): buckets, owned parts, window counts
-// for rank `rank` of a dp x cp group of n ranks.
-void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
-             int n, int rank);
-// The planned buffers (parameters, gradients, moments: MEM_PARAMS, MEM_GRADS,
-// MEM_OPTIMIZER; ZeRO-2/3 windows: MEM_COMM) of a planned engine: allocated when
-// plan_only is NULL, else only added up into *plan_only (plan/memory_rank.c).
-void dp_buffers(DataParallel *dp, MemTally *plan_only);
+// Where this rank's reduced gradient part of bucket b lives: stage 1 keeps it in
+// place inside the whole gradient buffer, stages 2-3 in the shard buffer.
+float *dp_owned_grads(const DataParallel *dp, const Bucket *b);
 
 // Before the first micro-batch of a step of `micros` micro-batches.
 void dp_begin_step(DataParallel *dp, int micros);

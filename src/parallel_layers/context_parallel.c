@@ -1,5 +1,5 @@
-// parallel/context_parallel.c — zigzag split and ring attention.
-#include "parallel/context_parallel.h"
+// parallel_layers/context_parallel.c — zigzag split and ring attention.
+#include "parallel_layers/context_parallel.h"
 
 #include <string.h>
 
@@ -10,6 +10,11 @@
 #define TAG_KV 100       // key/value blocks, forward
 #define TAG_KV_GRAD 101  // key/value blocks with their gradients, backward
 #define TAG_HOME 102     // a block's finished gradient, back to its owner
+
+size_t cp_ring_floats(const ContextParallel *cp, int B, int S, int KV, int hd) {
+    const size_t N = (size_t)B * S, kvw = 2 * (size_t)KV * hd;  // a token's k|v width
+    return cp->size > 1 ? 2 * N * 2 * kvw + 2 * N * kvw : 0;   // 2 ring blocks + homing pair
+}
 
 void cp_positions(int S, int cp, int r, int *pos) {
     const int C = S / (2 * cp);
@@ -35,18 +40,18 @@ static void pack_kv(float *dst, int width, const float *qkv, int ld, int col, in
         memcpy(dst + (size_t)t * width, qkv + (size_t)t * ld + col, sizeof(float) * (size_t)kvw);
 }
 
-void cp_attention_forward(const LlamaModel *m, Activations *a, const float *qkv, float *out,
-                          float *lse) {
-    const int B = a->B, Sl = a->S, Hl = m->Hl, KVl = m->KVl, hd = m->hd;
-    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = m->cp, r = m->cp_rank;
+void ring_attention_forward(const ContextParallel *cpg, const RingAttention *ra, const float *qkv,
+                            float *out, float *lse) {
+    const int B = ra->B, Sl = ra->S, Hl = ra->H, KVl = ra->KV, hd = ra->hd;
+    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = cpg->size, r = cpg->rank;
     if (cp == 1) {
-        attention_forward(out, lse, a->att_m, a->att_l, qkv, a->pos, B, Sl, Hl, KVl, hd, a->att_scratch);
+        attention_forward(out, lse, ra->m, ra->l, qkv, ra->pos, B, Sl, Hl, KVl, hd, ra->scratch);
         return;
     }
     const size_t rows = (size_t)B * Sl, n = rows * kvw;
-    float *ring[2] = {a->ring, a->ring + n};  // (B*Sl, 2*KVl*hd) each
+    float *ring[2] = {ra->ring, ra->ring + n};  // (B*Sl, 2*KVl*hd) each
     pack_kv(ring[0], kvw, qkv, ld, Hl * hd, kvw, (int)rows);
-    attention_block_init(out, a->att_m, a->att_l, B, Sl, Hl, hd);
+    attention_block_init(out, ra->m, ra->l, B, Sl, Hl, hd);
     const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
     for (int j = 0, cur = 0; j < cp; j++, cur ^= 1) {
         const int src = (r - j + cp) % cp;  // owner of the block held at step j
@@ -55,31 +60,32 @@ void cp_attention_forward(const LlamaModel *m, Activations *a, const float *qkv,
             rx = group_irecv_f32(GROUP_CP, ring[cur ^ 1], n, prev, TAG_KV);
             tx = group_isend_f32(GROUP_CP, ring[cur], n, next, TAG_KV);
         }
-        attention_block_forward(out, a->att_m, a->att_l, qkv, ld, ring[cur], kvw, 0, KVl * hd,
-                                a->pos, a->pos_of + (size_t)src * Sl, B, Sl, Sl, Hl, KVl, hd,
-                                a->att_scratch);
+        attention_block_forward(out, ra->m, ra->l, qkv, ld, ring[cur], kvw, 0, KVl * hd,
+                                ra->pos, ra->pos_of + (size_t)src * Sl, B, Sl, Sl, Hl, KVl, hd,
+                                ra->scratch);
         comm_wait(&rx, "context-parallel key/value receive");
         comm_wait(&tx, "context-parallel key/value send");
     }
-    attention_block_finish(out, lse, a->att_m, a->att_l, B, Sl, Hl, hd);
+    attention_block_finish(out, lse, ra->m, ra->l, B, Sl, Hl, hd);
 }
 
-void cp_attention_backward(const LlamaModel *m, Activations *a, float *dqkv, const float *dout,
-                           const float *qkv, const float *out, const float *lse) {
-    const int B = a->B, Sl = a->S, Hl = m->Hl, KVl = m->KVl, hd = m->hd;
-    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = m->cp, r = m->cp_rank;
+void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra, float *dqkv,
+                             const float *dout, const float *qkv, const float *out,
+                             const float *lse) {
+    const int B = ra->B, Sl = ra->S, Hl = ra->H, KVl = ra->KV, hd = ra->hd;
+    const int ld = (Hl + 2 * KVl) * hd, kvw = 2 * KVl * hd, cp = cpg->size, r = cpg->rank;
     if (cp == 1) {
-        attention_backward(dqkv, a->att_rowdot, dout, qkv, out, lse, a->pos, B, Sl, Hl, KVl, hd,
-                           a->att_scratch);
+        attention_backward(dqkv, ra->rowdot, dout, qkv, out, lse, ra->pos, B, Sl, Hl, KVl, hd,
+                           ra->scratch);
         return;
     }
     const size_t rows = (size_t)B * Sl, bw = 2 * (size_t)kvw, n = rows * bw;
     // Ring rows: [k | v | dk | dv], (B*Sl, 4*KVl*hd) each.
-    float *ring[2] = {a->ring, a->ring + n};
+    float *ring[2] = {ra->ring, ra->ring + n};
     memset(ring[0], 0, sizeof(float) * n);
     pack_kv(ring[0], (int)bw, qkv, ld, Hl * hd, kvw, (int)rows);
     memset(dqkv, 0, sizeof(float) * rows * ld);
-    attention_rowdot(a->att_rowdot, dout, out, B, Sl, Hl, hd);
+    attention_rowdot(ra->rowdot, dout, out, B, Sl, Hl, hd);
     const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
     int cur = 0;
     for (int j = 0; j < cp; j++) {
@@ -89,8 +95,8 @@ void cp_attention_backward(const LlamaModel *m, Activations *a, float *dqkv, con
         // Keys/values are read at columns 0 and KVl*hd; their gradients are written
         // at the same offsets from the dk column (2*KVl*hd).
         attention_block_backward(dqkv, ring[cur] + kvw, qkv, ld, ring[cur], (int)bw, 0, KVl * hd,
-                                 dout, lse, a->att_rowdot, a->pos, a->pos_of + (size_t)src * Sl, B,
-                                 Sl, Sl, Hl, KVl, hd, a->att_scratch);
+                                 dout, lse, ra->rowdot, ra->pos, ra->pos_of + (size_t)src * Sl, B,
+                                 Sl, Sl, Hl, KVl, hd, ra->scratch);
         if (j < cp - 1) {
             CommRequest tx = group_isend_f32(GROUP_CP, ring[cur], n, next, TAG_KV_GRAD);
             comm_wait(&rx, "context-parallel key/value receive");
@@ -100,7 +106,7 @@ void cp_attention_backward(const LlamaModel *m, Activations *a, float *dqkv, con
     }
     // The block held now belongs to `next` (r - (cp-1) = r + 1): send its finished
     // gradient home, and receive this rank's own from `prev`.
-    float *home = a->ring + 2 * n;  // (B*Sl, 2*KVl*hd)
+    float *home = ra->ring + 2 * n;  // (B*Sl, 2*KVl*hd)
     float *out_grad = home + rows * kvw;  // (B*Sl, 2*KVl*hd)
     pack_kv(out_grad, kvw, ring[cur], (int)bw, kvw, kvw, (int)rows);
     CommRequest rx = group_irecv_f32(GROUP_CP, home, rows * kvw, prev, TAG_HOME);

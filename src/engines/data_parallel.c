@@ -1,12 +1,14 @@
-// parallel/data_parallel.c — bucketed gradient reduction overlapped with backward,
-// and ZeRO-1/2/3. The table in data_parallel.h says who holds what at each stage.
-#include "parallel/data_parallel.h"
+// engines/data_parallel.c — the data-parallel engine's plan and step: buckets,
+// owned parts, planned buffers, the ParamAccess the model calls, and the bucketed
+// gradient reduction overlapped with backward, for ZeRO-0/1/2/3. The table in
+// data_parallel.h says who holds what at each stage; the update after the step is
+// in data_parallel_update.c, parameter init and checkpoint pieces in
+// data_parallel_pieces.c.
+#include "engines/data_parallel.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/init.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -91,9 +93,7 @@ static void pool_give(float **pool, int *used, int n, const float *w) {
 
 // ------------------------------------------------------------- reductions
 
-// Where this rank's reduced gradient part of bucket b lives: stage 1 keeps it in
-// place inside the whole gradient buffer, stages 2-3 in the shard buffer.
-static float *owned_grads(const DataParallel *dp, const Bucket *b) {
+float *dp_owned_grads(const DataParallel *dp, const Bucket *b) {
     return dp->zero == 1 ? dp->grads + b->own_lo : dp->shard_grads + b->shard_off;
 }
 
@@ -126,7 +126,7 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
         const float *held = dp->shard_grads + b->shard_off;
         if (b->rounds > 0) residual_forward(mine, mine, held, own);
         b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, b->grad_window,
-                                                 owned_grads(dp, b), len);
+                                                 dp_owned_grads(dp, b), len);
         // The next micro-batch's gradients for this bucket go to a fresh window.
         b->flight_window = b->grad_window;
         b->grad_window = NULL;
@@ -206,11 +206,9 @@ static void grads_done(void *ctx, int unit) {
 // ------------------------------------------------------------------- setup
 
 // The plan: buckets, owned parts and window counts from the group size n and this
-// rank's index in it (GROUP_DPCP: n = dp * cp, rank = dp_i * cp + cp_i). Pure
-// bookkeeping, no MPI and no planned buffer: plan/memory_rank.c calls it with
-// coordinates, dp_init with the communicator's.
-void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
-             int n, int rank) {
+// rank's index in it. Pure bookkeeping, no MPI and no planned buffer.
+static void plan_buckets(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
+                         const int *held, int n, int rank) {
     memset(dp, 0, sizeof *dp);
     dp->model = model;
     dp->zero = pc->zero;
@@ -219,7 +217,7 @@ void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc
     dp->overlap = pc->overlap;
     make_buckets(dp, pc->bucket_mb, held);
     // Window pools (stage 2-3): the pointer tables are bookkeeping, the windows
-    // themselves planned buffers (dp_buffers).
+    // themselves planned buffers (plan_buffers).
     dp->n_windows = dp->zero >= 2 ? DP_WINDOWS : 0;
     if (dp->n_windows) {
         dp->grad_pool = xcalloc(sizeof(float *) * DP_WINDOWS, "window pool");     // (n_windows)
@@ -232,7 +230,7 @@ void dp_plan(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc
 // Every planned buffer of a planned engine (the table in data_parallel.h), allocated
 // (plan_only NULL) or only added up by kind: the trainer and the planner run this
 // same code, so what is allocated is what is predicted.
-void dp_buffers(DataParallel *dp, MemTally *plan_only) {
+static void plan_buffers(DataParallel *dp, MemTally *plan_only) {
     const size_t f = sizeof(float), n = dp->n_elements, s = dp->shard_n;
     dp->params = buf_take(plan_only, MEM_PARAMS, f * (dp->zero == 3 ? s : n), "parameters");
     if (dp->zero < 2) dp->grads = buf_take(plan_only, MEM_GRADS, f * n, "gradients");
@@ -251,10 +249,10 @@ void dp_buffers(DataParallel *dp, MemTally *plan_only) {
     }
 }
 
-void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc,
-             const int *held) {
-    dp_plan(dp, model, pc, held, group_size(GROUP_DPCP), group_rank(GROUP_DPCP));
-    dp_buffers(dp, NULL);
+void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
+             int n, int rank, MemTally *plan_only) {
+    plan_buckets(dp, model, pc, held, n, rank);
+    plan_buffers(dp, plan_only);
     ParamAccess pa = {dp, acquire_params, release_params, unit_grads, grads_done};
     dp->access = pa;
 }
@@ -296,146 +294,4 @@ void dp_finish_grads(DataParallel *dp) {
     if (!dp->overlap && dp->zero < 2)
         for (int k = dp->n_buckets - 1; k >= 0; k--) launch_bucket(dp, &dp->buckets[k]);
     for (int k = dp->n_buckets - 1; k >= 0; k--) complete_bucket(dp, &dp->buckets[k]);
-}
-
-// Sum of squares of g over the model-order range [lo, hi) (local buffer g at lo),
-// counting a replicated tensor on one tensor-parallel rank only.
-static double sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g) {
-    double ss = 0.0;
-    for (int i = 0; i < m->n_params; i++) {
-        const ParamInfo *pi = &m->params[i];
-        size_t a = pi->offset > lo ? pi->offset : lo;
-        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-        if (a < b && pi->replica_writer) ss += sum_squares(g + (a - lo), b - a);
-    }
-    return ss;
-}
-
-double dp_grad_norm(DataParallel *dp) {
-    double ss = 0.0;
-    for (int k = 0; k < dp->n_buckets; k++) {
-        const Bucket *b = &dp->buckets[k];
-        if (dp->zero == 0)  // every dp rank holds the same reduced sum
-            ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
-        else
-            ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
-                              owned_grads(dp, b));
-    }
-    if (dp->zero > 0) group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
-    group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
-    group_allreduce_sum_f64(GROUP_TP, &ss, 1);  // and tensor-parallel ranks different slices
-    return sqrt(ss);
-}
-
-// AdamW over the GLOBAL flat range [lo, hi), tensor by tensor (weight decay
-// depends on the tensor), with the four local buffers addressed relative to lo.
-static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
-                        float *mom1, float *mom2, float lr, const TrainingConfig *tc, int step) {
-    for (int i = 0; i < m->n_params; i++) {
-        const ParamInfo *pi = &m->params[i];
-        size_t a = pi->offset > lo ? pi->offset : lo;
-        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-        if (a >= b) continue;
-        size_t o = a - lo;
-        adamw_update(p + o, g + o, mom1 + o, mom2 + o, b - a, lr, (float)tc->beta1,
-                     (float)tc->beta2, (float)tc->eps, pi->weight_decay ? (float)tc->weight_decay : 0.0f,
-                     step);
-    }
-}
-
-void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
-                        int step) {
-    const LlamaModel *m = dp->model;
-    if (dp->zero == 0) {
-        if (clip_coef < 1.0) scale_inplace(dp->grads, dp->n_elements, (float)clip_coef);
-        for (int k = 0; k < dp->n_buckets; k++) {
-            const Bucket *b = &dp->buckets[k];
-            adamw_range(m, b->glo, b->glo + (b->hi - b->lo), dp->params + b->lo, dp->grads + b->lo,
-                        dp->m + b->lo, dp->v + b->lo, lr, tc, step);
-        }
-        return;
-    }
-    if (clip_coef < 1.0)
-        for (int k = 0; k < dp->n_buckets; k++) {
-            const Bucket *b = &dp->buckets[k];
-            scale_inplace(owned_grads(dp, b), b->own_hi - b->own_lo, (float)clip_coef);
-        }
-    for (int k = 0; k < dp->n_buckets; k++) {
-        const Bucket *b = &dp->buckets[k];
-        float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
-        adamw_range(m, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo), p,
-                    owned_grads(dp, b),
-                    dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
-    }
-    if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
-    // ZeRO-1/2: every rank updated its own part in place; gather the rest.
-    for (int k = 0; k < dp->n_buckets; k++) {
-        Bucket *b = &dp->buckets[k];
-        b->req = group_iallgather_split_f32(GROUP_DPCP, dp->params + b->lo, b->hi - b->lo);
-    }
-    for (int k = 0; k < dp->n_buckets; k++) comm_wait(&dp->buckets[k].req, "parameter all-gather");
-}
-
-// ------------------------------------------------------- init, checkpoints
-
-// Global range of a local range inside bucket b.
-#define GLOBAL(b, x) ((b)->glo + ((x) - (b)->lo))
-
-void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir) {
-    const LlamaModel *m = dp->model;
-    const int from_hf = hf_dir && hf_dir[0];
-    CkptPiece *pieces = xmalloc(sizeof(CkptPiece) * (size_t)(dp->n_buckets + 1), "pieces");
-    int np = 0;
-    // Stage 0-2 hold every held unit whole, stage 3 only the own parts; either way
-    // each piece is drawn by global index (or read from the Hugging Face files).
-    for (int k = 0; k < dp->n_buckets; k++) {
-        const Bucket *b = &dp->buckets[k];
-        size_t lo = dp->zero == 3 ? b->own_lo : b->lo, hi = dp->zero == 3 ? b->own_hi : b->hi;
-        float *dst = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->lo;
-        if (hi == lo) continue;
-        if (!from_hf) llama_init_range(m, seed, GLOBAL(b, lo), GLOBAL(b, hi), dst);
-        pieces[np++] = (CkptPiece){CKPT_PARAMS, GLOBAL(b, lo), GLOBAL(b, hi), dst};
-    }
-    if (from_hf) load_hf_weights_pieces(hf_dir, m, pieces, np);
-    free(pieces);
-}
-
-int dp_max_pieces(const DataParallel *dp) { return 3 * dp->n_buckets + 3; }
-
-// Pieces for the own part of every bucket: each rank writes 1/N of every kind.
-int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces) {
-    int np = 0;
-    for (int k = 0; k < dp->n_buckets; k++) {
-        const Bucket *b = &dp->buckets[k];
-        if (b->own_hi == b->own_lo) continue;
-        size_t local = dp->zero == 0 ? b->own_lo : b->shard_off;  // where the part sits in m, v
-        float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
-        size_t glo = GLOBAL(b, b->own_lo), ghi = GLOBAL(b, b->own_hi);
-        pieces[np++] = (CkptPiece){CKPT_PARAMS, glo, ghi, p};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG, glo, ghi, dp->m + local};
-        pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, glo, ghi, dp->v + local};
-    }
-    return np;
-}
-
-// Pieces to fill on resume: whole held units where this stage keeps them whole.
-int dp_load_pieces(DataParallel *dp, CkptPiece *pieces) {
-    int np = 0;
-    for (int k = 0; k < dp->n_buckets; k++) {
-        const Bucket *b = &dp->buckets[k];
-        size_t glo = b->glo, ghi = GLOBAL(b, b->hi);
-        size_t olo = GLOBAL(b, b->own_lo), ohi = GLOBAL(b, b->own_hi);
-        if (dp->zero < 3)
-            pieces[np++] = (CkptPiece){CKPT_PARAMS, glo, ghi, dp->params + b->lo};
-        else if (ohi > olo)
-            pieces[np++] = (CkptPiece){CKPT_PARAMS, olo, ohi, dp->params + b->shard_off};
-        if (dp->zero == 0) {
-            pieces[np++] = (CkptPiece){CKPT_EXP_AVG, glo, ghi, dp->m + b->lo};
-            pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, glo, ghi, dp->v + b->lo};
-        } else if (ohi > olo) {
-            pieces[np++] = (CkptPiece){CKPT_EXP_AVG, olo, ohi, dp->m + b->shard_off};
-            pieces[np++] = (CkptPiece){CKPT_EXP_AVG_SQ, olo, ohi, dp->v + b->shard_off};
-        }
-    }
-    return np;
 }

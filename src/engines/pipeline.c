@@ -1,62 +1,15 @@
-// parallel/pipeline_parallel.c — stage split, schedules, and the executor that
-// runs a rank's list of forward/backward actions with non-blocking messages.
-#include "parallel/pipeline_parallel.h"
+// engines/pipeline.c — a rank's pipeline stage(s): the split applied, the schedule
+// built, the activation slots and message buffers planned, and the executor that
+// runs the rank's list of forward/backward actions with non-blocking messages.
+#include "engines/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/tensor_parallel.h"
+#include "model/activation_plan.h"
 #include "util.h"
 
-// ------------------------------------------------------------------ split
-
-double pp_layer_cost(int D, int H, int KV, int hd, int ffn_mats, int F, int S) {
-    double qkv = (double)(H + 2 * KV) * hd;
-    return 6.0 * ((double)D * qkv + (double)H * hd * D + (double)ffn_mats * D * F) + 6.0 * S * D;
-}
-
-// Layers per virtual stage minimising the most expensive stage (linear partition
-// by dynamic programming: best[k][i] = cheapest max cost of the first i layers in
-// k stages). Stage 0 also pays the embedding, the last stage the head.
-void pp_balanced_split(int L, double layer, int D, int V, int K, int *layers) {
-    // Training FLOPs per token of the embedding lookup and of the head: the head of
-    // a large vocabulary weighs like several layers, the lookup almost nothing.
-    const double embed = 2.0 * D, head = 6.0 * (double)V * D;
-    double *best = xmalloc(sizeof(double) * (size_t)(K + 1) * (L + 1), "split plan");  // (K+1, L+1)
-    int *cut = xmalloc(sizeof(int) * (size_t)(K + 1) * (L + 1), "split plan");         // (K+1, L+1)
-#define BEST(k, i) best[(size_t)(k) * (L + 1) + (i)]
-#define CUT(k, i) cut[(size_t)(k) * (L + 1) + (i)]
-    for (int k = 0; k <= K; k++)
-        for (int i = 0; i <= L; i++) BEST(k, i) = 1e300;
-    BEST(0, 0) = 0.0;
-    for (int k = 1; k <= K; k++)
-        for (int i = k; i <= L; i++)
-            for (int j = k - 1; j < i; j++) {  // stage k-1 holds layers j .. i-1
-                double cost = layer * (i - j) + (k == 1 ? embed : 0.0) + (k == K && i == L ? head : 0.0);
-                double worst = BEST(k - 1, j) > cost ? BEST(k - 1, j) : cost;
-                if (worst < BEST(k, i)) {
-                    BEST(k, i) = worst;
-                    CUT(k, i) = j;
-                }
-            }
-    for (int k = K, i = L; k >= 1; k--) {
-        int j = CUT(k, i);
-        layers[k - 1] = i - j;
-        i = j;
-    }
-#undef BEST
-#undef CUT
-    free(best);
-    free(cut);
-}
-
-void pp_parse_layers(const char *spec, int K, int *layers) {
-    for (int k = 0; k < K; k++) {
-        char *end;
-        layers[k] = (int)strtol(spec, &end, 10);
-        spec = *end == ',' ? end + 1 : end;
-    }
-}
+// ------------------------------------------------------------------- split
 
 static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     const int K = pp->n_virtual;
@@ -77,65 +30,11 @@ static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
 
 int pp_virtual_stage(const Pipeline *pp, int c) { return c * pp->pp + pp->stage; }
 
-// ---------------------------------------------------------------- schedules
+// ---------------------------------------------------------------- schedule
 
-// A rank's action list: pushed in execution order into out (2*M*v entries).
-typedef struct {
-    PpAction *out;
-    int n;
-} ActionList;
-
-static void push(ActionList *l, int forward, int chunk, int micro) {
-    l->out[l->n++] = (PpAction){forward, chunk, micro};
-}
-
-int pp_schedule_actions(const char *name, int M, int P, int s, int v, PpAction *out) {
-    ActionList l = {out, 0};
-    if (strcmp(name, "afab") == 0) {
-        for (int i = 0; i < M; i++) push(&l, 1, 0, i);
-        for (int i = 0; i < M; i++) push(&l, 0, 0, i);
-    } else if (strcmp(name, "1f1b") == 0) {
-        int warm = P - s - 1 < M ? P - s - 1 : M;
-        for (int i = 0; i < warm; i++) push(&l, 1, 0, i);
-        for (int i = 0; i < M - warm; i++) {
-            push(&l, 1, 0, warm + i);
-            push(&l, 0, 0, i);
-        }
-        for (int i = M - warm; i < M; i++) push(&l, 0, 0, i);
-    } else {  // interleaved (Narayanan et al. 2021, as scheduled by Megatron-LM)
-        const int total = M * v, group = P * v;
-        int warm = M == P ? total : (P - s - 1) * 2 + (v - 1) * P;
-        if (warm > total) warm = total;
-#define CHUNK_F(k) (((k) % group) / P)
-#define MICRO(k) (((k) / group) * P + (k) % P)
-        for (int k = 0; k < warm; k++) push(&l, 1, CHUNK_F(k), MICRO(k));
-        for (int i = 0; i < total - warm; i++) {
-            int kf = warm + i;
-            push(&l, 1, CHUNK_F(kf), MICRO(kf));
-            push(&l, 0, v - 1 - CHUNK_F(i), MICRO(i));
-        }
-        for (int k = total - warm; k < total; k++) push(&l, 0, v - 1 - CHUNK_F(k), MICRO(k));
-#undef CHUNK_F
-#undef MICRO
-    }
-    return l.n;
-}
-
-static void build_schedule(Pipeline *pp, const char *name) {
+static void build_schedule(Pipeline *pp, PpSchedule sched) {
     pp->actions = xmalloc(sizeof(PpAction) * (size_t)(2 * pp->micros * pp->v), "schedule");
-    pp->n_actions = pp_schedule_actions(name, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
-}
-
-void pp_count_slots(const PpAction *actions, int n, int v, int *slots) {
-    int *live = xcalloc(sizeof(int) * (size_t)v, "slots");  // (v)
-    for (int c = 0; c < v; c++) slots[c] = 0;
-    for (int k = 0; k < n; k++) {
-        live[actions[k].chunk] += actions[k].forward ? 1 : -1;
-        if (live[actions[k].chunk] > slots[actions[k].chunk]) slots[actions[k].chunk] = live[actions[k].chunk];
-    }
-    for (int c = 0; c < v; c++)
-        if (slots[c] < 1) slots[c] = 1;  // validation needs one
-    free(live);
+    pp->n_actions = pp_schedule_actions(sched, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
 }
 
 // Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
@@ -150,7 +49,8 @@ static void count_slots(Pipeline *pp) {
 
 // ------------------------------------------------------------------- setup
 
-void pp_plan(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
+// The plan: split, schedule, slot counts and the bookkeeping tables (small, xmalloc).
+static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
     memset(pp, 0, sizeof *pp);
     const TrainingConfig *tc = &cfg->training;
     pp->pp = cfg->parallel.pp;
@@ -160,6 +60,7 @@ void pp_plan(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
     pp->micros = tc->grad_acc_steps;
     pp->B = tc->micro_batch_size;
     pp->S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens of each sequence
+    pp->rows = llama_rows(m, pp->B * pp->S);
     split_model(pp, m, cfg);
     pp->held = xcalloc(sizeof(int) * (size_t)m->n_units, "held units");
     for (int c = 0; c < pp->v; c++) {
@@ -188,7 +89,8 @@ void pp_plan(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
     for (size_t i = 0; i < 2 * v * ms; i++) pp->recv_req[i] = COMM_REQUEST_IDLE;
 }
 
-void pp_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *plan_only) {
+// The planned buffers (pipeline.h: pp_init), allocated or only added up.
+static void plan_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *plan_only) {
     const size_t N = (size_t)pp->B * pp->S;  // tokens of one micro-batch on this rank
     for (int c = 0; c < pp->v; c++) {
         const int ns = pp->n_slots[c];
@@ -213,9 +115,9 @@ void pp_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *
     }
 }
 
-void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
-    pp_plan(pp, m, cfg, comm_grid()->pp_i);
-    pp_buffers(pp, m, cfg, NULL);
+void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, MemTally *plan_only) {
+    plan_stage(pp, m, cfg, stage);
+    plan_buffers(pp, m, cfg, plan_only);
 }
 
 void pp_free(Pipeline *pp) {
@@ -348,9 +250,7 @@ static void run_backward(Exec *x, const PpAction *act) {
 
 // Elements of one activation message: this rank's rows of the residual stream
 // (a token shard under sequence parallelism) times the hidden size.
-static size_t message_elems(const Pipeline *pp, const LlamaModel *m) {
-    return (size_t)tp_rows(m, pp->acts[0][0].B * pp->acts[0][0].S) * m->D;
-}
+static size_t message_elems(const Pipeline *pp, const LlamaModel *m) { return (size_t)pp->rows * m->D; }
 
 static void reset_slots(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = -1;

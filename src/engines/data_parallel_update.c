@@ -1,0 +1,87 @@
+// engines/data_parallel_update.c — after the step's reductions: the global
+// gradient norm, clipping, and AdamW on what this rank owns under its ZeRO stage
+// (the table in data_parallel.h), then the parameter all-gather (ZeRO-1/2).
+#include "engines/data_parallel.h"
+
+#include <math.h>
+
+#include "ops/ops.h"
+#include "util.h"
+
+// Sum of squares of g over the model-order range [lo, hi) (local buffer g at lo),
+// counting a replicated tensor on one tensor-parallel rank only.
+static double sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g) {
+    double ss = 0.0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *pi = &m->params[i];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a < b && pi->replica_writer) ss += sum_squares(g + (a - lo), b - a);
+    }
+    return ss;
+}
+
+double dp_grad_norm(DataParallel *dp) {
+    double ss = 0.0;
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        if (dp->zero == 0)  // every dp rank holds the same reduced sum
+            ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
+        else
+            ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
+                              dp_owned_grads(dp, b));
+    }
+    if (dp->zero > 0) group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
+    group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
+    group_allreduce_sum_f64(GROUP_TP, &ss, 1);  // and tensor-parallel ranks different slices
+    return sqrt(ss);
+}
+
+// AdamW over the GLOBAL flat range [lo, hi), tensor by tensor (weight decay
+// depends on the tensor), with the four local buffers addressed relative to lo.
+static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
+                        float *mom1, float *mom2, float lr, const TrainingConfig *tc, int step) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *pi = &m->params[i];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a >= b) continue;
+        size_t o = a - lo;
+        adamw_update(p + o, g + o, mom1 + o, mom2 + o, b - a, lr, (float)tc->beta1,
+                     (float)tc->beta2, (float)tc->eps, pi->weight_decay ? (float)tc->weight_decay : 0.0f,
+                     step);
+    }
+}
+
+void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
+                        int step) {
+    const LlamaModel *m = dp->model;
+    if (dp->zero == 0) {
+        if (clip_coef < 1.0) scale_inplace(dp->grads, dp->n_elements, (float)clip_coef);
+        for (int k = 0; k < dp->n_buckets; k++) {
+            const Bucket *b = &dp->buckets[k];
+            adamw_range(m, b->glo, b->glo + (b->hi - b->lo), dp->params + b->lo, dp->grads + b->lo,
+                        dp->m + b->lo, dp->v + b->lo, lr, tc, step);
+        }
+        return;
+    }
+    if (clip_coef < 1.0)
+        for (int k = 0; k < dp->n_buckets; k++) {
+            const Bucket *b = &dp->buckets[k];
+            scale_inplace(dp_owned_grads(dp, b), b->own_hi - b->own_lo, (float)clip_coef);
+        }
+    for (int k = 0; k < dp->n_buckets; k++) {
+        const Bucket *b = &dp->buckets[k];
+        float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
+        adamw_range(m, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo), p,
+                    dp_owned_grads(dp, b),
+                    dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
+    }
+    if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
+    // ZeRO-1/2: every rank updated its own part in place; gather the rest.
+    for (int k = 0; k < dp->n_buckets; k++) {
+        Bucket *b = &dp->buckets[k];
+        b->req = group_iallgather_split_f32(GROUP_DPCP, dp->params + b->lo, b->hi - b->lo);
+    }
+    for (int k = 0; k < dp->n_buckets; k++) comm_wait(&dp->buckets[k].req, "parameter all-gather");
+}

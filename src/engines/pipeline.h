@@ -1,0 +1,75 @@
+// engines/pipeline.h — the pipeline engine: consecutive layers on consecutive pp
+// ranks. It plans a rank's stage(s) (the split and the schedule come from
+// engines/pipeline_schedule.h), owns every activation slot and pipeline message
+// buffer, and runs a step's action list, driving the model's stage forward and
+// backward (model/llama.h). Activations travel forward and their gradients backward
+// by non-blocking point-to-point messages (dist/comm.h, GROUP_PP), each receive
+// posted one action ahead. Shape letters: model/llama.h; M micro-batches per step,
+// P pipeline ranks, v chunks per rank.
+#ifndef FEMTOTRON_PIPELINE_PARALLEL_H
+#define FEMTOTRON_PIPELINE_PARALLEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "dist/comm.h"
+#include "engines/pipeline_schedule.h"
+#include "model/activations.h"
+#include "model/llama.h"
+#include "model/param_access.h"
+#include "util.h"
+
+typedef struct {
+    int pp, stage, v, n_virtual;  // ranks, this rank's index, chunks per rank, pp * v
+    StageUnits *virt_units;       // (n_virtual) units of every virtual stage
+    int *held;                    // (n_units) 1 for the units this rank holds
+    int micros;                   // micro-batches per step (M)
+    int B, S;                     // sequences per micro-batch, this rank's tokens of each (seq_length / cp)
+    int rows;                     // Nr: rows of the residual stream held here (llama_rows of B*S)
+    int n_actions;
+    PpAction *actions;            // (n_actions) this rank's step
+    // Activation slots: chunk c has n_slots[c] micro-batches in flight at most.
+    int *n_slots;                 // (v)
+    Activations **acts;           // (v) arrays of n_slots[c]
+    int *slot_of;                 // (v * M) slot holding (chunk, micro), -1 when free
+    int **slot_busy;              // (v) arrays of n_slots[c]
+    int32_t **tokens, **targets;  // (v) arrays of n_slots[c] * (B*S)
+    float **grad_send;            // (v) arrays of (n_slots[c], B*S, D) outgoing input-gradients (empty on virtual stage 0)
+    float **grad_recv;            // (v) arrays of (n_slots[c], B*S, D) incoming output-gradients (empty on the last)
+    CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
+    int max_slots;
+} Pipeline;
+
+// The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:
+// every slot's activations, token and target slots (MEM_ACTIVATIONS), gradient
+// send/receive messages (MEM_COMM), allocated when plan_only is NULL, else only
+// added up into *plan_only (the planner: nothing allocated but bookkeeping).
+void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, MemTally *plan_only);
+void pp_free(Pipeline *pp);
+
+// Virtual stage of local chunk c, and whether it is the first / last of the model.
+int pp_virtual_stage(const Pipeline *pp, int c);
+
+// The per-step callbacks the executor needs from the trainer: the second upward
+// edge of the layering (docs/DESIGN.md, "Layers"). The engine declares them, the
+// trainer implements them: the engine knows when a micro-batch's tokens are needed,
+// the trainer which sequences they are (invariant 1: data order by global sample index).
+typedef struct {
+    void *ctx;
+    // Fill tokens/targets (B*S each: this rank's tokens of the micro-batch's sequences)
+    // of micro-batch `micro` of the current step.
+    void (*fill_batch)(void *ctx, int micro, int32_t *tokens, int32_t *targets);
+    // Trace hook: an event [t0, t1) named `what` for (chunk, micro); may be NULL.
+    void (*trace)(void *ctx, const char *what, int chunk, int micro, double t0, double t1);
+} PpCallbacks;
+
+// Run one step's forwards and backwards; returns the sum of the cross-entropy over
+// this rank's last-stage micro-batches (0 elsewhere).
+double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
+                   float grad_scale);
+// Forward only over `micros` micro-batches (validation); returns the loss sum on
+// the last stage, 0 elsewhere.
+double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
+                      const PpCallbacks *cb, int micros);
+
+#endif

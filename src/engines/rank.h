@@ -1,0 +1,34 @@
+// engines/rank.h — what one rank of the grid builds before step 1: its model shard,
+// its pipeline stage(s) with their activation slots, its data-parallel buffers, and
+// the whole-sequence buffers a micro-batch is read into. One function builds it
+// all, for the trainer (allocating) and for the planner (plan_only: counting the
+// same bytes without allocating them), so the memory the planner predicts is the
+// memory the rank allocates, byte for byte (docs/DESIGN.md, invariant 3).
+#ifndef FEMTOTRON_RANK_H
+#define FEMTOTRON_RANK_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "dist/grid.h"
+#include "engines/data_parallel.h"
+#include "engines/pipeline.h"
+#include "model/llama.h"
+#include "util.h"
+
+typedef struct {
+    GridCoords at;             // this rank's coordinates (dist/grid.h)
+    LlamaModel model;          // its shard of the model
+    Pipeline pipe;             // its stage(s), schedule and activation slots
+    DataParallel dp;           // its parameters, gradients and moments (whole or ZeRO-sharded)
+    int32_t *full_tokens;      // (B*seq_length) whole sequences of a micro-batch, before the
+    int32_t *full_targets;     // (B*seq_length) context-parallel split (MEM_ACTIVATIONS)
+} Rank;
+
+// Build rank `at` of the run cfg (validated by config_validate): allocating every
+// planned buffer when plan_only is NULL, else only adding their bytes per kind into
+// *plan_only. No MPI either way.
+void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only);
+void rank_free(Rank *r);
+
+#endif

@@ -1,0 +1,27 @@
+// model/activation_plan.h — the activation plan of one pipeline stage: the size of
+// every buffer of Activations (model/activations.h) for a micro-batch of B
+// sequences of S tokens, their allocation in one arena, and the token-position
+// tables. Planned once before step 1 (docs/DESIGN.md, invariant 3: all memory
+// planned); the planner calls the same size functions, so what it predicts is what
+// is allocated. Shape letters: model/llama.h.
+#ifndef FEMTOTRON_ACTIVATION_PLAN_H
+#define FEMTOTRON_ACTIVATION_PLAN_H
+
+#include <stddef.h>
+
+#include "model/activations.h"
+#include "model/llama.h"
+
+// Allocate for stage `su` (counted as MEM_ACTIVATIONS, util.h); with share_scratch
+// non-NULL the backward scratch is borrowed from it instead of allocated.
+void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                       double rope_theta, const Activations *share_scratch);
+void activations_free(Activations *a);
+// Bytes of the arena activations_alloc allocates (every buffer of the struct but the
+// position tables; with_scratch: the slot that owns the shared backward scratch).
+size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
+// Everything activations_alloc allocates: the arena (activations_bytes) and the
+// token-position tables.
+size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
+
+#endif

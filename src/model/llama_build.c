@@ -1,0 +1,181 @@
+// model/llama_build.c — a rank's model: its shard (ModelShard), the parameter
+// table of its flat buffer (model/param_table.h), and what the rest of the program
+// asks of the model's shape (sizes, FLOPs, units, local tokens).
+#include "model/llama.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+// Append one tensor to the table (when the table exists; the first pass only counts)
+// and return its offset in the flat buffer. cols == 0 means a 1-D tensor. The
+// slice held here follows `split`: `parts` equal slices of the split dimension,
+// this rank's being number m->tp_rank; `valid_rows` < the slice for vocab padding.
+static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *name,
+                        int64_t rows, int64_t cols, SplitKind split) {
+    int64_t lrows = rows, lcols = cols > 0 ? cols : 1, start = 0, valid = 0;
+    const int tp = m->tp.size, tp_rank = m->tp.rank;
+    if (split == SPLIT_ROWS) {
+        lrows = (rows + tp - 1) / tp;  // vocab rows are padded to a multiple of tp
+        start = lrows * tp_rank;
+        valid = rows - start < 0 ? 0 : (rows - start < lrows ? rows - start : lrows);
+    } else if (split == SPLIT_COLS) {
+        lcols = cols / tp;
+        start = lcols * tp_rank;
+        valid = lcols;
+    }
+    size_t at = *offset, numel = (size_t)lrows * (size_t)lcols;
+    if (m->params) {
+        ParamInfo *p = &m->params[*count];
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->ndim = cols > 0 ? 2 : 1;
+        p->shape[0] = rows;
+        p->shape[1] = cols > 0 ? cols : 1;
+        p->local_shape[0] = lrows;
+        p->local_shape[1] = lcols;
+        p->split = split;
+        p->start = start;
+        p->valid = valid;
+        p->replica_writer = split != SPLIT_NONE || tp_rank == 0;
+        p->offset = at;
+        p->numel = numel;
+        p->weight_decay = p->ndim >= 2;
+    }
+    (*count)++;
+    *offset += numel;
+    return at;
+}
+
+int64_t param_global_index(const ParamInfo *p, size_t e) {
+    if (p->split == SPLIT_NONE) return (int64_t)e;
+    int64_t i = (int64_t)e / p->local_shape[1], j = (int64_t)e % p->local_shape[1];
+    if (p->split == SPLIT_ROWS) return i < p->valid ? (p->start + i) * p->shape[1] + j : -1;
+    return i * p->shape[1] + p->start + j;
+}
+
+// Walk the tensors in buffer order; a first pass counts, a second fills the table.
+static void layout_params(LlamaModel *m) {
+    int count = 0;
+    size_t off = 0;
+    char name[PARAM_NAME_MAX];
+    const int D = m->D, F = m->F, q_rows = m->H * m->hd, kv_rows = m->KV * m->hd;
+    m->embed = add_param(m, &count, &off, "model.embed_tokens.weight", m->V, D, SPLIT_ROWS);
+    for (int l = 0; l < m->L; l++) {
+        LayerOffsets lo;
+#define LAYER_PARAM(suffix, rows, cols, split) \
+    (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), \
+     add_param(m, &count, &off, name, rows, cols, split))
+        lo.ln1 = LAYER_PARAM("input_layernorm.weight", D, 0, SPLIT_NONE);
+        lo.qkv = LAYER_PARAM("self_attn.q_proj.weight", q_rows, D, SPLIT_ROWS);  // q, k, v adjacent:
+        LAYER_PARAM("self_attn.k_proj.weight", kv_rows, D, SPLIT_ROWS);          // one fused GEMM
+        LAYER_PARAM("self_attn.v_proj.weight", kv_rows, D, SPLIT_ROWS);
+        lo.o = LAYER_PARAM("self_attn.o_proj.weight", D, q_rows, SPLIT_COLS);
+        lo.ln2 = LAYER_PARAM("post_attention_layernorm.weight", D, 0, SPLIT_NONE);
+        lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D, SPLIT_ROWS);  // gate, up adjacent:
+        LAYER_PARAM("mlp.up_proj.weight", F, D, SPLIT_ROWS);                 // one fused GEMM
+        lo.down = LAYER_PARAM("mlp.down_proj.weight", D, F, SPLIT_COLS);
+#undef LAYER_PARAM
+        if (m->layer) m->layer[l] = lo;
+    }
+    m->final_norm = add_param(m, &count, &off, "model.norm.weight", D, 0, SPLIT_NONE);
+    m->head = m->cfg.tie_word_embeddings
+                  ? m->embed
+                  : add_param(m, &count, &off, "lm_head.weight", m->V, D, SPLIT_ROWS);
+    m->n_params = count;
+    m->num_elements = off;
+    if (m->unit_lo) {  // units: embedding | layer 0 | ... | layer L-1 | final norm (+ head)
+        m->unit_lo[0] = 0;
+        for (int l = 0; l < m->L; l++) m->unit_lo[1 + l] = m->layer[l].ln1;
+        m->unit_lo[m->L + 1] = m->final_norm;
+        m->unit_lo[m->L + 2] = off;
+    }
+}
+
+ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
+
+ModelShard model_tp_shard(int size, int rank, int sp) {
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE};
+    return s;
+}
+
+ModelShard model_shard_of(const Config *cfg, GridCoords at) {
+    const ParallelConfig *p = &cfg->parallel;
+    ModelShard s = {tp_group(p->tp, at.tp, p->sequence_parallel), {p->cp, at.cp},
+                    cfg->training.recompute};
+    return s;
+}
+
+void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->D = cfg->hidden_size;
+    m->F = cfg->intermediate_size;
+    m->L = cfg->num_hidden_layers;
+    m->H = cfg->num_attention_heads;
+    m->KV = cfg->num_key_value_heads;
+    m->hd = cfg->hidden_size / cfg->num_attention_heads;
+    m->V = cfg->vocab_size;
+    m->tp = shard.tp;
+    m->cp = shard.cp;
+    m->recompute = shard.recompute;
+    m->vocab = tp_vocab_shard(&m->tp, m->V);
+    m->Hl = m->H / m->tp.size;
+    m->KVl = m->KV / m->tp.size;
+    m->Fl = m->F / m->tp.size;
+    m->Vl = m->vocab.rows;
+    layout_params(m);  // count
+    m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
+    m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
+    m->n_units = m->L + 2;
+    m->unit_lo = xcalloc(sizeof(size_t) * (size_t)(m->n_units + 1), "unit offsets");
+    layout_params(m);  // fill
+}
+
+void llama_free(LlamaModel *m) {
+    free(m->params);
+    free(m->layer);
+    free(m->unit_lo);
+    memset(m, 0, sizeof *m);
+}
+
+const ParamInfo *llama_find(const LlamaModel *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+size_t llama_global_params(const LlamaModel *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        n += (size_t)m->params[i].shape[0] * (size_t)m->params[i].shape[1];
+    return n;
+}
+
+size_t llama_matmul_params(const LlamaModel *m) {
+    size_t qkv = (size_t)(m->H + 2 * m->KV) * m->hd;
+    size_t per_layer = (size_t)m->D * qkv + (size_t)m->H * m->hd * m->D + 3 * (size_t)m->D * m->F;
+    return (size_t)m->L * per_layer + (size_t)m->V * m->D;  // + output head
+}
+
+double llama_flops_per_token(const LlamaModel *m, int seq_length) {
+    return 6.0 * (double)llama_matmul_params(m) + 6.0 * m->L * (double)seq_length * m->D;
+}
+
+
+int llama_rows(const LlamaModel *m, int N) { return tp_rows(&m->tp, N); }
+
+void llama_local_tokens(const LlamaModel *m, const int32_t *full, int32_t *local, int B,
+                        int seq_length) {
+    if (m->cp.size == 1) {
+        memcpy(local, full, sizeof(int32_t) * (size_t)B * seq_length);
+        return;
+    }
+    cp_take_local(full, local, B, seq_length, m->cp.size, m->cp.rank);
+}
+
+StageUnits llama_all_units(const LlamaModel *m) {
+    StageUnits su = {0, m->L + 1};
+    return su;
+}

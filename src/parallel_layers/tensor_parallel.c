@@ -1,0 +1,134 @@
+// parallel_layers/tensor_parallel.c — the f/g operators, column- and row-parallel
+// linear layers, the sequence-parallel norm gradient, vocab-parallel embedding and loss.
+#include "parallel_layers/tensor_parallel.h"
+
+#include <string.h>
+
+#include "ops/ops.h"
+#include "util.h"
+
+TensorParallel tp_group(int size, int rank, int sp) {
+    TensorParallel tp = {size, rank, sp && size > 1};
+    return tp;
+}
+
+VocabShard tp_vocab_shard(const TensorParallel *tp, int V) {
+    VocabShard vs;
+    vs.rows = (V + tp->size - 1) / tp->size;
+    vs.v0 = vs.rows * tp->rank;
+    vs.valid = V - vs.v0 < 0 ? 0 : (V - vs.v0 < vs.rows ? V - vs.v0 : vs.rows);
+    return vs;
+}
+
+int tp_rows(const TensorParallel *tp, int N) { return tp->sp ? N / tp->size : N; }
+
+const float *tp_gather(const TensorParallel *tp, const float *x, float *full, int N, int D) {
+    if (!tp->sp) return x;
+    const size_t shard = (size_t)(N / tp->size) * D;
+    memcpy(full + (size_t)tp->rank * shard, x, sizeof(float) * shard);
+    group_allgather_f32(GROUP_TP, full, shard);
+    return full;
+}
+
+CommRequest tp_reduce_start(const TensorParallel *tp, float *partial, float *out, int N, int D) {
+    if (tp->size == 1) return COMM_REQUEST_IDLE;
+    if (!tp->sp) {
+        if (out != partial) die("tp_reduce: without sequence parallel the all-reduce is in place");
+        return group_iallreduce_sum_f32(GROUP_TP, partial, (size_t)N * D);
+    }
+    return group_ireduce_scatter_f32(GROUP_TP, partial, out, (size_t)(N / tp->size) * D);
+}
+
+void tp_reduce_finish(CommRequest *r) { comm_wait(r, "tensor-parallel reduction"); }
+
+void tp_reduce(const TensorParallel *tp, float *partial, float *out, int N, int D) {
+    CommRequest r = tp_reduce_start(tp, partial, out, N, D);
+    tp_reduce_finish(&r);
+}
+
+// ------------------------------------------------------------- linear layers
+
+void tp_column_forward(const TensorParallel *tp, float *out, const float *x, float *full,
+                       const float *w, int N, int D, int out_local) {
+    matmul_forward(out, tp_gather(tp, x, full, N, D), w, N, D, out_local);
+}
+
+void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
+                        const float *x, const float *w, float *full, float *partial, int N, int D,
+                        int out_local) {
+    const float *x_full = tp_gather(tp, x, full, N, D);  // re-gathered, not stored
+    float *p = tp->sp ? partial : din;
+    matmul_backward(p, NULL, dout, x_full, w, N, D, out_local, 0);  // input gradient only
+    CommRequest r = tp_reduce_start(tp, p, din, N, D);
+    matmul_backward(NULL, dw, dout, x_full, w, N, D, out_local, 0);  // weight gradient, meanwhile
+    tp_reduce_finish(&r);
+}
+
+void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,
+                    float *partial, int N, int in_local, int D) {
+    float *p = tp->sp ? partial : out;
+    matmul_forward(p, x, w, N, in_local, D);
+    tp_reduce(tp, p, out, N, D);
+}
+
+void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
+                     const float *x, const float *w, float *full, int N, int in_local, int D) {
+    const float *dout_full = tp_gather(tp, dout, full, N, D);  // row-parallel needs all tokens
+    matmul_backward(din, dw, dout_full, x, w, N, in_local, D, 0);
+}
+
+void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
+                      const float *in, const float *weight, const float *rstd, float *dw_scratch,
+                      int Nr, int D) {
+    if (!tp->sp) {
+        rmsnorm_backward(din, dweight, dout, in, weight, rstd, Nr, D);
+        return;
+    }
+    memset(dw_scratch, 0, sizeof(float) * (size_t)D);
+    rmsnorm_backward(din, dw_scratch, dout, in, weight, rstd, Nr, D);
+    group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
+    residual_forward(dweight, dweight, dw_scratch, (size_t)D);
+}
+
+// ------------------------------------------------------- embedding and loss
+
+void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float *out,
+                          const int32_t *tokens, const float *table, float *full, int N, int D) {
+    if (tp->size == 1) {
+        embedding_forward(out, tokens, table, N, D);
+        return;
+    }
+    // Each rank contributes the rows of its vocabulary slice, zeros elsewhere; the
+    // sum over the group is the lookup.
+    float *partial = tp->sp ? full : out;
+    embedding_forward_range(partial, tokens, table, N, D, vs->v0, vs->valid);
+    tp_reduce(tp, partial, out, N, D);
+}
+
+void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float *dtable,
+                           const float *dout, const int32_t *tokens, float *full, int N, int D) {
+    if (tp->size == 1) {
+        embedding_backward(dtable, dout, tokens, N, D);
+        return;
+    }
+    const float *d = tp_gather(tp, dout, full, N, D);  // every token's gradient
+    embedding_backward_range(dtable, d, tokens, N, D, vs->v0, vs->valid);
+}
+
+double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
+                        const int32_t *targets, int N, float grad_scale, int want_grads,
+                        float *stats) {
+    if (tp->size == 1) {
+        return want_grads ? cross_entropy_forward_backward(logits, targets, N, V, grad_scale)
+                          : cross_entropy_forward(logits, targets, N, V);
+    }
+    // loss_n = log(sum_v exp(x_v - M)) + M - x_target, with M the row maximum over
+    // the whole vocabulary: a max and two sums over the group, N numbers each.
+    float *rowmax = stats, *sumexp = stats + N, *tlogit = stats + 2 * (size_t)N;
+    ce_shard_max(logits, N, vs->rows, vs->valid, rowmax);
+    group_allreduce_max_f32(GROUP_TP, rowmax, (size_t)N);
+    ce_shard_sums(logits, targets, N, vs->rows, vs->valid, vs->v0, rowmax, sumexp, tlogit);
+    group_allreduce_sum_f32(GROUP_TP, sumexp, 2 * (size_t)N);  // sumexp and tlogit together
+    return ce_shard_finish(logits, targets, N, vs->rows, vs->valid, vs->v0, rowmax, sumexp, tlogit,
+                           grad_scale, want_grads);
+}

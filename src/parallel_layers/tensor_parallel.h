@@ -1,0 +1,114 @@
+// parallel_layers/tensor_parallel.h — the tensor-parallel pieces a model is built
+// from: Megatron-style column- and row-parallel linear layers (Shoeybi et al. 2019)
+// with sequence parallelism (Korthikanti et al. 2022), the vocab-parallel embedding
+// and cross-entropy, and the norm-weight gradient of a sequence-parallel norm.
+//
+// Shapes: N tokens of the micro-batch (B*S), Nr = the rows of the residual stream
+// this rank holds (tp_rows: N/tp with sequence parallel, else N), D hidden,
+// V vocabulary, Vl = ceil(V/tp) vocabulary rows per rank (padded).
+//
+//   column-parallel (q|k|v, gate|up, head): x --gather--> X(N, D) @ W_shard^T
+//   row-parallel (o, down):                 Y_shard @ W_shard^T --reduce--> y(Nr, D)
+//
+//   without sequence parallel: gather is the identity and reduce an all-reduce (the
+//   f and g operators of the Megatron paper); their backwards swap roles: the
+//   gradient entering a row-parallel layer is used as is, and the input gradient of
+//   a column-parallel layer is all-reduced.
+//   with sequence parallel: the residual stream, norms and dropout-free adds run on
+//   token shards (rank r holds rows [r*N/tp, (r+1)*N/tp) of every (N, D) activation);
+//   gather is an all-gather of the shards, reduce a reduce-scatter.
+//
+// The embedding and the output head are vocab-parallel; the cross-entropy is
+// computed on vocabulary shards (a max and two sums over the group) without ever
+// gathering the logits.
+//
+// Nothing here knows the model: each piece takes the group (TensorParallel), its
+// buffers and its dimensions. Communication goes through dist/comm.h (GROUP_TP).
+#ifndef FEMTOTRON_TENSOR_PARALLEL_H
+#define FEMTOTRON_TENSOR_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist/comm.h"
+
+// This rank's place in its tensor-parallel group.
+typedef struct {
+    int size, rank;  // group size and this rank's index (1, 0: no tensor parallelism)
+    int sp;          // sequence parallel (only ever set when size > 1)
+} TensorParallel;
+
+// The rows of a vocab-parallel table (embedding, head) a rank holds.
+typedef struct {
+    int rows;   // Vl = ceil(V / tp): rows held on every rank (vocab padded to a multiple of tp)
+    int v0;     // global id of the first row held here
+    int valid;  // rows of the slice that exist globally (the rest is padding: never
+                // trained, never saved)
+} VocabShard;
+
+// The group of `size` ranks, this one being `rank`; sp only takes effect when size > 1.
+TensorParallel tp_group(int size, int rank, int sp);
+// Rank tp->rank's slice of a vocabulary of V ids.
+VocabShard tp_vocab_shard(const TensorParallel *tp, int V);
+
+// Rows of the residual stream this rank holds: N / tp with sequence parallel, else N.
+int tp_rows(const TensorParallel *tp, int N);
+
+// The full (N, D) activation from this rank's x(tp_rows, D): x itself without
+// sequence parallel, else `full` after an all-gather.
+const float *tp_gather(const TensorParallel *tp, const float *x, float *full, int N, int D);
+
+// partial(N, D) summed over the group into out(tp_rows, D). Without sequence parallel
+// the all-reduce is in place and out must equal partial; with it, a reduce-scatter.
+void tp_reduce(const TensorParallel *tp, float *partial, float *out, int N, int D);
+// The same, split in two so that independent work can run while it travels.
+CommRequest tp_reduce_start(const TensorParallel *tp, float *partial, float *out, int N, int D);
+void tp_reduce_finish(CommRequest *r);
+
+// ---- linear layers (weights in nn.Linear layout (out, in), this rank's slice) ----
+
+// Column-parallel forward: out(N, out_local) = gather(x)(N, D) @ w(out_local, D)^T;
+// x(tp_rows, D), full(N, D) scratch for the gather.
+void tp_column_forward(const TensorParallel *tp, float *out, const float *x, float *full,
+                       const float *w, int N, int D, int out_local);
+// Column-parallel backward: dw(out_local, D) += dout^T @ gather(x); din(tp_rows, D) =
+// dout @ w summed over the group. The sum travels while the weight gradient is
+// computed (overlap). full(N, D) and partial(N, D) are scratch (partial unused
+// without sequence parallel: the all-reduce runs in place in din).
+void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
+                        const float *x, const float *w, float *full, float *partial, int N, int D,
+                        int out_local);
+// Row-parallel forward: out(tp_rows, D) = sum over the group of x(N, in_local) @
+// w(D, in_local)^T. partial(N, D) scratch (sequence parallel only; else in place in out).
+void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,
+                    float *partial, int N, int in_local, int D);
+// Row-parallel backward: dw(D, in_local) += gather(dout)^T @ x; din(N, in_local) =
+// gather(dout) @ w (overwritten). dout(tp_rows, D); full(N, D) scratch.
+void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
+                     const float *x, const float *w, float *full, int N, int in_local, int D);
+
+// RMSNorm backward with a replicated weight: din(Nr, D) += ..., dweight(D) += ...
+// With sequence parallel each rank sees only its token shard, so the weight's
+// contribution is summed over the group (into dw_scratch(D)) before it joins dweight.
+void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
+                      const float *in, const float *weight, const float *rstd, float *dw_scratch,
+                      int Nr, int D);
+
+// ---- vocab-parallel embedding and loss ----
+
+// out(tp_rows, D) = table rows of the tokens(N) from this rank's slice table(Vl, D)
+// (zero rows elsewhere, summed over the group); full(N, D) is scratch.
+void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float *out,
+                          const int32_t *tokens, const float *table, float *full, int N, int D);
+// dtable(Vl, D) += the rows of this slice's tokens, from dout(tp_rows, D).
+void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float *dtable,
+                           const float *dout, const int32_t *tokens, float *full, int N, int D);
+
+// Vocab-parallel cross-entropy over logits(N, Vl) of a vocabulary of V: returns the
+// SUM of the losses of the N tokens (the same on every rank of the group); with
+// want_grads the logits become dlogits * grad_scale. stats(3N) is scratch.
+double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
+                        const int32_t *targets, int N, float grad_scale, int want_grads,
+                        float *stats);
+
+#endif
