@@ -9,11 +9,13 @@ BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)
 
 SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
-# BUILD: where objects go (tests/test_sanitizers.sh builds into build-asan).
+# BUILD: where objects go (tests/shell/test_sanitizers.sh builds into build-asan).
 BUILD    ?= build
 OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
-TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
+# Unit tests (tests/unit) and the drivers the shell tests launch (tests/drivers)
+# all build into $(BUILD)/tests; tests/README.md describes the kinds.
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main
 
 .PHONY: all test clean tests-bin
@@ -26,9 +28,13 @@ $(BUILD)/%.o: src/%.c $(shell find src -name '*.h')
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(OBJ) tests/check.h tests/run_child.h
+$(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.h
 	@mkdir -p $(BUILD)/tests
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(OBJ) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(OBJ) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/drivers/%.c $(OBJ)
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(OBJ) $(LDLIBS)
 
 tests-bin: $(TEST_BIN)
 

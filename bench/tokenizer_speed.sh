@@ -5,7 +5,7 @@
 #
 # Corpus: every Debian fortunes file, COPIES times (default 8, ~20 MB), one document
 # per fortune (femtotron: --split-on %; tokenizers: the same documents in a list).
-# Tokenizers: byte-level BPEs trained by tests/tokenizer/hf_tok.py on half the
+# Tokenizers: byte-level BPEs trained by tests/reference/hf_tok.py on half the
 # fortunes, GPT-2 style (ByteLevel regex) and Llama 3 style (Split + ByteLevel).
 # femtotron: "encode" is the parallel encoding phase prepare reports; "end to end"
 # is the whole command (reading, splitting, encoding, writing and fsyncing shards).
@@ -22,7 +22,7 @@ PY=build/pyenv/bin/python
 $PY -c "import tokenizers" || { echo "run bash scripts/install_deps.sh first"; exit 1; }
 T=$(mktemp -d /tmp/femtotron_bench_tok.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-$PY tests/tokenizer/hf_tok.py train "$T" >/dev/null 2>&1
+$PY tests/reference/hf_tok.py train "$T" >/dev/null 2>&1
 inputs=$(ls /usr/share/games/fortunes/* | grep -v -E '\.(dat|u8)$')
 for _ in $(seq "$COPIES"); do cat $inputs; done >"$T/corpus.txt"
 MB=$($PY -c "import os; print(f'{os.path.getsize(\"$T/corpus.txt\") / 1e6:.1f}')")
@@ -88,14 +88,14 @@ cat >bench/results/tokenizer_speed.md <<EOF
 
 Corpus: the Debian fortunes files ×$COPIES ($MB MB, one document per fortune).
 Tokenizers: byte-level BPEs trained on half of the fortunes by
-tests/tokenizer/hf_tok.py (3000 ids; GPT-2 style ByteLevel regex, Llama 3 style
+tests/reference/hf_tok.py (3000 ids; GPT-2 style ByteLevel regex, Llama 3 style
 Split + ByteLevel). MB/s of input text, median of $REPEAT runs.
 femtotron *encode* is the parallel encoding phase of \`prepare\`; *end to end* the
 whole command (read, split, encode, write and fsync shards). tokenizers
 $($PY -c "import tokenizers; print(tokenizers.__version__)"): \`encode_batch\` and \`encode_batch_fast\`
 (no offsets), threads via RAYON_NUM_THREADS. *ratio* = femtotron encode ÷ the
 faster of the two tokenizers calls. *same ids*: equal token counts (the ids themselves
-are compared by tests/test_tokenizer.sh).
+are compared by tests/shell/test_tokenizer.sh).
 Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1 /proc/loadavg) at the end (shared machine: absolute numbers drift, ratios hold better).
 
 | tokenizer | threads | femtotron encode MB/s | femtotron end to end MB/s | tokenizers encode_batch MB/s | tokenizers encode_batch_fast MB/s | ratio | same ids |

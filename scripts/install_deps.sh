@@ -25,7 +25,7 @@ if ! build/pyenv/bin/python -c "import tokenizers" >/dev/null 2>&1; then
     /usr/bin/python3 -m venv --system-site-packages build/pyenv
     build/pyenv/bin/pip install -q tokenizers
 fi
-# transformers (for tests/test_transformers.sh: checkpoints load in transformers).
+# transformers (for tests/shell/test_transformers.sh: checkpoints load in transformers).
 # Its own venv: transformers 4.36 (the last to support Debian's torch 1.13) pins an
 # older tokenizers than the exactness test above uses.
 if ! build/tfenv/bin/python -c "import transformers" >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/run_all.sh — runs every test (C binaries in build/tests, then the shell and
-# Python tests in tests/), counts the PASS/FAIL lines they print, and ends on the
+# tests/run_all.sh — runs every test (the unit-test binaries in build/tests, then the
+# shell tests of tests/shell and the Python tests of tests/reference; tests/README.md
+# tells the kinds apart), counts the PASS/FAIL lines they print, and ends on the
 # line CI reads: "N passed, N failed". Exit status 1 when anything failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -30,11 +31,11 @@ for t in build/tests/test_*; do
     [ -x "$t" ] || continue
     run "$(basename "$t")" "$t"
 done
-for t in tests/test_*.sh; do
+for t in tests/shell/test_*.sh; do
     [ -f "$t" ] || continue
     run "$(basename "$t" .sh)" bash "$t"
 done
-for t in tests/test_*.py; do
+for t in tests/reference/test_*.py; do
     [ -f "$t" ] || continue
     run "$(basename "$t" .py)" /usr/bin/python3 "$t"
 done

@@ -30,7 +30,7 @@ static void train_usage(void) {
 
 
 // The rank's planned buffers as allocated (counted by buf_alloc, util.h): a
-// readable line and an exact one, which tests/test_parity.sh compares with the
+// readable line and an exact one, which tests/shell/test_parity.sh compares with the
 // planner's prediction (plan/memory_rank.h) byte for byte.
 static void print_memory(void) {
     MemoryReport r = memory_allocated();

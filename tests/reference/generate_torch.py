@@ -1,5 +1,5 @@
 """generate_torch.py — greedy generation with the independent PyTorch Llama of
-llama_torch.py, for tests/test_generate.sh. No key/value cache: every step runs the
+llama_torch.py, for tests/shell/test_generate.sh. No key/value cache: every step runs the
 whole sequence again (float64), so it checks femtotron's cached, one-token-per-step
 forward against the plain definition.
 

@@ -1,6 +1,6 @@
 """llama_torch.py — a plain PyTorch Llama (Hugging Face LlamaForCausalLM semantics),
 written from the math, independent of femtotron, trained with torch autograd and
-torch.optim.AdamW. Used by tests/test_reference.py (float64) and reusable by
+torch.optim.AdamW. Used by tests/reference/test_reference.py (float64) and reusable by
 benchmarks (float32, any device).
 
 Parameters live in a dict keyed by Hugging Face names:

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tests/shell/test_layout_resume.sh — checkpoints do not depend on the layout that wrote
+# them: runs saved at pp=4 interleaved (2 chunks per rank), dp=4 ZeRO-3, tp=2 with
+# sequence parallel, and tp2 x cp2 x pp2 resume at other layouts (pp=2, 1 rank,
+# dp=2 x pp=2 ZeRO-3, dp=2 ZeRO-1, tp=1, tp=4, cp=4) and continue with the losses
+# of the uninterrupted 1-rank run (relative 1e-5).
+. "$(dirname "$0")/lib.sh"
+MPI=(mpirun --oversubscribe --allow-run-as-root)
+fortunes_data
+C=(--data.train "$tmp/data/train_*.bin" --training.steps 12 --training.seq_length 32
+   --training.micro_batch_size 2 --training.global_batch_size 8 --model.hidden_size 64
+   --model.intermediate_size 128 --model.num_hidden_layers 8 --model.num_key_value_heads 4 --training.peak_flops 1e10
+   --training.lr 3e-3 --training.threads 1 --data.shuffle true --parallel.timeout_s 60)
+
+train() {  # train NAME NP ARGS...
+    local name=$1 np=$2; shift 2
+    timeout 120 "${MPI[@]}" -np "$np" ./femtotron train "${C[@]}" "$@" \
+        --logging.metrics "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+        { echo "FAIL $name: exit $? ($(grep -m1 'femtotron:' "$tmp/$name.log"))"; fail=1; return 1; }
+}
+compare() {  # compare NAME: every logged step against the uninterrupted run
+    /usr/bin/python3 - "$tmp/full.jsonl" "$tmp/$1.jsonl" "$1" <<'PY'
+import json, sys
+ref = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])}
+got = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
+worst = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in got) if got else float("inf")
+ok = got and worst <= 1e-5
+print(("PASS" if ok else "FAIL"), sys.argv[3], "steps", min(got, default=0), "..", max(got, default=0),
+      "worst_rel_diff=%.3g" % worst)
+sys.exit(0 if ok else 1)
+PY
+    [ $? -eq 0 ] || fail=1
+}
+resume_from() {  # resume_from SAVED_DIR NAME NP ARGS...: copy step 6 only, resume to 12
+    local saved=$1 name=$2; shift 2
+    mkdir -p "$tmp/ck_$name"
+    cp -r "$saved/step_0000006" "$tmp/ck_$name/" && echo step_0000006 >"$tmp/ck_$name/latest"
+    train "$name" "$@" --checkpoint.dir "$tmp/ck_$name" --checkpoint.resume true && compare "$name"
+}
+
+train full 1 || exit 1
+train save_pp4 4 --parallel.pp 4 --parallel.pp_schedule interleaved --parallel.pp_virtual 2 \
+    --checkpoint.dir "$tmp/ck_pp4" --checkpoint.every 6 && compare save_pp4
+train save_dp4z3 4 --parallel.dp 4 --parallel.zero 3 --checkpoint.dir "$tmp/ck_dp4" \
+    --checkpoint.every 6 && compare save_dp4z3
+resume_from "$tmp/ck_pp4" pp4_to_pp2 2 --parallel.pp 2
+resume_from "$tmp/ck_pp4" pp4_to_1rank 1
+resume_from "$tmp/ck_pp4" pp4_to_dp2pp2z3 4 --parallel.dp 2 --parallel.pp 2 --parallel.zero 3
+resume_from "$tmp/ck_dp4" dp4z3_to_dp2z1 2 --parallel.dp 2 --parallel.zero 1
+resume_from "$tmp/ck_dp4" dp4z3_to_1rank 1
+train save_tp2sp 2 --parallel.tp 2 --parallel.sequence_parallel true --checkpoint.dir "$tmp/ck_tp2" \
+    --checkpoint.every 6 && compare save_tp2sp
+resume_from "$tmp/ck_tp2" tp2sp_to_1rank 1
+resume_from "$tmp/ck_tp2" tp2sp_to_tp4 4 --parallel.tp 4
+train save_4d 8 --parallel.tp 2 --parallel.cp 2 --parallel.pp 2 --parallel.sequence_parallel true \
+    --checkpoint.dir "$tmp/ck_4d" --checkpoint.every 6 && compare save_4d
+resume_from "$tmp/ck_4d" 4d_to_1rank 1
+resume_from "$tmp/ck_4d" 4d_to_cp4 4 --parallel.cp 4
+resume_from "$tmp/ck_4d" 4d_to_dp2tp2z2 4 --parallel.dp 2 --parallel.tp 2 --parallel.zero 2
+exit $fail

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# tests/shell/test_plan.sh — `femtotron plan` and `train --parallel.auto` end to end:
+# the ranked table for presets and Hugging Face configs, the exact memory of
+# femtotron's own runs through the CLI, the automatic layout (chosen as `plan`
+# ranks it, then trained), and a clear error for every bad input.
+# Prints PASS/FAIL lines (tests/run_all.sh counts them).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+FT=${FEMTOTRON:-./femtotron}
+read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root --bind-to none}"
+T=$(mktemp -d /tmp/femtotron_test_plan.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=1
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; }
+oneline() { tr '\n' ' ' <"$1" | cut -c1-300; }
+
+# --- the table on paper -------------------------------------------------------
+GPU=(--seq-length 8192 --global-batch-tokens 4194304)
+if "$FT" plan --model llama-3.1-8b --gpus 64 --hardware h100 "${GPU[@]}" --top 5 >"$T/p.out" 2>&1; then
+    rows=$(grep -cE '^ +[0-9]+  dp' "$T/p.out")
+    if [ "$rows" = 5 ] && grep -q 'wins at' "$T/p.out" && grep -E '^ +1  ' "$T/p.out" | grep -q ' yes '; then
+        pass "plan llama-3.1-8b on 64 h100: 5 ranked rows, the first fits, the winner explained"
+    else fail "plan table: $(oneline "$T/p.out")"; fi
+else fail "plan llama-3.1-8b exited non-zero: $(oneline "$T/p.out")"; fi
+
+for m in smollm-135m smollm-360m smollm-1.7b llama-3.1-8b llama-3.1-70b llama-3.1-405b; do
+    for hw in h100 h200 a100; do
+        if ! "$FT" plan --model "$m" --gpus 64 --gpus-per-node 8 --hardware "$hw" "${GPU[@]}" --top 1 >"$T/q.out" 2>&1; then
+            fail "plan $m $hw: $(oneline "$T/q.out")"; continue 2
+        fi
+    done
+    pass "plan $m on h100, h200 and a100"
+done
+
+# 405B on 8 GPUs cannot fit: every row is marked and the sentence says so.
+"$FT" plan --model llama-3.1-405b --gpus 8 --hardware h100 "${GPU[@]}" --top 50 >"$T/n.out" 2>&1
+if grep -q 'No layout fits' "$T/n.out" && ! grep -E '^ +[0-9]+  dp' "$T/n.out" | grep -q ' yes '; then
+    pass "405B on 8 GPUs: no layout fits, and the table says NO on every row"
+else fail "405B on 8 GPUs: $(oneline "$T/n.out")"; fi
+
+# Budgets: 95% of the profile's memory less 2 GiB (80 GB H100, 141 GB H200).
+"$FT" plan --model llama-3.1-70b --gpus 8 --hardware h100 --seq-length 4096 --global-batch-tokens 1048576 --top 1 >"$T/a.out" 2>&1
+"$FT" plan --model llama-3.1-70b --gpus 8 --hardware h200 --seq-length 4096 --global-batch-tokens 1048576 --top 1 >"$T/b.out" 2>&1
+if grep -q 'budget 68.8 GiB' "$T/a.out" && grep -q 'budget 122.8 GiB' "$T/b.out"; then
+    pass "h200's budget (141 GB) is used: $(grep -o 'budget [0-9.]* GiB' "$T/b.out") vs $(grep -o 'budget [0-9.]* GiB' "$T/a.out")"
+else fail "h200 budget: $(oneline "$T/b.out")"; fi
+
+# A Hugging Face config.json gives the same model as the preset.
+mkdir -p "$T/smol"
+cat >"$T/smol/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+ "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+ "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu"}
+JSON
+"$FT" plan --model smollm-135m --gpus 8 --hardware h100 --seq-length 2048 --global-batch-tokens 1048576 --tsv --top 3 | cut -f2- | sed 1d >"$T/preset.tsv"
+"$FT" plan --model "$T/smol/config.json" --gpus 8 --hardware h100 --seq-length 2048 --global-batch-tokens 1048576 --tsv --top 3 | cut -f2- | sed 1d >"$T/hf.tsv"
+if [ -s "$T/preset.tsv" ] && cmp -s "$T/preset.tsv" "$T/hf.tsv"; then
+    pass "an HF config.json plans exactly like the smollm-135m preset"
+else fail "HF config vs preset differ: $(head -c 300 "$T/hf.tsv")"; fi
+
+# TSV: 30 columns on every line.
+"$FT" plan --model smollm-360m --gpus 16 --hardware a100 "${GPU[@]}" --tsv --top 20 >"$T/t.tsv"
+if awk -F'\t' 'NF != 30 { bad = 1 } END { exit bad || NR != 21 }' "$T/t.tsv"; then
+    pass "--tsv: header + 20 rows of 30 columns"
+else fail "--tsv columns: $(head -c 300 "$T/t.tsv")"; fi
+
+# --- bad inputs: a clear message naming the problem ----------------------------
+bad() {  # bad NAME EXPECTED_REGEX ARGS...
+    local name=$1 want=$2; shift 2
+    if "$FT" plan "$@" >"$T/e.out" 2>&1; then fail "$name: exited 0"; return; fi
+    if grep -qE -- "$want" "$T/e.out"; then pass "$name: $(head -1 "$T/e.out" | cut -c1-150)"
+    else fail "$name: expected /$want/, got: $(oneline "$T/e.out")"; fi
+}
+bad "unknown preset" "not a preset.*smollm-135m" --model llama-9 --gpus 8 --hardware h100 "${GPU[@]}"
+bad "unknown hardware" "--hardware tpu: unknown" --model smollm-135m --gpus 8 --hardware tpu "${GPU[@]}"
+bad "missing --gpus" "--gpus is required" --model smollm-135m --hardware h100 "${GPU[@]}"
+bad "batch not a multiple of the sequence" "not a multiple of the sequence length" --model smollm-135m --gpus 8 --hardware h100 --seq-length 8192 --global-batch-tokens 10000
+bad "missing profile" "bench calibrate" --model smollm-135m --gpus 2 --hardware this --profile "$T/none.json" "${GPU[@]}"
+bad "layout of the wrong size" "dp\*tp\*pp\*cp = 4, but --gpus is 8" --model smollm-135m --gpus 8 --hardware h100 "${GPU[@]}" --layout dp=2,tp=2
+bad "bad layout key" "unknown key \"foo\"" --model smollm-135m --gpus 8 --hardware h100 "${GPU[@]}" --layout foo=2
+bad "unknown option" "unknown option \"--bogus\"" --model smollm-135m --gpus 8 --hardware h100 --bogus 1
+
+# --- femtotron's own runs: profile, exact memory, parallel.auto ----------------
+for i in $(seq 1 300); do echo "line $i: the planner picks a layout and the trainer runs it"; done >"$T/in.txt"
+"$FT" prepare --input "$T/in.txt" --output "$T/data" --val-fraction 0 >/dev/null 2>&1
+cat >"$T/run.json" <<JSON
+{"model": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 64},
+ "data": {"train": "$T/data/train_*.bin"},
+ "training": {"steps": 4, "seq_length": 32, "micro_batch_size": 2, "global_batch_size": 8, "threads": 1,
+              "peak_flops": 1e9},
+ "logging": {"every": 1}}
+JSON
+if "${MPIRUN[@]}" -np 2 "$FT" bench calibrate --quick --head-dim 16 --output "$T/prof.json" >"$T/cal.out" 2>&1; then
+    pass "bench calibrate --quick on 2 ranks wrote a profile"
+else fail "calibrate: $(oneline "$T/cal.out")"; fi
+
+# Attention curves of another head dim than the model's: planned, with a note.
+"$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --top 1 >/dev/null 2>"$T/hd16.err"
+/usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['attn_head_dim'] = 32; json.dump(p, open(sys.argv[2], 'w'))" \
+    "$T/prof.json" "$T/prof32.json"
+"$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof32.json" --top 1 >/dev/null 2>"$T/hd32.err"
+if [ ! -s "$T/hd16.err" ] && grep -q "head dim 32, the model's is 16" "$T/hd32.err"; then
+    pass "plan notes a profile measured at another head dim (32 vs the model's 16), not the matching one"
+else fail "head-dim note: matching: '$(oneline "$T/hd16.err")', other: '$(oneline "$T/hd32.err")'"; fi
+
+bad "GPT model on femtotron" "GPT-style" --model gpt-22b --gpus 1 --hardware this --profile "$T/prof.json" --seq-length 2048 --global-batch-tokens 2048
+
+# The CLI's memory for a given layout is the most loaded rank's measured bytes.
+"$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --layout dp=2,zero=1 --tsv >"$T/m.tsv"
+pred=$(awk -F'\t' 'NR == 2 { print $19 }' "$T/m.tsv")
+"${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.dp 2 --parallel.zero 1 --training.steps 1 \
+    --logging.verbose true >"$T/v.out" 2>&1
+meas=$(grep -E '^memory bytes' "$T/v.out" | awk '{ s = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i-1) != "(rank") s += $i; if (s > m) m = s } END { print m }')
+if [ -n "$pred" ] && [ "$pred" = "$meas" ]; then pass "plan --layout dp=2,zero=1: $pred bytes = the largest rank's measured total"
+else fail "own-run memory: predicted '$pred', measured '$meas': $(grep -E '^memory' "$T/v.out" | tr '\n' ' ')"; fi
+
+# parallel.auto trains with the layout `plan` ranks first.
+first=$("$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --top 1 --tsv | awk -F'\t' 'NR == 2 { print $2 }')
+if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof.json" \
+        >"$T/auto.out" 2>&1; then
+    chosen=$(grep '^parallel.auto:' "$T/auto.out" | sed 's/^parallel.auto: //; s/ (predicted.*//')
+    if [ -n "$chosen" ] && [ "$chosen" = "$first" ] && grep -q 'step     4/4' "$T/auto.out"; then
+        pass "train --parallel.auto: chose '$chosen' (plan's first row) and trained 4 steps"
+    else fail "parallel.auto chose '$chosen', plan ranks first '$first': $(oneline "$T/auto.out")"; fi
+else fail "parallel.auto run: $(oneline "$T/auto.out")"; fi
+
+if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof.json" \
+        --parallel.memory_gb 0.0001 >"$T/auto2.out" 2>&1; then
+    fail "parallel.auto with a 100 KiB budget trained"
+elif grep -q 'no layout of 2 ranks fits' "$T/auto2.out"; then pass "parallel.auto with a 100 KiB budget: $(grep -o 'no layout.*' "$T/auto2.out" | head -1 | cut -c1-120)"
+else fail "parallel.auto tiny budget: $(oneline "$T/auto2.out")"; fi

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/shell/test_resume.sh — resume is exact: 2N steps in one run give the same losses,
+# bit for bit, as N steps + kill -9 + resume + N steps. Also: a run killed at any
+# moment leaves the last complete checkpoint loadable.
+. "$(dirname "$0")/lib.sh"
+fortunes_data
+
+N=6
+common=(--data.train "$tmp/data/train_*.bin" --training.steps $((2 * N)) --training.seq_length 64
+        --training.micro_batch_size 4 --training.grad_acc_steps 2 --training.warmup_steps 3
+        --training.threads 2 --training.peak_flops 1e11
+        --model.hidden_size 128 --model.intermediate_size 384 --model.num_hidden_layers 3
+        --model.num_attention_heads 4 --model.num_key_value_heads 2
+        --data.shuffle true --checkpoint.every $N)
+
+# Uninterrupted run.
+./femtotron train "${common[@]}" --logging.metrics "$tmp/full.jsonl" \
+    --checkpoint.dir "$tmp/ck_full" >"$tmp/full.log" 2>&1 || { failed "uninterrupted run"; cat "$tmp/full.log"; exit 1; }
+
+# Interrupted run: kill -9 as soon as the step-N checkpoint is complete.
+./femtotron train "${common[@]}" --logging.metrics "$tmp/part.jsonl" \
+    --checkpoint.dir "$tmp/ck_part" >"$tmp/part.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 3000); do
+    [ -f "$tmp/ck_part/latest" ] && break
+    sleep 0.01
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+latest=$(cat "$tmp/ck_part/latest" 2>/dev/null)
+if [ "$latest" = "step_$(printf %07d $N)" ]; then
+    pass "killed after the step-$N checkpoint (latest = $latest)"
+else
+    failed "expected latest = step_$(printf %07d $N) after kill, got '$latest'"
+fi
+ls "$tmp/ck_part" | grep -q '^\.tmp' && echo "note: a partial .tmp checkpoint was left by the kill (ignored on resume)"
+
+# Resume and finish.
+./femtotron train "${common[@]}" --logging.metrics "$tmp/resumed.jsonl" \
+    --checkpoint.dir "$tmp/ck_part" --checkpoint.resume true >"$tmp/resumed.log" 2>&1 ||
+    { failed "resumed run"; cat "$tmp/resumed.log"; exit 1; }
+grep -q "resumed from .*step_$(printf %07d $N)" "$tmp/resumed.log" &&
+    pass "resumed from step $N" || failed "resume message missing: $(head -c 600 "$tmp/resumed.log")"
+
+# Steps N+1..2N: losses and grad norms must be identical to the last bit (%.17g).
+extract() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
+full_tail=$(extract "$tmp/full.jsonl" | tail -n $N)
+resumed=$(extract "$tmp/resumed.jsonl")
+if [ -n "$resumed" ] && [ "$full_tail" = "$resumed" ]; then
+    pass "steps $((N + 1))..$((2 * N)) bit-identical to the uninterrupted run"
+else
+    failed "resumed losses differ:"; diff <(echo "$full_tail") <(echo "$resumed") | head
+fi
+# Final weights identical too.
+if cmp -s "$tmp/ck_full/step_$(printf %07d $((2 * N)))/model.safetensors" \
+          "$tmp/ck_part/step_$(printf %07d $((2 * N)))/model.safetensors"; then
+    pass "final model.safetensors byte-identical"
+else
+    failed "final weights differ"
+fi
+if cmp -s "$tmp/ck_full/step_$(printf %07d $((2 * N)))/optimizer.safetensors" \
+          "$tmp/ck_part/step_$(printf %07d $((2 * N)))/optimizer.safetensors"; then
+    pass "final optimizer.safetensors byte-identical"
+else
+    failed "final optimizer state differs"
+fi
+exit $fail

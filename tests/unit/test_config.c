@@ -1,0 +1,426 @@
+// tests/unit/test_config.c — the run configuration: defaults, JSON loading, overrides,
+// model.from precedence, derived batch sizes, JSON round trips, and one check per
+// fatal error (run in a forked child: die() exits 1 when MPI is not running) that
+// the process fails and its stderr names the key and the offending value.
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+
+static char hf_dir[64];  // temporary Hugging Face model directory (mkdtemp)
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        perror(path);
+        exit(2);
+    }
+}
+
+static void write_hf(const char *json) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/config.json", hf_dir);
+    write_file(path, json);
+}
+
+// One failing scenario: starting from defaults with data.train set, load `json`
+// (if any) or the file `file` (if any), apply the space-separated `args` (if
+// any), then validate on `world` ranks (if world > 0).
+typedef struct {
+    const char *json, *file, *args;
+    int world;
+} Case;
+
+static void run_case(const Case *k) {
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "data.train", "train.bin");
+    if (k->json) config_load_json(&c, k->json, "case.json");
+    if (k->file) config_load_file(&c, k->file);
+    if (k->args) {
+        char buf[1024], *argv[32];
+        int argc = 0;
+        snprintf(buf, sizeof buf, "%s", k->args);
+        for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
+        config_apply_args(&c, argc, argv);
+    }
+    if (k->world > 0) config_validate(&c, k->world);
+}
+
+// Run fn in a child with stdout or stderr (fd) captured into out; returns the
+// child's exit status (-1 when it did not exit normally).
+static int run_captured(void (*fn)(const void *), const void *arg, int fd, char *out, size_t out_size) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dup2(p[1], fd);
+        fn(arg);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(0);
+    }
+    close(p[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(p[0], out + len, out_size - 1 - len)) > 0) len += (size_t)n;
+    out[len] = '\0';
+    close(p[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void run_case_void(const void *arg) { run_case((const Case *)arg); }
+
+// The case must exit non-zero with every '|'-separated needle in its stderr.
+static void expect_fail(const char *name, Case k, const char *needles) {
+    char err[4096];
+    int rc = run_captured(run_case_void, &k, 2, err, sizeof err);
+    int ok = rc != 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", needles);
+    for (char *t = strtok(buf, "|"); t; t = strtok(NULL, "|"))
+        if (!strstr(err, t)) ok = 0;
+    char *nl = strchr(err, '\n');
+    if (nl) *nl = '\0';
+    CHECK(ok, "error %-34s exit %d, stderr: %s", name, rc, err);
+}
+
+static void test_defaults(void) {
+    Config c;
+    config_defaults(&c);
+    const ModelConfig *m = &c.model;
+    CHECK(m->hidden_size == 256 && m->intermediate_size == 768 && m->num_hidden_layers == 4 &&
+              m->num_attention_heads == 4 && m->num_key_value_heads == 2 && m->vocab_size == 257 &&
+              m->max_position_embeddings == 1024 && m->rms_norm_eps == 1e-5 && m->rope_theta == 10000 &&
+              m->initializer_range == 0.02 && !m->tie_word_embeddings && m->from[0] == '\0',
+          "defaults: model section");
+    const TrainingConfig *t = &c.training;
+    CHECK(t->seed == 1234 && t->steps == 100 && t->seq_length == 256 && t->micro_batch_size == 8 &&
+              t->grad_acc_steps == 0 && t->global_batch_size == 0 && t->lr == 3e-4 && t->min_lr == 3e-5 &&
+              t->warmup_steps == 10 && t->weight_decay == 0.1 && t->beta1 == 0.9 && t->beta2 == 0.95 &&
+              t->eps == 1e-8 && t->grad_clip == 1.0 && t->threads == 0 && t->peak_flops == 0,
+          "defaults: training section");
+    CHECK(c.parallel.dp == 1 && c.parallel.tp == 1 && c.parallel.pp == 1 && c.parallel.cp == 1 &&
+              c.parallel.zero == 0 && !c.data.train[0] && !c.data.val[0] && !c.data.shuffle &&
+              !c.checkpoint.dir[0] && c.checkpoint.every == 0 && !c.checkpoint.resume && !c.logging.metrics[0] &&
+              c.logging.every == 1 && c.logging.val_every == 0 && c.logging.val_batches == 4,
+          "defaults: data, parallel, checkpoint, logging sections");
+}
+
+static void test_load_json(void) {
+    Config c;
+    config_defaults(&c);
+    config_load_json(&c,
+                     "{\"model\": {\"hidden_size\": 64, \"rope_theta\": 500000, \"tie_word_embeddings\": true},\n"
+                     " \"data\": {\"train\": \"shards/*.bin\", \"shuffle\": true},\n"
+                     " \"training\": {\"seed\": 42, \"lr\": 1e-3, \"steps\": 7},\n"
+                     " \"logging\": {\"metrics\": \"m.jsonl\"}}",
+                     "inline");
+    CHECK(c.model.hidden_size == 64 && c.model.rope_theta == 500000 && c.model.tie_word_embeddings &&
+              !strcmp(c.data.train, "shards/*.bin") && c.data.shuffle && c.training.seed == 42 &&
+              c.training.lr == 1e-3 && c.training.steps == 7 && !strcmp(c.logging.metrics, "m.jsonl"),
+          "load_json sets int, uint64, float, bool and string keys");
+    CHECK(c.model.num_hidden_layers == 4 && c.training.micro_batch_size == 8 && c.logging.every == 1,
+          "load_json leaves keys it does not name at their defaults");
+
+    // Same through a file on disk.
+    char path[128];
+    snprintf(path, sizeof path, "%s/run.json", hf_dir);
+    write_file(path, "{\"training\": {\"micro_batch_size\": 3}, \"parallel\": {\"dp\": 2}}");
+    config_load_file(&c, path);
+    CHECK(c.training.micro_batch_size == 3 && c.parallel.dp == 2 && c.model.hidden_size == 64,
+          "load_file applies on top of what the config already holds");
+}
+
+static void test_overrides(void) {
+    Config c;
+    config_defaults(&c);
+    char *argv[] = {"--model.num_hidden_layers", "12", "--training.seed=18446744073709551615",
+                    "--training.lr", "0.5e-3", "--data.shuffle", "1", "--checkpoint.resume=true",
+                    "--checkpoint.dir", "ckpt dir", "--data.shuffle=0", "--logging.metrics="};
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    strcpy(c.logging.metrics, "old");
+    int used = config_apply_args(&c, argc, argv);
+    CHECK(used == argc, "apply_args consumed %d of %d arguments", used, argc);
+    CHECK(c.model.num_hidden_layers == 12, "override int: num_hidden_layers = %d", c.model.num_hidden_layers);
+    CHECK(c.training.seed == UINT64_MAX, "override uint64 at 2^64-1: seed = %llu",
+          (unsigned long long)c.training.seed);
+    CHECK(c.training.lr == 0.5e-3, "override float: lr = %g", c.training.lr);
+    CHECK(c.checkpoint.resume && !c.data.shuffle, "override bool: true / 1 then 0");
+    CHECK(!strcmp(c.checkpoint.dir, "ckpt dir") && c.logging.metrics[0] == '\0',
+          "override string, with a space and empty after '='");
+}
+
+static void test_precedence(void) {
+    // The HF file: every key differs from our defaults; kv heads absent, so
+    // transformers' rule (kv = heads) applies; harmless extras are ignored.
+    write_hf("{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
+             " \"hidden_size\": 96, \"intermediate_size\": 200, \"num_hidden_layers\": 3,\n"
+             " \"num_attention_heads\": 6, \"vocab_size\": 1000, \"max_position_embeddings\": 512,\n"
+             " \"rms_norm_eps\": 1e-6, \"rope_theta\": 50000.0, \"tie_word_embeddings\": true,\n"
+             " \"hidden_act\": \"silu\", \"attention_bias\": false, \"mlp_bias\": false, \"head_dim\": 16,\n"
+             " \"rope_scaling\": null, \"bos_token_id\": 1, \"eos_token_id\": 2, \"torch_dtype\": \"bfloat16\",\n"
+             " \"transformers_version\": \"4.40.0\", \"use_cache\": true, \"pretraining_tp\": 1,\n"
+             " \"attention_dropout\": 0.0}");
+    Config c;
+    config_defaults(&c);
+    char json[512];
+    snprintf(json, sizeof json, "{\"model\": {\"intermediate_size\": 300, \"from\": \"%s\", \"vocab_size\": 500}}",
+             hf_dir);
+    config_load_json(&c, json, "run.json");
+    char *argv[] = {"--model.vocab_size", "400"};
+    config_apply_args(&c, 2, argv);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.model.hidden_size == 96 && c.model.num_hidden_layers == 3 && c.model.rope_theta == 50000 &&
+              c.model.rms_norm_eps == 1e-6 && c.model.tie_word_embeddings && c.model.max_position_embeddings == 512,
+          "precedence: FROM/config.json beats the defaults");
+    CHECK(c.model.num_key_value_heads == 6, "precedence: absent num_key_value_heads = num_attention_heads (%d)",
+          c.model.num_key_value_heads);
+    CHECK(c.model.intermediate_size == 300, "precedence: run config model section beats FROM/config.json (%d)",
+          c.model.intermediate_size);
+    CHECK(c.model.vocab_size == 400, "precedence: override beats run config and FROM (%d)", c.model.vocab_size);
+    CHECK(c.model.initializer_range == 0.02, "precedence: key absent in FROM takes transformers' default");
+
+    // Order independence: an inline key set BEFORE --model.from still wins.
+    Config d;
+    config_defaults(&d);
+    config_load_json(&d, "{\"model\": {\"num_hidden_layers\": 9}}", "run.json");
+    char *argv2[] = {"--model.from", hf_dir};
+    config_apply_args(&d, 2, argv2);
+    CHECK(d.model.num_hidden_layers == 9 && d.model.hidden_size == 96,
+          "precedence: explicit key given before --model.from is kept (%d layers)", d.model.num_hidden_layers);
+    config_set(&d, "model.from", "");
+    CHECK(d.model.hidden_size == 256 && d.model.num_hidden_layers == 9,
+          "clearing model.from puts the keys it filled back to defaults");
+}
+
+static void test_batch(void) {
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.training.grad_acc_steps == 1 && c.training.global_batch_size == 8,
+          "batch: neither given -> A = 1, G = B = 8 (A=%d G=%d)", c.training.grad_acc_steps,
+          c.training.global_batch_size);
+    config_defaults(&c);
+    char *a1[] = {"--data.train", "x", "--training.grad_acc_steps", "3", "--parallel.dp", "2"};
+    config_apply_args(&c, 6, a1);
+    config_validate(&c, 2);
+    CHECK(c.training.global_batch_size == 48, "batch: A only -> G = A*B*dp = 3*8*2 = %d",
+          c.training.global_batch_size);
+    config_defaults(&c);
+    char *a2[] = {"--data.train", "x", "--training.global_batch_size", "64", "--parallel.dp", "4",
+                  "--training.micro_batch_size", "2"};
+    config_apply_args(&c, 8, a2);
+    config_validate(&c, 4);
+    CHECK(c.training.grad_acc_steps == 8, "batch: G only -> A = G/(B*dp) = 64/(2*4) = %d", c.training.grad_acc_steps);
+    config_defaults(&c);
+    char *a3[] = {"--data.train", "x", "--training.global_batch_size", "32", "--training.grad_acc_steps", "4"};
+    config_apply_args(&c, 6, a3);
+    config_validate(&c, 1);
+    CHECK(c.training.grad_acc_steps == 4 && c.training.global_batch_size == 32, "batch: consistent G and A kept");
+}
+
+static void test_round_trip(void) {
+    Config c, d;
+    config_defaults(&c);
+    char *argv[] = {"--model.hidden_size", "48", "--model.rms_norm_eps", "3.3e-7", "--training.lr", "0.1",
+                    "--training.seed", "18446744073709551000", "--data.val", "v\"q\\.bin",
+                    "--model.tie_word_embeddings", "true", "--logging.val_every", "5"};
+    config_apply_args(&c, 14, argv);
+    char *text = config_to_json(&c);
+    config_defaults(&d);
+    config_load_json(&d, text, "round trip");
+    char *text2 = config_to_json(&d);
+    CHECK(!strcmp(text, text2), "config_to_json -> config_load_json -> config_to_json gives the same text");
+    CHECK(d.model.hidden_size == 48 && d.model.rms_norm_eps == 3.3e-7 && d.training.lr == 0.1 &&
+              d.training.seed == 18446744073709551000ull && !strcmp(d.data.val, "v\"q\\.bin") &&
+              d.model.tie_word_embeddings && d.logging.val_every == 5,
+          "round trip keeps every value bit for bit (big seed, escaped string, float)");
+    free(text);
+    free(text2);
+
+    // config_write_hf_json, read back through model.from, gives the same model.
+    char dir[64] = "/tmp/femtotron_hfXXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    c.model.num_key_value_heads = 1;
+    c.model.initializer_range = 0.01;
+    config_write_hf_json(&c.model, path);
+    config_defaults(&d);
+    config_set(&d, "model.from", dir);
+    strcpy(c.model.from, dir);
+    CHECK(!memcmp(&c.model, &d.model, sizeof c.model),
+          "write_hf_json -> model.from reads back the identical model section");
+    FILE *f = fopen(path, "r");
+    char buf[2048] = {0};
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(n > 0 && strstr(buf, "\"LlamaForCausalLM\"") && strstr(buf, "\"model_type\":\t\"llama\"") &&
+              strstr(buf, "\"head_dim\":\t12") && strstr(buf, "\"rope_scaling\":\tnull") &&
+              strstr(buf, "\"hidden_act\":\t\"silu\""),
+          "HF config.json names the architecture, model_type, head_dim, silu, null rope_scaling");
+    unlink(path);
+    rmdir(dir);
+}
+
+static void print_help_void(const void *arg) {
+    (void)arg;
+    config_print_help();
+}
+
+static void test_help(void) {
+    char out[16384];
+    int rc = run_captured(print_help_void, NULL, 1, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "training.micro_batch_size") && strstr(out, "3e-4") &&
+              strstr(out, "logging.val_batches") && strstr(out, "model.from"),
+          "print_help lists keys with their defaults");
+}
+
+static void test_errors(void) {
+    char path[128], json[512];
+    // Loading.
+    expect_fail("unknown key", (Case){.json = "{\"training\": {\"stpes\": 3}}"},
+                "config case.json|unknown key \"training.stpes\"|training.steps");
+    expect_fail("unknown section", (Case){.json = "{\"trainig\": {}}"}, "unknown section \"trainig\"");
+    expect_fail("section not an object", (Case){.json = "{\"model\": 3}"}, "section \"model\"");
+    expect_fail("int given a fraction", (Case){.json = "{\"training\": {\"steps\": 1.5}}"},
+                "\"training.steps\" must be an integer|1.5");
+    expect_fail("int given a string", (Case){.json = "{\"model\": {\"hidden_size\": \"64\"}}"},
+                "\"model.hidden_size\" must be an integer");
+    expect_fail("bool given a number", (Case){.json = "{\"data\": {\"shuffle\": 1}}"},
+                "\"data.shuffle\" must be true or false");
+    expect_fail("string given a number", (Case){.json = "{\"data\": {\"train\": 5}}"},
+                "\"data.train\" must be a string");
+    expect_fail("seed negative", (Case){.json = "{\"training\": {\"seed\": -1}}"}, "\"training.seed\"|-1");
+    expect_fail("duplicate key", (Case){.json = "{\"training\": {\"steps\": 1, \"steps\": 2}}"},
+                "\"steps\" is given twice");
+    expect_fail("invalid JSON", (Case){.json = "{\"training\": {\n  \"steps\": 3,,\n}}"},
+                "config case.json|invalid JSON at line 2");
+    snprintf(path, sizeof path, "%s/no_such.json", hf_dir);
+    expect_fail("missing config file", (Case){.file = path}, "no_such.json|No such file");
+    // Overrides.
+    expect_fail("override unknown key", (Case){.args = "--training.stpes 3"}, "unknown key \"training.stpes\"");
+    expect_fail("override bad int", (Case){.args = "--training.steps 3x"}, "\"training.steps\"|\"3x\"");
+    expect_fail("override bad bool", (Case){.args = "--data.shuffle yes"}, "\"data.shuffle\"|\"yes\"");
+    expect_fail("override bad float", (Case){.args = "--training.lr nan"}, "\"training.lr\"|\"nan\"");
+    expect_fail("override negative seed", (Case){.args = "--training.seed -5"}, "\"training.seed\"|\"-5\"");
+    expect_fail("stray argument", (Case){.args = "--training.steps 3 extra"}, "unexpected argument \"extra\"");
+    expect_fail("override without value", (Case){.args = "--training.steps"}, "\"--training.steps\" needs a value");
+    // model.from: features we cannot honour.
+    snprintf(json, sizeof json, "{\"model\": {\"from\": \"%s\"}}", hf_dir);
+    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}");
+    expect_fail("HF hidden_act gelu", (Case){.json = json}, "hidden_act = \"gelu\"|config.json");
+    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"attention_bias\": true}");
+    expect_fail("HF attention_bias", (Case){.json = json}, "attention_bias = true");
+    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"mlp_bias\": true}");
+    expect_fail("HF mlp_bias", (Case){.json = json}, "mlp_bias = true");
+    write_hf("{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}");
+    expect_fail("HF rope_scaling", (Case){.json = json}, "rope_scaling|llama3|not supported");
+    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 32}");
+    expect_fail("HF head_dim", (Case){.json = json}, "head_dim = 32|64 / 4");
+    write_hf("{\"model_type\": \"mistral\"}");
+    expect_fail("HF model_type", (Case){.json = json}, "model_type = \"mistral\"");
+    write_hf("{\"hidden_size\": 64.5}");
+    expect_fail("HF wrong type", (Case){.json = json}, "\"hidden_size\" must be an integer|64.5");
+    write_hf("{\"hidden_size\": 64,");
+    expect_fail("HF invalid JSON", (Case){.json = json}, "model.from|config.json|invalid JSON");
+    expect_fail("HF missing dir", (Case){.args = "--model.from /nonexistent/femtotron_model"},
+                "model.from|/nonexistent/femtotron_model/config.json");
+    // Validation: one key each.
+    struct {
+        const char *name, *args, *needles;
+        int world;
+    } v[] = {
+        {"hidden_size 0", "--model.hidden_size 0", "model.hidden_size = 0", 1},
+        {"heads do not divide hidden", "--model.hidden_size 250", "model.hidden_size = 250|num_attention_heads = 4", 1},
+        {"odd head dim", "--model.hidden_size 20", "head dim|= 5|even", 1},
+        {"kv heads do not divide heads", "--model.num_key_value_heads 3", "num_attention_heads = 4|num_key_value_heads = 3", 1},
+        {"vocab_size 1", "--model.vocab_size 1", "model.vocab_size = 1", 1},
+        {"rms_norm_eps 0", "--model.rms_norm_eps 0", "model.rms_norm_eps = 0", 1},
+        {"seq_length > max pos", "--training.seq_length 2048", "training.seq_length = 2048|max_position_embeddings = 1024", 1},
+        {"seq_length 0", "--training.seq_length 0", "training.seq_length = 0", 1},
+        {"steps 0", "--training.steps 0", "training.steps = 0", 1},
+        {"micro_batch_size 0", "--training.micro_batch_size 0", "training.micro_batch_size = 0", 1},
+        {"lr 0", "--training.lr 0", "training.lr = 0", 1},
+        {"min_lr > lr", "--training.min_lr 0.01", "training.min_lr = 0.01|training.lr = 0.0003", 1},
+        {"min_lr < 0", "--training.min_lr -1", "training.min_lr = -1", 1},
+        {"warmup < 0", "--training.warmup_steps -2", "training.warmup_steps = -2", 1},
+        {"weight_decay < 0", "--training.weight_decay -0.1", "training.weight_decay = -0.1", 1},
+        {"beta1 = 1", "--training.beta1 1", "training.beta1 = 1", 1},
+        {"beta2 < 0", "--training.beta2 -0.5", "training.beta2 = -0.5", 1},
+        {"eps 0", "--training.eps 0", "training.eps = 0", 1},
+        {"grad_clip < 0", "--training.grad_clip -1", "training.grad_clip = -1", 1},
+        {"data.train unset", "--data.train=", "data.train is not set|femtotron prepare", 1},
+        {"grid != world", "--parallel.dp 2", "= 2, but the job has 4 ranks", 4},
+        {"tp heads", "--parallel.tp 3", "num_attention_heads = 4 is not divisible by parallel.tp = 3", 3},
+        {"tp kv heads", "--parallel.tp 4", "num_key_value_heads = 2 is not divisible by parallel.tp = 4", 4},
+        {"tp ffn", "--parallel.tp 2 --model.intermediate_size 769", "intermediate_size = 769|parallel.tp = 2", 2},
+        {"sp tokens", "--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch_size 1 --training.seq_length 7",
+         "sequence_parallel|7 tokens|parallel.tp = 2", 2},
+        {"pp > layers", "--parallel.pp 8", "parallel.pp * parallel.pp_virtual|a stage would be empty", 8},
+        {"pp schedule", "--parallel.pp 2 --parallel.pp_schedule gpipe", "parallel.pp_schedule|gpipe", 2},
+        {"pp virtual", "--parallel.pp 2 --parallel.pp_virtual 2", "pp_virtual = 2|interleaved", 2},
+        {"interleaved M", "--parallel.pp 2 --parallel.pp_schedule interleaved --parallel.pp_virtual 2 --training.grad_acc_steps 3",
+         "interleaved|grad_acc_steps = 3|multiple of parallel.pp = 2", 2},
+        {"pp_layers sum", "--parallel.pp 2 --parallel.pp_layers 1,2", "parallel.pp_layers|2 stages with 3 layers", 2},
+        {"pp_layers empty", "--parallel.pp 2 --parallel.pp_layers 4,0", "parallel.pp_layers|empty stage", 2},
+        {"pp tied", "--parallel.pp 2 --model.tie_word_embeddings true", "tie_word_embeddings|parallel.pp = 2", 2},
+        {"cp seq", "--parallel.cp 2 --training.seq_length 250", "parallel.cp = 2|seq_length = 250|2 * cp = 4", 2},
+        {"zero 4", "--parallel.zero 4", "parallel.zero = 4|0, 1, 2 or 3", 1},
+        {"order", "--parallel.order tp-dp", "parallel.order|dp-pp-cp-tp", 1},
+        {"bucket 0", "--parallel.bucket_mb 0", "parallel.bucket_mb", 1},
+        {"timeout 0", "--parallel.timeout_s 0", "parallel.timeout_s", 1},
+        {"max_bad_steps 0", "--training.max_bad_steps 0", "training.max_bad_steps", 1},
+        {"G not divisible", "--training.global_batch_size 20 --training.micro_batch_size 4 --parallel.dp 2",
+         "global_batch_size = 20|= 4 * 2 = 8", 2},
+        {"G != A*B*dp", "--training.global_batch_size 20 --training.grad_acc_steps 2 --training.micro_batch_size 4",
+         "global_batch_size = 20|= 2 * 4 * 1 = 8", 1},
+        {"checkpoint.every < 0", "--checkpoint.every -1", "checkpoint.every = -1", 1},
+        {"resume without dir", "--checkpoint.resume true", "checkpoint.resume|checkpoint.dir", 1},
+        {"logging.every 0", "--logging.every 0", "logging.every = 0", 1},
+        {"val_every < 0", "--logging.val_every -3", "logging.val_every = -3", 1},
+        {"val_batches 0", "--logging.val_batches 0", "logging.val_batches = 0", 1},
+        {"val_every without data.val", "--logging.val_every 10", "logging.val_every = 10|data.val is not set", 1},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        expect_fail(v[i].name, (Case){.args = v[i].args, .world = v[i].world}, v[i].needles);
+}
+
+int main(void) {
+    strcpy(hf_dir, "/tmp/femtotron_cfgXXXXXX");
+    if (!mkdtemp(hf_dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_defaults();
+    test_load_json();
+    test_overrides();
+    test_precedence();
+    test_batch();
+    test_round_trip();
+    test_help();
+    test_errors();
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/config.json", hf_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/run.json", hf_dir);
+    unlink(path);
+    rmdir(hf_dir);
+    return check_summary();
+}

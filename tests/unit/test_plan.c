@@ -1,0 +1,288 @@
+// tests/unit/test_plan.c — the planner against independent references: the textbook
+// pipeline bubble (p-1)/(v*m), the Ultra-Scale Playbook's bytes per parameter,
+// Korthikanti et al.'s activation formulas, the 6*N*T FLOP count on an ideal
+// machine, the alpha-beta ring cost of the data-parallel reduction, and the
+// search's own invariants.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engines/pipeline_schedule.h"
+#include "plan/pipeline_sim.h"
+#include "plan/plan.h"
+
+// A machine where every kernel runs at exactly `rate` FLOP/s, memory traffic and
+// (optionally) communication cost nothing.
+static Hardware ideal(double rate, double alpha, double bw) {
+    Hardware hw;
+    memset(&hw, 0, sizeof hw);
+    strcpy(hw.name, "ideal");
+    hw.peak_flops = rate;
+    hw.mem_bytes = 1e15;
+    hw.mem_bw = 1e30;
+    hw.bytes_per_value = 2;
+    RateCurve flat = {2, {1.0, 1e30}, {rate, rate}};
+    hw.gemm = hw.attn_fwd = hw.attn_bwd = flat;
+    hw.intra_bw = hw.inter_bw = bw;
+    hw.intra_lat = hw.inter_lat = alpha;
+    hw.gpus_per_node = 8;
+    return hw;
+}
+
+static PlanProblem problem(const char *preset, int world, int seq, long long seqs, Hardware hw) {
+    PlanProblem p;
+    memset(&p, 0, sizeof p);
+    plan_model_resolve(&p.model, preset);
+    p.hw = hw;
+    p.world = world;
+    p.seq = seq;
+    p.global_seqs = seqs;
+    p.mem_budget = 80e9;
+    return p;
+}
+
+static void test_bubble(void) {
+    // Equal stages: forward f, backward 2f per chunk. The ideal step is M*v*(f+b)
+    // per rank; the schedule adds (p-1)/(v*m) of it (Narayanan et al. 2021).
+    const PpSchedule scheds[] = {PP_AFAB, PP_1F1B, PP_INTERLEAVED};
+    int cases[][3] = {{2, 4, 1}, {4, 8, 1}, {4, 4, 1}, {8, 16, 1}, {4, 8, 2}, {2, 4, 2}, {4, 12, 3}};
+    for (int si = 0; si < 3; si++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int P = cases[c][0], M = cases[c][1], v = si == 2 ? cases[c][2] : 1;
+            if (si == 2 && v == 1) continue;
+            double fwd[64], bwd[64];
+            for (int k = 0; k < P * v; k++) {
+                fwd[k] = 1.0 / v;
+                bwd[k] = 2.0 / v;
+            }
+            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, NULL);
+            double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
+            CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", pp_schedule_name(scheds[si]), P,
+                  M, v, s.makespan, want);
+            // The event-driven replay (shared cores) at speed 1 agrees.
+            double ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+            PipeSim e = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, ones);
+            CHECK(rel_diff(e.makespan, want) < 1e-12, "event replay at speed 1, %s P=%d M=%d v=%d: %.4f = %.4f",
+                  pp_schedule_name(scheds[si]), P, M, v, e.makespan, want);
+        }
+    // A send adds to every hop of the critical path: 1F1B with P stages pays
+    // 2*(P-1) sends at least.
+    double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
+    PipeSim a = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.0, NULL), b = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, NULL);
+    CHECK(b.makespan - a.makespan >= 2 * 3 * 0.1 - 1e-12, "sends on the critical path: +%.3f s for 6 hops of 0.1 s",
+          b.makespan - a.makespan);
+    // Processor sharing. Speed 1 for every count of computing ranks is the plain
+    // replay. AFAB, 2 ranks, 2 micro-batches, unit forward and backward, a rank
+    // computing alone twice as fast as two together (speed {-, 2, 1}), by hand:
+    //   rank 0 F0 alone 0-0.5; rank 0 F1 with rank 1 F0 0.5-1.5; rank 1 F1 alone
+    //   1.5-2; rank 1 B alone 2-2.5; rank 0 B with rank 1 B 2.5-3.5; rank 0 B alone
+    //   3.5-4: makespan 4 (6 without sharing); rank 0 computes 3 s of wall time.
+    const double ones[5] = {1, 1, 1, 1, 1}, halves[3] = {1, 2, 1};
+    PipeSim c = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, ones);
+    CHECK(rel_diff(c.makespan, b.makespan) < 1e-12 && c.busy_wall == c.busy_max,
+          "sharing at speed 1 is the plain replay: %.6f = %.6f", c.makespan, b.makespan);
+    double unit[2] = {1, 1};
+    PipeSim d = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, NULL);
+    PipeSim e = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, halves);
+    CHECK(rel_diff(d.makespan, 6.0) < 1e-12 && rel_diff(e.makespan, 4.0) < 1e-12,
+          "sharing, AFAB 2x2 by hand: makespan %.4f = 4 (plain %.4f = 6)", e.makespan, d.makespan);
+    CHECK(rel_diff(e.busy_max, 4.0) < 1e-12 && rel_diff(e.busy_wall, 3.0) < 1e-12,
+          "sharing: busiest rank computes 4 nominal s in %.4f = 3 wall s", e.busy_wall);
+    // Activation slots: 1F1B keeps pp - s micro-batches, AFAB all of them.
+    int slots[4];
+    int ok = 1;
+    for (int s = 0; s < 4; s++) {
+        pipeline_slots(PP_1F1B, 4, 1, 8, s, slots);
+        ok &= slots[0] == 4 - s;
+    }
+    CHECK(ok, "1f1b stage s holds pp - s micro-batches");
+    pipeline_slots(PP_AFAB, 4, 1, 8, 2, slots);
+    CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
+}
+
+static void test_memory_formulas(void) {
+    // Model states, bf16 mixed precision (Playbook): 2 + 2 + 12 bytes per parameter
+    // on one rank; ZeRO-1/2/3 over N_d ranks.
+    PlanProblem p = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    const double psi = plan_total_params(&p.model);
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, PP_1F1B, 1, RECOMPUTE_NONE};
+    p.world = 1;
+    PlanMemory m = plan_memory_mixed(&p, &one);
+    CHECK(rel_diff(m.params, 2 * psi) < 1e-12 && rel_diff(m.grads, 2 * psi) < 1e-12 &&
+              rel_diff(m.optimizer, 12 * psi) < 1e-12,
+          "1 rank: params 2Ψ, grads 2Ψ, optimizer 12Ψ (Ψ = %.4g)", psi);
+    p.world = 8;
+    for (int z = 1; z <= 3; z++) {
+        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+        PlanMemory mz = plan_memory_mixed(&p, &l);
+        double want = z == 1 ? 4 * psi + 12 * psi / 8 : z == 2 ? 2 * psi + 14 * psi / 8 : 16 * psi / 8;
+        CHECK(rel_diff(mz.params + mz.grads + mz.optimizer, want) < 1e-12, "ZeRO-%d dp8: model states %.4g = %.4g", z,
+              mz.params + mz.grads + mz.optimizer, want);
+    }
+    // Activations of a GPT model (Korthikanti's own accounting), pp = 1, one
+    // micro-batch: L * s*b*h*(34 + 5as/h) + the head's 2sbh + 4sbV.
+    PlanProblem g = problem("gpt-22b", 8, 2048, 4, ideal(1e15, 0, 1e12));
+    const double s = 2048, b = 1, h = 6144, a = 64, L = 48, V = 51200;
+    struct {
+        int tp, sp;
+        Recompute rc;
+        double per_layer;
+    } rows[] = {
+        {1, 0, RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h)},
+        {8, 0, RECOMPUTE_NONE, s * b * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8))},
+        {8, 1, RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h) / 8},
+        {8, 1, RECOMPUTE_SELECTIVE, s * b * h * 34 / 8},
+        {8, 1, RECOMPUTE_FULL, 2 * s * b * h / 8},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), PP_1F1B, 1, rows[i].rc};
+        if (l.dp > 1) l.micro = 1;
+        PlanMemory mg = plan_memory_mixed(&g, &l);
+        double t = rows[i].tp, head = 2 * s * b * h * (rows[i].sp ? 1 / t : 1) + 4 * s * b * V / t;
+        double full_extra = rows[i].rc == RECOMPUTE_FULL ? s * b * h * (34 + 5 * a * s / h) / 8 : 0;
+        double want = L * rows[i].per_layer + head + full_extra;
+        CHECK(rel_diff(mg.activations, want) < 1e-12, "Korthikanti activations tp%d%s %s: %.4g = %.4g bytes",
+              rows[i].tp, rows[i].sp ? " sp" : "", rows[i].rc == RECOMPUTE_NONE ? "none" : rows[i].rc == RECOMPUTE_SELECTIVE ? "selective" : "full",
+              mg.activations, want);
+    }
+    // Llama-3.1-8B's own layer count is Korthikanti's 34 s*b*h (+ the fp32 lse).
+    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, PP_1F1B, 1, RECOMPUTE_SELECTIVE};
+    PlanProblem p8 = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    PlanMemory m8 = plan_memory_mixed(&p8, &l8);
+    double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
+    CHECK(rel_diff(m8.activations, 32 * 34 * sbh / 8 + head8) < 1e-12, "llama-3.1-8b selective: 34 sbh/t per layer");
+}
+
+// 8 CPU ranks on 2 cores (1 thread each), calibrated so: a pipeline's bubbles let
+// the computing ranks run faster, layouts without a pipeline are unchanged, and
+// so is everything when the cores are enough for every thread.
+static void test_shared_cores(void) {
+    Hardware hw = ideal(1e11, 1e-6, 1e10);
+    hw.bytes_per_value = 4;
+    hw.calib_threads = 1;
+    hw.calib_ranks = 8;
+    PlanProblem own = problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
+    two.hw.node_cores = 2;
+    many.hw.node_cores = 8;
+    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
+    StepTime a = plan_step_time(&own, &pp4), b = plan_step_time(&two, &pp4), c = plan_step_time(&many, &pp4);
+    CHECK(b.total < 0.9 * a.total && c.total == a.total,
+          "shared cores: dp2 x pp4 %.4f s < %.4f s unshared (8 cores: %.4f s)", b.total, a.total, c.total);
+    double sum = b.compute + b.tp_comm + b.cp_comm + b.pp_comm + b.bubble + b.dp_comm + b.optimizer;
+    CHECK(rel_diff(sum, b.total) < 1e-9 && b.bubble >= 0, "shared cores: breakdown %.6g = %.6g, bubble %.4g >= 0", sum,
+          b.total, b.bubble);
+    StepTime d = plan_step_time(&own, &dp8), e = plan_step_time(&two, &dp8);
+    CHECK(d.total == e.total, "shared cores: dp8 (no pipeline) unchanged %.6f = %.6f", e.total, d.total);
+}
+
+// plan_split remembers recent splits: asked in turn for many stage counts and
+// eight sequence lengths (48 inputs, more than its memo's 32), twice each, it
+// always answers what the trainer's dynamic program answers for the same inputs.
+// SmolLM-135M's large vocabulary makes the head worth a varying number of layers
+// as the sequence grows, so the splits differ between sequence lengths.
+static void test_split_memo(void) {
+    PlanProblem p = problem("smollm-135m", 64, 2048, 64, ideal(1e14, 0, 1e30));
+    const PlanModel *pm = &p.model;
+    int bad = 0, asked = 0, differ = 0;
+    for (int round = 0; round < 3; round++)
+        for (int pp = 2; pp <= 8; pp *= 2)
+            for (int v = 1; v <= 2; v++) {
+                int first[16];
+                for (int si = 0; si < 8; si++) {
+                    p.seq = 256 << si;
+                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? PP_INTERLEAVED : PP_1F1B, v, RECOMPUTE_NONE};
+                    int got[16], again[16], want[16];
+                    plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
+                    plan_split(&p, &l, again);  // a hit
+                    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p.seq);
+                    pp_balanced_split(pm->L, layer, pm->D, pm->V, pp * v, want);
+                    const size_t n = sizeof(int) * (size_t)(pp * v);
+                    bad += memcmp(got, want, n) != 0 || memcmp(again, want, n) != 0;
+                    asked++;
+                    if (si == 0) memcpy(first, want, n);
+                    else differ += memcmp(first, want, n) != 0;
+                }
+            }
+    CHECK(bad == 0 && differ > 0, "plan_split (memoized) = the trainer's split in %d of %d asks (%d differ by sequence)",
+          asked - bad, asked, differ);
+}
+
+static void test_step_time(void) {
+    // On an ideal machine (every FLOP at the peak, free memory traffic and
+    // communication) one rank's step is exactly the model FLOPs: MFU = 1.
+    PlanProblem p = problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+    StepTime t = plan_step_time(&p, &one);
+    // plan_flops_per_token counts the causal attention as S (not S+1) per token.
+    double attn_fix = 1.0 + 1.0 / 2048 * (6.0 * 32 * 2048 * 960 / plan_flops_per_token(&p.model, 2048));
+    CHECK(rel_diff(t.mfu * attn_fix, 1.0) < 1e-3, "ideal machine, 1 rank: MFU %.5f = 1", t.mfu * attn_fix);
+    // Full recomputation adds one forward of every layer (not of the head) up to
+    // SwiGLU (femtotron keeps the layer output, so the down projection, 2*F*D
+    // FLOPs per token, is not redone): 1 + (layer forward FLOPs - down) / all FLOPs.
+    one.recompute = RECOMPUTE_FULL;
+    StepTime tf = plan_step_time(&p, &one);
+    const double D = 960, S = 2048, F = 2560;
+    double layers = 6.0 * 32 * (plan_layer_params(&p.model) - 2 * D) + 6.0 * 32 * S * D;
+    double want_rc = 1.0 + (layers / 3.0 - 32 * 2.0 * F * D) / plan_flops_per_token(&p.model, 2048);
+    CHECK(rel_diff(tf.total / t.total, want_rc) < 1e-3, "full recompute costs %.4f = %.4f", tf.total / t.total, want_rc);
+    // Data parallel, ZeRO-0, reduction after backward: the exposed time is the ring
+    // all-reduce of the fp32 gradients, 2(n-1)a + 2(n-1)/n * bytes / bw.
+    const double alpha = 1e-5, bw = 1e9;
+    PlanProblem q = problem("smollm-135m", 4, 1024, 8, ideal(1e14, alpha, bw));
+    Config base;
+    config_defaults(&base);
+    base.parallel.overlap = false;
+    q.base = &base;  // bucket size and overlap come from the run config
+    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
+    StepTime td = plan_step_time(&q, &dp4);
+    double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
+    CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
+    // The breakdown adds up.
+    PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
+    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
+    StepTime tr = plan_step_time(&r, &l);
+    double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
+    CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);
+    test_shared_cores();
+    test_split_memo();
+}
+
+static void test_search(void) {
+    Hardware h100;
+    hardware_builtin(&h100, "h100");
+    PlanProblem p = problem("llama-3.1-8b", 64, 4096, 256, h100);
+    p.mem_budget = 70e9;
+    PlanResult *res;
+    int n = plan_search(&p, &res);
+    int ok = n > 100, sorted = 1, fits = 1, seen_nofit = 0;
+    for (int i = 0; i < n; i++) {
+        const PlanLayout *l = &res[i].layout;
+        ok &= l->dp * l->tp * l->pp * l->cp == 64 && (long long)l->dp * l->mbs * l->micro == 256;
+        fits &= res[i].fits == (res[i].mem.total <= p.mem_budget);
+        if (!res[i].fits) seen_nofit = 1;
+        else if (seen_nofit) sorted = 0;
+        if (i > 0 && res[i].fits == res[i - 1].fits && res[i].time.total < res[i - 1].time.total) sorted = 0;
+    }
+    CHECK(ok, "search: %d layouts, each uses 64 ranks and the whole batch", n);
+    CHECK(fits, "search: fits == total <= budget");
+    CHECK(sorted, "search: fitting layouts first, each group fastest first");
+    CHECK(res[0].fits && res[0].layout.tp <= 8, "search: the winner fits and keeps TP inside a node");
+    free(res);
+    // Nothing fits in 1 GiB: every row says so.
+    p.mem_budget = 1e9;
+    n = plan_search(&p, &res);
+    int none = 1;
+    for (int i = 0; i < n; i++) none &= !res[i].fits;
+    CHECK(none, "search: 405B-class budget violations are all marked (1 GiB budget)");
+    free(res);
+}
+
+int main(void) {
+    test_bubble();
+    test_memory_formulas();
+    test_step_time();
+    test_search();
+    return check_summary();
+}
