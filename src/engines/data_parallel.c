@@ -103,7 +103,7 @@ static void complete_bucket(DataParallel *dp, Bucket *b) {
     // Stage 1 reduce-scatters in place: MPI leaves this rank's reduced part at the
     // start of the bucket; move it where it belongs.
     if (was_active && dp->zero == 1 && b->own_lo != b->lo)
-        memmove(dp->grads + b->own_lo, dp->grads + b->lo, sizeof(float) * (b->own_hi - b->own_lo));
+        move_f32(dp->grads + b->own_lo, dp->grads + b->lo, b->own_hi - b->own_lo);
     if (b->flight_window) {
         pool_give(dp->grad_pool, dp->grad_pool_used, dp->n_windows, b->flight_window);
         b->flight_window = NULL;
@@ -153,8 +153,8 @@ static const float *acquire_params(void *ctx, int unit) {
         // ZeRO-3: gather the unit from every rank's owned part, just before use.
         b->param_window = pool_take(dp->param_pool, dp->param_pool_used, dp->n_windows);
         if (!b->param_window) die("ZeRO-3: more than %d units held at once", dp->n_windows);
-        memcpy(b->param_window + (b->own_lo - b->lo), dp->params + b->shard_off,
-               sizeof(float) * (b->own_hi - b->own_lo));
+        copy_f32(b->param_window + (b->own_lo - b->lo), dp->params + b->shard_off,
+                 b->own_hi - b->own_lo);
         CommRequest r = group_iallgather_split_f32(GROUP_DPCP, b->param_window, b->hi - b->lo);
         comm_wait(&r, "ZeRO-3 parameter all-gather");
     }
@@ -185,7 +185,7 @@ static float *unit_grads(void *ctx, int unit) {
             if (k < 0) die("ZeRO-%d: no gradient window free and none in flight", dp->zero);
             complete_bucket(dp, &dp->buckets[k]);
         }
-        memset(w, 0, sizeof(float) * (b->hi - b->lo));
+        zero_f32(w, b->hi - b->lo);
         b->grad_window = w;
     }
     return b->grad_window + (dp->unit_local[unit] - b->lo);
@@ -285,8 +285,8 @@ void dp_begin_step(DataParallel *dp, int micros) {
         dp->buckets[k].done = 0;
         dp->buckets[k].rounds = 0;
     }
-    if (dp->grads) memset(dp->grads, 0, sizeof(float) * dp->n_elements);
-    if (dp->shard_grads) memset(dp->shard_grads, 0, sizeof(float) * dp->shard_n);
+    if (dp->grads) zero_f32(dp->grads, dp->n_elements);
+    if (dp->shard_grads) zero_f32(dp->shard_grads, dp->shard_n);
 }
 
 void dp_finish_grads(DataParallel *dp) {

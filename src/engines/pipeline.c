@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/activation_plan.h"
+#include "ops/ops.h"
 #include "util.h"
 
 // ------------------------------------------------------------------- split
@@ -239,7 +240,7 @@ static void run_backward(Exec *x, const PpAction *act) {
     if (vs > 0) {
         float *buf = pp->grad_send[c] + (size_t)slot * x->nd;
         comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
-        memcpy(buf, dx_in, sizeof(float) * x->nd);
+        copy_f32(buf, dx_in, x->nd);
         pp->grad_send_req[si] = group_isend_f32(GROUP_PP, buf, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1) + 1);
     }
     // The activation this slot sent forward must have left before the slot is reused.

@@ -9,8 +9,6 @@
 // then a final RMSNorm, the output head, and the cross-entropy.
 #include "model/llama.h"
 
-#include <string.h>
-
 #include "model/activations.h"
 #include "model/param_access.h"
 #include "ops/ops.h"
@@ -73,7 +71,7 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
                              N, D);
         if (!(tied && a->has_head)) pa->release_params(pa->ctx, 0);  // a tied head needs it again
     } else if (x_in != a->resid) {
-        memcpy(a->resid, x_in, sizeof(float) * (size_t)Nr * D);  // kept for this stage's backward
+        copy_f32(a->resid, x_in, (size_t)Nr * D);  // kept for this stage's backward
     }
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
@@ -152,14 +150,14 @@ const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Ac
         float *dhead = tied ? AT(g0, 0, m->embed) : AT(gf, u_final, m->head);
         tp_column_backward(&m->tp, a->dbuf_d, dhead, a->logits, a->lnf, head, a->tp_full,
                            a->tp_partial, N, D, m->Vl);
-        memset(dres, 0, sizeof(float) * (size_t)Nr * D);
+        zero_f32(dres, (size_t)Nr * D);
         tp_norm_backward(&m->tp, dres, AT(gf, u_final, m->final_norm), a->dbuf_d,
                          llama_stage_output(m, a), AT(wf, u_final, m->final_norm), a->lnf_rstd,
                          a->tp_dw, Nr, D);
         pa->release_params(pa->ctx, u_final);
         pa->grads_done(pa->ctx, u_final);
     } else {
-        memcpy(dres, dx_out, sizeof(float) * (size_t)Nr * D);
+        copy_f32(dres, dx_out, (size_t)Nr * D);
     }
     for (int i = a->nl - 1; i >= 0; i--) layer_backward(m, pa, a, i);
     if (!a->has_embed) return dres;

@@ -1,16 +1,33 @@
-// ops/ops.h — the kernel API. Plain pointers in, pointers out, fp32, row-major.
+// ops/ops.h — the kernel API, and the backend boundary (docs/DESIGN.md, invariant
+// 6: the backend boundary). Plain pointers in, pointers out, fp32, row-major.
 // Every forward has a backward; a backward ACCUMULATES (+=) into weight gradients
 // and into the input gradient when it says so, because the residual stream and
 // gradient accumulation both need sums. Shapes are in the comments:
 //   N = tokens in the micro-batch (B*S), D = hidden, F = intermediate (FFN width),
 //   H = query heads, KV = key/value heads, hd = head dim, V = vocab.
-// The CPU implementation (ops/cpu.c) uses BLAS for every matrix product and
-// OpenMP for the rest; a CUDA backend implements the same functions.
+// The model, the engines and the parallel layers touch the contents of a planned
+// buffer only through these functions (copies and zeroing included, "buffers"
+// below), so that a backend whose buffers live in device memory can implement the
+// same list. The CPU implementation (ops/cpu.c, ops/attention_cpu.c,
+// ops/buffers_cpu.c) uses BLAS for every matrix product and OpenMP for the rest.
 #ifndef FEMTOTRON_OPS_H
 #define FEMTOTRON_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+// ---- buffers: moving and clearing contents ----
+
+// dst(n) = src(n); the ranges must not overlap.
+void copy_f32(float *dst, const float *src, size_t n);
+// dst(n) = src(n) where the ranges may overlap.
+void move_f32(float *dst, const float *src, size_t n);
+// x(n) = 0
+void zero_f32(float *x, size_t n);
+// rows x cols block: dst[r * ld_dst + c] = src[r * ld_src + c] (row-strided copy,
+// e.g. the key|value columns of every token out of a qkv buffer).
+void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                   size_t cols);
 
 // ---- linear layers (Hugging Face nn.Linear layout: weight is (out, in)) ----
 

@@ -33,12 +33,6 @@ void cp_take_local(const int32_t *full, int32_t *local, int B, int S, int cp, in
     }
 }
 
-// Copy the key|value columns (adjacent in a qkv row) of every token into rows of
-// width `width` of a ring buffer.
-static void pack_kv(float *dst, int width, const float *qkv, int ld, int col, int kvw, int rows) {
-    for (int t = 0; t < rows; t++)
-        memcpy(dst + (size_t)t * width, qkv + (size_t)t * ld + col, sizeof(float) * (size_t)kvw);
-}
 
 void ring_attention_forward(const ContextParallel *cpg, const RingAttention *ra, const float *qkv,
                             float *out, float *lse) {
@@ -50,7 +44,7 @@ void ring_attention_forward(const ContextParallel *cpg, const RingAttention *ra,
     }
     const size_t rows = (size_t)B * Sl, n = rows * kvw;
     float *ring[2] = {ra->ring, ra->ring + n};  // (B*Sl, 2*KVl*hd) each
-    pack_kv(ring[0], kvw, qkv, ld, Hl * hd, kvw, (int)rows);
+    copy_rows_f32(ring[0], kvw, qkv + Hl * hd, ld, rows, kvw);  // this rank's k|v columns
     attention_block_init(out, ra->m, ra->l, B, Sl, Hl, hd);
     const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
     for (int j = 0, cur = 0; j < cp; j++, cur ^= 1) {
@@ -82,9 +76,9 @@ void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra
     const size_t rows = (size_t)B * Sl, bw = 2 * (size_t)kvw, n = rows * bw;
     // Ring rows: [k | v | dk | dv], (B*Sl, 4*KVl*hd) each.
     float *ring[2] = {ra->ring, ra->ring + n};
-    memset(ring[0], 0, sizeof(float) * n);
-    pack_kv(ring[0], (int)bw, qkv, ld, Hl * hd, kvw, (int)rows);
-    memset(dqkv, 0, sizeof(float) * rows * ld);
+    zero_f32(ring[0], n);
+    copy_rows_f32(ring[0], bw, qkv + Hl * hd, ld, rows, kvw);  // k|v, their gradients 0
+    zero_f32(dqkv, rows * ld);
     attention_rowdot(ra->rowdot, dout, out, B, Sl, Hl, hd);
     const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
     int cur = 0;
@@ -108,11 +102,10 @@ void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra
     // gradient home, and receive this rank's own from `prev`.
     float *home = ra->ring + 2 * n;  // (B*Sl, 2*KVl*hd)
     float *out_grad = home + rows * kvw;  // (B*Sl, 2*KVl*hd)
-    pack_kv(out_grad, kvw, ring[cur], (int)bw, kvw, kvw, (int)rows);
+    copy_rows_f32(out_grad, kvw, ring[cur] + kvw, bw, rows, kvw);  // the dk|dv columns
     CommRequest rx = group_irecv_f32(GROUP_CP, home, rows * kvw, prev, TAG_HOME);
     CommRequest tx = group_isend_f32(GROUP_CP, out_grad, rows * kvw, next, TAG_HOME);
     comm_wait(&rx, "context-parallel gradient receive");
     comm_wait(&tx, "context-parallel gradient send");
-    for (size_t t = 0; t < rows; t++)
-        memcpy(dqkv + t * ld + (size_t)Hl * hd, home + t * kvw, sizeof(float) * (size_t)kvw);
+    copy_rows_f32(dqkv + (size_t)Hl * hd, ld, home, kvw, rows, kvw);
 }

@@ -2,8 +2,6 @@
 // linear layers, the sequence-parallel norm gradient, vocab-parallel embedding and loss.
 #include "parallel_layers/tensor_parallel.h"
 
-#include <string.h>
-
 #include "ops/ops.h"
 #include "util.h"
 
@@ -25,7 +23,7 @@ int tp_rows(const TensorParallel *tp, int N) { return tp->sp ? N / tp->size : N;
 const float *tp_gather(const TensorParallel *tp, const float *x, float *full, int N, int D) {
     if (!tp->sp) return x;
     const size_t shard = (size_t)(N / tp->size) * D;
-    memcpy(full + (size_t)tp->rank * shard, x, sizeof(float) * shard);
+    copy_f32(full + (size_t)tp->rank * shard, x, shard);
     group_allgather_f32(GROUP_TP, full, shard);
     return full;
 }
@@ -84,7 +82,7 @@ void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, cons
         rmsnorm_backward(din, dweight, dout, in, weight, rstd, Nr, D);
         return;
     }
-    memset(dw_scratch, 0, sizeof(float) * (size_t)D);
+    zero_f32(dw_scratch, (size_t)D);
     rmsnorm_backward(din, dw_scratch, dout, in, weight, rstd, Nr, D);
     group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
     residual_forward(dweight, dweight, dw_scratch, (size_t)D);

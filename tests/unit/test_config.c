@@ -3,6 +3,7 @@
 // fatal error (run in a forked child: die() exits 1 when MPI is not running) that
 // the process fails and its stderr names the key and the offending value.
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +284,49 @@ static void print_help_void(const void *arg) {
     config_print_help();
 }
 
+// Options with a fixed set of values are enums from the moment they are loaded:
+// every spelling maps to its value (from the command line and from JSON), the
+// enum's name function gives the spelling back, and the config's JSON writes it.
+static void test_enums(void) {
+    struct {
+        const char *key;
+        const char *const *names;
+        size_t offset;
+    } e[] = {
+        {"training.recompute", RECOMPUTE_NAMES, offsetof(Config, training.recompute)},
+        {"parallel.pp_schedule", PP_SCHEDULE_NAMES, offsetof(Config, parallel.pp_schedule)},
+        {"parallel.order", RANK_ORDER_NAMES, offsetof(Config, parallel.order)},
+    };
+    for (size_t k = 0; k < sizeof e / sizeof e[0]; k++) {
+        int ok = 1, n = 0;
+        for (int v = 0; e[k].names[v]; v++, n++) {
+            Config c;
+            config_defaults(&c);
+            config_set(&c, e[k].key, e[k].names[v]);
+            ok &= *(const int *)((const char *)&c + e[k].offset) == v;
+            // JSON: {"section": {"key": "name"}}
+            char json[160], section[32];
+            const char *dot = strchr(e[k].key, '.');
+            snprintf(section, sizeof section, "%.*s", (int)(dot - e[k].key), e[k].key);
+            snprintf(json, sizeof json, "{\"%s\": {\"%s\": \"%s\"}}", section, dot + 1, e[k].names[v]);
+            config_defaults(&c);
+            config_load_json(&c, json, "enum test");
+            ok &= *(const int *)((const char *)&c + e[k].offset) == v;
+            char *text = config_to_json(&c), want[96];
+            snprintf(want, sizeof want, "\"%s\":\t\"%s\"", dot + 1, e[k].names[v]);
+            ok &= strstr(text, want) != NULL;
+            free(text);
+        }
+        CHECK(ok && n >= 2, "%s: each of its %d spellings loads (CLI and JSON) as its enum value and is "
+              "written back by name", e[k].key, n);
+    }
+    CHECK(!strcmp(recompute_name(RECOMPUTE_SELECTIVE), "selective") && !strcmp(pp_schedule_name(PP_INTERLEAVED), "interleaved") &&
+              !strcmp(rank_order_name(ORDER_PP_DP_CP_TP), "pp-dp-cp-tp"),
+          "recompute_name, pp_schedule_name and rank_order_name spell the values");
+    CHECK(config_name_index(PP_SCHEDULE_NAMES, "gpipe") == -1 && config_name_index(PP_SCHEDULE_NAMES, "afab") == PP_AFAB,
+          "config_name_index finds spellings and refuses others");
+}
+
 static void test_help(void) {
     char out[16384];
     int rc = run_captured(print_help_void, NULL, 1, out, sizeof out);
@@ -383,6 +427,7 @@ static void test_errors(void) {
         {"cp seq", "--parallel.cp 2 --training.seq_length 250", "parallel.cp = 2|seq_length = 250|2 * cp = 4", 2},
         {"zero 4", "--parallel.zero 4", "parallel.zero = 4|0, 1, 2 or 3", 1},
         {"order", "--parallel.order tp-dp", "parallel.order|dp-pp-cp-tp", 1},
+        {"recompute", "--training.recompute some", "training.recompute = \"some\"|\"none\", \"selective\" or \"full\"", 1},
         {"bucket 0", "--parallel.bucket_mb 0", "parallel.bucket_mb", 1},
         {"timeout 0", "--parallel.timeout_s 0", "parallel.timeout_s", 1},
         {"max_bad_steps 0", "--training.max_bad_steps 0", "training.max_bad_steps", 1},
@@ -413,6 +458,7 @@ int main(void) {
     test_precedence();
     test_batch();
     test_round_trip();
+    test_enums();
     test_help();
     test_errors();
 

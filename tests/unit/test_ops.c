@@ -916,6 +916,38 @@ static void test_adamw(void) {
 
 // ----------------------------------------------------------------- threads ----
 
+// The buffer ops of the backend boundary against plain loops: a strided block
+// copy, an overlapping move in both directions, a copy and zeroing that leave the
+// neighbours untouched.
+static void test_buffers(void) {
+    float a[64], b[64], want[64];
+    for (int i = 0; i < 64; i++) a[i] = (float)i + 0.5f, b[i] = -1.0f;
+    copy_f32(b + 3, a + 10, 20);
+    int ok = b[2] == -1.0f && b[23] == -1.0f;
+    for (int i = 0; i < 20; i++) ok &= b[3 + i] == a[10 + i];
+    CHECK(ok, "copy_f32: 20 elements copied, neighbours untouched");
+    zero_f32(b + 5, 7);
+    ok = b[4] == a[11] && b[12] == a[19];
+    for (int i = 5; i < 12; i++) ok &= b[i] == 0.0f;
+    CHECK(ok, "zero_f32: 7 elements zeroed, neighbours untouched");
+    for (int dir = 0; dir < 2; dir++) {  // forward and backward overlap
+        for (int i = 0; i < 64; i++) a[i] = want[i] = (float)i;
+        int from = dir ? 4 : 10, to = dir ? 10 : 4, n = 30;
+        for (int i = 0; i < n; i++) want[to + i] = (float)(from + i);
+        move_f32(a + to, a + from, (size_t)n);
+        CHECK(!memcmp(a, want, sizeof a), "move_f32: overlapping move of %d elements from %d to %d", n, from, to);
+    }
+    // copy_rows_f32: the columns 3..7 of a (6 x 10) block into a (6 x 5) block.
+    float src[60], dst[30];
+    for (int i = 0; i < 60; i++) src[i] = (float)i;
+    for (int i = 0; i < 30; i++) dst[i] = -1.0f;
+    copy_rows_f32(dst, 5, src + 3, 10, 6, 5);
+    ok = 1;
+    for (int r = 0; r < 6; r++)
+        for (int c = 0; c < 5; c++) ok &= dst[r * 5 + c] == src[r * 10 + 3 + c];
+    CHECK(ok, "copy_rows_f32: a 6 x 5 block out of rows of 10 at column 3");
+}
+
 static void test_threads(void) {
     int N = 200, I = 256, O = 320;  // large enough for BLAS to split the work
     rng_seed(110);
@@ -958,6 +990,7 @@ static void test_threads(void) {
 }
 
 int main(void) {
+    test_buffers();
     ops_set_threads(2);
     test_matmul();
     test_embedding();

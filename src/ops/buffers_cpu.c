@@ -1,0 +1,18 @@
+// ops/buffers_cpu.c — the buffer ops of ops.h on the CPU: plain libc copies. The
+// layers above call these instead of memcpy/memset on planned buffers, so that a
+// device backend can put the same buffers in device memory (docs/DESIGN.md,
+// invariant 6: the backend boundary).
+#include <string.h>
+
+#include "ops/ops.h"
+
+void copy_f32(float *dst, const float *src, size_t n) { memcpy(dst, src, sizeof(float) * n); }
+
+void move_f32(float *dst, const float *src, size_t n) { memmove(dst, src, sizeof(float) * n); }
+
+void zero_f32(float *x, size_t n) { memset(x, 0, sizeof(float) * n); }
+
+void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                   size_t cols) {
+    for (size_t r = 0; r < rows; r++) memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(float) * cols);
+}
