@@ -45,7 +45,7 @@
 #include "data/tokenizer.h"
 #include "util.h"
 
-static const char *usage_text =
+static const char *const usage_text =
     "usage: femtotron prepare --input FILE... --output DIR [options]\n"
     "\n"
     "Turn text into llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin). The default\n"

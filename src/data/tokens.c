@@ -164,7 +164,8 @@ void tokens_open(TokenDataset *ds, const char *pattern, int S, int vocab_size,
             "of its %d file(s) holds %llu tokens)", pattern, S + 1, nf,
             (unsigned long long)longest);
     if (shuffle) {
-        // Allocated once here so the training step never allocates (DESIGN.md 3).
+        // Allocated once here so the training step never allocates (docs/DESIGN.md,
+        // invariant 3: all memory planned).
         ds->perm = xmalloc(ds->n_seq * sizeof(uint64_t), "data shuffle permutation");  // (n_seq)
         build_permutation(ds, 0);
     }

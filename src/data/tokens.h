@@ -1,4 +1,8 @@
-// data/tokens.h — llm.c token shards and the data-order rule (README: "Data order").
+// data/tokens.h — llm.c token shards and the data-order rule (README: "Data order";
+// docs/DESIGN.md, invariant 1: layout-independent numerics, rule 2).
+//
+// Shapes: S tokens per sequence (training.seq_length), B sequences per
+// micro-batch, G sequences per global batch, N_seq sequences in the data set.
 //
 // Shard: 256 int32 header (header[0] = magic 20240520 with uint16 tokens or
 // 20240801 with uint32 tokens, header[1] = version, header[2] = token count), then

@@ -4,8 +4,10 @@
 // buffer, and runs a step's action list, driving the model's stage forward and
 // backward (model/llama.h). Activations travel forward and their gradients backward
 // by non-blocking point-to-point messages (dist/comm.h, GROUP_PP), each receive
-// posted one action ahead. Shape letters: model/llama.h; M micro-batches per step,
-// P pipeline ranks, v chunks per rank.
+// posted one action ahead.
+// Shapes: B sequences per micro-batch, S this rank's tokens of each, Nr rows of the
+// residual stream held here (B*S / tp with sequence parallel, else B*S), D hidden;
+// M micro-batches per step, P pipeline ranks, v chunks per rank, ns = n_slots[c].
 #ifndef FEMTOTRON_PIPELINE_PARALLEL_H
 #define FEMTOTRON_PIPELINE_PARALLEL_H
 
@@ -33,9 +35,13 @@ typedef struct {
     Activations **acts;           // (v) arrays of n_slots[c]
     int *slot_of;                 // (v * M) slot holding (chunk, micro), -1 when free
     int **slot_busy;              // (v) arrays of n_slots[c]
-    int32_t **tokens, **targets;  // (v) arrays of n_slots[c] * (B*S)
-    float **grad_send;            // (v) arrays of (n_slots[c], B*S, D) outgoing input-gradients (empty on virtual stage 0)
-    float **grad_recv;            // (v) arrays of (n_slots[c], B*S, D) incoming output-gradients (empty on the last)
+    int32_t **tokens, **targets;  // (v) arrays of (ns, B*S)
+    // Gradient messages: (v) arrays of (ns, Nr, D) used, each slot at stride Nr*D, in an
+    // allocation of (ns, B*S, D): tp times what is used under sequence parallelism,
+    // kept as is so that every memory figure stays what it was (docs/DESIGN.md,
+    // "Memory plan").
+    float **grad_send;            // outgoing input-gradients (empty on virtual stage 0)
+    float **grad_recv;            // incoming output-gradients (empty on the last)
     CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
     int max_slots;
 } Pipeline;

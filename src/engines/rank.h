@@ -3,7 +3,8 @@
 // the whole-sequence buffers a micro-batch is read into. One function builds it
 // all, for the trainer (allocating) and for the planner (plan_only: counting the
 // same bytes without allocating them), so the memory the planner predicts is the
-// memory the rank allocates, byte for byte (docs/DESIGN.md, invariant 3).
+// memory the rank allocates, byte for byte (docs/DESIGN.md, invariant 3: all
+// memory planned). Shapes: B sequences per micro-batch, seq_length tokens each.
 #ifndef FEMTOTRON_RANK_H
 #define FEMTOTRON_RANK_H
 

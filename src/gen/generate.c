@@ -25,7 +25,7 @@
 #include "ops/ops.h"
 #include "util.h"
 
-static const char *usage_text =
+static const char *const usage_text =
     "usage: femtotron generate --model DIR --prompt TEXT [options]\n"
     "\n"
     "Sample a continuation of TEXT from a model, streaming it to stdout.\n"

@@ -1,5 +1,6 @@
 // gen/kv_attention.h — causal grouped-query attention of new tokens over a key/value
 // cache, for generation (one forward per new token, or a chunk of the prompt).
+// Shapes: n new tokens, T cache positions, H query heads, KV key/value heads, hd head dim.
 #ifndef FEMTOTRON_KV_ATTENTION_H
 #define FEMTOTRON_KV_ATTENTION_H
 

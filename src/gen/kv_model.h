@@ -2,6 +2,8 @@
 // out by llama_build (model/llama.h), a key/value cache, and a forward over new
 // tokens built from the kernels of ops/ops.h plus kv_attention. No gradients, no
 // MPI. The prompt goes through in chunks; each generated token is one forward.
+// Shapes: L layers, T cache positions, C tokens per forward (a prompt chunk), D
+// hidden, F intermediate, H query heads, KV key/value heads, hd head dim, V vocabulary.
 #ifndef FEMTOTRON_KV_MODEL_H
 #define FEMTOTRON_KV_MODEL_H
 

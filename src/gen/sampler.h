@@ -1,5 +1,6 @@
 // gen/sampler.h — choosing the next token from logits, as Hugging Face generate()
 // does with its warpers, in this order: temperature, top-k, top-p (nucleus).
+// Shapes: V the model's vocabulary size.
 //   temperature <= 0: greedy (argmax; the lowest id among equal maxima)
 //   top_k > 0: keep the k largest logits (ties at the k-th kept as well)
 //   top_p < 1: keep, in descending probability, each token whose predecessors' mass

@@ -3,7 +3,7 @@
 // sequences of S tokens, their allocation in one arena, and the token-position
 // tables. Planned once before step 1 (docs/DESIGN.md, invariant 3: all memory
 // planned); the planner calls the same size functions, so what it predicts is what
-// is allocated. Shape letters: model/llama.h.
+// is allocated. Shapes: B sequences of S tokens (the legend of model/llama.h).
 #ifndef FEMTOTRON_ACTIVATION_PLAN_H
 #define FEMTOTRON_ACTIVATION_PLAN_H
 

@@ -1,7 +1,11 @@
 // model/activations.h — the buffers one micro-batch's forward writes on one stage
 // for its backward, and the backward's scratch. model/activation_plan.c sizes and
 // allocates them (once, before step 1); model/llama.c's forward writes them and its
-// backward reads them. Shape letters: model/llama.h.
+// backward reads them.
+// Shapes (the legend of model/llama.h): B sequences, S this rank's tokens of each,
+// N = B*S, Nr residual rows held here, D hidden, Hl/KVl local query/kv heads, hd
+// head dim, A = Hl*hd, Fl local FFN width, Vl local vocab rows, nl layers of the
+// stage, nk/nlse the layer slots kept (below).
 //
 // Layer slots are local to the stage (slot i = layer l0 + i). Several in-flight
 // micro-batches (pipeline schedules) each get their own saved buffers and share one

@@ -1,4 +1,5 @@
-// model/init.h — counter-based initialisation by global index (DESIGN.md invariant 1).
+// model/init.h — counter-based initialisation by global index (docs/DESIGN.md,
+// invariant 1: layout-independent numerics, rule 1).
 //
 // Generator: Philox4x32-10 (Salmon et al. 2011, as in cuRAND/JAX/PyTorch CUDA).
 //   key     = (low 32 bits of seed, fnv1a32(tensor name) ^ high 32 bits of seed)

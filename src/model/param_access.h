@@ -6,14 +6,14 @@
 // layer l, unit L + 1 = the final norm and (untied) the output head; unit u covers
 // the flat range [unit_lo[u], unit_lo[u + 1]) of the parameter table (llama.h).
 //
-// This callback struct is one of the two upward edges of the layering (docs/
-// DESIGN.md, "Layers"): the model declares it, the engine that owns the buffers
-// implements it and hands it down. The data-parallel engine (engines/data_parallel.c)
-// returns pointers into its whole buffers, or under ZeRO-3 gathers a unit's
-// parameters on acquire and frees them on release, and under ZeRO-2/3 hands out
-// gradient windows and starts reducing a bucket as soon as grads_done has been
-// called for all of its units. param_access_whole below serves one rank that holds
-// everything (generation, tests).
+// This callback struct is one of the upward edges of the layering
+// (docs/DESIGN.md, "Layers"): the model declares it, the engine that owns the
+// buffers implements it and hands it down. The data-parallel engine
+// (engines/data_parallel.c) returns pointers into its whole buffers, or under
+// ZeRO-3 gathers a unit's parameters on acquire and frees them on release, and
+// under ZeRO-2/3 hands out gradient windows and starts reducing a bucket as soon
+// as grads_done has been called for all of its units. param_access_whole below
+// serves one rank that holds everything (generation, tests).
 #ifndef FEMTOTRON_PARAM_ACCESS_H
 #define FEMTOTRON_PARAM_ACCESS_H
 

@@ -1,7 +1,7 @@
 // plan/memory_rank.c — femtotron's own runs: a rank's memory, exactly.
 //
 // What is counted: every buffer whose size depends on the model, the batch or the
-// layout (docs/DESIGN.md, invariant 3: planned from the config, allocated once), in five
+// layout (docs/DESIGN.md, invariant 3: all memory planned: sized from the config, allocated once), in five
 // kinds (util.h: MemKind):
 //   params       the flat parameter buffer: whole held units, or the ZeRO-3 own parts
 //   grads        the flat gradient buffer (ZeRO-0/1), or the reduced own parts (ZeRO-2/3)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# tests/shell/test_parity.sh — layout-independent numerics (DESIGN invariant 1): every
-# layout in the layout file trains the same tiny model on the same data and global
-# batch as a 1-rank reference run, and every step's loss and gradient norm must
-# agree with the reference to a relative 1e-5. Each row's run also checks the
-# planner's exact memory model (DESIGN invariant 3): every rank reports the bytes
+# tests/shell/test_parity.sh — layout-independent numerics (docs/DESIGN.md,
+# invariant 1: layout-independent numerics): every layout in the layout file trains
+# the same tiny model on the same data and global batch as a 1-rank reference run,
+# and every step's loss and gradient norm must agree with the reference to a
+# relative 1e-5. Each row's run also checks the planner's exact memory model
+# (docs/DESIGN.md, invariant 3: all memory planned): every rank reports the bytes
 # it allocated per category (logging.verbose), and they must equal what
 # build/tests/plan_memory_main (plan/memory_rank.c) predicts from the same arguments.
 #
