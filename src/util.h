@@ -80,6 +80,15 @@ void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const cha
 // when it cannot be read.
 char *read_text_file(const char *path);
 
+// mkdir -p; fatal error naming `what` (e.g. "checkpoint.dir") and the directory.
+void make_dirs(const char *path, const char *what);
+// make_dirs, then create and remove a probe file: fatal when files cannot be made
+// there (read-only file system, permissions), naming `what` and the directory.
+// For outputs a run writes late (checkpoints, metrics): found before step 1.
+void check_writable_dir(const char *dir, const char *what);
+// The same for a file's directory, and the file itself when it exists.
+void check_writable_file(const char *path, const char *what);
+
 // Wall-clock seconds from a monotonic clock.
 double now_seconds(void);
 

@@ -76,25 +76,6 @@ static const char *const usage_text =
 
 // ---------------------------------------------------------------- output directory
 
-static void mkdir_p(const char *dir) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        die("output directory name is too long: %s", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                die_errno("cannot create output directory %s", buf);
-            *p = c;
-            if (c == '\0') break;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        die("output %s is not a directory", dir);
-}
-
 static bool is_shard_name(const char *name) {
     bool prefix = strncmp(name, "train_", 6) == 0 || strncmp(name, "val_", 4) == 0;
     return prefix && (ends_with(name, ".bin") || ends_with(name, ".bin.tmp"));
@@ -225,7 +206,7 @@ int prepare_main(int argc, char **argv) {
     }
     uint32_t vocab = tokenizer_vocab_size(tok);
     int wide = vocab > 65536;
-    mkdir_p(out_dir);
+    make_dirs(out_dir, "prepare --output");
     clear_old_shards(out_dir, force);
 
     ShardWriter *train = xcalloc(sizeof(ShardWriter), "train shard writer");

@@ -276,6 +276,14 @@ void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
     allreduce_f64(g, buf, n, MPI_MAX, "all-reduce (max)");
 }
 
+void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n) {
+    if (!mpi_up || group_size(g) == 1) return;
+    if (n > MAX_PIECE) die("all-reduce of %zu 64-bit integers exceeds the per-call limit", n);
+    CommRequest r = take_slot(g);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_UINT64_T, MPI_SUM, groups[g], &requests[r.slot]);
+    comm_wait(&r, "all-reduce");
+}
+
 void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("all-reduce (max) of %zu floats exceeds the per-call limit", n);

@@ -12,6 +12,7 @@
 #define FEMTOTRON_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -58,6 +59,7 @@ void group_barrier(GroupId g);
 void group_allreduce_sum_f32(GroupId g, float *buf, size_t n);    // in place
 void group_allreduce_sum_f64(GroupId g, double *buf, size_t n);   // in place
 void group_allreduce_max_f64(GroupId g, double *buf, size_t n);   // in place
+void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n); // in place, modulo 2^64
 void group_allreduce_max_f32(GroupId g, float *buf, size_t n);    // in place
 // buf (size * chunk): every rank's chunk r sits at buf + r*chunk; gathers in place.
 void group_allgather_f32(GroupId g, float *buf, size_t chunk);

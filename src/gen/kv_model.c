@@ -25,7 +25,7 @@ static int file_exists(const char *dir, const char *name) {
 void kv_model_load(KVModel *km, const char *dir, int positions) {
     memset(km, 0, sizeof *km);
     char resolved[CFG_PATH_MAX];
-    // A checkpoint.dir holds step_NNNNNNN directories and `latest` naming the newest.
+    // A checkpoint.dir holds step_NNNNNNN directories; the newest is the checkpoint.
     if (!checkpoint_latest(dir, resolved, sizeof resolved)) {
         if (snprintf(resolved, sizeof resolved, "%s", dir) >= (int)sizeof resolved)
             die("generate: --model path is too long: %s", dir);
@@ -46,6 +46,7 @@ void kv_model_load(KVModel *km, const char *dir, int positions) {
             "a Llama attention layout", resolved, mc->hidden_size, mc->num_attention_heads,
             mc->num_key_value_heads);
     llama_build(&km->m, mc, model_whole());
+    checkpoint_verify(resolved);  // a femtotron checkpoint: every file against its manifest
     const LlamaModel *m = &km->m;
     km->params = xmalloc(m->num_elements * sizeof(float), "model weights");
     load_hf_weights(resolved, m, km->params);

@@ -1,14 +1,20 @@
 // io/checkpoint.h — checkpoints in one global format that does not depend on the layout.
 //
 // CHECKPOINT_DIR/step_NNNNNNN/            (NNNNNNN = step, 7 digits)
-//   model.safetensors     Hugging Face names, global shapes, fp32
+//   model.safetensors     Hugging Face names, global shapes, fp32 (metadata "step")
 //   config.json           Hugging Face LlamaConfig (loads in transformers)
 //   optimizer.safetensors AdamW moments as global tensors: "NAME.exp_avg", "NAME.exp_avg_sq"
-//   trainer_state.json    {"step", "consumed_sequences", "seed", "config": {...}}
-// CHECKPOINT_DIR/latest   text file holding "step_NNNNNNN", replaced last.
-// A save writes into CHECKPOINT_DIR/.tmp_step_NNNNNNN, fsyncs every file and the
-// directory, renames it into place, then atomically replaces `latest`: a run killed
-// at any moment leaves the last complete checkpoint intact.
+//   trainer_state.json    {"step", "consumed_sequences", "loss", "seed", "config": {...}}
+//   manifest.json         the step, and every file's size and checksum (written last)
+// CHECKPOINT_DIR/latest   a symbolic link to the newest step directory, for people
+//                         and tools (from_pretrained("DIR/latest")); not consulted.
+// Publishing is one rename: a save writes everything into
+// CHECKPOINT_DIR/.tmp_step_NNNNNNN, fsyncs every file and the directory, and renames
+// it to step_NNNNNNN. THE CHECKPOINT IS THE NEWEST step_* DIRECTORY: whatever moment
+// a rank or the job dies at, the next resume finds either the new step directory,
+// complete, or only the older ones (leftover temporaries are removed at the next
+// start). Before a resume touches any state, every file is checked against the
+// manifest (checkpoint_verify) and every loaded value must be finite.
 #ifndef FEMTOTRON_CHECKPOINT_H
 #define FEMTOTRON_CHECKPOINT_H
 
@@ -20,6 +26,7 @@
 typedef struct {
     int step;                     // optimizer steps completed
     uint64_t consumed_sequences;  // global sequences consumed (data position)
+    double loss;                  // training loss of step `step` (NaN: non-finite or unknown)
 } TrainerState;
 
 // Save params (and moments m, v when not NULL) after `st->step` steps.
@@ -28,9 +35,26 @@ void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model
                      const float *params, const float *m, const float *v,
                      const TrainerState *st);
 
-// 1 if DIR/latest exists (and names a complete checkpoint), else 0; path of that
-// checkpoint directory written into out (size out_size).
+// 1 when DIR holds a published checkpoint, else 0; the path of the newest one (the
+// step_* directory with the highest step) written into out (size out_size). A
+// step_* directory that is neither complete (manifest.json) nor an older
+// femtotron's checkpoint (model.safetensors and trainer_state.json) is fatal.
 int checkpoint_latest(const char *dir, char *out, size_t out_size);
+
+// The newest checkpoint in DIR whose recorded loss is finite (into out), or 0.
+int checkpoint_newest_finite(const char *dir, char *out, size_t out_size);
+
+// Rank 0 at start-up: create DIR, check it is writable, remove what an interrupted
+// save left (.tmp_step_* directories, latest.tmp), saying so, and point `latest`
+// at the newest checkpoint.
+void checkpoint_prepare_dir(const char *dir);
+
+// Collective over the world: check every file of a checkpoint against its
+// manifest (size, checksum — each rank reads a share) and that every file belongs
+// to the manifest's step; fatal, naming the file, on any mismatch. Returns 1 when
+// verified, 0 for a checkpoint without a manifest (written by an older femtotron).
+int checkpoint_verify(const char *ckpt_dir);
+
 
 // Load from a checkpoint directory (step_NNNNNNN): params, moments and state.
 // Shapes must match the model; a mismatch or a missing tensor is fatal, naming it.
@@ -63,6 +87,31 @@ typedef struct {
     float *data;  // (hi - lo)
 } CkptPiece;
 
+// A save in three phases, so that the write can run in a background thread while
+// training goes on (checkpoint.async): begin (collective: checks, the temporary
+// directory and the sized files), write (this rank's pieces, checksummed and
+// fsync'd; no communication, any thread; the pieces' data must stay unchanged
+// until it returns), finish (collective: the checksums summed, manifest.json, the
+// rename that publishes, `latest`). checkpoint_save_pieces runs the three in turn.
+typedef struct {
+    char dir[1024], final_dir[1024], tmp_dir[1024];
+    char files[2][1024];          // model.safetensors, optimizer.safetensors (in tmp_dir)
+    uint64_t data_start[2];       // their data sections' offsets (0: not written)
+    uint64_t hash[2];             // this rank's checksum share of each (after write)
+    const Config *cfg;
+    const LlamaModel *model;
+    const CkptPiece *pieces;
+    int n_pieces;
+    TrainerState st;
+    size_t *gbase;                // (n_params + 1) global element bases
+} CkptSave;
+
+void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
+                           const LlamaModel *model, const CkptPiece *pieces, int n_pieces,
+                           const TrainerState *st);
+void checkpoint_save_write(CkptSave *s);
+void checkpoint_save_finish(CkptSave *s);
+
 // Collective over the world. Every rank passes the pieces it writes; for each kind,
 // the pieces of the ranks of each tensor-parallel rank must partition that rank's
 // flat order [0, num_elements) (with tp = 1: all ranks, the global order), checked
@@ -80,7 +129,9 @@ void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel
 // Fill each piece from a checkpoint directory (any piece layout, whatever layout and
 // tensor-parallel degree wrote it; pieces may overlap; vocab padding gets 0). Reads
 // tensor slices by name, so it works on any safetensors file with our names. Shape
-// checks (against the global shapes) as checkpoint_load. Not collective.
+// checks (against the global shapes) as checkpoint_load. Collective over the world:
+// checkpoint_verify runs first (every file against the manifest), and a loaded value
+// that is not finite is fatal.
 void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
                             CkptPiece *pieces, int n_pieces, TrainerState *st);
 

@@ -1,11 +1,12 @@
 // io/checkpoint_dir.c — the checkpoint directory protocol: a save's temporary
-// directory, fsync, the renames that publish it, and reading `latest` back.
+// directory, fsync, the one rename that publishes it, finding the newest published
+// checkpoint, and the `latest` link.
 //
 // Atomicity comes from the file system: everything is written and fsync'd in a
-// hidden temporary directory, which is renamed into place in one step, and only
-// then does `latest` (itself replaced by rename) point at it. A crash at any moment
-// leaves either the old or the new checkpoint complete, never a half-written one
-// that `latest` names.
+// hidden temporary directory, manifest.json last, which is renamed into place in
+// one step. The newest step_* directory IS the checkpoint: there is no second
+// step (a `latest` file to replace) whose absence a crash could leave behind.
+// `latest` is then pointed at it as a convenience; nothing reads it back.
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
@@ -47,21 +48,6 @@ static void fsync_path(const char *path) {
     if (fd < 0) die_errno("cannot open %s to fsync it", path);
     if (fsync(fd) != 0) die_errno("fsync of %s failed", path);
     close(fd);
-}
-
-// mkdir -p: a run's checkpoint directory may sit under a runs/ folder not yet made.
-static void mkdir_p(const char *path) {
-    char tmp[CKPT_PATH_MAX];
-    if (strlen(path) >= sizeof tmp) die("checkpoint directory path %s is too long", path);
-    strcpy(tmp, path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) die_errno("cannot create directory %s", tmp);
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) die_errno("cannot create directory %s", tmp);
-    if (!ckpt_is_dir(tmp)) die("checkpoint directory %s exists but is not a directory", tmp);
 }
 
 // rm -r for a stale temporary directory left by a crashed save.
@@ -110,8 +96,8 @@ void ckpt_save_paths(SavePaths *sp, const char *dir, int step) {
 // temporary, create the temporary directory and the sized files with their headers.
 // data_start: (2) model, optimizer (0 when no moments are saved).
 void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
-                     int moments, uint64_t *data_start) {
-    mkdir_p(dir);
+                     int moments, int step, uint64_t *data_start) {
+    make_dirs(dir, "checkpoint.dir");
     struct stat sb;
     if (lstat(sp->final_dir, &sb) == 0)
         die("checkpoint %s already exists; refusing to overwrite it", sp->final_dir);
@@ -120,70 +106,181 @@ void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *mod
         remove_tree(sp->tmp_dir);
     }
     if (mkdir(sp->tmp_dir, 0755) != 0) die_errno("cannot create directory %s", sp->tmp_dir);
-    data_start[0] = ckpt_write_header(sp->model, model, "", NULL, "model");
-    data_start[1] = moments ? ckpt_write_header(sp->optimizer, model, ".exp_avg", ".exp_avg_sq", "adamw") : 0;
+    data_start[0] = ckpt_write_header(sp->model, model, "", NULL, "model", step);
+    data_start[1] = moments ? ckpt_write_header(sp->optimizer, model, ".exp_avg", ".exp_avg_sq", "adamw", step) : 0;
 }
 
-// Rank 0, once every rank's data is durable: the small files, then the renames
-// that publish the checkpoint (step directory first, `latest` last).
+// Rank 0, once every rank's data is durable: the small files, the manifest (the
+// checksums of every file: hash[0..1] are the two safetensors files' data-section
+// sums from every rank; their headers are added here), then the one rename that
+// publishes the checkpoint, and `latest`.
 void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
-                      const TrainerState *st) {
+                      const TrainerState *st, const uint64_t *data_start, const uint64_t *hash) {
     char path[CKPT_PATH_MAX];
+    CkptManifest m;
+    memset(&m, 0, sizeof m);
+    m.step = st->step;
+    const char *names[2] = {"model.safetensors", "optimizer.safetensors"};
+    const char *files[2] = {sp->model, sp->optimizer};
+    for (int f = 0; f < 2; f++) {
+        if (!data_start[f]) continue;
+        int fd = open(files[f], O_RDONLY);
+        if (fd < 0) die_errno("cannot open %s", files[f]);
+        struct stat sb;
+        if (fstat(fd, &sb) != 0) die_errno("cannot stat %s", files[f]);
+        uint64_t h = hash[f] + ckpt_hash_file_range(fd, files[f], 0, data_start[f]);  // + the header
+        close(fd);
+        ckpt_manifest_add(&m, names[f], (uint64_t)sb.st_size, h);
+    }
     ckpt_path_join(path, sp->tmp_dir, "config.json");
     config_write_hf_json(&cfg->model, path);
     fsync_path(path);
+    uint64_t bytes, h = ckpt_hash_file(path, &bytes);
+    ckpt_manifest_add(&m, "config.json", bytes, h);
     ckpt_path_join(path, sp->tmp_dir, "trainer_state.json");
     ckpt_write_trainer_state(path, cfg, st);
+    h = ckpt_hash_file(path, &bytes);
+    ckpt_manifest_add(&m, "trainer_state.json", bytes, h);
+    ckpt_path_join(path, sp->tmp_dir, "manifest.json");
+    ckpt_write_manifest(path, &m);
     fsync_path(sp->tmp_dir);
 
     if (rename(sp->tmp_dir, sp->final_dir) != 0)
         die_errno("cannot rename %s to %s", sp->tmp_dir, sp->final_dir);
-    fsync_path(dir);
+    fsync_path(dir);  // published
+    ckpt_point_latest(dir, sp->step_name);
+}
 
-    char latest[CKPT_PATH_MAX], latest_tmp[CKPT_PATH_MAX], line[48];
+// `latest` -> step_NNNNNNN, replaced atomically (a new link renamed over it).
+void ckpt_point_latest(const char *dir, const char *step_name) {
+    char latest[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
     ckpt_path_join(latest, dir, "latest");
-    ckpt_path_join(latest_tmp, dir, "latest.tmp");
-    snprintf(line, sizeof line, "%s\n", sp->step_name);
-    ckpt_write_text_file(latest_tmp, line);
-    if (rename(latest_tmp, latest) != 0) die_errno("cannot rename %s to %s", latest_tmp, latest);
+    ckpt_path_join(tmp, dir, "latest.tmp");
+    unlink(tmp);
+    if (symlink(step_name, tmp) != 0) die_errno("cannot create the link %s", tmp);
+    struct stat sb;
+    if (lstat(latest, &sb) == 0 && S_ISDIR(sb.st_mode))
+        die("%s is a directory; femtotron keeps a link to the newest checkpoint there", latest);
+    if (rename(tmp, latest) != 0) die_errno("cannot rename %s to %s", tmp, latest);
     fsync_path(dir);
 }
 
-// ---------------------------------------------------------------- latest
+// ---------------------------------------------------------------- finding checkpoints
+
+// The step of a directory entry named step_<digits>, or -1.
+static long entry_step(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5] || strlen(name) > 16) return -1;
+    long v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v <= 0x7fffffff ? v : -1;
+}
+
+typedef struct {
+    long step;
+    char name[24];
+} StepDir;
+
+// The step_* directories of dir, highest step first: (n) into *out (caller frees).
+static int list_steps(const char *dir, StepDir **out) {
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        die_errno("cannot list checkpoint directory %s", dir);
+    }
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long s = entry_step(e->d_name);
+        char path[CKPT_PATH_MAX];
+        ckpt_path_join(path, dir, e->d_name);
+        if (s < 0 || !ckpt_is_dir(path)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *out = realloc(*out, (size_t)cap * sizeof **out);
+            if (!*out) die("out of memory listing %s", dir);
+        }
+        (*out)[n].step = s;
+        snprintf((*out)[n++].name, sizeof (*out)->name, "%.23s", e->d_name);  // <= 16 chars (entry_step)
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)  // insertion sort, descending: a run keeps few checkpoints
+        for (int j = i; j > 0 && (*out)[j].step > (*out)[j - 1].step; j--) {
+            StepDir t = (*out)[j];
+            (*out)[j] = (*out)[j - 1];
+            (*out)[j - 1] = t;
+        }
+    return n;
+}
+
+// Published by this femtotron (manifest.json) or by an older one (model and state).
+static int is_checkpoint(const char *ckpt) {
+    char f[CKPT_PATH_MAX];
+    ckpt_path_join(f, ckpt, "manifest.json");
+    if (ckpt_is_file(f)) return 1;
+    ckpt_path_join(f, ckpt, "model.safetensors");
+    char g[CKPT_PATH_MAX];
+    ckpt_path_join(g, ckpt, "trainer_state.json");
+    return ckpt_is_file(f) && ckpt_is_file(g);
+}
 
 int checkpoint_latest(const char *dir, char *out, size_t out_size) {
-    char latest[CKPT_PATH_MAX];
-    ckpt_path_join(latest, dir, "latest");
-    struct stat sb;
-    if (stat(latest, &sb) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR) return 0;
-        die_errno("cannot stat %s", latest);
+    StepDir *steps;
+    int n = list_steps(dir, &steps);
+    if (n == 0) {
+        free(steps);
+        return 0;
     }
-    char *text = read_text_file(latest);
-    size_t len = strlen(text);
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        text[--len] = '\0';
-    // Only a bare "step_<digits>" is valid: anything else (a path, garbage) is corruption.
-    int ok = strncmp(text, "step_", 5) == 0 && len > 5 && len < 32;
-    for (size_t i = 5; ok && i < len; i++) ok = text[i] >= '0' && text[i] <= '9';
-    if (!ok)
-        die("%s is corrupt: expected \"step_NNNNNNN\", found \"%.40s\"", latest, text);
-
-    char ckpt[CKPT_PATH_MAX], f[CKPT_PATH_MAX];
-    ckpt_path_join(ckpt, dir, text);
-    if (!ckpt_is_dir(ckpt))
-        die("%s names %s, but directory %s does not exist: the checkpoint directory is "
-            "corrupt", latest, text, ckpt);
-    const char *needed[] = {"model.safetensors", "trainer_state.json"};
-    for (int i = 0; i < 2; i++) {
-        ckpt_path_join(f, ckpt, needed[i]);
-        if (!ckpt_is_file(f))
-            die("%s names %s, but %s is missing: the checkpoint directory is corrupt", latest,
-                text, f);
-    }
-    if (strlen(ckpt) + 1 > out_size)
-        die("checkpoint path %s does not fit in %zu bytes", ckpt, out_size);
+    char ckpt[CKPT_PATH_MAX];
+    ckpt_path_join(ckpt, dir, steps[0].name);
+    free(steps);
+    if (!is_checkpoint(ckpt))
+        die("%s is not a complete checkpoint (no manifest.json, and no model.safetensors with "
+            "trainer_state.json): femtotron never publishes one like it, so it was changed by hand; "
+            "move it out of %s to resume from the one before", ckpt, dir);
+    if (strlen(ckpt) + 1 > out_size) die("checkpoint path %s does not fit in %zu bytes", ckpt, out_size);
     strcpy(out, ckpt);
-    free(text);
     return 1;
+}
+
+int checkpoint_newest_finite(const char *dir, char *out, size_t out_size) {
+    StepDir *steps;
+    int n = list_steps(dir, &steps), found = 0;
+    for (int i = 0; i < n && !found; i++) {
+        char ckpt[CKPT_PATH_MAX], f[CKPT_PATH_MAX];
+        ckpt_path_join(ckpt, dir, steps[i].name);
+        ckpt_path_join(f, ckpt, "trainer_state.json");
+        if (!ckpt_is_file(f)) continue;
+        TrainerState ts;
+        ckpt_read_trainer_state(f, &ts);
+        if (ts.loss == ts.loss && strlen(ckpt) < out_size) {  // not NaN
+            strcpy(out, ckpt);
+            found = 1;
+        }
+    }
+    free(steps);
+    return found;
+}
+
+void checkpoint_prepare_dir(const char *dir) {
+    check_writable_dir(dir, "checkpoint.dir");
+    DIR *d = opendir(dir);
+    if (!d) die_errno("cannot list checkpoint directory %s", dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".tmp_step_", 10) != 0 && strcmp(e->d_name, "latest.tmp") != 0) continue;
+        char path[CKPT_PATH_MAX];
+        ckpt_path_join(path, dir, e->d_name);
+        printf("checkpoint.dir: removing %s, left by an interrupted save\n", path);
+        remove_tree(path);
+    }
+    closedir(d);
+    fflush(stdout);
+    // A job killed between publishing a step and pointing `latest` at it left the
+    // link one behind: point it at the newest checkpoint again.
+    char newest[CKPT_PATH_MAX];
+    if (checkpoint_latest(dir, newest, sizeof newest)) ckpt_point_latest(dir, strrchr(newest, '/') + 1);
 }

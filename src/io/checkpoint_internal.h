@@ -2,12 +2,14 @@
 // (that is io/checkpoint.h). A checkpoint holds global tensors under Hugging Face
 // names, so it can be resumed under any parallel layout and loaded by transformers.
 // One job each:
-//   checkpoint_dir.c       directory protocol: temporary directory, fsync, rename, `latest`
+//   checkpoint_dir.c       directory protocol: temporary directory, fsync, the publishing
+//                          rename, the newest checkpoint, `latest`
 //   checkpoint_pieces.c    pieces of a rank's flat order -> runs of the global tensors
 //   checkpoint_coverage.c  rank 0's check that the ranks' pieces write every element once
 //   checkpoint_save.c      the collective save: sized files, each rank pwrite()s its runs
 //   checkpoint_load.c      filling pieces from a checkpoint or Hugging Face weights
 //   checkpoint_state.c     trainer_state.json
+//   checkpoint_integrity.c checksums, manifest.json, verification, finite values
 #ifndef FEMTOTRON_CHECKPOINT_INTERNAL_H
 #define FEMTOTRON_CHECKPOINT_INTERNAL_H
 
@@ -42,10 +44,14 @@ void ckpt_save_paths(SavePaths *sp, const char *dir, int step);
 // Rank 0, before any data is written: the temporary directory and the sized files
 // with their headers. data_start: (2) model, optimizer (0 when no moments are saved).
 void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
-                     int moments, uint64_t *data_start);
-// Rank 0, once every rank's data is durable: the small files, then the renames.
+                     int moments, int step, uint64_t *data_start);
+// Rank 0, once every rank's data is durable: the small files, manifest.json (the
+// safetensors checksums: hash[f], every rank's data-section sums, plus the headers),
+// the rename that publishes, `latest`.
 void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
-                      const TrainerState *st);
+                      const TrainerState *st, const uint64_t *data_start, const uint64_t *hash);
+// `latest` -> step_name, replaced atomically.
+void ckpt_point_latest(const char *dir, const char *step_name);
 
 // ---------------------------------------------------------------- checkpoint_pieces.c
 
@@ -104,7 +110,34 @@ void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *t
 // Create path with the safetensors header of the model's tensors (suffix1, then
 // suffix2 when not NULL), sized to hold them all; returns the data section's offset.
 uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
-                           const char *suffix2, const char *meta_kind);
+                           const char *suffix2, const char *meta_kind, int step);
+
+// ---------------------------------------------------------------- checkpoint_integrity.c
+// The position-keyed word-sum checksum (checkpoint_integrity.c): bytes(nbytes)
+// starting at word index first_word of their file; sums of disjoint ranges add up.
+uint64_t ckpt_hash_words(const void *bytes, size_t nbytes, uint64_t first_word);
+// Bytes [lo, hi) of an open file (lo a multiple of 4), read in chunks.
+uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi);
+// A whole file; its size in *bytes.
+uint64_t ckpt_hash_file(const char *path, uint64_t *bytes);
+#define CKPT_MAX_FILES 4
+typedef struct {
+    char name[32];
+    uint64_t bytes, hash;
+} CkptFileSum;
+// manifest.json: the step and every file's size and checksum.
+typedef struct {
+    int step;
+    int n;
+    CkptFileSum f[CKPT_MAX_FILES];
+} CkptManifest;
+void ckpt_manifest_add(CkptManifest *m, const char *name, uint64_t bytes, uint64_t hash);
+void ckpt_write_manifest(const char *path, const CkptManifest *m);
+// Read and check the format; fatal, naming the file, when it is malformed.
+void ckpt_read_manifest(const char *path, CkptManifest *m);
+// Refuse (fatal) loaded pieces holding a NaN or an infinity, naming the tensor.
+void ckpt_check_finite(const CkptPiece *pieces, int n_pieces, const LlamaModel *model,
+                       const char *ckpt_dir);
 
 // ---------------------------------------------------------------- checkpoint_state.c
 

@@ -149,6 +149,10 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
     if (!ckpt_is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
     ckpt_check_table(model, where);
     ckpt_check_local_pieces(pieces, n_pieces, model->num_elements, where);
+    // Every file against the manifest before anything is read into the pieces.
+    if (!checkpoint_verify(ckpt_dir) && comm_world_rank() == 0)
+        warn("checkpoint %s has no manifest.json (written before checksums were kept): its files "
+             "cannot be verified", ckpt_dir);
     // model.safetensors is checked even when this rank loads no parameters: a
     // checkpoint of another model must fail everywhere.
     load_model_file(ckpt_dir, model, pieces, n_pieces);
@@ -160,6 +164,7 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
     if (!ckpt_is_file(path)) die("checkpoint %s has no trainer_state.json (%s)", ckpt_dir, path);
     TrainerState tmp;
     ckpt_read_trainer_state(path, &tmp);
+    ckpt_check_finite(pieces, n_pieces, model, ckpt_dir);
     if (st) *st = tmp;
 }
 

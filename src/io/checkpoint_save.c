@@ -1,11 +1,13 @@
-// io/checkpoint_save.c — the collective save (checkpoint_save_pieces,
-// checkpoint_save): sized safetensors files, each rank's runs pwrite()n into them.
+// io/checkpoint_save.c — the collective save (checkpoint_save_begin / _write /
+// _finish, checkpoint_save_pieces, checkpoint_save): sized safetensors files, each
+// rank's runs pwrite()n into them and checksummed on the way.
 //
 // With many ranks no tensor data ever travels between them: rank 0 creates the
 // files with their safetensors headers at full size, every rank pwrite()s its own
-// ranges straight into them and fsyncs, and rank 0 then publishes (checkpoint_dir.c).
-// A rank's ranges are of its own flat order, mapped to runs of the global tensors
-// by checkpoint_pieces.c.
+// ranges straight into them, sums the checksum of exactly those bytes
+// (checkpoint_integrity.c) and fsyncs, and rank 0 then adds the sums up, writes the
+// manifest and publishes (checkpoint_dir.c). A rank's ranges are of its own flat
+// order, mapped to runs of the global tensors by checkpoint_pieces.c.
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
@@ -13,6 +15,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "dist/comm.h"
@@ -39,15 +42,17 @@ static void fill_header_list(StWrite *w, char (*names)[CKPT_OPT_NAME_MAX],
 // Create path with the header of the model's tensors (suffix1, then suffix2 when
 // not NULL), sized to hold them all; returns the data section's byte offset.
 uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
-                           const char *suffix2, const char *meta_kind) {
+                           const char *suffix2, const char *meta_kind, int step) {
     int n = model->n_params * (suffix2 ? 2 : 1);
     StWrite *w = xcalloc((size_t)n * sizeof *w, "checkpoint tensor list");  // (n)
     char (*names)[CKPT_OPT_NAME_MAX] = xmalloc((size_t)n * CKPT_OPT_NAME_MAX, "checkpoint names");  // (n, CKPT_OPT_NAME_MAX)
     fill_header_list(w, names, model, suffix1);
     if (suffix2) fill_header_list(w + model->n_params, names + model->n_params, model, suffix2);
-    const char *keys[] = {"femtotron"};
-    const char *vals[] = {meta_kind};
-    uint64_t data_start = st_write_header(path, w, n, keys, vals, 1);
+    char step_text[16];
+    snprintf(step_text, sizeof step_text, "%d", step);
+    const char *keys[] = {"femtotron", "step"};  // the step: checkpoint_verify's mixed-files check
+    const char *vals[] = {meta_kind, step_text};
+    uint64_t data_start = st_write_header(path, w, n, keys, vals, 2);
     free(names);
     free(w);
     return data_start;
@@ -62,10 +67,13 @@ typedef struct {
     uint64_t off;     // file offset of the pending run
     const char *src;  // its bytes
     size_t bytes;     // its length (0: nothing pending)
+    uint64_t hash;    // checksum share of every run written so far
 } RunWriter;
 
 static void run_flush(RunWriter *w) {
-    if (w->bytes) pwrite_fully(w->fd, w->src, w->bytes, w->off, w->path);
+    if (!w->bytes) return;
+    pwrite_fully(w->fd, w->src, w->bytes, w->off, w->path);
+    w->hash += ckpt_hash_words(w->src, w->bytes, w->off / 4);  // off: data_start (8k) + 4e
     w->bytes = 0;
 }
 
@@ -76,7 +84,9 @@ static void run_add(RunWriter *w, uint64_t off, const float *src, size_t count) 
         return;
     }
     run_flush(w);
-    *w = (RunWriter){w->fd, w->path, off, p, count * sizeof(float)};
+    w->off = off;
+    w->src = p;
+    w->bytes = count * sizeof(float);
 }
 
 // Write this rank's non-empty pieces of the kinds stored in path (params into
@@ -84,11 +94,12 @@ static void run_add(RunWriter *w, uint64_t off, const float *src, size_t count) 
 // G exp_avg values, G = global elements) at the global positions of their elements
 // (gbase: ckpt_global_bases), then fsync: every writer syncs its own bytes, so the file
 // is durable once every rank has returned from here. Vocab padding is never
-// written, nor a replica that another tensor-parallel rank writes.
-static void write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
-                            int n_pieces, int optimizer, const LlamaModel *model,
-                            const size_t *gbase) {
-    RunWriter w = {-1, path, 0, NULL, 0};
+// written, nor a replica that another tensor-parallel rank writes. Returns this
+// rank's share of the file's checksum (the sum over the bytes it wrote).
+static uint64_t write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
+                                int n_pieces, int optimizer, const LlamaModel *model,
+                                const size_t *gbase) {
+    RunWriter w = {-1, path, 0, NULL, 0, 0};
     size_t G = gbase[model->n_params], a, b;
     Block blk[3];
     for (int i = 0; i < n_pieces; i++) {
@@ -114,55 +125,86 @@ static void write_my_pieces(const char *path, uint64_t data_start, const CkptPie
             }
         }
     }
-    if (w.fd < 0) return;
+    if (w.fd < 0) return 0;
     run_flush(&w);
     if (fsync(w.fd) != 0) die_errno("fsync of %s failed", path);
     if (close(w.fd) != 0) die_errno("close of %s failed", path);
+    return w.hash;
 }
 
-void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
-                            const CkptPiece *pieces, int n_pieces, const TrainerState *st) {
+void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
+                           const LlamaModel *model, const CkptPiece *pieces, int n_pieces,
+                           const TrainerState *st) {
     const char *where = "checkpoint_save";
     if (!dir || !dir[0]) die("%s: empty checkpoint directory", where);
     if (st->step < 0) die("%s: negative step %d", where, st->step);
     ckpt_check_table(model, where);
     ckpt_check_local_pieces(pieces, n_pieces, model->num_elements, where);
-    size_t *gbase = ckpt_global_bases(model);
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->model = model;
+    s->pieces = pieces;
+    s->n_pieces = n_pieces;
+    s->st = *st;
+    s->gbase = ckpt_global_bases(model);
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
 
     PieceTable table;
     ckpt_gather_pieces(&table, model, pieces, n_pieces);
     int moments = ckpt_kind_given(&table, CKPT_EXP_AVG) || ckpt_kind_given(&table, CKPT_EXP_AVG_SQ);
-    int rank = comm_world_rank();
     SavePaths sp;
     ckpt_save_paths(&sp, dir, st->step);
-    uint64_t data_start[2] = {0, 0};  // model, optimizer
-    if (rank == 0) {
+    if (comm_world_rank() == 0) {
         // Rank 0 alone judges the partition: one clear message, not one per rank
         // (its die() ends every rank).
         const LlamaModel *tabs = ckpt_tp_tables(model);
         ckpt_check_tables_agree(&table, tabs, model->tp.size, where);
-        size_t G = gbase[model->n_params];
+        size_t G = s->gbase[model->n_params];
         ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model->tp.size, G, where);
         if (moments) {
             ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp.size, G, where);
             ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp.size, G, where);
         }
         ckpt_free_tp_tables(tabs, model);
-        ckpt_begin_save(&sp, dir, model, moments, data_start);
+        ckpt_begin_save(&sp, dir, model, moments, st->step, s->data_start);
     }
     free(table.head);
     // The broadcast doubles as the barrier "the sized files exist".
-    group_broadcast_bytes(GROUP_WORLD, data_start, sizeof data_start, 0);
+    group_broadcast_bytes(GROUP_WORLD, s->data_start, sizeof s->data_start, 0);
+    snprintf(s->final_dir, sizeof s->final_dir, "%s", sp.final_dir);
+    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s", sp.tmp_dir);
+    snprintf(s->files[0], sizeof s->files[0], "%s", sp.model);
+    snprintf(s->files[1], sizeof s->files[1], "%s", sp.optimizer);
+}
 
-    write_my_pieces(sp.model, data_start[0], pieces, n_pieces, 0, model, gbase);
-    if (moments) write_my_pieces(sp.optimizer, data_start[1], pieces, n_pieces, 1, model, gbase);
-    free(gbase);
-    group_barrier(GROUP_WORLD);  // every rank's bytes are written and fsync'd
+void checkpoint_save_write(CkptSave *s) {
+    for (int f = 0; f < 2; f++)
+        if (s->data_start[f])
+            s->hash[f] = write_my_pieces(s->files[f], s->data_start[f], s->pieces, s->n_pieces, f,
+                                         s->model, s->gbase);
+}
 
-    if (rank == 0) ckpt_finish_save(&sp, dir, cfg, st);
+void checkpoint_save_finish(CkptSave *s) {
+    // Every rank's bytes are written and fsync'd once it enters this sum.
+    group_allreduce_sum_u64(GROUP_WORLD, s->hash, 2);
+    if (comm_world_rank() == 0) {
+        SavePaths sp;
+        ckpt_save_paths(&sp, s->dir, s->st.step);
+        ckpt_finish_save(&sp, s->dir, s->cfg, &s->st, s->data_start, s->hash);
+    }
+    free(s->gbase);
+    s->gbase = NULL;
     // Nobody returns (and, say, deletes its buffers or starts the next save)
     // before the checkpoint is published.
     group_barrier(GROUP_WORLD);
+}
+
+void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel *model,
+                            const CkptPiece *pieces, int n_pieces, const TrainerState *st) {
+    CkptSave s;
+    checkpoint_save_begin(&s, dir, cfg, model, pieces, n_pieces, st);
+    checkpoint_save_write(&s);
+    checkpoint_save_finish(&s);
 }
 
 void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model,

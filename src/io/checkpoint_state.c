@@ -4,6 +4,7 @@
 
 #include <cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@ void ckpt_write_trainer_state(const char *path, const Config *cfg, const Trainer
     cJSON_AddNumberToObject(root, "step", st->step);
     snprintf(num, sizeof num, "%" PRIu64, st->consumed_sequences);
     cJSON_AddRawToObject(root, "consumed_sequences", num);
+    // The loss of the step that ended here, null when it was not finite (JSON has no
+    // NaN): after a run of bad steps, the newest checkpoint with a finite loss is named.
+    if (st->loss == st->loss && st->loss < 1e308 && st->loss > -1e308) {
+        snprintf(num, sizeof num, "%.17g", st->loss);
+        cJSON_AddRawToObject(root, "loss", num);
+    } else {
+        cJSON_AddNullToObject(root, "loss");
+    }
     snprintf(num, sizeof num, "%" PRIu64, cfg->training.seed);
     cJSON_AddRawToObject(root, "seed", num);
     cJSON_AddStringToObject(root, "format", CKPT_FORMAT);
@@ -64,6 +73,8 @@ void ckpt_read_trainer_state(const char *path, TrainerState *st) {
     if (step > 0x7fffffff) die("%s: \"step\" %llu is out of range", path, (unsigned long long)step);
     st->step = (int)step;
     st->consumed_sequences = json_count(root, "consumed_sequences", path);
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "loss");  // absent before v2
+    st->loss = cJSON_IsNumber(loss) ? loss->valuedouble : (double)NAN;
     cJSON_Delete(root);
     free(text);
 }

@@ -21,10 +21,14 @@ typedef struct {
     uint64_t data_start;  // byte offset of that file's data section
 } StTensor;
 
-// The tensors of one file, or of a sharded set (model.safetensors.index.json).
+// The tensors of one file, or of a sharded set (model.safetensors.index.json), and
+// the file's string metadata (single files; the first ST_MAX_META short entries).
+#define ST_MAX_META 8
 typedef struct {
     int n;
     StTensor *t;  // (n)
+    int n_meta;
+    char meta_key[ST_MAX_META][64], meta_value[ST_MAX_META][64];
 } StIndex;
 
 // Parse a .safetensors file's header; validates offsets against the file size.
@@ -37,6 +41,8 @@ void st_open_dir(StIndex *idx, const char *dir);
 
 void st_close(StIndex *idx);
 const StTensor *st_find(const StIndex *idx, const char *name);
+// The value of a __metadata__ key of a single file, or NULL.
+const char *st_metadata(const StIndex *idx, const char *key);
 
 // Read elements [elem_begin, elem_begin + count) of a tensor (in row-major
 // element order of its global shape) as fp32, converting F16/BF16/F64.

@@ -187,6 +187,12 @@ void st_open(StIndex *idx, const char *path) {
     for (const cJSON *e = root->child; e; e = e->next) {
         if (strcmp(e->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(e)) die("%s: \"__metadata__\" must be an object", path);
+            for (const cJSON *kv = e->child; kv && idx->n_meta < ST_MAX_META; kv = kv->next) {
+                if (!cJSON_IsString(kv) || strlen(kv->string) >= 64 || strlen(kv->valuestring) >= 64)
+                    continue;  // kept: short strings only; the rest is not ours to read
+                strcpy(idx->meta_key[idx->n_meta], kv->string);
+                strcpy(idx->meta_value[idx->n_meta++], kv->valuestring);
+            }
             continue;
         }
         parse_tensor(&idx->t[idx->n++], e, path, data_start, data_size);
@@ -275,6 +281,12 @@ void st_close(StIndex *idx) {
     free(idx->t);
     idx->t = NULL;
     idx->n = 0;
+}
+
+const char *st_metadata(const StIndex *idx, const char *key) {
+    for (int i = 0; i < idx->n_meta; i++)
+        if (strcmp(idx->meta_key[i], key) == 0) return idx->meta_value[i];
+    return NULL;
 }
 
 const StTensor *st_find(const StIndex *idx, const char *name) {

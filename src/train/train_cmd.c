@@ -44,6 +44,18 @@ static void print_memory(void) {
     fflush(stdout);
 }
 
+// Every output the run writes late (checkpoints, metrics, the trace) is created and
+// checked writable now, before any compute that a failed first save would lose.
+// Rank 0 also clears what an interrupted save left in checkpoint.dir.
+static void check_outputs(const Config *cfg) {
+    if (comm_world_rank() == 0) {
+        if (cfg->checkpoint.dir[0]) checkpoint_prepare_dir(cfg->checkpoint.dir);
+        if (cfg->logging.metrics[0]) check_writable_file(cfg->logging.metrics, "logging.metrics");
+    }
+    if (cfg->logging.trace[0]) check_writable_file(cfg->logging.trace, "logging.trace");
+    group_barrier(GROUP_WORLD);
+}
+
 // Resume or refuse: a directory that already holds checkpoints is never written
 // over unless the user asked to resume from it.
 static void setup_checkpoints(Trainer *t) {
@@ -132,6 +144,7 @@ int train_main(int argc, char **argv) {
     ops_set_threads(cfg.training.threads);
     const int rank0 = comm_world_rank() == 0, world = comm_world_size();
 
+    check_outputs(&cfg);
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;

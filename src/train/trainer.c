@@ -95,11 +95,18 @@ StepResult trainer_step(Trainer *t) {
         // Never let a NaN/inf into the weights or the moments. Every rank sees the
         // same reduced loss and norm, so every rank skips together.
         r.skipped = 1;
-        if (++t->bad_steps >= tc->max_bad_steps)
+        if (++t->bad_steps >= tc->max_bad_steps) {
+            char good[CFG_PATH_MAX + 64] = "";
+            const char *dir = t->cfg.checkpoint.dir;
+            if (dir[0] && !checkpoint_newest_finite(dir, good, sizeof good)) good[0] = '\0';
             die("step %d: loss %g, gradient norm %g: %d steps in a row with a non-finite loss or "
-                "gradient norm (training.max_bad_steps = %d); stopping. Lower training.lr or "
-                "resume from the last checkpoint",
-                r.step, r.loss, r.grad_norm, t->bad_steps, tc->max_bad_steps);
+                "gradient norm (training.max_bad_steps = %d); stopping. Lower training.lr, %s%s%s",
+                r.step, r.loss, r.grad_norm, t->bad_steps, tc->max_bad_steps,
+                good[0] ? "and resume from " : "and start again",
+                good[0] ? good : (dir[0] ? " (no checkpoint with a finite loss exists)" : ""),
+                good[0] ? ", the newest checkpoint whose loss was finite (move the newer step "
+                          "directories out of checkpoint.dir first)" : "");
+        }
     } else {
         t->bad_steps = 0;
         // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
@@ -110,6 +117,7 @@ StepResult trainer_step(Trainer *t) {
     }
     t->state.step = r.step;
     t->state.consumed_sequences += (uint64_t)tc->global_batch_size;
+    t->state.loss = isfinite(r.loss) ? r.loss : (double)NAN;
     return r;
 }
 

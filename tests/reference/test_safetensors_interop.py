@@ -39,7 +39,7 @@ def build_driver():
     exe = "build/st_roundtrip"
     cmd = ["mpicc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-Isrc",
            "-I/usr/include/cjson", "-o", exe, "tests/drivers/st_roundtrip_main.c",
-           "src/io/safetensors_open.c", "src/io/safetensors_read.c", "src/io/safetensors_write.c", "src/util.c", "-lcjson", "-lm"]
+           "src/io/safetensors_open.c", "src/io/safetensors_read.c", "src/io/safetensors_write.c", "src/util.c", "src/util_fs.c", "-lcjson", "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     check(r.returncode == 0, "compile tests/drivers/st_roundtrip_main.c", r.stderr[-2000:])
     return exe if r.returncode == 0 else None

@@ -46,7 +46,7 @@ if ! timeout 60 "$FEMTOTRON" train --config "$T/run.json" --checkpoint.dir "$T/c
     exit 1
 fi
 CK=$T/ckpt/step_0000002
-if [ "$(cat "$T/ckpt/latest" 2>/dev/null)" != step_0000002 ] ||
+if [ "$(readlink "$T/ckpt/latest" 2>/dev/null)" != step_0000002 ] || [ ! -s "$CK/manifest.json" ] ||
    [ ! -s "$CK/model.safetensors" ] || [ ! -s "$CK/config.json" ] ||
    [ ! -s "$CK/optimizer.safetensors" ] || [ ! -s "$CK/trainer_state.json" ]; then
     echo "FAIL good_run: exit 0 but no complete checkpoint $CK: $(ls -R "$T/ckpt" | tr '\n' ' ')"
@@ -56,7 +56,7 @@ echo "PASS good_run: tiny model trains 2 steps and writes $CK"
 cp -r "$T/ckpt" "$T/ck_ok"
 if timeout 60 "$FEMTOTRON" train --config "$T/run.json" --checkpoint.dir "$T/ck_ok" \
         --checkpoint.resume true --training.steps 3 >"$T/resume.log" 2>&1 &&
-   [ "$(cat "$T/ck_ok/latest")" = step_0000003 ]; then
+   [ "$(readlink "$T/ck_ok/latest")" = step_0000003 ]; then
     echo "PASS good_resume: a copy of the good checkpoint resumes to step 3"
 else
     fail "good_resume: resuming a copy of the good checkpoint fails: $(oneline "$T/resume.log")"
@@ -119,9 +119,16 @@ else
 fi
 
 # Corrupt copies of the good checkpoint.
-for c in ck_trunc ck_latest ck_opt ck_state ck_hdr; do cp -r "$T/ckpt" "$T/$c"; done
+for c in ck_trunc ck_incomplete ck_opt ck_state ck_hdr ck_flip; do cp -r "$T/ckpt" "$T/$c"; done
 truncate -s 50000 "$T/ck_trunc/step_0000002/model.safetensors"
-printf 'step_0000009' >"$T/ck_latest/latest"
+# A newer step directory that femtotron could not have published (no manifest, no model).
+mkdir "$T/ck_incomplete/step_0000009" && echo junk >"$T/ck_incomplete/step_0000009/notes.txt"
+# One flipped byte inside the tensor data: same size, same header.
+sz=$(stat -c %s "$T/ck_flip/step_0000002/model.safetensors")
+printf '\125' | dd of="$T/ck_flip/step_0000002/model.safetensors" bs=1 seek=$((sz - 37)) count=1 conv=notrunc 2>/dev/null
+# step 2's model.safetensors beside step 3's optimizer state (ck_ok holds both steps).
+cp -r "$T/ck_ok" "$T/ck_mixed"
+cp "$T/ck_mixed/step_0000002/model.safetensors" "$T/ck_mixed/step_0000003/model.safetensors"
 truncate -s 100000 "$T/ck_opt/step_0000002/optimizer.safetensors"
 printf '{"step": 2, "consumed' >"$T/ck_state/step_0000002/trainer_state.json"
 printf '\377\377\377\377\377\377\377\177' |
@@ -210,7 +217,9 @@ bad resume_truncated_model 'model\.safetensors' -- "$F" "${R[@]}" --checkpoint.d
 bad resume_truncated_optimizer 'optimizer\.safetensors' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_opt"
 bad resume_bad_trainer_state 'trainer_state\.json' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_state"
 bad resume_huge_st_header 'model\.safetensors' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_hdr"
-bad latest_missing_step 'step_0000009' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_latest"
+bad resume_incomplete_step 'step_0000009' 'not a complete checkpoint' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_incomplete"
+bad resume_flipped_byte 'model\.safetensors' 'does not match its manifest' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_flip"
+bad resume_mixed_steps 'step_0000003' 'model\.safetensors' 'manifest' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_mixed" --training.steps 5
 bad no_resume_existing_dir 'checkpoint\.resume' -- "$F" "${R[@]}" --checkpoint.resume false
 bad prepare_missing_input 'missing\.txt' -- "$F" prepare --input "$T/missing.txt" --output "$T/prep_out"
 bad prepare_existing_shards '--force' -- "$F" prepare --input "$T/in.txt" --output "$T/data"

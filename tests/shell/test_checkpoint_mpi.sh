@@ -30,8 +30,10 @@ else
     failed "1 rank: reference checkpoint_save failed: $(tail -3 "$tmp/ref.log")"
 fi
 
+# manifest.json too: the checksums a rank sums over its own bytes add up to the
+# same file checksums whatever the ranks' pieces.
 files="step_0000003/model.safetensors step_0000003/optimizer.safetensors
-       step_0000003/config.json step_0000003/trainer_state.json latest"
+       step_0000003/config.json step_0000003/trainer_state.json step_0000003/manifest.json"
 for np in 1 3 4; do
     out="$tmp/np$np"
     mpi "$np" "$drv" save "$out" >"$tmp/np$np.log" 2>&1
@@ -47,14 +49,15 @@ for np in 1 3 4; do
         for f in $files; do
             cmp -s "$tmp/ref/$variant/$f" "$out/$variant/$f" || bad="$bad $f"
         done
+        [ "$(readlink "$out/$variant/latest")" = step_0000003 ] || bad="$bad latest"
         if [ -z "$bad" ]; then
             pass "$np ranks, $variant: every checkpoint file equals the 1-rank checkpoint_save byte for byte"
         else
             failed "$np ranks, $variant: files differ from the 1-rank reference:$bad"
         fi
         n=$(find "$out/$variant" -mindepth 1 | wc -l)
-        [ "$n" -eq 6 ] && pass "$np ranks, $variant: no temporaries left (step dir, 4 files, latest)" \
-                       || failed "$np ranks, $variant: $n entries under the checkpoint dir, expected 6"
+        [ "$n" -eq 7 ] && pass "$np ranks, $variant: no temporaries left (step dir, 5 files, latest)" \
+                       || failed "$np ranks, $variant: $n entries under the checkpoint dir, expected 7"
     done
 done
 

@@ -100,7 +100,7 @@ else
         np=${layout%%|*}; read -r -a largs <<< "${layout#*|}"
         name="a: dp4 ZeRO-3 step-6 checkpoint resumed on $np rank(s) (${layout#*|})"
         d="$tmp/a_resume_$np"
-        mkdir -p "$d" && cp -r "$tmp/a_dp4/step_0000006" "$d/" && echo step_0000006 > "$d/latest"
+        mkdir -p "$d" && cp -r "$tmp/a_dp4/step_0000006" "$d/"
         if ! launch "$np" "${model[@]}" --training.steps $N "${largs[@]}" --checkpoint.dir "$d" \
                 --checkpoint.resume true --logging.metrics "$d.jsonl" >"$d.log" 2>&1; then
             failed "$name: run failed"; show "$d.log"; continue
@@ -120,7 +120,7 @@ launch 4 "${b_args[@]}" --checkpoint.dir "$tmp/b_full" --logging.metrics "$tmp/b
     { failed "b: uninterrupted 4-rank run"; show "$tmp/b_full.log"; }
 launch 4 "${b_args[@]}" --checkpoint.dir "$tmp/b_killed" --logging.metrics "$tmp/b_killed.jsonl" >"$tmp/b_killed.log" 2>&1 &
 job=$!
-for _ in $(seq 1 3000); do [ -f "$tmp/b_killed/latest" ] && break; sleep 0.01; done
+for _ in $(seq 1 3000); do [ -L "$tmp/b_killed/latest" ] && break; sleep 0.01; done
 sleep 0.2
 victim=$(pid_of_rank "$tmp/b_killed" 2)
 if [ -z "$victim" ]; then
@@ -138,7 +138,7 @@ else
     else
         failed "b: after kill -9 of rank 2 the job exited with status $rc after $dt s (want non-zero within 30 s)"; show "$tmp/b_killed.log"
     fi
-    latest=$(cat "$tmp/b_killed/latest" 2>/dev/null)
+    latest=$(ls "$tmp/b_killed" | grep -E '^step_[0-9]+$' | sort | tail -n 1)  # the newest published step
     k=$((10#${latest#step_}))
     if [ -z "$latest" ] || [ "$k" -ge $NB ]; then
         failed "b: no usable checkpoint before the kill (latest = '$latest')"

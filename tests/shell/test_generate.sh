@@ -8,7 +8,7 @@
 #  - a random tied model with a tokenizer.json trained here (Llama 3 style, BOS
 #    template) found in the model directory: prompt ids as `tokenizers` gives them
 #    (Unicode, a special token) and the same greedy ids;
-#  - a checkpoint written by `femtotron train` (checkpoint.dir with `latest`);
+#  - a checkpoint written by `femtotron train` (checkpoint.dir: its newest step);
 #  - sampling: a seed reproduces its text, another seed changes it, top-k 1 and a
 #    tiny top-p are greedy;
 #  - bad input is fatal and named.
@@ -82,10 +82,10 @@ head -c 20000 /usr/share/games/fortunes/fortunes >"$T/corpus.txt"
     --model.max_position_embeddings 128 --training.seq_length 32 --training.micro_batch_size 2 \
     --training.steps 3 --training.threads 2 --training.peak_flops 1e11 \
     --checkpoint.dir "$T/ckpt" >"$T/train.log" 2>&1
-check "femtotron train wrote a checkpoint" test -f "$T/ckpt/latest"
+check "femtotron train wrote a checkpoint" test -L "$T/ckpt/latest"
 "$FEMTOTRON" generate --model "$T/ckpt" --prompt "A fortune: " --temperature 0 --max-new-tokens 30 \
     --ignore-eos --print-ids >/dev/null 2>"$T/c.err"
-STEP=$(cat "$T/ckpt/latest")
+STEP=$(readlink "$T/ckpt/latest")
 $REF greedy "$T/ckpt/$STEP" --prompt-ids "$(ids_of prompt "$T/c.err")" --max-new 30 >"$T/c.ref"
 check "femtotron checkpoint (checkpoint.dir -> latest), greedy: the same ids as the PyTorch reference" \
     same_ids "$T/c.err" "$T/c.ref"

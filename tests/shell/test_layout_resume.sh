@@ -34,7 +34,7 @@ PY
 resume_from() {  # resume_from SAVED_DIR NAME NP ARGS...: copy step 6 only, resume to 12
     local saved=$1 name=$2; shift 2
     mkdir -p "$tmp/ck_$name"
-    cp -r "$saved/step_0000006" "$tmp/ck_$name/" && echo step_0000006 >"$tmp/ck_$name/latest"
+    cp -r "$saved/step_0000006" "$tmp/ck_$name/"
     train "$name" "$@" --checkpoint.dir "$tmp/ck_$name" --checkpoint.resume true && compare "$name"
 }
 

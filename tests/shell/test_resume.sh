@@ -22,12 +22,12 @@ common=(--data.train "$tmp/data/train_*.bin" --training.steps $((2 * N)) --train
     --checkpoint.dir "$tmp/ck_part" >"$tmp/part.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 3000); do
-    [ -f "$tmp/ck_part/latest" ] && break
+    [ -L "$tmp/ck_part/latest" ] && break
     sleep 0.01
 done
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
-latest=$(cat "$tmp/ck_part/latest" 2>/dev/null)
+latest=$(readlink "$tmp/ck_part/latest" 2>/dev/null)
 if [ "$latest" = "step_$(printf %07d $N)" ]; then
     pass "killed after the step-$N checkpoint (latest = $latest)"
 else

@@ -1,6 +1,9 @@
 // tests/unit/test_checkpoint.c — checkpoint save/load round trips bit for bit, the
-// atomic directory protocol (step dir, `latest`, stale temporaries, refusal to
-// overwrite), clear errors for corrupt or mismatched checkpoints (checked in
+// atomic directory protocol (the newest step dir is the checkpoint, the `latest`
+// link, stale temporaries, refusal to overwrite, a crash between publishing and
+// `latest`), integrity (manifest checksums: a flipped byte, a truncated file, files
+// of two checkpoints mixed, a NaN weight), clear errors for corrupt or mismatched
+// checkpoints (checked in
 // fork()ed children, since die() ends the process), and Hugging Face weight loading
 // for tied and untied models, single-file and sharded; the piece API on one rank
 // (byte-identical files, any read layout, refused partitions); tensor-parallel
@@ -8,6 +11,7 @@
 #define _GNU_SOURCE
 #include <cJSON.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +114,23 @@ static void child_latest(void *p) {
     checkpoint_latest((const char *)p, out, sizeof out);
 }
 
+// The target of DIR/latest when it is a symbolic link ("" otherwise).
+static const char *link_target(const char *dir) {
+    static char out[256];
+    char p[1024];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    ssize_t n = readlink(p, out, sizeof out - 1);
+    out[n > 0 ? n : 0] = '\0';
+    return out;
+}
+
+// Load g_path (params only) into the model's shape.
+static void child_load_path(void *p) {
+    (void)p;
+    float *buf = garbage(g_model.num_elements);
+    checkpoint_load(g_path, &g_model, buf, NULL, NULL, NULL);
+}
+
 // Load g_path into g_other (a differently shaped model).
 static void child_load_other(void *p) {
     (void)p;
@@ -156,18 +177,15 @@ static void test_save_load(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/step_0000005", g_dir);
     CHECK(exists(p), "save creates DIR/step_0000005 under a missing parent path");
-    CHECK(count_entries(p) == 4, "step dir holds 4 files (got %d)", count_entries(p));
+    CHECK(count_entries(p) == 5, "step dir holds 5 files (got %d)", count_entries(p));
     const char *files[] = {"model.safetensors", "config.json", "optimizer.safetensors",
-                           "trainer_state.json"};
-    for (int i = 0; i < 4; i++) {
+                           "trainer_state.json", "manifest.json"};
+    for (int i = 0; i < 5; i++) {
         snprintf(p, sizeof p, "%s/step_0000005/%s", g_dir, files[i]);
         CHECK(exists(p), "step dir has %s", files[i]);
     }
-    snprintf(p, sizeof p, "%s/latest", g_dir);
-    char *latest = slurp(p, NULL);
-    CHECK(latest && strcmp(latest, "step_0000005\n") == 0, "latest holds \"step_0000005\" and a newline (%zu bytes)",
-          latest ? strlen(latest) : 0);
-    free(latest);
+    CHECK(strcmp(link_target(g_dir), "step_0000005") == 0, "latest is a link to step_0000005 (\"%s\")",
+          link_target(g_dir));
     CHECK(count_entries(g_dir) == 2, "no temporaries left: DIR holds only step_0000005 and latest (%d entries)",
           count_entries(g_dir));
 
@@ -240,11 +258,8 @@ static void test_save_load(void) {
           "the existing step_0000005/model.safetensors is unchanged after the refused save");
     free(before);
     free(after);
-    snprintf(p, sizeof p, "%s/latest", g_dir);
-    latest = slurp(p, NULL);
-    CHECK(latest && strcmp(latest, "step_0000005\n") == 0 && count_entries(g_dir) == 2,
+    CHECK(strcmp(link_target(g_dir), "step_0000005") == 0 && count_entries(g_dir) == 2,
           "latest is unchanged and no temporary is left after the refused save");
-    free(latest);
 }
 
 static void test_stale_tmp_and_no_moments(void) {
@@ -286,28 +301,141 @@ static void test_latest_errors(void) {
     char d[512], p[1024], out[1024];
     snprintf(d, sizeof d, "%s/nolatest", tmpdir);
     mkdir(d, 0755);
-    CHECK(checkpoint_latest(d, out, sizeof out) == 0, "no latest file: checkpoint_latest returns 0");
+    CHECK(checkpoint_latest(d, out, sizeof out) == 0, "no step directory: checkpoint_latest returns 0");
     snprintf(p, sizeof p, "%s/does/not/exist", tmpdir);
     CHECK(checkpoint_latest(p, out, sizeof out) == 0, "missing checkpoint dir: checkpoint_latest returns 0");
 
-    snprintf(d, sizeof d, "%s/dangling", tmpdir);
-    mkdir(d, 0755);
-    snprintf(p, sizeof p, "%s/latest", d);
-    write_text(p, "step_0000042\n");
-    expect_death("latest names a missing step dir", child_latest, d, "step_0000042", "corrupt");
-
-    snprintf(p, sizeof p, "%s/step_0000042", d);
-    mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/step_0000042/trainer_state.json", d);
-    write_text(p, "{}");
-    expect_death("latest names a step dir without model.safetensors", child_latest, d,
-                 "model.safetensors", "corrupt");
-
+    // `latest` is not consulted: a stale or garbled one does not matter.
     snprintf(d, sizeof d, "%s/garbled", tmpdir);
     mkdir(d, 0755);
     snprintf(p, sizeof p, "%s/latest", d);
     write_text(p, "../../etc\n");
-    expect_death("latest holding garbage", child_latest, d, "latest is corrupt", NULL);
+    CHECK(checkpoint_latest(d, out, sizeof out) == 0, "a garbled latest file alone is no checkpoint");
+
+    // A step directory femtotron could not have published is refused by name.
+    snprintf(p, sizeof p, "%s/step_0000042", d);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/step_0000042/trainer_state.json", d);
+    write_text(p, "{}");
+    expect_death("the newest step dir has neither manifest.json nor model.safetensors", child_latest, d,
+                 "step_0000042 is not a complete checkpoint", "manifest.json");
+}
+
+// Defect 1 of the reliability issue: a job killed after step_N was renamed into
+// place but before `latest` moved used to redo step N on every resume and die on
+// "already exists". Now the newest step directory is the checkpoint.
+static void test_crash_between_publish_and_latest(void) {
+    char d[512], p[1024], out[1024];
+    snprintf(d, sizeof d, "%s/crash", tmpdir);
+    TrainerState st = {.step = 3, .consumed_sequences = 30, .loss = 2.5};
+    checkpoint_save(d, &g_cfg, &g_model, g_params, NULL, NULL, &st);
+    st.step = 4;
+    checkpoint_save(d, &g_cfg, &g_model, g_params, NULL, NULL, &st);
+    // Put latest back where the killed job left it, plus the leftovers of a save in flight.
+    snprintf(p, sizeof p, "%s/latest", d);
+    unlink(p);
+    if (symlink("step_0000003", p) != 0) perror("symlink");
+    snprintf(p, sizeof p, "%s/.tmp_step_0000005", d);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/latest.tmp", d);
+    write_text(p, "x");
+    CHECK(checkpoint_latest(d, out, sizeof out) == 1 && strstr(out, "/step_0000004"),
+          "latest still names step 3, the newest published step 4 is the checkpoint (%s)", out);
+    checkpoint_prepare_dir(d);
+    snprintf(p, sizeof p, "%s/.tmp_step_0000005", d);
+    int tmp_gone = !exists(p);
+    snprintf(p, sizeof p, "%s/latest.tmp", d);
+    CHECK(tmp_gone && !exists(p) && strcmp(link_target(d), "step_0000004") == 0,
+          "checkpoint_prepare_dir removes .tmp_step_0000005 and latest.tmp and points latest at step_0000004");
+    st.step = 5;
+    checkpoint_save(d, &g_cfg, &g_model, g_params, NULL, NULL, &st);
+    CHECK(checkpoint_latest(d, out, sizeof out) == 1 && strstr(out, "/step_0000005") &&
+              strcmp(link_target(d), "step_0000005") == 0,
+          "the run goes on: step 5 is saved and latest follows");
+    // The newest checkpoint whose loss was finite.
+    st.step = 6;
+    st.loss = NAN;
+    checkpoint_save(d, &g_cfg, &g_model, g_params, NULL, NULL, &st);
+    CHECK(checkpoint_newest_finite(d, out, sizeof out) == 1 && strstr(out, "/step_0000005"),
+          "checkpoint_newest_finite skips step 6 (loss null) and names step 5 (%s)", out);
+}
+
+// Copy a file (for the mixed-checkpoint case).
+static void copy_file(const char *from, const char *to) {
+    size_t len;
+    char *b = slurp(from, &len);
+    FILE *f = fopen(to, "wb");
+    if (!b || !f) { perror(to); exit(2); }
+    fwrite(b, 1, len, f);
+    fclose(f);
+    free(b);
+}
+
+// Defect 2: every file is checked against the manifest before any state is touched.
+static void test_integrity(void) {
+    char d[512], p[1100], q[1100];
+    snprintf(d, sizeof d, "%s/integrity", tmpdir);
+    size_t n = g_model.num_elements;
+    TrainerState st = {.step = 10, .consumed_sequences = 100, .loss = 3.0};
+    checkpoint_save(d, &g_cfg, &g_model, g_params, g_m, g_v, &st);
+    st.step = 20;
+    float *p20 = pattern(n, 0.02f, -1.0f);
+    checkpoint_save(d, &g_cfg, &g_model, p20, g_m, g_v, &st);
+    snprintf(g_path, sizeof g_path, "%s/step_0000020", d);
+    CHECK(checkpoint_verify(g_path) == 1, "a fresh checkpoint verifies against its manifest");
+
+    // One flipped bit in the data of model.safetensors.
+    snprintf(p, sizeof p, "%s/model.safetensors", g_path);
+    size_t len;
+    char *bytes = slurp(p, &len), *orig = malloc(len);
+    memcpy(orig, bytes, len);
+    bytes[len - 7] ^= 0x10;
+    FILE *f = fopen(p, "wb");
+    fwrite(bytes, 1, len, f);
+    fclose(f);
+    expect_death("one flipped bit in model.safetensors", child_load_path, NULL,
+                 "model.safetensors does not match its manifest", "step_0000020");
+    // Truncated.
+    f = fopen(p, "wb");
+    fwrite(orig, 1, len - 4, f);
+    fclose(f);
+    expect_death("model.safetensors 4 bytes short", child_load_path, NULL, "model.safetensors is",
+                 "truncated or replaced");
+    // model.safetensors of step 10 beside the optimizer of step 20 (same size).
+    snprintf(q, sizeof q, "%s/step_0000010/model.safetensors", d);
+    copy_file(q, p);
+    expect_death("step 10's model.safetensors in step 20", child_load_path, NULL,
+                 "model.safetensors does not match its manifest", NULL);
+    // ... with the manifest rewritten to match it: the step recorded in the file tells.
+    snprintf(q, sizeof q, "%s/step_0000010/manifest.json", d);
+    char *m10 = slurp(q, NULL), *m20;
+    snprintf(q, sizeof q, "%s/manifest.json", g_path);
+    m20 = slurp(q, NULL);
+    cJSON *j10 = cJSON_Parse(m10), *j20 = cJSON_Parse(m20);
+    cJSON *f10 = cJSON_GetObjectItem(j10, "files"), *f20 = cJSON_GetObjectItem(j20, "files");
+    cJSON_ReplaceItemInArray(f20, 0, cJSON_Duplicate(cJSON_GetArrayItem(f10, 0), 1));  // model entry
+    char *forged = cJSON_Print(j20);
+    write_text(q, forged);
+    expect_death("step 10's model.safetensors with a forged manifest", child_load_path, NULL,
+                 "model.safetensors belongs to step 10", "to step 20");
+    free(forged);
+    cJSON_Delete(j10);
+    cJSON_Delete(j20);
+    free(m10);
+    free(m20);
+    free(bytes);
+    free(orig);
+
+    // A NaN weight, saved consistently (manifest and all): refused at load.
+    float *nan_params = pattern(n, 0.01f, 0.5f);
+    nan_params[g_model.layer[1].o + 3] = NAN;
+    st.step = 30;
+    checkpoint_save(d, &g_cfg, &g_model, nan_params, NULL, NULL, &st);
+    snprintf(g_path, sizeof g_path, "%s/step_0000030", d);
+    expect_death("a checkpoint holding a NaN weight", child_load_path, NULL,
+                 "model.layers.1.self_attn.o_proj.weight", "non-finite");
+    free(nan_params);
+    free(p20);
 }
 
 static void test_mismatch(void) {
@@ -390,8 +518,8 @@ static void write_whole(const char *path, const float *buf, const char *suffix1,
         w[i].shape[1] = pi->ndim == 2 ? pi->shape[1] : 0;
         w[i].data = (i < np ? buf : buf2) + pi->offset;
     }
-    const char *keys[] = {"femtotron"}, *vals[] = {meta};
-    st_write_f32(path, w, n, keys, vals, 1);
+    const char *keys[] = {"femtotron", "step"}, *vals[] = {meta, "9"};
+    st_write_f32(path, w, n, keys, vals, 2);
     free(names);
     free(w);
 }
@@ -430,15 +558,15 @@ static void test_pieces_save(void) {
     };
     checkpoint_save_pieces(d2, &g_cfg, &g_model, pc, 8, &st);
     const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json",
-                           "trainer_state.json"};
+                           "trainer_state.json", "manifest.json"};
     int same = 1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         snprintf(a, sizeof a, "%s/step_0000009/%s", d1, files[i]);
         snprintf(b, sizeof b, "%s/step_0000009/%s", d2, files[i]);
         same = same && same_file(a, b);
     }
-    CHECK(same, "checkpoint_save_pieces with 8 uneven pieces writes the same 4 files, byte for "
-                "byte, as checkpoint_save");
+    CHECK(same, "checkpoint_save_pieces with 8 uneven pieces writes the same 5 files (manifest "
+                "included: the checksums do not depend on the pieces), byte for byte, as checkpoint_save");
 
     snprintf(a, sizeof a, "%s/whole_model.safetensors", tmpdir);
     write_whole(a, g_params, "", NULL, NULL, "model");
@@ -909,6 +1037,8 @@ int main(void) {
     test_save_load();
     test_stale_tmp_and_no_moments();
     test_latest_errors();
+    test_crash_between_publish_and_latest();
+    test_integrity();
     test_mismatch();
     test_pieces_save();
     test_pieces_load();
