@@ -15,6 +15,7 @@
 typedef struct {
     const char *path;
     cJSON *root;
+    size_t file_bytes;  // every id is bounded by it: a file of n bytes names fewer than n tokens
 } Ctx;
 
 static inline const cJSON *get(const cJSON *obj, const char *key) {
@@ -34,10 +35,16 @@ static inline const char *get_type(const Ctx *c, const cJSON *obj, const char *w
     return v->valuestring;
 }
 
+// A token id: a non-negative integer below the file's size in bytes (a file of n
+// bytes cannot describe n tokens, so a larger id is corrupt; it would otherwise
+// size the id tables: 11e8 asked for about 14 GB).
 static inline int64_t get_id(const Ctx *c, const cJSON *v, const char *what) {
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2147483647.0 ||
         v->valuedouble != (double)(int64_t)v->valuedouble)
         die("tokenizer %s: %s must be a non-negative integer id", c->path, what);
+    if (v->valuedouble >= (double)c->file_bytes)
+        die("tokenizer %s: %s %.0f is not below the file's size (%zu bytes): the file cannot hold "
+            "that many tokens, so it is corrupt", c->path, what, v->valuedouble, c->file_bytes);
     return (int64_t)v->valuedouble;
 }
 

@@ -262,7 +262,7 @@ Tokenizer *tokenizer_load(const char *path) {
             at && at >= text && at <= text + size ? (long)(at - text) : -1L);
     }
     free(text);
-    Ctx c = {path, root};
+    Ctx c = {path, root, (size_t)size};
     Tokenizer *t = xcalloc(sizeof(Tokenizer), "tokenizer");
     const char *ignored[] = {"truncation", "padding"};
     for (int i = 0; i < 2; i++) {

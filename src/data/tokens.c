@@ -70,13 +70,17 @@ static uint64_t first_bad_token(const uint8_t *data, int wide, uint64_t n, uint3
     return bad;
 }
 
-static uint32_t token_at(const TokenDataset *ds, int f, uint64_t i) {
-    if (ds->wide[f]) return ((const uint32_t *)ds->data[f])[i];
-    return ((const uint16_t *)ds->data[f])[i];
+static uint32_t token_at(const uint8_t *data, int wide, uint64_t i) {
+    if (wide) return ((const uint32_t *)data)[i];
+    return ((const uint16_t *)data)[i];
 }
 
-// Map shard f, check its header against its size and its ids against the vocab;
-// returns the number of tokens it holds.
+static int64_t mtime_ns(const struct stat *st) {
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+// Open shard f, check its header against its size and every id against the vocab
+// (the whole file once, mapped only for this scan); returns the number of tokens.
 static uint64_t open_shard(TokenDataset *ds, int f, int vocab_size) {
     const char *path = ds->paths[f];
     int fd = open(path, O_RDONLY);
@@ -88,11 +92,11 @@ static uint64_t open_shard(TokenDataset *ds, int f, int vocab_size) {
     if (size < SHARD_HEADER_BYTES)
         die("token file %s is %llu bytes, shorter than the %d-byte llm.c header", path,
             (unsigned long long)size, SHARD_HEADER_BYTES);
+    ds->fds[f] = fd;
+    ds->bytes[f] = size;
+    ds->mtime_ns[f] = mtime_ns(&st);
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) die_errno("cannot mmap token file %s", path);
-    close(fd);  // the mapping keeps the file alive
-    ds->maps[f] = map;
-    ds->map_bytes[f] = (size_t)size;
 
     int32_t header[SHARD_HEADER_INTS];  // (256) llm.c header
     memcpy(header, map, sizeof header);
@@ -113,12 +117,12 @@ static uint64_t open_shard(TokenDataset *ds, int f, int vocab_size) {
     if (size > want)
         die("token file %s has %llu trailing bytes after the %llu tokens its header "
             "announces", path, (unsigned long long)(size - want), (unsigned long long)n);
-    ds->data[f] = (const uint8_t *)map + SHARD_HEADER_BYTES;
-
-    uint64_t bad = first_bad_token(ds->data[f], ds->wide[f], n, (uint32_t)vocab_size);
+    const uint8_t *data = (const uint8_t *)map + SHARD_HEADER_BYTES;
+    uint64_t bad = first_bad_token(data, ds->wide[f], n, (uint32_t)vocab_size);
     if (bad < n)
         die("token file %s: token at position %llu has id %u, not below vocab_size %d",
-            path, (unsigned long long)bad, token_at(ds, f, bad), vocab_size);
+            path, (unsigned long long)bad, token_at(data, ds->wide[f], bad), vocab_size);
+    munmap(map, (size_t)size);
     return n;
 }
 
@@ -145,10 +149,13 @@ void tokens_open(TokenDataset *ds, const char *pattern, int S, int vocab_size,
     ds->seed = seed;
     collect_paths(ds, pattern);
     int nf = ds->n_files;
+    ds->vocab_size = (uint32_t)vocab_size;
     ds->wide = xcalloc((size_t)nf * sizeof(int), "shard widths");
-    ds->data = xcalloc((size_t)nf * sizeof(uint8_t *), "shard data pointers");
-    ds->map_bytes = xcalloc((size_t)nf * sizeof(size_t), "shard map sizes");
-    ds->maps = xcalloc((size_t)nf * sizeof(void *), "shard maps");
+    ds->fds = xcalloc((size_t)nf * sizeof(int), "shard files");
+    for (int f = 0; f < nf; f++) ds->fds[f] = -1;
+    ds->bytes = xcalloc((size_t)nf * sizeof(uint64_t), "shard sizes");
+    ds->mtime_ns = xcalloc((size_t)nf * sizeof(int64_t), "shard times");
+    ds->buf = xmalloc(((size_t)S + 1) * 4, "sequence buffer");  // ((S + 1) * 4) raw tokens
     ds->first_seq = xcalloc((size_t)(nf + 1) * sizeof(uint64_t), "shard sequence offsets");
     uint64_t longest = 0;
     for (int f = 0; f < nf; f++) {
@@ -173,14 +180,15 @@ void tokens_open(TokenDataset *ds, const char *pattern, int S, int vocab_size,
 
 void tokens_close(TokenDataset *ds) {
     for (int f = 0; f < ds->n_files; f++) {
-        if (ds->maps && ds->maps[f]) munmap(ds->maps[f], ds->map_bytes[f]);
+        if (ds->fds && ds->fds[f] >= 0) close(ds->fds[f]);
         free(ds->paths[f]);
     }
     free(ds->paths);
     free(ds->wide);
-    free(ds->data);
-    free(ds->map_bytes);
-    free(ds->maps);
+    free(ds->fds);
+    free(ds->bytes);
+    free(ds->mtime_ns);
+    free(ds->buf);
     free(ds->first_seq);
     free(ds->perm);
     memset(ds, 0, sizeof *ds);
@@ -194,8 +202,18 @@ uint64_t tokens_sequence_at(TokenDataset *ds, uint64_t p) {
     return ds->perm[idx];
 }
 
-void tokens_read_sequence(const TokenDataset *ds, uint64_t seq, int32_t *inputs,
-                          int32_t *targets) {
+// The shard must still be the file that was opened: same size, same modification time.
+static void check_unchanged(const TokenDataset *ds, int f) {
+    struct stat st;
+    if (fstat(ds->fds[f], &st) != 0) die_errno("cannot stat token file %s", ds->paths[f]);
+    if ((uint64_t)st.st_size != ds->bytes[f] || mtime_ns(&st) != ds->mtime_ns[f])
+        die("token file %s changed while training (it was %llu bytes when opened, now %llu bytes%s): "
+            "shards must not be rewritten under a running job; restore it, or restart on the new data",
+            ds->paths[f], (unsigned long long)ds->bytes[f], (unsigned long long)st.st_size,
+            (uint64_t)st.st_size == ds->bytes[f] ? ", and modified since" : "");
+}
+
+void tokens_read_sequence(TokenDataset *ds, uint64_t seq, int32_t *inputs, int32_t *targets) {
     if (seq >= ds->n_seq)
         die("token data: sequence %llu requested but there are only %llu",
             (unsigned long long)seq, (unsigned long long)ds->n_seq);
@@ -207,20 +225,29 @@ void tokens_read_sequence(const TokenDataset *ds, uint64_t seq, int32_t *inputs,
         if (ds->first_seq[mid] <= seq) lo = mid;
         else hi = mid;
     }
-    uint64_t start = (seq - ds->first_seq[lo]) * (uint64_t)ds->S;
-    int S = ds->S;
-    if (ds->wide[lo]) {
-        const uint32_t *t = (const uint32_t *)ds->data[lo] + start;  // (S+1)
-        for (int i = 0; i < S; i++) {
-            inputs[i] = (int32_t)t[i];
-            targets[i] = (int32_t)t[i + 1];
-        }
-    } else {
-        const uint16_t *t = (const uint16_t *)ds->data[lo] + start;  // (S+1)
-        for (int i = 0; i < S; i++) {
-            inputs[i] = t[i];
-            targets[i] = t[i + 1];
-        }
+    const int S = ds->S, wide = ds->wide[lo];
+    const uint64_t start = (seq - ds->first_seq[lo]) * (uint64_t)S;  // first token of the sequence
+    const uint64_t width = wide ? 4 : 2, off = SHARD_HEADER_BYTES + start * width;
+    const size_t want = ((size_t)S + 1) * width;
+    check_unchanged(ds, lo);
+    size_t got = 0;
+    while (got < want) {
+        ssize_t r = pread(ds->fds[lo], ds->buf + got, want - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die_errno("token file %s: read at byte %llu failed", ds->paths[lo], (unsigned long long)(off + got));
+        if (r == 0)
+            die("token file %s ends at byte %llu, before the %zu bytes of sequence %llu: it was truncated "
+                "while training", ds->paths[lo], (unsigned long long)(off + got), want, (unsigned long long)seq);
+        got += (size_t)r;
+    }
+    for (int i = 0; i <= S; i++) {
+        uint32_t id = token_at(ds->buf, wide, (uint64_t)i);
+        if (id >= ds->vocab_size)
+            die("token file %s: token at position %llu has id %u, not below vocab_size %u (the file "
+                "changed after it was checked at start-up)", ds->paths[lo],
+                (unsigned long long)(start + (uint64_t)i), id, ds->vocab_size);
+        if (i < S) inputs[i] = (int32_t)id;
+        if (i > 0) targets[i - 1] = (int32_t)id;
     }
 }
 

@@ -22,6 +22,13 @@
 //   so that any tool holding init_random_u64 reproduces a batch exactly).
 // Shard paths come from glob(3) of the pattern (a plain path works too), sorted
 // by strcmp, not by locale.
+//
+// Live inputs: shards are read with pread, one sequence at a time, into a buffer
+// allocated at open (no mapping, so a file truncated under a run is an error
+// message, never a SIGBUS). Before each read the shard's size and modification time
+// are compared with those it had when it was opened, and every token id read is
+// checked against vocab_size, so a shard changed or corrupted while a run uses it
+// stops the run naming the file, and no id outside the vocabulary reaches the model.
 #ifndef FEMTOTRON_TOKENS_H
 #define FEMTOTRON_TOKENS_H
 
@@ -33,9 +40,11 @@ typedef struct {
     int n_files;
     char **paths;             // (n_files) sorted
     int *wide;                // (n_files) 1 for uint32 tokens, 0 for uint16
-    const uint8_t **data;     // (n_files) mmap'd token arrays (after the header)
-    size_t *map_bytes;        // (n_files)
-    void **maps;              // (n_files)
+    int *fds;                 // (n_files) open read-only
+    uint64_t *bytes;          // (n_files) size when opened
+    int64_t *mtime_ns;        // (n_files) modification time when opened
+    uint32_t vocab_size;      // every id read must be below it
+    uint8_t *buf;             // ((S + 1) * 4) one sequence's raw tokens
     uint64_t *first_seq;      // (n_files + 1) prefix sums of sequences per file
     uint64_t n_seq;           // total sequences
     int S;                    // sequence length
@@ -55,9 +64,9 @@ void tokens_close(TokenDataset *ds);
 // Global sequence index used at global position p (data-order rule above).
 uint64_t tokens_sequence_at(TokenDataset *ds, uint64_t p);
 
-// Copy global sequence `seq`: inputs(S) and targets(S) as int32.
-void tokens_read_sequence(const TokenDataset *ds, uint64_t seq, int32_t *inputs,
-                          int32_t *targets);
+// Copy global sequence `seq`: inputs(S) and targets(S) as int32. Fatal, naming the
+// shard, when it changed since it was opened or holds an id >= vocab_size there.
+void tokens_read_sequence(TokenDataset *ds, uint64_t seq, int32_t *inputs, int32_t *targets);
 
 // Fill a micro-batch of B sequences taken at global positions p0 .. p0+B-1:
 // inputs(B*S), targets(B*S).

@@ -88,7 +88,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const int D = m->D, F = m->F, H = m->H, KV = m->KV, hd = m->hd, pos0 = km->pos;
     const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd;
     const float eps = (float)km->cfg.rms_norm_eps;
-    embedding_forward(km->x, tokens, P + m->embed, n, D);
+    embedding_forward(km->x, tokens, P + m->embed, n, D, m->V);
     rope_tables(km->cos_t, km->sin_t, n, hd, km->cfg.rope_theta, pos0);
     for (int l = 0; l < m->L; l++) {
         const LayerOffsets *lo = &m->layer[l];

@@ -8,6 +8,7 @@
 
 #include "ops/fast_exp.h"
 #include "ops/ops.h"
+#include "util.h"
 
 // OpenBLAS extension (declared in its cblas.h on some builds only).
 void openblas_set_num_threads(int num_threads);
@@ -41,13 +42,22 @@ void matmul_backward(float *din, float *dweight, const float *dout, const float 
 
 // -------------------------------------------------------------------- embedding
 
-void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D) {
+void ops_check_ids(const int32_t *ids, int N, int V, const char *what) {
+    for (int n = 0; n < N; n++)
+        if (ids[n] < 0 || ids[n] >= V)
+            die("%s: id %d at position %d is outside the vocabulary [0, %d): refused before any table "
+                "is indexed", what, ids[n], n, V);
+}
+
+void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D, int V) {
+    ops_check_ids(tokens, N, V, "embedding");
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * D, table + (size_t)tokens[n] * D, sizeof(float) * (size_t)D);
 }
 
-void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D) {
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int V) {
+    ops_check_ids(tokens, N, V, "embedding backward");
     // Rows of dtable are shared by repeated tokens, so split the work over columns:
     // each thread owns a column range of every row and never races.
 #pragma omp parallel
@@ -220,6 +230,7 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
 
 double cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
                                       float grad_scale) {
+    ops_check_ids(targets, N, V, "cross-entropy target");
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
     for (int n = 0; n < N; n++) {
@@ -241,6 +252,7 @@ double cross_entropy_forward_backward(float *logits, const int32_t *targets, int
 }
 
 double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V) {
+    ops_check_ids(targets, N, V, "cross-entropy target");
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
     for (int n = 0; n < N; n++) {

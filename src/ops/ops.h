@@ -43,13 +43,19 @@ void matmul_backward(float *din, float *dweight, const float *dout, const float 
                      int accumulate_din);
 
 // ---- embedding ----
+// Token ids index tables: every id is checked to lie in [0, V) first (ops_check_ids;
+// fatal, naming the id and its position), so no id ever reads or writes outside a
+// table, whatever the data holds.
 
+// Fatal unless every ids(N) is in [0, V); `what` names the caller in the message.
+void ops_check_ids(const int32_t *ids, int N, int V, const char *what);
 // out(N, D) = table[tokens[n]]   with table (V, D)
-void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D);
+void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D, int V);
 // dtable(V, D) += scatter of dout(N, D) by tokens
-void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D);
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int V);
 
-// Vocab-parallel pieces: table(rows, D) holds vocabulary ids v0 .. v0+rows-1.
+// Vocab-parallel pieces: table(rows, D) holds vocabulary ids v0 .. v0+rows-1; ids
+// outside the slice are skipped (the caller checks them against the whole vocabulary).
 // out(N, D) = table[tokens[n] - v0] for ids inside the slice, 0 for the others.
 void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D,
                              int v0, int rows);
@@ -146,7 +152,7 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
 
 // logits(N, V) in, overwritten in place by dlogits = (softmax - onehot(target)) * grad_scale.
 // Returns the SUM over the N tokens of -log softmax(logits)[target] (in double).
-// targets[n] must be in [0, V).
+// targets[n] must be in [0, V) (checked: fatal otherwise).
 double cross_entropy_forward_backward(float *logits, const int32_t *targets,
                                       int N, int V, float grad_scale);
 // Loss only (validation): the sum of -log softmax[target]; logits untouched.

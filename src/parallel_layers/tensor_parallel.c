@@ -12,6 +12,7 @@ TensorParallel tp_group(int size, int rank, int sp) {
 
 VocabShard tp_vocab_shard(const TensorParallel *tp, int V) {
     VocabShard vs;
+    vs.V = V;
     vs.rows = (V + tp->size - 1) / tp->size;
     vs.v0 = vs.rows * tp->rank;
     vs.valid = V - vs.v0 < 0 ? 0 : (V - vs.v0 < vs.rows ? V - vs.v0 : vs.rows);
@@ -93,9 +94,10 @@ void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, cons
 void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float *out,
                           const int32_t *tokens, const float *table, float *full, int N, int D) {
     if (tp->size == 1) {
-        embedding_forward(out, tokens, table, N, D);
+        embedding_forward(out, tokens, table, N, D, vs->V);
         return;
     }
+    ops_check_ids(tokens, N, vs->V, "vocab-parallel embedding");  // every rank: the whole vocabulary
     // Each rank contributes the rows of its vocabulary slice, zeros elsewhere; the
     // sum over the group is the lookup.
     float *partial = tp->sp ? full : out;
@@ -106,9 +108,10 @@ void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float 
 void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float *dtable,
                            const float *dout, const int32_t *tokens, float *full, int N, int D) {
     if (tp->size == 1) {
-        embedding_backward(dtable, dout, tokens, N, D);
+        embedding_backward(dtable, dout, tokens, N, D, vs->V);
         return;
     }
+    ops_check_ids(tokens, N, vs->V, "vocab-parallel embedding backward");
     const float *d = tp_gather(tp, dout, full, N, D);  // every token's gradient
     embedding_backward_range(dtable, d, tokens, N, D, vs->v0, vs->valid);
 }
@@ -122,6 +125,7 @@ double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, f
     }
     // loss_n = log(sum_v exp(x_v - M)) + M - x_target, with M the row maximum over
     // the whole vocabulary: a max and two sums over the group, N numbers each.
+    ops_check_ids(targets, N, V, "vocab-parallel cross-entropy target");
     float *rowmax = stats, *sumexp = stats + N, *tlogit = stats + 2 * (size_t)N;
     ce_shard_max(logits, N, vs->rows, vs->valid, rowmax);
     group_allreduce_max_f32(GROUP_TP, rowmax, (size_t)N);

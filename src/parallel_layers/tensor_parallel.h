@@ -40,6 +40,7 @@ typedef struct {
 
 // The rows of a vocab-parallel table (embedding, head) a rank holds.
 typedef struct {
+    int V;      // the whole vocabulary
     int rows;   // Vl = ceil(V / tp): rows held on every rank (vocab padded to a multiple of tp)
     int v0;     // global id of the first row held here
     int valid;  // rows of the slice that exist globally (the rest is padding: never

@@ -240,8 +240,8 @@ static void test_embedding(int V, int sp) {
     float *T = seeded("emb.table", (size_t)V * D, 1.0, 0.0);
     float *dO = seeded("emb.dout", (size_t)N * D, 1.0, 0.0);
     float *O = zeros((size_t)N * D), *dT = zeros((size_t)V * D);
-    embedding_forward(O, tok, T, N, D);
-    embedding_backward(dT, dO, tok, N, D);
+    embedding_forward(O, tok, T, N, D, V);
+    embedding_backward(dT, dO, tok, N, D, V);
 
     // This rank's slice (Vl, D); padding rows hold NaN, which must never be read.
     float *t = xmalloc(sizeof(float) * (size_t)Vl * D, "table slice");

@@ -230,6 +230,7 @@ bad "continuing_subword_prefix" "j['model']['continuing_subword_prefix'] = '##'"
 bad "added token with lstrip" "j['added_tokens'][0]['lstrip'] = True" "sets lstrip, which is not supported"
 bad "a merge whose result is not in the vocabulary" "j['model']['merges'].append(['Ġ', 'Ġ' * 40])" "is not in the vocabulary"
 bad "no end-of-text token" "j['added_tokens'] = []" "has no end-of-text token"
+bad "a vocabulary id larger than the file (11e8)" "j['model']['vocab']['zzzz'] = 1100000000" "is not below the file's size"
 printf '{"text": "not closed' >"$T/broken.json"
 "$FEMTOTRON" prepare --tokenizer "$T/broken.json" --input "$T/bad_utf8.txt" --output "$T/bj" >/dev/null 2>"$T/bj.err"
 check "a tokenizer.json that is not JSON is fatal, naming the file" \

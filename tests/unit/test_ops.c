@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "ops/ops.h"
+#include "run_child.h"
 
 #define TOL_FWD 1e-5  // float kernel vs double loop, max-abs normalised
 #define TOL_BWD 1e-5  // float kernel backward vs double central differences
@@ -314,7 +315,7 @@ static void test_embedding(void) {
     fill(table, (size_t)V * D, -1, 1);
     fill(R, (size_t)N * D, -1, 1);
     fill(out, (size_t)N * D, 9, 10);
-    embedding_forward(out, tok, table, N, D);
+    embedding_forward(out, tok, table, N, D, V);
     int same = 1;
     for (int n = 0; n < N; n++)
         same &= memcmp(out + (size_t)n * D, table + (size_t)tok[n] * D, D * sizeof(float)) == 0;
@@ -326,7 +327,7 @@ static void test_embedding(void) {
     float *dt = fnew((size_t)V * D), *dt0 = fnew((size_t)V * D);
     fill(dt0, (size_t)V * D, -1, 1);
     memcpy(dt, dt0, (size_t)V * D * sizeof(float));
-    embedding_backward(dt, R, tok, N, D);
+    embedding_backward(dt, R, tok, N, D, V);
     double e = nerr(added(dt, dt0, (size_t)V * D), g, (size_t)V * D);
     CHECK(e < TOL_BWD, "embedding_backward += scatter (repeated token summed) vs FD (err %.2e)", e);
     static const int unused[] = {0, 6, 8, 9};
@@ -336,6 +337,35 @@ static void test_embedding(void) {
                             D * sizeof(float)) == 0;
     CHECK(untouched, "embedding_backward leaves rows of absent tokens bit for bit unchanged");
     tfree_all();
+}
+
+// Ids outside the vocabulary never index a table: the kernels refuse them by name
+// (before any read or write), in a child, since the refusal ends the process.
+typedef struct { int32_t ids[4]; int which; } bad_ids_ctx;
+static void child_bad_ids(void *p) {
+    bad_ids_ctx *c = p;
+    enum { D = 4, V = 257 };
+    static float table[V * D], out[4 * D], logits[4 * V];
+    if (c->which == 0) embedding_forward(out, c->ids, table, 4, D, V);
+    if (c->which == 1) embedding_backward(table, out, c->ids, 4, D, V);
+    if (c->which == 2) cross_entropy_forward_backward(logits, c->ids, 4, V, 1.0f);
+    if (c->which == 3) cross_entropy_forward(logits, c->ids, 4, V);
+}
+
+static void test_ids_outside_vocab(void) {
+    const char *names[] = {"embedding_forward", "embedding_backward", "cross_entropy_forward_backward",
+                           "cross_entropy_forward"};
+    const int32_t bad[] = {300, 65535, -1, 257};
+    for (int k = 0; k < 4; k++) {
+        bad_ids_ctx c = {{5, 9, 0, 0}, k};
+        c.ids[2] = bad[k];
+        char err[1024], want[64];
+        int rc = run_child(child_bad_ids, &c, err, sizeof err);
+        snprintf(want, sizeof want, "id %d at position 2", bad[k]);
+        CHECK(rc == 1 && strstr(err, want) && strstr(err, "[0, 257)"),
+              "%s refuses id %d (vocab 257) naming it and its position, exit %d (stderr: %.200s)", names[k],
+              bad[k], rc, err);
+    }
 }
 
 // ----------------------------------------------------------------- rmsnorm ----
@@ -990,6 +1020,7 @@ static void test_threads(void) {
 }
 
 int main(void) {
+    test_ids_outside_vocab();  // forks: before any OpenMP team exists
     test_buffers();
     ops_set_threads(2);
     test_matmul();

@@ -3,6 +3,7 @@
 // against a naive re-implementation, shard writing, and every fatal input error.
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +75,69 @@ static bool open_fails_with(const char *pattern, int S, int vocab, const char *w
     bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     return failed && strstr(err, want1) && (!want2 || strstr(err, want2)) &&
            (!want3 || strstr(err, want3));
+}
+
+// What happens to a shard while a run reads it (the live-input checks).
+typedef enum { LIVE_ID_SAME_MTIME, LIVE_TRUNCATE, LIVE_REWRITE } LiveChange;
+
+// In a child: open `path` (S = 8, vocab 300), read sequence 0, make `change` to
+// the file, read sequence 0 again. True when the child exited non-zero (not by a
+// signal) and its stderr holds want1 and want2.
+static bool live_read_fails_with(const char *path, LiveChange change, const char *want1,
+                                 const char *want2, char *err, size_t cap) {
+    char *errpath = path_in("child_stderr.txt");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        TokenDataset ds;
+        tokens_open(&ds, path, 8, 300, false, 0);
+        int32_t in[8], tg[8];
+        tokens_read_sequence(&ds, 0, in, tg);
+        struct stat before;
+        stat(path, &before);
+        int w = open(path, O_WRONLY);
+        if (change == LIVE_TRUNCATE) {
+            if (ftruncate(w, 1024 + 2 * 5) != 0) _exit(3);  // 5 tokens left
+        } else {
+            uint16_t id = change == LIVE_ID_SAME_MTIME ? 1000 : 7;  // 1000: outside vocab 300
+            if (pwrite(w, &id, 2, 1024 + 2 * 3) != 2) _exit(3);
+        }
+        close(w);
+        if (change == LIVE_ID_SAME_MTIME) {  // the same size and modification time as before
+            struct timespec t[2] = {before.st_atim, before.st_mtim};
+            utimensat(AT_FDCWD, path, t, 0);
+        }
+        tokens_read_sequence(&ds, 0, in, tg);
+        _exit(0);  // the change went unnoticed
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(errpath, "r");
+    size_t got = f ? fread(err, 1, cap - 1, f) : 0;
+    err[got] = '\0';
+    if (f) fclose(f);
+    bool exited = WIFEXITED(status) && WEXITSTATUS(status) != 0;
+    return exited && strstr(err, want1) && (!want2 || strstr(err, want2));
+}
+
+static void test_live_changes(void) {
+    char err[2048];
+    uint32_t good[300];  // (300)
+    for (int i = 0; i < 300; i++) good[i] = (uint32_t)i % 250;
+    char *p = path_in("live.bin");
+    tokens_write_shard(p, good, 300, 0);
+    CHECK(live_read_fails_with(p, LIVE_TRUNCATE, p, "changed while training", err, sizeof err),
+          "a shard truncated after it was opened stops the run with a message, not SIGBUS: %s", err);
+    tokens_write_shard(p, good, 300, 0);
+    CHECK(live_read_fails_with(p, LIVE_REWRITE, p, "changed while training", err, sizeof err),
+          "a shard rewritten in place (valid ids) after it was opened is named: %s", err);
+    tokens_write_shard(p, good, 300, 0);
+    CHECK(live_read_fails_with(p, LIVE_ID_SAME_MTIME, "id 1000", "not below vocab_size 300", err, sizeof err),
+          "an id outside the vocabulary written in place (size and time kept) is caught where it is "
+          "read: %s", err);
 }
 
 static void test_errors(void) {
@@ -366,6 +430,7 @@ static void test_order(void) {
 int main(void) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
     test_errors();
+    test_live_changes();
     test_byte_tokenizer();
     test_write_and_slice();
     test_order();
