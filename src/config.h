@@ -94,7 +94,8 @@ typedef struct {
 typedef struct {
     char dir[CFG_PATH_MAX];  // "" disables checkpoints
     int every;               // save every N steps (0 = only at the end)
-    bool resume;             // continue from DIR/latest
+    bool resume;             // continue from the newest checkpoint in DIR
+    bool async;              // write checkpoints from a snapshot in a background thread
 } CheckpointConfig;
 
 typedef struct {

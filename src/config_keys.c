@@ -122,7 +122,9 @@ const KeyDef CFG_KEYS[] = {
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),
     KEY(checkpoint, every, KT_INT, "0", "save every N steps (0 = only at the end)"),
-    KEY(checkpoint, resume, KT_BOOL, "false", "continue from DIR/latest"),
+    KEY(checkpoint, resume, KT_BOOL, "false", "continue from the newest checkpoint in DIR"),
+    KEY(checkpoint, async, KT_BOOL, "false",
+        "snapshot the state and write checkpoints in a background thread while training goes on"),
 
     KEY(logging, metrics, KT_STRING, "", "JSON-lines metrics file (\"\" = none)"),
     KEY(logging, every, KT_INT, "1", "print and log every N steps"),

@@ -100,7 +100,7 @@ _Static_assert(sizeof(BufHeader) <= BUF_HEADER, "buffer header fits its padding"
 static size_t mem_counter[MEM_KINDS];  // bytes per kind currently allocated (init-time only)
 
 const char *mem_kind_name(MemKind k) {
-    static const char *names[MEM_KINDS] = {"params", "grads", "optimizer", "activations", "comm"};
+    static const char *names[MEM_KINDS] = {"params", "grads", "optimizer", "activations", "comm", "snapshot"};
     return (unsigned)k < MEM_KINDS ? names[k] : "?";
 }
 
@@ -130,7 +130,7 @@ size_t mem_allocated(MemKind k) { return (unsigned)k < MEM_KINDS ? mem_counter[k
 
 MemoryReport memory_report(const size_t bytes[MEM_KINDS]) {
     MemoryReport r = {bytes[MEM_PARAMS], bytes[MEM_GRADS], bytes[MEM_OPTIMIZER],
-                      bytes[MEM_ACTIVATIONS], bytes[MEM_COMM]};
+                      bytes[MEM_ACTIVATIONS], bytes[MEM_COMM], bytes[MEM_SNAPSHOT]};
     return r;
 }
 

@@ -39,6 +39,8 @@ void *xcalloc(size_t bytes, const char *what);
 //   MEM_COMM         buffers that exist for communication only: the ZeRO-2/3
 //                    gradient and parameter windows, the pipeline's gradient
 //                    send/receive messages
+//   MEM_SNAPSHOT     checkpoint.async: the copy of the rank's checkpoint pieces
+//                    (own parameters and moments) a background thread writes
 // The counters are per process (= per rank, a per-process singleton) and count
 // requested bytes; the memory report (memory_allocated) reads them and
 // plan/memory_rank.c predicts them.
@@ -46,8 +48,8 @@ void *xcalloc(size_t bytes, const char *what);
 // on xmalloc; so do transient I/O buffers (checkpoint and safetensors staging),
 // the data loader's shard tables and shuffle permutation (sized by the data set),
 // and what MPI allocates inside itself: none of those are planned.
-typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_COMM, MEM_KINDS } MemKind;
-// "params", "grads", "optimizer", "activations", "comm".
+typedef enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_COMM, MEM_SNAPSHOT, MEM_KINDS } MemKind;
+// "params", "grads", "optimizer", "activations", "comm", "snapshot".
 const char *mem_kind_name(MemKind k);
 // Zeroed, 64-byte aligned, counted under k (bytes may be 0: a valid, empty buffer).
 void *buf_alloc(MemKind k, size_t bytes, const char *what);
@@ -61,7 +63,7 @@ typedef struct {
 } MemTally;
 // Bytes of each kind, by name, for reports.
 typedef struct {
-    size_t params, grads, optimizer, activations, comm;
+    size_t params, grads, optimizer, activations, comm, snapshot;
 } MemoryReport;
 MemoryReport memory_report(const size_t bytes[MEM_KINDS]);
 // MEASURED: what this process has allocated through buf_alloc, by kind.

@@ -109,6 +109,8 @@ void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir);
 // Pieces this rank writes into a checkpoint / fills when resuming (any layout).
 // pieces must hold at least dp_max_pieces(dp) entries.
 int dp_max_pieces(const DataParallel *dp);
+// Elements of all the pieces dp_save_pieces gives (its parameters and moments).
+size_t dp_save_elements(const DataParallel *dp);
 int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces);
 int dp_load_pieces(DataParallel *dp, CkptPiece *pieces);
 

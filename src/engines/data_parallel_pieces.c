@@ -33,6 +33,12 @@ void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir) {
 
 int dp_max_pieces(const DataParallel *dp) { return 3 * dp->n_buckets + 3; }
 
+size_t dp_save_elements(const DataParallel *dp) {
+    size_t n = 0;
+    for (int k = 0; k < dp->n_buckets; k++) n += dp->buckets[k].own_hi - dp->buckets[k].own_lo;
+    return 3 * n;  // params, exp_avg, exp_avg_sq
+}
+
 // Pieces for the own part of every bucket: each rank writes 1/N of every kind.
 int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces) {
     int np = 0;

@@ -16,6 +16,9 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     pp_init(&r->pipe, &r->model, cfg, at.pp, plan_only);
     const ParallelConfig *p = &cfg->parallel;
     dp_init(&r->dp, &r->model, p, r->pipe.held, p->dp * p->cp, grid_dpcp_index(p, at), plan_only);
+    if (cfg->checkpoint.async && cfg->checkpoint.dir[0])
+        r->snapshot = buf_take(plan_only, MEM_SNAPSHOT, sizeof(float) * dp_save_elements(&r->dp),
+                               "checkpoint snapshot");
 }
 
 void rank_free(Rank *r) {
@@ -23,6 +26,7 @@ void rank_free(Rank *r) {
     dp_free(&r->dp);
     buf_free(r->full_tokens);
     buf_free(r->full_targets);
+    buf_free(r->snapshot);
     llama_free(&r->model);
     memset(r, 0, sizeof *r);
 }

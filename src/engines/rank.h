@@ -24,6 +24,8 @@ typedef struct {
     DataParallel dp;           // its parameters, gradients and moments (whole or ZeRO-sharded)
     int32_t *full_tokens;      // (B*seq_length) whole sequences of a micro-batch, before the
     int32_t *full_targets;     // (B*seq_length) context-parallel split (MEM_ACTIVATIONS)
+    float *snapshot;           // checkpoint.async: (dp_save_elements) the checkpoint pieces'
+                               // copy the background writer reads (MEM_SNAPSHOT), else NULL
 } Rank;
 
 // Build rank `at` of the run cfg (validated by config_validate): allocating every

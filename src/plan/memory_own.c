@@ -8,6 +8,7 @@ PlanMemory plan_memory_own(const PlanProblem *p, const PlanLayout *l) {
     Config c;
     plan_apply_layout(p, l, &c);
     MemoryReport r = plan_max_rank_memory(&c, NULL);
+    // checkpoint.async's snapshot has no column of its own: it is in the total.
     PlanMemory m = {(double)r.params, (double)r.grads, (double)r.optimizer, (double)r.activations,
                     (double)r.comm, (double)plan_memory_total(&r)};
     return m;

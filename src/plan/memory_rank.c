@@ -42,7 +42,7 @@ MemoryReport plan_rank_memory(const Config *cfg, GridCoords at) {
 }
 
 size_t plan_memory_total(const MemoryReport *r) {
-    return r->params + r->grads + r->optimizer + r->activations + r->comm;
+    return r->params + r->grads + r->optimizer + r->activations + r->comm + r->snapshot;
 }
 
 MemoryReport plan_max_rank_memory(const Config *cfg, int *rank) {

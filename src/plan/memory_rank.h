@@ -19,7 +19,7 @@
 // `femtotron train` does.
 MemoryReport plan_rank_memory(const Config *cfg, GridCoords at);
 
-// Sum of the five categories.
+// Sum of the categories.
 size_t plan_memory_total(const MemoryReport *r);
 
 // The most loaded rank of the world dp*pp*cp*tp (largest total; the lowest rank on

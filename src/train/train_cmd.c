@@ -17,6 +17,7 @@
 #include "io/checkpoint.h"
 #include "ops/ops.h"
 #include "plan/plan_auto.h"
+#include "train/preempt.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 #include "util.h"
@@ -35,12 +36,17 @@ static void train_usage(void) {
 static void print_memory(void) {
     MemoryReport r = memory_allocated();
     const double MiB = 1024.0 * 1024.0;
+    char snap[64] = "", snap_bytes[48] = "";  // only with checkpoint.async
+    if (r.snapshot) {
+        snprintf(snap, sizeof snap, " | snapshot %.1f MiB", r.snapshot / MiB);
+        snprintf(snap_bytes, sizeof snap_bytes, " snapshot %zu", r.snapshot);
+    }
     printf("memory (rank %d): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | "
-           "activations %.1f MiB | comm %.1f MiB | total %.1f MiB (activations %zu bytes)\n"
-           "memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu\n",
+           "activations %.1f MiB | comm %.1f MiB%s | total %.1f MiB (activations %zu bytes)\n"
+           "memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu%s\n",
            comm_world_rank(), r.params / MiB, r.grads / MiB, r.optimizer / MiB, r.activations / MiB,
-           r.comm / MiB, (r.params + r.grads + r.optimizer + r.activations + r.comm) / MiB,
-           r.activations, comm_world_rank(), r.params, r.grads, r.optimizer, r.activations, r.comm);
+           r.comm / MiB, snap, (r.params + r.grads + r.optimizer + r.activations + r.comm + r.snapshot) / MiB,
+           r.activations, comm_world_rank(), r.params, r.grads, r.optimizer, r.activations, r.comm, snap_bytes);
     fflush(stdout);
 }
 
@@ -144,6 +150,7 @@ int train_main(int argc, char **argv) {
     ops_set_threads(cfg.training.threads);
     const int rank0 = comm_world_rank() == 0, world = comm_world_size();
 
+    preempt_install();  // a signal from here on stops the run after a step, with a checkpoint
     check_outputs(&cfg);
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
@@ -193,6 +200,7 @@ int train_main(int argc, char **argv) {
     }
     const double tokens_per_step = (double)tc->global_batch_size * tc->seq_length;
     trace_open(cfg.logging.trace, now_seconds());
+    int exit_code = 0;
     while (t.state.step < tc->steps) {
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
@@ -203,12 +211,32 @@ int train_main(int argc, char **argv) {
             val = trainer_validate(&t);
         if (rank0 && (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val)))
             log_step(metrics, &r, tc->steps, tokens_per_step, dt, fpt, peak * world, val);
-        int every = cfg.checkpoint.every;
-        if (cfg.checkpoint.dir[0] && ((every > 0 && r.step % every == 0) || r.step == tc->steps))
-            trainer_save(&t);
+        // The ranks agree once per step, in one small all-reduce, whether any of them
+        // was signalled and whether every background checkpoint writer is done.
+        double ctl[2] = {preempt_signal(), checkpointer_writing(&t)};
+        group_allreduce_max_f64(GROUP_WORLD, ctl, 2);
+        if (t.ckpt.in_flight && ctl[1] == 0) checkpointer_finish(&t);
+        const int stop = ctl[0] > 0, every = cfg.checkpoint.every, saves = cfg.checkpoint.dir[0] != '\0';
+        if (saves && ((every > 0 && r.step % every == 0) || r.step == tc->steps || stop)) checkpointer_save(&t);
+        if (stop) {
+            checkpointer_finish(&t);
+            if (rank0) {
+                char where[CFG_PATH_MAX + 96];
+                if (saves)
+                    snprintf(where, sizeof where, "wrote the checkpoint %s/step_%07d; resume with "
+                             "--checkpoint.resume true", cfg.checkpoint.dir, r.step);
+                else
+                    snprintf(where, sizeof where, "no checkpoint.dir is set, so nothing was saved");
+                printf("preempted: %s received; stopped after step %d of %d and %s (exit code %d)\n",
+                       preempt_signal_name((int)ctl[0]), r.step, tc->steps, where, EXIT_PREEMPTED);
+                fflush(stdout);
+            }
+            exit_code = EXIT_PREEMPTED;
+            break;
+        }
     }
     if (metrics) fclose(metrics);
     trace_close();
     trainer_free(&t);
-    return 0;
+    return exit_code;
 }

@@ -16,7 +16,11 @@ void trainer_init(Trainer *t, const Config *cfg, GridCoords at) {
     t->cfg = *cfg;
     const TrainingConfig *tc = &cfg->training;
     rank_build(&t->rank, cfg, at, NULL);
-    t->pieces = xmalloc(sizeof(CkptPiece) * (size_t)dp_max_pieces(&t->rank.dp), "checkpoint pieces");
+    const size_t max_pieces = (size_t)dp_max_pieces(&t->rank.dp);
+    t->pieces = xmalloc(sizeof(CkptPiece) * max_pieces, "checkpoint pieces");
+    t->ckpt.async = cfg->checkpoint.async;
+    t->ckpt.pieces = xmalloc(sizeof(CkptPiece) * max_pieces, "checkpoint pieces");
+    t->ckpt.snap = xmalloc(sizeof(CkptPiece) * max_pieces, "checkpoint pieces");
     dp_init_params(&t->rank.dp, tc->seed, cfg->model.from);
     tokens_open(&t->train_data, cfg->data.train, tc->seq_length, cfg->model.vocab_size,
                 cfg->data.shuffle, tc->seed);
@@ -29,8 +33,11 @@ void trainer_init(Trainer *t, const Config *cfg, GridCoords at) {
 void trainer_free(Trainer *t) {
     tokens_close(&t->train_data);
     if (t->has_val) tokens_close(&t->val_data);
+    checkpointer_finish(t);
     rank_free(&t->rank);
     free(t->pieces);
+    free(t->ckpt.pieces);
+    free(t->ckpt.snap);
 }
 
 // Micro-batch `micro` of the current step for this rank: data-parallel rank r
@@ -132,11 +139,6 @@ double trainer_validate(Trainer *t) {
     group_allreduce_sum_f64(GROUP_PP, &sum, 1);
     group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
     return sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
-}
-
-void trainer_save(Trainer *t) {
-    int np = dp_save_pieces(&t->rank.dp, t->pieces);
-    checkpoint_save_pieces(t->cfg.checkpoint.dir, &t->cfg, &t->rank.model, t->pieces, np, &t->state);
 }
 
 void trainer_load(Trainer *t, const char *ckpt_dir) {

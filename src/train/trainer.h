@@ -9,14 +9,16 @@
 #include "dist/grid.h"
 #include "engines/rank.h"
 #include "io/checkpoint.h"
+#include "train/checkpointer.h"
 
-typedef struct {
+typedef struct Trainer {
     Config cfg;
     // The rank's model shard, pipeline and data-parallel engine (engines/rank.h):
     // parameters, gradients and AdamW moments live in rank.dp, one flat buffer per
     // kind, whole or sharded by the ZeRO stage (docs/DESIGN.md, invariant 2).
     Rank rank;
-    CkptPiece *pieces;  // (dp_max_pieces) checkpoint pieces, planned once
+    CkptPiece *pieces;  // (dp_max_pieces) pieces to load into, planned once
+    Checkpointer ckpt;  // saves (train/checkpointer.h)
     int batch_step;     // step whose micro-batches fill_batch serves (-1: validation)
     TokenDataset train_data, val_data;
     int has_val;
@@ -45,8 +47,7 @@ void trainer_free(Trainer *t);
 // mean over the whole global batch. Returns that mean loss (same on every rank).
 double trainer_compute_grads(Trainer *t, int step);
 
-// Write a checkpoint of the current state (collective) / resume from one.
-void trainer_save(Trainer *t);
+// Resume from a checkpoint (collective). Saves: train/checkpointer.h.
 void trainer_load(Trainer *t, const char *ckpt_dir);
 
 // One optimizer step: gradients, global-norm clipping, AdamW, state update.

@@ -38,8 +38,10 @@ int main(int argc, char **argv) {
     ops_set_threads(cfg.training.threads);
     for (int r = 0; r < world; r++) {
         MemoryReport m = plan_rank_memory(&cfg, grid_coords(&cfg.parallel, r));
-        printf("memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu\n",
+        printf("memory bytes (rank %d): params %zu grads %zu optimizer %zu activations %zu comm %zu",
                r, m.params, m.grads, m.optimizer, m.activations, m.comm);
+        if (m.snapshot) printf(" snapshot %zu", m.snapshot);  // checkpoint.async, as the trainer prints it
+        printf("\n");
     }
     free(rest);
     return 0;

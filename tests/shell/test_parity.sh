@@ -80,19 +80,19 @@ check_memory() {
     if res=$(awk -v np="$np" '
         /^memory bytes \(rank [0-9]+\):/ {
             r = $4; sub(/\):$/, "", r)
-            if (FNR == NR) { np_[r]++; for (i = 5; i < 15; i += 2) { cat[(i - 5) / 2] = $i; p[r, $i] = $(i + 1) } }
-            else { nr[r]++; for (i = 5; i < 15; i += 2) m[r, $i] = $(i + 1) }
+            if (FNR == NR) { np_[r]++; for (i = 5; i < NF; i += 2) { if (!(($i) in seen)) { seen[$i] = 1; cat[nc++] = $i } p[r, $i] = $(i + 1) } }
+            else { nr[r]++; for (i = 5; i < NF; i += 2) { if (!(($i) in seen)) { seen[$i] = 1; cat[nc++] = $i } m[r, $i] = $(i + 1) } }
         }
         END {
             for (r = 0; r < np; r++) {
                 if (np_[r] != 1) { bad = bad sprintf(" rank %d: %d predicted lines;", r, np_[r]); continue }
                 if (nr[r] != 1) { bad = bad sprintf(" rank %d: %d reported lines;", r, nr[r]); continue }
-                for (c = 0; c < 5; c++)
+                for (c = 0; c < nc; c++)
                     if (p[r, cat[c]] != m[r, cat[c]])
                         bad = bad sprintf(" rank %d %s: predicted %s, reported %s;", r, cat[c], p[r, cat[c]], m[r, cat[c]])
             }
             if (bad != "") { if (length(bad) > 400) bad = substr(bad, 1, 400) " ..."; printf "%s", bad; exit 1 }
-            printf "%d ranks x 5 categories equal", np
+            printf "%d ranks x %d categories equal", np, nc
         }' "$pred" "$log"); then
         echo "PASS memory $name: $res"
     else
