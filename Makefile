@@ -18,10 +18,14 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main
 
-.PHONY: all test clean tests-bin
+.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The program built into $(BUILD) (tests/shell/test_sanitizers.sh: build-asan/femtotron).
+$(BUILD)/femtotron: $(BUILD)/main.o $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: src/%.c $(shell find src -name '*.h')
@@ -42,5 +46,21 @@ test: femtotron $(TEST_BIN)
 	@bash tests/run_all.sh
 
 
+# Fuzzing (tests/fuzz/README.md): clang's libFuzzer with ASan and UBSan. `make
+# fuzzers` builds the whole tree with clang (through mpicc: OMPI_CC) into build-fuzz
+# and links one binary per harness; `make fuzz FUZZ_SECONDS=60` runs each that long
+# on a seed corpus the project generates (tests/fuzz/make_corpus.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_OPT := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZERS = $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzzers:
+	OMPI_CC=clang $(MAKE) BUILD=build-fuzz OPT="$(FUZZ_OPT)" EXTRA_CFLAGS=-Wno-pass-failed fuzz-bins
+fuzz-bins: $(FUZZERS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(OBJ)
+	@mkdir -p $(BUILD)/fuzz
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(OBJ) $(LDLIBS)
+fuzz: femtotron fuzzers
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-asan femtotron
+	rm -rf build build-asan build-fuzz femtotron

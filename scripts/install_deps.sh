@@ -2,8 +2,12 @@
 # scripts/install_deps.sh — install femtotron's build and test dependencies from
 # Debian's packages (idempotent: skips apt when everything is already there).
 set -euo pipefail
+# clang with compiler-rt (libFuzzer, sanitizers), libomp and llvm (llvm-symbolizer)
+# build and run the fuzzers (tests/fuzz) and symbolize sanitizer reports; iproute2
+# builds the network-namespace hosts of tests/shell/test_hosts.sh.
 pkgs=(build-essential libopenmpi-dev openmpi-bin libopenblas-openmp-dev libcjson-dev
-      python3-torch python3-numpy python3-venv gnuplot-nox fortunes gzip)
+      python3-torch python3-numpy python3-venv gnuplot-nox fortunes gzip
+      clang libclang-rt-14-dev libomp-14-dev llvm iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

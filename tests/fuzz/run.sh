@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh SECONDS — run every fuzzer of build-fuzz/fuzz (make fuzzers)
+# for SECONDS each on a working copy of the seed corpus (made by make_corpus.sh
+# into build/fuzz-corpus when missing). One PASS/FAIL line per fuzzer; a crash,
+# a sanitizer report or a failed oracle leaves its input in build/fuzz-crashes.
+set -u
+cd "$(dirname "$0")/../.."
+SECONDS_EACH=${1:-60}
+CORPUS=build/fuzz-corpus
+[ -d "$CORPUS" ] || bash tests/fuzz/make_corpus.sh "$CORPUS" >/dev/null || { echo "FAIL fuzz: cannot make the seed corpus"; exit 1; }
+mkdir -p build/fuzz-work build/fuzz-crashes
+# Refused inputs end in a longjmp that leaves the parse's allocations behind (fuzz.h).
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+fail=0
+for f in build-fuzz/fuzz/fuzz_*; do
+    name=$(basename "$f")
+    work=build/fuzz-work/$name
+    rm -rf "$work" && mkdir -p "$work" && cp -r "$CORPUS/$name/." "$work/" 2>/dev/null
+    log=build/fuzz-work/$name.log
+    timeout $((SECONDS_EACH + 60)) "$f" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 -max_len=65536 \
+        -artifact_prefix=build/fuzz-crashes/"$name"- "$work" >"$log" 2>&1
+    rc=$?
+    runs=$(grep -o 'Done [0-9]* runs' "$log" | grep -o '[0-9]*')
+    if [ "$rc" -eq 0 ] && [ -n "$runs" ]; then
+        echo "PASS $name: $runs inputs in ${SECONDS_EACH} s, no crash, no sanitizer report"
+    else
+        echo "FAIL $name: exit $rc: $(grep -E 'ERROR|SUMMARY|decode\(encode' "$log" | head -3 | tr '\n' ' ') (log $log, input in build/fuzz-crashes)"
+        fail=1
+    fi
+done
+exit $fail
