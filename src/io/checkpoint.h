@@ -26,7 +26,7 @@
 typedef struct {
     int step;                     // optimizer steps completed
     uint64_t consumed_sequences;  // global sequences consumed (data position)
-    double loss;                  // training loss of step `step` (NaN: non-finite or unknown)
+    double loss;                  // training loss of step `step` (NaN: skipped as non-finite, or unknown)
 } TrainerState;
 
 // Save params (and moments m, v when not NULL) after `st->step` steps.
@@ -41,7 +41,7 @@ void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model
 // femtotron's checkpoint (model.safetensors and trainer_state.json) is fatal.
 int checkpoint_latest(const char *dir, char *out, size_t out_size);
 
-// The newest checkpoint in DIR whose recorded loss is finite (into out), or 0.
+// The newest checkpoint in DIR whose step was not skipped (recorded loss finite), or 0.
 int checkpoint_newest_finite(const char *dir, char *out, size_t out_size);
 
 // Rank 0 at start-up: create DIR, check it is writable, remove what an interrupted

@@ -216,7 +216,9 @@ int train_main(int argc, char **argv) {
         double ctl[2] = {preempt_signal(), checkpointer_writing(&t)};
         group_allreduce_max_f64(GROUP_WORLD, ctl, 2);
         if (t.ckpt.in_flight && ctl[1] == 0) checkpointer_finish(&t);
-        const int stop = ctl[0] > 0, every = cfg.checkpoint.every, saves = cfg.checkpoint.dir[0] != '\0';
+        // (a signal during the last step changes nothing: the run is complete)
+        const int stop = ctl[0] > 0 && r.step < tc->steps, every = cfg.checkpoint.every;
+        const int saves = cfg.checkpoint.dir[0] != '\0';
         if (saves && ((every > 0 && r.step % every == 0) || r.step == tc->steps || stop)) checkpointer_save(&t);
         if (stop) {
             checkpointer_finish(&t);

@@ -106,13 +106,15 @@ StepResult trainer_step(Trainer *t) {
             char good[CFG_PATH_MAX + 64] = "";
             const char *dir = t->cfg.checkpoint.dir;
             if (dir[0] && !checkpoint_newest_finite(dir, good, sizeof good)) good[0] = '\0';
+            const char *good_step = "a step with a finite loss and gradient norm";
             die("step %d: loss %g, gradient norm %g: %d steps in a row with a non-finite loss or "
-                "gradient norm (training.max_bad_steps = %d); stopping. Lower training.lr, %s%s%s",
+                "gradient norm (training.max_bad_steps = %d); stopping. Lower training.lr, %s%s%s%s%s",
                 r.step, r.loss, r.grad_norm, t->bad_steps, tc->max_bad_steps,
                 good[0] ? "and resume from " : "and start again",
-                good[0] ? good : (dir[0] ? " (no checkpoint with a finite loss exists)" : ""),
-                good[0] ? ", the newest checkpoint whose loss was finite (move the newer step "
-                          "directories out of checkpoint.dir first)" : "");
+                good[0] ? good : (dir[0] ? " (no checkpoint of " : ""),
+                good[0] ? ", the newest checkpoint of " : "", dir[0] ? good_step : "",
+                good[0] ? " (move the newer step directories out of checkpoint.dir first)"
+                        : (dir[0] ? " exists)" : ""));
         }
     } else {
         t->bad_steps = 0;
@@ -124,7 +126,9 @@ StepResult trainer_step(Trainer *t) {
     }
     t->state.step = r.step;
     t->state.consumed_sequences += (uint64_t)tc->global_batch_size;
-    t->state.loss = isfinite(r.loss) ? r.loss : (double)NAN;
+    // NaN marks a skipped step (non-finite loss or gradient norm) in the checkpoint, so
+    // the max_bad_steps message can name the newest checkpoint of a good step.
+    t->state.loss = r.skipped ? (double)NAN : r.loss;
     return r;
 }
 

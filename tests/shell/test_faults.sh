@@ -168,6 +168,21 @@ if [ $rc -ne 0 ] && [ "${nskip:-0}" -ge 1 ] && grep -q 'error: .*training.max_ba
 else
     failed "c: lr 1e30 with max_bad_steps 3: status $rc, $nskip skipped step(s) in metrics, log:"; show "$tmp/c.log"
 fi
+# With checkpoints after every step, the message names the newest one of a step with a
+# finite loss and gradient norm, not simply the last one (a skipped step).
+launch 2 "${model[@]}" --training.steps 12 --training.micro_batch_size 4 --parallel.dp 2 \
+    --training.lr 1e30 --training.min_lr 0 --training.grad_clip 0 --training.warmup_steps 0 \
+    --training.max_bad_steps 3 --checkpoint.dir "$tmp/c_ck" --checkpoint.every 1 \
+    --logging.metrics "$tmp/c2.jsonl" >"$tmp/c2.log" 2>&1
+first_bad=$(grep -m1 '"skipped": true' "$tmp/c2.jsonl" 2>/dev/null | grep -o '"step": [0-9]*' | cut -d' ' -f2)
+good=$(printf 'step_%07d' $((${first_bad:-1} - 1)))
+newest=$(ls "$tmp/c_ck" | grep -E '^step_' | sort | tail -n 1)
+if [ -n "$first_bad" ] && [ "$newest" != "$good" ] &&
+   grep -q "resume from $tmp/c_ck/$good, the newest checkpoint of a step with a finite loss and gradient norm" "$tmp/c2.log"; then
+    pass "c: after max_bad_steps the message names $good, the newest checkpoint of a good step (not $newest)"
+else
+    failed "c: max_bad_steps message with checkpoints (first bad step '$first_bad', newest $newest):"; show "$tmp/c2.log"
+fi
 # The metrics file must stay JSON even when the loss or norm is not finite.
 if command -v python3 >/dev/null; then
     if out=$(python3 -c '
