@@ -46,6 +46,8 @@ for trial in $(seq 1 "$TRIALS"); do
     pid=$!
     at=$((2 + RANDOM % 49))
     for _ in $(seq 1 30000); do [ -f "$TMP/run$trial.jsonl" ] && [ "$(wc -l <"$TMP/run$trial.jsonl")" -ge $at ] && break; sleep 0.005; done
+    # the ranks' pids, looked up once so that the kill itself is a shell builtin (microseconds)
+    pids=$(pgrep -f "^$FT train.*$ck ")
     if [ $((trial % 3)) -eq 1 ]; then  # the next moment a save is in flight
         for _ in $(seq 1 200000); do compgen -G "$ck/.tmp_step_*" >/dev/null && break; done
         how="inside a save, after step $at"
@@ -53,7 +55,7 @@ for trial in $(seq 1 "$TRIALS"); do
         sleep "0.0$((RANDOM % 10))$((RANDOM % 10))"
         how="after step $at + a random delay"
     fi
-    pkill -9 -f "^$FT train.*$ck " ; wait "$pid" 2>/dev/null
+    kill -9 $pids 2>/dev/null; wait "$pid" 2>/dev/null
     was_saving=0; compgen -G "$ck/.tmp_step_*" >/dev/null && was_saving=1  # a save the kill cut short
     in_save=$((in_save + was_saving))
     k=$(ls "$ck" 2>/dev/null | grep -E '^step_[0-9]+$' | sort | tail -n 1); k=${k#step_}; k=$((10#${k:-0}))
