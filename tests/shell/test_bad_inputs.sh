@@ -224,6 +224,32 @@ bad no_resume_existing_dir 'checkpoint\.resume' -- "$F" "${R[@]}" --checkpoint.r
 bad prepare_missing_input 'missing\.txt' -- "$F" prepare --input "$T/missing.txt" --output "$T/prep_out"
 bad prepare_existing_shards '--force' -- "$F" prepare --input "$T/in.txt" --output "$T/data"
 
+# Outputs that cannot be written are refused before step 1, not at the first save
+# (a 1000-step run with checkpoint.every 500: no step may have run). Under a path
+# whose parent is a regular file (mkdir fails even for root); read-only
+# directories too when not root (root writes through mode bits).
+before_step1() {  # NAME PATTERN -- OPTIONS...: bad(), and stdout shows no training step
+    local name=$1 pat=$2; shift 3
+    local pre=()
+    [ "$name" = ckpt_dir_readonly ] && [ "$(id -u)" -eq 0 ] &&
+        pre=(unshare -m bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' ro "$T/readonly")
+    bad "$name" "$pat" -- "${pre[@]}" "$F" "${P[@]}" --training.steps 1000 "$@"
+    if grep -q '^step ' "$T/out"; then fail "$name: training started before the error: $(oneline "$T/out")"; fi
+}
+before_step1 ckpt_dir_under_file 'checkpoint\.dir.*in\.txt/ck' -- --checkpoint.dir "$T/in.txt/ck" --checkpoint.every 500
+before_step1 metrics_under_file 'logging\.metrics.*in\.txt' -- --logging.metrics "$T/in.txt/m.jsonl"
+before_step1 trace_under_file 'logging\.trace.*in\.txt' -- --logging.trace "$T/in.txt/t.json"
+mkdir -p "$T/readonly"
+if [ "$(id -u)" -ne 0 ]; then
+    chmod 555 "$T/readonly"
+    before_step1 ckpt_dir_readonly 'checkpoint\.dir.*not writable' -- --checkpoint.dir "$T/readonly" --checkpoint.every 500
+elif unshare -m true 2>/dev/null; then  # root: a read-only bind mount in a private mount namespace
+    before_step1 ckpt_dir_readonly 'checkpoint\.dir.*not writable.*Read-only file system' -- \
+        --checkpoint.dir "$T/readonly" --checkpoint.every 500
+else
+    echo "skip ckpt_dir_readonly: root without unshare -m (mode bits do not stop root; the cases above cover it)"
+fi
+
 # The good checkpoint itself, once more by name (bad() already checked after each case).
 if (cd "$T" && sha256sum --quiet -c before.sha) >"$T/final.log" 2>&1; then
     echo "PASS checkpoints_unchanged: every file of $CK and of the corrupt copies is byte-identical"
