@@ -157,6 +157,13 @@ void config_resolve_model(Config *c);
 // that divide, ...). Derives grad_acc_steps / global_batch_size. Fatal on error.
 void config_validate(Config *c, int world_size);
 
+// The part of config_validate that decides whether a layout can train this model
+// and batch (model, training and parallel values, the batch sizes, the tensor-,
+// context- and pipeline-parallel rules), without the data, checkpoint and logging
+// keys and without reading model.from. The planner offers only layouts this
+// accepts (plan.c), so it never proposes what `train` refuses. Fatal on error.
+void config_validate_layout(Config *c, int world_size);
+
 // Print the config reference (every key, type, default, meaning) for --help.
 void config_print_help(void);
 

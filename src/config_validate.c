@@ -119,10 +119,6 @@ static void validate_pipeline(const Config *c) {
         die("parallel.pp_schedule \"interleaved\" needs the micro-batches per step "
             "(training.grad_acc_steps = %d) to be a multiple of parallel.pp = %d",
             c->training.grad_acc_steps, p->pp);
-    if (p->pp > 1 && c->model.tie_word_embeddings)
-        die("model.tie_word_embeddings = true with parallel.pp = %d: the first and last stages would "
-            "share the embedding; this version supports tied embeddings only with parallel.pp = 1",
-            p->pp);
     if (!p->pp_layers[0]) return;
     int n = 0, sum = 0;
     for (const char *q = p->pp_layers; *q;) {
@@ -164,14 +160,18 @@ static void derive_batch(TrainingConfig *t, int dp) {
     }
 }
 
-void config_validate(Config *c, int world_size) {
-    config_resolve_model(c);
+void config_validate_layout(Config *c, int world_size) {
     validate_model(&c->model);
     validate_training(&c->training, c->model.max_position_embeddings);
     validate_parallel(&c->parallel, world_size);
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);
+}
+
+void config_validate(Config *c, int world_size) {
+    config_resolve_model(c);
+    config_validate_layout(c, world_size);
     if (!c->data.train[0])
         die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
     need_int_min("checkpoint.every", c->checkpoint.every, 0);

@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,9 +46,39 @@ static void vreport(const char *kind, const char *fmt, va_list ap, int err) {
     fflush(stderr);
 }
 
+// util_try: where die() returns to instead of ending the job, and its message.
+static jmp_buf *try_return = NULL;
+static char *try_why = NULL;
+static size_t try_size = 0;
+
+// Inside util_try: keep the message and jump back (never returns).
+static void try_catch(const char *fmt, va_list ap, int err) {
+    jmp_buf *back = try_return;
+    try_return = NULL;
+    int n = vsnprintf(try_why, try_size, fmt, ap);
+    if (err && n >= 0 && (size_t)n < try_size)
+        snprintf(try_why + n, try_size - (size_t)n, ": %s", strerror(err));
+    longjmp(*back, 1);
+}
+
+int util_try(void (*fn)(void *ctx), void *ctx, char *why, size_t size) {
+    static char sink[1];
+    jmp_buf back;
+    if (try_return) die("internal: util_try is not reentrant");
+    try_why = size ? why : sink;
+    try_size = size ? size : sizeof sink;
+    try_why[0] = '\0';
+    if (setjmp(back)) return 0;  // fn died: try_catch left the message
+    try_return = &back;
+    fn(ctx);
+    try_return = NULL;
+    return 1;
+}
+
 void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    if (try_return) try_catch(fmt, ap, 0);
     vreport("error", fmt, ap, 0);
     va_end(ap);
     end_job(1);
@@ -57,6 +88,7 @@ void die_errno(const char *fmt, ...) {
     int err = errno;
     va_list ap;
     va_start(ap, fmt);
+    if (try_return) try_catch(fmt, ap, err);
     vreport("error", fmt, ap, err);
     va_end(ap);
     end_job(1);

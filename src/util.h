@@ -13,6 +13,13 @@ void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Same as die() but for a failed system call: appends strerror(errno).
 void die_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+// Run fn(ctx) and return 1; if it calls die() or die_errno(), return 0 instead of
+// ending the job, with die's message (without the "femtotron: error: " prefix) in
+// why[size]. Nothing is printed. For checks that die on the first problem, asked a
+// question instead (the planner asks the run's validation about each layout): fn
+// must leave nothing behind that a die half-way would leak. Not reentrant.
+int util_try(void (*fn)(void *ctx), void *ctx, char *why, size_t size);
+
 // Print "femtotron: warning: ..." to stderr.
 void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -19,7 +19,7 @@
 // singletons"). Nothing outside this file sees MPI.
 static int mpi_up = 0;
 static MPI_Comm groups[GROUP_COUNT];
-static int groups_up = 0;   // the grid's groups (GROUP_DP .. GROUP_DPCP) exist
+static int groups_up = 0;   // the grid's groups (GROUP_DP .. GROUP_EMBED) exist
 static int bench_up = 0;    // GROUP_BENCH was split off (comm_bench_group)
 static double timeout_s = 300.0;
 
@@ -30,7 +30,7 @@ static const char *request_group[MAX_REQUESTS];
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
 
-static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "bench"};
+static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding", "bench"};
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -49,7 +49,7 @@ void comm_init(int *argc, char ***argv) {
 void comm_finalize(void) {
     if (!mpi_up) return;
     if (groups_up)
-        for (int i = 1; i <= GROUP_DPCP; i++) MPI_Comm_free(&groups[i]);
+        for (int i = 1; i <= GROUP_EMBED; i++) MPI_Comm_free(&groups[i]);
     if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
     groups_up = bench_up = 0;
     free(slot_counts);
@@ -96,16 +96,21 @@ void comm_grid_init(const ParallelConfig *p) {
     // A group holds the ranks that share every coordinate outside it: the colour
     // is built from those coordinates, the key orders members by their own one.
     const GridCoords g = grid_coords(p, comm_world_rank());
-    int colour[GROUP_DPCP + 1] = {
+    // The embedding group: the two end stages of each pipeline; every other rank
+    // gets a colour of its own (past the pipelines' colours), a group of one.
+    const int ends = g.pp == 0 || g.pp == p->pp - 1;
+    const int pipeline = (g.dp * p->cp + g.cp) * p->tp + g.tp;
+    int colour[GROUP_EMBED + 1] = {
         0,
         (g.pp * p->cp + g.cp) * p->tp + g.tp,   // dp
-        (g.dp * p->cp + g.cp) * p->tp + g.tp,   // pp
+        pipeline,                               // pp
         (g.dp * p->pp + g.pp) * p->tp + g.tp,   // cp
         (g.dp * p->pp + g.pp) * p->cp + g.cp,   // tp
         g.pp * p->tp + g.tp,                    // dp x cp
+        ends ? pipeline : p->dp * p->cp * p->tp + comm_world_rank(),  // embedding
     };
-    int key[GROUP_DPCP + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, grid_dpcp_index(p, g)};
-    for (int i = 1; i <= GROUP_DPCP; i++)
+    int key[GROUP_EMBED + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, grid_dpcp_index(p, g), g.pp};
+    for (int i = 1; i <= GROUP_EMBED; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
 }

@@ -4,7 +4,11 @@
 //
 // The process grid is dp x pp x cp x tp, numbered as dist/grid.h says (tp fastest).
 // One communicator per dimension, plus the dp x cp group over which gradients are
-// reduced (context-parallel ranks hold the same weights, as data-parallel ones do).
+// reduced (context-parallel ranks hold the same weights, as data-parallel ones do),
+// and the embedding group: the first and the last pipeline stage of one pipeline
+// (same dp, cp and tp coordinates), which both hold a tied embedding and sum its
+// gradient (Megatron-LM's embedding group). A rank of a middle stage, or of a run
+// with one stage, is alone in its embedding group.
 // The communicators, the request table and the watchdog's timeout are this
 // process's communicator context, a per-process singleton; grid coordinates are
 // not kept here: whoever needs them computes them with grid_coords.
@@ -18,7 +22,9 @@
 
 // GROUP_BENCH is not part of the grid: `femtotron bench calibrate` sets it with
 // comm_bench_group to time collectives on sub-groups of the world.
-typedef enum { GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_BENCH, GROUP_COUNT } GroupId;
+typedef enum {
+    GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_EMBED, GROUP_BENCH, GROUP_COUNT
+} GroupId;
 
 // Initialise MPI (safe to call when launched without mpirun: a 1-rank world).
 void comm_init(int *argc, char ***argv);

@@ -43,7 +43,8 @@ static void make_buckets(DataParallel *dp, double bucket_mb, const int *held) {
         if (held && !held[u]) continue;
         if (open_last < 0) open_last = u;
         acc += m->unit_lo[u + 1] - m->unit_lo[u];
-        int next_held = u > 0 && (!held || held[u - 1]);
+        // A shared tied embedding is a bucket of its own (aligned owned parts).
+        int next_held = u > 0 && (!held || held[u - 1]) && !(u == 1 && dp->embed_shared);
         if (acc >= limit || !next_held) {
             first[nb] = u;
             last[nb++] = open_last;
@@ -215,6 +216,8 @@ static void plan_buckets(DataParallel *dp, const LlamaModel *model, const Parall
     dp->n = n;
     dp->rank = rank;
     dp->overlap = pc->overlap;
+    dp->embed_shared = model->cfg.tie_word_embeddings && pc->pp > 1 && held && held[0];
+    dp->embed_copy = held && held[0] == 2;
     make_buckets(dp, pc->bucket_mb, held);
     // Window pools (stage 2-3): the pointer tables are bookkeeping, the windows
     // themselves planned buffers (plan_buffers).
@@ -294,4 +297,13 @@ void dp_finish_grads(DataParallel *dp) {
     if (!dp->overlap && dp->zero < 2)
         for (int k = dp->n_buckets - 1; k >= 0; k--) launch_bucket(dp, &dp->buckets[k]);
     for (int k = dp->n_buckets - 1; k >= 0; k--) complete_bucket(dp, &dp->buckets[k]);
+    if (dp->embed_shared) {
+        // Tied embedding on two stages: the embedding gradient (first stage) plus the
+        // head gradient (last stage), the same part of the same tensor on both.
+        const Bucket *b = &dp->buckets[dp->bucket_of_unit[0]];
+        if (dp->zero == 0)
+            group_allreduce_sum_f32(GROUP_EMBED, dp->grads + b->lo, b->hi - b->lo);
+        else
+            group_allreduce_sum_f32(GROUP_EMBED, dp_owned_grads(dp, b), b->own_hi - b->own_lo);
+    }
 }

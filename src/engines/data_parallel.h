@@ -26,6 +26,16 @@
 // A rank holds a subset of the units (a pipeline rank: its stage's units, or
 // several chunks with the interleaved schedule). "Whole" above means all of the
 // held units: the local flat buffer is the held units back to back, in unit order.
+//
+// Tied embeddings over several pipeline stages (Megatron-LM): the first stage holds
+// the embedding (unit 0) and the last stage holds the same tensor again for its
+// head (held[0] == 2, engines/pipeline.h), initialised or loaded identically. Unit
+// 0 is then a bucket of its own on both, so their owned parts cover the same
+// elements; after the data-parallel reduction the two parts are summed over the
+// embedding group (dist/comm.h, GROUP_EMBED), and both copies take the same AdamW
+// step from the same gradient: they stay bit-for-bit equal. The copy is counted
+// once in the gradient norm and written once into checkpoints (by the first stage);
+// both read it back.
 #ifndef FEMTOTRON_DATA_PARALLEL_H
 #define FEMTOTRON_DATA_PARALLEL_H
 
@@ -58,6 +68,8 @@ typedef struct {
     const LlamaModel *model;
     int zero, n, rank;           // stage, |dp x cp|, rank in dp x cp
     int overlap;                 // reduce during backward (else after it)
+    int embed_shared;            // holds a tied embedding another stage holds too (see above)
+    int embed_copy;              // ... as the last stage's copy: not saved, not in the norm
     int n_buckets;
     Bucket *buckets;             // (n_buckets) in flat order
     int *bucket_of_unit;         // (n_units) -1 for units this rank does not hold
@@ -78,7 +90,8 @@ typedef struct {
 } DataParallel;
 
 // Plan the engine for rank `rank` of a dp x cp group of n ranks (dist/grid.h:
-// grid_dpcp_index) holding the units with held[u] != 0 (NULL: all of them):
+// grid_dpcp_index) holding the units with held[u] != 0 (NULL: all of them; 2 marks
+// the tied embedding's copy on the last stage):
 // buckets, owned parts, window counts, then the planned buffers (parameters,
 // gradients, moments: MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER; ZeRO-2/3 windows:
 // MEM_COMM), allocated when plan_only is NULL, else only added up into *plan_only
@@ -93,7 +106,8 @@ float *dp_owned_grads(const DataParallel *dp, const Bucket *b);
 
 // Before the first micro-batch of a step of `micros` micro-batches.
 void dp_begin_step(DataParallel *dp, int micros);
-// After the last backward of the step: wait for every reduction.
+// After the last backward of the step: wait for every reduction, then sum a shared
+// tied embedding's gradient over the embedding group.
 void dp_finish_grads(DataParallel *dp);
 
 // Global L2 norm of the reduced gradient (before clipping), same on every rank

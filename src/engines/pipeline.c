@@ -68,6 +68,10 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
         StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
         for (int u = su.u0; u <= su.u1; u++) pp->held[u] = 1;
     }
+    // Tied embeddings over several stages: the stage with the head also holds the
+    // embedding, as a copy (held 2) kept equal to the first stage's by summing the
+    // two gradients over the embedding group (engines/data_parallel.h).
+    if (m->cfg.tie_word_embeddings && pp->held[m->L + 1] && !pp->held[0]) pp->held[0] = 2;
     build_schedule(pp, cfg->parallel.pp_schedule);
     count_slots(pp);
     // Bookkeeping: per-chunk tables and the request lists (small, xmalloc).

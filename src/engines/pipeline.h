@@ -24,7 +24,8 @@
 typedef struct {
     int pp, stage, v, n_virtual;  // ranks, this rank's index, chunks per rank, pp * v
     StageUnits *virt_units;       // (n_virtual) units of every virtual stage
-    int *held;                    // (n_units) 1 for the units this rank holds
+    int *held;                    // (n_units) 1 for the units this rank holds, 2 for the
+                                  // tied embedding held as the last stage's head copy
     int micros;                   // micro-batches per step (M)
     int B, S;                     // sequences per micro-batch, this rank's tokens of each (seq_length / cp)
     int rows;                     // Nr: rows of the residual stream held here (llama_rows of B*S)

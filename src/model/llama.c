@@ -76,7 +76,7 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     const float *wf = pa->acquire_params(pa->ctx, u_final);
-    if (tied && !w0) die("tie_word_embeddings: the last stage must hold the embedding");
+    if (tied && !w0) w0 = pa->acquire_params(pa->ctx, 0);  // a later stage's copy (pp > 1)
     const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
     rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), AT(wf, u_final, m->final_norm),
                     Nr, D, (float)m->cfg.rms_norm_eps);
@@ -139,7 +139,9 @@ const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Ac
     float *g0 = NULL;
     if (a->has_head) {
         // Output head and final norm; a->logits holds dlogits. A tied head's weight
-        // and gradient live in unit 0 (the embedding), which stays open until the end.
+        // and gradient live in unit 0 (the embedding), which stays open until the
+        // embedding's backward on a single stage; a last stage of several holds unit
+        // 0 as a copy whose gradient the engine sums with the first stage's.
         const float *wf = pa->acquire_params(pa->ctx, u_final);
         float *gf = pa->grads(pa->ctx, u_final);
         if (tied) {
@@ -156,6 +158,11 @@ const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Ac
                          a->tp_dw, Nr, D);
         pa->release_params(pa->ctx, u_final);
         pa->grads_done(pa->ctx, u_final);
+        if (tied && !a->has_embed) {  // the head was this stage's only use of its copy
+            pa->release_params(pa->ctx, 0);
+            pa->grads_done(pa->ctx, 0);
+            w0 = NULL;
+        }
     } else {
         copy_f32(dres, dx_out, (size_t)Nr * D);
     }

@@ -94,21 +94,50 @@ PlanResult plan_evaluate(const PlanProblem *p, const PlanLayout *l) {
 
 // ------------------------------------------------------------------- search
 
-// Can this layout run? femtotron's own runs obey the trainer's rules
-// (config_validate.c); GPU layouts Megatron's (kv heads may be replicated).
-static int layout_valid(const PlanProblem *p, const PlanLayout *l) {
+// The run's own validation asked about one layout (util_try turns its die into 0).
+typedef struct {
+    Config run;  // the base config with the layout applied
+    int world;
+} LayoutCheck;
+
+static void check_layout(void *ctx) {
+    LayoutCheck *k = ctx;
+    config_validate_layout(&k->run, k->world);
+}
+
+int plan_layout_check(const PlanProblem *p, const PlanLayout *l, char *why, size_t n) {
     const PlanModel *pm = &p->model;
-    const int own = p->base != NULL;
-    if (pm->H % l->tp || pm->F % l->tp) return 0;
-    if (own ? pm->KV % l->tp : (pm->KV % l->tp && l->tp % pm->KV)) return 0;
-    if (l->cp > 1 && p->seq % (2 * l->cp)) return 0;
-    if (l->pp * l->v > pm->L) return 0;
-    if (l->sched == PP_INTERLEAVED && l->micro % l->pp) return 0;
-    if (l->sp && ((long long)l->mbs * (p->seq / l->cp)) % l->tp) return 0;
-    if (own && pm->tied && l->pp > 1) return 0;
-    if (l->dp * l->cp == 1 && l->zero > 0) return 0;  // nothing to shard over
-    if (!own && l->tp > p->hw.gpus_per_node) return 0;  // TP stays on NVLink
+    if (p->base) {
+        static LayoutCheck k;  // a Config is large; the planner is single-threaded
+        plan_apply_layout(p, l, &k.run);
+        k.world = p->world;
+        return util_try(check_layout, &k, why, n);
+    }
+#define REFUSE(...) return snprintf(why, n, __VA_ARGS__), 0
+    if (pm->H % l->tp) REFUSE("%d attention heads do not split over tp = %d", pm->H, l->tp);
+    if (pm->F % l->tp) REFUSE("intermediate size %d does not split over tp = %d", pm->F, l->tp);
+    if (pm->KV % l->tp && l->tp % pm->KV)
+        REFUSE("%d key/value heads neither split over nor replicate to tp = %d", pm->KV, l->tp);
+    if (l->cp > 1 && p->seq % (2 * l->cp))
+        REFUSE("sequence %d is not divisible by 2 * cp = %d", p->seq, 2 * l->cp);
+    if (l->pp * l->v > pm->L) REFUSE("pp * v = %d stages for %d layers", l->pp * l->v, pm->L);
+    if (l->sched == PP_INTERLEAVED && l->micro % l->pp)
+        REFUSE("interleaved needs micro-batches (%d) a multiple of pp = %d", l->micro, l->pp);
+    if (l->sp && ((long long)l->mbs * (p->seq / l->cp)) % l->tp)
+        REFUSE("sequence parallel: %lld tokens per micro-batch do not split over tp = %d",
+               (long long)l->mbs * (p->seq / l->cp), l->tp);
+    if (l->tp > p->hw.gpus_per_node)
+        REFUSE("tp = %d spans nodes (%d GPUs per node)", l->tp, p->hw.gpus_per_node);
+#undef REFUSE
     return 1;
+}
+
+// Layouts the search considers: the valid ones, less ZeRO with nothing to shard
+// over (the same run as ZeRO-0).
+static int layout_valid(const PlanProblem *p, const PlanLayout *l) {
+    if (l->dp * l->cp == 1 && l->zero > 0) return 0;
+    char why[512];
+    return plan_layout_check(p, l, why, sizeof why);
 }
 
 static int cmp_result(const void *a, const void *b) {

@@ -83,6 +83,12 @@ int plan_search(const PlanProblem *p, PlanResult **out);
 // A sentence on why results[0] won (against the runner-up and the alternatives).
 void plan_explain(const PlanProblem *p, const PlanResult *results, int n, char *buf, size_t size);
 
+// Can layout l run? 1 if so; else 0 with the reason in why[n]. femtotron's own
+// runs (p->base) are asked of the trainer's own validation (config_validate_layout,
+// so plan never offers what train refuses, and its message is train's); GPU
+// layouts obey Megatron's rules (kv heads may be replicated, tp within a node).
+int plan_layout_check(const PlanProblem *p, const PlanLayout *l, char *why, size_t n);
+
 // Config of femtotron's own run with layout l applied (p->base plus the layout's keys).
 void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *out);
 

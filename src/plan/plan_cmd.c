@@ -284,6 +284,9 @@ int plan_main(int argc, char **argv) {
         l.micro = (int)(p.global_seqs / ((long long)l.dp * l.mbs));
         if (l.pp == 1) l.sched = PP_1F1B;
         if (l.sched != PP_INTERLEAVED) l.v = 1;
+        char why[512];
+        if (!plan_layout_check(&p, &l, why, sizeof why))
+            die("plan: --layout %s cannot run: %s", a.layout, why);
         PlanResult r = plan_evaluate(&p, &l);
         print_header(a.tsv);
         print_row(1, &r, a.tsv);

@@ -127,6 +127,32 @@ if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true 
     else fail "parallel.auto chose '$chosen', plan ranks first '$first': $(oneline "$T/auto.out")"; fi
 else fail "parallel.auto run: $(oneline "$T/auto.out")"; fi
 
+# One rule book: plan offers only layouts train accepts, and refuses the others with
+# train's own message. A tied model over 4 ranks: pipeline layouts are offered (the
+# last stage holds a copy of the embedding), tp=4 is not (2 kv heads); rows of the
+# table train as they are.
+sed 's/"max_position_embeddings": 64}/"max_position_embeddings": 64, "tie_word_embeddings": true}/; s/"num_hidden_layers": 2/"num_hidden_layers": 4/' \
+    "$T/run.json" >"$T/tied.json"
+"$FT" plan --config "$T/tied.json" --gpus 4 --hardware this --profile "$T/prof.json" --tsv --top 10000 >"$T/tied.tsv" 2>&1
+pp_rows=$(awk -F'\t' 'NR > 1 && $5 > 1' "$T/tied.tsv" | wc -l)
+tp4_rows=$(awk -F'\t' 'NR > 1 && $4 == 4' "$T/tied.tsv" | wc -l)
+if [ "$pp_rows" -gt 0 ] && [ "$tp4_rows" = 0 ]; then
+    pass "plan, tied model on 4 ranks: $pp_rows pipeline layouts offered, none with tp=4 (2 kv heads)"
+else fail "tied plan: $pp_rows pipeline rows, $tp4_rows tp=4 rows: $(head -c 300 "$T/tied.tsv")"; fi
+bad "plan --layout train refuses" "cannot run: model.num_key_value_heads = 2 is not divisible by parallel.tp = 4" \
+    --config "$T/tied.json" --gpus 4 --hardware this --profile "$T/prof.json" --layout tp=4
+# Train the first row with pp > 1 and the first with pp = 4, as the table gives them.
+for want in 'NR > 1 && $5 > 1' 'NR > 1 && $5 == 4'; do
+    row=$(awk -F'\t' "$want { print; exit }" "$T/tied.tsv")
+    args=$(echo "$row" | awk -F'\t' '{ printf "--parallel.dp %s --parallel.tp %s --parallel.pp %s --parallel.cp %s --parallel.zero %s --parallel.sequence_parallel %s --training.micro_batch_size %s --training.grad_acc_steps %s --parallel.pp_schedule %s --parallel.pp_virtual %s --training.recompute %s", $3, $4, $5, $6, $7, ($8 ? "true" : "false"), $9, $10, $11, $12, $13 }')
+    name=$(echo "$row" | cut -f2)
+    # shellcheck disable=SC2086
+    if [ -n "$row" ] && "${MPIRUN[@]}" -np 4 "$FT" train --config "$T/tied.json" $args >"$T/row.out" 2>&1 &&
+        grep -q 'step     4/4' "$T/row.out"; then
+        pass "a row plan offers trains as given: $name"
+    else fail "plan row '$name' ($args): $(oneline "$T/row.out")"; fi
+done
+
 if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof.json" \
         --parallel.memory_gb 0.0001 >"$T/auto2.out" 2>&1; then
     fail "parallel.auto with a 100 KiB budget trained"

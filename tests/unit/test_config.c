@@ -423,7 +423,6 @@ static void test_errors(void) {
          "interleaved|grad_acc_steps = 3|multiple of parallel.pp = 2", 2},
         {"pp_layers sum", "--parallel.pp 2 --parallel.pp_layers 1,2", "parallel.pp_layers|2 stages with 3 layers", 2},
         {"pp_layers empty", "--parallel.pp 2 --parallel.pp_layers 4,0", "parallel.pp_layers|empty stage", 2},
-        {"pp tied", "--parallel.pp 2 --model.tie_word_embeddings true", "tie_word_embeddings|parallel.pp = 2", 2},
         {"cp seq", "--parallel.cp 2 --training.seq_length 250", "parallel.cp = 2|seq_length = 250|2 * cp = 4", 2},
         {"zero 4", "--parallel.zero 4", "parallel.zero = 4|0, 1, 2 or 3", 1},
         {"order", "--parallel.order tp-dp", "parallel.order|dp-pp-cp-tp", 1},
