@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #define CFG_PATH_MAX 1024
+#define CFG_KEYS_WORDS 2  // Config.keys_set: room for 128 keys
 
 // Options with a fixed set of values are parsed once, when the config is loaded,
 // into these enums; everything downstream (trainer, engines, model, planner) uses
@@ -26,13 +27,17 @@ typedef enum { PP_AFAB, PP_1F1B, PP_INTERLEAVED } PpSchedule;
 // parallel.order — rank numbering, outermost dimension first, tp always fastest
 // (dist/grid.h).
 typedef enum { ORDER_DP_PP_CP_TP, ORDER_PP_DP_CP_TP } RankOrder;
+// model.rope_type: plain RoPE or a context-extension scaling (model/rope.h).
+typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", NULL
 extern const char *const RANK_ORDER_NAMES[];   // "dp-pp-cp-tp", "pp-dp-cp-tp", NULL
+extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
+const char *rope_type_name(RopeType t);
 // Index of `name` in a NULL-terminated table of spellings, or -1.
 int config_name_index(const char *const *names, const char *name);
 
@@ -47,10 +52,20 @@ typedef struct {
     int max_position_embeddings;  // longest sequence RoPE is configured for
     double rms_norm_eps;
     double rope_theta;
+    // rope_scaling of Hugging Face's config.json, flattened (model/rope.h):
+    RopeType rope_type;           // default (plain), linear or llama3
+    double rope_factor;           // linear, llama3: how much longer the context is
+    double rope_low_freq_factor;  // llama3: wavelengths above L / this are interpolated
+    double rope_high_freq_factor; // llama3: wavelengths below L / this are kept
+    int rope_original_max_position_embeddings;  // llama3: L, the context trained before scaling
+    int head_dim;                 // hd of every attention head (0 = hidden_size / num_attention_heads)
     double initializer_range;     // std of the normal init of every matrix
     bool tie_word_embeddings;     // output head shares model.embed_tokens.weight
     char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
 } ModelConfig;
+
+// hd: model.head_dim, or hidden_size / num_attention_heads when it is 0.
+int model_head_dim(const ModelConfig *m);
 
 typedef struct {
     char train[CFG_PATH_MAX];  // file or glob of llm.c token shards
@@ -114,11 +129,11 @@ typedef struct {
     ParallelConfig parallel;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
-    // Internal to the config_*.c files: bit i is set when key i of the key table
+    // Internal to the config_*.c files: bit i (word i / 64) is set when key i of the key table
     // (config_keys.c) was given by a config file or config_set (not left at its
     // default). model.from fills only the model keys whose bit is clear, so an
     // explicit key always wins whatever order the file and overrides arrive in.
-    uint64_t keys_set;
+    uint64_t keys_set[CFG_KEYS_WORDS];
 } Config;
 
 // Fill every field with its documented default.

@@ -32,22 +32,46 @@ static void hf_require_string(const cJSON *root, const char *name, const char *w
         die("%s: %s = \"%s\" is not supported: %s; only \"%s\"", origin, name, v->valuestring, why, want);
 }
 
-// rope_scaling / rope_parameters: plain RoPE only (no rope_type, or "default").
-static void hf_require_plain_rope(const cJSON *v, const char *name, const char *origin) {
+// A number member `key` of the rope_scaling object v, required.
+static double rope_number(const cJSON *v, const char *key, const char *name, const char *type,
+                          const char *origin) {
+    const cJSON *x = cfg_child(v, key);
+    if (!x || !cJSON_IsNumber(x))
+        die("%s: %s of type \"%s\" needs a number \"%s\"", origin, name, type, key);
+    return x->valuedouble;
+}
+
+// rope_scaling (transformers < 5) or rope_parameters (>= 5): the scaling types
+// model/rope.h implements, read into m; any other type is refused by name.
+static void hf_read_rope(const cJSON *v, const char *name, ModelConfig *m, const char *origin) {
     if (!v || cJSON_IsNull(v)) return;
+    if (!cJSON_IsObject(v)) die("%s: %s must be an object or null", origin, name);
     const cJSON *t = cfg_child(v, "rope_type");
-    if (!t) t = cfg_child(v, "type");
-    if (cJSON_IsObject(v) && (!t || (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0))) {
-        // rope_parameters (transformers >= 5) carries rope_theta and nothing else
-        // we honour; a "default" rope_scaling with a factor would still scale.
+    if (!t) t = cfg_child(v, "type");  // the older spelling
+    if (t && !cJSON_IsString(t)) die("%s: %s.rope_type must be a string", origin, name);
+    const char *type = t ? t->valuestring : "default";
+    int k = config_name_index(ROPE_TYPE_NAMES, type);
+    if (k < 0)
+        die("%s: %s of type \"%s\" is not supported; femtotron implements \"default\", \"linear\" "
+            "and \"llama3\"", origin, name, type);
+    m->rope_type = (RopeType)k;
+    if (m->rope_type == ROPE_DEFAULT) {
+        // rope_parameters of a plain model carries rope_theta only; a "default"
+        // rope_scaling with a factor asks for a scaling no type names.
         if (strcmp(name, "rope_scaling") == 0 && cfg_child(v, "factor"))
-            die("%s: rope_scaling with a factor is not supported (plain RoPE only); use null", origin);
+            die("%s: rope_scaling of type \"default\" with a factor: name the scaling (\"linear\" or "
+                "\"llama3\") or use null", origin);
         return;
     }
-    char *shown = cJSON_PrintUnformatted(v);
-    if (shown && strlen(shown) > 60) strcpy(shown + 57, "...");
-    die("%s: %s = %s: RoPE scaling is not supported by this version; only plain RoPE (null)", origin, name,
-        shown ? shown : "?");
+    m->rope_factor = rope_number(v, "factor", name, type, origin);
+    if (m->rope_type == ROPE_LLAMA3) {
+        m->rope_low_freq_factor = rope_number(v, "low_freq_factor", name, type, origin);
+        m->rope_high_freq_factor = rope_number(v, "high_freq_factor", name, type, origin);
+        double L = rope_number(v, "original_max_position_embeddings", name, type, origin);
+        if (!(L >= 1 && L <= 1e9) || L != (double)(int)L)
+            die("%s: %s.original_max_position_embeddings = %g: must be a positive integer", origin, name, L);
+        m->rope_original_max_position_embeddings = (int)L;
+    }
 }
 
 // Model keys from FROM/config.json into `hf` (all of them: the file's value, or
@@ -71,8 +95,6 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
     hf_require_string(root, "hidden_act", "silu", origin, "the MLP is SwiGLU");
     hf_require_false(root, "attention_bias", origin, "attention_bias (biases on q/k/v/o)");
     hf_require_false(root, "mlp_bias", origin, "mlp_bias (biases on gate/up/down)");
-    hf_require_plain_rope(cfg_child(root, "rope_scaling"), "rope_scaling", origin);
-    hf_require_plain_rope(cfg_child(root, "rope_parameters"), "rope_parameters", origin);
     if (cfg_child(root, "quantization_config"))
         die("%s: quantization_config: quantized weights are not supported; give an fp32/bf16/fp16 model", origin);
     const cJSON *drop = cfg_child(root, "attention_dropout");
@@ -88,6 +110,8 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
         const cJSON *v = cfg_child(root, k->key);
         if (v && !cJSON_IsNull(v)) cfg_set_json(&tmp, k, v, origin, k->key);
     }
+    hf_read_rope(cfg_child(root, "rope_scaling"), "rope_scaling", &tmp.model, origin);
+    hf_read_rope(cfg_child(root, "rope_parameters"), "rope_parameters", &tmp.model, origin);
     // transformers >= 5 moves rope_theta into rope_parameters.
     const cJSON *rp = cfg_child(root, "rope_parameters");
     const cJSON *theta = rp ? cfg_child(rp, "rope_theta") : NULL;
@@ -102,15 +126,11 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
     } else {
         tmp.model.num_key_value_heads = tmp.model.num_attention_heads;  // LlamaConfig's rule
     }
-    const cJSON *hd = cfg_child(root, "head_dim");
-    if (hd && !cJSON_IsNull(hd)) {
-        int h = tmp.model.num_attention_heads, d = tmp.model.hidden_size;
-        if (!cJSON_IsNumber(hd)) die("%s: \"head_dim\" must be an integer", origin);
-        if (h <= 0 || d % h != 0 || hd->valuedouble != (double)(d / h))
-            die("%s: head_dim = %g is not hidden_size / num_attention_heads = %d / %d: "
-                "a separate head_dim is not supported by this version",
-                origin, hd->valuedouble, d, h);
-    }
+    // A head_dim equal to hidden / heads (what transformers writes) is the derived one.
+    const ModelConfig *t = &tmp.model;
+    if (t->head_dim > 0 && t->num_attention_heads > 0 && t->hidden_size % t->num_attention_heads == 0 &&
+        t->head_dim == t->hidden_size / t->num_attention_heads)
+        tmp.model.head_dim = 0;
     cJSON_Delete(root);
     *hf = tmp.model;
 }
@@ -121,8 +141,8 @@ void config_resolve_model(Config *c) {
     read_hf_model(&hf.model, c->model.from);
     for (int i = 0; i < CFG_NKEYS; i++) {
         const KeyDef *k = &CFG_KEYS[i];
-        if (strcmp(k->section, "model") != 0 || cfg_is_model_from(k) || (c->keys_set >> i & 1)) continue;
-        size_t size = k->type == KT_INT ? sizeof(int) : k->type == KT_DOUBLE ? sizeof(double)
+        if (strcmp(k->section, "model") != 0 || cfg_is_model_from(k) || cfg_key_given(c, i)) continue;
+        size_t size = k->type == KT_INT || k->type == KT_ENUM ? sizeof(int) : k->type == KT_DOUBLE ? sizeof(double)
                     : k->type == KT_BOOL ? sizeof(bool) : 0;
         if (!size) die("internal: model key %s has an unexpected type", k->key);
         memcpy(cfg_field_ptr(c, k), cfg_field_ptr(&hf, k), size);

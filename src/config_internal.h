@@ -45,6 +45,9 @@ void *cfg_field_ptr(Config *c, const KeyDef *k);
 int cfg_key_index(const char *section, size_t section_len, const char *key);
 int cfg_is_section(const char *s);
 int cfg_is_model_from(const KeyDef *k);
+// Was key i given explicitly (Config.keys_set)? / Remember that it was.
+int cfg_key_given(const Config *c, int i);
+void cfg_mark_given(Config *c, int i);
 // Fatal: an unknown key, with a "did you mean" hint.
 void cfg_die_unknown_key(const char *origin, const char *dotted) __attribute__((noreturn));
 // Set key k of c from override text (as the defaults are written).

@@ -31,13 +31,20 @@
 const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
 const char *const PP_SCHEDULE_NAMES[] = {"afab", "1f1b", "interleaved", NULL};
 const char *const RANK_ORDER_NAMES[] = {"dp-pp-cp-tp", "pp-dp-cp-tp", NULL};
+const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
-                   sizeof(RankOrder) == sizeof(int),
+                   sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *pp_schedule_name(PpSchedule s) { return PP_SCHEDULE_NAMES[s]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
+const char *rope_type_name(RopeType t) { return ROPE_TYPE_NAMES[t]; }
+
+int model_head_dim(const ModelConfig *m) {
+    if (m->head_dim > 0) return m->head_dim;
+    return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+}
 
 int config_name_index(const char *const *names, const char *name) {
     for (int i = 0; names[i]; i++)
@@ -51,7 +58,7 @@ const KeyDef CFG_KEYS[] = {
     MKEY(hidden_size, KT_INT, "256", "4096", "width of the residual stream (D)"),
     MKEY(intermediate_size, KT_INT, "768", "11008", "hidden width of the SwiGLU MLP"),
     MKEY(num_hidden_layers, KT_INT, "4", "32", "decoder layers (L)"),
-    MKEY(num_attention_heads, KT_INT, "4", "32", "query heads (H); head dim = hidden_size / H"),
+    MKEY(num_attention_heads, KT_INT, "4", "32", "query heads (H)"),
     MKEY(num_key_value_heads, KT_INT, "2", NULL,
          "key/value heads (grouped-query attention); must divide num_attention_heads"),
     MKEY(vocab_size, KT_INT, "257", "32000",
@@ -60,6 +67,18 @@ const KeyDef CFG_KEYS[] = {
          "longest sequence the model is built for; training.seq_length <= this"),
     MKEY(rms_norm_eps, KT_DOUBLE, "1e-5", "1e-6", "epsilon inside RMSNorm"),
     MKEY(rope_theta, KT_DOUBLE, "10000", "10000", "RoPE base frequency"),
+    // rope_scaling, flattened: read from and written to config.json as the
+    // rope_scaling object (config_hf.c, config_output.c), not as top-level keys.
+    {"model", "rope_type", KT_ENUM, offsetof(Config, model.rope_type), "default", "default",
+     "RoPE scaling (config.json rope_scaling): default (none), linear or llama3", ROPE_TYPE_NAMES},
+    MKEY(rope_factor, KT_DOUBLE, "1", "1", "linear, llama3: context extension factor"),
+    MKEY(rope_low_freq_factor, KT_DOUBLE, "1", "1",
+         "llama3: wavelengths above original_max_position_embeddings / this are divided by factor"),
+    MKEY(rope_high_freq_factor, KT_DOUBLE, "4", "4",
+         "llama3: wavelengths below original_max_position_embeddings / this are kept"),
+    MKEY(rope_original_max_position_embeddings, KT_INT, "8192", "8192",
+         "llama3: the context length the model was trained at before scaling"),
+    MKEY(head_dim, KT_INT, "0", "0", "width of each attention head (0 = hidden_size / num_attention_heads)"),
     MKEY(initializer_range, KT_DOUBLE, "0.02", "0.02", "std of the normal init of every matrix"),
     MKEY(tie_word_embeddings, KT_BOOL, "false", "false",
          "output head shares the embedding matrix"),
@@ -135,7 +154,10 @@ const KeyDef CFG_KEYS[] = {
         "Chrome trace-event JSON timeline of every rank's forward/backward/send/recv/reduce/optimizer (opens in Perfetto)"),
 };
 const int CFG_NKEYS = (int)(sizeof CFG_KEYS / sizeof CFG_KEYS[0]);
-_Static_assert(sizeof CFG_KEYS / sizeof CFG_KEYS[0] <= 64, "Config.keys_set has 64 bits");
+_Static_assert(sizeof CFG_KEYS / sizeof CFG_KEYS[0] <= 64 * CFG_KEYS_WORDS, "Config.keys_set: raise CFG_KEYS_WORDS");
+
+int cfg_key_given(const Config *c, int i) { return (int)(c->keys_set[i / 64] >> (i % 64) & 1); }
+void cfg_mark_given(Config *c, int i) { c->keys_set[i / 64] |= (uint64_t)1 << (i % 64); }
 
 const char *const CFG_SECTIONS[] = {"model", "data", "training", "parallel", "checkpoint", "logging"};
 const int CFG_NSECTIONS = (int)(sizeof CFG_SECTIONS / sizeof CFG_SECTIONS[0]);
@@ -330,5 +352,5 @@ void cfg_set_json(Config *c, const KeyDef *k, const cJSON *v, const char *origin
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < CFG_NKEYS; i++) cfg_set_text(c, &CFG_KEYS[i], CFG_KEYS[i].def, "built-in default");
-    c->keys_set = 0;
+    memset(c->keys_set, 0, sizeof c->keys_set);
 }

@@ -99,7 +99,7 @@ void config_load_json(Config *c, const char *json_text, const char *origin) {
             if (i < 0) cfg_die_unknown_key(where, dotted);
             die_on_duplicate(v, where, "key");
             cfg_set_json(c, &CFG_KEYS[i], v, where, dotted);
-            c->keys_set |= (uint64_t)1 << i;
+            cfg_mark_given(c, i);
         }
     }
     cJSON_Delete(root);
@@ -121,11 +121,11 @@ void config_set(Config *c, const char *dotted_key, const char *value) {
     if (cfg_is_model_from(k) && c->model.from[0] && !value[0]) {
         // Dropping model.from: the model keys it filled go back to their defaults.
         for (int j = 0; j < CFG_NKEYS; j++)
-            if (strcmp(CFG_KEYS[j].section, "model") == 0 && !(c->keys_set >> j & 1))
+            if (strcmp(CFG_KEYS[j].section, "model") == 0 && !cfg_key_given(c, j))
                 cfg_set_text(c, &CFG_KEYS[j], CFG_KEYS[j].def, "built-in default");
     }
     cfg_set_text(c, k, value, "command line");
-    c->keys_set |= (uint64_t)1 << i;
+    cfg_mark_given(c, i);
     if (cfg_is_model_from(k)) config_resolve_model(c);
 }
 

@@ -80,20 +80,51 @@ char *config_to_json(const Config *c) {
     return text;
 }
 
+// A JSON number that reads back as a float in Python (2.0, not 2): transformers 4.36
+// checks isinstance(factor, float).
+static void add_float(cJSON *obj, const char *key, double v) {
+    char text[64];
+    snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".eEn")) strcat(text, ".0");  // n: nan/inf never get here (validated)
+    cJSON_AddRawToObject(obj, key, text);
+}
+
+// rope_scaling as transformers reads it: null, {"type": "linear", "factor"} (the
+// spelling every transformers version accepts), or Llama 3.1's llama3 object.
+static void add_rope_scaling(cJSON *root, const ModelConfig *m) {
+    if (m->rope_type == ROPE_DEFAULT) {
+        cJSON_AddNullToObject(root, "rope_scaling");
+        return;
+    }
+    cJSON *r = cJSON_AddObjectToObject(root, "rope_scaling");
+    if (m->rope_type == ROPE_LINEAR) {
+        cJSON_AddStringToObject(r, "type", "linear");
+        add_float(r, "factor", m->rope_factor);
+        return;
+    }
+    add_float(r, "factor", m->rope_factor);
+    add_float(r, "low_freq_factor", m->rope_low_freq_factor);
+    add_float(r, "high_freq_factor", m->rope_high_freq_factor);
+    cJSON_AddNumberToObject(r, "original_max_position_embeddings", m->rope_original_max_position_embeddings);
+    cJSON_AddStringToObject(r, "rope_type", "llama3");
+}
+
 void config_write_hf_json(const ModelConfig *m, const char *path) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
     cJSON_AddStringToObject(root, "model_type", "llama");
     for (int i = 0; i < CFG_NKEYS; i++)
-        if (strcmp(CFG_KEYS[i].section, "model") == 0 && !cfg_is_model_from(&CFG_KEYS[i]))
+        if (strcmp(CFG_KEYS[i].section, "model") == 0 && !cfg_is_model_from(&CFG_KEYS[i]) &&
+            strncmp(CFG_KEYS[i].key, "rope_", 5) != 0 && strcmp(CFG_KEYS[i].key, "head_dim") != 0)
             add_json_value(root, &CFG_KEYS[i], (const char *)m, offsetof(Config, model));
-    cJSON_AddNumberToObject(root, "head_dim", m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0);
+    cJSON_AddNumberToObject(root, "rope_theta", m->rope_theta);  // a "rope_" key kept at the top
+    cJSON_AddNumberToObject(root, "head_dim", model_head_dim(m));
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddBoolToObject(root, "attention_bias", false);
     cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(root, "mlp_bias", false);
-    cJSON_AddNullToObject(root, "rope_scaling");
+    add_rope_scaling(root, m);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

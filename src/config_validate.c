@@ -31,18 +31,29 @@ static void validate_model(const ModelConfig *m) {
     need_int_min("model.num_key_value_heads", m->num_key_value_heads, 1);
     need_int_min("model.vocab_size", m->vocab_size, 2);
     need_int_min("model.max_position_embeddings", m->max_position_embeddings, 1);
-    if (m->hidden_size % m->num_attention_heads != 0)
-        die("model.hidden_size = %d is not divisible by model.num_attention_heads = %d", m->hidden_size,
-            m->num_attention_heads);
-    int hd = m->hidden_size / m->num_attention_heads;
+    need_int_min("model.head_dim", m->head_dim, 0);
+    if (m->head_dim == 0 && m->hidden_size % m->num_attention_heads != 0)
+        die("model.hidden_size = %d is not divisible by model.num_attention_heads = %d (or give "
+            "model.head_dim)", m->hidden_size, m->num_attention_heads);
+    int hd = model_head_dim(m);
     if (hd % 2 != 0)
-        die("head dim = model.hidden_size / model.num_attention_heads = %d / %d = %d is odd: RoPE rotates "
-            "pairs, so it must be even", m->hidden_size, m->num_attention_heads, hd);
+        die("head dim = %d (%s) is odd: RoPE rotates pairs, so it must be even", hd,
+            m->head_dim ? "model.head_dim" : "model.hidden_size / model.num_attention_heads");
     if (m->num_attention_heads % m->num_key_value_heads != 0)
         die("model.num_attention_heads = %d is not divisible by model.num_key_value_heads = %d",
             m->num_attention_heads, m->num_key_value_heads);
     need_positive("model.rms_norm_eps", m->rms_norm_eps);
     need_positive("model.rope_theta", m->rope_theta);
+    if (m->rope_type != ROPE_DEFAULT && !(m->rope_factor >= 1))
+        die("model.rope_factor = %g with model.rope_type = \"%s\": must be at least 1 (it stretches "
+            "the context)", m->rope_factor, rope_type_name(m->rope_type));
+    if (m->rope_type == ROPE_LLAMA3) {
+        need_positive("model.rope_low_freq_factor", m->rope_low_freq_factor);
+        if (!(m->rope_high_freq_factor > m->rope_low_freq_factor))
+            die("model.rope_high_freq_factor = %g must exceed model.rope_low_freq_factor = %g (llama3 "
+                "RoPE blends between the two wavelengths)", m->rope_high_freq_factor, m->rope_low_freq_factor);
+        need_int_min("model.rope_original_max_position_embeddings", m->rope_original_max_position_embeddings, 1);
+    }
     need_nonnegative("model.initializer_range", m->initializer_range);
 }
 

@@ -9,6 +9,7 @@
 
 #include "bench/calibrate_util.h"
 #include "dist/comm.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -224,7 +225,10 @@ double calib_measure_mem_bw(const CalibOpts *o) {
     calib_fill_random(e.w, (size_t)e.D, 2);
     calib_fill_random(e.qkv, N * qkvw, 3);
     calib_fill_random(e.gu, N * 2 * e.F, 4);
-    rope_tables(e.cos_t, e.sin_t, e.N, e.hd, 10000.0, 0);
+    double *freq = xmalloc(sizeof(double) * (size_t)e.hd / 2, "calibration rope");  // (hd/2)
+    rope_plain_frequencies(e.hd, 10000.0, freq);
+    rope_tables(e.cos_t, e.sin_t, e.N, e.hd, freq, 0);
+    free(freq);
     double values = 10.0 * N * e.D + 2.0 * N * (e.H + e.KV) * e.hd + 3.0 * N * e.F;
     double bw = values * sizeof(float) / calib_time_call((CalibCall){layer_elems_call, &e}, o), med;
     free(e.x), free(e.y), free(e.rstd), free(e.w), free(e.qkv), free(e.cos_t), free(e.sin_t), free(e.gu), free(e.h);

@@ -95,7 +95,7 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
 }
 
 // The planned buffers (pipeline.h: pp_init), allocated or only added up.
-static void plan_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, MemTally *plan_only) {
+static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only) {
     const size_t N = (size_t)pp->B * pp->S;  // tokens of one micro-batch on this rank
     for (int c = 0; c < pp->v; c++) {
         const int ns = pp->n_slots[c];
@@ -106,7 +106,7 @@ static void plan_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, M
             if (plan_only)
                 plan_only->bytes[MEM_ACTIVATIONS] += activations_alloc_bytes(m, su, pp->B, pp->S, owns_scratch);
             else
-                activations_alloc(&pp->acts[c][i], m, su, pp->B, pp->S, cfg->model.rope_theta,
+                activations_alloc(&pp->acts[c][i], m, su, pp->B, pp->S,
                                   owns_scratch ? NULL : &pp->acts[0][0]);
         }
         pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
@@ -122,7 +122,7 @@ static void plan_buffers(Pipeline *pp, const LlamaModel *m, const Config *cfg, M
 
 void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, MemTally *plan_only) {
     plan_stage(pp, m, cfg, stage);
-    plan_buffers(pp, m, cfg, plan_only);
+    plan_buffers(pp, m, plan_only);
 }
 
 void pp_free(Pipeline *pp) {

@@ -39,9 +39,10 @@ void kv_model_load(KVModel *km, const char *dir, int positions) {
     config_resolve_model(&c);
     km->cfg = c.model;
     const ModelConfig *mc = &km->cfg;
-    if (mc->num_attention_heads <= 0 || mc->hidden_size % mc->num_attention_heads != 0 ||
+    if (mc->num_attention_heads <= 0 || mc->head_dim < 0 ||
+        (mc->head_dim == 0 && mc->hidden_size % mc->num_attention_heads != 0) ||
         mc->num_key_value_heads <= 0 || mc->num_attention_heads % mc->num_key_value_heads != 0 ||
-        (mc->hidden_size / mc->num_attention_heads) % 2 != 0)
+        model_head_dim(mc) % 2 != 0)
         die("generate: %s/config.json: hidden_size %d, %d heads, %d key/value heads do not make "
             "a Llama attention layout", resolved, mc->hidden_size, mc->num_attention_heads,
             mc->num_key_value_heads);
@@ -89,7 +90,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd;
     const float eps = (float)km->cfg.rms_norm_eps;
     embedding_forward(km->x, tokens, P + m->embed, n, D, m->V);
-    rope_tables(km->cos_t, km->sin_t, n, hd, km->cfg.rope_theta, pos0);
+    rope_tables(km->cos_t, km->sin_t, n, hd, m->rope_freq, pos0);
     for (int l = 0; l < m->L; l++) {
         const LayerOffsets *lo = &m->layer[l];
         float *kc = km->k_cache + (size_t)l * km->T * kvr;  // (T, KV*hd) of layer l

@@ -82,7 +82,7 @@ size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S,
 }
 
 void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
-                       double rope_theta, const Activations *share_scratch) {
+                       const Activations *share_scratch) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->S = S;
@@ -125,7 +125,7 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
     a->pos = a->pos_of + (size_t)cp * S;  // (S) the last row: this rank's own positions
     for (int r = 0; r < cp; r++) cp_positions(S * cp, cp, r, a->pos_of + (size_t)r * S);
     memcpy(a->pos, a->pos_of + (size_t)m->cp.rank * S, sizeof(int) * (size_t)S);
-    rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, rope_theta);
+    rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, m->rope_freq);
 }
 
 void activations_free(Activations *a) {

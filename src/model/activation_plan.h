@@ -15,7 +15,7 @@
 // Allocate for stage `su` (counted as MEM_ACTIVATIONS, util.h); with share_scratch
 // non-NULL the backward scratch is borrowed from it instead of allocated.
 void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
-                       double rope_theta, const Activations *share_scratch);
+                       const Activations *share_scratch);
 void activations_free(Activations *a);
 // Bytes of the arena activations_alloc allocates (every buffer of the struct but the
 // position tables; with_scratch: the slot that owns the shared backward scratch).

@@ -8,7 +8,7 @@
 //                                               (N / tp with sequence parallel, else N)
 //   D   hidden size                         F   intermediate (SwiGLU) width
 //   H   query heads                         KV  key/value heads
-//   hd  head dim (D / H)                    V   vocabulary
+//   hd  head dim (model.head_dim, D / H)    V   vocabulary
 //   L   decoder layers                      A   attention output width here (Hl*hd)
 //   Hl, KVl, Fl, Vl  this rank's share of H, KV, F and V (tensor parallelism; Vl padded)
 //
@@ -49,7 +49,8 @@ ModelShard model_shard_of(const Config *cfg, GridCoords at);
 // and (untied) head. Units are contiguous in the flat buffer.
 typedef struct {
     ModelConfig cfg;
-    int D, F, L, H, KV, hd, V;   // global shapes (hd = D / H)
+    int D, F, L, H, KV, hd, V;   // global shapes (hd: model_head_dim)
+    double *rope_freq;           // (hd/2) RoPE inverse frequencies, scaling applied (model/rope.h)
     // The shard (ModelShard), fixed at llama_build:
     TensorParallel tp;
     ContextParallel cp;
@@ -79,9 +80,9 @@ size_t llama_global_params(const LlamaModel *m);
 // Matmul parameters (everything multiplied in a GEMM: q,k,v,o,gate,up,down, head;
 // the embedding lookup is not a matmul unless tied, where it is the head).
 size_t llama_matmul_params(const LlamaModel *m);
-// Model FLOPs per token for training: 6*N_matmul + 6*L*S*D (causal attention,
-// QK^T and PV each counted once over the causal half: 2*(2*S*D)/2 per token
-// forward, x3 for forward+backward).
+// Model FLOPs per token for training: 6*N_matmul + 6*L*S*H*hd (causal attention,
+// QK^T and PV each counted once over the causal half: 2*(2*S*H*hd)/2 per token
+// forward, x3 for forward+backward; H*hd = D unless model.head_dim says otherwise).
 double llama_flops_per_token(const LlamaModel *m, int seq_length);
 
 // Nr: rows of the (N, D) residual stream this rank holds (what a pipeline stage

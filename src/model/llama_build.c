@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/rope.h"
 #include "util.h"
 
 // Append one tensor to the table (when the table exists; the first pass only counts)
@@ -115,7 +116,7 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->L = cfg->num_hidden_layers;
     m->H = cfg->num_attention_heads;
     m->KV = cfg->num_key_value_heads;
-    m->hd = cfg->hidden_size / cfg->num_attention_heads;
+    m->hd = model_head_dim(cfg);
     m->V = cfg->vocab_size;
     m->tp = shard.tp;
     m->cp = shard.cp;
@@ -131,12 +132,15 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->n_units = m->L + 2;
     m->unit_lo = xcalloc(sizeof(size_t) * (size_t)(m->n_units + 1), "unit offsets");
     layout_params(m);  // fill
+    m->rope_freq = xmalloc(sizeof(double) * (size_t)(m->hd / 2 > 0 ? m->hd / 2 : 1), "RoPE frequencies");
+    rope_frequencies(cfg, m->hd, m->rope_freq);
 }
 
 void llama_free(LlamaModel *m) {
     free(m->params);
     free(m->layer);
     free(m->unit_lo);
+    free(m->rope_freq);
     memset(m, 0, sizeof *m);
 }
 
@@ -160,7 +164,7 @@ size_t llama_matmul_params(const LlamaModel *m) {
 }
 
 double llama_flops_per_token(const LlamaModel *m, int seq_length) {
-    return 6.0 * (double)llama_matmul_params(m) + 6.0 * m->L * (double)seq_length * m->D;
+    return 6.0 * (double)llama_matmul_params(m) + 6.0 * m->L * (double)seq_length * m->H * m->hd;
 }
 
 

@@ -151,21 +151,21 @@ void residual_forward(float *out, const float *a, const float *b, size_t n) {
 
 // ------------------------------------------------------------------------- RoPE
 
-void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, double theta) {
+void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, const double *freq) {
     int half = hd / 2;
     for (int p = 0; p < S; p++)
         for (int i = 0; i < half; i++) {
-            double angle = (double)pos[p] * pow(theta, -2.0 * i / hd);
+            double angle = (double)pos[p] * freq[i];
             cos_t[(size_t)p * half + i] = (float)cos(angle);
             sin_t[(size_t)p * half + i] = (float)sin(angle);
         }
 }
 
-void rope_tables(float *cos_t, float *sin_t, int S, int hd, double theta, int pos0) {
+void rope_tables(float *cos_t, float *sin_t, int S, int hd, const double *freq, int pos0) {
     int half = hd / 2;
     for (int p = 0; p < S; p++)
         for (int i = 0; i < half; i++) {
-            double angle = (double)(pos0 + p) * pow(theta, -2.0 * i / hd);
+            double angle = (double)(pos0 + p) * freq[i];
             cos_t[(size_t)p * half + i] = (float)cos(angle);
             sin_t[(size_t)p * half + i] = (float)sin(angle);
         }

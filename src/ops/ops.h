@@ -79,11 +79,12 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 
 // ---- rotary position embedding (Hugging Face rotate-half convention) ----
 
-// cos, sin: (S, hd/2) tables for positions pos0 .. pos0+S-1:
-//   angle(p, i) = p * theta^(-2i/hd), i in [0, hd/2)
-void rope_tables(float *cos_t, float *sin_t, int S, int hd, double theta, int pos0);
+// cos, sin: (S, hd/2) tables for positions pos0 .. pos0+S-1 from the inverse
+// frequencies freq(hd/2) (model/rope.h; plain RoPE: theta^(-2i/hd)):
+//   angle(p, i) = p * freq[i], i in [0, hd/2), in double, rounded once to float
+void rope_tables(float *cos_t, float *sin_t, int S, int hd, const double *freq, int pos0);
 // The same for arbitrary positions pos(S) (context-parallel chunks).
-void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, double theta);
+void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, const double *freq);
 
 // In place on the q and k parts of qkv(B*S, (H + 2*KV) * hd), laid out per token as
 // [q heads (H*hd) | k heads (KV*hd) | v heads (KV*hd)], each head [x1 (hd/2) | x2 (hd/2)]:

@@ -48,8 +48,8 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
         double att = l->recompute == RECOMPUTE_SELECTIVE ? 0.0 : 5.0 * a * s / h;
         return l->sp ? sbh * (34.0 + att) / t : sbh * (10.0 + 24.0 / t + att / t);
     }
-    const double hd = h / a, qkv = (a + 2.0 * pm->KV) * hd;
-    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + h + 3.0 * pm->F) / t);
+    const double hd = plan_head_dim(pm), qkv = (a + 2.0 * pm->KV) * hd;  // attention output: a * hd
+    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + 3.0 * pm->F) / t);
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
     return bytes;
 }

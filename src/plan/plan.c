@@ -56,7 +56,7 @@ void plan_split(const PlanProblem *p, const PlanLayout *l, int *layers) {
         return;
     }
     // The trainer's balance criterion (engines/pipeline_schedule.c).
-    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p->seq);
+    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, plan_head_dim(pm), pm->ffn_mats, pm->F, p->seq);
     split_memoized(pm->L, layer, pm->D, pm->V, K, layers);
 }
 

@@ -10,17 +10,17 @@
 // Shapes from each model's published config.json (Hugging Face hub) and, for the
 // GPT rows, Table 3 of Korthikanti et al. 2022 (sequence 2048, vocabulary 51200).
 static const PlanModel PRESETS[] = {
-    //  name               L     D      F       H    KV   V       tied ffn flash
-    {"smollm-135m",        30,   576,   1536,   9,   3,   49152,  1,   3,  1},
-    {"smollm-360m",        32,   960,   2560,   15,  5,   49152,  1,   3,  1},
-    {"smollm-1.7b",        24,   2048,  8192,   32,  32,  49152,  1,   3,  1},
-    {"llama-3.1-8b",       32,   4096,  14336,  32,  8,   128256, 0,   3,  1},
-    {"llama-3.1-70b",      80,   8192,  28672,  64,  8,   128256, 0,   3,  1},
-    {"llama-3.1-405b",     126,  16384, 53248,  128, 8,   128256, 0,   3,  1},
-    {"gpt-22b",            48,   6144,  24576,  64,  64,  51200,  1,   2,  0},
-    {"gpt-175b",           96,   12288, 49152,  96,  96,  51200,  1,   2,  0},
-    {"gpt-530b",           105,  20480, 81920,  128, 128, 51200,  1,   2,  0},
-    {"gpt-1t",             128,  25600, 102400, 160, 160, 51200,  1,   2,  0},
+    //  name               L     D      F       H    KV   V       tied ffn flash hd (0: D/H)
+    {"smollm-135m",        30,   576,   1536,   9,   3,   49152,  1,   3,  1, 0},
+    {"smollm-360m",        32,   960,   2560,   15,  5,   49152,  1,   3,  1, 0},
+    {"smollm-1.7b",        24,   2048,  8192,   32,  32,  49152,  1,   3,  1, 0},
+    {"llama-3.1-8b",       32,   4096,  14336,  32,  8,   128256, 0,   3,  1, 0},
+    {"llama-3.1-70b",      80,   8192,  28672,  64,  8,   128256, 0,   3,  1, 0},
+    {"llama-3.1-405b",     126,  16384, 53248,  128, 8,   128256, 0,   3,  1, 0},
+    {"gpt-22b",            48,   6144,  24576,  64,  64,  51200,  1,   2,  0, 0},
+    {"gpt-175b",           96,   12288, 49152,  96,  96,  51200,  1,   2,  0, 0},
+    {"gpt-530b",           105,  20480, 81920,  128, 128, 51200,  1,   2,  0, 0},
+    {"gpt-1t",             128,  25600, 102400, 160, 160, 51200,  1,   2,  0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -38,7 +38,10 @@ void plan_model_from_config(PlanModel *pm, const ModelConfig *mc) {
     pm->tied = mc->tie_word_embeddings;
     pm->ffn_mats = 3;
     pm->flash = 1;
+    pm->hd = mc->head_dim;
 }
+
+int plan_head_dim(const PlanModel *pm) { return pm->hd > 0 ? pm->hd : pm->D / pm->H; }
 
 void plan_model_resolve(PlanModel *pm, const char *arg) {
     for (int i = 0; i < N_PRESETS; i++)
@@ -75,7 +78,7 @@ void plan_model_resolve(PlanModel *pm, const char *arg) {
 }
 
 double plan_layer_params(const PlanModel *pm) {
-    const double D = pm->D, hd = (double)pm->D / pm->H;
+    const double D = pm->D, hd = plan_head_dim(pm);
     double attn = D * (pm->H + 2.0 * pm->KV) * hd + (double)pm->H * hd * D;
     return attn + pm->ffn_mats * D * pm->F + 2.0 * D;  // + the two norm weights
 }
@@ -86,8 +89,8 @@ double plan_total_params(const PlanModel *pm) {
 }
 
 double plan_flops_per_token(const PlanModel *pm, int seq_length) {
-    const double D = pm->D, hd = D / pm->H;
+    const double D = pm->D, hd = plan_head_dim(pm);
     double matmul = pm->L * (D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->ffn_mats * D * pm->F) +
                     (double)pm->V * D;
-    return 6.0 * matmul + 6.0 * pm->L * (double)seq_length * D;
+    return 6.0 * matmul + 6.0 * pm->L * (double)seq_length * pm->H * hd;
 }

@@ -15,7 +15,11 @@ typedef struct {
     int ffn_mats;           // 3: SwiGLU (gate, up, down); 2: GPT's GELU MLP (fc1, fc2)
     int flash;              // attention keeps no S x S scores (FlashAttention, femtotron);
                             // 0: Megatron-LM 2022, which stores scores, softmax and dropout mask
+    int hd;                 // head dim when it is not D / H (model.head_dim), else 0
 } PlanModel;
+
+// The head dim: pm->hd, or D / H.
+int plan_head_dim(const PlanModel *pm);
 
 // Fill pm from a preset name or, failing that, from a path: a config.json file or
 // a directory holding one. Dies naming the argument and listing the presets.
@@ -29,7 +33,7 @@ const char *plan_model_preset_name(int i);
 double plan_layer_params(const PlanModel *pm);
 double plan_total_params(const PlanModel *pm);
 // Model FLOPs per token for training (6 x matmul parameters + causal attention
-// 6*L*S*D, the same definition as llama_flops_per_token): the MFU numerator.
+// 6*L*S*H*hd, the same definition as llama_flops_per_token): the MFU numerator.
 double plan_flops_per_token(const PlanModel *pm, int seq_length);
 
 #endif

@@ -220,7 +220,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.N = s.B * s.S / l->cp;
     s.Nr = l->sp ? s.N / l->tp : s.N;
     s.D = pm->D;
-    s.hd = (double)pm->D / pm->H;
+    s.hd = plan_head_dim(pm);
     s.Hl = (double)pm->H / l->tp;
     s.KVl = (double)pm->KV / l->tp;
     s.Fl = (double)pm->F / l->tp;

@@ -349,8 +349,8 @@ static void test_stack(int sp, int tied) {
 
     StageUnits su1 = llama_all_units(&m1), sut = llama_all_units(&mt);
     Activations a1, at;
-    activations_alloc(&a1, &m1, su1, B, S, mc.rope_theta, NULL);
-    activations_alloc(&at, &mt, sut, B, S, mc.rope_theta, NULL);
+    activations_alloc(&a1, &m1, su1, B, S, NULL);
+    activations_alloc(&at, &mt, sut, B, S, NULL);
     WholeBuffers w1 = {p1, g1, &m1}, wt = {pt, gt, &mt};
     ParamAccess pa1 = param_access_whole(&w1), pat = param_access_whole(&wt);
     double loss_err = 0.0, loss_spread = 0.0;

@@ -58,7 +58,7 @@ _CONFIG_DEFAULTS = {
 def normalize_config(cfg):
     """A HF LlamaConfig dict with every key this model uses filled in."""
     c = dict(_CONFIG_DEFAULTS)
-    c.update({k: v for k, v in cfg.items() if k in _CONFIG_DEFAULTS or k == "head_dim"})
+    c.update({k: v for k, v in cfg.items() if k in _CONFIG_DEFAULTS or k in ("head_dim", "rope_scaling")})
     if c["num_key_value_heads"] is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
     if not c.get("head_dim"):
@@ -121,10 +121,42 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_tables(head_dim, n_pos, theta, dtype, device):
+def rope_inv_freq(head_dim, theta, rope_scaling=None):
+    """Inverse frequencies (head_dim/2,) in float64: plain RoPE, or rope_scaling of
+    type "linear" (every frequency / factor) or "llama3", written from Meta's
+    published apply_scaling (llama-models, Llama 3.1): a frequency whose wavelength
+    2*pi/f is below original_max_position_embeddings / high_freq_factor is kept,
+    one above .../low_freq_factor is divided by factor, and one in between is
+    blended with smooth = (L / wavelength - low) / (high - low)."""
+    inv_freq = [1.0 / theta ** (i / head_dim) for i in range(0, head_dim, 2)]
+    rs = rope_scaling or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        inv_freq = [f / rs["factor"] for f in inv_freq]
+    elif kind == "llama3":
+        scale, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old_len = rs["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        new = []
+        for f in inv_freq:
+            wavelen = 2 * math.pi / f
+            if wavelen < high_wavelen:
+                new.append(f)
+            elif wavelen > low_wavelen:
+                new.append(f / scale)
+            else:
+                smooth = (old_len / wavelen - low) / (high - low)
+                new.append((1 - smooth) * f / scale + smooth * f)
+        inv_freq = new
+    elif kind != "default":
+        raise ValueError(f"rope_scaling type {kind!r} is not implemented by this reference")
+    return torch.tensor(inv_freq, dtype=torch.float64)
+
+
+def rope_tables(head_dim, n_pos, theta, dtype, device, rope_scaling=None):
     """cos, sin (n_pos, head_dim): angle pos * inv_freq, duplicated to both halves.
     Computed in float64, then cast."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    inv_freq = rope_inv_freq(head_dim, theta, rope_scaling)
     pos = torch.arange(n_pos, dtype=torch.float64)
     ang = torch.outer(pos, inv_freq)
     emb = torch.cat((ang, ang), dim=-1)
@@ -165,7 +197,8 @@ class LlamaTorch:
     def _rope(self, S):
         if self._rope_cache is None or self._rope_cache[0].shape[0] < S:
             n = max(S, self.cfg["max_position_embeddings"])
-            self._rope_cache = rope_tables(self.hd, n, float(self.cfg["rope_theta"]), self.dtype, self.device)
+            self._rope_cache = rope_tables(self.hd, n, float(self.cfg["rope_theta"]), self.dtype, self.device,
+                                           self.cfg.get("rope_scaling"))
         cos, sin = self._rope_cache
         return cos[:S], sin[:S]
 

@@ -114,9 +114,9 @@ def run_cmd(args, timeout=120):
 
 # ---------------------------------------------------------------- fixtures
 
-def make_model_dir(path, tied, seed):
+def make_model_dir(path, tied, seed, extra=None):
     os.makedirs(path, exist_ok=True)
-    cfg = dict(MODEL_CFG, tie_word_embeddings=tied)
+    cfg = dict(MODEL_CFG, tie_word_embeddings=tied, **(extra or {}))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     weights = llama_torch.random_weights(cfg, seed=seed, std=0.1, norm_noise=0.05)
@@ -125,9 +125,9 @@ def make_model_dir(path, tied, seed):
     return cfg, weights
 
 
-def make_run(tmp, tag, tied, shard):
+def make_run(tmp, tag, tied, shard, extra=None):
     model_dir = os.path.join(tmp, f"model_{tag}")
-    cfg, weights = make_model_dir(model_dir, tied, seed=11 if not tied else 12)
+    cfg, weights = make_model_dir(model_dir, tied, seed=11 if not tied else 12, extra=extra)
     run = {"model": {"from": model_dir},
            "data": {"train": shard},
            "training": dict(TRAINING),
@@ -310,8 +310,15 @@ def main():
         n_tokens = 18 * S + 1 + 7
         shard = os.path.join(tmp, "train_000000.bin")
         data_order.write_shard(shard, np.random.default_rng(7).integers(0, MODEL_CFG["vocab_size"], n_tokens))
-        for tag, tied in (("untied", False), ("tied", True)):
-            run_path, run, cfg, weights = make_run(tmp, tag, tied, shard)
+        # Llama 3.1/3.2's llama3 RoPE scaling with a separate head_dim (32, not 64 / 4),
+        # the wavelengths chosen so that every regime occurs (kept, blended, divided);
+        # and linear scaling on a tied model.
+        llama3 = {"head_dim": 32, "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                   "high_freq_factor": 8.0, "original_max_position_embeddings": 64}}
+        linear = {"rope_scaling": {"type": "linear", "factor": 2.0}}
+        for tag, tied, extra in (("untied", False, None), ("tied", True, None), ("llama3_hd32", False, llama3),
+                                 ("linear_tied", True, linear)):
+            run_path, run, cfg, weights = make_run(tmp, tag, tied, shard, extra)
             gradient_check(tag, run_path, run, cfg, weights, tmp)
             training_check(tag, run_path, run, cfg, weights, tmp)
     for line in summary:

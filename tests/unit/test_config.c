@@ -162,6 +162,71 @@ static void test_overrides(void) {
           "override string, with a space and empty after '='");
 }
 
+// meta-llama/Llama-3.2-1B's config.json as published: llama3 RoPE scaling, a head_dim
+// equal to hidden / heads, tied embeddings, bos/eos ids.
+static void test_llama32_config(void) {
+    write_hf("{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,\n"
+             " \"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 64, \"hidden_act\": \"silu\",\n"
+             " \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 8192,\n"
+             " \"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\",\n"
+             " \"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8,\n"
+             " \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0,\n"
+             " \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192,\n"
+             " \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": true,\n"
+             " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true,\n"
+             " \"vocab_size\": 128256}");
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    const ModelConfig *m = &c.model;
+    CHECK(m->rope_type == ROPE_LLAMA3 && m->rope_factor == 32 && m->rope_low_freq_factor == 1 &&
+              m->rope_high_freq_factor == 4 && m->rope_original_max_position_embeddings == 8192 &&
+              m->rope_theta == 500000,
+          "Llama-3.2-1B config.json: llama3 rope_scaling read (factor %g, low %g, high %g, L %d)", m->rope_factor,
+          m->rope_low_freq_factor, m->rope_high_freq_factor, m->rope_original_max_position_embeddings);
+    CHECK(model_head_dim(m) == 64 && m->head_dim == 0 && m->tie_word_embeddings && m->num_key_value_heads == 8,
+          "Llama-3.2-1B config.json: head_dim 64 (= 2048 / 32, kept as derived), tied, 8 kv heads");
+    // A separate head dim (hidden / heads = 32, head_dim 48) is kept as given.
+    write_hf("{\"hidden_size\": 128, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 48}");
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(model_head_dim(&c.model) == 48, "config.json head_dim 48 with hidden 128 / 4 heads: hd %d",
+          model_head_dim(&c.model));
+    // Written back (a checkpoint's config.json) and read again: the same model.
+    char dir[64] = "/tmp/femtotron_hfXXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    Config d;
+    config_defaults(&d);
+    config_set(&d, "model.rope_type", "llama3");
+    config_set(&d, "model.rope_factor", "8");
+    config_set(&d, "model.rope_original_max_position_embeddings", "2048");
+    config_set(&d, "model.head_dim", "48");
+    config_write_hf_json(&d.model, path);
+    config_defaults(&c);
+    config_set(&c, "model.from", dir);
+    CHECK(c.model.rope_type == ROPE_LLAMA3 && c.model.rope_factor == 8 &&
+              c.model.rope_original_max_position_embeddings == 2048 && c.model.head_dim == 48,
+          "llama3 RoPE and head_dim 48 written to config.json and read back");
+    config_set(&d, "model.rope_type", "linear");
+    config_write_hf_json(&d.model, path);
+    FILE *f = fopen(path, "r");
+    char buf[4096] = {0};
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(n > 0 && strstr(buf, "\"type\":\t\"linear\"") && strstr(buf, "\"factor\":\t8.0"),
+          "linear RoPE written as {\"type\": \"linear\", \"factor\": 8} (every transformers reads it)");
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_precedence(void) {
     // The HF file: every key differs from our defaults; kv heads absent, so
     // transformers' rule (kv = heads) applies; harmless extras are ignored.
@@ -373,10 +438,22 @@ static void test_errors(void) {
     expect_fail("HF attention_bias", (Case){.json = json}, "attention_bias = true");
     write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"mlp_bias\": true}");
     expect_fail("HF mlp_bias", (Case){.json = json}, "mlp_bias = true");
+    write_hf("{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}");
+    expect_fail("HF rope_scaling yarn", (Case){.json = json}, "rope_scaling of type \"yarn\" is not supported|llama3");
+    write_hf("{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}");
+    expect_fail("HF rope_scaling dynamic (old spelling)", (Case){.json = json}, "type \"dynamic\" is not supported");
     write_hf("{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}");
-    expect_fail("HF rope_scaling", (Case){.json = json}, "rope_scaling|llama3|not supported");
-    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 32}");
-    expect_fail("HF head_dim", (Case){.json = json}, "head_dim = 32|64 / 4");
+    expect_fail("HF rope_scaling llama3 incomplete", (Case){.json = json}, "\"llama3\" needs a number \"low_freq_factor\"");
+    write_hf("{\"rope_scaling\": {\"factor\": 8.0}}");
+    expect_fail("HF rope_scaling default with a factor", (Case){.json = json}, "\"default\" with a factor");
+    write_hf("{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, "
+             "\"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192}}");
+    expect_fail("HF rope_scaling llama3 high <= low", (Case){.json = json, .world = 1}, "rope_high_freq_factor = 1|rope_low_freq_factor = 4");
+    write_hf("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 33}");
+    expect_fail("HF head_dim odd", (Case){.json = json, .world = 1}, "head dim = 33|model.head_dim|odd");
+    expect_fail("linear RoPE factor < 1", (Case){.args = "--model.rope_type linear --model.rope_factor 0.5", .world = 1},
+                "model.rope_factor = 0.5|at least 1");
+    expect_fail("unknown RoPE type", (Case){.args = "--model.rope_type ntk"}, "model.rope_type|ntk");
     write_hf("{\"model_type\": \"mistral\"}");
     expect_fail("HF model_type", (Case){.json = json}, "model_type = \"mistral\"");
     write_hf("{\"hidden_size\": 64.5}");
@@ -455,6 +532,7 @@ int main(void) {
     test_load_json();
     test_overrides();
     test_precedence();
+    test_llama32_config();
     test_batch();
     test_round_trip();
     test_enums();

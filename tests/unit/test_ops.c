@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 #include "run_child.h"
 
@@ -31,6 +32,14 @@
 #define TOL_BWD 1e-5  // float kernel backward vs double central differences
 
 // ---------------------------------------------------------------- helpers ----
+
+// Plain RoPE tables of base theta (model/rope.h gives the frequencies).
+static void rope_tables_theta(float *cs, float *sn, int S, int hd, double theta, int pos0) {
+    double freq[256];  // (hd/2)
+    if (hd / 2 > 256) abort();
+    rope_plain_frequencies(hd, theta, freq);
+    rope_tables(cs, sn, S, hd, freq, pos0);
+}
 
 // splitmix64: a tiny seeded generator, so every run sees the same inputs.
 static uint64_t rng_state;
@@ -459,11 +468,63 @@ static void tables_err(const float *cs, const float *sn, int S, int hd, double t
         }
 }
 
+// Meta's apply_scaling (llama-models, Llama 3.1), transliterated: the reference
+// for model/rope.c's llama3 frequencies.
+static double meta_apply_scaling(double freq, double scale_factor, double low_freq_factor,
+                                 double high_freq_factor, double old_context_len) {
+    const double low_freq_wavelen = old_context_len / low_freq_factor;
+    const double high_freq_wavelen = old_context_len / high_freq_factor;
+    const double wavelen = 2 * 3.14159265358979323846 / freq;
+    if (wavelen < high_freq_wavelen) return freq;
+    if (wavelen > low_freq_wavelen) return freq / scale_factor;
+    const double smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    return (1 - smooth) * freq / scale_factor + smooth * freq;
+}
+
+static void test_rope_frequencies(void) {
+    // Llama 3.1's values: hd 128, theta 5e5, factor 8, low 1, high 4, L 8192.
+    ModelConfig mc;
+    memset(&mc, 0, sizeof mc);
+    mc.rope_theta = 500000.0;
+    mc.rope_type = ROPE_LLAMA3;
+    mc.rope_factor = 8.0;
+    mc.rope_low_freq_factor = 1.0;
+    mc.rope_high_freq_factor = 4.0;
+    mc.rope_original_max_position_embeddings = 8192;
+    double f[64], plain[64];
+    rope_frequencies(&mc, 128, f);
+    rope_plain_frequencies(128, 500000.0, plain);
+    int kept = 0, scaled = 0, blended = 0;
+    double worst = 0;
+    for (int i = 0; i < 64; i++) {
+        double want = meta_apply_scaling(1.0 / pow(500000.0, 2.0 * i / 128), 8, 1, 4, 8192);
+        worst = fmax(worst, fabs(f[i] - want) / want);
+        if (f[i] == plain[i]) kept++;
+        else if (f[i] == plain[i] / 8) scaled++;
+        else if (f[i] < plain[i] && f[i] > plain[i] / 8) blended++;
+    }
+    CHECK(worst < 1e-14, "llama3 RoPE frequencies = Meta's apply_scaling (worst rel %.1e)", worst);
+    // Wavelength 2 pi 5e5^(i/64) < 2048 for i <= 28, > 8192 for i >= 35: 29 kept, 6 blended, 29 scaled.
+    CHECK(kept == 29 && blended == 6 && scaled == 29, "llama3 RoPE: %d kept, %d blended, %d divided by 8 (29/6/29)",
+          kept, blended, scaled);
+    mc.rope_type = ROPE_LINEAR;
+    mc.rope_factor = 4.0;
+    rope_frequencies(&mc, 128, f);
+    int exact = 1;
+    for (int i = 0; i < 64; i++) exact &= f[i] == plain[i] / 4;
+    CHECK(exact, "linear RoPE frequencies = plain / factor (positions divided by 4)");
+    mc.rope_type = ROPE_DEFAULT;
+    rope_frequencies(&mc, 128, f);
+    exact = 1;
+    for (int i = 0; i < 64; i++) exact &= f[i] == plain[i];
+    CHECK(exact, "default RoPE frequencies = theta^(-2i/hd)");
+}
+
 static void test_rope(void) {
     int B = 2, S = 5, H = 4, KV = 2, hd = 8, half = hd / 2, pos0 = 3;
     double theta = 10000.0;
     float *cs = fnew((size_t)S * half), *sn = fnew((size_t)S * half);
-    rope_tables(cs, sn, S, hd, theta, pos0);
+    rope_tables_theta(cs, sn, S, hd, theta, pos0);
     double ec, es;
     tables_err(cs, sn, S, hd, theta, pos0, &ec, &es);
     CHECK(ec < 2e-6, "rope_tables cos = cos(p theta^(-2i/hd)), pos0=%d (max abs err %.2e)", pos0, ec);
@@ -473,7 +534,7 @@ static void test_rope(void) {
         // p * inv_freq would be off by ~1e-4 rad here and fail this bound
         int S2 = 3, hd2 = 64, p2 = 4000;
         float *c2 = fnew((size_t)S2 * hd2 / 2), *s2 = fnew((size_t)S2 * hd2 / 2);
-        rope_tables(c2, s2, S2, hd2, 500000.0, p2);
+        rope_tables_theta(c2, s2, S2, hd2, 500000.0, p2);
         tables_err(c2, s2, S2, hd2, 500000.0, p2, &ec, &es);
         CHECK(ec < 1e-5 && es < 1e-5, "rope_tables hd=64 theta=5e5 pos0=%d (max abs err %.2e, %.2e)", p2, ec, es);
     }
@@ -724,7 +785,7 @@ static void test_attention(void) {
     float *x = fnew(nq), *R = fnew(no), *cs = fnew((size_t)S * half), *sn = fnew((size_t)S * half);
     fill(x, nq, -2, 2);
     fill(R, no, -1, 1);
-    rope_tables(cs, sn, S, hd, 100.0, 2);
+    rope_tables_theta(cs, sn, S, hd, 100.0, 2);
     float *q = fcopy(x, nq), *out = fnew(no), *lse = fnew(nr), *m = fnew(nr), *l = fnew(nr), *dq = fnew(nq);
     float *scr = fnew(attention_scratch_floats());
     rope_forward(q, cs, sn, B, S, H, KV, hd);
@@ -1028,6 +1089,7 @@ int main(void) {
     test_rmsnorm();
     test_residual();
     test_rope();
+    test_rope_frequencies();
     test_attention();
     test_swiglu();
     test_cross_entropy();

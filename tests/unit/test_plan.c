@@ -196,7 +196,7 @@ static void test_split_memo(void) {
                     int got[16], again[16], want[16];
                     plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
                     plan_split(&p, &l, again);  // a hit
-                    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, pm->D / pm->H, pm->ffn_mats, pm->F, p.seq);
+                    double layer = pp_layer_cost(pm->D, pm->H, pm->KV, plan_head_dim(pm), pm->ffn_mats, pm->F, p.seq);
                     pp_balanced_split(pm->L, layer, pm->D, pm->V, pp * v, want);
                     const size_t n = sizeof(int) * (size_t)(pp * v);
                     bad += memcmp(got, want, n) != 0 || memcmp(again, want, n) != 0;
