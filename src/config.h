@@ -29,15 +29,21 @@ typedef enum { PP_AFAB, PP_1F1B, PP_INTERLEAVED } PpSchedule;
 typedef enum { ORDER_DP_PP_CP_TP, ORDER_PP_DP_CP_TP } RankOrder;
 // model.rope_type: plain RoPE or a context-extension scaling (model/rope.h).
 typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
+// training.lr_schedule and training.decay_shape (train/schedule.h).
+typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
+typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_1_SQRT } DecayShape;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", NULL
 extern const char *const RANK_ORDER_NAMES[];   // "dp-pp-cp-tp", "pp-dp-cp-tp", NULL
 extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3", NULL
+extern const char *const LR_SCHEDULE_NAMES[];  // "cosine", "linear", "constant", "wsd", NULL
+extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
 const char *rope_type_name(RopeType t);
+const char *lr_schedule_name(LrSchedule s);
 // Index of `name` in a NULL-terminated table of spellings, or -1.
 int config_name_index(const char *const *names, const char *name);
 
@@ -81,7 +87,12 @@ typedef struct {
     int grad_acc_steps;    // micro-batches per optimizer step (0 = derive)
     int global_batch_size; // G: sequences per optimizer step (0 = derive)
     double lr, min_lr;
+    double init_lr;        // where the warmup starts
     int warmup_steps;
+    LrSchedule lr_schedule;  // after warmup: cosine, linear, constant or wsd (train/schedule.h)
+    int decay_steps;         // wsd: steps of the final decay (0: decay_fraction of steps)
+    double decay_fraction;   // wsd: the final decay as a fraction of training.steps
+    DecayShape decay_shape;  // wsd: linear, cosine or 1-sqrt
     double weight_decay, beta1, beta2, eps;
     double grad_clip;      // max global gradient L2 norm; 0 disables clipping
     int threads;           // threads per rank (0 = cores / ranks on the node)

@@ -32,14 +32,18 @@ const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
 const char *const PP_SCHEDULE_NAMES[] = {"afab", "1f1b", "interleaved", NULL};
 const char *const RANK_ORDER_NAMES[] = {"dp-pp-cp-tp", "pp-dp-cp-tp", NULL};
 const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
+const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};
+const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
-                   sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int),
+                   sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
+                   sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *pp_schedule_name(PpSchedule s) { return PP_SCHEDULE_NAMES[s]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 const char *rope_type_name(RopeType t) { return ROPE_TYPE_NAMES[t]; }
+const char *lr_schedule_name(LrSchedule s) { return LR_SCHEDULE_NAMES[s]; }
 
 int model_head_dim(const ModelConfig *m) {
     if (m->head_dim > 0) return m->head_dim;
@@ -99,7 +103,14 @@ const KeyDef CFG_KEYS[] = {
          "sequences per optimizer step (0 = grad_acc_steps * micro_batch_size * dp)"),
     KEY(training, lr, KT_DOUBLE, "3e-4", "peak learning rate (after warmup)"),
     KEY(training, min_lr, KT_DOUBLE, "3e-5", "lowest learning rate, reached at the end of the decay"),
-    KEY(training, warmup_steps, KT_INT, "10", "steps of linear warmup"),
+    KEY(training, warmup_steps, KT_INT, "10", "steps of linear warmup, from init_lr to lr"),
+    KEY(training, init_lr, KT_DOUBLE, "0", "learning rate the warmup starts from"),
+    EKEY(training, lr_schedule, LR_SCHEDULE_NAMES, "cosine",
+         "after warmup: cosine or linear decay to min_lr at the last step, constant at lr, or wsd "
+         "(warmup-stable-decay: lr until the final decay_steps, then decay_shape to min_lr)"),
+    KEY(training, decay_steps, KT_INT, "0", "wsd: steps of the final decay (0 = decay_fraction of steps)"),
+    KEY(training, decay_fraction, KT_DOUBLE, "0.2", "wsd: the final decay as a fraction of training.steps"),
+    EKEY(training, decay_shape, DECAY_SHAPE_NAMES, "linear", "wsd: shape of the decay: linear, cosine or 1-sqrt"),
     KEY(training, weight_decay, KT_DOUBLE, "0.1", "AdamW decoupled weight decay (matrices only)"),
     KEY(training, beta1, KT_DOUBLE, "0.9", "AdamW first-moment decay"),
     KEY(training, beta2, KT_DOUBLE, "0.95", "AdamW second-moment decay"),

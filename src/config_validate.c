@@ -69,6 +69,24 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
     need_nonnegative("training.min_lr", t->min_lr);
     if (t->min_lr > t->lr) die("training.min_lr = %g exceeds training.lr = %g", t->min_lr, t->lr);
     need_int_min("training.warmup_steps", t->warmup_steps, 0);
+    need_nonnegative("training.init_lr", t->init_lr);
+    if (t->init_lr > t->lr) die("training.init_lr = %g exceeds training.lr = %g", t->init_lr, t->lr);
+    need_int_min("training.decay_steps", t->decay_steps, 0);
+    if (!(t->decay_fraction > 0 && t->decay_fraction <= 1))
+        die("training.decay_fraction = %g: must be in (0, 1]", t->decay_fraction);
+    if (t->lr_schedule != LR_WSD && (t->decay_steps > 0 || t->decay_shape != DECAY_LINEAR))
+        die("training.decay_steps / training.decay_shape shape the final decay of lr_schedule \"wsd\"; "
+            "training.lr_schedule is \"%s\"", lr_schedule_name(t->lr_schedule));
+    if (t->lr_schedule == LR_WSD) {
+        int D = t->decay_steps > 0 ? t->decay_steps : (int)(t->decay_fraction * t->steps + 0.5);
+        if (D < 1)
+            die("training.lr_schedule \"wsd\": the decay has 0 steps (training.decay_fraction = %g of "
+                "training.steps = %d); raise decay_fraction or give training.decay_steps",
+                t->decay_fraction, t->steps);
+        if (D > t->steps - t->warmup_steps)
+            die("training.lr_schedule \"wsd\": %d decay steps do not fit after %d warmup steps in "
+                "training.steps = %d", D, t->warmup_steps, t->steps);
+    }
     need_nonnegative("training.weight_decay", t->weight_decay);
     if (!(t->beta1 >= 0 && t->beta1 < 1)) die("training.beta1 = %g: must be in [0, 1)", t->beta1);
     if (!(t->beta2 >= 0 && t->beta2 < 1)) die("training.beta2 = %g: must be in [0, 1)", t->beta2);

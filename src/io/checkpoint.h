@@ -135,6 +135,11 @@ void checkpoint_save_pieces(const char *dir, const Config *cfg, const LlamaModel
 void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
                             CkptPiece *pieces, int n_pieces, TrainerState *st);
 
+// The run configuration a checkpoint was written with (trainer_state.json's "config"),
+// over the defaults; model.from is dropped (its directory may be gone), so the
+// model keys are those the run trained with. For comparing a resumed run's keys.
+void checkpoint_read_config(const char *ckpt_dir, Config *out);
+
 // Fill CKPT_PARAMS pieces from a Hugging Face directory (same rules as load_hf_weights).
 void load_hf_weights_pieces(const char *dir, const LlamaModel *model, CkptPiece *pieces,
                             int n_pieces);

@@ -78,3 +78,21 @@ void ckpt_read_trainer_state(const char *path, TrainerState *st) {
     cJSON_Delete(root);
     free(text);
 }
+
+void checkpoint_read_config(const char *ckpt_dir, Config *out) {
+    char path[CFG_PATH_MAX + 64];
+    ckpt_path_join(path, ckpt_dir, "trainer_state.json");
+    char *text = read_text_file(path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *cfg = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+    if (!cJSON_IsObject(cfg)) die("%s: no \"config\" object", path);
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(cfg, "model");
+    if (cJSON_IsObject(model)) cJSON_DeleteItemFromObjectCaseSensitive(model, "from");
+    char *cfg_text = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(root);
+    if (!cfg_text) die("out of memory reading %s", path);
+    config_defaults(out);
+    config_load_json(out, cfg_text, path);
+    free(cfg_text);
+}

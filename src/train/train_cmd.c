@@ -18,6 +18,7 @@
 #include "ops/ops.h"
 #include "plan/plan_auto.h"
 #include "train/preempt.h"
+#include "train/schedule.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 #include "util.h"
@@ -72,6 +73,9 @@ static void setup_checkpoints(Trainer *t) {
     if (cc->resume && have) {
         trainer_load(t, latest);
         if (comm_world_rank() == 0) printf("resumed from %s (step %d)\n", latest, t->state.step);
+        Config was;  // the run configuration the checkpoint was written with
+        checkpoint_read_config(latest, &was);
+        lr_check_resume(&was.training, &t->cfg.training, t->state.step);
         uint64_t expect = (uint64_t)t->state.step * (uint64_t)t->cfg.training.global_batch_size;
         if (t->state.consumed_sequences != expect)
             die("checkpoint %s: consumed %llu sequences in %d steps, but training.global_batch_size "

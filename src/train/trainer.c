@@ -97,7 +97,7 @@ StepResult trainer_step(Trainer *t) {
     r.step = t->state.step + 1;
     r.loss = trainer_compute_grads(t, t->state.step);
     r.grad_norm = dp_grad_norm(&t->rank.dp);
-    r.lr = lr_at_step(r.step, tc->steps, tc->warmup_steps, tc->lr, tc->min_lr);
+    r.lr = lr_at_step(tc, r.step);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         // Never let a NaN/inf into the weights or the moments. Every rank sees the
         // same reduced loss and norm, so every rank skips together.

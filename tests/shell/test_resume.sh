@@ -64,4 +64,41 @@ if cmp -s "$tmp/ck_full/step_$(printf %07d $((2 * N)))/optimizer.safetensors" \
 else
     failed "final optimizer state differs"
 fi
+
+# The schedule of steps already taken never changes on resume: raising training.steps
+# of a cosine run is refused (the cosine would be re-stretched under the completed
+# steps); a wsd run still in its stable phase is extended, its decay moving to the
+# new end.
+small=(--data.train "$tmp/data/train_*.bin" --training.seq_length 32 --training.micro_batch_size 2
+       --training.global_batch_size 2 --model.hidden_size 32 --model.intermediate_size 64
+       --model.num_hidden_layers 1 --training.threads 1 --training.peak_flops 1e10
+       --training.warmup_steps 2 --training.lr 1e-3 --training.min_lr 1e-4 --checkpoint.every 6)
+./femtotron train "${small[@]}" --training.steps 12 --checkpoint.dir "$tmp/ck_cos" >"$tmp/cos.log" 2>&1
+./femtotron train "${small[@]}" --training.steps 24 --checkpoint.dir "$tmp/ck_cos" --checkpoint.resume true \
+    >"$tmp/cos2.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "resuming at step 12: the learning-rate schedule now gives step 3" "$tmp/cos2.log"; then
+    pass "cosine run resumed with training.steps 12 -> 24: refused ($(grep -o 'resuming at step 12[^(]*' "$tmp/cos2.log"))"
+else
+    failed "cosine steps change on resume: exit $rc: $(tail -c 300 "$tmp/cos2.log")"
+fi
+wsd=(--training.lr_schedule wsd --training.decay_steps 4 --training.decay_shape 1-sqrt)
+./femtotron train "${small[@]}" "${wsd[@]}" --training.steps 12 --checkpoint.dir "$tmp/ck_wsd" \
+    --logging.metrics "$tmp/wsd12.jsonl" >"$tmp/wsd.log" 2>&1
+# Kill-free stop at step 6: a copy holding only step 6 is resumed with 20 steps.
+mkdir -p "$tmp/ck_wsd6" && cp -r "$tmp/ck_wsd/step_0000006" "$tmp/ck_wsd6/"
+./femtotron train "${small[@]}" "${wsd[@]}" --training.steps 20 --checkpoint.dir "$tmp/ck_wsd6" \
+    --checkpoint.resume true --logging.metrics "$tmp/wsd20.jsonl" >"$tmp/wsd2.log" 2>&1
+rc=$?
+lrs=$(/usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(' '.join('%d:%.6g' % (r['step'], r['lr']) for r in rows if r['step'] in (7, 16, 17, 18, 20)))" "$tmp/wsd20.jsonl" 2>/dev/null)
+# Steps 7..16 stable at 1e-3, then 1-sqrt over 17..20: 1e-4 + 9e-4 (1 - sqrt(q)), q = 1/4, 2/4, .., 1.
+want="7:0.001 16:0.001 17:0.00055 18:0.000363604 20:0.0001"
+if [ $rc -eq 0 ] && [ "$lrs" = "$want" ]; then
+    pass "wsd run resumed in its stable phase with training.steps 12 -> 20: decay moved to 17..20 ($lrs)"
+else
+    failed "wsd extension: exit $rc, lr $lrs (want $want): $(tail -c 300 "$tmp/wsd2.log")"
+fi
 exit $fail
