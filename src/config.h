@@ -122,6 +122,8 @@ typedef struct {
     int every;               // save every N steps (0 = only at the end)
     bool resume;             // continue from the newest checkpoint in DIR
     bool async;              // write checkpoints from a snapshot in a background thread
+    int keep;                // keep the newest N checkpoints (0 = all)
+    int keep_every;          // ... and every checkpoint whose step is a multiple of this (0 = none)
 } CheckpointConfig;
 
 typedef struct {

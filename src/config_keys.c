@@ -155,6 +155,10 @@ const KeyDef CFG_KEYS[] = {
     KEY(checkpoint, resume, KT_BOOL, "false", "continue from the newest checkpoint in DIR"),
     KEY(checkpoint, async, KT_BOOL, "false",
         "snapshot the state and write checkpoints in a background thread while training goes on"),
+    KEY(checkpoint, keep, KT_INT, "0",
+        "keep the newest N checkpoints, deleting older ones after each save (0 = keep all)"),
+    KEY(checkpoint, keep_every, KT_INT, "0",
+        "with keep: also keep every checkpoint whose step is a multiple of this (0 = none)"),
 
     KEY(logging, metrics, KT_STRING, "", "JSON-lines metrics file (\"\" = none)"),
     KEY(logging, every, KT_INT, "1", "print and log every N steps"),

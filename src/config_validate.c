@@ -204,6 +204,14 @@ void config_validate(Config *c, int world_size) {
     if (!c->data.train[0])
         die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
     need_int_min("checkpoint.every", c->checkpoint.every, 0);
+    need_int_min("checkpoint.keep", c->checkpoint.keep, 0);
+    need_int_min("checkpoint.keep_every", c->checkpoint.keep_every, 0);
+    if (c->checkpoint.keep_every > 0 && c->checkpoint.keep == 0)
+        die("checkpoint.keep_every = %d needs checkpoint.keep (with keep = 0 every checkpoint is kept)",
+            c->checkpoint.keep_every);
+    if ((c->checkpoint.keep > 0 || c->checkpoint.every > 0) && !c->checkpoint.dir[0])
+        die("checkpoint.%s is set but checkpoint.dir is not: give the directory to save into",
+            c->checkpoint.keep > 0 ? "keep" : "every");
     if (c->checkpoint.resume && !c->checkpoint.dir[0])
         die("checkpoint.resume = true but checkpoint.dir is not set: give the directory to resume from");
     need_int_min("logging.every", c->logging.every, 1);

@@ -41,6 +41,11 @@ void checkpoint_save(const char *dir, const Config *cfg, const LlamaModel *model
 // femtotron's checkpoint (model.safetensors and trainer_state.json) is fatal.
 int checkpoint_latest(const char *dir, char *out, size_t out_size);
 
+// checkpoint.keep: delete all but the newest `keep` checkpoints of DIR, sparing those
+// whose step is a multiple of keep_every (> 0) and the newest one of a good step
+// (checkpoint_newest_finite). keep 0 keeps everything. Rank 0, after publishing.
+void checkpoint_prune(const char *dir, int keep, int keep_every);
+
 // The newest checkpoint in DIR whose step was not skipped (recorded loss finite), or 0.
 int checkpoint_newest_finite(const char *dir, char *out, size_t out_size);
 

@@ -149,6 +149,7 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
         die_errno("cannot rename %s to %s", sp->tmp_dir, sp->final_dir);
     fsync_path(dir);  // published
     ckpt_point_latest(dir, sp->step_name);
+    checkpoint_prune(dir, cfg->checkpoint.keep, cfg->checkpoint.keep_every);
 }
 
 // `latest` -> step_NNNNNNN, replaced atomically (a new link renamed over it).
@@ -265,16 +266,42 @@ int checkpoint_newest_finite(const char *dir, char *out, size_t out_size) {
     return found;
 }
 
+void checkpoint_prune(const char *dir, int keep, int keep_every) {
+    if (keep <= 0) return;
+    char finite[CKPT_PATH_MAX] = "";
+    if (!checkpoint_newest_finite(dir, finite, sizeof finite)) finite[0] = '\0';
+    StepDir *steps;
+    int n = list_steps(dir, &steps);
+    for (int i = keep; i < n; i++) {  // steps[] is newest first
+        char path[CKPT_PATH_MAX], doomed[CKPT_PATH_MAX];
+        ckpt_path_join(path, dir, steps[i].name);
+        if (keep_every > 0 && steps[i].step % keep_every == 0) continue;
+        if (strcmp(path, finite) == 0) continue;  // what max_bad_steps would tell the user to resume from
+        // Renamed first (atomic), then removed: a kill half-way leaves a .old_step_*
+        // directory that checkpoint_prepare_dir removes, never a half step_*.
+        char old_name[40];
+        snprintf(old_name, sizeof old_name, ".old_%s", steps[i].name);
+        ckpt_path_join(doomed, dir, old_name);
+        if (rename(path, doomed) != 0) die_errno("checkpoint.keep: cannot rename %s to %s", path, doomed);
+        remove_tree(doomed);
+    }
+    if (n > keep) fsync_path(dir);
+    free(steps);
+}
+
 void checkpoint_prepare_dir(const char *dir) {
     check_writable_dir(dir, "checkpoint.dir");
     DIR *d = opendir(dir);
     if (!d) die_errno("cannot list checkpoint directory %s", dir);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, ".tmp_step_", 10) != 0 && strcmp(e->d_name, "latest.tmp") != 0) continue;
+        const int pruning = strncmp(e->d_name, ".old_step_", 10) == 0;
+        if (strncmp(e->d_name, ".tmp_step_", 10) != 0 && strcmp(e->d_name, "latest.tmp") != 0 && !pruning)
+            continue;
         char path[CKPT_PATH_MAX];
         ckpt_path_join(path, dir, e->d_name);
-        printf("checkpoint.dir: removing %s, left by an interrupted save\n", path);
+        printf("checkpoint.dir: removing %s, left by an interrupted %s\n", path,
+               pruning ? "deletion (checkpoint.keep)" : "save");
         remove_tree(path);
     }
     closedir(d);

@@ -101,4 +101,17 @@ if [ $rc -eq 0 ] && [ "$lrs" = "$want" ]; then
 else
     failed "wsd extension: exit $rc, lr $lrs (want $want): $(tail -c 300 "$tmp/wsd2.log")"
 fi
+
+# checkpoint.keep 2 with keep_every 4: of steps 1..9 (every 1), 8 and 9 are the
+# newest two and 4 is a multiple of 4; every other step directory is deleted after
+# the save that made it surplus; `latest` names the newest.
+./femtotron train "${small[@]}" --training.steps 9 --checkpoint.every 1 --checkpoint.keep 2 \
+    --checkpoint.keep_every 4 --checkpoint.dir "$tmp/ck_keep" >"$tmp/keep.log" 2>&1
+kept=$(cd "$tmp/ck_keep" && ls -d step_* 2>/dev/null | tr '\n' ' ')
+if [ "$kept" = "step_0000004 step_0000008 step_0000009 " ] && [ "$(readlink "$tmp/ck_keep/latest")" = step_0000009 ] &&
+    ! ls -a "$tmp/ck_keep" | grep -q '^\.old_'; then
+    pass "checkpoint.keep 2, keep_every 4 over 9 saves: kept $kept"
+else
+    failed "checkpoint.keep: kept '$kept', latest $(readlink "$tmp/ck_keep/latest"): $(tail -c 300 "$tmp/keep.log")"
+fi
 exit $fail

@@ -5,7 +5,8 @@
 # greedy continuation of a prompt equals femtotron generate's, token for token, and the
 # loss of a batch equals femtotron's within 1e-6 (ignoring the RoPE scaling is 1e-5 off): for
 # an untied model on one rank, and for a tied model with linear RoPE scaling
-# trained over two pipeline stages.
+# trained over two pipeline stages; the checkpoint is opened as CHECKPOINT_DIR/latest
+# (a link to the newest step), as a Hugging Face user would.
 set -u
 cd "$(dirname "$0")/../.."
 PY=build/tfenv/bin/python
@@ -36,11 +37,11 @@ variant() {
     # The loss of 4 sequences under the checkpoint's weights, as femtotron computes it
     # (dump_grads: the trainer's step-0 batch): far more sensitive than greedy tokens
     # to how positions are rotated.
-    build/tests/dump_grads --model.from "$tmp/ck_$name/step_0000002" --data.train "$tmp/data/train_*.bin" \
+    build/tests/dump_grads --model.from "$tmp/ck_$name/latest" --data.train "$tmp/data/train_*.bin" \
         --training.seq_length 64 --training.micro_batch_size 4 --training.global_batch_size 4 \
         --training.threads 1 --out "$tmp/grads_$name.safetensors" >"$tmp/loss_$name.txt" 2>&1 ||
         { echo "FAIL $name: dump_grads: $(tail -2 "$tmp/loss_$name.txt")"; return 1; }
-    $PY - "$tmp/ck_$name/step_0000002" "$tmp/gen_$name.txt" "$name" "$tmp/loss_$name.txt" "$tmp/data/train_*.bin" \
+    $PY - "$tmp/ck_$name/latest" "$tmp/gen_$name.txt" "$name" "$tmp/loss_$name.txt" "$tmp/data/train_*.bin" \
         >"$tmp/py_$name.txt" 2>&1 <<'PY'
 import sys, torch
 sys.path.insert(0, "tests/reference")
