@@ -195,8 +195,15 @@ void config_validate_layout(Config *c, int world_size);
 // Print the config reference (every key, type, default, meaning) for --help.
 void config_print_help(void);
 
-// Write the model section as a Hugging Face config.json (LlamaForCausalLM).
-void config_write_hf_json(const ModelConfig *m, const char *path);
+// Write the model section as a Hugging Face config.json (LlamaForCausalLM). Every
+// key of model.from's config.json this file does not write itself is kept as it
+// was there (bos/eos/pad ids, use_cache, ...); bos_id / eos_id (>= 0) fill
+// bos_token_id / eos_token_id where that source does not give them (-1: unknown).
+// torch_dtype says how the weights are stored ("float32").
+void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id);
+// generation_config.json beside it: model.from's own when it has one, else the
+// bos/eos ids of the config.json at config_path (when it names them).
+void config_write_generation_json(const ModelConfig *m, const char *config_path, const char *path);
 
 // Write the whole config as JSON text (for checkpoints' trainer state). Caller frees.
 char *config_to_json(const Config *c);

@@ -109,7 +109,40 @@ static void add_rope_scaling(cJSON *root, const ModelConfig *m) {
     cJSON_AddStringToObject(r, "rope_type", "llama3");
 }
 
-void config_write_hf_json(const ModelConfig *m, const char *path) {
+// Write a JSON document durably: the checkpoint code renames the directory holding
+// it into place and must never publish an empty file.
+static void write_json_durable(cJSON *root, const char *path) {
+    char *text = cJSON_Print(root);
+    if (!text) die("out of memory writing %s", path);
+    FILE *f = fopen(path, "w");
+    if (!f) die_errno("cannot create %s", path);
+    if (fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0) die_errno("cannot write %s", path);
+    if (fsync(fileno(f)) != 0) die_errno("cannot fsync %s", path);
+    if (fclose(f) != 0) die_errno("cannot close %s", path);
+    free(text);
+}
+
+// model.from's file NAME parsed, or NULL (no model.from, no such file, not JSON).
+static cJSON *source_json(const ModelConfig *m, const char *name) {
+    if (!m->from[0]) return NULL;
+    char path[CFG_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", m->from, name);
+    char *text = cfg_read_text_file(path);
+    if (!text) return NULL;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (root && !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+static void add_id_unless(cJSON *root, const char *key, int64_t id) {
+    if (id >= 0 && !cJSON_GetObjectItemCaseSensitive(root, key)) cJSON_AddNumberToObject(root, key, (double)id);
+}
+
+void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
@@ -126,16 +159,36 @@ void config_write_hf_json(const ModelConfig *m, const char *path) {
     cJSON_AddBoolToObject(root, "mlp_bias", false);
     add_rope_scaling(root, m);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
-    char *text = cJSON_Print(root);
+    // Keys of the source config this file does not own, kept as they were
+    // (rope_parameters and dtype are transformers 5's spellings of what rope_theta,
+    // rope_scaling and torch_dtype say above).
+    cJSON *src = source_json(m, "config.json");
+    for (const cJSON *k = src ? src->child : NULL; k; k = k->next)
+        if (k->string && !cJSON_GetObjectItemCaseSensitive(root, k->string) &&
+            strcmp(k->string, "rope_parameters") != 0 && strcmp(k->string, "dtype") != 0)
+            cJSON_AddItemToObject(root, k->string, cJSON_Duplicate(k, 1));
+    cJSON_Delete(src);
+    add_id_unless(root, "bos_token_id", bos_id);
+    add_id_unless(root, "eos_token_id", eos_id);
+    write_json_durable(root, path);
     cJSON_Delete(root);
-    if (!text) die("out of memory writing %s", path);
+}
 
-    // fsync before returning: the checkpoint code renames the directory holding
-    // this file into place and must never publish an empty config.json.
-    FILE *f = fopen(path, "w");
-    if (!f) die_errno("cannot create %s", path);
-    if (fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0) die_errno("cannot write %s", path);
-    if (fsync(fileno(f)) != 0) die_errno("cannot fsync %s", path);
-    if (fclose(f) != 0) die_errno("cannot close %s", path);
-    free(text);
+void config_write_generation_json(const ModelConfig *m, const char *config_path, const char *path) {
+    cJSON *root = source_json(m, "generation_config.json");
+    if (!root) {
+        root = cJSON_CreateObject();
+        cJSON_AddBoolToObject(root, "_from_model_config", true);
+        char *text = cfg_read_text_file(config_path);
+        cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        const char *keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, keys[i]) : NULL;
+            if (v && !cJSON_IsNull(v)) cJSON_AddItemToObject(root, keys[i], cJSON_Duplicate(v, 1));
+        }
+        cJSON_Delete(cfg);
+    }
+    write_json_durable(root, path);
+    cJSON_Delete(root);
 }

@@ -88,6 +88,8 @@ void pwrite_fully(int fd, const void *buf, size_t bytes, uint64_t off, const cha
 // A whole file as a NUL-terminated string (caller frees); fatal error naming `path`
 // when it cannot be read.
 char *read_text_file(const char *path);
+// Copy a file's bytes to `to` (created or replaced) and fsync it: dies naming the file.
+void copy_file_durable(const char *from, const char *to);
 
 // mkdir -p; fatal error naming `what` (e.g. "checkpoint.dir") and the directory.
 void make_dirs(const char *path, const char *what);

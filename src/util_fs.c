@@ -93,3 +93,17 @@ void check_writable_file(const char *path, const char *what) {
     if (stat(path, &st) == 0 && (S_ISDIR(st.st_mode) || access(path, W_OK) != 0))
         die("%s %s exists and cannot be written", what, path);
 }
+
+void copy_file_durable(const char *from, const char *to) {
+    int in = open(from, O_RDONLY);
+    if (in < 0) die_errno("cannot open %s", from);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0) die_errno("cannot create %s", to);
+    char buf[1 << 16];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0) write_fully(out, buf, (size_t)n, to);
+    if (n < 0) die_errno("cannot read %s", from);
+    if (fsync(out) != 0) die_errno("cannot fsync %s", to);
+    close(in);
+    if (close(out) != 0) die_errno("cannot close %s", to);
+}

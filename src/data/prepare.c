@@ -41,6 +41,7 @@
 
 #include "data/byte_tokenizer.h"
 #include "data/prepare_impl.h"
+#include "data/prepared.h"
 #include "data/shard_writer.h"
 #include "data/tokenizer.h"
 #include "util.h"
@@ -235,6 +236,8 @@ int prepare_main(int argc, char **argv) {
     prepare_flush_batch(&pp);
     shard_writer_finish(train);
     shard_writer_finish(val);
+    // What made these shards, and the tokenizer files, for the run's checkpoints.
+    prepared_write(out_dir, tok_path, vocab, eot, prepared_bos_id(tok, tok_path));
     prepare_progress(&pp, true);
     // Make the renames durable too.
     int dfd = open(out_dir, O_RDONLY);

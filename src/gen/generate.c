@@ -25,6 +25,10 @@
 #include "ops/ops.h"
 #include "util.h"
 
+// The largest vocabulary generate decodes as bytes without a tokenizer: the 257 ids
+// of the byte tokenizer, padded (for tensor parallelism, say) but not a BPE's.
+#define BYTE_VOCAB_MAX_MODEL 1024
+
 static const char *const usage_text =
     "usage: femtotron generate --model DIR --prompt TEXT [options]\n"
     "\n"
@@ -130,11 +134,18 @@ int generate_main(int argc, char **argv) {
     }
     if (!model_dir) die("generate: no --model directory given (see femtotron generate --help)");
 
-    // The tokenizer: --tokenizer, else the model directory's tokenizer.json, else bytes.
+    // A checkpoint.dir stands for its newest checkpoint.
+    char resolved[CFG_PATH_MAX];
+    if (!checkpoint_latest(model_dir, resolved, sizeof resolved)) {
+        if (snprintf(resolved, sizeof resolved, "%s", model_dir) >= (int)sizeof resolved)
+            die("generate: --model path is too long: %s", model_dir);
+    }
+    // The tokenizer: --tokenizer, else the checkpoint's own tokenizer.json (femtotron
+    // copies the one that made the training data), else bytes.
     char own_tok[CFG_PATH_MAX + 32];
     struct stat st;
     if (!tok_path) {
-        snprintf(own_tok, sizeof own_tok, "%s/tokenizer.json", model_dir);
+        snprintf(own_tok, sizeof own_tok, "%s/tokenizer.json", resolved);
         if (stat(own_tok, &st) == 0) tok_path = own_tok;
     }
     Tokenizer *tok = tok_path ? tokenizer_load(tok_path) : tokenizer_byte_level();
@@ -150,7 +161,7 @@ int generate_main(int argc, char **argv) {
 
     KVModel km;
     long want = (long)prompt_ids.n + max_new;
-    kv_model_load(&km, model_dir, want > 1 << 30 ? 1 << 30 : (int)want);
+    kv_model_load(&km, resolved, want > 1 << 30 ? 1 << 30 : (int)want);
     // One token's forward is about 2 flops per weight: below a few million weights
     // the threads' start-up and barriers cost more than they save.
     if (threads == 0) {
@@ -163,9 +174,14 @@ int generate_main(int argc, char **argv) {
         die("generate: the prompt is %zu tokens, more than the model's max_position_embeddings %d",
             prompt_ids.n, km.cfg.max_position_embeddings);
     uint32_t tv = tokenizer_vocab_size(tok);
-    if (tokenizer_is_byte_level(tok) && V < (int)tv)
-        die("generate: the model's vocab_size %d is smaller than the byte-level tokenizer's %u; "
-            "pass the model's --tokenizer", V, tv);
+    if (tokenizer_is_byte_level(tok) && (V < (int)tv || V > BYTE_VOCAB_MAX_MODEL))
+        die("generate: %s has no tokenizer.json and the model's vocab_size %d is not a byte-level "
+            "vocabulary (%u ids): its output would be bytes of the wrong ids. Pass the tokenizer the "
+            "model was trained with (--tokenizer FILE)", resolved, V, tv);
+    if (!tokenizer_is_byte_level(tok) && ((int64_t)tv > V || (double)tv < 0.9 * V))
+        die("generate: %s has %u ids but the model's vocab_size is %d: not this model's tokenizer "
+            "(a model's vocabulary may be padded a little past its tokenizer's, never below it)",
+            tokenizer_describe(tok), tv, V);
     for (size_t i = 0; i < prompt_ids.n; i++)
         if ((int64_t)prompt_ids.ids[i] >= V)
             die("generate: the tokenizer gives id %u, outside the model's vocab_size %d: wrong "

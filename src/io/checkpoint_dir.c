@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/prepared.h"
 #include "io/checkpoint_internal.h"
 #include "util.h"
 
@@ -132,11 +133,29 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
         close(fd);
         ckpt_manifest_add(&m, names[f], (uint64_t)sb.st_size, h);
     }
+    // A checkpoint stands alone: config.json (the source config's other keys kept,
+    // bos/eos from the data's tokenizer), generation_config.json and the tokenizer
+    // files that made the training data (data/prepared.h).
+    PreparedInfo data;
+    const int prepared = prepared_find(cfg->data.train, &data);
     ckpt_path_join(path, sp->tmp_dir, "config.json");
-    config_write_hf_json(&cfg->model, path);
-    fsync_path(path);
+    config_write_hf_json(&cfg->model, path, prepared ? data.bos_id : -1, prepared ? data.eot_id : -1);
     uint64_t bytes, h = ckpt_hash_file(path, &bytes);
     ckpt_manifest_add(&m, "config.json", bytes, h);
+    char gen[CKPT_PATH_MAX];
+    ckpt_path_join(gen, sp->tmp_dir, "generation_config.json");
+    config_write_generation_json(&cfg->model, path, gen);
+    h = ckpt_hash_file(gen, &bytes);
+    ckpt_manifest_add(&m, "generation_config.json", bytes, h);
+    for (int i = 0; prepared && !data.byte_level && i < PREPARED_TOKENIZER_FILES; i++) {
+        char from[CKPT_PATH_MAX];
+        ckpt_path_join(from, data.dir, PREPARED_TOKENIZER_FILE[i]);
+        if (!ckpt_is_file(from)) continue;
+        ckpt_path_join(path, sp->tmp_dir, PREPARED_TOKENIZER_FILE[i]);
+        copy_file_durable(from, path);
+        h = ckpt_hash_file(path, &bytes);
+        ckpt_manifest_add(&m, PREPARED_TOKENIZER_FILE[i], bytes, h);
+    }
     ckpt_path_join(path, sp->tmp_dir, "trainer_state.json");
     ckpt_write_trainer_state(path, cfg, st);
     h = ckpt_hash_file(path, &bytes);

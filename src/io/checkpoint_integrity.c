@@ -99,8 +99,10 @@ uint64_t ckpt_hash_file(const char *path, uint64_t *bytes) {
 // ---------------------------------------------------------------- the manifest
 
 // The files a checkpoint may hold, in the order the manifest lists them.
-static const char *const KNOWN_FILES[] = {"model.safetensors", "optimizer.safetensors",
-                                          "config.json", "trainer_state.json"};
+static const char *const KNOWN_FILES[] = {"model.safetensors",      "optimizer.safetensors",
+                                          "config.json",            "trainer_state.json",
+                                          "generation_config.json", "tokenizer.json",
+                                          "tokenizer_config.json",  "special_tokens_map.json"};
 #define N_KNOWN (int)(sizeof KNOWN_FILES / sizeof KNOWN_FILES[0])
 
 void ckpt_manifest_add(CkptManifest *m, const char *name, uint64_t bytes, uint64_t hash) {
@@ -264,7 +266,7 @@ int checkpoint_verify(const char *ckpt_dir) {
             ckpt_read_trainer_state(path, &ts);
             step = ts.step;
         } else {
-            continue;  // config.json carries no step
+            continue;  // the JSON files but trainer_state.json carry no step
         }
         if (step != m.step)
             VERIFY_FAIL("checkpoint %s: %s belongs to step %d, the checkpoint to step %d: files of "

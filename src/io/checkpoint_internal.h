@@ -120,7 +120,7 @@ uint64_t ckpt_hash_words(const void *bytes, size_t nbytes, uint64_t first_word);
 uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi);
 // A whole file; its size in *bytes.
 uint64_t ckpt_hash_file(const char *path, uint64_t *bytes);
-#define CKPT_MAX_FILES 4
+#define CKPT_MAX_FILES 8
 typedef struct {
     char name[32];
     uint64_t bytes, hash;

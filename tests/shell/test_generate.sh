@@ -121,7 +121,7 @@ check "a prompt longer than max_position_embeddings is fatal and says so" \
     bash -c "[ $? -ne 0 ] && grep -q 'more than the model.s max_position_embeddings 8' '$T/e2'"
 "$FEMTOTRON" generate --model "$T/small" --prompt "x" >/dev/null 2>"$T/e3"
 check "a model vocabulary smaller than the byte-level tokenizer's is fatal and says so" \
-    bash -c "[ $? -ne 0 ] && grep -q 'vocab_size 100 is smaller than the byte-level tokenizer' '$T/e3'"
+    bash -c "[ $? -ne 0 ] && grep -q 'vocab_size 100 is not a byte-level vocabulary (257 ids)' '$T/e3'"
 "$FEMTOTRON" generate --model "$T/bytes" --top-p 0 >/dev/null 2>"$T/e4"
 check "--top-p 0 is rejected" bash -c "[ $? -ne 0 ] && grep -q -- '--top-p needs a number' '$T/e4'"
 "$FEMTOTRON" generate --help >"$T/help" 2>&1
