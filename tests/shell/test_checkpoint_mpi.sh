@@ -56,8 +56,8 @@ for np in 1 3 4; do
             failed "$np ranks, $variant: files differ from the 1-rank reference:$bad"
         fi
         n=$(find "$out/$variant" -mindepth 1 | wc -l)
-        [ "$n" -eq 7 ] && pass "$np ranks, $variant: no temporaries left (step dir, 5 files, latest)" \
-                       || failed "$np ranks, $variant: $n entries under the checkpoint dir, expected 7"
+        [ "$n" -eq 8 ] && pass "$np ranks, $variant: no temporaries left (step dir, 6 files, latest)" \
+                       || failed "$np ranks, $variant: $n entries under the checkpoint dir, expected 8"
     done
 done
 

@@ -48,6 +48,7 @@ check_resume() {
     local name=$1 np=$2; shift 2
     local n=$((K + 10))
     "${MPI[@]}" -np "$np" "$FT" train "${common[@]}" --training.steps $n "$@" \
+        --checkpoint.dir "$tmp/${name}_ref_ck" \
         --logging.metrics "$tmp/${name}_ref.jsonl" >"$tmp/${name}_ref.log" 2>&1 ||
         { failed "$name: the uninterrupted run failed: $(tail -2 "$tmp/${name}_ref.log")"; return; }
     "${MPI[@]}" -np "$np" "$FT" train "${common[@]}" --training.steps $n "$@" --checkpoint.dir "$tmp/ck_$name" \

@@ -83,8 +83,8 @@ for i in $(seq 0 39); do printf 'document number %d\n%%\n' "$i"; done >"$T/forty
     --output "$T/out1" --val-fraction 0 >"$T/out1.stdout" 2>"$T/out1.stderr"
 rc=$?
 check "prepare exits 0 on plain, UTF-8 and .gz inputs" test $rc -eq 0
-check "one train shard named train_000000.bin, no val shard" \
-    bash -c "cd '$T/out1' && [ \"\$(ls)\" = train_000000.bin ]"
+check "one train shard named train_000000.bin, no val shard (and prepare.json)" \
+    bash -c "cd '$T/out1' && [ \"\$(ls | tr '\n' ' ')\" = 'prepare.json train_000000.bin ' ]"
 check "shard magic/version/size and tokens = bytes + documents" $PY -c "
 import sys; sys.path.insert(0, '$T'); from shard import *
 toks = read_shard('$T/out1/train_000000.bin')
@@ -156,7 +156,7 @@ check "existing shards are not overwritten without --force" \
 "$FEMTOTRON" prepare --input "$T/forty.txt" --split-on % --output "$T/out3" --force \
     >/dev/null 2>&1
 check "--force replaces every old shard (no stale train_000001.bin)" \
-    bash -c "cd '$T/out3' && [ \"\$(ls | tr '\n' ' ')\" = 'train_000000.bin val_000000.bin ' ]"
+    bash -c "cd '$T/out3' && [ \"\$(ls | tr '\n' ' ')\" = 'prepare.json train_000000.bin val_000000.bin ' ]"
 
 # --- 5: bad input --------------------------------------------------------------
 "$FEMTOTRON" prepare --input "$T/plain.txt" "$T/missing.txt" --output "$T/out5" \

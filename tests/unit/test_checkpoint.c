@@ -177,10 +177,10 @@ static void test_save_load(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/step_0000005", g_dir);
     CHECK(exists(p), "save creates DIR/step_0000005 under a missing parent path");
-    CHECK(count_entries(p) == 5, "step dir holds 5 files (got %d)", count_entries(p));
+    CHECK(count_entries(p) == 6, "step dir holds 6 files (got %d)", count_entries(p));
     const char *files[] = {"model.safetensors", "config.json", "optimizer.safetensors",
-                           "trainer_state.json", "manifest.json"};
-    for (int i = 0; i < 5; i++) {
+                           "trainer_state.json", "manifest.json", "generation_config.json"};
+    for (int i = 0; i < 6; i++) {
         snprintf(p, sizeof p, "%s/step_0000005/%s", g_dir, files[i]);
         CHECK(exists(p), "step dir has %s", files[i]);
     }
