@@ -9,7 +9,9 @@
 // in its --field (default "text"); blank lines are skipped. Documents never span
 // two files. Documents shorter than --min-bytes bytes (default 1, so empty chunks
 // between separators disappear) are skipped and not counted.
-// Every kept document becomes its tokens followed by the end-of-text token.
+// Every kept document becomes its tokens, with the tokenizer post-processor's special
+// tokens around them (Llama 3's <|begin_of_text|> first), then the end-of-text token;
+// prepare.json and the tokenizer files are written beside the shards (data/prepared.h).
 // Split: kept document k (from 0, across all inputs in the order given) goes to
 // val iff floor((k+1)*F) > floor(k*F) in double arithmetic, so val gets ~F of the
 // documents, spread evenly through the corpus, and any tool can recompute it.
@@ -52,7 +54,8 @@ static const char *const usage_text =
     "Turn text into llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin). The default\n"
     "tokenizer is byte-level (uint16; ids 0..255 are bytes, 256 is end-of-text;\n"
     "vocab_size 257); --tokenizer uses a Hugging Face tokenizer.json byte-level BPE\n"
-    "(GPT-2, SmolLM, Llama 3, ...). The end-of-text token follows every document.\n"
+    "(GPT-2, SmolLM, Llama 3, ...). A document is the tokenizer's encode(text) with its\n"
+    "post-processor's special tokens (Llama 3: <|begin_of_text|> first), then end-of-text.\n"
     "\n"
     "  --input FILE...       input files, in order; FILE.gz is decompressed with gzip\n"
     "  --output DIR          where train_NNNNNN.bin and val_NNNNNN.bin go (created)\n"

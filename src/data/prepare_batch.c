@@ -44,7 +44,7 @@ static void add_segment(Prepare *pp, size_t len, bool ends_doc) {
         if (!pp->seg) die("out of memory for %zu document segments", pp->seg_cap);
     }
     pp->seg[pp->n_seg++] = (Segment){.off = pp->doc_start, .len = len, .target = pp->doc_target,
-                                     .ends_doc = ends_doc};
+                                     .starts_doc = pp->doc_pieces++ == 0, .ends_doc = ends_doc};
     pp->doc_start += len;
     pp->doc_scan = 0;
 }
@@ -68,10 +68,16 @@ void prepare_flush_batch(Prepare *pp) {
         }
     }
     pp->encode_seconds += now_seconds() - t0;
+    // A document is written as tokenizers' encode(doc) with its special tokens (the
+    // post-processor's, e.g. Llama 3's <|begin_of_text|> first), then end-of-text.
+    int n_pre, n_post;
+    const uint32_t *pre = tokenizer_special_ids(pp->tok, 0, &n_pre), *post = tokenizer_special_ids(pp->tok, 1, &n_post);
     for (int i = 0; i < n; i++) {
         const Segment *s = &pp->seg[i];
         pp->encoded_bytes += s->len;
+        if (s->starts_doc && n_pre) shard_writer_put(s->target, pre, (size_t)n_pre);
         shard_writer_put(s->target, pp->ids[s->tid].ids + s->ids_off, s->ids_n);
+        if (s->ends_doc && n_post) shard_writer_put(s->target, post, (size_t)n_post);
         if (s->ends_doc) shard_writer_end_document(s->target, pp->eot);
     }
     pp->n_seg = 0;
@@ -125,5 +131,6 @@ void prepare_doc_end(Prepare *pp) {
     pp->doc_target = NULL;
     pp->doc_bytes = 0;
     pp->doc_scan = 0;
+    pp->doc_pieces = 0;
     if (pp->used >= pp->batch_bytes) prepare_flush_batch(pp);
 }

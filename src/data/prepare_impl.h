@@ -22,7 +22,8 @@
 typedef struct {
     size_t off, len;        // bytes in the batch arena
     ShardWriter *target;
-    bool ends_doc;          // the document's last piece: end-of-text follows
+    bool starts_doc;        // the document's first piece: the post-processor's prefix precedes
+    bool ends_doc;          // the document's last piece: its suffix and end-of-text follow
     int tid;                // thread that encoded it, and where its ids are
     size_t ids_off, ids_n;
 } Segment;
@@ -48,6 +49,7 @@ typedef struct {
     size_t n_seg, seg_cap;
     // the open document: its not yet segmented bytes are arena[doc_start, used)
     size_t doc_start, doc_bytes, doc_scan;
+    int doc_pieces;         // segments the open document has been cut into so far
     ShardWriter *doc_target;  // NULL until the document is known to be kept
     // encoding
     TokenizerState **states;  // (threads)

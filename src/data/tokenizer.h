@@ -67,6 +67,10 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
 void tokenizer_encode_with_specials(TokenizerState *st, const uint8_t *text, size_t n,
                                     TokenList *out);
 
+// The post-processor's tokens before (suffix 0) or after (suffix 1) a sequence,
+// e.g. Llama 3's <|begin_of_text|>: (*n) ids, NULL when there are none.
+const uint32_t *tokenizer_special_ids(const Tokenizer *t, int suffix, int *n);
+
 // Where a long text may be cut into parts that encode separately to the same ids
 // as the whole: the first position p in [from, n) after a "\n" that follows a
 // non-space and precedes a printable ASCII non-space, when this tokenizer's

@@ -338,3 +338,8 @@ void tokenizer_encode_with_specials(TokenizerState *st, const uint8_t *text, siz
     tokenizer_encode(st, text, n, out);
     for (int i = 0; i < t->n_suffix; i++) token_list_push(out, t->suffix_ids[i]);
 }
+
+const uint32_t *tokenizer_special_ids(const Tokenizer *t, int suffix, int *n) {
+    *n = suffix ? t->n_suffix : t->n_prefix;
+    return *n ? (suffix ? t->suffix_ids : t->prefix_ids) : NULL;
+}

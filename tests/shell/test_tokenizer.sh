@@ -121,12 +121,13 @@ def split_tokens(out_dir, split):
     return widths, toks
 
 def expected(tok_path, docs, eot_text, F):
-    """tokenizers' ids of each document + end-of-text, split by the val rule."""
+    """tokenizers' ids of each document as its post-processor makes them (Llama 3's
+    <|begin_of_text|> first) + end-of-text, split by the val rule."""
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tok_path)
     eot = tok.token_to_id(eot_text)
     train, val = [], []
-    for k, enc in enumerate(tok.encode_batch(docs, add_special_tokens=False)):
+    for k, enc in enumerate(tok.encode_batch(docs, add_special_tokens=True)):
         (val if math.floor((k + 1) * F) > math.floor(k * F) else train).extend(enc.ids + [eot])
     return train, val
 
@@ -156,7 +157,7 @@ gzip -c "$T/docs_body.jsonl" >"$T/docs_body.jsonl.gz"
 
 "$FEMTOTRON" prepare --tokenizer "$T/llama3.json" --input "$T/docs.jsonl" --output "$T/j2" \
     --val-fraction 0.1 --threads 2 >"$T/j2.out" 2>"$T/j2.err"
-check "prepare --tokenizer (Llama 3 style) on JSONL: shards hold tokenizers' ids + <|end_of_text|> per document, val split by the rule" \
+check "prepare --tokenizer (Llama 3 style) on JSONL: shards hold tokenizers' ids with <|begin_of_text|> + <|end_of_text|> per document, val split by the rule" \
     $PY "$T/shards.py" "$T/llama3.json" "$T/j2" "<|end_of_text|>" 0.1 2 "$T/docs.json"
 check "prepare reports the tokenizer, its end-of-text id, uint16 and vocab size; progress shows MB/s and tokens" \
     bash -c "grep -q 'vocab: .*llama3.json (BPE.*end-of-text \"<|end_of_text|>\" = [0-9]*; uint16 tokens: set model.vocab_size to [0-9]* or more' '$T/j2.out' &&
