@@ -91,6 +91,10 @@ char *read_text_file(const char *path);
 // Copy a file's bytes to `to` (created or replaced) and fsync it: dies naming the file.
 void copy_file_durable(const char *from, const char *to);
 
+// 1 when path is a regular file / a directory (following links), else 0.
+int path_is_file(const char *path);
+int path_is_dir(const char *path);
+
 // mkdir -p; fatal error naming `what` (e.g. "checkpoint.dir") and the directory.
 void make_dirs(const char *path, const char *what);
 // make_dirs, then create and remove a probe file: fatal when files cannot be made

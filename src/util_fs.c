@@ -107,3 +107,13 @@ void copy_file_durable(const char *from, const char *to) {
     close(in);
     if (close(out) != 0) die_errno("cannot close %s", to);
 }
+
+int path_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int path_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}

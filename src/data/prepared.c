@@ -19,11 +19,6 @@
 const char *const PREPARED_TOKENIZER_FILE[PREPARED_TOKENIZER_FILES] = {
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
 
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 void prepared_write(const char *dir, const char *tokenizer_path, uint32_t vocab_size, int64_t eot_id,
                     int64_t bos_id) {
     char path[CFG_PATH_MAX + 64];
@@ -39,7 +34,7 @@ void prepared_write(const char *dir, const char *tokenizer_path, uint32_t vocab_
             if (i == 0) snprintf(from, sizeof from, "%s", tokenizer_path);
             else snprintf(from, sizeof from, "%s/%s", src_dir, PREPARED_TOKENIZER_FILE[i]);
             snprintf(path, sizeof path, "%s/%s", dir, PREPARED_TOKENIZER_FILE[i]);
-            if (i > 0 && !is_file(from)) {
+            if (i > 0 && !path_is_file(from)) {
                 unlink(path);  // an older prepare's companion must not outlive it
                 continue;
             }
@@ -92,7 +87,7 @@ int prepared_find(const char *train_glob, PreparedInfo *info) {
     else snprintf(info->dir, sizeof info->dir, ".");
     char path[CFG_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/prepare.json", info->dir);
-    if (!is_file(path)) return 0;
+    if (!path_is_file(path)) return 0;
     char *text = read_text_file(path);
     cJSON *root = cJSON_Parse(text);
     free(text);
@@ -110,7 +105,7 @@ int prepared_find(const char *train_glob, PreparedInfo *info) {
     cJSON_Delete(root);
     if (!info->byte_level) {
         snprintf(path, sizeof path, "%s/tokenizer.json", info->dir);
-        if (!is_file(path))
+        if (!path_is_file(path))
             die("%s/prepare.json names tokenizer.json, but %s is missing: prepare the data again",
                 info->dir, path);
     }
@@ -124,7 +119,7 @@ int64_t prepared_bos_id(const Tokenizer *tok, const char *tokenizer_path) {
     char *slash = strrchr(path, '/');
     if (slash) snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "tokenizer_config.json");
     else snprintf(path, sizeof path, "tokenizer_config.json");
-    if (is_file(path)) {
+    if (path_is_file(path)) {
         char *text = read_text_file(path);
         cJSON *root = cJSON_Parse(text);
         free(text);

@@ -15,13 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/tokenizer.h"
 #include "gen/kv_model.h"
 #include "gen/sampler.h"
-#include "io/checkpoint.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -61,27 +59,14 @@ static double parse_num(const char *opt, const char *s, double lo, double hi) {
     return v;
 }
 
-// eos_token_id of DIR/config.json (an integer or a list), appended to ids.
+// eos_token_id of DIR/config.json (an integer or a list), appended to ids; DIR is
+// the resolved model directory (kv_model_resolve).
 static int read_eos_ids(const char *dir, int64_t *ids, int n, int max) {
-    char resolved[CFG_PATH_MAX], path[CFG_PATH_MAX + 32];
-    if (!checkpoint_latest(dir, resolved, sizeof resolved)) snprintf(resolved, sizeof resolved, "%s", dir);
-    snprintf(path, sizeof path, "%s/config.json", resolved);
-    FILE *f = fopen(path, "rb");
-    if (!f) return n;
-    char *text = NULL;
-    size_t len = 0, cap = 0, got;
-    char buf[4096];
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (len + got + 1 > cap) {
-            cap = 2 * (len + got + 1);
-            text = realloc(text, cap);
-            if (!text) die("out of memory reading %s", path);
-        }
-        memcpy(text + len, buf, got);
-        len += got;
-    }
-    fclose(f);
-    cJSON *j = text ? cJSON_ParseWithLength(text, len) : NULL;
+    char path[CFG_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!path_is_file(path)) return n;
+    char *text = read_text_file(path);
+    cJSON *j = cJSON_Parse(text);
     const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "eos_token_id") : NULL;
     if (cJSON_IsNumber(e) && n < max) ids[n++] = (int64_t)e->valuedouble;
     if (cJSON_IsArray(e))
@@ -136,17 +121,13 @@ int generate_main(int argc, char **argv) {
 
     // A checkpoint.dir stands for its newest checkpoint.
     char resolved[CFG_PATH_MAX];
-    if (!checkpoint_latest(model_dir, resolved, sizeof resolved)) {
-        if (snprintf(resolved, sizeof resolved, "%s", model_dir) >= (int)sizeof resolved)
-            die("generate: --model path is too long: %s", model_dir);
-    }
+    kv_model_resolve(model_dir, resolved, sizeof resolved);
     // The tokenizer: --tokenizer, else the checkpoint's own tokenizer.json (femtotron
     // copies the one that made the training data), else bytes.
     char own_tok[CFG_PATH_MAX + 32];
-    struct stat st;
     if (!tok_path) {
         snprintf(own_tok, sizeof own_tok, "%s/tokenizer.json", resolved);
-        if (stat(own_tok, &st) == 0) tok_path = own_tok;
+        if (path_is_file(own_tok)) tok_path = own_tok;
     }
     Tokenizer *tok = tok_path ? tokenizer_load(tok_path) : tokenizer_byte_level();
     TokenizerState *ts = tokenizer_state_new(tok);
@@ -196,7 +177,7 @@ int generate_main(int argc, char **argv) {
     int n_stop = 0;
     if (!ignore_eos) {
         if (eot >= 0) stop[n_stop++] = eot;
-        n_stop = read_eos_ids(model_dir, stop, n_stop, 64);
+        n_stop = read_eos_ids(resolved, stop, n_stop, 64);
     }
     Sampler sm;
     sampler_init(&sm, V, allowed, (float)temperature, (int)top_k, (float)top_p, seed);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "gen/kv_attention.h"
 #include "io/checkpoint.h"
@@ -15,22 +14,17 @@
 
 #define PROMPT_CHUNK 128  // tokens per prompt forward: bounds the activation memory
 
-static int file_exists(const char *dir, const char *name) {
-    char p[CFG_PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    struct stat st;
-    return stat(p, &st) == 0;
+void kv_model_resolve(const char *dir, char *out, size_t size) {
+    // A checkpoint.dir holds step_NNNNNNN directories; the newest is the checkpoint.
+    if (checkpoint_latest(dir, out, size)) return;
+    if (snprintf(out, size, "%s", dir) >= (int)size) die("generate: --model path is too long: %s", dir);
 }
 
-void kv_model_load(KVModel *km, const char *dir, int positions) {
+void kv_model_load(KVModel *km, const char *resolved, int positions) {
     memset(km, 0, sizeof *km);
-    char resolved[CFG_PATH_MAX];
-    // A checkpoint.dir holds step_NNNNNNN directories; the newest is the checkpoint.
-    if (!checkpoint_latest(dir, resolved, sizeof resolved)) {
-        if (snprintf(resolved, sizeof resolved, "%s", dir) >= (int)sizeof resolved)
-            die("generate: --model path is too long: %s", dir);
-    }
-    if (!file_exists(resolved, "config.json"))
+    char config[CFG_PATH_MAX + 16];
+    snprintf(config, sizeof config, "%s/config.json", resolved);
+    if (!path_is_file(config))
         die("generate: %s has no config.json: --model needs a femtotron checkpoint (or its "
             "checkpoint.dir) or a Hugging Face Llama directory", resolved);
     Config c;

@@ -35,10 +35,13 @@ typedef struct {
     float *logits;            // (V) of the last token of the last forward
 } KVModel;
 
-// Load a model directory: a femtotron checkpoint (step dir, or a checkpoint.dir
-// with `latest`) or a Hugging Face Llama directory (config.json + safetensors).
-// The cache holds `positions` positions (at most max_position_embeddings).
-void kv_model_load(KVModel *km, const char *dir, int positions);
+// The model directory `dir` names: a checkpoint.dir stands for its newest
+// checkpoint; anything else (a step directory, a Hugging Face directory) for itself.
+void kv_model_resolve(const char *dir, char *out, size_t size);
+// Load a model directory as kv_model_resolve gives it: a femtotron checkpoint or a
+// Hugging Face Llama directory (config.json + safetensors). The cache holds
+// `positions` positions (at most max_position_embeddings).
+void kv_model_load(KVModel *km, const char *resolved, int positions);
 void kv_model_free(KVModel *km);
 
 // Run tokens(n) at positions km->pos .. km->pos+n-1 (in chunks of C), append their

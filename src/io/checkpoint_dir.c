@@ -31,16 +31,6 @@ void ckpt_path_join(char *out, const char *dir, const char *name) {
         die("checkpoint path %s/%s is longer than %d bytes", dir, name, CKPT_PATH_MAX - 1);
 }
 
-int ckpt_is_dir(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-int ckpt_is_file(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 // fsync a file or directory by path: a rename is only durable once the directory
 // holding it is synced, and files written by other modules (config.json) are synced
 // here rather than trusting their writers.
@@ -150,7 +140,7 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
     for (int i = 0; prepared && !data.byte_level && i < PREPARED_TOKENIZER_FILES; i++) {
         char from[CKPT_PATH_MAX];
         ckpt_path_join(from, data.dir, PREPARED_TOKENIZER_FILE[i]);
-        if (!ckpt_is_file(from)) continue;
+        if (!path_is_file(from)) continue;
         ckpt_path_join(path, sp->tmp_dir, PREPARED_TOKENIZER_FILE[i]);
         copy_file_durable(from, path);
         h = ckpt_hash_file(path, &bytes);
@@ -217,7 +207,7 @@ static int list_steps(const char *dir, StepDir **out) {
         long s = entry_step(e->d_name);
         char path[CKPT_PATH_MAX];
         ckpt_path_join(path, dir, e->d_name);
-        if (s < 0 || !ckpt_is_dir(path)) continue;
+        if (s < 0 || !path_is_dir(path)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             *out = realloc(*out, (size_t)cap * sizeof **out);
@@ -240,11 +230,11 @@ static int list_steps(const char *dir, StepDir **out) {
 static int is_checkpoint(const char *ckpt) {
     char f[CKPT_PATH_MAX];
     ckpt_path_join(f, ckpt, "manifest.json");
-    if (ckpt_is_file(f)) return 1;
+    if (path_is_file(f)) return 1;
     ckpt_path_join(f, ckpt, "model.safetensors");
     char g[CKPT_PATH_MAX];
     ckpt_path_join(g, ckpt, "trainer_state.json");
-    return ckpt_is_file(f) && ckpt_is_file(g);
+    return path_is_file(f) && path_is_file(g);
 }
 
 int checkpoint_latest(const char *dir, char *out, size_t out_size) {
@@ -273,7 +263,7 @@ int checkpoint_newest_finite(const char *dir, char *out, size_t out_size) {
         char ckpt[CKPT_PATH_MAX], f[CKPT_PATH_MAX];
         ckpt_path_join(ckpt, dir, steps[i].name);
         ckpt_path_join(f, ckpt, "trainer_state.json");
-        if (!ckpt_is_file(f)) continue;
+        if (!path_is_file(f)) continue;
         TrainerState ts;
         ckpt_read_trainer_state(f, &ts);
         if (ts.loss == ts.loss && strlen(ckpt) < out_size) {  // not NaN

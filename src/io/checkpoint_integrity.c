@@ -217,7 +217,7 @@ static int step_of_dir_name(const char *dir) {
 int checkpoint_verify(const char *ckpt_dir) {
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "manifest.json");
-    if (!ckpt_is_file(path)) return 0;  // written before manifests existed: nothing to check
+    if (!path_is_file(path)) return 0;  // written before manifests existed: nothing to check
     CkptManifest m;
     ckpt_read_manifest(path, &m);
     int named = step_of_dir_name(ckpt_dir);

@@ -28,8 +28,6 @@
 
 // out = dir/name (out: CKPT_PATH_MAX bytes); too long is fatal.
 void ckpt_path_join(char *out, const char *dir, const char *name);
-int ckpt_is_dir(const char *path);
-int ckpt_is_file(const char *path);
 // Create (truncate) path with text, fsync'd.
 void ckpt_write_text_file(const char *path, const char *text);
 

@@ -113,7 +113,7 @@ static void load_model_file(const char *ckpt_dir, const LlamaModel *model, CkptP
                             int n_pieces) {
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "model.safetensors");
-    if (!ckpt_is_file(path)) die("checkpoint %s has no model.safetensors (%s)", ckpt_dir, path);
+    if (!path_is_file(path)) die("checkpoint %s has no model.safetensors (%s)", ckpt_dir, path);
     StIndex idx;
     st_open(&idx, path);
     const StTensor **t = resolve_all(&idx, model, "", path);
@@ -128,7 +128,7 @@ static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
                                 CkptPiece *pieces, int n_pieces) {
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
-    if (!ckpt_is_file(path))
+    if (!path_is_file(path))
         die("checkpoint %s has no optimizer.safetensors (%s), needed to restore the AdamW "
             "moments", ckpt_dir, path);
     StIndex idx;
@@ -146,7 +146,7 @@ static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
 void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
                             CkptPiece *pieces, int n_pieces, TrainerState *st) {
     const char *where = "checkpoint_load";
-    if (!ckpt_is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
+    if (!path_is_dir(ckpt_dir)) die("checkpoint directory %s does not exist", ckpt_dir);
     ckpt_check_table(model, where);
     ckpt_check_local_pieces(pieces, n_pieces, model->num_elements, where);
     // Every file against the manifest before anything is read into the pieces.
@@ -161,7 +161,7 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
 
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "trainer_state.json");
-    if (!ckpt_is_file(path)) die("checkpoint %s has no trainer_state.json (%s)", ckpt_dir, path);
+    if (!path_is_file(path)) die("checkpoint %s has no trainer_state.json (%s)", ckpt_dir, path);
     TrainerState tmp;
     ckpt_read_trainer_state(path, &tmp);
     ckpt_check_finite(pieces, n_pieces, model, ckpt_dir);

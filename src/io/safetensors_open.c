@@ -204,11 +204,6 @@ void st_open(StIndex *idx, const char *path) {
 
 // ---------------------------------------------------------------- directories
 
-static int file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 static void join_path(char *out, size_t size, const char *dir, const char *name) {
     int k = snprintf(out, size, "%s/%s", dir, name);
     if (k < 0 || (size_t)k >= size) die("path %s/%s is longer than %zu bytes", dir, name, size - 1);
@@ -218,11 +213,11 @@ void st_open_dir(StIndex *idx, const char *dir) {
     char single[1024], index[1024];
     join_path(single, sizeof single, dir, "model.safetensors");
     join_path(index, sizeof index, dir, "model.safetensors.index.json");
-    if (file_exists(single)) {
+    if (path_is_file(single)) {
         st_open(idx, single);
         return;
     }
-    if (!file_exists(index))
+    if (!path_is_file(index))
         die("no weights in %s: neither %s nor %s exists", dir, single, index);
 
     char *text = read_text_file(index);
@@ -251,7 +246,7 @@ void st_open_dir(StIndex *idx, const char *dir) {
     for (int i = 0; i < n_shards; i++) {
         char sp[1024];
         join_path(sp, sizeof sp, dir, shards[i]);
-        if (!file_exists(sp)) die("%s: shard %s listed in the weight_map does not exist", index, sp);
+        if (!path_is_file(sp)) die("%s: shard %s listed in the weight_map does not exist", index, sp);
         st_open(&parts[i], sp);
         total += parts[i].n;
     }
