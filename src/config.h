@@ -92,7 +92,7 @@ typedef struct {
     LrSchedule lr_schedule;  // after warmup: cosine, linear, constant or wsd (train/schedule.h)
     int decay_steps;         // wsd: steps of the final decay (0: decay_fraction of steps)
     double decay_fraction;   // wsd: the final decay as a fraction of training.steps
-    DecayShape decay_shape;  // wsd: linear, cosine or 1-sqrt
+    DecayShape decay_shape;  // wsd: linear, cosine or 1-sqrt (train/schedule.h)
     double weight_decay, beta1, beta2, eps;
     double grad_clip;      // max global gradient L2 norm; 0 disables clipping
     int threads;           // threads per rank (0 = cores / ranks on the node)
@@ -100,6 +100,10 @@ typedef struct {
     int max_bad_steps;     // stop after this many non-finite steps in a row
     Recompute recompute;   // activation recomputation
 } TrainingConfig;
+
+// wsd: the steps of the final decay, decay_steps or decay_fraction * steps rounded
+// (0 for the other schedules).
+int training_decay_steps(const TrainingConfig *t);
 
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size

@@ -45,6 +45,11 @@ const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 const char *rope_type_name(RopeType t) { return ROPE_TYPE_NAMES[t]; }
 const char *lr_schedule_name(LrSchedule s) { return LR_SCHEDULE_NAMES[s]; }
 
+int training_decay_steps(const TrainingConfig *t) {
+    if (t->lr_schedule != LR_WSD) return 0;
+    return t->decay_steps > 0 ? t->decay_steps : (int)floor(t->decay_fraction * t->steps + 0.5);
+}
+
 int model_head_dim(const ModelConfig *m) {
     if (m->head_dim > 0) return m->head_dim;
     return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;

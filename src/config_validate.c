@@ -78,7 +78,7 @@ static void validate_training(const TrainingConfig *t, int max_pos) {
         die("training.decay_steps / training.decay_shape shape the final decay of lr_schedule \"wsd\"; "
             "training.lr_schedule is \"%s\"", lr_schedule_name(t->lr_schedule));
     if (t->lr_schedule == LR_WSD) {
-        int D = t->decay_steps > 0 ? t->decay_steps : (int)(t->decay_fraction * t->steps + 0.5);
+        int D = training_decay_steps(t);
         if (D < 1)
             die("training.lr_schedule \"wsd\": the decay has 0 steps (training.decay_fraction = %g of "
                 "training.steps = %d); raise decay_fraction or give training.decay_steps",

@@ -20,6 +20,9 @@ void die_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretu
 // must leave nothing behind that a die half-way would leak. Not reentrant.
 int util_try(void (*fn)(void *ctx), void *ctx, char *why, size_t size);
 
+// pi to double precision (M_PI is not C11).
+#define FT_PI 3.14159265358979323846
+
 // Print "femtotron: warning: ..." to stderr.
 void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -100,6 +100,12 @@ void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc
              int n, int rank, MemTally *plan_only);
 void dp_free(DataParallel *dp);
 
+// Bucket b is the last stage's copy of a tied embedding (unit 0 held as held[0] == 2):
+// another stage counts it in the gradient norm and writes it into checkpoints.
+static inline int dp_bucket_is_copy(const DataParallel *dp, const Bucket *b) {
+    return dp->embed_copy && b->unit_first == 0;
+}
+
 // Where this rank's reduced gradient part of bucket b lives: stage 1 keeps it in
 // place inside the whole gradient buffer, stages 2-3 in the shard buffer.
 float *dp_owned_grads(const DataParallel *dp, const Bucket *b);

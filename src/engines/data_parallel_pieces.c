@@ -36,7 +36,7 @@ int dp_max_pieces(const DataParallel *dp) { return 3 * dp->n_buckets + 3; }
 size_t dp_save_elements(const DataParallel *dp) {
     size_t n = 0;
     for (int k = 0; k < dp->n_buckets; k++)
-        if (!(dp->embed_copy && dp->buckets[k].unit_first == 0))
+        if (!dp_bucket_is_copy(dp, &dp->buckets[k]))
             n += dp->buckets[k].own_hi - dp->buckets[k].own_lo;
     return 3 * n;  // params, exp_avg, exp_avg_sq
 }
@@ -47,7 +47,7 @@ int dp_save_pieces(const DataParallel *dp, CkptPiece *pieces) {
     int np = 0;
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
-        if (b->own_hi == b->own_lo || (dp->embed_copy && b->unit_first == 0)) continue;
+        if (b->own_hi == b->own_lo || dp_bucket_is_copy(dp, b)) continue;
         size_t local = dp->zero == 0 ? b->own_lo : b->shard_off;  // where the part sits in m, v
         float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
         size_t glo = GLOBAL(b, b->own_lo), ghi = GLOBAL(b, b->own_hi);

@@ -25,7 +25,7 @@ double dp_grad_norm(DataParallel *dp) {
     double ss = 0.0;
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
-        if (dp->embed_copy && b->unit_first == 0) continue;  // counted on the first stage
+        if (dp_bucket_is_copy(dp, b)) continue;  // counted on the first stage
         if (dp->zero == 0)  // every dp rank holds the same reduced sum
             ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
         else

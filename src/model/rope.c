@@ -5,8 +5,6 @@
 
 #include "util.h"
 
-static const double PI = 3.14159265358979323846;  // M_PI is not C11
-
 void rope_plain_frequencies(int hd, double theta, double *freq) {
     for (int i = 0; i < hd / 2; i++) freq[i] = pow(theta, -2.0 * i / hd);
 }
@@ -25,7 +23,7 @@ void rope_frequencies(const ModelConfig *mc, int hd, double *freq) {
             const double lo = mc->rope_low_freq_factor, hi = mc->rope_high_freq_factor;
             const double w_lo = L / lo, w_hi = L / hi;  // wavelengths bounding the blend
             for (int i = 0; i < hd / 2; i++) {
-                const double w = 2.0 * PI / freq[i];
+                const double w = 2.0 * FT_PI / freq[i];
                 if (w < w_hi) continue;  // high frequency: kept
                 if (w > w_lo) {          // low frequency: interpolated by factor
                     freq[i] /= factor;

@@ -6,14 +6,6 @@
 
 #include "util.h"
 
-static const double PI = 3.14159265358979323846;  // M_PI is not C11
-
-int lr_decay_steps(const TrainingConfig *tc) {
-    if (tc->lr_schedule != LR_WSD) return 0;
-    if (tc->decay_steps > 0) return tc->decay_steps;
-    return (int)floor(tc->decay_fraction * tc->steps + 0.5);
-}
-
 double lr_at_step(const TrainingConfig *tc, int s) {
     const int W = tc->warmup_steps, T = tc->steps;
     const double lr = tc->lr, lo = tc->min_lr;
@@ -27,16 +19,16 @@ double lr_at_step(const TrainingConfig *tc, int s) {
             double p = (double)(s - W) / (double)(T - W);
             if (p > 1.0) p = 1.0;
             if (tc->lr_schedule == LR_LINEAR) return lr - (lr - lo) * p;
-            return lo + 0.5 * (lr - lo) * (1.0 + cos(PI * p));
+            return lo + 0.5 * (lr - lo) * (1.0 + cos(FT_PI * p));
         }
         case LR_WSD: {
-            const int D = lr_decay_steps(tc), start = T - D;
+            const int D = training_decay_steps(tc), start = T - D;
             if (s <= start || D <= 0) return lr;
             double q = (double)(s - start) / (double)D;
             if (q > 1.0) q = 1.0;
             switch (tc->decay_shape) {
                 case DECAY_LINEAR: return lr - (lr - lo) * q;
-                case DECAY_COSINE: return lo + 0.5 * (lr - lo) * (1.0 + cos(PI * q));
+                case DECAY_COSINE: return lo + 0.5 * (lr - lo) * (1.0 + cos(FT_PI * q));
                 case DECAY_1_SQRT: return lo + (lr - lo) * (1.0 - sqrt(q));
             }
             break;

@@ -20,9 +20,6 @@
 
 double lr_at_step(const TrainingConfig *tc, int s);
 
-// wsd: the number of decay steps D (0 for the other schedules).
-int lr_decay_steps(const TrainingConfig *tc);
-
 // Resuming at step `done` of a run whose checkpoint recorded `old`: the schedule of
 // the steps already taken must not change (a cosine re-stretched to new
 // training.steps would give the completed steps other rates than they had). Dies

@@ -50,7 +50,7 @@ static void test_values(void) {
     t.decay_steps = 0;
     t.decay_fraction = 0.2;
     t.decay_shape = DECAY_LINEAR;
-    CHECK(lr_decay_steps(&t) == 20 && NEAR(lr_at_step(&t, 90), 0.55), "wsd: decay_fraction 0.2 of 100 steps = 20 steps");
+    CHECK(training_decay_steps(&t) == 20 && NEAR(lr_at_step(&t, 90), 0.55), "wsd: decay_fraction 0.2 of 100 steps = 20 steps");
     // The default schedule is the one femtotron always had: lr * s / W, then cosine.
     Config c;
     config_defaults(&c);
