@@ -32,7 +32,7 @@ if [ -z "$model" ]; then
     $PY - "$model" "$LAYERS" <<'PY'
 import glob, json, os, sys
 sys.path.insert(0, "tests/reference")
-import llama_torch, safetensors_np
+import hf_tok, llama_torch, safetensors_np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 out, layers = sys.argv[1], int(sys.argv[2])
 os.makedirs(out, exist_ok=True)
@@ -45,10 +45,7 @@ tok.train(files, trainers.BpeTrainer(vocab_size=8192, special_tokens=["<|endofte
                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
 path = os.path.join(out, "tokenizer.json")
 tok.save(path)
-j = json.load(open(path))  # merges as "a b" strings: every tokenizers release reads them
-j["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]]
-j["model"].pop("ignore_merges", None)
-json.dump(j, open(path, "w"), ensure_ascii=False)
+hf_tok.legacy(path, path)  # a format every tokenizers release (build/tfenv's too) reads
 json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "model_max_length": 8192,
            "tokenizer_class": "GPT2Tokenizer"}, open(os.path.join(out, "tokenizer_config.json"), "w"))
 # HuggingFaceTB/SmolLM2-135M's config.json, as published, but the vocabulary.

@@ -9,6 +9,9 @@ bench/tokenizer_speed.sh (run with build/pyenv/bin/python).
   hf_tok.py encode TOK TEXTS.jsonl [--specials]   one line of ids per text
   hf_tok.py decode TOK IDS      one line of hex per line of ids (decode with
                                 skip_special_tokens=False)
+  hf_tok.py legacy TOK OUT      TOK rewritten in the format every tokenizers
+                                release reads (merges as "a b" strings), for
+                                build/tfenv's older transformers
 
 Fortune files (skip *.dat, *.u8) in sorted order: even-numbered ones train, odd
 ones are held out for the tests.
@@ -175,6 +178,13 @@ def decode(tok_path, ids_path):
         print(tok.decode(ids, skip_special_tokens=False).encode("utf-8").hex())
 
 
+def legacy(src, dst):
+    j = json.load(open(src, encoding="utf-8"))
+    j["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]]
+    j["model"].pop("ignore_merges", None)
+    json.dump(j, open(dst, "w", encoding="utf-8"), ensure_ascii=False)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "train":
@@ -187,5 +197,7 @@ if __name__ == "__main__":
         encode(sys.argv[2], sys.argv[3], "--specials" in sys.argv[4:])
     elif cmd == "decode":
         decode(sys.argv[2], sys.argv[3])
+    elif cmd == "legacy":
+        legacy(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
