@@ -14,7 +14,7 @@ if [ ! -f data/fortunes/train_000000.bin ]; then
     # shellcheck disable=SC2086
     ./femtotron prepare --input $inputs --split-on % --output data/fortunes
 fi
-if [ -f runs/fortunes/latest ]; then
+if [ -e runs/fortunes/latest ] || [ -L runs/fortunes/latest ]; then  # latest is a link to the newest step
     echo "runs/fortunes already holds a finished run; moving it to runs/fortunes.old"
     rm -rf runs/fortunes.old && mv runs/fortunes runs/fortunes.old
 fi
