@@ -32,6 +32,8 @@ typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
 // training.lr_schedule and training.decay_shape (train/schedule.h).
 typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
 typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_1_SQRT } DecayShape;
+// checkpoint.dtype: how model.safetensors stores the weights (io/checkpoint.h).
+typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", NULL
@@ -39,6 +41,7 @@ extern const char *const RANK_ORDER_NAMES[];   // "dp-pp-cp-tp", "pp-dp-cp-tp", 
 extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3", NULL
 extern const char *const LR_SCHEDULE_NAMES[];  // "cosine", "linear", "constant", "wsd", NULL
 extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", NULL
+extern const char *const CKPT_DTYPE_NAMES[];   // "fp32", "bf16", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
@@ -128,6 +131,8 @@ typedef struct {
     bool async;              // write checkpoints from a snapshot in a background thread
     int keep;                // keep the newest N checkpoints (0 = all)
     int keep_every;          // ... and every checkpoint whose step is a multiple of this (0 = none)
+    CkptDtype dtype;         // model.safetensors in fp32, or bf16 (fp32 master weights kept
+                             // in optimizer.safetensors for an exact resume)
 } CheckpointConfig;
 
 typedef struct {
@@ -203,8 +208,9 @@ void config_print_help(void);
 // key of model.from's config.json this file does not write itself is kept as it
 // was there (bos/eos/pad ids, use_cache, ...); bos_id / eos_id (>= 0) fill
 // bos_token_id / eos_token_id where that source does not give them (-1: unknown).
-// torch_dtype says how the weights are stored ("float32").
-void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id);
+// torch_dtype says how the weights are stored ("float32" or "bfloat16").
+void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id,
+                          CkptDtype dtype);
 // generation_config.json beside it: model.from's own when it has one, else the
 // bos/eos ids of the config.json at config_path (when it names them).
 void config_write_generation_json(const ModelConfig *m, const char *config_path, const char *path);

@@ -34,9 +34,11 @@ const char *const RANK_ORDER_NAMES[] = {"dp-pp-cp-tp", "pp-dp-cp-tp", NULL};
 const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
 const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};
 const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
+const char *const CKPT_DTYPE_NAMES[] = {"fp32", "bf16", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
                    sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
-                   sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int),
+                   sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int) &&
+                   sizeof(CkptDtype) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
@@ -164,6 +166,9 @@ const KeyDef CFG_KEYS[] = {
         "keep the newest N checkpoints, deleting older ones after each save (0 = keep all)"),
     KEY(checkpoint, keep_every, KT_INT, "0",
         "with keep: also keep every checkpoint whose step is a multiple of this (0 = none)"),
+    EKEY(checkpoint, dtype, CKPT_DTYPE_NAMES, "fp32",
+         "weights in model.safetensors: fp32, or bf16 (half the size; the fp32 master weights "
+         "go into optimizer.safetensors, so resume stays exact)"),
 
     KEY(logging, metrics, KT_STRING, "", "JSON-lines metrics file (\"\" = none)"),
     KEY(logging, every, KT_INT, "1", "print and log every N steps"),

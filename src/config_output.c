@@ -142,7 +142,8 @@ static void add_id_unless(cJSON *root, const char *key, int64_t id) {
     if (id >= 0 && !cJSON_GetObjectItemCaseSensitive(root, key)) cJSON_AddNumberToObject(root, key, (double)id);
 }
 
-void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id) {
+void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id, int64_t eos_id,
+                          CkptDtype dtype) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
@@ -158,7 +159,7 @@ void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id
     cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(root, "mlp_bias", false);
     add_rope_scaling(root, m);
-    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    cJSON_AddStringToObject(root, "torch_dtype", dtype == CKPT_DTYPE_BF16 ? "bfloat16" : "float32");
     // Keys of the source config this file does not own, kept as they were
     // (rope_parameters and dtype are transformers 5's spellings of what rope_theta,
     // rope_scaling and torch_dtype say above).

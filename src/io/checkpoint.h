@@ -1,9 +1,12 @@
 // io/checkpoint.h — checkpoints in one global format that does not depend on the layout.
 //
 // CHECKPOINT_DIR/step_NNNNNNN/            (NNNNNNN = step, 7 digits)
-//   model.safetensors     Hugging Face names, global shapes, fp32 (metadata "step")
+//   model.safetensors     Hugging Face names, global shapes, fp32 or bf16
+//                         (checkpoint.dtype; metadata "step")
 //   config.json           Hugging Face LlamaConfig (loads in transformers)
-//   optimizer.safetensors AdamW moments as global tensors: "NAME.exp_avg", "NAME.exp_avg_sq"
+//   optimizer.safetensors AdamW moments as global tensors: "NAME.exp_avg", "NAME.exp_avg_sq",
+//                         and with bf16 weights the fp32 master weights "NAME.master"
+//                         (a resume reads the weights from these, so it stays exact)
 //   trainer_state.json    {"step", "consumed_sequences", "loss", "seed", "config": {...}}
 //   manifest.json         the step, and every file's size and checksum (written last)
 // CHECKPOINT_DIR/latest   a symbolic link to the newest step directory, for people
@@ -77,13 +80,23 @@ void load_hf_weights(const char *dir, const LlamaModel *model, float *params);
 // slice of each tensor. The files do not depend on that: model.safetensors stores
 // the GLOBAL tensors in table order, contiguously, so global element g of tensor i
 // sits at byte data_start + 4 * (G_i + g), G_i = sum of the global sizes of the
-// tensors before i. optimizer.safetensors stores every "NAME.exp_avg" that way,
-// then every "NAME.exp_avg_sq" (after all G global elements). A slice's elements
+// tensors before i (2 * (G_i + g) with checkpoint.dtype bf16). optimizer.safetensors
+// stores every "NAME.exp_avg" that way, then every "NAME.exp_avg_sq" (after all G
+// global elements), then with bf16 weights every fp32 "NAME.master". A slice's elements
 // map to its global positions (param_global_index): a row split is one run, a
 // column split one run per row, vocab padding rows are never written and read as 0,
 // and a replicated tensor (norm weights) is written only where replica_writer is set.
 // Without tensor parallelism the flat order IS the global order.
 typedef enum { CKPT_PARAMS, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ } CkptKind;
+#define CKPT_N_KINDS 3
+
+// Where each kind goes in one safetensors file of a save: kind k's global tensors
+// fill slot[k] (the slot-th block of G global elements, G = every tensor's global
+// size summed; -1: not in this file), esize bytes an element (4 fp32, 2 bf16).
+typedef struct {
+    int slot[CKPT_N_KINDS];
+    int esize;
+} CkptFileLayout;
 
 // A range [lo, hi) of the rank's flat order, of one kind, with its local storage.
 typedef struct {
@@ -102,6 +115,7 @@ typedef struct {
     char dir[1024], final_dir[1024], tmp_dir[1024];
     char files[2][1024];          // model.safetensors, optimizer.safetensors (in tmp_dir)
     uint64_t data_start[2];       // their data sections' offsets (0: not written)
+    CkptFileLayout layout[2];     // what each holds where
     uint64_t hash[2];             // this rank's checksum share of each (after write)
     const Config *cfg;
     const LlamaModel *model;

@@ -87,7 +87,7 @@ void ckpt_save_paths(SavePaths *sp, const char *dir, int step) {
 // temporary, create the temporary directory and the sized files with their headers.
 // data_start: (2) model, optimizer (0 when no moments are saved).
 void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
-                     int moments, int step, uint64_t *data_start) {
+                     const CkptFileLayout *lay, int step, uint64_t *data_start) {
     make_dirs(dir, "checkpoint.dir");
     struct stat sb;
     if (lstat(sp->final_dir, &sb) == 0)
@@ -97,8 +97,8 @@ void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *mod
         remove_tree(sp->tmp_dir);
     }
     if (mkdir(sp->tmp_dir, 0755) != 0) die_errno("cannot create directory %s", sp->tmp_dir);
-    data_start[0] = ckpt_write_header(sp->model, model, "", NULL, "model", step);
-    data_start[1] = moments ? ckpt_write_header(sp->optimizer, model, ".exp_avg", ".exp_avg_sq", "adamw", step) : 0;
+    data_start[0] = ckpt_write_header(sp->model, model, &lay[0], 0, "model", step);
+    data_start[1] = ckpt_write_header(sp->optimizer, model, &lay[1], 1, "adamw", step);
 }
 
 // Rank 0, once every rank's data is durable: the small files, the manifest (the
@@ -119,7 +119,7 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
         if (fd < 0) die_errno("cannot open %s", files[f]);
         struct stat sb;
         if (fstat(fd, &sb) != 0) die_errno("cannot stat %s", files[f]);
-        uint64_t h = hash[f] + ckpt_hash_file_range(fd, files[f], 0, data_start[f]);  // + the header
+        uint64_t h = hash[f] + ckpt_hash_file_range(fd, files[f], 0, data_start[f], CKPT_HASH_UNIT);  // + the header
         close(fd);
         ckpt_manifest_add(&m, names[f], (uint64_t)sb.st_size, h);
     }
@@ -129,7 +129,8 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
     PreparedInfo data;
     const int prepared = prepared_find(cfg->data.train, &data);
     ckpt_path_join(path, sp->tmp_dir, "config.json");
-    config_write_hf_json(&cfg->model, path, prepared ? data.bos_id : -1, prepared ? data.eot_id : -1);
+    config_write_hf_json(&cfg->model, path, prepared ? data.bos_id : -1, prepared ? data.eot_id : -1,
+                         cfg->checkpoint.dtype);
     uint64_t bytes, h = ckpt_hash_file(path, &bytes);
     ckpt_manifest_add(&m, "config.json", bytes, h);
     char gen[CKPT_PATH_MAX];

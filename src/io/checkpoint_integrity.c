@@ -2,15 +2,18 @@
 // every file and the step it belongs to, written in the checkpoint's manifest.json
 // when it is published, and verified before a resume touches any state.
 //
-// The checksum is a position-keyed sum over the file's 4-byte little-endian words:
-//   H = sum over words i of fmix64(i * 0x9E3779B97F4A7C15 ^ w_i)   (mod 2^64)
-// (fmix64: MurmurHash3's 64-bit finaliser, a bijection; a short last word is
-// zero-padded). Changing any one word changes its term and so H; moving a word
+// The checksum is a position-keyed sum over the file's 2-byte little-endian units:
+//   H = sum over units i of fmix64(i * 0x9E3779B97F4A7C15 ^ u_i)   (mod 2^64)
+// (fmix64: MurmurHash3's 64-bit finaliser, a bijection; a short last unit is
+// zero-padded). Changing any one unit changes its term and so H; moving a unit
 // changes its key. Because H is a sum of independent terms, every rank hashes
-// exactly the words it writes, wherever the layout put them, and the ranks' sums
+// exactly the units it writes, wherever the layout put them, and the ranks' sums
 // add up to the file's hash — no rank ever reads another rank's data, and the
-// result does not depend on the layout that wrote the file. Verification splits
-// the words of each file evenly over the ranks and sums again.
+// result does not depend on the layout that wrote the file. The unit is 2 bytes,
+// the size of a bf16 value, because a bf16 weights file (checkpoint.dtype) is
+// split between ranks at any element. Verification splits the units of each file
+// evenly over the ranks and sums again. Manifests written before bf16 checkpoints
+// ("word-sum-64") used 4-byte units; they still verify.
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
@@ -30,7 +33,8 @@
 #include "util.h"
 
 #define MANIFEST_FORMAT "femtotron-manifest-v1"
-#define HASH_NAME "word-sum-64"
+#define HASH_NAME "halfword-sum-64"  // 2-byte units
+#define HASH_NAME_V1 "word-sum-64"   // 4-byte units, manifests of older femtotrons
 #define HASH_CHUNK ((size_t)4 << 20)  // bytes read per pread when hashing a file
 
 // ---------------------------------------------------------------- the hash
@@ -44,26 +48,27 @@ static inline uint64_t fmix64(uint64_t k) {
     return k;
 }
 
-uint64_t ckpt_hash_words(const void *bytes, size_t nbytes, uint64_t first_word) {
+uint64_t ckpt_hash_units(const void *bytes, size_t nbytes, uint64_t first_unit, int unit) {
     const uint8_t *b = bytes;
-    const size_t whole = nbytes / 4;
+    const size_t whole = nbytes / (size_t)unit, rest = nbytes % (size_t)unit;
     uint64_t h = 0;
 #pragma omp parallel for reduction(+ : h) schedule(static) if (whole > 65536)
     for (size_t i = 0; i < whole; i++) {
-        uint32_t w;
-        memcpy(&w, b + 4 * i, 4);  // little-endian host (safetensors_internal.h)
-        h += fmix64((first_word + i) * 0x9E3779B97F4A7C15ULL ^ w);
+        uint32_t u = 0;
+        memcpy(&u, b + (size_t)unit * i, (size_t)unit);  // little-endian host (safetensors_internal.h)
+        h += fmix64((first_unit + i) * 0x9E3779B97F4A7C15ULL ^ u);
     }
-    if (nbytes % 4) {  // the zero-padded last word
-        uint32_t w = 0;
-        memcpy(&w, b + 4 * whole, nbytes % 4);
-        h += fmix64((first_word + whole) * 0x9E3779B97F4A7C15ULL ^ w);
+    if (rest) {  // the zero-padded last unit
+        uint32_t u = 0;
+        memcpy(&u, b + (size_t)unit * whole, rest);
+        h += fmix64((first_unit + whole) * 0x9E3779B97F4A7C15ULL ^ u);
     }
     return h;
 }
 
-uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi) {
-    if (lo % 4) die("%s: hash range must start at a word (byte %llu)", path, (unsigned long long)lo);
+uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi, int unit) {
+    if (lo % (uint64_t)unit)
+        die("%s: hash range must start at a %d-byte unit (byte %llu)", path, unit, (unsigned long long)lo);
     uint64_t h = 0;
     char *buf = NULL;
     for (uint64_t off = lo; off < hi; off += HASH_CHUNK) {
@@ -79,7 +84,7 @@ uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi
                     (unsigned long long)(off + got), (unsigned long long)hi);
             got += (size_t)r;
         }
-        h += ckpt_hash_words(buf, n, off / 4);
+        h += ckpt_hash_units(buf, n, off / (uint64_t)unit, unit);
     }
     free(buf);
     return h;
@@ -91,7 +96,7 @@ uint64_t ckpt_hash_file(const char *path, uint64_t *bytes) {
     struct stat st;
     if (fstat(fd, &st) != 0) die_errno("cannot stat %s", path);
     *bytes = (uint64_t)st.st_size;
-    uint64_t h = ckpt_hash_file_range(fd, path, 0, *bytes);
+    uint64_t h = ckpt_hash_file_range(fd, path, 0, *bytes, CKPT_HASH_UNIT);
     close(fd);
     return h;
 }
@@ -160,9 +165,13 @@ void ckpt_read_manifest(const char *path, CkptManifest *m) {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, MANIFEST_FORMAT) != 0)
         die("%s: \"format\" is not \"%s\" (corrupt, or written by a newer femtotron)", path, MANIFEST_FORMAT);
-    if (!cJSON_IsString(hash) || strcmp(hash->valuestring, HASH_NAME) != 0)
-        die("%s: unknown checksum \"%s\" (this femtotron checks \"%s\")", path,
-            cJSON_IsString(hash) ? hash->valuestring : "?", HASH_NAME);
+    int unit = !cJSON_IsString(hash)                         ? 0
+               : strcmp(hash->valuestring, HASH_NAME) == 0    ? CKPT_HASH_UNIT
+               : strcmp(hash->valuestring, HASH_NAME_V1) == 0 ? 4
+                                                              : 0;
+    if (!unit)
+        die("%s: unknown checksum \"%s\" (this femtotron checks \"%s\" and \"%s\")", path,
+            cJSON_IsString(hash) ? hash->valuestring : "?", HASH_NAME, HASH_NAME_V1);
     if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 2147483647.0 ||
         step->valuedouble != (double)(int)step->valuedouble)
         die("%s is corrupt: \"step\" must be a non-negative integer", path);
@@ -170,6 +179,7 @@ void ckpt_read_manifest(const char *path, CkptManifest *m) {
         die("%s is corrupt: \"files\" must list 1 to %d files", path, CKPT_MAX_FILES);
     memset(m, 0, sizeof *m);
     m->step = (int)step->valuedouble;
+    m->unit = unit;
     for (const cJSON *f = files->child; f; f = f->next) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(f, "bytes");
@@ -235,13 +245,14 @@ int checkpoint_verify(const char *ckpt_dir) {
         if ((uint64_t)st.st_size != m.f[i].bytes)
             VERIFY_FAIL("checkpoint %s: %s is %lld bytes, its manifest says %" PRIu64 ": the file was "
                         "truncated or replaced", ckpt_dir, m.f[i].name, (long long)st.st_size, m.f[i].bytes);
-        // This rank's share of the file's words.
-        uint64_t words = (m.f[i].bytes + 3) / 4, per = (words + (uint64_t)world - 1) / (uint64_t)world;
+        // This rank's share of the file's units.
+        const uint64_t u = (uint64_t)m.unit;
+        uint64_t units = (m.f[i].bytes + u - 1) / u, per = (units + (uint64_t)world - 1) / (uint64_t)world;
         uint64_t lo = per * (uint64_t)rank, hi = lo + per;
-        if (lo > words) lo = words;
-        if (hi > words) hi = words;
-        uint64_t end = hi * 4 < m.f[i].bytes ? hi * 4 : m.f[i].bytes;
-        if (lo * 4 < end) sums[i] = ckpt_hash_file_range(fd, path, lo * 4, end);
+        if (lo > units) lo = units;
+        if (hi > units) hi = units;
+        uint64_t end = hi * u < m.f[i].bytes ? hi * u : m.f[i].bytes;
+        if (lo * u < end) sums[i] = ckpt_hash_file_range(fd, path, lo * u, end, m.unit);
         close(fd);
     }
     group_allreduce_sum_u64(GROUP_WORLD, sums, (size_t)m.n);

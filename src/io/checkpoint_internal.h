@@ -40,9 +40,10 @@ typedef struct {
 
 void ckpt_save_paths(SavePaths *sp, const char *dir, int step);
 // Rank 0, before any data is written: the temporary directory and the sized files
-// with their headers. data_start: (2) model, optimizer (0 when no moments are saved).
+// with their headers, laid out as lay (2): model, optimizer. data_start: (2) their
+// data sections' offsets (0 for a file that holds nothing).
 void ckpt_begin_save(const SavePaths *sp, const char *dir, const LlamaModel *model,
-                     int moments, int step, uint64_t *data_start);
+                     const CkptFileLayout *lay, int step, uint64_t *data_start);
 // Rank 0, once every rank's data is durable: the small files, manifest.json (the
 // safetensors checksums: hash[f], every rank's data-section sums, plus the headers),
 // the rename that publishes, `latest`.
@@ -105,18 +106,29 @@ void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *t
 
 // ---------------------------------------------------------------- checkpoint_save.c
 
-// Create path with the safetensors header of the model's tensors (suffix1, then
-// suffix2 when not NULL), sized to hold them all; returns the data section's offset.
-uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
-                           const char *suffix2, const char *meta_kind, int step);
+// The two files' layouts of a save: params in model.safetensors (bf16 or fp32),
+// the moments (when saved) in optimizer.safetensors, and with bf16 weights the fp32
+// params there too, as "NAME.master". lay: (2) model, optimizer.
+void ckpt_file_layouts(CkptFileLayout *lay, int moments, CkptDtype dtype);
+// Create path with the safetensors header of the model's tensors as lay places them
+// (names + the kind's suffix in optimizer.safetensors), sized to hold them all;
+// returns the data section's offset, or 0 (no file) when lay holds nothing.
+uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const CkptFileLayout *lay,
+                           int optimizer_file, const char *meta_kind, int step);
+// Tensor name suffix of each kind in optimizer.safetensors: ".master", ".exp_avg",
+// ".exp_avg_sq".
+extern const char *const CKPT_OPT_SUFFIX[];
 
 // ---------------------------------------------------------------- checkpoint_integrity.c
-// The position-keyed word-sum checksum (checkpoint_integrity.c): bytes(nbytes)
-// starting at word index first_word of their file; sums of disjoint ranges add up.
-uint64_t ckpt_hash_words(const void *bytes, size_t nbytes, uint64_t first_word);
-// Bytes [lo, hi) of an open file (lo a multiple of 4), read in chunks.
-uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi);
-// A whole file; its size in *bytes.
+// The position-keyed unit-sum checksum (checkpoint_integrity.c): bytes(nbytes)
+// starting at unit index first_unit of their file, in units of `unit` bytes (2 for
+// what this femtotron writes, CKPT_HASH_UNIT; 4 in older manifests); sums of
+// disjoint ranges add up.
+#define CKPT_HASH_UNIT 2
+uint64_t ckpt_hash_units(const void *bytes, size_t nbytes, uint64_t first_unit, int unit);
+// Bytes [lo, hi) of an open file (lo a multiple of unit), read in chunks.
+uint64_t ckpt_hash_file_range(int fd, const char *path, uint64_t lo, uint64_t hi, int unit);
+// A whole file (CKPT_HASH_UNIT); its size in *bytes.
 uint64_t ckpt_hash_file(const char *path, uint64_t *bytes);
 #define CKPT_MAX_FILES 8
 typedef struct {
@@ -126,6 +138,7 @@ typedef struct {
 // manifest.json: the step and every file's size and checksum.
 typedef struct {
     int step;
+    int unit;  // checksum unit in bytes (CKPT_HASH_UNIT, or 4 in older manifests)
     int n;
     CkptFileSum f[CKPT_MAX_FILES];
 } CkptManifest;

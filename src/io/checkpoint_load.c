@@ -97,10 +97,17 @@ static void reject_extras(const StIndex *idx, const LlamaModel *model, const cha
         snprintf(name, sizeof name, "%s", idx->t[i].name);
         if (with_moments) {
             size_t len = strlen(name);
-            if (len > 11 && strcmp(name + len - 11, ".exp_avg_sq") == 0) name[len - 11] = '\0';
-            else if (len > 8 && strcmp(name + len - 8, ".exp_avg") == 0) name[len - 8] = '\0';
-            else die("%s: tensor %s is not an AdamW moment (NAME.exp_avg / NAME.exp_avg_sq)",
-                     where, idx->t[i].name);
+            int k = 0;
+            for (; k < CKPT_N_KINDS; k++) {
+                size_t sl = strlen(CKPT_OPT_SUFFIX[k]);
+                if (len > sl && strcmp(name + len - sl, CKPT_OPT_SUFFIX[k]) == 0) {
+                    name[len - sl] = '\0';
+                    break;
+                }
+            }
+            if (k == CKPT_N_KINDS)
+                die("%s: tensor %s is neither an AdamW moment (NAME.exp_avg / NAME.exp_avg_sq) "
+                    "nor a master weight (NAME.master)", where, idx->t[i].name);
         }
         if (!llama_find(model, name))
             die("%s: tensor %s is not part of this model (was the checkpoint saved with a "
@@ -108,9 +115,10 @@ static void reject_extras(const StIndex *idx, const LlamaModel *model, const cha
     }
 }
 
-// model.safetensors into the params pieces. Checks run before any read.
+// model.safetensors into the params pieces (unless read_params is 0: the exact fp32
+// master weights of a bf16 checkpoint are read instead). Checks run before any read.
 static void load_model_file(const char *ckpt_dir, const LlamaModel *model, CkptPiece *pieces,
-                            int n_pieces) {
+                            int n_pieces, int read_params) {
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "model.safetensors");
     if (!path_is_file(path)) die("checkpoint %s has no model.safetensors (%s)", ckpt_dir, path);
@@ -118,14 +126,29 @@ static void load_model_file(const char *ckpt_dir, const LlamaModel *model, CkptP
     st_open(&idx, path);
     const StTensor **t = resolve_all(&idx, model, "", path);
     reject_extras(&idx, model, path, 0);
-    read_pieces(pieces, n_pieces, CKPT_PARAMS, model, t);
+    if (read_params) read_pieces(pieces, n_pieces, CKPT_PARAMS, model, t);
     free(t);
     st_close(&idx);
 }
 
-// optimizer.safetensors into the exp_avg and exp_avg_sq pieces.
+// 1 when the checkpoint's optimizer.safetensors holds fp32 master weights (it was
+// saved with checkpoint.dtype bf16): its first tensor is a NAME.master.
+static int has_master_weights(const char *ckpt_dir, const LlamaModel *model) {
+    char path[CKPT_PATH_MAX], name[CKPT_OPT_NAME_MAX];
+    ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
+    if (!path_is_file(path) || model->n_params == 0) return 0;
+    StIndex idx;
+    st_open(&idx, path);
+    snprintf(name, sizeof name, "%s%s", model->params[0].name, CKPT_OPT_SUFFIX[CKPT_PARAMS]);
+    int found = st_find(&idx, name) != NULL;
+    st_close(&idx);
+    return found;
+}
+
+// optimizer.safetensors into the exp_avg and exp_avg_sq pieces (moments), and the
+// params pieces from its NAME.master tensors (master).
 static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
-                                CkptPiece *pieces, int n_pieces) {
+                                CkptPiece *pieces, int n_pieces, int moments, int master) {
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
     if (!path_is_file(path))
@@ -133,13 +156,18 @@ static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
             "moments", ckpt_dir, path);
     StIndex idx;
     st_open(&idx, path);
-    const StTensor **m = resolve_all(&idx, model, ".exp_avg", path);
-    const StTensor **v = resolve_all(&idx, model, ".exp_avg_sq", path);
+    const StTensor **m = moments ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG], path) : NULL;
+    const StTensor **v = moments ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG_SQ], path) : NULL;
+    const StTensor **w = master ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_PARAMS], path) : NULL;
     reject_extras(&idx, model, path, 1);
-    read_pieces(pieces, n_pieces, CKPT_EXP_AVG, model, m);
-    read_pieces(pieces, n_pieces, CKPT_EXP_AVG_SQ, model, v);
+    if (moments) {
+        read_pieces(pieces, n_pieces, CKPT_EXP_AVG, model, m);
+        read_pieces(pieces, n_pieces, CKPT_EXP_AVG_SQ, model, v);
+    }
+    if (master) read_pieces(pieces, n_pieces, CKPT_PARAMS, model, w);
     free(m);
     free(v);
+    free(w);
     st_close(&idx);
 }
 
@@ -154,10 +182,12 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
         warn("checkpoint %s has no manifest.json (written before checksums were kept): its files "
              "cannot be verified", ckpt_dir);
     // model.safetensors is checked even when this rank loads no parameters: a
-    // checkpoint of another model must fail everywhere.
-    load_model_file(ckpt_dir, model, pieces, n_pieces);
-    if (any_kind(pieces, n_pieces, CKPT_EXP_AVG) || any_kind(pieces, n_pieces, CKPT_EXP_AVG_SQ))
-        load_optimizer_file(ckpt_dir, model, pieces, n_pieces);
+    // checkpoint of another model must fail everywhere. A bf16 checkpoint's weights
+    // come from the fp32 master copy, so a resume continues exactly.
+    const int master = has_master_weights(ckpt_dir, model);
+    const int moments = any_kind(pieces, n_pieces, CKPT_EXP_AVG) || any_kind(pieces, n_pieces, CKPT_EXP_AVG_SQ);
+    load_model_file(ckpt_dir, model, pieces, n_pieces, !master);
+    if (moments || master) load_optimizer_file(ckpt_dir, model, pieces, n_pieces, moments, master);
 
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "trainer_state.json");

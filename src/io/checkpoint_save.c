@@ -23,31 +23,48 @@
 #include "io/safetensors.h"
 #include "util.h"
 
-// The tensor list of one safetensors file: the model's tensors under their names
-// plus `suffix`, in table order (the global flat order). Data pointers stay NULL:
-// only the header is written from it. names: (n_params, CKPT_OPT_NAME_MAX).
-static void fill_header_list(StWrite *w, char (*names)[CKPT_OPT_NAME_MAX],
-                             const LlamaModel *model, const char *suffix) {
-    for (int i = 0; i < model->n_params; i++) {
-        const ParamInfo *p = &model->params[i];
-        snprintf(names[i], CKPT_OPT_NAME_MAX, "%s%s", p->name, suffix);
-        w[i].name = names[i];
-        w[i].ndim = p->ndim;
-        w[i].shape[0] = p->shape[0];
-        w[i].shape[1] = p->ndim == 2 ? p->shape[1] : 0;
-        w[i].data = NULL;
+const char *const CKPT_OPT_SUFFIX[] = {".master", ".exp_avg", ".exp_avg_sq"};
+
+void ckpt_file_layouts(CkptFileLayout *lay, int moments, CkptDtype dtype) {
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < CKPT_N_KINDS; k++) lay[f].slot[k] = -1;
+    lay[0].slot[CKPT_PARAMS] = 0;
+    lay[0].esize = dtype == CKPT_DTYPE_BF16 ? 2 : 4;
+    lay[1].esize = 4;
+    int n = 0;
+    if (moments) {
+        lay[1].slot[CKPT_EXP_AVG] = n++;
+        lay[1].slot[CKPT_EXP_AVG_SQ] = n++;
     }
+    if (dtype == CKPT_DTYPE_BF16) lay[1].slot[CKPT_PARAMS] = n++;
 }
 
-// Create path with the header of the model's tensors (suffix1, then suffix2 when
-// not NULL), sized to hold them all; returns the data section's byte offset.
-uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char *suffix1,
-                           const char *suffix2, const char *meta_kind, int step) {
-    int n = model->n_params * (suffix2 ? 2 : 1);
+// Create path with the header of the model's tensors as lay places them: for each
+// slot in turn, every tensor in table order (the global flat order) under its name
+// plus the kind's suffix. Data pointers stay NULL: only the header is written.
+uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const CkptFileLayout *lay,
+                           int optimizer_file, const char *meta_kind, int step) {
+    int kind_of_slot[CKPT_N_KINDS], n_slots = 0;
+    for (int k = 0; k < CKPT_N_KINDS; k++)
+        if (lay->slot[k] >= 0) {
+            kind_of_slot[lay->slot[k]] = k;
+            n_slots++;
+        }
+    if (!n_slots) return 0;
+    int n = model->n_params * n_slots;
     StWrite *w = xcalloc((size_t)n * sizeof *w, "checkpoint tensor list");  // (n)
     char (*names)[CKPT_OPT_NAME_MAX] = xmalloc((size_t)n * CKPT_OPT_NAME_MAX, "checkpoint names");  // (n, CKPT_OPT_NAME_MAX)
-    fill_header_list(w, names, model, suffix1);
-    if (suffix2) fill_header_list(w + model->n_params, names + model->n_params, model, suffix2);
+    for (int s = 0, j = 0; s < n_slots; s++)
+        for (int i = 0; i < model->n_params; i++, j++) {
+            const ParamInfo *p = &model->params[i];
+            snprintf(names[j], CKPT_OPT_NAME_MAX, "%s%s", p->name,
+                     optimizer_file ? CKPT_OPT_SUFFIX[kind_of_slot[s]] : "");
+            w[j].name = names[j];
+            w[j].ndim = p->ndim;
+            w[j].shape[0] = p->shape[0];
+            w[j].shape[1] = p->ndim == 2 ? p->shape[1] : 0;
+            w[j].dtype = lay->esize == 2 ? ST_BF16 : ST_F32;
+        }
     char step_text[16];
     snprintf(step_text, sizeof step_text, "%d", step);
     const char *keys[] = {"femtotron", "step"};  // the step: checkpoint_verify's mixed-files check
@@ -58,58 +75,75 @@ uint64_t ckpt_write_header(const char *path, const LlamaModel *model, const char
     return data_start;
 }
 
-// Byte runs bound for one file, merged while each continues the last in both the
+// Element runs bound for one file, merged while each continues the last in both the
 // file and memory: with tp = 1 a piece is one pwrite however many tensors it
-// crosses; a column slice is one pwrite per row.
+// crosses; a column slice is one pwrite per row. A bf16 file's runs are rounded
+// into a staging buffer on the way.
+#define STAGE_ELEMS ((size_t)1 << 20)
 typedef struct {
     int fd;
     const char *path;
-    uint64_t off;     // file offset of the pending run
-    const char *src;  // its bytes
-    size_t bytes;     // its length (0: nothing pending)
-    uint64_t hash;    // checksum share of every run written so far
+    int esize;          // bytes per element in the file: 4 (fp32) or 2 (bf16)
+    uint64_t off;       // file offset of the pending run
+    const float *src;   // its values
+    size_t count;       // its length in elements (0: nothing pending)
+    uint64_t hash;      // checksum share of every run written so far
+    uint16_t *stage;    // (STAGE_ELEMS) bf16 staging, allocated on first use
 } RunWriter;
 
+static void write_hashed(RunWriter *w, const void *bytes, size_t n, uint64_t off) {
+    pwrite_fully(w->fd, bytes, n, off, w->path);
+    w->hash += ckpt_hash_units(bytes, n, off / CKPT_HASH_UNIT, CKPT_HASH_UNIT);  // off is even
+}
+
 static void run_flush(RunWriter *w) {
-    if (!w->bytes) return;
-    pwrite_fully(w->fd, w->src, w->bytes, w->off, w->path);
-    w->hash += ckpt_hash_words(w->src, w->bytes, w->off / 4);  // off: data_start (8k) + 4e
-    w->bytes = 0;
+    if (!w->count) return;
+    if (w->esize == 4) {
+        write_hashed(w, w->src, w->count * sizeof(float), w->off);
+    } else {
+        if (!w->stage) w->stage = xmalloc(STAGE_ELEMS * sizeof *w->stage, "bf16 staging");
+        for (size_t done = 0; done < w->count; done += STAGE_ELEMS) {
+            size_t n = w->count - done < STAGE_ELEMS ? w->count - done : STAGE_ELEMS;
+            for (size_t i = 0; i < n; i++) w->stage[i] = st_f32_to_bf16(w->src[done + i]);
+            write_hashed(w, w->stage, 2 * n, w->off + 2 * done);
+        }
+    }
+    w->count = 0;
 }
 
 static void run_add(RunWriter *w, uint64_t off, const float *src, size_t count) {
-    const char *p = (const char *)src;
-    if (w->bytes && off == w->off + w->bytes && p == w->src + w->bytes) {
-        w->bytes += count * sizeof(float);
+    if (w->count && off == w->off + (uint64_t)w->esize * w->count && src == w->src + w->count) {
+        w->count += count;
         return;
     }
     run_flush(w);
     w->off = off;
-    w->src = p;
-    w->bytes = count * sizeof(float);
+    w->src = src;
+    w->count = count;
 }
 
-// Write this rank's non-empty pieces of the kinds stored in path (params into
-// model.safetensors; both moments into optimizer.safetensors, exp_avg_sq after all
-// G exp_avg values, G = global elements) at the global positions of their elements
-// (gbase: ckpt_global_bases), then fsync: every writer syncs its own bytes, so the file
-// is durable once every rank has returned from here. Vocab padding is never
-// written, nor a replica that another tensor-parallel rank writes. Returns this
-// rank's share of the file's checksum (the sum over the bytes it wrote).
-static uint64_t write_my_pieces(const char *path, uint64_t data_start, const CkptPiece *pieces,
-                                int n_pieces, int optimizer, const LlamaModel *model,
+// Write this rank's non-empty pieces of the kinds lay places in path (params into
+// model.safetensors; both moments, and with bf16 weights the fp32 params, into
+// optimizer.safetensors, each kind in its slot of G global elements) at the global
+// positions of their elements (gbase: ckpt_global_bases), then fsync: every writer
+// syncs its own bytes, so the file is durable once every rank has returned from
+// here. Vocab padding is never written, nor a replica that another tensor-parallel
+// rank writes. Returns this rank's share of the file's checksum (the sum over the
+// bytes it wrote).
+static uint64_t write_my_pieces(const char *path, uint64_t data_start, const CkptFileLayout *lay,
+                                const CkptPiece *pieces, int n_pieces, const LlamaModel *model,
                                 const size_t *gbase) {
-    RunWriter w = {-1, path, 0, NULL, 0, 0};
+    RunWriter w = {-1, path, lay->esize, 0, NULL, 0, 0, NULL};
     size_t G = gbase[model->n_params], a, b;
     Block blk[3];
     for (int i = 0; i < n_pieces; i++) {
         const CkptPiece *pc = &pieces[i];
-        if (pc->hi == pc->lo || (pc->kind != CKPT_PARAMS) != optimizer) continue;
+        if (pc->hi == pc->lo || lay->slot[pc->kind] < 0) continue;
         if (w.fd < 0) {
             w.fd = open(path, O_WRONLY);
             if (w.fd < 0) die_errno("cannot open %s (created by rank 0) for writing", path);
         }
-        size_t kind_base = pc->kind == CKPT_EXP_AVG_SQ ? G : 0;
+        size_t kind_base = (size_t)lay->slot[pc->kind] * G;
         for (int t = 0; t < model->n_params; t++) {
             const ParamInfo *p = &model->params[t];
             if (!p->replica_writer || !ckpt_piece_in_tensor(pc, p, &a, &b)) continue;
@@ -120,13 +154,14 @@ static uint64_t write_my_pieces(const char *path, uint64_t data_start, const Ckp
                     uint64_t e = kind_base + gbase[t] + (uint64_t)blk[k].g +
                                  (uint64_t)r * (uint64_t)blk[k].stride;
                     const float *src = pc->data + (p->offset + blk[k].l + r * blk[k].len - pc->lo);
-                    run_add(&w, data_start + 4 * e, src, blk[k].len);
+                    run_add(&w, data_start + (uint64_t)lay->esize * e, src, blk[k].len);
                 }
             }
         }
     }
     if (w.fd < 0) return 0;
     run_flush(&w);
+    free(w.stage);
     if (fsync(w.fd) != 0) die_errno("fsync of %s failed", path);
     if (close(w.fd) != 0) die_errno("close of %s failed", path);
     return w.hash;
@@ -152,6 +187,7 @@ void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
     PieceTable table;
     ckpt_gather_pieces(&table, model, pieces, n_pieces);
     int moments = ckpt_kind_given(&table, CKPT_EXP_AVG) || ckpt_kind_given(&table, CKPT_EXP_AVG_SQ);
+    ckpt_file_layouts(s->layout, moments, cfg->checkpoint.dtype);
     SavePaths sp;
     ckpt_save_paths(&sp, dir, st->step);
     if (comm_world_rank() == 0) {
@@ -166,7 +202,7 @@ void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
             ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp.size, G, where);
         }
         ckpt_free_tp_tables(tabs, model);
-        ckpt_begin_save(&sp, dir, model, moments, st->step, s->data_start);
+        ckpt_begin_save(&sp, dir, model, s->layout, st->step, s->data_start);
     }
     free(table.head);
     // The broadcast doubles as the barrier "the sized files exist".
@@ -180,8 +216,8 @@ void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
 void checkpoint_save_write(CkptSave *s) {
     for (int f = 0; f < 2; f++)
         if (s->data_start[f])
-            s->hash[f] = write_my_pieces(s->files[f], s->data_start[f], s->pieces, s->n_pieces, f,
-                                         s->model, s->gbase);
+            s->hash[f] = write_my_pieces(s->files[f], s->data_start[f], &s->layout[f], s->pieces,
+                                         s->n_pieces, s->model, s->gbase);
 }
 
 void checkpoint_save_finish(CkptSave *s) {

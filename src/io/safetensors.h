@@ -54,21 +54,26 @@ void st_read_f32(const StTensor *t, uint64_t elem_begin, size_t count, float *ou
 void st_read_f32_strided(const StTensor *t, uint64_t elem_begin, size_t count, uint64_t stride,
                          size_t n_runs, float *out);
 
-// One tensor to write: a name, a shape, fp32 data.
+// One tensor to write: a name, a shape, fp32 data. dtype ST_F32 (0, the default
+// of a zeroed struct), or ST_BF16 in a header for pwrite (st_write_header).
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[8];
     const float *data;  // (product of shape) fp32 values
+    StDtype dtype;
 } StWrite;
+
+// fp32 -> bfloat16 bits, rounded to nearest (ties to even), NaN kept a NaN.
+uint16_t st_f32_to_bf16(float x);
 
 // Write fp32 tensors to a new file at path (written, fsync'd; caller renames).
 // Metadata: {"format":"pt"} plus the given key/value pairs (may be NULL, 0).
 void st_write_f32(const char *path, const StWrite *tensors, int n,
                   const char *const *meta_keys, const char *const *meta_values, int n_meta);
 
-// The same file as st_write_f32 with the same arguments, but only its header is
-// written (the tensors' data pointers are ignored, may be NULL): the file is
+// The same file as st_write_f32 with the same arguments (tensors may also be
+// ST_BF16 here, 2 bytes an element), but only its header is written (the tensors' data pointers are ignored, may be NULL): the file is
 // created, its size set to the full length (data section zero-filled) and fsync'd.
 // Returns data_start, the byte offset of the data section: tensor i's bytes go at
 // data_start + (sum of the sizes of tensors 0..i-1), to be filled by pwrite, by

@@ -17,7 +17,14 @@
 #include "io/safetensors_internal.h"
 #include "util.h"
 
-// ---------------------------------------------------------------- low-level I/O
+uint16_t st_f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays quiet NaN
+    // Round to nearest, ties to even: add just under half an ulp of the kept part,
+    // plus its lowest bit; an overflow past the largest finite value rounds to inf.
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 // ---------------------------------------------------------------- writing
 
@@ -91,10 +98,14 @@ static void build_header(Buf *h, const char *path, const StWrite *tensors, int n
             if (strcmp(tensors[j].name, w->name) == 0)
                 die("%s: tensor \"%s\" given twice", path, w->name);
         if (w->ndim < 0 || w->ndim > 8) die("%s: tensor \"%s\": ndim %d out of range 0..8", path, w->name, w->ndim);
+        if (w->dtype != ST_F32 && (w->dtype != ST_BF16 || need_data))
+            die("%s: tensor \"%s\": only F32 (and BF16 in a header for pwrite) can be written",
+                path, w->name);
+        const uint64_t esize = w->dtype == ST_BF16 ? 2 : 4;
         uint64_t numel = 1;
         buf_str(h, ",");
         buf_json_string(h, w->name);
-        buf_str(h, ":{\"dtype\":\"F32\",\"shape\":[");
+        buf_str(h, w->dtype == ST_BF16 ? ":{\"dtype\":\"BF16\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < w->ndim; d++) {
             if (w->shape[d] < 0) die("%s: tensor \"%s\": negative dimension", path, w->name);
             numel *= (uint64_t)w->shape[d];
@@ -103,9 +114,9 @@ static void build_header(Buf *h, const char *path, const StWrite *tensors, int n
         }
         if (need_data && numel > 0 && !w->data) die("%s: tensor \"%s\": data is NULL", path, w->name);
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
-                 (unsigned long long)(offset + 4 * numel));
+                 (unsigned long long)(offset + esize * numel));
         buf_str(h, num);
-        offset += 4 * numel;
+        offset += esize * numel;
     }
     buf_str(h, "}");
     while (h->len % 8) buf_str(h, " ");

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/shell/test_layout_resume.sh — checkpoints do not depend on the layout that wrote
 # them: runs saved at pp=4 interleaved (2 chunks per rank), dp=4 ZeRO-3, tp=2 with
-# sequence parallel, and tp2 x cp2 x pp2 resume at other layouts (pp=2, 1 rank,
-# dp=2 x pp=2 ZeRO-3, dp=2 ZeRO-1, tp=1, tp=4, cp=4) and continue with the losses
-# of the uninterrupted 1-rank run (relative 1e-5). A tied model trained at
+# sequence parallel, tp2 x cp2 x pp2, and dp=2 x tp=2 ZeRO-3 with bf16 weights
+# (checkpoint.dtype) resume at other layouts (pp=2, 1 rank, dp=2 x pp=2 ZeRO-3,
+# dp=2 ZeRO-1, tp=1, tp=4, cp=4) and continue with the losses of the
+# uninterrupted 1-rank run (relative 1e-5). A tied model trained at
 # dp=2 x pp=2 (the last stage holds a copy of the embedding) is saved once, as
 # Hugging Face expects, resumes at the same layout bit for bit (the copy was equal
 # to the first stage's, which is what both load) and at 1 rank within 1e-5.
@@ -61,6 +62,12 @@ train save_4d 8 --parallel.tp 2 --parallel.cp 2 --parallel.pp 2 --parallel.seque
 resume_from "$tmp/ck_4d" 4d_to_1rank 1
 resume_from "$tmp/ck_4d" 4d_to_cp4 4 --parallel.cp 4
 resume_from "$tmp/ck_4d" 4d_to_dp2tp2z2 4 --parallel.dp 2 --parallel.tp 2 --parallel.zero 2
+
+# checkpoint.dtype bf16: ZeRO-3 shards and tp slices write bf16 weights and fp32
+# master weights; another layout resumes from the masters on the 1-rank curve.
+train save_bf16 4 --parallel.dp 2 --parallel.tp 2 --parallel.zero 3 --parallel.sequence_parallel true \
+    --checkpoint.dtype bf16 --checkpoint.dir "$tmp/ck_bf16" --checkpoint.every 6 && compare save_bf16
+resume_from "$tmp/ck_bf16" bf16_dp2tp2z3_to_pp2 2 --parallel.pp 2
 
 # Tied embeddings over two pipeline stages.
 T=(--model.tie_word_embeddings true --model.num_hidden_layers 4)

@@ -6,7 +6,9 @@
 # it does not own, whose generation_config.json is the source's, and which carry the
 # tokenizer files: transformers' AutoTokenizer and AutoModelForCausalLM open
 # CHECKPOINT_DIR/latest, and femtotron generate uses the checkpoint's tokenizer by
-# default and refuses one whose vocabulary does not fit the model.
+# default and refuses one whose vocabulary does not fit the model. With
+# checkpoint.dtype bf16 the weights file is bf16, transformers loads it as such,
+# and a resume from it is exact.
 . "$(dirname "$0")/lib.sh"
 PY=build/pyenv/bin/python
 TF=build/tfenv/bin/python
@@ -88,6 +90,37 @@ PY
 grep -E '^(PASS|FAIL)' "$tmp/tf.txt"
 grep -q '^FAIL' "$tmp/tf.txt" && fail=1
 [ "$(grep -c '^PASS' "$tmp/tf.txt")" = 2 ] || failed "transformers did not open the checkpoint: $(tail -2 "$tmp/tf.txt" | tr '\n' ' ')"
+# checkpoint.dtype bf16: the weights file halves, transformers loads it as bfloat16,
+# and a resume from it is exact (the fp32 master weights in optimizer.safetensors):
+# stopping after step 1 and resuming gives step 2's files byte for byte.
+BF=(--model.from "$tmp/src" --data.train "$tmp/data/train_*.bin" --parallel.pp 2 --training.seq_length 64
+    --training.micro_batch_size 2 --training.threads 1 --training.peak_flops 1e10 --checkpoint.dtype bf16)
+"${MPI[@]}" -np 2 ./femtotron train "${BF[@]}" --training.steps 2 --checkpoint.every 1 --checkpoint.dir "$tmp/bfa" \
+    >"$tmp/bfa.log" 2>&1 || failed "bf16 run: $(tail -3 "$tmp/bfa.log")"
+"${MPI[@]}" -np 2 ./femtotron train "${BF[@]}" --training.steps 1 --checkpoint.dir "$tmp/bfb" \
+    >"$tmp/bfb.log" 2>&1 || failed "bf16 run to step 1: $(tail -3 "$tmp/bfb.log")"
+"${MPI[@]}" -np 2 ./femtotron train "${BF[@]}" --training.steps 2 --checkpoint.dir "$tmp/bfb" --checkpoint.resume true \
+    >"$tmp/bfc.log" 2>&1 || failed "bf16 resume: $(tail -3 "$tmp/bfc.log")"
+if cmp -s "$tmp/bfa/step_0000002/model.safetensors" "$tmp/bfb/step_0000002/model.safetensors" &&
+    cmp -s "$tmp/bfa/step_0000002/optimizer.safetensors" "$tmp/bfb/step_0000002/optimizer.safetensors"; then
+    pass "checkpoint.dtype bf16: resumed at step 1, step 2's model and optimizer files equal the uninterrupted run's"
+else failed "bf16 resume is not exact (step 2 files differ)"; fi
+f32=$(stat -c %s "$tmp/ck/latest/model.safetensors") b16=$(stat -c %s "$tmp/bfa/step_0000002/model.safetensors")
+if [ "$b16" -lt $((f32 * 52 / 100)) ]; then pass "bf16 model.safetensors is $b16 bytes against $f32 in fp32"
+else failed "bf16 model.safetensors is $b16 bytes against $f32 in fp32"; fi
+$TF - "$tmp/bfa/latest" >"$tmp/tfb.txt" 2>&1 <<'PY'
+import json, os, sys, torch
+from transformers import AutoModelForCausalLM
+ck = sys.argv[1]
+m, info = AutoModelForCausalLM.from_pretrained(ck, torch_dtype="auto", output_loading_info=True)
+bad = {k: v for k, v in info.items() if v}
+dt = json.load(open(os.path.join(ck, "config.json"))).get("torch_dtype")
+ok = not bad and m.dtype == torch.bfloat16 and dt == "bfloat16"
+print("PASS" if ok else "FAIL", "transformers loads the bf16 checkpoint as torch.bfloat16 (torch_dtype %s), every weight" % dt,
+      bad or "")
+PY
+grep -E '^(PASS|FAIL)' "$tmp/tfb.txt"
+grep -q '^PASS' "$tmp/tfb.txt" || failed "transformers and the bf16 checkpoint: $(tail -2 "$tmp/tfb.txt" | tr '\n' ' ')"
 # generate: the checkpoint's tokenizer by default; a mismatched one is refused.
 ./femtotron generate --model "$tmp/ck" --prompt "The computer" --max-new-tokens 8 --temperature 0 \
     >"$tmp/gen.txt" 2>&1

@@ -7,10 +7,12 @@
 // fork()ed children, since die() ends the process), and Hugging Face weight loading
 // for tied and untied models, single-file and sharded; the piece API on one rank
 // (byte-identical files, any read layout, refused partitions); tensor-parallel
-// tables (slices of global tensors, vocab padding) loading BF16 and F32 files.
+// tables (slices of global tensors, vocab padding) loading BF16 and F32 files;
+// checkpoint.dtype bf16 (rounding, the fp32 master copy, checksums of odd splits).
 #define _GNU_SOURCE
 #include <cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "run_child.h"
 #include "config.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_internal.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 
@@ -1031,6 +1034,170 @@ static void test_tp_tables(void) {
     llama_free(&whole);
 }
 
+// The nearest bfloat16 to x, ties to the even one, worked out from the two
+// candidates (x truncated to bf16, and the next bf16 away from zero) in double:
+// an independent check of st_f32_to_bf16's bit trick. Finite x only.
+static float bf16_nearest(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t lo_bits = u & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+    float lo, hi;
+    memcpy(&lo, &lo_bits, 4);
+    memcpy(&hi, &hi_bits, 4);
+    double dl = fabs((double)x - (double)lo), dh = fabs((double)hi - (double)x);
+    if (dl < dh) return lo;
+    if (dh < dl) return hi;
+    return (lo_bits >> 16) & 1 ? hi : lo;
+}
+
+static float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void child_load_bf16_flipped(void *p) {
+    size_t n = g_model.num_elements;
+    float *w = garbage(n), *m = garbage(n), *v = garbage(n);
+    checkpoint_load((const char *)p, &g_model, w, m, v, NULL);
+}
+
+// checkpoint.dtype bf16: model.safetensors in BF16 (rounded to nearest even, half
+// the size), the fp32 master weights in optimizer.safetensors, a resume exact; the
+// checksums hold for pieces split at odd elements (2-byte units); older manifests
+// ("word-sum-64", 4-byte units) still verify.
+static void test_bf16(void) {
+    // The rounding itself: ties to even, NaN, infinity, overflow.
+    CHECK(bf16_bits_to_f32(st_f32_to_bf16(1.0f + 0x1p-8f)) == 1.0f &&
+              bf16_bits_to_f32(st_f32_to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f &&
+              bf16_bits_to_f32(st_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f &&
+              bf16_bits_to_f32(st_f32_to_bf16(-1.0f - 3 * 0x1p-8f)) == -1.0f - 0x1p-6f,
+          "st_f32_to_bf16 rounds to nearest, ties to even, both signs");
+    float big = 3.4028235e38f, inf = INFINITY, nan = NAN;
+    CHECK(isinf(bf16_bits_to_f32(st_f32_to_bf16(big))) && isinf(bf16_bits_to_f32(st_f32_to_bf16(inf))) &&
+              isnan(bf16_bits_to_f32(st_f32_to_bf16(nan))),
+          "the largest float rounds up to infinity, infinity stays, NaN stays a NaN");
+
+    Config c = g_cfg;
+    c.checkpoint.dtype = CKPT_DTYPE_BF16;
+    size_t n = g_model.num_elements;
+    char d[512], d2[512], p[1100], q[1100];
+    snprintf(d, sizeof d, "%s/bf16_whole", tmpdir);
+    TrainerState st = {.step = 7, .consumed_sequences = 70, .loss = 2.5};
+    checkpoint_save(d, &c, &g_model, g_params, g_m, g_v, &st);
+    snprintf(p, sizeof p, "%s/step_0000007/model.safetensors", d);
+    StIndex idx;
+    st_open(&idx, p);
+    int all_bf16 = idx.n == g_model.n_params, rounded = 1;
+    uint64_t bytes = 0;
+    for (int i = 0; i < idx.n; i++) {
+        all_bf16 = all_bf16 && idx.t[i].dtype == ST_BF16;
+        bytes += idx.t[i].end - idx.t[i].begin;
+        const ParamInfo *pi = llama_find(&g_model, idx.t[i].name);
+        float *got = garbage(pi->numel);
+        st_read_f32(&idx.t[i], 0, pi->numel, got);
+        for (size_t e = 0; e < pi->numel; e++)
+            rounded = rounded && got[e] == bf16_nearest(g_params[pi->offset + e]);
+        free(got);
+    }
+    st_close(&idx);
+    CHECK(all_bf16 && bytes == 2 * n, "model.safetensors holds all %d tensors as BF16, 2 bytes an "
+                                      "element (%llu data bytes for %zu elements)",
+          g_model.n_params, (unsigned long long)bytes, n);
+    CHECK(rounded, "every saved bf16 weight is the nearest bfloat16 to the fp32 weight");
+    snprintf(p, sizeof p, "%s/step_0000007/optimizer.safetensors", d);
+    st_open(&idx, p);
+    const StTensor *t = st_find(&idx, "model.norm.weight.master");
+    CHECK(idx.n == 3 * g_model.n_params && t && t->dtype == ST_F32 &&
+              st_find(&idx, "model.norm.weight.exp_avg"),
+          "optimizer.safetensors holds exp_avg, exp_avg_sq and the fp32 master weights NAME.master");
+    st_close(&idx);
+    snprintf(p, sizeof p, "%s/step_0000007/config.json", d);
+    char *text = slurp(p, NULL);
+    cJSON *js = cJSON_Parse(text);
+    const cJSON *dt = cJSON_GetObjectItem(js, "torch_dtype");
+    CHECK(cJSON_IsString(dt) && strcmp(dt->valuestring, "bfloat16") == 0,
+          "config.json says torch_dtype \"bfloat16\"");
+    cJSON_Delete(js);
+    free(text);
+
+    // A resume reads the master weights: exact.
+    snprintf(p, sizeof p, "%s/step_0000007", d);
+    float *w2 = garbage(n), *m2 = garbage(n), *v2 = garbage(n);
+    checkpoint_load(p, &g_model, w2, m2, v2, NULL);
+    CHECK(memcmp(w2, g_params, n * sizeof(float)) == 0 && memcmp(m2, g_m, n * sizeof(float)) == 0 &&
+              memcmp(v2, g_v, n * sizeof(float)) == 0,
+          "a bf16 checkpoint resumes params (from NAME.master) and moments bit for bit");
+    // Weights alone, as model.from reads a checkpoint: the bf16 values.
+    load_hf_weights(p, &g_model, w2);
+    int as_bf16 = 1;
+    for (size_t e = 0; e < n; e++) as_bf16 = as_bf16 && w2[e] == bf16_nearest(g_params[e]);
+    CHECK(as_bf16, "load_hf_weights of a bf16 checkpoint gives the bf16 weights");
+
+    // Pieces split at odd elements: a bf16 run starting in the middle of a 4-byte
+    // word; the checksum units are 2 bytes, so every byte is the same and verifies.
+    snprintf(d2, sizeof d2, "%s/bf16_split", tmpdir);
+    CkptPiece pc[] = {
+        {CKPT_PARAMS, 501, n, g_params + 501},  {CKPT_PARAMS, 0, 37, g_params},
+        {CKPT_PARAMS, 37, 501, g_params + 37},  {CKPT_EXP_AVG, 0, n - 1, g_m},
+        {CKPT_EXP_AVG, n - 1, n, g_m + n - 1},  {CKPT_EXP_AVG_SQ, 3, n, g_v + 3},
+        {CKPT_EXP_AVG_SQ, 0, 3, g_v},
+    };
+    checkpoint_save_pieces(d2, &c, &g_model, pc, 7, &st);
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "manifest.json"};
+    int same = 1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/step_0000007/%s", d, files[i]);
+        snprintf(q, sizeof q, "%s/step_0000007/%s", d2, files[i]);
+        same = same && same_file(p, q);
+    }
+    snprintf(q, sizeof q, "%s/step_0000007", d2);
+    CHECK(same && checkpoint_verify(q) == 1,
+          "bf16 pieces split at odd elements write the same files and manifest as one piece, "
+          "and verify");
+    // One flipped bit in the second byte of a bf16 value is caught.
+    snprintf(p, sizeof p, "%s/step_0000007/model.safetensors", d2);
+    size_t len;
+    char *raw = slurp(p, &len);
+    raw[len - 3] ^= 0x01;
+    FILE *f = fopen(p, "wb");
+    fwrite(raw, 1, len, f);
+    fclose(f);
+    free(raw);
+    expect_death("a flipped bit in a bf16 model.safetensors", child_load_bf16_flipped, q,
+                 "model.safetensors does not match its manifest", NULL);
+
+    // A manifest of an older femtotron ("word-sum-64": 4-byte units) still verifies.
+    snprintf(p, sizeof p, "%s/step_0000007/manifest.json", d);
+    text = slurp(p, NULL);
+    js = cJSON_Parse(text);
+    free(text);
+    cJSON_ReplaceItemInObject(js, "hash", cJSON_CreateString("word-sum-64"));
+    cJSON *fl = cJSON_GetObjectItem(js, "files");
+    for (int i = 0; i < cJSON_GetArraySize(fl); i++) {
+        cJSON *e = cJSON_GetArrayItem(fl, i);
+        snprintf(q, sizeof q, "%s/step_0000007/%s", d, cJSON_GetObjectItem(e, "name")->valuestring);
+        int fd = open(q, O_RDONLY);
+        struct stat sb;
+        fstat(fd, &sb);
+        char hex[32];
+        snprintf(hex, sizeof hex, "%016llx",
+                 (unsigned long long)ckpt_hash_file_range(fd, q, 0, (uint64_t)sb.st_size, 4));
+        close(fd);
+        cJSON_ReplaceItemInObject(e, "hash", cJSON_CreateString(hex));
+    }
+    text = cJSON_Print(js);
+    write_text(p, text);
+    free(text);
+    cJSON_Delete(js);
+    snprintf(p, sizeof p, "%s/step_0000007", d);
+    CHECK(checkpoint_verify(p) == 1, "a manifest with 4-byte word-sum-64 checksums still verifies");
+    free(w2);
+    free(m2);
+    free(v2);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
@@ -1042,6 +1209,7 @@ int main(void) {
     test_mismatch();
     test_pieces_save();
     test_pieces_load();
+    test_bf16();
     test_hf();
     test_hf_pieces();
     test_tp_tables();

@@ -209,14 +209,14 @@ static void test_llama32_config(void) {
     config_set(&d, "model.rope_factor", "8");
     config_set(&d, "model.rope_original_max_position_embeddings", "2048");
     config_set(&d, "model.head_dim", "48");
-    config_write_hf_json(&d.model, path, -1, -1);
+    config_write_hf_json(&d.model, path, -1, -1, CKPT_DTYPE_FP32);
     config_defaults(&c);
     config_set(&c, "model.from", dir);
     CHECK(c.model.rope_type == ROPE_LLAMA3 && c.model.rope_factor == 8 &&
               c.model.rope_original_max_position_embeddings == 2048 && c.model.head_dim == 48,
           "llama3 RoPE and head_dim 48 written to config.json and read back");
     config_set(&d, "model.rope_type", "linear");
-    config_write_hf_json(&d.model, path, -1, -1);
+    config_write_hf_json(&d.model, path, -1, -1, CKPT_DTYPE_FP32);
     FILE *f = fopen(path, "r");
     char buf[4096] = {0};
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
@@ -326,7 +326,7 @@ static void test_round_trip(void) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     c.model.num_key_value_heads = 1;
     c.model.initializer_range = 0.01;
-    config_write_hf_json(&c.model, path, -1, -1);
+    config_write_hf_json(&c.model, path, -1, -1, CKPT_DTYPE_FP32);
     config_defaults(&d);
     config_set(&d, "model.from", dir);
     strcpy(c.model.from, dir);
