@@ -209,9 +209,10 @@ void config_validate(Config *c, int world_size) {
     if (c->checkpoint.keep_every > 0 && c->checkpoint.keep == 0)
         die("checkpoint.keep_every = %d needs checkpoint.keep (with keep = 0 every checkpoint is kept)",
             c->checkpoint.keep_every);
-    if ((c->checkpoint.keep > 0 || c->checkpoint.every > 0) && !c->checkpoint.dir[0])
+    if ((c->checkpoint.keep > 0 || c->checkpoint.every > 0 || c->checkpoint.dtype != CKPT_DTYPE_FP32) &&
+        !c->checkpoint.dir[0])
         die("checkpoint.%s is set but checkpoint.dir is not: give the directory to save into",
-            c->checkpoint.keep > 0 ? "keep" : "every");
+            c->checkpoint.keep > 0 ? "keep" : c->checkpoint.every > 0 ? "every" : "dtype");
     if (c->checkpoint.resume && !c->checkpoint.dir[0])
         die("checkpoint.resume = true but checkpoint.dir is not set: give the directory to resume from");
     need_int_min("logging.every", c->logging.every, 1);

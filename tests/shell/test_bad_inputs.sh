@@ -220,6 +220,11 @@ bad resume_huge_st_header 'model\.safetensors' -- "$F" "${R[@]}" --checkpoint.di
 bad resume_incomplete_step 'step_0000009' 'not a complete checkpoint' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_incomplete"
 bad resume_flipped_byte 'model\.safetensors' 'does not match its manifest' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_flip"
 bad resume_mixed_steps 'step_0000003' 'model\.safetensors' 'manifest' -- "$F" "${R[@]}" --checkpoint.dir "$T/ck_mixed" --training.steps 5
+bad ckpt_every_no_dir 'checkpoint\.every is set but checkpoint\.dir is not' -- "$F" "${P[@]}" --checkpoint.every 1
+bad ckpt_keep_no_dir 'checkpoint\.keep is set but checkpoint\.dir is not' -- "$F" "${P[@]}" --checkpoint.keep 2
+bad ckpt_dtype_no_dir 'checkpoint\.dtype is set but checkpoint\.dir is not' -- "$F" "${P[@]}" --checkpoint.dtype bf16
+bad ckpt_dtype_unknown 'checkpoint\.dtype' 'fp16' 'bf16' -- "$F" "${R[@]}" --checkpoint.dtype fp16
+bad ckpt_keep_every_no_keep 'keep_every = 3 needs checkpoint\.keep' -- "$F" "${R[@]}" --checkpoint.keep_every 3
 bad no_resume_existing_dir 'checkpoint\.resume' -- "$F" "${R[@]}" --checkpoint.resume false
 bad prepare_missing_input 'missing\.txt' -- "$F" prepare --input "$T/missing.txt" --output "$T/prep_out"
 bad prepare_existing_shards '--force' -- "$F" prepare --input "$T/in.txt" --output "$T/data"
