@@ -76,11 +76,34 @@ typedef struct {
 // hd: model.head_dim, or hidden_size / num_attention_heads when it is 0.
 int model_head_dim(const ModelConfig *m);
 
+// data.train / data.val: one file or glob of llm.c token shards, or a weighted
+// mixture of several (config_data_sources below; data/mixture.h).
+#define CFG_DATA_MAX 8192
 typedef struct {
-    char train[CFG_PATH_MAX];  // file or glob of llm.c token shards
-    char val[CFG_PATH_MAX];    // "" or file/glob of validation shards
+    char train[CFG_DATA_MAX];  // shards, or a mixture of sources
+    char val[CFG_DATA_MAX];    // "" or validation shards, or a mixture
     bool shuffle;              // seeded permutation of sequences per epoch
 } DataConfig;
+
+// One source of a data mixture: a file or glob of shards and its weight.
+#define CFG_MAX_SOURCES 32
+typedef struct {
+    char path[CFG_PATH_MAX];
+    double weight;  // > 0, as given (data/mixture.c normalises)
+} DataSource;
+
+// Parse data.train or data.val (key names it in errors) into at most
+// CFG_MAX_SOURCES sources (out: CFG_MAX_SOURCES); returns their count (0 for "").
+// Three spellings:
+//   "web/*.bin"                                    one source, weight 1
+//   "web/*.bin:0.7,code/*.bin:0.3"                 the command-line form: every
+//                                                  comma-separated item ends in :WEIGHT
+//   [{"path": "web/*.bin", "weight": 0.7}, ...]    a JSON config's list (stored as
+//                                                  that JSON text)
+// A string none of whose items ends in :NUMBER is one path (commas and colons
+// allowed). Fatal, naming the key, on a malformed list, a weight that is not a
+// finite positive number, an empty path, or too many sources.
+int config_data_sources(const char *spec, const char *key, DataSource *out);
 
 typedef struct {
     uint64_t seed;

@@ -15,7 +15,9 @@
 
 // KT_ENUM: one of a fixed set of spellings (KeyDef.names), stored as the index of
 // the spelling in an int-sized enum field (config.h: Recompute, PpSchedule, ...).
-typedef enum { KT_INT, KT_U64, KT_DOUBLE, KT_BOOL, KT_STRING, KT_ENUM } KeyType;
+// KT_SOURCES: data.train / data.val, a string of up to CFG_DATA_MAX characters, or in
+// JSON a list of sources, kept as its JSON text (config_data_sources reads both).
+typedef enum { KT_INT, KT_U64, KT_DOUBLE, KT_BOOL, KT_STRING, KT_ENUM, KT_SOURCES } KeyType;
 
 typedef struct {
     const char *section;

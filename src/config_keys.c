@@ -96,8 +96,12 @@ const KeyDef CFG_KEYS[] = {
     MKEY(from, KT_STRING, "", NULL,
          "local Hugging Face model directory: its config.json gives the model keys not set here"),
 
-    KEY(data, train, KT_STRING, "", "training token shards: llm.c .bin file or glob (required)"),
-    KEY(data, val, KT_STRING, "", "validation token shards: file or glob (\"\" = none)"),
+    KEY(data, train, KT_SOURCES, "",
+        "training token shards: llm.c .bin file or glob, or a weighted mixture \"A/*.bin:0.7,B/*.bin:0.3\" "
+        "(in JSON: [{\"path\": ..., \"weight\": ...}, ...]) (required)"),
+    KEY(data, val, KT_SOURCES, "",
+        "validation token shards: file or glob, or a mixture as data.train, each source scored "
+        "on its own (\"\" = none)"),
     KEY(data, shuffle, KT_BOOL, "false", "seeded permutation of the sequences every epoch"),
 
     KEY(training, seed, KT_U64, "1234", "seed of initialisation and data order"),
@@ -218,6 +222,7 @@ static const char *type_expect(KeyType t) {
     case KT_BOOL: return "true or false";
     case KT_STRING: return "a string";
     case KT_ENUM: return "one of its names";
+    case KT_SOURCES: return "a path, a glob or a list of sources";
     }
     return "?";
 }
@@ -310,11 +315,14 @@ void cfg_set_text(Config *c, const KeyDef *k, const char *text, const char *orig
         }
         die("%s: \"%s.%s\" must be true, false, 1 or 0, got \"%s\"", origin, k->section, k->key, text);
     case KT_STRING:
-        if (strlen(text) >= CFG_PATH_MAX)
-            die("%s: \"%s.%s\" is %zu characters long; the limit is %d", origin, k->section, k->key,
-                strlen(text), CFG_PATH_MAX - 1);
+    case KT_SOURCES: {
+        const size_t max = k->type == KT_SOURCES ? CFG_DATA_MAX : CFG_PATH_MAX;
+        if (strlen(text) >= max)
+            die("%s: \"%s.%s\" is %zu characters long; the limit is %zu", origin, k->section, k->key,
+                strlen(text), max - 1);
         memcpy(p, text, strlen(text) + 1);
         return;
+    }
     case KT_ENUM:
         set_enum(p, k, text, origin);
         return;
@@ -366,11 +374,24 @@ void cfg_set_json(Config *c, const KeyDef *k, const cJSON *v, const char *origin
                 strlen(v->valuestring), CFG_PATH_MAX - 1);
         memcpy(p, v->valuestring, strlen(v->valuestring) + 1);
         return;
+    case KT_SOURCES: {
+        if (!cJSON_IsString(v) && !cJSON_IsArray(v)) break;
+        char *text = cJSON_IsString(v) ? v->valuestring : cJSON_PrintUnformatted(v);
+        if (!text) die("%s: out of memory reading \"%s\"", origin, name);
+        size_t len = strlen(text);
+        if (len < CFG_DATA_MAX) memcpy(p, text, len + 1);
+        if (text != v->valuestring) free(text);
+        if (len >= CFG_DATA_MAX)
+            die("%s: \"%s\" is %zu characters long; the limit is %d", origin, name, len, CFG_DATA_MAX - 1);
+        return;
+    }
     }
     char *shown = cJSON_PrintUnformatted(v);
     if (shown && strlen(shown) > 40) strcpy(shown + 37, "...");
     die("%s: \"%s\" must be %s (JSON %s), got %s", origin, name, type_expect(k->type),
-        k->type == KT_STRING || k->type == KT_ENUM ? "string" : k->type == KT_BOOL ? "true/false" : "number",
+        k->type == KT_SOURCES ? "string or array"
+        : k->type == KT_STRING || k->type == KT_ENUM ? "string"
+        : k->type == KT_BOOL ? "true/false" : "number",
         shown ? shown : "?");
 }
 

@@ -24,6 +24,7 @@ static const char *type_name(KeyType t) {
     case KT_BOOL: return "bool";
     case KT_STRING: return "string";
     case KT_ENUM: return "enum";
+    case KT_SOURCES: return "sources";
     }
     return "?";
 }
@@ -39,7 +40,7 @@ void config_print_help(void) {
         if (strcmp(k->section, last) != 0) printf("\n%s:\n", last = k->section);
         char name[64], def[40];
         snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-        snprintf(def, sizeof def, k->type == KT_STRING || k->type == KT_ENUM ? "\"%s\"" : "%s", k->def);
+        snprintf(def, sizeof def, k->type == KT_STRING || k->type == KT_ENUM || k->type == KT_SOURCES ? "\"%s\"" : "%s", k->def);
         printf("  %-32s %-7s %-8s %s\n", name, type_name(k->type), def, k->help);
     }
 }
@@ -53,6 +54,12 @@ static void add_json_value(cJSON *obj, const KeyDef *k, const char *base, size_t
     case KT_BOOL: cJSON_AddBoolToObject(obj, k->key, *(const bool *)p); break;
     case KT_STRING: cJSON_AddStringToObject(obj, k->key, (const char *)p); break;
     case KT_ENUM: cJSON_AddStringToObject(obj, k->key, k->names[*(const int *)p]); break;
+    case KT_SOURCES: {  // a list given in JSON goes back out as that list
+        cJSON *list = ((const char *)p)[0] == '[' ? cJSON_Parse((const char *)p) : NULL;
+        if (list) cJSON_AddItemToObject(obj, k->key, list);
+        else cJSON_AddStringToObject(obj, k->key, (const char *)p);
+        break;
+    }
     case KT_U64: {
         uint64_t u = *(const uint64_t *)p;
         if ((double)u <= JSON_MAX_EXACT) {

@@ -203,6 +203,10 @@ void config_validate(Config *c, int world_size) {
     config_validate_layout(c, world_size);
     if (!c->data.train[0])
         die("data.train is not set: give a token shard file or glob (see ./femtotron prepare)");
+    DataSource *src = xmalloc(CFG_MAX_SOURCES * sizeof *src, "data sources");  // (CFG_MAX_SOURCES)
+    config_data_sources(c->data.train, "data.train", src);  // fatal when malformed
+    config_data_sources(c->data.val, "data.val", src);
+    free(src);
     need_int_min("checkpoint.every", c->checkpoint.every, 0);
     need_int_min("checkpoint.keep", c->checkpoint.keep, 0);
     need_int_min("checkpoint.keep_every", c->checkpoint.keep_every, 0);

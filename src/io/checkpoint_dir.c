@@ -127,7 +127,11 @@ void ckpt_finish_save(const SavePaths *sp, const char *dir, const Config *cfg,
     // bos/eos from the data's tokenizer), generation_config.json and the tokenizer
     // files that made the training data (data/prepared.h).
     PreparedInfo data;
-    const int prepared = prepared_find(cfg->data.train, &data);
+    DataSource *src = xmalloc(CFG_MAX_SOURCES * sizeof *src, "data sources");  // (CFG_MAX_SOURCES)
+    // A mixture's sources share one tokenizer (data/mixture.c checks): the first's.
+    const int prepared = config_data_sources(cfg->data.train, "data.train", src) > 0 &&
+                         prepared_find(src[0].path, &data);
+    free(src);
     ckpt_path_join(path, sp->tmp_dir, "config.json");
     config_write_hf_json(&cfg->model, path, prepared ? data.bos_id : -1, prepared ? data.eot_id : -1,
                          cfg->checkpoint.dtype);

@@ -63,6 +63,29 @@ static void check_outputs(const Config *cfg) {
     group_barrier(GROUP_WORLD);
 }
 
+// A resume reads the data that the rule (data/mixture.h) puts at the positions after
+// the checkpoint's: with other sources or weights than the run had, that is other
+// data than the uninterrupted run would have read. Allowed (moving the shards, or
+// changing the mix for the rest of a run, are legitimate), but said.
+static void warn_if_data_changed(const DataConfig *was, const DataConfig *now, int step) {
+    if (comm_world_rank() != 0) return;
+    DataSource *a = xmalloc(2 * CFG_MAX_SOURCES * sizeof *a, "data sources");  // (2, CFG_MAX_SOURCES)
+    DataSource *b = a + CFG_MAX_SOURCES;
+    int na = config_data_sources(was->train, "the checkpoint's data.train", a);
+    int nb = config_data_sources(now->train, "data.train", b);
+    int same = na == nb && was->shuffle == now->shuffle;
+    double sa = 0, sb = 0;
+    for (int k = 0; k < na && same; k++) sa += a[k].weight, sb += b[k].weight;
+    for (int k = 0; k < na && same; k++)
+        same = strcmp(a[k].path, b[k].path) == 0 && fabs(a[k].weight / sa - b[k].weight / sb) < 1e-12;
+    if (!same)
+        warn("data.train \"%s\" (data.shuffle %s) is not what the checkpoint's run read (\"%s\", "
+             "data.shuffle %s): from step %d on this run reads the new sources' sequences",
+             now->train, now->shuffle ? "true" : "false", was->train, was->shuffle ? "true" : "false",
+             step + 1);
+    free(a);
+}
+
 // Resume or refuse: a directory that already holds checkpoints is never written
 // over unless the user asked to resume from it.
 static void setup_checkpoints(Trainer *t) {
@@ -76,6 +99,7 @@ static void setup_checkpoints(Trainer *t) {
         Config was;  // the run configuration the checkpoint was written with
         checkpoint_read_config(latest, &was);
         lr_check_resume(&was.training, &t->cfg.training, t->state.step);
+        warn_if_data_changed(&was.data, &t->cfg.data, t->state.step);
         uint64_t expect = (uint64_t)t->state.step * (uint64_t)t->cfg.training.global_batch_size;
         if (t->state.consumed_sequences != expect)
             die("checkpoint %s: consumed %llu sequences in %d steps, but training.global_batch_size "
@@ -100,14 +124,32 @@ static void json_number(char *out, size_t size, double v) {
         snprintf(out, size, "null");
 }
 
-static void log_step(FILE *metrics, const StepResult *r, int steps, double tokens,
-                     double step_s, double flops_per_token, double peak, double val_loss) {
+// A list of numbers as a JSON array: "[a, b, ...]" (out: size bytes).
+static void json_list(char *out, size_t size, const double *v, int n) {
+    size_t k = (size_t)snprintf(out, size, "[");
+    for (int i = 0; i < n && k < size; i++) {
+        char num[32];
+        json_number(num, sizeof num, v[i]);
+        k += (size_t)snprintf(out + k, size - k, "%s%s", i ? ", " : "", num);
+    }
+    if (k < size) snprintf(out + k, size - k, "]");
+}
+
+static void log_step(FILE *metrics, Trainer *t, const StepResult *r, double tokens, double step_s,
+                     double flops_per_token, double peak, double val_loss) {
+    const int steps = t->cfg.training.steps;
     double tps = tokens / step_s, mfu = flops_per_token * tps / peak;
     printf("step %5d/%d | loss %.6f | lr %.3e | grad_norm %.4f | %7.0f tok/s | mfu %5.1f%% | "
            "%7.1f ms%s",
            r->step, steps, r->loss, r->lr, r->grad_norm, tps, 100.0 * mfu, 1e3 * step_s,
            r->skipped ? " | SKIPPED (non-finite)" : "");
-    if (!isnan(val_loss)) printf(" | val_loss %.6f", val_loss);
+    const int val_sources = t->has_val ? t->val_data.n : 0;
+    if (!isnan(val_loss)) {
+        printf(" | val_loss %.6f", val_loss);
+        for (int k = 0; val_sources > 1 && k < val_sources; k++)
+            printf("%s%.6f%s", k ? " " : " (by source: ", t->val_loss_by_source[k],
+                   k == val_sources - 1 ? ")" : "");
+    }
     printf("\n");
     fflush(stdout);
     if (!metrics) return;
@@ -122,9 +164,39 @@ static void log_step(FILE *metrics, const StepResult *r, int steps, double token
             "\"skipped\": %s",
             r->step, loss_s, r->lr, norm_s, tokens, tps, mfu, 1e3 * step_s,
             r->skipped ? "true" : "false");
-    if (!isnan(val_loss)) fprintf(metrics, ", \"val_loss\": %s", val_s);
+    char list[CFG_MAX_SOURCES * 34 + 4];
+    if (t->train_data.n > 1) {
+        // Tokens each source has given the run so far (the rule's counts, exact).
+        uint64_t seqs[CFG_MAX_SOURCES];
+        double tok[CFG_MAX_SOURCES];
+        mixture_counts(&t->train_data, (uint64_t)r->step * (uint64_t)t->cfg.training.global_batch_size, seqs);
+        for (int k = 0; k < t->train_data.n; k++) tok[k] = (double)seqs[k] * t->cfg.training.seq_length;
+        json_list(list, sizeof list, tok, t->train_data.n);
+        fprintf(metrics, ", \"source_tokens\": %s", list);
+    }
+    if (!isnan(val_loss)) {
+        fprintf(metrics, ", \"val_loss\": %s", val_s);
+        if (val_sources > 1) {
+            json_list(list, sizeof list, t->val_loss_by_source, val_sources);
+            fprintf(metrics, ", \"val_loss_by_source\": %s", list);
+        }
+    }
     fprintf(metrics, "}\n");
     fflush(metrics);
+}
+
+// The data lines of the start-up report: each source of a mixture with its
+// weight, its sequences and how many epochs of it the run will read.
+static void print_sources(const char *what, const DataMixture *m, double positions) {
+    if (m->n == 1) return;
+    printf("%s: a mixture of %d sources\n", what, m->n);
+    for (int k = 0; k < m->n; k++) {
+        printf("  source %d: %s | weight %.4f | %llu sequences", k + 1, m->spec[k].path, m->w[k],
+               (unsigned long long)m->src[k].n_seq);
+        if (positions > 0)
+            printf(" | %.3g epochs over the run", m->w[k] * positions / (double)m->src[k].n_seq);
+        printf("\n");
+    }
 }
 
 int train_main(int argc, char **argv) {
@@ -186,10 +258,13 @@ int train_main(int argc, char **argv) {
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
                cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
                cfg.parallel.pp_virtual);
-        printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank; "
-               "%llu sequences in %s\n",
-               tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size,
-               (unsigned long long)t.train_data.n_seq, cfg.data.train);
+        printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank",
+               tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size);
+        if (t.train_data.n == 1)
+            printf("; %llu sequences in %s", (unsigned long long)t.train_data.src[0].n_seq, cfg.data.train);
+        printf("\n");
+        print_sources("data.train", &t.train_data, (double)tc->steps * tc->global_batch_size);
+        if (t.has_val) print_sources("data.val (each source scored on its own)", &t.val_data, 0);
         printf("threads %d per rank | peak %.1f GFLOP/s per rank (%s) | %.3g model FLOPs/token\n",
                tc->threads, peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM",
                fpt);
@@ -214,7 +289,7 @@ int train_main(int argc, char **argv) {
         if (cfg.logging.val_every > 0 && r.step % cfg.logging.val_every == 0)
             val = trainer_validate(&t);
         if (rank0 && (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val)))
-            log_step(metrics, &r, tc->steps, tokens_per_step, dt, fpt, peak * world, val);
+            log_step(metrics, &t, &r, tokens_per_step, dt, fpt, peak * world, val);
         // The ranks agree once per step, in one small all-reduce, whether any of them
         // was signalled and whether every background checkpoint writer is done.
         double ctl[2] = {preempt_signal(), checkpointer_writing(&t)};

@@ -22,17 +22,20 @@ void trainer_init(Trainer *t, const Config *cfg, GridCoords at) {
     t->ckpt.pieces = xmalloc(sizeof(CkptPiece) * max_pieces, "checkpoint pieces");
     t->ckpt.snap = xmalloc(sizeof(CkptPiece) * max_pieces, "checkpoint pieces");
     dp_init_params(&t->rank.dp, tc->seed, cfg->model.from);
-    tokens_open(&t->train_data, cfg->data.train, tc->seq_length, cfg->model.vocab_size,
-                cfg->data.shuffle, tc->seed);
+    mixture_open(&t->train_data, cfg->data.train, "data.train", tc->seq_length,
+                 cfg->model.vocab_size, cfg->data.shuffle, tc->seed);
     t->has_val = cfg->data.val[0] != '\0';
-    if (t->has_val)
-        tokens_open(&t->val_data, cfg->data.val, tc->seq_length, cfg->model.vocab_size, false,
-                    tc->seed);
+    if (t->has_val) {
+        mixture_open(&t->val_data, cfg->data.val, "data.val", tc->seq_length, cfg->model.vocab_size,
+                     false, tc->seed);
+        t->val_loss_by_source = xcalloc((size_t)t->val_data.n * sizeof(double), "validation losses");
+    }
 }
 
 void trainer_free(Trainer *t) {
-    tokens_close(&t->train_data);
-    if (t->has_val) tokens_close(&t->val_data);
+    mixture_close(&t->train_data);
+    if (t->has_val) mixture_close(&t->val_data);
+    free(t->val_loss_by_source);
     checkpointer_finish(t);
     rank_free(&t->rank);
     free(t->pieces);
@@ -42,8 +45,9 @@ void trainer_free(Trainer *t) {
 
 // Micro-batch `micro` of the current step for this rank: data-parallel rank r
 // takes global positions t*G + (micro*dp + r)*B .. + B - 1, so the ranks
-// interleave and the set is exactly the step's global batch. Validation
-// (batch_step < 0) takes the fixed positions micro*B .. of the val data.
+// interleave and the set is exactly the step's global batch (which sequence a
+// position reads: data/mixture.h). Validation (batch_step < 0) takes the fixed
+// positions micro*B .. of one val source (val_source).
 // Under context parallelism every cp rank reads the same sequences and keeps its
 // two zigzag chunks of each.
 static void fill_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
@@ -53,11 +57,11 @@ static void fill_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) 
     const int split = t->cfg.parallel.cp > 1;  // read whole sequences, keep this rank's share
     int32_t *in = split ? t->rank.full_tokens : tokens, *tg = split ? t->rank.full_targets : targets;
     if (t->batch_step < 0) {
-        tokens_fill_batch(&t->val_data, (uint64_t)micro * B, (int)B, in, tg);
+        tokens_fill_batch(&t->val_data.src[t->val_source], (uint64_t)micro * B, (int)B, in, tg);
     } else {
         uint64_t p0 = (uint64_t)t->batch_step * (uint64_t)tc->global_batch_size +
                       ((uint64_t)micro * (uint64_t)t->cfg.parallel.dp + (uint64_t)t->rank.at.dp) * B;
-        tokens_fill_batch(&t->train_data, p0, (int)B, in, tg);
+        mixture_fill_batch(&t->train_data, p0, (int)B, in, tg);
     }
     if (split) {
         llama_local_tokens(&t->rank.model, in, tokens, (int)B, tc->seq_length);
@@ -139,10 +143,16 @@ double trainer_validate(Trainer *t) {
     // Every data-parallel rank evaluates the same fixed batches (ZeRO-3 gathers
     // are collective, so all ranks must run the same forwards).
     t->batch_step = -1;
-    double sum = pp_run_forward(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, nb);
-    group_allreduce_sum_f64(GROUP_PP, &sum, 1);
-    group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
-    return sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
+    double mean = 0;
+    for (int k = 0; k < t->val_data.n; k++) {
+        t->val_source = k;
+        double sum = pp_run_forward(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, nb);
+        group_allreduce_sum_f64(GROUP_PP, &sum, 1);
+        group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
+        t->val_loss_by_source[k] = sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
+        mean += t->val_data.w[k] * t->val_loss_by_source[k];
+    }
+    return t->val_data.n == 1 ? t->val_loss_by_source[0] : mean;
 }
 
 void trainer_load(Trainer *t, const char *ckpt_dir) {

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "data/tokens.h"
+#include "data/mixture.h"
 #include "dist/grid.h"
 #include "engines/rank.h"
 #include "io/checkpoint.h"
@@ -20,8 +20,10 @@ typedef struct Trainer {
     CkptPiece *pieces;  // (dp_max_pieces) pieces to load into, planned once
     Checkpointer ckpt;  // saves (train/checkpointer.h)
     int batch_step;     // step whose micro-batches fill_batch serves (-1: validation)
-    TokenDataset train_data, val_data;
+    DataMixture train_data, val_data;  // data.train, data.val (one source or a mixture)
     int has_val;
+    int val_source;     // validation: the data.val source fill_batch serves
+    double *val_loss_by_source;  // (val_data.n) after trainer_validate
     TrainerState state;
     int bad_steps;  // consecutive steps with a non-finite loss or gradient norm
 } Trainer;
@@ -53,7 +55,9 @@ void trainer_load(Trainer *t, const char *ckpt_dir);
 // One optimizer step: gradients, global-norm clipping, AdamW, state update.
 StepResult trainer_step(Trainer *t);
 
-// Mean validation loss over logging.val_batches micro-batches (fixed positions).
+// Validation: each data.val source scored on its own first logging.val_batches
+// micro-batches (fixed positions) into t->val_loss_by_source; returns their mean
+// weighted by the sources' weights (with one source, its loss).
 double trainer_validate(Trainer *t);
 
 #endif
