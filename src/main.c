@@ -1,4 +1,11 @@
 // main.c — femtotron's command line: one subcommand per job.
+//
+// Only `train` and `bench calibrate` are MPI programs; MPI is started for them
+// alone. prepare, plan, generate and bench peak run as one process: without a
+// launcher, and with a command line of any length (Open MPI's MPI_Init copies the
+// arguments and fails past a few thousand input files). Started by a launcher as
+// several ranks they refuse, rather than do the same work N times over.
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,8 +28,23 @@ static void usage(void) {
            "`femtotron <command> --help` lists each command's options.\n");
 }
 
+static bool needs_mpi(int argc, char **argv) {
+    if (argc < 2) return false;
+    if (strcmp(argv[1], "train") == 0) return true;
+    return strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "calibrate") == 0;
+}
+
 int main(int argc, char **argv) {
-    comm_init(&argc, &argv);
+    bool mpi = needs_mpi(argc, argv);
+    if (mpi) {
+        comm_init(&argc, &argv);
+    } else if (comm_launched_size() > 1) {
+        if (comm_launched_rank() == 0)
+            fprintf(stderr, "femtotron: error: `femtotron %s` runs as one process, but it was started as "
+                    "%d ranks (mpirun -np %d); start it without mpirun (it uses every core by itself)\n",
+                    argv[1], comm_launched_size(), comm_launched_size());
+        return 1;
+    }
     int rc;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage();
@@ -42,6 +64,6 @@ int main(int argc, char **argv) {
         usage();
         rc = 1;
     }
-    comm_finalize();
+    if (mpi) comm_finalize();
     return rc;
 }
