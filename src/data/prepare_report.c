@@ -37,7 +37,7 @@ static void warn_about_val(const Prepare *pp) {
     if (pp->val_fraction <= 0.0 || docs == 0) return;  // none asked for, or nothing at all
     if (val->docs == 0) {
         warn("prepare: the validation split is EMPTY: --val-fraction %g of %llu document(s) gives "
-             "none (the first validation document needs %llu documents); no val_*.bin was written. "
+             "none (at least %llu documents are needed for one); no val_*.bin was written. "
              "Give more documents (e.g. --split-on for text, or JSONL with one per line) or a larger "
              "--val-fraction", pp->val_fraction, (unsigned long long)docs,
              (unsigned long long)docs_for_first_val(pp->val_fraction));
