@@ -2,7 +2,7 @@
 //
 // Only `train` and `bench calibrate` are MPI programs; MPI is started for them
 // alone. prepare, plan, generate and bench peak run as one process: without a
-// launcher, and with a command line of any length (Open MPI's MPI_Init copies the
+// launcher, and with a command line of any length (Open MPI's initialisation copies the
 // arguments and fails past a few thousand input files). Started by a launcher as
 // several ranks they refuse, rather than do the same work N times over.
 #include <stdbool.h>
@@ -18,10 +18,10 @@
 
 static void usage(void) {
     printf("femtotron — Llama pre-training in C with 4D parallelism over MPI\n\n"
-           "usage: femtotron <command> [options]     (or: mpirun -np N femtotron ...)\n\n"
+           "usage: femtotron <command> [options]     (train, bench calibrate: mpirun -np N femtotron ...)\n\n"
            "commands:\n"
            "  train     train a model:  femtotron train --config run.json [--section.key value ...]\n"
-           "  prepare   turn text into token shards:  femtotron prepare --input FILE... --output DIR\n"
+           "  prepare   turn text into token shards:  femtotron prepare --input FILE|DIR|GLOB|-... --output DIR\n"
            "  generate  sample text from a model:  femtotron generate --model DIR --prompt TEXT\n"
            "  plan      choose a parallel layout:  femtotron plan --model llama-3.1-8b --gpus 64 --hardware h100 ...\n"
            "  bench     measure this machine:  femtotron bench peak | calibrate\n\n"

@@ -10,7 +10,7 @@
 // Documents: each text input file is one document; with --split-on LINE, each run
 // of lines between lines equal to LINE (a trailing "\r" ignored) is one, its lines
 // keeping their newlines; the separator lines themselves are dropped. Each line of
-// a JSONL input (.jsonl / .jsonl.gz, or --format jsonl) is one document: the string
+// a JSONL input (.jsonl or .ndjson, also .gz / .zst, or --format jsonl) is one document: the string
 // in its --field (default "text"); blank lines are skipped. Documents never span
 // two files. Documents shorter than --min-bytes bytes (default 1, so empty chunks
 // between separators disappear) are skipped and not counted.
