@@ -24,6 +24,8 @@
 
 #define RAW_CHUNK (256 << 10)  // compressed (or plain) bytes read from the input at once
 
+typedef enum { INPUT_PLAIN, INPUT_GZIP, INPUT_ZSTD } InputEncoding;
+
 typedef struct {
     int fd;
     const char *name;       // for messages (the caller's path, or "standard input")
@@ -157,7 +159,7 @@ static void sniff(Decoder *d) {
     else d->enc = INPUT_PLAIN;
 }
 
-FILE *decompress_open(const char *path, InputEncoding *enc) {
+FILE *decompress_open(const char *path) {
     Decoder *d = xcalloc(sizeof(Decoder), "input decoder");
     d->name = decompress_input_name(path);
     d->fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY);
@@ -177,7 +179,6 @@ FILE *decompress_open(const char *path, InputEncoding *enc) {
         if (!d->zs || ZSTD_isError(ZSTD_initDStream(d->zs))) die("input %s: cannot start libzstd", d->name);
         d->zstd_left = 1;  // inside a frame until one ends
     }
-    if (enc) *enc = d->enc;
     FILE *f = fopencookie(d, "rb", (cookie_io_functions_t){.read = decoder_read, .close = decoder_close});
     if (!f) die_errno("cannot read input %s", d->name);
     return f;

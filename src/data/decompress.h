@@ -8,16 +8,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum { INPUT_PLAIN, INPUT_GZIP, INPUT_ZSTD } InputEncoding;
-
 // Open `path` ("-": standard input) for reading its text: the FILE yields the
 // decompressed bytes. Gzip (1f 8b) and zstd (28 b5 2f fd) data are recognised by
 // their magic numbers whatever the name; a name ending in .gz or .zst must hold
 // that format. Concatenated gzip members and zstd frames are read one after the
 // other, as `gzip -dc` and `zstd -dc` do. A file that cannot be opened, a corrupt
 // or truncated compressed stream, or a misnamed one is a fatal error naming the
-// input. *enc (NULL: not wanted) gets the format found.
-FILE *decompress_open(const char *path, InputEncoding *enc);
+// input.
+FILE *decompress_open(const char *path);
 
 // Close what decompress_open returned; a read error is fatal, naming `path`.
 void decompress_close(FILE *f, const char *path);

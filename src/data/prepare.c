@@ -285,7 +285,7 @@ int prepare_main(int argc, char **argv) {
     for (size_t i = 0; i < n_inputs; i++) {
         const char *path = inputs.paths[i];
         pp.file_index = i;
-        FILE *f = decompress_open(path, NULL);
+        FILE *f = decompress_open(path);
         if (prepare_is_jsonl(path, format))
             prepare_read_jsonl(&pp, f, decompress_input_name(path), field ? field : "text");
         else prepare_read_text(&pp, f, split_on);
