@@ -114,12 +114,20 @@ static void add_glob(InputList *l, const char *pattern) {
     if (rc != 0) die("cannot expand the input pattern %s: a directory on its way cannot be read", pattern);
     // glob(3) sorts by the locale's collation; byte order is the same everywhere.
     qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), by_strcmp);
+    // A matched directory adds what the filter selects in it, maybe nothing; only
+    // a pattern that yields no file at all is an error.
+    size_t added = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         struct stat st;
-        if (stat(g.gl_pathv[i], &st) == 0 && S_ISDIR(st.st_mode)) add_directory_top(l, g.gl_pathv[i]);
-        else push(l, g.gl_pathv[i]);
+        if (stat(g.gl_pathv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            added += add_directory(l, g.gl_pathv[i]);
+        } else {
+            push(l, g.gl_pathv[i]);
+            added++;
+        }
     }
     globfree(&g);
+    if (!added) die("the input pattern %s matches only directories without a file prepare reads", pattern);
 }
 
 static void take_stdin(InputList *l, const char *what) {

@@ -5,7 +5,8 @@
 //   "-"            standard input (at most once in all)
 //   a directory    every file below it that the filter selects, recursively
 //   a glob         when it holds * ? or [ and is not itself an existing path: its
-//                  matches (glob(3)); a matched directory is expanded as above
+//                  matches (glob(3)), files read whatever their name, directories
+//                  expanded as above (one with nothing selected adds nothing)
 //   anything else  a file, read whatever its name (its existence is checked later)
 // Order: names in the order given; the matches of one glob, and the entries of
 // one directory, sorted by strcmp (byte order), a subdirectory's files at the
@@ -32,7 +33,7 @@ typedef struct {
 
 // Expand one name (see above) onto the end of the list. Fatal errors name the
 // problem: a glob without matches, a directory that cannot be read or holds no
-// selected file, standard input named twice.
+// selected file, a glob that yields no file, standard input named twice.
 void input_list_add(InputList *l, const char *name);
 
 // Expand every line of the file `list_path` ("-": standard input) as a name, in

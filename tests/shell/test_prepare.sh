@@ -363,8 +363,18 @@ refused "a missing --input-list is refused, naming it" "cannot open the input li
     --input-list "$T/no.list" --output "$T/bad7"
 refused "standard input named twice is refused" "standard input (-) is named twice" \
     --input - - --output "$T/bad8"
+refused "a glob matching only directories with nothing to read is refused" \
+    "input pattern $T/nothing_h\* matches only directories without a file" --input "$T/nothing_h*" --output "$T/bad9"
 check "no output directory was made for inputs refused while expanding them" \
-    bash -c "! ls -d '$T'/bad[5-8] 2>/dev/null | grep -q ."
+    bash -c "! ls -d '$T'/bad[5-9] 2>/dev/null | grep -q ."
+mkdir -p "$T/globdirs/empty" "$T/globdirs/full" "$T/globdirs/hidden_only"
+printf 'the only file\n' >"$T/globdirs/full/a.txt"
+printf 'hidden\n' >"$T/globdirs/hidden_only/.h.txt"
+"$FEMTOTRON" prepare --input "$T/globdirs/*" --output "$T/out_globdirs" --val-fraction 0 >/dev/null 2>&1
+check "a glob's directories with nothing to read add nothing when another match yields files" $PY -c "
+import sys; sys.path.insert(0, '$T'); from shard import *
+assert docs_of(read_shard('$T/out_globdirs/train_000000.bin')) == [b'the only file\\n']
+"
 
 # --- 11: honest splits: the counts, an empty and a tiny validation split -------------------
 head -17 "$T/docs.jsonl" >"$T/seventeen.jsonl"
