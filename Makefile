@@ -6,7 +6,8 @@ CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fopenmp -Isrc -I/usr/include/
 # OpenBLAS, OpenMP flavour: it shares our OpenMP thread pool, and a BLAS call made
 # inside an OpenMP parallel region runs single-threaded instead of oversubscribing.
 BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
-LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)
+# zlib and libzstd: `prepare` reads gzip and zstd inputs (src/data/decompress.c).
+LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lz -lzstd -lm -fopenmp $(EXTRA_LDFLAGS)
 
 SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
 # BUILD: where objects go (tests/shell/test_sanitizers.sh builds into build-asan).

@@ -4,9 +4,11 @@
 set -euo pipefail
 # clang with compiler-rt (libFuzzer, sanitizers), libomp and llvm (llvm-symbolizer)
 # build and run the fuzzers (tests/fuzz) and symbolize sanitizer reports; iproute2
-# builds the network-namespace hosts of tests/shell/test_hosts.sh.
+# builds the network-namespace hosts of tests/shell/test_hosts.sh. zlib1g-dev and
+# libzstd-dev: `prepare` reads gzip and zstd inputs through the libraries; the gzip
+# and zstd programs make the compressed inputs of tests/shell/test_prepare.sh.
 pkgs=(build-essential libopenmpi-dev openmpi-bin libopenblas-openmp-dev libcjson-dev
-      python3-torch python3-numpy python3-venv gnuplot-nox fortunes gzip
+      zlib1g-dev libzstd-dev python3-torch python3-numpy python3-venv gnuplot-nox fortunes gzip zstd
       clang libclang-rt-14-dev libomp-14-dev llvm iproute2)
 missing=()
 for p in "${pkgs[@]}"; do

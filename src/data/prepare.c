@@ -1,11 +1,16 @@
-// data/prepare.c — `femtotron prepare`: text or JSONL files (plain or .gz) → llm.c
-// token shards split into train and val, with the byte-level tokenizer or a Hugging
-// Face tokenizer.json (data/tokenizer.h).
+// data/prepare.c — `femtotron prepare`: text or JSONL inputs (plain, gzip or zstd;
+// files, directories, globs, lists of them, standard input) → llm.c token shards
+// split into train and val, with the byte-level tokenizer or a Hugging Face
+// tokenizer.json (data/tokenizer.h).
+//
+// Inputs: data/input_list.h expands the names into files in a fixed order, and
+// data/decompress.h reads each as its text. prepare is one process (main.c does
+// not start MPI for it), so any number of inputs can be named on its command line.
 //
 // Documents: each text input file is one document; with --split-on LINE, each run
 // of lines between lines equal to LINE (a trailing "\r" ignored) is one, its lines
 // keeping their newlines; the separator lines themselves are dropped. Each line of
-// a JSONL input (.jsonl / .jsonl.gz, or --format jsonl) is one document: the string
+// a JSONL input (.jsonl or .ndjson, also .gz / .zst, or --format jsonl) is one document: the string
 // in its --field (default "text"); blank lines are skipped. Documents never span
 // two files. Documents shorter than --min-bytes bytes (default 1, so empty chunks
 // between separators disappear) are skipped and not counted.
@@ -25,7 +30,8 @@
 // encoding cannot change; otherwise it is encoded whole.
 //
 // This file: the command line and the output directory; the inputs are read in
-// prepare_input.c and encoded and written in prepare_batch.c.
+// prepare_input.c, encoded and written in prepare_batch.c, and the summary is
+// prepare_report.c's.
 #define _POSIX_C_SOURCE 200809L
 #include "data/prepare.h"
 
@@ -42,6 +48,8 @@
 #include <unistd.h>
 
 #include "data/byte_tokenizer.h"
+#include "data/decompress.h"
+#include "data/input_list.h"
 #include "data/prepare_impl.h"
 #include "data/prepared.h"
 #include "data/shard_writer.h"
@@ -49,7 +57,7 @@
 #include "util.h"
 
 static const char *const usage_text =
-    "usage: femtotron prepare --input FILE... --output DIR [options]\n"
+    "usage: femtotron prepare --input NAME... --output DIR [options]\n"
     "\n"
     "Turn text into llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin). The default\n"
     "tokenizer is byte-level (uint16; ids 0..255 are bytes, 256 is end-of-text;\n"
@@ -57,14 +65,26 @@ static const char *const usage_text =
     "(GPT-2, SmolLM, Llama 3, ...). A document is the tokenizer's encode(text) with its\n"
     "post-processor's special tokens (Llama 3: <|begin_of_text|> first), then end-of-text.\n"
     "\n"
-    "  --input FILE...       input files, in order; FILE.gz is decompressed with gzip\n"
+    "  --input NAME...       inputs, read in the order given; NAME is a file, a directory\n"
+    "                        (every file below it, see below), a glob in quotes ('*.txt';\n"
+    "                        expanded by prepare, matches in byte order) or - (standard\n"
+    "                        input, e.g. from a converter: text, or JSONL with --format\n"
+    "                        jsonl). Plain, gzip and zstd data are told apart by their\n"
+    "                        first bytes; a .gz or .zst name must hold that format\n"
+    "  --input-list FILE     read the names from FILE, one per line (- : standard input);\n"
+    "                        each is expanded like an --input name; blank lines skipped\n"
+    "  --include GLOB        directories: read the files whose name matches GLOB (may be\n"
+    "                        repeated) instead of the default: names ending in .txt,\n"
+    "                        .text, .md, .jsonl or .ndjson, each also with .gz or .zst.\n"
+    "                        Hidden files and directories (.name) are always skipped;\n"
+    "                        each directory's entries are read in byte order, depth first\n"
     "  --output DIR          where train_NNNNNN.bin and val_NNNNNN.bin go (created)\n"
     "  --tokenizer FILE      Hugging Face tokenizer.json (byte-level BPE) to encode with\n"
     "  --eot TOKEN           end-of-text token written after each document (default:\n"
     "                        <|endoftext|>, <|end_of_text|>, </s> or <eos>, the first\n"
     "                        the tokenizer has)\n"
-    "  --format F            auto (default: .jsonl/.jsonl.gz/.ndjson files are JSONL,\n"
-    "                        others text), text or jsonl\n"
+    "  --format F            auto (default: .jsonl and .ndjson files, also .gz or .zst,\n"
+    "                        are JSONL, others and standard input text), text or jsonl\n"
     "  --field NAME          JSONL: the string field holding a document (default text)\n"
     "  --val-fraction F      fraction of documents for validation (default 0.05):\n"
     "                        document k goes to val iff floor((k+1)F) > floor(kF)\n"
@@ -76,7 +96,11 @@ static const char *const usage_text =
     "  --threads T           encoding threads (default: all cores); the output does\n"
     "                        not depend on T\n"
     "  --force               replace existing train_*.bin / val_*.bin shards in DIR\n"
-    "  --help                print this help\n";
+    "  --help                print this help\n"
+    "\n"
+    "prepare runs as one process (no mpirun; it refuses to run as several ranks) and\n"
+    "warns when the validation split is empty or tiny (fewer than 10 documents or\n"
+    "4096 tokens).\n";
 
 // ---------------------------------------------------------------- output directory
 
@@ -125,9 +149,17 @@ static uint64_t parse_count(const char *opt, const char *s) {
     return (uint64_t)v;
 }
 
+// What the command line names as inputs, in order, before expansion: expansion
+// waits for every --include.
+typedef struct {
+    const char *name;
+    bool is_list;  // --input-list FILE rather than --input NAME
+} InputName;
+
 int prepare_main(int argc, char **argv) {
-    const char **inputs = xmalloc((size_t)argc * sizeof(char *), "input list");  // (argc)
-    int n_inputs = 0;
+    InputName *names = xmalloc((size_t)argc * sizeof(InputName), "input names");  // (argc)
+    const char **include = xmalloc((size_t)argc * sizeof(char *), "--include globs");  // (argc)
+    int n_names = 0, n_include = 0;
     const char *out_dir = NULL, *split_on = NULL, *tok_path = NULL, *eot_text = NULL;
     const char *field = NULL, *format = "auto";
     double val_fraction = 0.05;
@@ -138,15 +170,21 @@ int prepare_main(int argc, char **argv) {
         bool has_value = i + 1 < argc;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
-            free(inputs);
+            free(names);
+            free(include);
             return 0;
         } else if (!strcmp(a, "--force")) {
             force = true;
         } else if (!strcmp(a, "--input")) {
-            // Every following argument up to the next option is an input file.
-            int before = n_inputs;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) inputs[n_inputs++] = argv[++i];
-            if (n_inputs == before) die("prepare: --input needs at least one file");
+            // Every following argument up to the next option is an input name.
+            int before = n_names;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                names[n_names++] = (InputName){argv[++i], false};
+            if (n_names == before) die("prepare: --input needs at least one file, directory, glob or -");
+        } else if (!strcmp(a, "--input-list") || !strcmp(a, "--include")) {
+            if (!has_value) die("prepare: %s needs a value (see femtotron prepare --help)", a);
+            if (!strcmp(a, "--include")) include[n_include++] = argv[++i];
+            else names[n_names++] = (InputName){argv[++i], true};
         } else if (!strcmp(a, "--output") || !strcmp(a, "--val-fraction") ||
                    !strcmp(a, "--split-on") || !strcmp(a, "--shard-tokens") ||
                    !strcmp(a, "--min-bytes") || !strcmp(a, "--tokenizer") || !strcmp(a, "--eot") ||
@@ -167,7 +205,7 @@ int prepare_main(int argc, char **argv) {
             die("prepare: unknown argument '%s' (see femtotron prepare --help)", a);
         }
     }
-    if (n_inputs == 0) die("prepare: no --input files given (see femtotron prepare --help)");
+    if (n_names == 0) die("prepare: no --input or --input-list given (see femtotron prepare --help)");
     if (!out_dir) die("prepare: no --output directory given (see femtotron prepare --help)");
     if (!(val_fraction >= 0.0 && val_fraction <= 1.0))
         die("prepare: --val-fraction %g must lie in [0, 1]", val_fraction);
@@ -183,23 +221,39 @@ int prepare_main(int argc, char **argv) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cores > 0 ? (uint64_t)(cores < 64 ? cores : 64) : 1;
     }
-    int n_jsonl = 0;
-    for (int i = 0; i < n_inputs; i++) n_jsonl += prepare_is_jsonl(inputs[i], format);
+    InputList inputs = {.include = include, .n_include = (size_t)n_include};
+    for (int i = 0; i < n_names; i++) {
+        if (names[i].is_list) input_list_add_listed(&inputs, names[i].name);
+        else input_list_add(&inputs, names[i].name);
+    }
+    if (inputs.n == 0) die("prepare: the --input-list names no input (every line is blank)");
+    size_t n_inputs = inputs.n;
+    size_t n_jsonl = 0;
+    for (size_t i = 0; i < n_inputs; i++) n_jsonl += prepare_is_jsonl(inputs.paths[i], format);
     if (field && n_jsonl == 0)
-        die("prepare: --field applies to JSONL inputs only (.jsonl, .jsonl.gz, .ndjson or --format jsonl)");
+        die("prepare: --field applies to JSONL inputs only (.jsonl, .ndjson, either with .gz or .zst, "
+            "or --format jsonl)");
     if (split_on && n_jsonl == n_inputs)
         die("prepare: --split-on applies to text inputs only; each JSONL line is a document");
 
     // Check every input before touching the output, so a typo costs nothing.
+    // The progress bar needs the text's size, which compressed inputs and standard
+    // input do not tell; it then counts files instead.
     uint64_t total_bytes = 0;
-    bool any_gz = false;
-    for (int i = 0; i < n_inputs; i++) {
+    bool size_unknown = false;
+    for (size_t i = 0; i < n_inputs; i++) {
+        const char *path = inputs.paths[i];
+        if (!strcmp(path, "-")) {
+            size_unknown = true;
+            continue;
+        }
         struct stat st;
-        if (stat(inputs[i], &st) != 0) die_errno("cannot open input %s", inputs[i]);
-        if (S_ISDIR(st.st_mode)) die("input %s is a directory, not a file", inputs[i]);
-        if (access(inputs[i], R_OK) != 0) die_errno("cannot read input %s", inputs[i]);
+        if (stat(path, &st) != 0) die_errno("cannot open input %s", path);
+        if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
+            die("input %s is not a file", path);
+        if (access(path, R_OK) != 0) die_errno("cannot read input %s", path);
         total_bytes += (uint64_t)st.st_size;
-        any_gz |= ends_with(inputs[i], ".gz");
+        size_unknown |= decompress_suffix_len(path) > 0 || !S_ISREG(st.st_mode);
     }
     Tokenizer *tok = tok_path ? tokenizer_load(tok_path) : tokenizer_byte_level();
     int64_t eot = eot_text ? tokenizer_token_id(tok, eot_text) : tokenizer_default_eot(tok);
@@ -219,7 +273,7 @@ int prepare_main(int argc, char **argv) {
     shard_writer_init(val, out_dir, "val", shard_tokens, wide);
     Prepare pp = {.val_fraction = val_fraction, .min_bytes = (size_t)min_bytes, .threads = (int)threads,
                   .tok = tok, .eot = (uint32_t)eot, .train = train, .val = val,
-                  .total_bytes = any_gz ? 0 : total_bytes, .n_files = n_inputs};
+                  .total_bytes = size_unknown ? 0 : total_bytes, .n_files = n_inputs};
     pp.batch_bytes = (size_t)BATCH_BYTES_PER_THREAD * (size_t)threads;
     pp.arena_cap = pp.batch_bytes + 4 * SEG_BYTES;
     pp.arena = xmalloc(pp.arena_cap, "prepare batch");
@@ -228,13 +282,14 @@ int prepare_main(int argc, char **argv) {
     for (int t = 0; t < (int)threads; t++) pp.states[t] = tokenizer_state_new(tok);
     pp.t_start = pp.t_progress = now_seconds();
 
-    for (int i = 0; i < n_inputs; i++) {
+    for (size_t i = 0; i < n_inputs; i++) {
+        const char *path = inputs.paths[i];
         pp.file_index = i;
-        pid_t child;
-        FILE *f = prepare_input_open(inputs[i], &child);
-        if (prepare_is_jsonl(inputs[i], format)) prepare_read_jsonl(&pp, f, inputs[i], field ? field : "text");
+        FILE *f = decompress_open(path);
+        if (prepare_is_jsonl(path, format))
+            prepare_read_jsonl(&pp, f, decompress_input_name(path), field ? field : "text");
         else prepare_read_text(&pp, f, split_on);
-        prepare_input_close(f, child, inputs[i]);
+        decompress_close(f, path);
     }
     prepare_flush_batch(&pp);
     shard_writer_finish(train);
@@ -254,42 +309,16 @@ int prepare_main(int argc, char **argv) {
         token_list_free(&pp.ids[t]);
     }
 
-    printf("prepared %d input file(s), %.1f MB, into %s\n", n_inputs,
-           (double)pp.bytes_read / 1e6, out_dir);
-    printf("documents: %llu kept, %llu skipped (shorter than --min-bytes %llu)\n",
-           (unsigned long long)pp.next_doc, (unsigned long long)pp.skipped,
-           (unsigned long long)min_bytes);
-    printf("train: %llu documents, %llu tokens, %d files (%s/train_*.bin)\n",
-           (unsigned long long)train->docs, (unsigned long long)train->tokens, train->files,
-           out_dir);
-    printf("val: %llu documents, %llu tokens, %d files (%s/val_*.bin)\n",
-           (unsigned long long)val->docs, (unsigned long long)val->tokens, val->files, out_dir);
-    printf("files written: %d\n", train->files + val->files);
-    printf("encoding: %.1f MB in %.2f s on %d thread(s), %.1f MB/s\n", (double)pp.encoded_bytes / 1e6,
-           pp.encode_seconds, (int)threads,
-           pp.encode_seconds > 0 ? (double)pp.encoded_bytes / 1e6 / pp.encode_seconds : 0.0);
-    if (tokenizer_is_byte_level(tok)) {
-        printf("vocab: byte-level, %d ids (bytes 0..255, end-of-text %d): set "
-               "model.vocab_size to %d or more\n", BYTE_VOCAB_SIZE, BYTE_EOT, BYTE_VOCAB_SIZE);
-    } else {
-        size_t len;
-        const uint8_t *eb = tokenizer_token_bytes(tok, (uint32_t)eot, &len);
-        printf("vocab: %s; end-of-text \"%.*s\" = %lld; %s tokens: set model.vocab_size to %u "
-               "or more\n", tokenizer_describe(tok), (int)len, (const char *)eb, (long long)eot,
-               wide ? "uint32" : "uint16", vocab);
-    }
-    if (pp.invalid_utf8)
-        warn("prepare: the input held %llu bytes that are not valid UTF-8; each was encoded as "
-             "its byte token (Hugging Face tokenizers accepts valid UTF-8 only)",
-             (unsigned long long)pp.invalid_utf8);
-    fflush(stdout);
+    prepare_report(&pp, out_dir);
     free(pp.arena);
     free(pp.seg);
     free(pp.states);
     free(pp.ids);
     free(train);
     free(val);
-    free(inputs);
+    input_list_free(&inputs);
+    free(names);
+    free(include);
     tokenizer_free(tok);
     return 0;
 }

@@ -27,7 +27,7 @@ void prepare_progress(Prepare *pp, bool final) {
         for (int i = 0; i < 20; i++) bar[1 + i] = i < filled ? '#' : '.';
         snprintf(bar + 21, sizeof bar - 21, "] %3.0f%% ", 100 * f);
     } else {
-        snprintf(bar, sizeof bar, "file %d/%d ", pp->file_index + 1, pp->n_files);
+        snprintf(bar, sizeof bar, "file %zu/%zu ", pp->file_index + 1, pp->n_files);
     }
     fprintf(stderr, "\rprepare: %s%.1f MB read, %.1f MB/s, %llu tokens written", bar, mb,
             dt > 0 ? mb / dt : 0.0, (unsigned long long)(pp->train->tokens + pp->val->tokens));

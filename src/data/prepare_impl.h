@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/types.h>
 
 #include "data/shard_writer.h"
 #include "data/tokenizer.h"
@@ -39,8 +38,8 @@ typedef struct {
     uint64_t next_doc;      // k of the next kept document
     uint64_t skipped;
     ShardWriter *train, *val;
-    uint64_t bytes_read, total_bytes;  // total 0: unknown (gzip inputs)
-    int file_index, n_files;
+    uint64_t bytes_read, total_bytes;  // total 0: unknown (compressed inputs, standard input)
+    size_t file_index, n_files;
     double t_start, t_progress;
     // the batch: bytes of complete segments, then the open document's bytes
     uint8_t *arena;         // (arena_cap)
@@ -71,11 +70,15 @@ void prepare_flush_batch(Prepare *pp);
 void prepare_doc_add(Prepare *pp, const uint8_t *bytes, size_t n);
 void prepare_doc_end(Prepare *pp);
 
-// prepare_input.c: opening inputs (.gz through gzip) and reading their documents.
-FILE *prepare_input_open(const char *path, pid_t *child);
-void prepare_input_close(FILE *f, pid_t child, const char *path);
+// prepare_input.c: reading the documents of an input's text (data/decompress.h
+// opens it); `name` is how messages call the input.
 void prepare_read_text(Prepare *pp, FILE *f, const char *split_on);
-void prepare_read_jsonl(Prepare *pp, FILE *f, const char *path, const char *field);
+void prepare_read_jsonl(Prepare *pp, FILE *f, const char *name, const char *field);
+// Whether an input ("-": standard input, text unless --format jsonl) is JSONL.
 bool prepare_is_jsonl(const char *path, const char *format);
+
+// prepare_report.c: the summary on stdout, with the documents and tokens of each
+// split, and the warnings about an empty or tiny validation split.
+void prepare_report(const Prepare *pp, const char *out_dir);
 
 #endif

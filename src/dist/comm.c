@@ -59,6 +59,23 @@ void comm_finalize(void) {
     util_set_job(0, 1, NULL);
 }
 
+// The first of the variables that is set and a number >= 0, else `none`.
+static int launcher_env(const char *open_mpi, const char *pmi, int none) {
+    const char *v = getenv(open_mpi);
+    if (!v) v = getenv(pmi);
+    if (!v || !*v) return none;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end || n < 0 || n > INT_MAX ? none : (int)n;
+}
+
+int comm_launched_size(void) {
+    int n = launcher_env("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+    return n > 0 ? n : 1;
+}
+
+int comm_launched_rank(void) { return launcher_env("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0); }
+
 int comm_world_rank(void) {
     int r = 0;
     if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &r);

@@ -30,6 +30,13 @@ typedef enum {
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 
+// The ranks an MPI launcher (mpirun, mpiexec, srun) started and this process's
+// place among them, read from the launcher's environment (Open MPI's
+// OMPI_COMM_WORLD_SIZE/RANK, MPICH's and Slurm's PMI_SIZE/RANK) without starting
+// MPI: for the commands that run as one process (main.c). 1 and 0 when none did.
+int comm_launched_size(void);
+int comm_launched_rank(void);
+
 // Rank and size of the world; 0 and 1 before comm_init.
 int comm_world_rank(void);
 int comm_world_size(void);

@@ -59,6 +59,18 @@ check() {  # check NAME LOG RC: exit 0, no sanitizer error, no leak of ours
 cat /usr/share/games/fortunes/{computers,science} >"$T/corpus.txt"
 "$ASAN" prepare --input "$T/corpus.txt" --output "$T/data" --val-fraction 0.05 --threads 2 >"$T/prepare.log" 2>&1
 check "prepare (2 threads)" "$T/prepare.log" $?
+mkdir -p "$T/inputs/sub"
+gzip -c /usr/share/games/fortunes/science >"$T/inputs/science.txt.gz"
+zstd -q -c /usr/share/games/fortunes/computers >"$T/inputs/sub/computers.txt.zst"
+printf '{"text": "one"}\n{"text": "two"}\n' >"$T/inputs/sub/few.jsonl"
+cp "$T/corpus.txt" "$T/inputs/corpus.txt"
+head -c 5000 "$T/inputs/science.txt.gz" >"$T/truncated.txt.gz"
+zstd -q -c "$T/corpus.txt" | "$ASAN" prepare --input "$T/inputs" - "$T/inputs/*.gz" --split-on % \
+    --output "$T/data_in" --threads 2 >"$T/inputs.log" 2>&1
+check "prepare of a directory, standard input and a glob (gzip, zstd, JSONL)" "$T/inputs.log" $?
+"$ASAN" prepare --input "$T/truncated.txt.gz" --output "$T/data_bad" >"$T/bad.log" 2>&1
+grep -q 'ends early' "$T/bad.log"
+check "prepare refusing a truncated .gz" "$T/bad.log" $?
 model=(--data.train "$T/data/train_*.bin" --model.hidden_size 64 --model.intermediate_size 128
        --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2
        --training.seq_length 32 --training.global_batch_size 8 --training.micro_batch_size 4
