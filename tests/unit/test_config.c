@@ -413,8 +413,10 @@ static void test_errors(void) {
                 "\"model.hidden_size\" must be an integer");
     expect_fail("bool given a number", (Case){.json = "{\"data\": {\"shuffle\": 1}}"},
                 "\"data.shuffle\" must be true or false");
-    expect_fail("string given a number", (Case){.json = "{\"data\": {\"train\": 5}}"},
-                "\"data.train\" must be a string");
+    expect_fail("string given a number", (Case){.json = "{\"checkpoint\": {\"dir\": 5}}"},
+                "\"checkpoint.dir\" must be a string");
+    expect_fail("sources given a number", (Case){.json = "{\"data\": {\"train\": 5}}"},
+                "\"data.train\" must be a path, a glob or a list of sources|got 5");
     expect_fail("seed negative", (Case){.json = "{\"training\": {\"seed\": -1}}"}, "\"training.seed\"|-1");
     expect_fail("duplicate key", (Case){.json = "{\"training\": {\"steps\": 1, \"steps\": 2}}"},
                 "\"steps\" is given twice");
