@@ -132,10 +132,18 @@ static void validate_tensor(const Config *c) {
     if (cp > 1 && c->training.seq_length % (2 * cp) != 0)
         die("parallel.cp = %d: training.seq_length = %d must be divisible by 2 * cp = %d (each rank "
             "holds two of the 2*cp chunks of every sequence)", cp, c->training.seq_length, 2 * cp);
-    long long tokens = (long long)c->training.micro_batch_size * (c->training.seq_length / cp);
-    if (c->parallel.sequence_parallel && tp > 1 && tokens % tp != 0)
-        die("parallel.sequence_parallel: training.micro_batch_size * training.seq_length = %lld tokens "
-            "is not divisible by parallel.tp = %d", tokens, tp);
+    // Sequence parallelism splits each rank's tokens (after the cp split) over tp:
+    // name both counts, so the number that failed is the one printed.
+    const int B = c->training.micro_batch_size, S = c->training.seq_length;
+    const long long tokens = (long long)B * S, per_rank = (long long)B * (S / cp);
+    if (c->parallel.sequence_parallel && tp > 1 && per_rank % tp != 0) {
+        if (cp > 1)
+            die("parallel.sequence_parallel: the micro-batch's %lld tokens (training.micro_batch_size * "
+                "training.seq_length = %d * %d) split over parallel.cp = %d leave %lld per rank, not "
+                "divisible by parallel.tp = %d", tokens, B, S, cp, per_rank, tp);
+        die("parallel.sequence_parallel: the micro-batch's %lld tokens (training.micro_batch_size * "
+            "training.seq_length = %d * %d) are not divisible by parallel.tp = %d", tokens, B, S, tp);
+    }
 }
 
 static void validate_pipeline(const Config *c) {

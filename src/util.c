@@ -63,16 +63,26 @@ static void try_catch(const char *fmt, va_list ap, int err) {
 
 int util_try(void (*fn)(void *ctx), void *ctx, char *why, size_t size) {
     static char sink[1];
+    // Nested tries (the training command's agreed configuration runs the planner,
+    // which asks the validation about each layout): keep the outer one's state and
+    // put it back on the way out, so a die after the inner try returns to the outer.
+    jmp_buf *outer = try_return;
+    char *outer_why = try_why;
+    size_t outer_size = try_size;
     jmp_buf back;
-    if (try_return) die("internal: util_try is not reentrant");
     try_why = size ? why : sink;
     try_size = size ? size : sizeof sink;
     try_why[0] = '\0';
-    if (setjmp(back)) return 0;  // fn died: try_catch left the message
-    try_return = &back;
-    fn(ctx);
-    try_return = NULL;
-    return 1;
+    volatile int ok = 0;  // read after a longjmp
+    if (!setjmp(back)) {
+        try_return = &back;
+        fn(ctx);
+        ok = 1;
+    }  // else fn died: try_catch left the message
+    try_return = outer;
+    try_why = outer_why;
+    try_size = outer_size;
+    return ok;
 }
 
 void die(const char *fmt, ...) {

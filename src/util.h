@@ -17,7 +17,8 @@ void die_errno(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretu
 // ending the job, with die's message (without the "femtotron: error: " prefix) in
 // why[size]. Nothing is printed. For checks that die on the first problem, asked a
 // question instead (the planner asks the run's validation about each layout): fn
-// must leave nothing behind that a die half-way would leak. Not reentrant.
+// must leave nothing behind that a die half-way would leak. Tries nest: a die
+// returns to the innermost one.
 int util_try(void (*fn)(void *ctx), void *ctx, char *why, size_t size);
 
 // pi to double precision (M_PI is not C11).

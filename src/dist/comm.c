@@ -105,6 +105,19 @@ void comm_abort(int code) {
     exit(code);
 }
 
+int comm_lowest_failed(int failed) {
+    int first = failed ? comm_world_rank() : INT_MAX;
+    if (mpi_up) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return first == INT_MAX ? -1 : first;
+}
+
+void comm_exit(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    comm_finalize();
+    exit(code);
+}
+
 // ---------------------------------------------------------------------- grid
 
 void comm_grid_init(const ParallelConfig *p) {

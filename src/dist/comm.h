@@ -52,6 +52,15 @@ int comm_default_threads(void);
 // End the whole job with this exit code (MPI_Abort when MPI is up). Never returns.
 void comm_abort(int code) __attribute__((noreturn));
 
+// For a check every rank runs alike (configuration validation): every rank says
+// whether it failed and all learn the lowest rank that did, or -1 when none did.
+// Collective over the world; before the grid exists, so no watchdog.
+int comm_lowest_failed(int failed);
+
+// End this rank normally (MPI_Finalize, then exit(code)): for an end every rank
+// reaches together, where MPI_Abort would add the launcher's abort banner.
+void comm_exit(int code) __attribute__((noreturn));
+
 // Build the grid's communicators from a validated parallel config (grid_coords of
 // this rank decides its groups). Every collective below waits at most
 // p->timeout_s seconds, then aborts the job with a message naming the rank, the

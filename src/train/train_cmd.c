@@ -16,9 +16,9 @@
 #include "dist/grid.h"
 #include "io/checkpoint.h"
 #include "ops/ops.h"
-#include "plan/plan_auto.h"
 #include "train/preempt.h"
 #include "train/schedule.h"
+#include "train/train_configure.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 #include "util.h"
@@ -215,12 +215,7 @@ int train_main(int argc, char **argv) {
             break;
         }
     }
-    config_apply_args(&cfg, argc - i, argv + i);
-    if (cfg.parallel.auto_layout) {  // the planner replaces the layout keys
-        config_resolve_model(&cfg);
-        plan_auto_layout(&cfg, comm_world_size(), comm_local_size());
-    }
-    config_validate(&cfg, comm_world_size());
+    train_configure(&cfg, argc - i, argv + i);  // keys, auto layout, validation: one message per error
     comm_grid_init(&cfg.parallel);
     if (cfg.training.threads == 0) cfg.training.threads = comm_default_threads();
     ops_set_threads(cfg.training.threads);

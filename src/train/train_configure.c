@@ -1,0 +1,44 @@
+// train/train_configure.c — the training command's configuration, agreed by every
+// rank: one message per configuration error instead of one per rank plus an abort.
+#include "train/train_configure.h"
+
+#include <stdio.h>
+
+#include "dist/comm.h"
+#include "plan/plan_auto.h"
+#include "util.h"
+
+typedef struct {
+    Config *cfg;
+    int argc;
+    char **argv;
+    int world, ranks_per_node;
+} ConfigureJob;
+
+// Deterministic: no collective, no rank-dependent input, so that every rank dies
+// (or not) at the same die() with the same message.
+static void configure(void *ctx) {
+    ConfigureJob *j = ctx;
+    config_apply_args(j->cfg, j->argc, j->argv);
+    if (j->cfg->parallel.auto_layout) {  // the planner replaces the layout keys
+        config_resolve_model(j->cfg);
+        plan_auto_layout(j->cfg, j->world, j->ranks_per_node);
+    }
+    config_validate(j->cfg, j->world);
+}
+
+void train_configure(Config *cfg, int argc, char **argv) {
+    // Collectives first: inside the try a rank might never reach them.
+    ConfigureJob job = {cfg, argc, argv, comm_world_size(), comm_local_size()};
+    char why[2048];
+    const int ok = util_try(configure, &job, why, sizeof why);
+    // Ranks can still disagree (a config file readable on one node only): the
+    // lowest failing rank speaks, named unless it is rank 0, and nobody waits.
+    const int first = comm_lowest_failed(!ok);
+    if (first < 0) return;
+    if (first == comm_world_rank()) {
+        if (first == 0) fprintf(stderr, "femtotron: error: %s\n", why);
+        else fprintf(stderr, "femtotron: rank %d: error: %s\n", first, why);
+    }
+    comm_exit(1);
+}
