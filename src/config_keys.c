@@ -158,7 +158,8 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, memory_gb, KT_DOUBLE, "0",
         "memory budget per rank for parallel.auto in GiB (0 = this machine's RAM / ranks)"),
     KEY(parallel, profile, KT_STRING, "",
-        "hardware profile JSON written by `femtotron bench` for parallel.auto (\"\" = calibrate at start)"),
+        "hardware profile JSON written by `femtotron bench calibrate`; parallel.auto needs one (it does "
+        "not calibrate at start)"),
     KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),

@@ -225,11 +225,16 @@ void plan_explain(const PlanProblem *p, const PlanResult *r, int n, char *buf, s
             break;
         }
     }
-    int len = snprintf(buf, size,
-                       "%s wins at %.3g s per step (%.0f%% compute, %.1f%% MFU); its largest overhead is %s "
-                       "(%.0f%% of the step). %d of %d layouts fit.",
-                       win, t->total, 100.0 * t->compute / t->total, 100.0 * t->mfu, names[worst],
-                       100.0 * parts[worst] / t->total, fitting, n);
+    // An overhead that rounds to 0% is no overhead to name: say they are all small.
+    char overhead[160];
+    const double share = 100.0 * parts[worst] / t->total;
+    if (share >= 0.5)
+        snprintf(overhead, sizeof overhead, "its largest overhead is %s (%.0f%% of the step)", names[worst], share);
+    else
+        snprintf(overhead, sizeof overhead, "its overheads (communication, bubble, optimizer) are each under "
+                 "0.5%% of the step");
+    int len = snprintf(buf, size, "%s wins at %.3g s per step (%.0f%% compute, %.1f%% MFU); %s. %d of %d layouts fit.",
+                       win, t->total, 100.0 * t->compute / t->total, 100.0 * t->mfu, overhead, fitting, n);
     if (other > 0 && len > 0 && (size_t)len < size) {
         char alt[128];
         plan_layout_name(&r[other].layout, alt, sizeof alt);
@@ -242,11 +247,14 @@ void plan_explain(const PlanProblem *p, const PlanResult *r, int n, char *buf, s
                 best = oparts[i] - parts[i];
                 why = i;
             }
-        double dc = o->compute - t->compute;
+        double dc = o->compute - t->compute, slower = 100.0 * (o->total / t->total - 1);
+        char by[48];  // "0% slower" says nothing: a near tie is called one
+        if (slower >= 0.5) snprintf(by, sizeof by, "%.0f%% slower", slower);
+        else snprintf(by, sizeof by, "less than 0.5%% slower (a near tie)");
         if (dc > best) snprintf(buf + len, size - (size_t)len,
-                                " The best other split, %s, is %.0f%% slower, mostly in compute (smaller, "
-                                "less efficient kernels or recomputation).", alt, 100.0 * (o->total / t->total - 1));
-        else snprintf(buf + len, size - (size_t)len, " The best other split, %s, is %.0f%% slower, mostly in %s.",
-                      alt, 100.0 * (o->total / t->total - 1), names[why]);
+                                " The best other split, %s, is %s, mostly in compute (smaller, "
+                                "less efficient kernels or recomputation).", alt, by);
+        else snprintf(buf + len, size - (size_t)len, " The best other split, %s, is %s, mostly in %s.",
+                      alt, by, names[why]);
     }
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+#include "plan/plan_legend.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -290,6 +291,10 @@ int plan_main(int argc, char **argv) {
         PlanResult r = plan_evaluate(&p, &l);
         print_header(a.tsv);
         print_row(1, &r, a.tsv);
+        if (!a.tsv) {
+            plan_print_legend();
+            plan_print_train_command(&p, &r.layout, a.config);
+        }
         return 0;
     }
     PlanResult *res;
@@ -299,8 +304,10 @@ int plan_main(int argc, char **argv) {
     for (int i = 0; i < n && i < a.top; i++) print_row(i + 1, &res[i], a.tsv);
     if (!a.tsv) {
         char why[1024];
+        plan_print_legend();
         plan_explain(&p, res, n, why, sizeof why);
         printf("\n%s\n", why);
+        if (res[0].fits) plan_print_train_command(&p, &res[0].layout, a.config);
     }
     free(res);
     return 0;

@@ -153,6 +153,53 @@ for want in 'NR > 1 && $5 > 1' 'NR > 1 && $5 == 4'; do
     else fail "plan row '$name' ($args): $(oneline "$T/row.out")"; fi
 done
 
+# --- the words: a legend for every label, a plain summary, the command to train --
+# Every label of the table's layout column is explained in the legend under it.
+"$FT" plan --config "$T/tied.json" --gpus 4 --hardware this --profile "$T/prof.json" --top 40 >"$T/words.out" 2>&1
+cat "$T/p.out" "$T/words.out" >"$T/both.out"
+missing=$(python3 - "$T/both.out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+legend = text[text.index("layout labels:"):] if "layout labels:" in text else ""
+missing = set()
+for line in text.splitlines():
+    m = re.match(r"^ +\d+  (.*?) {2,}", line)
+    if not m: continue
+    for tok in m.group(1).split():
+        sched = re.match(r"^(afab|1f1b|interleaved)(x\d\+?)?$", tok)
+        labels = [sched.group(1)] + ([re.sub(r"\d", "N", sched.group(2)) if not sched.group(2).endswith("+") else sched.group(2)] if sched.group(2) else []) if sched else [re.sub(r"\d+", "N", tok)]
+        missing.update(l for l in labels if l not in legend)
+print(" ".join(sorted(missing)))
+PY
+)
+if grep -q '^layout labels:' "$T/words.out" && [ -z "$missing" ]; then
+    pass "the legend under the table explains every label the tables use"
+else fail "labels missing from the legend: '$missing': $(oneline "$T/words.out")"; fi
+# The summary names an overhead only when it is one (never "0% of the step").
+zero=0
+for hw in h100 a100; do for g in 1 8 64; do
+    "$FT" plan --model smollm-135m --gpus $g --hardware $hw --seq-length 2048 --global-batch-tokens 1048576 --top 3 >"$T/s.out" 2>&1
+    grep 'wins at' "$T/s.out" | grep -Eq '\(0% of the step\)|is 0% slower' && { zero=1; fail "summary names a 0% overhead ($hw, $g GPUs): $(grep 'wins at' "$T/s.out")"; }
+done; done
+grep 'wins at' "$T/words.out" | grep -Eq '\(0% of the step\)' && zero=1
+[ $zero = 0 ] && pass "the summary never names a 0% overhead: $(grep 'wins at' "$T/words.out" | grep -o 'its [^.]*' | head -1)"
+# The printed commands carry exactly the chosen layout (the first row's keys), and
+# the mpirun one trains it: its start-up layout line is the plan's.
+"$FT" plan --config "$T/tied.json" --gpus 4 --hardware this --profile "$T/prof.json" --top 1 --tsv >"$T/first.tsv" 2>&1
+want=$(awk -F'\t' 'NR == 2 { printf "--parallel.dp %s --parallel.tp %s --parallel.pp %s --parallel.cp %s --parallel.zero %s --parallel.sequence_parallel %s --training.micro_batch_size %s --training.grad_acc_steps %s --training.global_batch_size 8 --parallel.pp_schedule %s --parallel.pp_virtual %s --training.recompute %s", $3, $4, $5, $6, $7, ($8 ? "true" : "false"), $9, $10, $11, $12, $13 }' "$T/first.tsv")
+cmd=$(grep -A1 '^train it (Open MPI):' "$T/words.out" | tail -1 | sed 's/^ *//')
+srun=$(grep -A1 '^or (Slurm):' "$T/words.out" | tail -1 | sed 's/^ *//')
+if [ "$cmd" = "mpirun -np 4 ./femtotron train --config $T/tied.json $want" ] &&
+   [ "$srun" = "srun --ntasks 4 ./femtotron train --config $T/tied.json $want" ]; then
+    pass "plan prints the mpirun and srun commands with every key of the chosen layout"
+else fail "printed commands: '$cmd' / '$srun', want the keys '$want'"; fi
+read -r -a keys <<< "${cmd#mpirun -np 4 ./femtotron train }"
+dims=$(awk -F'\t' 'NR == 2 { printf "dp %s x pp %s x cp %s x tp %s, ZeRO-%s", $3, $5, $6, $4, $7 }' "$T/first.tsv")
+if "${MPIRUN[@]}" -np 4 "$FT" train "${keys[@]}" --training.steps 1 >"$T/cmd.out" 2>&1 &&
+   grep -q "^layout: 4 ranks = $dims," "$T/cmd.out" && grep -q 'step     1/1' "$T/cmd.out"; then
+    pass "the printed command trains the chosen layout: $(grep '^layout:' "$T/cmd.out" | cut -c1-80)"
+else fail "the printed command (+ --training.steps 1), want '$dims': $(oneline "$T/cmd.out")"; fi
+
 if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof.json" \
         --parallel.memory_gb 0.0001 >"$T/auto2.out" 2>&1; then
     fail "parallel.auto with a 100 KiB budget trained"

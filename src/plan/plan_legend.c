@@ -1,0 +1,43 @@
+// plan/plan_legend.c — the words under `femtotron plan`'s table: the legend of its
+// labels, and the command that trains the chosen layout, so that the plan can be
+// read without the source and copied into a run.
+#include "plan/plan_legend.h"
+
+#include <stdio.h>
+
+void plan_print_legend(void) {
+    printf("\nlayout labels: dpN tpN ppN cpN = data-, tensor-, pipeline-, context-parallel ranks "
+           "(parallel.dp/tp/pp/cp);\n"
+           "  tpNsp = tensor parallel with sequence parallelism (parallel.sequence_parallel); "
+           "zN = ZeRO stage N (parallel.zero);\n"
+           "  mbsN = sequences per micro-batch (training.micro_batch_size); MN = micro-batches per "
+           "step per data-parallel rank (training.grad_acc_steps);\n"
+           "  afab / 1f1b / interleaved = pipeline schedule (parallel.pp_schedule), with xN = N model "
+           "chunks per rank (parallel.pp_virtual; x4+ = 4 or more);\n"
+           "  rc:none / rc:selective / rc:full = activation recomputation (training.recompute).\n"
+           "columns: memory per rank in GiB; fit = fits the budget; step s = predicted seconds per "
+           "step, split into %% of the step:\n"
+           "  compute, tp / cp / pp = communication of each parallelism, bubble = pipeline idle, "
+           "dp = data-parallel gradient communication, optim = optimizer step; MFU = model FLOPs "
+           "utilization.\n");
+}
+
+// The layout's keys after "--config CONFIG", as the training command spells them.
+static void print_keys(const PlanProblem *p, const PlanLayout *l, const char *cfg, const char *config) {
+    printf("--config %s --parallel.dp %d --parallel.tp %d --parallel.pp %d --parallel.cp %d --parallel.zero %d "
+           "--parallel.sequence_parallel %s --training.micro_batch_size %d --training.grad_acc_steps %d "
+           "--training.global_batch_size %lld --parallel.pp_schedule %s --parallel.pp_virtual %d "
+           "--training.recompute %s",
+           cfg, l->dp, l->tp, l->pp, l->cp, l->zero, l->sp ? "true" : "false", l->mbs, l->micro,
+           p->global_seqs, pp_schedule_name(l->sched), l->v, recompute_name(l->recompute));
+    if (!config) printf(" --training.seq_length %d", p->seq);  // no config of the plan holds it
+}
+
+void plan_print_train_command(const PlanProblem *p, const PlanLayout *l, const char *config) {
+    const char *cfg = config ? config : "run.json";
+    printf("\ntrain it (Open MPI):\n  mpirun -np %d ./femtotron train ", p->world);
+    print_keys(p, l, cfg, config);
+    printf("\nor (Slurm):\n  srun --ntasks %d ./femtotron train ", p->world);
+    print_keys(p, l, cfg, config);
+    printf("\n");
+}
