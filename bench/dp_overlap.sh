@@ -26,7 +26,7 @@ run() {  # run OVERLAP BUCKET_MB ROUND -> median step ms of steps 2..STEPS
         --parallel.bucket_mb "$2" --logging.metrics "$tmp/m_$1_$2_$3.jsonl" >/dev/null 2>&1
     /usr/bin/python3 -c "
 import json, statistics, sys
-ms = [json.loads(l)['step_ms'] for l in open(sys.argv[1])][1:]
+ms = [r['step_ms'] for r in map(json.loads, open(sys.argv[1])) if 'event' not in r][1:]
 print('%.1f' % statistics.median(ms))" "$tmp/m_$1_$2_$3.jsonl"
 }
 declare -A med

@@ -29,7 +29,7 @@ common=(--data.train "$TMP/data/train_*.bin" --data.shuffle true
         --training.lr 2e-3 --training.min_lr 2e-3 --training.warmup_steps 0
         --training.threads 1 --training.peak_flops 1e10 --training.steps $STEPS)
 layouts=("--parallel.tp 2 --parallel.sequence_parallel true" "--parallel.dp 2 --parallel.zero 1")
-losses() { sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/' "$1"; }
+losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/p' "$1"; }
 
 for l in 0 1; do
     read -r -a lay <<<"${layouts[$l]}"
@@ -45,7 +45,7 @@ for trial in $(seq 1 "$TRIALS"); do
         --checkpoint.async $async --logging.metrics "$TMP/run$trial.jsonl" >"$TMP/run$trial.log" 2>&1 &
     pid=$!
     at=$((2 + RANDOM % 49))
-    for _ in $(seq 1 30000); do [ -f "$TMP/run$trial.jsonl" ] && [ "$(wc -l <"$TMP/run$trial.jsonl")" -ge $at ] && break; sleep 0.005; done
+    for _ in $(seq 1 30000); do [ -f "$TMP/run$trial.jsonl" ] && [ "$(grep -c '"loss":' "$TMP/run$trial.jsonl")" -ge $at ] && break; sleep 0.005; done
     # the ranks' pids, looked up once so that the kill itself is a shell builtin (microseconds)
     pids=$(pgrep -f "^$FT train.*$ck ")
     if [ $((trial % 3)) -eq 1 ]; then  # the next moment a save is in flight

@@ -85,7 +85,7 @@ for R in $SIZES; do
             --logging.metrics "$TMP/m.jsonl" </dev/null >"$TMP/train.log" 2>&1 || { echo "FAILED: $L"; cat "$TMP/train.log"; exit 1; }
         meas=$(python3 -c "
 import json, statistics
-r = [json.loads(l) for l in open('$TMP/m.jsonl')]
+r = [x for x in map(json.loads, open('$TMP/m.jsonl')) if 'event' not in x]
 print(statistics.median(x['step_ms'] for x in r[2:]) / 1e3)")
         tag=""; [ "$L" = "$first" ] && tag=first
         awk -v R="$R" -v L="$L" -v p="$pred" -v m="$meas" -v t="$tag" \

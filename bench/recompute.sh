@@ -77,7 +77,7 @@ for mode in ("none", "selective", "full"):
     if len(meas) != 1: sys.exit(f"{mode}: no memory line with the exact activation bytes")
     ms = []
     for r in range(1, rounds + 1):
-        recs = [json.loads(l) for l in open(f"{tmp}/{mode}.r{r}.jsonl")]
+        recs = [x for x in map(json.loads, open(f"{tmp}/{mode}.r{r}.jsonl")) if "event" not in x]
         losses.setdefault(mode, [x["loss"] for x in recs])
         if [x["loss"] for x in recs] != losses[mode]: sys.exit(f"{mode}: losses differ between rounds")
         ms += [x["step_ms"] for x in recs if x["step"] >= 2]

@@ -81,7 +81,7 @@ out = {}
 for name, tp, rt, sp, timed in rows:
     best, loss1, lossN, timed_steps = None, None, None, []
     for r in range(1, (rounds if timed else 1) + 1):
-        recs = [json.loads(l) for l in open(f"{tmp}/{name}.r{r}.jsonl")]
+        recs = [x for x in map(json.loads, open(f"{tmp}/{name}.r{r}.jsonl")) if "event" not in x]
         loss1 = recs[0]["loss"]
         lossN = recs[-1]["loss"] if timed else None
         timed_steps += [x for x in recs if x["step"] >= 2]

@@ -98,7 +98,7 @@ for line in os.environ["CFGS"].splitlines():
         res = {}
         for f in sorted(glob.glob(f"{runs}/{c}.{system}.*.jsonl")):
             th = int(os.path.basename(f).split(".")[2])
-            recs = [json.loads(l) for l in open(f)]
+            recs = [r for r in map(json.loads, open(f)) if "event" not in r]  # step records
             timed = [r for r in recs if r["step"] > int(W)]
             tps = timed[0]["tokens"] * 1e3 / statistics.median(r["step_ms"] for r in timed)
             mfu = tps * timed[0]["mfu"] / timed[0]["tokens_per_s"]

@@ -6,7 +6,8 @@
 # (configs/fortunes.json), a few minutes on 2 cores, then generates a few lines
 # from the trained model. RANKS=1 runs the same
 # training on one rank (same losses: the layout does not change the numbers).
-# Extra arguments are config overrides, e.g. --training.steps 100.
+# Extra arguments are config overrides, e.g. --training.steps 100. The metrics are
+# drawn into runs/fortunes/metrics.png at the end (femtotron plot, with gnuplot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f data/fortunes/train_000000.bin ]; then
@@ -26,6 +27,11 @@ root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 mpirun --oversubscribe --bind-to none "${root[@]}" -np "$ranks" ./femtotron train --config configs/fortunes.json \
     "${layout[@]}" "$@"
+
+# The curves: loss and val_loss against steps and tokens, lr, grad norm, tok/s, MFU.
+if command -v gnuplot >/dev/null; then
+    ./femtotron plot runs/fortunes/metrics.jsonl
+fi
 
 # What did it learn? Sample a few lines from the last checkpoint (byte-level tokens).
 for prompt in "The secret of life is" "Q: Why did the programmer"; do

@@ -1,7 +1,7 @@
 // main.c — femtotron's command line: one subcommand per job.
 //
 // Only `train` and `bench calibrate` are MPI programs; MPI is started for them
-// alone. prepare, plan, generate and bench peak run as one process: without a
+// alone. prepare, plan, generate, plot and bench peak run as one process: without a
 // launcher, and with a command line of any length (Open MPI's initialisation copies the
 // arguments and fails past a few thousand input files). Started by a launcher as
 // several ranks they refuse, rather than do the same work N times over.
@@ -14,6 +14,7 @@
 #include "dist/comm.h"
 #include "gen/generate.h"
 #include "plan/plan_cmd.h"
+#include "train/plot_cmd.h"
 #include "train/train_cmd.h"
 
 static void usage(void) {
@@ -24,6 +25,7 @@ static void usage(void) {
            "  prepare   turn text into token shards:  femtotron prepare --input FILE|DIR|GLOB|-... --output DIR\n"
            "  generate  sample text from a model:  femtotron generate --model DIR --prompt TEXT\n"
            "  plan      choose a parallel layout:  femtotron plan --model llama-3.1-8b --gpus 64 --hardware h100 ...\n"
+           "  plot      draw metrics files as a PNG:  femtotron plot runs/x/metrics.jsonl [more.jsonl ...]\n"
            "  bench     measure this machine:  femtotron bench peak | calibrate\n\n"
            "`femtotron <command> --help` lists each command's options.\n");
 }
@@ -57,6 +59,8 @@ int main(int argc, char **argv) {
         rc = generate_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "plan") == 0) {
         rc = plan_main(argc - 1, argv + 1);
+    } else if (strcmp(argv[1], "plot") == 0) {
+        rc = plot_main(argc - 1, argv + 1);
     } else if (strcmp(argv[1], "bench") == 0) {
         rc = bench_main(argc - 1, argv + 1);
     } else {

@@ -98,6 +98,8 @@ void copy_file_durable(const char *from, const char *to);
 // 1 when path is a regular file / a directory (following links), else 0.
 int path_is_file(const char *path);
 int path_is_dir(const char *path);
+// The bytes of the regular files directly in a directory (0 when it cannot be read).
+double dir_file_bytes(const char *dir);
 
 // mkdir -p; fatal error naming `what` (e.g. "checkpoint.dir") and the directory.
 void make_dirs(const char *path, const char *what);

@@ -1,6 +1,7 @@
 // util_fs.c — file-system helpers shared by every file (declared in util.h):
 // complete writes, whole-file reads, directories created and checked writable.
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -116,4 +117,18 @@ int path_is_file(const char *path) {
 int path_is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+double dir_file_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    double bytes = 0;
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) bytes += (double)st.st_size;
+    }
+    closedir(d);
+    return bytes;
 }

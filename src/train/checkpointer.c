@@ -7,6 +7,7 @@
 
 #include "dist/comm.h"
 #include "ops/ops.h"
+#include "train/metrics_log.h"
 #include "train/trainer.h"
 #include "util.h"
 
@@ -19,11 +20,18 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+// Rank 0, once a save is published: the console line and the metrics record. An
+// async save is reported when it is published, some steps after it began; its
+// seconds are from the snapshot to the publishing rename.
 static void report(const Trainer *t, int step, double seconds, const char *how) {
     if (comm_world_rank() != 0) return;
-    printf("checkpoint: step %d written to %s/step_%07d (%.2f s%s)\n", step, t->cfg.checkpoint.dir, step,
+    char path[CFG_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/step_%07d", t->cfg.checkpoint.dir, step);
+    const double bytes = dir_file_bytes(path);
+    printf("checkpoint: step %d written to %s (%.1f MiB, %.2f s%s)\n", step, path, bytes / (1024.0 * 1024.0),
            seconds, how);
     fflush(stdout);
+    if (t->ckpt.metrics) metrics_checkpoint(t->ckpt.metrics, step, path, bytes, seconds);
 }
 
 void checkpointer_finish(Trainer *t) {

@@ -30,9 +30,11 @@ typedef struct {
     atomic_int writing;    // 1 while this rank's writer thread runs
     int in_flight;         // begun and not yet published (the same on every rank)
     double t_begin;        // when the save in flight began (for the report)
+    struct MetricsLog *metrics;  // where a published save is recorded (NULL: nowhere)
 } Checkpointer;
 
 struct Trainer;
+struct MetricsLog;
 
 // Write the trainer's state as a checkpoint of its current step (collective); with
 // async, start it and return (finishing a save still in flight first).

@@ -16,7 +16,9 @@
 #include "dist/grid.h"
 #include "io/checkpoint.h"
 #include "ops/ops.h"
+#include "train/metrics_log.h"
 #include "train/preempt.h"
+#include "train/progress.h"
 #include "train/schedule.h"
 #include "train/train_configure.h"
 #include "train/trace.h"
@@ -116,73 +118,32 @@ static void setup_checkpoints(Trainer *t) {
     }
 }
 
-// A number as JSON text: 17 significant digits, or null when not finite.
-static void json_number(char *out, size_t size, double v) {
-    if (isfinite(v))
-        snprintf(out, size, "%.17g", v);
-    else
-        snprintf(out, size, "null");
-}
-
-// A list of numbers as a JSON array: "[a, b, ...]" (out: size bytes).
-static void json_list(char *out, size_t size, const double *v, int n) {
-    size_t k = (size_t)snprintf(out, size, "[");
-    for (int i = 0; i < n && k < size; i++) {
-        char num[32];
-        json_number(num, sizeof num, v[i]);
-        k += (size_t)snprintf(out + k, size - k, "%s%s", i ? ", " : "", num);
-    }
-    if (k < size) snprintf(out + k, size - k, "]");
-}
-
-static void log_step(FILE *metrics, Trainer *t, const StepResult *r, double tokens, double step_s,
-                     double flops_per_token, double peak, double val_loss) {
-    const int steps = t->cfg.training.steps;
+// One step's console line (every logging.every steps, the last, and any with
+// validation) and metrics record (every step).
+static void log_step(const Progress *p, MetricsLog *metrics, Trainer *t, const StepResult *r, double tokens,
+                     double step_s, double flops_per_token, double peak, double val_loss) {
+    const TrainingConfig *tc = &t->cfg.training;
     double tps = tokens / step_s, mfu = flops_per_token * tps / peak;
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad_norm %.4f | %7.0f tok/s | mfu %5.1f%% | "
-           "%7.1f ms%s",
-           r->step, steps, r->loss, r->lr, r->grad_norm, tps, 100.0 * mfu, 1e3 * step_s,
-           r->skipped ? " | SKIPPED (non-finite)" : "");
+    if (r->step % t->cfg.logging.every == 0 || r->step == tc->steps || !isnan(val_loss))
+        progress_print_step(p, t, r, tps, mfu, step_s, val_loss);
+    if (!metrics->f) return;
     const int val_sources = t->has_val ? t->val_data.n : 0;
-    if (!isnan(val_loss)) {
-        printf(" | val_loss %.6f", val_loss);
-        for (int k = 0; val_sources > 1 && k < val_sources; k++)
-            printf("%s%.6f%s", k ? " " : " (by source: ", t->val_loss_by_source[k],
-                   k == val_sources - 1 ? ")" : "");
-    }
-    printf("\n");
-    fflush(stdout);
-    if (!metrics) return;
-    // JSON has no NaN or infinity: a skipped step's non-finite values are null.
-    char loss_s[32], norm_s[32], val_s[32];
-    json_number(loss_s, sizeof loss_s, r->loss);
-    json_number(norm_s, sizeof norm_s, r->grad_norm);
-    json_number(val_s, sizeof val_s, val_loss);
-    fprintf(metrics,
-            "{\"step\": %d, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, "
-            "\"tokens\": %.0f, \"tokens_per_s\": %.3f, \"mfu\": %.6f, \"step_ms\": %.3f, "
-            "\"skipped\": %s",
-            r->step, loss_s, r->lr, norm_s, tokens, tps, mfu, 1e3 * step_s,
-            r->skipped ? "true" : "false");
-    char list[CFG_MAX_SOURCES * 34 + 4];
+    double source_tokens[CFG_MAX_SOURCES];
     if (t->train_data.n > 1) {
         // Tokens each source has given the run so far (the rule's counts, exact).
         uint64_t seqs[CFG_MAX_SOURCES];
-        double tok[CFG_MAX_SOURCES];
-        mixture_counts(&t->train_data, (uint64_t)r->step * (uint64_t)t->cfg.training.global_batch_size, seqs);
-        for (int k = 0; k < t->train_data.n; k++) tok[k] = (double)seqs[k] * t->cfg.training.seq_length;
-        json_list(list, sizeof list, tok, t->train_data.n);
-        fprintf(metrics, ", \"source_tokens\": %s", list);
+        mixture_counts(&t->train_data, (uint64_t)r->step * (uint64_t)tc->global_batch_size, seqs);
+        for (int k = 0; k < t->train_data.n; k++) source_tokens[k] = (double)seqs[k] * tc->seq_length;
     }
-    if (!isnan(val_loss)) {
-        fprintf(metrics, ", \"val_loss\": %s", val_s);
-        if (val_sources > 1) {
-            json_list(list, sizeof list, t->val_loss_by_source, val_sources);
-            fprintf(metrics, ", \"val_loss_by_source\": %s", list);
-        }
-    }
-    fprintf(metrics, "}\n");
-    fflush(metrics);
+    const double *by_source = val_sources > 1 ? t->val_loss_by_source : NULL;
+    StepRecord rec = {
+        .step = r->step, .loss = r->loss, .lr = r->lr, .grad_norm = r->grad_norm, .tokens = tokens,
+        .tokens_per_s = tps, .mfu = mfu, .step_ms = 1e3 * step_s, .skipped = r->skipped,
+        .source_tokens = t->train_data.n > 1 ? source_tokens : NULL, .n_sources = t->train_data.n,
+        .val_loss = val_loss, .val_by_source = by_source, .n_val_sources = val_sources,
+    };
+    metrics_step(metrics, &rec);
+    if (!isnan(val_loss)) metrics_val(metrics, r->step, val_loss, by_source, val_sources);
 }
 
 // The data lines of the start-up report: each source of a mixture with its
@@ -220,9 +181,15 @@ int train_main(int argc, char **argv) {
     if (cfg.training.threads == 0) cfg.training.threads = comm_default_threads();
     ops_set_threads(cfg.training.threads);
     const int rank0 = comm_world_rank() == 0, world = comm_world_size();
+    Progress progress = {0};
+    if (rank0) progress_start(&progress);
 
     preempt_install();  // a signal from here on stops the run after a step, with a checkpoint
     check_outputs(&cfg);
+    if (rank0 && cfg.model.from[0]) {
+        printf("loading the weights of %s (model.from) ...\n", cfg.model.from);
+        fflush(stdout);
+    }
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;
@@ -230,6 +197,10 @@ int train_main(int argc, char **argv) {
     // averaged over ranks) times the number of ranks.
     double peak = tc->peak_flops;
     if (peak <= 0.0) {
+        if (rank0) {
+            printf("measuring the GEMM peak for MFU (set training.peak_flops to skip this) ...\n");
+            fflush(stdout);
+        }
         peak = bench_gemm_peak(1024, 0.5);
         group_allreduce_sum_f64(GROUP_WORLD, &peak, 1);
         peak /= world;
@@ -267,14 +238,13 @@ int train_main(int argc, char **argv) {
     if (rank0 || cfg.logging.verbose) print_memory();
     setup_checkpoints(&t);
 
-    FILE *metrics = NULL;
-    if (rank0 && cfg.logging.metrics[0]) {
-        metrics = fopen(cfg.logging.metrics, t.state.step > 0 ? "a" : "w");
-        if (!metrics) die_errno("logging.metrics: cannot open %s", cfg.logging.metrics);
-    }
+    MetricsLog metrics = {0};
+    if (rank0) metrics_open(&metrics, cfg.logging.metrics, t.state.step);
+    t.ckpt.metrics = &metrics;
     const double tokens_per_step = (double)tc->global_batch_size * tc->seq_length;
     trace_open(cfg.logging.trace, now_seconds());
     int exit_code = 0;
+    if (rank0) progress_loop(&progress, t.state.step, tc->steps);
     while (t.state.step < tc->steps) {
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
@@ -283,8 +253,10 @@ int train_main(int argc, char **argv) {
         double val = NAN;
         if (cfg.logging.val_every > 0 && r.step % cfg.logging.val_every == 0)
             val = trainer_validate(&t);
-        if (rank0 && (r.step % cfg.logging.every == 0 || r.step == tc->steps || !isnan(val)))
-            log_step(metrics, &t, &r, tokens_per_step, dt, fpt, peak * world, val);
+        if (rank0) {
+            progress_count(&progress, r.step, tokens_per_step, dt, val);
+            log_step(&progress, &metrics, &t, &r, tokens_per_step, dt, fpt, peak * world, val);
+        }
         // The ranks agree once per step, in one small all-reduce, whether any of them
         // was signalled and whether every background checkpoint writer is done.
         double ctl[2] = {preempt_signal(), checkpointer_writing(&t)};
@@ -311,7 +283,10 @@ int train_main(int argc, char **argv) {
             break;
         }
     }
-    if (metrics) fclose(metrics);
+    checkpointer_finish(&t);  // the last async save's line comes before the summary
+    if (rank0) progress_summary(&progress, &cfg, fpt, peak * world);
+    metrics_close(&metrics);
+    t.ckpt.metrics = NULL;
     trace_close();
     trainer_free(&t);
     return exit_code;

@@ -64,6 +64,7 @@ compare_tail() {
             return "NA"
         }
         function rel(a, b,   d) { a += 0; b += 0; d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; return d / (b > 1e-30 ? b : 1e-30) }
+        /"event"/ { next }  # validation and checkpoint records: not steps
         FNR == NR { s = field($0, "step"); rl[s] = field($0, "loss"); rg[s] = field($0, "grad_norm"); next }
         {
             s = field($0, "step") + 0
@@ -130,7 +131,7 @@ else
     kill -9 "$victim"
     wait $job; rc=$?
     dt=$(elapsed "$t0")
-    last_logged=$(tail -n 1 "$tmp/b_killed.jsonl" 2>/dev/null | grep -o '"step": [0-9]*' | cut -d' ' -f2)
+    last_logged=$(grep '"loss":' "$tmp/b_killed.jsonl" | tail -n 1 2>/dev/null | grep -o '"step": [0-9]*' | cut -d' ' -f2)
     if [ $rc -eq 124 ] || le 100 "$dt"; then   # killed by the 120 s `timeout` of launch
         failed "b: job still running $dt s after kill -9 of rank 2 (pid $victim): hung"
     elif [ $rc -ne 0 ] && le "$dt" 30; then

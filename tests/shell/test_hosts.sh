@@ -65,7 +65,7 @@ common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --training.lr 2e-3 --training.min_lr 2e-3 --training.warmup_steps 0
         --training.threads 1 --training.peak_flops 1e10 --parallel.timeout_s $TIMEOUT)
 layout=(--parallel.tp 2 --parallel.sequence_parallel true --parallel.pp 2)
-losses() { sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/' "$1"; }
+losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/p' "$1"; }
 link_bytes() { cat "/sys/class/net/${NS2}r/statistics/rx_bytes"; }
 
 # --- 1. across the hosts = one rank ------------------------------------------------------
@@ -95,7 +95,7 @@ run_and_fault() {
     "${CLUSTER[@]}" "$FTA" train "${common[@]}" "${layout[@]}" --training.steps 100000 "$@" \
         --logging.metrics "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 1 6000); do [ -f "$tmp/$name.jsonl" ] && [ "$(wc -l <"$tmp/$name.jsonl")" -ge 5 ] && break; sleep 0.01; done
+    for _ in $(seq 1 6000); do [ -f "$tmp/$name.jsonl" ] && [ "$(grep -c '"loss":' "$tmp/$name.jsonl")" -ge 5 ] && break; sleep 0.01; done
     local t0; t0=$(date +%s.%N)
     eval "$fault"
     wait "$pid"; rc=$?

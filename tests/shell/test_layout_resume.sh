@@ -25,8 +25,9 @@ train() {  # train NAME NP ARGS...
 compare() {  # compare NAME [REF [TOL]]: every logged step against the uninterrupted run
     /usr/bin/python3 - "$tmp/${2:-full}.jsonl" "$tmp/$1.jsonl" "$1" "${3:-1e-5}" <<'PY'
 import json, sys
-ref = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])}
-got = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
+steps = lambda path: [r for r in map(json.loads, open(path)) if "event" not in r]  # step records
+ref = {r["step"]: r["loss"] for r in steps(sys.argv[1])}
+got = {r["step"]: r["loss"] for r in steps(sys.argv[2])}
 worst = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in got) if got else float("inf")
 ok = got and worst <= float(sys.argv[4])
 print(("PASS" if ok else "FAIL"), sys.argv[3], "steps", min(got, default=0), "..", max(got, default=0),

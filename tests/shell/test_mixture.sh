@@ -30,8 +30,9 @@ train() {  # train NAME NP [--config FILE] ARGS...
 compare() {  # compare NAME REF TOL
     /usr/bin/python3 - "$tmp/$2.jsonl" "$tmp/$1.jsonl" "$1" "$3" <<'PY' || fail=1
 import json, sys
-ref = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])}
-got = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
+steps = lambda path: [r for r in map(json.loads, open(path)) if "event" not in r]  # step records
+ref = {r["step"]: r["loss"] for r in steps(sys.argv[1])}
+got = {r["step"]: r["loss"] for r in steps(sys.argv[2])}
 worst = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in got) if got else float("inf")
 ok = got and worst <= float(sys.argv[4])
 print("PASS" if ok else "FAIL", sys.argv[3], "steps", min(got, default=0), "..", max(got, default=0),
@@ -53,8 +54,9 @@ train mix_shuf_dp2pp2 4 --data.train "$MIX" --training.steps 12 --data.shuffle t
 train only_a 1 --data.train "$tmp/a/train_*.bin" --training.steps 3
 /usr/bin/python3 - "$tmp/only_a.jsonl" "$tmp/mix_1rank.jsonl" <<'PY' && pass "source a alone gives other losses than the mixture" || failed "source a alone gives the mixture's losses"
 import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])][:3]
-m = [json.loads(l)["loss"] for l in open(sys.argv[2])][:3]
+steps = lambda path: [r for r in map(json.loads, open(path)) if "event" not in r]  # step records
+a = [r["loss"] for r in steps(sys.argv[1])][:3]
+m = [r["loss"] for r in steps(sys.argv[2])][:3]
 sys.exit(0 if a != m else 1)
 PY
 
@@ -67,7 +69,7 @@ train mix_json 1 --config "$tmp/run.json" --training.steps 20 && compare mix_jso
 # Per-source tokens, validation per source, the start-up report.
 /usr/bin/python3 - "$tmp/mix_1rank.jsonl" <<'PY' || fail=1
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "event" not in r]  # step records
 G, S, w = 8, 32, (0.7, 0.3)
 worst = max(abs(r["source_tokens"][k] / S - w[k] * r["step"] * G) for r in rows for k in (0, 1))
 ok = len(rows) == 60 and worst <= 1 and all(sum(r["source_tokens"]) == r["step"] * G * S for r in rows)

@@ -171,11 +171,11 @@ for i in "${!names[@]}"; do
     t0=$(now)
     run_layout 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}"
     rc=$?
-    if [ $rc -eq 0 ] && [ "$(wc -l < "$ref.jsonl")" -eq $STEPS ]; then
+    if [ $rc -eq 0 ] && [ "$(grep -c '"loss":' "$ref.jsonl")" -eq $STEPS ]; then
         ref_ok[$key]=1
         printf 'reference%s: 1 rank, B 8 x A 1: loss %s -> %s (%s)\n' "${margs[*]:+ [${margs[*]}]}" \
-            "$(head -n1 "$ref.jsonl" | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
-            "$(tail -n1 "$ref.jsonl" | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
+            "$(grep -m1 '"loss":' "$ref.jsonl" | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
+            "$(grep '"loss":' "$ref.jsonl" | tail -n1 | grep -o '"loss": [^,]*' | cut -d' ' -f2)" \
             "$(since "$t0")"
     else
         ref_ok[$key]=0

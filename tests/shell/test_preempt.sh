@@ -24,9 +24,9 @@ common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --training.threads 1 --training.peak_flops 1e10)
 
 # wait_steps FILE N: until FILE holds N metric lines (at most 60 s)
-wait_steps() { for _ in $(seq 1 6000); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.01; done; return 1; }
+wait_steps() { for _ in $(seq 1 6000); do [ -f "$1" ] && [ "$(grep -c '"loss":' "$1")" -ge "$2" ] && return 0; sleep 0.01; done; return 1; }
 # losses FILE FROM TO: "step loss grad_norm" of steps FROM..TO, as written (17 digits)
-losses() { sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/' "$1" |
+losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/p' "$1" |
            awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b'; }
 
 # run_preempted NAME SIGNAL TARGET NP ARGS...: train "forever", send SIGNAL to TARGET

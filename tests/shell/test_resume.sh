@@ -92,7 +92,7 @@ mkdir -p "$tmp/ck_wsd6" && cp -r "$tmp/ck_wsd/step_0000006" "$tmp/ck_wsd6/"
 rc=$?
 lrs=$(/usr/bin/python3 -c "
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if 'event' not in r]  # step records
 print(' '.join('%d:%.6g' % (r['step'], r['lr']) for r in rows if r['step'] in (7, 16, 17, 18, 20)))" "$tmp/wsd20.jsonl" 2>/dev/null)
 # Steps 7..16 stable at 1e-3, then 1-sqrt over 17..20: 1e-4 + 9e-4 (1 - sqrt(q)), q = 1/4, 2/4, .., 1.
 want="7:0.001 16:0.001 17:0.00055 18:0.000363604 20:0.0001"
