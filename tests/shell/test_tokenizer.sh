@@ -160,7 +160,7 @@ gzip -c "$T/docs_body.jsonl" >"$T/docs_body.jsonl.gz"
 check "prepare --tokenizer (Llama 3 style) on JSONL: shards hold tokenizers' ids with <|begin_of_text|> + <|end_of_text|> per document, val split by the rule" \
     $PY "$T/shards.py" "$T/llama3.json" "$T/j2" "<|end_of_text|>" 0.1 2 "$T/docs.json"
 check "prepare reports the tokenizer, its end-of-text id, uint16 and vocab size; progress shows MB/s and tokens" \
-    bash -c "grep -q 'vocab: .*llama3.json (BPE.*end-of-text \"<|end_of_text|>\" = [0-9]*; uint16 tokens: set model.vocab_size to [0-9]* or more' '$T/j2.out' &&
+    bash -c "grep -q 'vocab: .*llama3.json (byte-level BPE.*end-of-text \"<|end_of_text|>\" = [0-9]*; uint16 tokens: set model.vocab_size to [0-9]* or more' '$T/j2.out' &&
              grep -q 'MB read, .* MB/s, .* tokens written' '$T/j2.err'"
 "$FEMTOTRON" prepare --tokenizer "$T/llama3.json" --input "$T/docs.jsonl" --output "$T/j1" \
     --val-fraction 0.1 --threads 1 >/dev/null 2>&1
@@ -222,7 +222,7 @@ bad "an unknown Split pattern" \
 bad "Split behavior Removed" \
     "j['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Split', 'pattern': {'Regex': ' '}, 'behavior': 'Removed', 'invert': False}, j['pre_tokenizer']]}" \
     "Split behavior Removed is not supported"
-bad "no ByteLevel pre-tokenizer" "j['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" "no ByteLevel step"
+bad "a pre-tokenizer without ByteLevel other than Metaspace" "j['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" "a pre-tokenizer without ByteLevel must be a single Metaspace"
 bad "decoder WordPiece" "j['decoder'] = {'type': 'WordPiece', 'prefix': '##', 'cleanup': True}" "decoder WordPiece is not supported"
 bad "post-processor BertProcessing" "j['post_processor'] = {'type': 'BertProcessing', 'sep': ['[SEP]', 1], 'cls': ['[CLS]', 0]}" "post-processor BertProcessing is not supported"
 bad "BPE dropout" "j['model']['dropout'] = 0.1" "dropout is not supported"
