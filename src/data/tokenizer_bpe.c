@@ -8,8 +8,8 @@
 //      until no pair has a merge — the priority-queue algorithm of tokenizers'
 //      Word::merge_all, stale entries and all: O(n log n) in the word's length.
 // A character-level word may be the whole text (Llama 2's legacy form has no
-// pre-tokenizer), so it is first cut where no merge can reach across: between two
-// characters that are tokens and never adjacent inside any model token. Each part
+// pre-tokenizer), so it is first cut where no merge can reach across (see
+// tok_bpe_word). Each part
 // merges exactly as it would inside the whole word (merges on one side never see
 // the other, and their relative order is unchanged), and the parts are short, so
 // they hit the per-thread word cache as byte-level words do.
@@ -106,6 +106,7 @@ static void add_unknown(const Tokenizer *t, SymbolBuilder *b, uint32_t len) {
 // Id of the one-character token c(len), or -1.
 static inline int64_t char_id(const Tokenizer *t, const uint8_t *c, size_t len) {
     if (len == 1 && c[0] < 0x80) return t->ascii_id[c[0]];
+    if (len == 3 && c[0] == 0xE2 && c[1] == 0x96 && c[2] == 0x81) return t->spm_space_id;  // "▁"
     return tok_vocab_find(t, c, len);
 }
 
@@ -213,22 +214,30 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
         merge_piece(st, w, n, out);
         return;
     }
-    // Cut between known characters a, b that no token holds side by side (a merge
-    // across would make a token containing "ab"); unknown characters are never cut
-    // from their neighbours, so fused unk and byte fallback stay whole.
+    // Cut between characters x, y where the last character of x's symbols' text and
+    // the first of y's are never side by side in a token: a merge across would make
+    // a token holding them so. A character that is a token is its own symbol; one
+    // taking the byte fallback is <0xNN> symbols ('<' first, '>' last). One that
+    // becomes unk (fused with its neighbours) or is dropped is never cut from them.
     size_t start = 0;
-    uint32_t prev_cp = 0;
-    bool prev_known = false;
+    uint32_t prev_last = 0;
+    bool prev_cuttable = false;
     for (size_t i = 0; i < n;) {
         uint32_t cp = w[i];
         size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp);
-        bool known = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
-        if (known && prev_known && i > start && !tok_pair_joinable(t, prev_cp, cp)) {
+        uint32_t first = cp, last = cp;
+        bool cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
+        if (!cuttable && t->byte_fallback) {
+            cuttable = true;
+            for (size_t k = 0; k < len && cuttable; k++) cuttable = t->fallback_id[w[i + k]] >= 0;
+            first = '<', last = '>';
+        }
+        if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
             merge_piece(st, w + start, i - start, out);
             start = i;
         }
-        prev_cp = cp;
-        prev_known = known;
+        prev_last = last;
+        prev_cuttable = cuttable;
         i += len;
     }
     merge_piece(st, w + start, n - start, out);

@@ -30,6 +30,7 @@ void tokenizer_state_free(TokenizerState *st) {
     free(st->heap);
     for (int i = 0; i < MAX_STEPS; i++) free(st->scratch[i]);
     free(st->normalized);
+    free(st->norm_tmp);
     free(st->cache);
     free(st);
 }
@@ -154,33 +155,30 @@ size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, c
     return m;
 }
 
-// Apply the normalizer's steps to s(n) into dst (grown as needed); returns its length.
-size_t tok_normalize(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t **dst, size_t *cap) {
+size_t tok_normalize(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t **dst, size_t *cap,
+                     uint8_t **tmp, size_t *tmp_cap) {
     *dst = tok_grow(*dst, cap, n + 1, 1);
     memcpy(*dst, s, n);
-    uint8_t *tmp = NULL;  // (tmp_cap) the next step's output
-    size_t tmp_cap = 0;
     for (int k = 0; k < t->n_norm; k++) {
         const NormOp *op = &t->norm[k];
         if (n == 0) break;  // both steps leave empty text empty
         size_t m = 0, worst = op->kind == NORM_PREPEND ? n + op->content_len
                                                       : n + n * op->content_len;
-        tmp = tok_grow(tmp, &tmp_cap, worst + 1, 1);
+        *tmp = tok_grow(*tmp, tmp_cap, worst + 1, 1);
         if (op->kind == NORM_PREPEND) {
-            memcpy(tmp, op->content, op->content_len);
+            memcpy(*tmp, op->content, op->content_len);
             m = op->content_len;
-            memcpy(tmp + m, *dst, n);
+            memcpy(*tmp + m, *dst, n);
             m += n;
         } else {
-            m = tok_replace_all(*dst, n, op->pattern, op->pattern_len, op->content, op->content_len, tmp);
+            m = tok_replace_all(*dst, n, op->pattern, op->pattern_len, op->content, op->content_len, *tmp);
         }
         uint8_t *sw = *dst;  // swap buffers: tmp holds the result
         size_t swc = *cap;
-        *dst = tmp, *cap = tmp_cap;
-        tmp = sw, tmp_cap = swc;
+        *dst = *tmp, *cap = *tmp_cap;
+        *tmp = sw, *tmp_cap = swc;
         n = m;
     }
-    free(tmp);
     return n;
 }
 
@@ -195,7 +193,7 @@ static void split_added(TokenizerState *st, int pass, const uint8_t *s, size_t n
         return;
     }
     if (pass == 1 && t->n_norm) {  // normalize the gap (no gap is inside another)
-        size_t m = tok_normalize(t, s, n, &st->normalized, &st->normalized_cap);
+        size_t m = tok_normalize(t, s, n, &st->normalized, &st->normalized_cap, &st->norm_tmp, &st->norm_tmp_cap);
         s = st->normalized;
         n = m;
     }

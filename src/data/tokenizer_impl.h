@@ -58,6 +58,7 @@ typedef struct {
 #define MAX_DEC_STEPS 8
 
 // A pair of adjacent characters (code points) that occurs inside some model token.
+#define PAIR_SMALL 129
 typedef struct {
     uint64_t key;  // (a << 32 | b) + 1; 0 = empty slot
 } PairSlot;
@@ -111,6 +112,10 @@ struct Tokenizer {
     int64_t ascii_id[128];      // id of each one-character ASCII token, -1 if none
     PairSlot *pairs;            // adjacent character pairs inside model tokens
     size_t pair_mask;
+    // The same for pairs of ASCII characters and U+2581 "▁" (slot 128), the
+    // characters of most text, as a bit matrix: PAIR_SMALL x PAIR_SMALL bits.
+    uint8_t pair_bits[(PAIR_SMALL * PAIR_SMALL + 7) / 8];
+    int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
     uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
     uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
     NormOp norm[MAX_NORM_OPS];
@@ -155,7 +160,13 @@ static inline int tok_merge_find(const Tokenizer *t, uint32_t left, uint32_t rig
 
 // Is the character pair (a, b) adjacent inside some model token (so a merge might
 // join a symbol ending in a to one starting with b)?
+static inline int tok_pair_small(uint32_t cp) { return cp < 128 ? (int)cp : cp == 0x2581 ? 128 : -1; }
 static inline int tok_pair_joinable(const Tokenizer *t, uint32_t a, uint32_t b) {
+    int sa = tok_pair_small(a), sb = tok_pair_small(b);
+    if (sa >= 0 && sb >= 0) {
+        int bit = sa * PAIR_SMALL + sb;
+        return (t->pair_bits[bit >> 3] >> (bit & 7)) & 1;
+    }
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     for (size_t i = (size_t)(h ^ (h >> 32)) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
@@ -200,12 +211,16 @@ struct TokenizerState {
     size_t scratch_cap[MAX_STEPS];
     uint8_t *normalized;     // (normalized_cap) the normalizer's output for one piece
     size_t normalized_cap;
+    uint8_t *norm_tmp;       // (norm_tmp_cap) the normalizer's other buffer
+    size_t norm_tmp_cap;
     CacheSlot *cache;        // (CACHE_SLOTS)
 };
 
 // tokenizer_encode.c: apply the normalizer to s(n) into *dst (*cap bytes, grown as
-// needed); returns the normalized length.
-size_t tok_normalize(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t **dst, size_t *cap);
+// needed; *tmp is a second buffer for the steps to alternate with); returns the
+// normalized length.
+size_t tok_normalize(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t **dst, size_t *cap,
+                     uint8_t **tmp, size_t *tmp_cap);
 // Copy s(n) to dst with every non-overlapping pat(pl) (pl >= 1), leftmost first,
 // replaced by rep(rl); dst holds n + n * rl bytes at least. Returns the new length.
 size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, const char *rep,

@@ -97,9 +97,11 @@ static void load_added(const Ctx *c, Tokenizer *t, size_t model_count, AddedSrc 
         if (src[k].normalized && t->n_norm) {
             // tokenizers matches a normalized added token in normalized text, in its
             // normalized form (Llama 2's Prepend makes "a b" "▁a▁b").
-            size_t cap = 0;
+            size_t cap = 0, tmp_cap = 0;
+            uint8_t *tmp = NULL;
             src[k].content = NULL;
-            src[k].len = tok_normalize(t, (const uint8_t *)s, slen, &src[k].content, &cap);
+            src[k].len = tok_normalize(t, (const uint8_t *)s, slen, &src[k].content, &cap, &tmp, &tmp_cap);
+            free(tmp);
         } else {
             src[k].content = xmalloc(slen + 1, "added token");
             memcpy(src[k].content, s, slen + 1);

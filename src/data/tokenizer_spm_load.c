@@ -143,6 +143,12 @@ void tok_load_char_decoder(const Ctx *c, Tokenizer *t, const cJSON *d) {
 // ---------------------------------------------------------------- tables
 
 static void pair_insert(Tokenizer *t, uint32_t a, uint32_t b) {
+    int sa = tok_pair_small(a), sb = tok_pair_small(b);
+    if (sa >= 0 && sb >= 0) {
+        int bit = sa * PAIR_SMALL + sb;
+        t->pair_bits[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        return;
+    }
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     for (size_t i = (size_t)(h ^ (h >> 32)) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
@@ -164,6 +170,7 @@ void tok_build_char_tables(Tokenizer *t) {
         uint8_t ch = (uint8_t)b;
         t->ascii_id[b] = tok_vocab_find(t, &ch, 1);
     }
+    t->spm_space_id = tok_vocab_find(t, (const uint8_t *)"\xE2\x96\x81", 3);
     // Every adjacent pair of characters inside a token (added tokens included: more
     // pairs only cut words less). At most one pair per byte of the vocabulary.
     size_t bytes = 0;
