@@ -145,14 +145,18 @@ static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w,
 
 // ---------------------------------------------------------------- merging
 
-// Merge w(n) (cached when short) and append its ids.
-static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
+// The cache slot of w(n), or NULL when w is too long to cache.
+static inline CacheSlot *cache_slot(TokenizerState *st, const uint8_t *w, size_t n, uint64_t *h) {
+    if (n > CACHE_KEY_MAX) return NULL;
+    *h = tok_hash_bytes(w, n);
+    return &st->cache[*h & (CACHE_SLOTS - 1)];
+}
+
+// Merge w(n) and append its ids; slot (with hash h) from cache_slot.
+static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlot *slot, uint64_t h,
+                        TokenList *out) {
     const Tokenizer *t = st->t;
-    uint64_t h = 0;
-    CacheSlot *slot = NULL;
-    if (n <= CACHE_KEY_MAX) {
-        h = tok_hash_bytes(w, n);
-        slot = &st->cache[h & (CACHE_SLOTS - 1)];
+    if (slot) {
         if (slot->hash == h && slot->key_len == n && memcmp(slot->key, w, n) == 0) {
             for (int i = 0; i < slot->n_ids; i++) token_list_push(out, slot->ids[i]);
             return;
@@ -210,8 +214,9 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             return;
         }
     }
+    uint64_t h = 0;
     if (!t->char_bpe) {
-        merge_piece(st, w, n, out);
+        merge_piece(st, w, n, cache_slot(st, w, n, &h), h, out);
         return;
     }
     // Cut between characters x, y where the last character of x's symbols' text and
@@ -219,7 +224,12 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
     // a token holding them so. A character that is a token is its own symbol; one
     // taking the byte fallback is <0xNN> symbols ('<' first, '>' last). One that
     // becomes unk (fused with its neighbours) or is dropped is never cut from them.
-    size_t start = 0;
+    // A part is merged only once the next one is found, its cache slot fetched from
+    // memory meanwhile (the table is megabytes: the load would stall otherwise).
+    size_t start = 0, pend_start = 0, pend_n = 0;
+    CacheSlot *pend_slot = NULL;
+    uint64_t pend_h = 0;
+    bool pending = false;
     uint32_t prev_last = 0;
     bool prev_cuttable = false;
     for (size_t i = 0; i < n;) {
@@ -233,12 +243,16 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             first = '<', last = '>';
         }
         if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
-            merge_piece(st, w + start, i - start, out);
+            CacheSlot *slot = cache_slot(st, w + start, i - start, &h);
+            if (slot) __builtin_prefetch(slot);
+            if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
+            pending = true, pend_start = start, pend_n = i - start, pend_slot = slot, pend_h = h;
             start = i;
         }
         prev_last = last;
         prev_cuttable = cuttable;
         i += len;
     }
-    merge_piece(st, w + start, n - start, out);
+    if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
+    merge_piece(st, w + start, n - start, cache_slot(st, w + start, n - start, &h), h, out);
 }
