@@ -149,7 +149,7 @@ static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w,
 static inline CacheSlot *cache_slot(TokenizerState *st, const uint8_t *w, size_t n, uint64_t *h) {
     if (n > CACHE_KEY_MAX) return NULL;
     *h = tok_hash_bytes(w, n);
-    return &st->cache[*h & (CACHE_SLOTS - 1)];
+    return &st->cache[tok_slot(*h, CACHE_SLOTS - 1)];
 }
 
 // Merge w(n) and append its ids; slot (with hash h) from cache_slot.

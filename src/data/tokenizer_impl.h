@@ -139,6 +139,13 @@ struct Tokenizer {
 };
 
 uint64_t tok_hash_bytes(const uint8_t *s, size_t n);
+// The table slot (of mask + 1, a power of two) for hash h: its high bits after a
+// multiply. tok_hash_bytes's low bits are weak (bit 0 is always set, and the
+// FNV-style product carries little of the input into them): masking them directly
+// left most of a table unused.
+static inline size_t tok_slot(uint64_t h, size_t mask) {
+    return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
 // Id of a model token by its bytes, or -1.
 int64_t tok_vocab_find(const Tokenizer *t, const uint8_t *s, size_t n);
 // Merge of (left, right): 1 and rank, merged id; 0 if none.

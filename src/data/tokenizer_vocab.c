@@ -21,7 +21,7 @@ uint64_t tok_hash_bytes(const uint8_t *s, size_t n) {
 int64_t tok_vocab_find(const Tokenizer *t, const uint8_t *s, size_t n) {
     if (!t->vocab) return -1;
     uint64_t h = tok_hash_bytes(s, n);
-    for (size_t i = (size_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+    for (size_t i = tok_slot(h, t->vocab_mask);; i = (i + 1) & t->vocab_mask) {
         const VocabSlot *v = &t->vocab[i];
         if (v->hash == 0) return -1;
         if (v->hash == h && t->tok_len[v->id] == n && memcmp(t->tok_bytes[v->id], s, n) == 0)
@@ -101,7 +101,7 @@ void tok_set_token(Tokenizer *t, uint32_t id, const uint8_t *bytes, size_t len) 
 
 static void vocab_insert(Tokenizer *t, uint32_t id) {
     uint64_t h = tok_hash_bytes(t->tok_bytes[id], t->tok_len[id]);
-    for (size_t i = (size_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+    for (size_t i = tok_slot(h, t->vocab_mask);; i = (i + 1) & t->vocab_mask) {
         VocabSlot *v = &t->vocab[i];
         if (v->hash == 0) {
             v->hash = h;
