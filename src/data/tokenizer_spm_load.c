@@ -58,17 +58,14 @@ void tok_load_normalizer(const Ctx *c, Tokenizer *t, const cJSON *n) {
     }
 }
 
-// One character as Metaspace and Strip take it: its UTF-8 (out, up to 4 bytes) and
-// code point.
-static int one_char(const Ctx *c, const cJSON *v, const char *what, uint8_t out[4], uint32_t *cp) {
-    size_t len;
-    char *s = dup_string(c, v, what, &len);
-    size_t l = len ? utf8_decode((const uint8_t *)s, len, cp) : 0;
-    if (len == 0 || l != len || *cp == UTF8_INVALID)
+// One character as Metaspace and Strip take it: a malloc'd NUL-terminated copy of
+// its UTF-8 (*len bytes, at most 4) and its code point.
+static char *one_char(const Ctx *c, const cJSON *v, const char *what, size_t *len, uint32_t *cp) {
+    char *s = dup_string(c, v, what, len);
+    size_t l = *len ? utf8_decode((const uint8_t *)s, *len, cp) : 0;
+    if (*len == 0 || l != *len || *cp == UTF8_INVALID)
         die("tokenizer %s: %s \"%s\" must be one character", c->path, what, s);
-    memcpy(out, s, len);
-    free(s);
-    return (int)len;
+    return s;
 }
 
 // Metaspace's prepend_scheme, or in older files add_prefix_space (true: always).
@@ -83,7 +80,11 @@ static PrependScheme prepend_scheme(const Ctx *c, const cJSON *p) {
 }
 
 void tok_load_metaspace(const Ctx *c, Tokenizer *t, const cJSON *p) {
-    t->meta_rep_len = one_char(c, get(p, "replacement"), "Metaspace replacement", t->meta_rep, &t->meta_rep_cp);
+    size_t len;
+    char *rep = one_char(c, get(p, "replacement"), "Metaspace replacement", &len, &t->meta_rep_cp);
+    memcpy(t->meta_rep, rep, len);
+    t->meta_rep_len = (int)len;
+    free(rep);
     t->meta_prepend = prepend_scheme(c, p);
     t->meta_split = get_bool(c, p, "split", true, "Metaspace");
 }
@@ -110,13 +111,8 @@ void tok_load_char_decoder(const Ctx *c, Tokenizer *t, const cJSON *d) {
         s->kind = DEC_FUSE;
     } else if (!strcmp(type, "Strip")) {
         s->kind = DEC_STRIP;
-        uint8_t ch[4];
         uint32_t cp;
-        int len = one_char(c, get(d, "content"), "Strip content", ch, &cp);
-        s->content = xmalloc(5, "Strip content");
-        memcpy(s->content, ch, (size_t)len);
-        s->content[len] = 0;
-        s->content_len = (size_t)len;
+        s->content = one_char(c, get(d, "content"), "Strip content", &s->content_len, &cp);
         const cJSON *start = get(d, "start"), *stop = get(d, "stop");
         if (!cJSON_IsNumber(start) || !cJSON_IsNumber(stop) || start->valuedouble < 0 || stop->valuedouble < 0 ||
             start->valuedouble > 1e6 || stop->valuedouble > 1e6)
@@ -125,13 +121,8 @@ void tok_load_char_decoder(const Ctx *c, Tokenizer *t, const cJSON *d) {
         s->stop = (int)stop->valuedouble;
     } else if (!strcmp(type, "Metaspace")) {
         s->kind = DEC_METASPACE;
-        uint8_t ch[4];
         uint32_t cp;
-        int len = one_char(c, get(d, "replacement"), "Metaspace replacement", ch, &cp);
-        s->pattern = xmalloc(5, "Metaspace replacement");
-        memcpy(s->pattern, ch, (size_t)len);
-        s->pattern[len] = 0;
-        s->pattern_len = (size_t)len;
+        s->pattern = one_char(c, get(d, "replacement"), "Metaspace replacement", &s->pattern_len, &cp);
         s->strip_first = prepend_scheme(c, d) != PREPEND_NEVER;
     } else {
         die("tokenizer %s: decoder %s is not supported for a SentencePiece-style BPE (only Replace, "
