@@ -102,11 +102,11 @@ int64_t tokenizer_token_id(const Tokenizer *t, const char *text) {
 // tokenizer_bpe.c cuts a word (both characters tokens, never side by side in one,
 // and no ignore_merges, which looks at whole words).
 static size_t char_bpe_cut(const Tokenizer *t, const uint8_t *text, size_t n, size_t from) {
-    bool metaspace = t->n_steps == 1;
+    bool metaspace = t->n_steps == 1;  // else no pre-tokenizer: spaces stay " "
     uint32_t space = metaspace ? t->meta_rep_cp : ' ';
     bool split = metaspace && t->meta_split;
-    if (!split && (t->ignore_merges || (space < 0x80 ? t->ascii_id[space] : tok_vocab_find(t, t->meta_rep, (size_t)t->meta_rep_len)) < 0))
-        return 0;
+    int64_t space_id = metaspace ? tok_vocab_find(t, t->meta_rep, (size_t)t->meta_rep_len) : t->ascii_id[' '];
+    if (!split && (t->ignore_merges || space_id < 0)) return 0;
     for (size_t p = from > 1 ? from : 1; p < n; p++) {
         uint8_t c = text[p - 1];
         if (text[p] != ' ' || c <= ' ' || c >= 0x7F) continue;

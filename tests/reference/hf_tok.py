@@ -155,6 +155,11 @@ def train_spm(outdir, train_files):
                                   "lstrip": False, "rstrip": False, "normalized": True, "special": False})
     write("spm_unk.json", legacy_unk)
 
+    def plain(v):  # neither normalizer nor pre-tokenizer: spaces take the byte fallback
+        v["normalizer"] = None
+        v["pre_tokenizer"] = None
+    write("spm_plain.json", plain)
+
     def metaspace(scheme, split, decoder=None, ignore_merges=False):
         def edit(v):
             v["normalizer"] = None

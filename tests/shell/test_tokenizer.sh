@@ -9,7 +9,8 @@
 #    trained the same way (byte_fallback with the 256 <0xNN> tokens, <unk> <s> </s>,
 #    a <s> template) and written in the legacy form (normalizer Prepend + Replace, no
 #    pre-tokenizer, decoder Replace/ByteFallback/Fuse/Strip), without byte fallback
-#    (fused <unk>, a normalized added token), and with the Metaspace pre-tokenizer
+#    (fused <unk>, a normalized added token), with neither normalizer nor
+#    pre-tokenizer (spaces take the byte fallback), and with the Metaspace pre-tokenizer
 #    (prepend_scheme first / always / never, split true / false, ignore_merges, the
 #    Metaspace decoder);
 #  - held-out fortunes, hand-written Unicode / whitespace / digit / special-token /
@@ -55,7 +56,7 @@ check "src/data/unicode_class_table.h equals a fresh run of its generator (unico
 
 # --- tokenizers trained here, test texts ----------------------------------------------
 $HF train "$T" && $HF texts "$T/texts.jsonl" && $HF docs "$T/docs.jsonl"
-SPM="spm_legacy spm_unk spm_first spm_first_split spm_always spm_always_split spm_never"
+SPM="spm_legacy spm_unk spm_plain spm_first spm_first_split spm_always spm_always_split spm_never"
 check "tokenizers trained on fortunes (GPT-2, Llama 3 and Llama 2 styles) and variants written" \
     ls "$T/gpt2.json" "$T/gpt2_prefix.json" "$T/digits.json" "$T/llama3.json" "$T/qwen2.json" "$T/wide.json" \
     $(for tk in $SPM; do echo "$T/$tk.json"; done)
