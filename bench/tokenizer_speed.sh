@@ -19,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COPIES=${COPIES:-8}
+LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 REPEAT=${REPEAT:-3}
 PY=build/pyenv/bin/python
 [ -x ./femtotron ] || { echo "build femtotron first (make)"; exit 1; }
@@ -104,7 +105,7 @@ $($PY -c "import tokenizers; print(tokenizers.__version__)"): \`encode_batch\` a
 (no offsets), threads via RAYON_NUM_THREADS. *ratio* = femtotron encode ÷ the
 faster of the two tokenizers calls. *same ids*: equal token counts (the ids themselves
 are compared by tests/shell/test_tokenizer.sh).
-Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1 /proc/loadavg) at the end (shared machine: absolute numbers drift, ratios hold better).
+Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $LOAD_START at the start, $(cut -d' ' -f1 /proc/loadavg) at the end (shared machine: absolute numbers drift, ratios hold better).
 
 | tokenizer | threads | femtotron encode MB/s | femtotron end to end MB/s | tokenizers encode_batch MB/s | tokenizers encode_batch_fast MB/s | ratio | same ids |
 |---|---|---|---|---|---|---|---|
