@@ -6,7 +6,10 @@
 # Corpus: every Debian fortunes file, COPIES times (default 8, ~20 MB), one document
 # per fortune (femtotron: --split-on %; tokenizers: the same documents in a list).
 # Tokenizers: byte-level BPEs trained by tests/reference/hf_tok.py on half the
-# fortunes, GPT-2 style (ByteLevel regex) and Llama 3 style (Split + ByteLevel).
+# fortunes, GPT-2 style (ByteLevel regex) and Llama 3 style (Split + ByteLevel), and
+# SentencePiece-style BPEs (Llama 2 kind: byte fallback, <s> template) in the legacy
+# form (normalizer Prepend + Replace, each document one word) and the Metaspace
+# form (prepend_scheme first, split false).
 # femtotron: "encode" is the parallel encoding phase prepare reports; "end to end"
 # is the whole command (reading, splitting, encoding, writing and fsyncing shards).
 # tokenizers: encode_batch (ids, offsets, ...) and encode_batch_fast (no offsets),
@@ -16,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COPIES=${COPIES:-8}
+LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 REPEAT=${REPEAT:-3}
 PY=build/pyenv/bin/python
 [ -x ./femtotron ] || { echo "build femtotron first (make)"; exit 1; }
@@ -45,6 +49,8 @@ femto() {  # femto TOKENIZER THREADS -> "encode_MBps end_to_end_MBps tokens"
 }
 
 hf() {  # hf TOKENIZER THREADS -> "batch_MBps fast_MBps tokens"
+    # add_special_tokens=True: prepare writes each document with its template's
+    # tokens (Llama 3's <|begin_of_text|>, Llama 2's <s>; GPT-2 has none).
     RAYON_NUM_THREADS=$2 $PY - "$T/$1.json" "$T/corpus.txt" "$REPEAT" <<'EOF'
 import statistics, sys, time
 from tokenizers import Tokenizer
@@ -63,7 +69,7 @@ for fn in (tok.encode_batch, getattr(tok, "encode_batch_fast", tok.encode_batch)
     times = []
     for _ in range(int(sys.argv[3])):
         t0 = time.perf_counter()
-        encs = fn(docs, add_special_tokens=False)
+        encs = fn(docs, add_special_tokens=True)
         times.append(time.perf_counter() - t0)
     res.append(mb / statistics.median(times))
 print(f"{res[0]:.1f} {res[1]:.1f} {sum(len(e.ids) for e in encs) + len(docs)}")
@@ -71,7 +77,7 @@ EOF
 }
 
 rows=""
-for tk in gpt2 llama3; do
+for tk in gpt2 llama3 spm_legacy spm_first; do
     for th in 1 2; do
         read -r f_enc f_e2e f_tok <<<"$(femto $tk $th)"
         read -r h_batch h_fast h_tok <<<"$(hf $tk $th)"
@@ -89,14 +95,17 @@ cat >bench/results/tokenizer_speed.md <<EOF
 Corpus: the Debian fortunes files ×$COPIES ($MB MB, one document per fortune).
 Tokenizers: byte-level BPEs trained on half of the fortunes by
 tests/reference/hf_tok.py (3000 ids; GPT-2 style ByteLevel regex, Llama 3 style
-Split + ByteLevel). MB/s of input text, median of $REPEAT runs.
+Split + ByteLevel; SentencePiece-style (Llama 2 kind, byte fallback, \`<s>\` template)
+in the legacy form (normalizer Prepend + Replace, no pre-tokenizer: each document is
+one word) and the Metaspace form (prepend_scheme first, split false)). MB/s of input
+text, median of $REPEAT runs.
 femtotron *encode* is the parallel encoding phase of \`prepare\`; *end to end* the
 whole command (read, split, encode, write and fsync shards). tokenizers
 $($PY -c "import tokenizers; print(tokenizers.__version__)"): \`encode_batch\` and \`encode_batch_fast\`
 (no offsets), threads via RAYON_NUM_THREADS. *ratio* = femtotron encode ÷ the
 faster of the two tokenizers calls. *same ids*: equal token counts (the ids themselves
 are compared by tests/shell/test_tokenizer.sh).
-Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1 /proc/loadavg) at the end (shared machine: absolute numbers drift, ratios hold better).
+Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $LOAD_START at the start, $(cut -d' ' -f1 /proc/loadavg) at the end (shared machine: absolute numbers drift, ratios hold better).
 
 | tokenizer | threads | femtotron encode MB/s | femtotron end to end MB/s | tokenizers encode_batch MB/s | tokenizers encode_batch_fast MB/s | ratio | same ids |
 |---|---|---|---|---|---|---|---|

@@ -1,8 +1,9 @@
 // data/tokenizer.c — the tokenizer's public API beyond loading and encoding: token
-// lists, the byte-level tokenizer behind the same interface, lookups, safe cuts,
-// decoding and freeing. Loading a Hugging Face tokenizer.json is in
-// tokenizer_load.c and tokenizer_vocab.c, encoding in tokenizer_encode.c. What is
-// supported, and what is refused, is in tokenizer.h.
+// lists, the byte-level tokenizer behind the same interface, lookups, safe cuts
+// and freeing. Loading a Hugging Face tokenizer.json is in tokenizer_load.c,
+// tokenizer_vocab.c and tokenizer_spm_load.c, encoding in tokenizer_encode.c and
+// tokenizer_bpe.c, decoding in tokenizer_decode.c. What is supported, and what is
+// refused, is in tokenizer.h.
 #define _POSIX_C_SOURCE 200809L
 #include "data/tokenizer.h"
 
@@ -65,6 +66,13 @@ void tokenizer_free(Tokenizer *t) {
     }
     free(t->prefix_ids);
     free(t->suffix_ids);
+    if (t->shown)
+        for (uint32_t i = 0; i < t->vocab_size; i++) free(t->shown[i]);
+    free(t->shown);
+    free(t->shown_len);
+    free(t->pairs);
+    for (int i = 0; i < t->n_norm; i++) free(t->norm[i].pattern), free(t->norm[i].content);
+    for (int i = 0; i < t->n_dec; i++) free(t->dec[i].pattern), free(t->dec[i].content);
     free(t);
 }
 
@@ -86,9 +94,31 @@ int64_t tokenizer_token_id(const Tokenizer *t, const char *text) {
     return tok_vocab_find(t, (const uint8_t *)text, n);
 }
 
+// Character-level BPE (cut_ok: no normalizer, no added token holding a space): cut
+// before a " " that follows a printable ASCII non-space c. The " " (as Metaspace's
+// replacement) starts the second part, so neither part gets a prepended
+// replacement it would not get in the whole, and the word is cut there anyway:
+// Metaspace split cuts before every replacement; otherwise it must be a place
+// tokenizer_bpe.c cuts a word (both characters tokens, never side by side in one,
+// and no ignore_merges, which looks at whole words).
+static size_t char_bpe_cut(const Tokenizer *t, const uint8_t *text, size_t n, size_t from) {
+    bool metaspace = t->n_steps == 1;  // else no pre-tokenizer: spaces stay " "
+    uint32_t space = metaspace ? t->meta_rep_cp : ' ';
+    bool split = metaspace && t->meta_split;
+    int64_t space_id = metaspace ? tok_vocab_find(t, t->meta_rep, (size_t)t->meta_rep_len) : t->ascii_id[' '];
+    if (!split && (t->ignore_merges || space_id < 0)) return 0;
+    for (size_t p = from > 1 ? from : 1; p < n; p++) {
+        uint8_t c = text[p - 1];
+        if (text[p] != ' ' || c <= ' ' || c >= 0x7F) continue;
+        if (split || (t->ascii_id[c] >= 0 && !tok_pair_joinable(t, c, space))) return p;
+    }
+    return 0;
+}
+
 size_t tokenizer_safe_cut(const Tokenizer *t, const uint8_t *text, size_t n, size_t from) {
     if (!t->cut_ok) return 0;
     if (t->byte_level) return from > 0 && from < n ? from : 0;
+    if (t->char_bpe) return char_bpe_cut(t, text, n, from);
     for (size_t p = from > 2 ? from : 2; p < n; p++) {
         if (text[p - 1] != '\n') continue;
         uint8_t before = text[p - 2], after = text[p];
@@ -96,33 +126,4 @@ size_t tokenizer_safe_cut(const Tokenizer *t, const uint8_t *text, size_t n, siz
         if (before > ' ' && before < 0x7F && after > ' ' && after < 0x7F) return p;
     }
     return 0;
-}
-
-const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len) {
-    if (t->byte_level) {
-        if (id >= BYTE_VOCAB_SIZE) return NULL;
-        return (const uint8_t *)byte_token_text(id, len);
-    }
-    if (id >= t->vocab_size || !t->tok_bytes[id]) return NULL;
-    *len = t->tok_len[id];
-    return t->tok_bytes[id];
-}
-
-char *tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, size_t *len) {
-    size_t total = 0, l;
-    for (size_t i = 0; i < n; i++) {
-        if (!tokenizer_token_bytes(t, ids[i], &l))
-            die("decode: id %u is not a token of %s", ids[i], t->desc);
-        total += l;
-    }
-    char *out = xmalloc(total + 1, "decoded text");
-    size_t pos = 0;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *b = tokenizer_token_bytes(t, ids[i], &l);
-        memcpy(out + pos, b, l);
-        pos += l;
-    }
-    out[pos] = 0;
-    *len = pos;
-    return out;
 }

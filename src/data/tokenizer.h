@@ -1,16 +1,27 @@
-// data/tokenizer.h — one interface over femtotron's two tokenizers:
+// data/tokenizer.h — one interface over femtotron's tokenizers:
 //
 //  - byte-level (byte_tokenizer.h): ids 0..255 are bytes, 256 is end-of-text;
-//  - a Hugging Face tokenizer.json with a byte-level BPE model, as used by GPT-2,
-//    SmolLM, Llama 3 and Qwen2, encoding token for token as the `tokenizers`
-//    package does: added/special tokens are split out first (leftmost-longest;
-//    those with "normalized": false, then the others), the rest is pre-tokenized
-//    (ByteLevel with or without its GPT-2 regex and add_prefix_space, Split with
-//    the GPT-2 / Llama 3 / Qwen2 pattern, Digits; as a Sequence), and every piece
-//    is merged by BPE, lowest merge rank first (ignore_merges honoured).
-//    Anything else in the file — another model type, a normalizer, an unknown
-//    pre-tokenizer, pattern, post-processor or decoder, BPE dropout, a continuing
-//    subword prefix, byte fallback, added tokens with lstrip/rstrip/single_word —
+//  - a Hugging Face tokenizer.json with a BPE model, encoding token for token as
+//    the `tokenizers` package does: added/special tokens are split out first
+//    (leftmost-longest; those with "normalized": false, then the others), the rest
+//    is normalized and pre-tokenized, and every piece is merged by BPE, lowest
+//    merge rank first (ignore_merges, unk_token and fuse_unk honoured). Two kinds:
+//    - byte-level BPE (GPT-2, SmolLM, Llama 3, Qwen2): pre-tokenizer ByteLevel
+//      with or without its GPT-2 regex and add_prefix_space, Split with the GPT-2 /
+//      Llama 3 / Qwen2 pattern, Digits, as a Sequence; no normalizer; decoder
+//      ByteLevel;
+//    - SentencePiece-style BPE (Llama 2, Mistral, TinyLlama as transformers
+//      converts them): no ByteLevel; characters are the first symbols, one that is
+//      no token becomes its UTF-8 bytes as <0xNN> tokens (byte_fallback) or unk;
+//      either the legacy normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] with
+//      no pre-tokenizer (the whole text is one word), or no normalizer and a
+//      Metaspace pre-tokenizer (prepend_scheme first / always / never, split true /
+//      false); decoder Replace, ByteFallback, Fuse, Strip, Metaspace (a Sequence).
+//    Post-processor ByteLevel or TemplateProcessing (e.g. Llama 2's <s>).
+//    Anything else in the file — another model type, another normalizer or one
+//    with a Regex pattern, an unknown pre-tokenizer, pattern, post-processor or
+//    decoder (also inside a Sequence), BPE dropout, a continuing subword prefix,
+//    byte fallback with ByteLevel, added tokens with lstrip/rstrip/single_word —
 //    is a fatal error naming the file and the feature, never a silent difference.
 //
 // Encoding is reentrant: each thread encodes with its own TokenizerState (a word
@@ -43,7 +54,7 @@ Tokenizer *tokenizer_byte_level(void);
 void tokenizer_free(Tokenizer *t);
 
 bool tokenizer_is_byte_level(const Tokenizer *t);
-// "byte-level" or "PATH (BPE, N merges, pre-tokenizer ...)".
+// "byte-level" or "PATH (byte-level BPE | SentencePiece-style BPE, N ids, ...)".
 const char *tokenizer_describe(const Tokenizer *t);
 // 1 + the largest id (model vocabulary and added tokens).
 uint32_t tokenizer_vocab_size(const Tokenizer *t);
@@ -75,15 +86,23 @@ const uint32_t *tokenizer_special_ids(const Tokenizer *t, int suffix, int *n);
 // as the whole: the first position p in [from, n) after a "\n" that follows a
 // non-space and precedes a printable ASCII non-space, when this tokenizer's
 // pre-tokenizer makes such a position a boundary of every split (any position
-// for byte-level); 0 when there is none or the tokenizer allows no cut.
+// for byte-level); for a SentencePiece-style BPE with Metaspace, before a " " that
+// follows a printable ASCII non-space where no merge can reach across (never with
+// the legacy Prepend normalizer, which prepends "▁" to every part; such texts are
+// one word, merged in O(n log n) and cut inside the merge where no token spans).
+// 0 when there is none or the tokenizer allows no cut.
 size_t tokenizer_safe_cut(const Tokenizer *t, const uint8_t *text, size_t n, size_t from);
 
 // The bytes of one token (the ByteLevel decoder's mapping; an added token's
-// content); NULL for an id that is no token.
+// content; for a SentencePiece-style BPE its string through the decoder with "▁"
+// as " " and <0xNN> as the byte NN, as generate streams it); NULL for an id that
+// is no token.
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
 // Decode ids(n): a malloc'd buffer of *len bytes (plus a NUL), the tokens' bytes
 // concatenated (`tokenizers`' decode(ids, skip_special_tokens=False) for text
-// that is valid UTF-8). An id that is no token is fatal.
+// that is valid UTF-8; for a SentencePiece-style BPE exactly its decoder chain,
+// U+FFFD per byte of a <0xNN> run that is not UTF-8 included). An id that is no
+// token is fatal.
 char *tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, size_t *len);
 
 #endif

@@ -1,6 +1,16 @@
-// data/tokenizer_impl.h — the Tokenizer's insides, shared by tokenizer_load.c and
-// tokenizer_vocab.c (loading tokenizer.json), tokenizer.c (lookups, decoding) and
-// tokenizer_encode.c (encoding). Not a public API.
+// data/tokenizer_impl.h — the Tokenizer's insides, shared by tokenizer_load.c,
+// tokenizer_vocab.c and tokenizer_spm_load.c (loading tokenizer.json), tokenizer.c
+// (lookups), tokenizer_decode.c (decoding), tokenizer_encode.c (normalizer,
+// pre-tokenizer, added tokens) and tokenizer_bpe.c (merging words). Not a public API.
+//
+// Two kinds of tokenizer.json BPE:
+//  - byte-level (GPT-2, Llama 3, Qwen2): vocabulary strings are written in GPT-2's
+//    byte characters and stored here as the bytes they stand for; a word's first
+//    symbols are its bytes;
+//  - character-level, "SentencePiece-style" (Llama 2, Mistral, TinyLlama): strings
+//    are plain UTF-8 text (spaces written as the Metaspace character U+2581); a
+//    word's first symbols are its characters, a character missing from the
+//    vocabulary becomes its UTF-8 bytes as <0xNN> tokens (byte_fallback) or unk.
 #ifndef FEMTOTRON_TOKENIZER_IMPL_H
 #define FEMTOTRON_TOKENIZER_IMPL_H
 
@@ -18,7 +28,40 @@ typedef enum {
     STEP_SPLIT_LLAMA3,   // the Llama 3 pattern (Split); max_digits 3, or 1 for Qwen2's
     STEP_DIGITS_SINGLE,  // Digits individual_digits: every numeric character alone
     STEP_DIGITS_RUN,     // Digits: runs of numeric characters
+    STEP_METASPACE,      // Metaspace: " " -> replacement, prepend it, split before it
 } StepKind;
+
+// Metaspace's prepend_scheme: when a piece not starting with the replacement gets it.
+typedef enum { PREPEND_NEVER, PREPEND_FIRST, PREPEND_ALWAYS } PrependScheme;
+
+// One normalizer of a (Sequence) normalizer, applied in order to the text between
+// added tokens that are not "normalized": Prepend(content) to non-empty text, or
+// Replace every (non-overlapping, leftmost) pattern by content.
+typedef enum { NORM_PREPEND, NORM_REPLACE } NormKind;
+typedef struct {
+    NormKind kind;
+    char *pattern, *content;  // NUL-terminated UTF-8; pattern NULL for Prepend
+    size_t pattern_len, content_len;
+} NormOp;
+#define MAX_NORM_OPS 8
+
+// One decoder of a character-level BPE's (Sequence) decoder, each turning a list of
+// token strings into another, as tokenizers' decode_chain does.
+typedef enum { DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE } DecKind;
+typedef struct {
+    DecKind kind;
+    char *pattern, *content;  // Replace: pattern -> content; Strip: content is one character
+    size_t pattern_len, content_len;
+    int start, stop;          // Strip: at most this many content characters off each end
+    bool strip_first;         // Metaspace: the first token loses its replacement characters
+} DecStep;
+#define MAX_DEC_STEPS 8
+
+// A pair of adjacent characters (code points) that occurs inside some model token.
+#define PAIR_SMALL 129
+typedef struct {
+    uint64_t key;  // (a << 32 | b) + 1; 0 = empty slot
+} PairSlot;
 
 #define MAX_STEPS 8
 
@@ -47,11 +90,12 @@ typedef struct {
 } MergeSlot;
 
 struct Tokenizer {
-    bool byte_level;
+    bool byte_level;            // femtotron's byte tokenizer, not a tokenizer.json
+    bool char_bpe;              // character-level (SentencePiece-style) BPE, see above
     char desc[512];
     uint32_t vocab_size;        // 1 + largest id
-    // Bytes of every id (decoding, and the vocabulary map's keys); NULL where an id
-    // has no token.
+    // Bytes of every id (the vocabulary map's keys; byte-level decoding); NULL where
+    // an id has no token. Character-level: the token's UTF-8 string as written.
     uint8_t **tok_bytes;        // (vocab_size)
     uint32_t *tok_len;          // (vocab_size)
     uint8_t *is_added;          // (vocab_size) 1 for added tokens
@@ -62,6 +106,27 @@ struct Tokenizer {
     size_t n_merges;
     int64_t byte_id[256];       // id of the single-byte token of each byte, -1 if none
     int64_t unk_id;             // -1 without unk_token
+    // Character-level BPE only:
+    bool byte_fallback;
+    int64_t fallback_id[256];   // id of <0xNN> for byte NN, -1 if none
+    int64_t ascii_id[128];      // id of each one-character ASCII token, -1 if none
+    PairSlot *pairs;            // adjacent character pairs inside model tokens
+    size_t pair_mask;
+    // The same for pairs of ASCII characters and U+2581 "▁" (slot 128), the
+    // characters of most text, as a bit matrix: PAIR_SMALL x PAIR_SMALL bits.
+    uint8_t pair_bits[(PAIR_SMALL * PAIR_SMALL + 7) / 8];
+    int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
+    uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
+    uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
+    NormOp norm[MAX_NORM_OPS];
+    int n_norm;
+    DecStep dec[MAX_DEC_STEPS];
+    int n_dec;
+    uint8_t meta_rep[4];        // Metaspace replacement character, UTF-8
+    int meta_rep_len;
+    uint32_t meta_rep_cp;
+    PrependScheme meta_prepend;
+    bool meta_split;
     bool fuse_unk, ignore_merges;
     PretokStep steps[MAX_STEPS];
     int n_steps;
@@ -74,6 +139,13 @@ struct Tokenizer {
 };
 
 uint64_t tok_hash_bytes(const uint8_t *s, size_t n);
+// The table slot (of mask + 1, a power of two) for hash h: its high bits after a
+// multiply. tok_hash_bytes's low bits are weak (bit 0 is always set, and the
+// FNV-style product carries little of the input into them): masking them directly
+// left most of a table unused.
+static inline size_t tok_slot(uint64_t h, size_t mask) {
+    return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
 // Id of a model token by its bytes, or -1.
 int64_t tok_vocab_find(const Tokenizer *t, const uint8_t *s, size_t n);
 // Merge of (left, right): 1 and rank, merged id; 0 if none.
@@ -92,5 +164,82 @@ static inline int tok_merge_find(const Tokenizer *t, uint32_t left, uint32_t rig
         if (m->key == 0) return 0;
     }
 }
+
+// Is the character pair (a, b) adjacent inside some model token (so a merge might
+// join a symbol ending in a to one starting with b)?
+static inline int tok_pair_small(uint32_t cp) { return cp < 128 ? (int)cp : cp == 0x2581 ? 128 : -1; }
+static inline int tok_pair_joinable(const Tokenizer *t, uint32_t a, uint32_t b) {
+    int sa = tok_pair_small(a), sb = tok_pair_small(b);
+    if (sa >= 0 && sb >= 0) {
+        int bit = sa * PAIR_SMALL + sb;
+        return (t->pair_bits[bit >> 3] >> (bit & 7)) & 1;
+    }
+    uint64_t key = (((uint64_t)a << 32) | b) + 1;
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    for (size_t i = (size_t)(h ^ (h >> 32)) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
+        if (t->pairs[i].key == key) return 1;
+        if (t->pairs[i].key == 0) return 0;
+    }
+}
+
+// ---------------------------------------------------------------- encoding state
+
+#define CACHE_SLOTS 65536  // per thread (72 bytes each: 4.7 MB); a power of two. 16384 missed
+                           // a fifth of the words of the fortunes, and a miss (a full merge)
+                           // costs more than the memory stall of a larger table
+#define CACHE_KEY_MAX 30   // longer words are not cached
+#define CACHE_IDS_MAX 8
+
+typedef struct {
+    uint64_t hash;  // 0 = empty
+    uint8_t key_len, n_ids;
+    uint8_t key[CACHE_KEY_MAX];
+    uint32_t ids[CACHE_IDS_MAX];
+} CacheSlot;
+
+// A symbol of a word being merged; len 0 marks one merged into its left neighbour.
+typedef struct {
+    uint32_t id;
+    int32_t prev, next;
+    uint32_t len;
+} Symbol;
+
+typedef struct {
+    uint32_t rank, pos, new_id;
+} MergeItem;
+
+struct TokenizerState {
+    const Tokenizer *t;
+    uint64_t invalid_utf8;
+    const uint8_t *text;     // the text being encoded (Metaspace "first" knows its start)
+    Symbol *sym;             // (sym_cap)
+    size_t sym_cap;
+    MergeItem *heap;         // (heap_cap) min-heap on (rank, pos)
+    size_t heap_n, heap_cap;
+    uint8_t *scratch[MAX_STEPS];  // a piece rewritten by step k (prefix space, Metaspace)
+    size_t scratch_cap[MAX_STEPS];
+    uint8_t *normalized;     // (normalized_cap) the normalizer's output for one piece
+    size_t normalized_cap;
+    uint8_t *norm_tmp;       // (norm_tmp_cap) the normalizer's other buffer
+    size_t norm_tmp_cap;
+    CacheSlot *cache;        // (CACHE_SLOTS)
+};
+
+// tokenizer_encode.c: apply the normalizer to s(n) into *dst (*cap bytes, grown as
+// needed; *tmp is a second buffer for the steps to alternate with); returns the
+// normalized length.
+size_t tok_normalize(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t **dst, size_t *cap,
+                     uint8_t **tmp, size_t *tmp_cap);
+// Copy s(n) to dst with every non-overlapping pat(pl) (pl >= 1), leftmost first,
+// replaced by rep(rl); dst holds n + n * rl bytes at least. Returns the new length.
+size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, const char *rep,
+                       size_t rl, uint8_t *dst);
+// tokenizer_decode.c: fill t->shown, what tokenizer_token_bytes gives per id.
+void tok_build_shown(Tokenizer *t);
+
+// Grow *p (of *cap elements of elem bytes) to hold need elements.
+void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
+// tokenizer_bpe.c: merge word w(n) by BPE and append its ids.
+void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out);
 
 #endif

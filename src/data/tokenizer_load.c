@@ -1,6 +1,8 @@
 // data/tokenizer_load.c — loading and validating a Hugging Face tokenizer.json:
-// the added tokens, pre-tokenizer, post-processor, decoder and normalizer around
-// the model (tokenizer_vocab.c), and tokenizer_load itself. What is supported, and
+// the added tokens, pre-tokenizer, post-processor and decoder around the model
+// (tokenizer_vocab.c), and tokenizer_load itself, which tells the two kinds apart
+// (a ByteLevel pre-tokenizer: byte-level BPE; none: character-level BPE, whose
+// normalizer, Metaspace and decoder are loaded by tokenizer_spm_load.c). What is supported, and
 // what is refused, is in tokenizer.h.
 #define _POSIX_C_SOURCE 200809L
 #include "data/tokenizer.h"
@@ -13,6 +15,7 @@
 #include "data/pretokenize.h"
 #include "data/tokenizer_impl.h"
 #include "data/tokenizer_json.h"
+#include "data/tokenizer_spm.h"
 #include "util.h"
 
 
@@ -74,11 +77,13 @@ static void load_added(const Ctx *c, Tokenizer *t, size_t model_count, AddedSrc 
         uint32_t file_id = (uint32_t)get_id(c, get(a, "id"), "added_tokens[].id");
         size_t slen = strlen(s), len;
         uint8_t *buf = xmalloc(slen + 1, "added token");
-        bool mapped = tok_map_token_string(s, buf, &len);
+        // Character-level BPE: the content is the token's text, never mapped.
+        bool mapped = !t->char_bpe && tok_map_token_string(s, buf, &len);
         int64_t id = -1;
         for (int i = 0; i < k && id < 0; i++)
             if (src[i].len == slen && memcmp(src[i].content, s, slen) == 0) id = src[i].id;
         if (id < 0 && mapped) id = tok_vocab_find(t, buf, len);
+        if (id < 0 && t->char_bpe) id = tok_vocab_find(t, (const uint8_t *)s, slen);
         if (id < 0) {
             id = max_added >= (int64_t)model_count ? max_added + 1 : (int64_t)model_count;
             max_added = id;
@@ -87,15 +92,27 @@ static void load_added(const Ctx *c, Tokenizer *t, size_t model_count, AddedSrc 
             warn("tokenizer %s: added token \"%s\" has id %u in the file, but tokenizers gives it "
                  "id %lld when it loads the file; femtotron does the same", c->path, s, file_id,
                  (long long)id);
-        src[k].content = xmalloc(slen + 1, "added token");
-        memcpy(src[k].content, s, slen + 1);
-        src[k].len = slen;
         src[k].id = (uint32_t)id;
         src[k].normalized = get_bool(c, a, "normalized", true, "added token");
+        if (src[k].normalized && t->n_norm) {
+            // tokenizers matches a normalized added token in normalized text, in its
+            // normalized form (Llama 2's Prepend makes "a b" "▁a▁b").
+            size_t cap = 0, tmp_cap = 0;
+            uint8_t *tmp = NULL;
+            src[k].content = NULL;
+            src[k].len = tok_normalize(t, (const uint8_t *)s, slen, &src[k].content, &cap, &tmp, &tmp_cap);
+            free(tmp);
+        } else {
+            src[k].content = xmalloc(slen + 1, "added token");
+            memcpy(src[k].content, s, slen + 1);
+            src[k].len = slen;
+        }
         k++;
         // Decoding passes added tokens through the ByteLevel decoder too: byte
-        // characters become their bytes, other text stays as it is.
+        // characters become their bytes, other text stays as it is. A normalized one
+        // decodes from its normalized form (tokenizers' id_to_token gives that).
         if (mapped) tok_set_token(t, (uint32_t)id, buf, len);
+        else if (src[k - 1].normalized && t->n_norm) tok_set_token(t, (uint32_t)id, src[k - 1].content, src[k - 1].len);
         else tok_set_token(t, (uint32_t)id, (const uint8_t *)s, slen);
         free(buf);
         t->is_added[id] = 1;
@@ -143,13 +160,28 @@ static void load_pretok(const Ctx *c, Tokenizer *t, const cJSON *p, bool *byte_l
         else
             die("tokenizer %s: Split pattern %s is not supported (only the GPT-2, Llama 3 and "
                 "Qwen2 patterns are implemented)", c->path, r);
+    } else if (!strcmp(type, "Metaspace")) {
+        if (!t->char_bpe)
+            die("tokenizer %s: pre-tokenizer Metaspace with ByteLevel is not supported", c->path);
+        push_step(c, t, STEP_METASPACE, 0);
+        tok_load_metaspace(c, t, p);
     } else if (!strcmp(type, "Digits")) {
         push_step(c, t, get_bool(c, p, "individual_digits", false, "Digits") ? STEP_DIGITS_SINGLE
                                                                               : STEP_DIGITS_RUN, 0);
     } else {
-        die("tokenizer %s: pre-tokenizer %s is not supported (only ByteLevel, Split, Digits and "
-            "Sequence)", c->path, type);
+        die("tokenizer %s: pre-tokenizer %s is not supported (only ByteLevel, Split, Digits, "
+            "Metaspace and Sequence)", c->path, type);
     }
+}
+
+// Does pre-tokenizer p hold a ByteLevel step (so the model is byte-level BPE)?
+static bool has_byte_level(const cJSON *p) {
+    if (!p || cJSON_IsNull(p)) return false;
+    const cJSON *type = get(p, "type"), *list = get(p, "pretokenizers");
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "ByteLevel")) return true;
+    for (const cJSON *q = cJSON_IsArray(list) ? list->child : NULL; q; q = q->next)
+        if (has_byte_level(q)) return true;
+    return false;
 }
 
 // Ids of a TemplateProcessing's special token by name.
@@ -215,18 +247,6 @@ static void check_decoder(const Ctx *c, const cJSON *d) {
         die("tokenizer %s: decoder %s is not supported (only ByteLevel)", c->path, type);
 }
 
-static void check_normalizer(const Ctx *c, const cJSON *n) {
-    if (!n || cJSON_IsNull(n)) return;
-    const char *type = get_type(c, n, "normalizer");
-    if (!strcmp(type, "Sequence")) {
-        const cJSON *list = get(n, "normalizers");
-        for (const cJSON *q = list ? list->child : NULL; q; q = q->next) check_normalizer(c, q);
-        return;
-    }
-    die("tokenizer %s: normalizer %s is not supported (femtotron applies no normalizer; "
-        "byte-level BPE tokenizers such as GPT-2's and Llama 3's have none)", c->path, type);
-}
-
 static const char *step_name(const PretokStep *s) {
     switch (s->kind) {
     case STEP_PREFIX_SPACE: return "prefix-space";
@@ -234,6 +254,7 @@ static const char *step_name(const PretokStep *s) {
     case STEP_SPLIT_LLAMA3: return s->max_digits == 3 ? "llama3-regex" : "qwen2-regex";
     case STEP_DIGITS_SINGLE: return "digits(individual)";
     case STEP_DIGITS_RUN: return "digits";
+    case STEP_METASPACE: return "metaspace";
     }
     return "?";
 }
@@ -270,7 +291,13 @@ Tokenizer *tokenizer_load(const char *path) {
         if (v && !cJSON_IsNull(v))
             warn("tokenizer %s: %s is set; femtotron ignores it and encodes whole texts", path, ignored[i]);
     }
-    check_normalizer(&c, get(root, "normalizer"));
+    const cJSON *pre = get(root, "pre_tokenizer");
+    t->char_bpe = !has_byte_level(pre);
+    const cJSON *norm = get(root, "normalizer");
+    if (!t->char_bpe && norm && !cJSON_IsNull(norm))
+        die("tokenizer %s: normalizer %s is not supported with a byte-level BPE (GPT-2's and Llama 3's "
+            "have none)", path, get_type(&c, norm, "normalizer"));
+    tok_load_normalizer(&c, t, norm);
     uint32_t max_id = 0;
     tok_load_model(&c, t, get(root, "model"), &max_id);
     AddedSrc *added;
@@ -278,19 +305,29 @@ Tokenizer *tokenizer_load(const char *path) {
     load_added(&c, t, (size_t)cJSON_GetArraySize(get(get(root, "model"), "vocab")), &added, &n_added);
     fill_added_set(&t->added_raw, added, n_added, false);
     fill_added_set(&t->added_norm, added, n_added, true);
-    bool newline_in_added = false;
-    for (int i = 0; i < n_added; i++) newline_in_added |= memchr(added[i].content, '\n', added[i].len) != NULL;
+    bool newline_in_added = false, space_in_added = false;
+    for (int i = 0; i < n_added; i++) {
+        newline_in_added |= memchr(added[i].content, '\n', added[i].len) != NULL;
+        space_in_added |= memchr(added[i].content, ' ', added[i].len) != NULL;
+    }
     free(added);  // the contents stay, owned by the sets
 
-    const cJSON *pre = get(root, "pre_tokenizer");
     bool byte_level_seen = false;
     if (pre && !cJSON_IsNull(pre)) load_pretok(&c, t, pre, &byte_level_seen);
-    if (!byte_level_seen)
-        die("tokenizer %s: the pre-tokenizer has no ByteLevel step; only byte-level BPE "
-            "tokenizers are supported", path);
+    if (t->char_bpe && (t->n_steps > 1 || (t->n_steps == 1 && t->steps[0].kind != STEP_METASPACE)))
+        die("tokenizer %s: a pre-tokenizer without ByteLevel must be a single Metaspace (a "
+            "SentencePiece-style BPE); %s is not supported", path, step_name(&t->steps[0]));
+    if (t->char_bpe && t->n_steps && t->n_norm)
+        die("tokenizer %s: a normalizer together with the Metaspace pre-tokenizer is not supported", path);
     int templates = 0;
     load_post(&c, t, get(root, "post_processor"), &templates);
-    check_decoder(&c, get(root, "decoder"));
+    if (t->char_bpe) {
+        tok_load_char_decoder(&c, t, get(root, "decoder"));
+        tok_build_char_tables(t);
+        tok_build_shown(t);
+    } else {
+        check_decoder(&c, get(root, "decoder"));
+    }
 
     // Cuts are safe when a regex split makes "x\nY" a boundary and nothing glues
     // pieces back: no prefix space, no added token spanning a newline.
@@ -299,15 +336,24 @@ Tokenizer *tokenizer_load(const char *path) {
         has_split |= t->steps[i].kind == STEP_SPLIT_GPT2 || t->steps[i].kind == STEP_SPLIT_LLAMA3;
         prefix |= t->steps[i].kind == STEP_PREFIX_SPACE;
     }
-    t->cut_ok = has_split && !prefix && !newline_in_added;
+    bool prepends = false;
+    for (int i = 0; i < t->n_norm; i++) prepends |= t->norm[i].kind == NORM_PREPEND;
+    t->cut_ok = has_split && !prefix && !newline_in_added && !prepends;
+    // Character-level: no normalizer (Llama 2's legacy Prepend would put a "▁" before
+    // every part; its whole-text words are cut inside tokenizer_bpe.c instead).
+    if (t->char_bpe) t->cut_ok = !t->n_norm && !space_in_added;
     const char *eots[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
     t->eot = -1;
     for (int i = 0; i < 4 && t->eot < 0; i++) {
         int64_t id = tokenizer_token_id(t, eots[i]);
         if (id >= 0 && t->is_added[id]) t->eot = id;
     }
-    int off = snprintf(t->desc, sizeof t->desc, "%s (BPE, %u ids, %zu merges, %d added tokens, "
-                       "pre-tokenizer", path, t->vocab_size, t->n_merges, n_added);
+    int off = snprintf(t->desc, sizeof t->desc, "%s (%s BPE, %u ids, %zu merges, %d added tokens, "
+                       "%s%s%snormalizer %s, pre-tokenizer", path, t->char_bpe ? "SentencePiece-style" : "byte-level",
+                       t->vocab_size, t->n_merges, n_added, t->byte_fallback ? "byte fallback, " : "",
+                       t->unk_id >= 0 ? "unk, " : "", t->ignore_merges ? "ignore_merges, " : "",
+                       t->n_norm ? (t->norm[0].kind == NORM_PREPEND ? "prepend+replace" : "replace") : "none");
+    if (!t->n_steps && off < (int)sizeof t->desc) off += snprintf(t->desc + off, sizeof t->desc - (size_t)off, " none");
     for (int i = 0; i < t->n_steps && off < (int)sizeof t->desc; i++)
         off += snprintf(t->desc + off, sizeof t->desc - (size_t)off, " %s", step_name(&t->steps[i]));
     if (off < (int)sizeof t->desc) snprintf(t->desc + off, sizeof t->desc - (size_t)off, ")");

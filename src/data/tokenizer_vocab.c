@@ -1,6 +1,6 @@
 // data/tokenizer_vocab.c — the vocabulary and merges tables of a Hugging Face
-// byte-level BPE: the GPT-2 byte <-> unicode mapping, the hash maps of tokens and
-// merges, and loading tokenizer.json's "model" into them.
+// BPE: the GPT-2 byte <-> unicode mapping (byte-level BPE), the hash maps of tokens
+// and merges, and loading tokenizer.json's "model" into them.
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ uint64_t tok_hash_bytes(const uint8_t *s, size_t n) {
 int64_t tok_vocab_find(const Tokenizer *t, const uint8_t *s, size_t n) {
     if (!t->vocab) return -1;
     uint64_t h = tok_hash_bytes(s, n);
-    for (size_t i = (size_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+    for (size_t i = tok_slot(h, t->vocab_mask);; i = (i + 1) & t->vocab_mask) {
         const VocabSlot *v = &t->vocab[i];
         if (v->hash == 0) return -1;
         if (v->hash == h && t->tok_len[v->id] == n && memcmp(t->tok_bytes[v->id], s, n) == 0)
@@ -101,7 +101,7 @@ void tok_set_token(Tokenizer *t, uint32_t id, const uint8_t *bytes, size_t len) 
 
 static void vocab_insert(Tokenizer *t, uint32_t id) {
     uint64_t h = tok_hash_bytes(t->tok_bytes[id], t->tok_len[id]);
-    for (size_t i = (size_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+    for (size_t i = tok_slot(h, t->vocab_mask);; i = (i + 1) & t->vocab_mask) {
         VocabSlot *v = &t->vocab[i];
         if (v->hash == 0) {
             v->hash = h;
@@ -126,9 +126,15 @@ static void merge_insert(Tokenizer *t, uint32_t left, uint32_t right, uint32_t r
 }
 
 // Id of a merge part given as a token string; -1 if it is not a byte-level token
-// (such a merge can never apply to byte symbols).
+// (such a merge can never apply to byte symbols). Character-level: the string is
+// the token.
 static int64_t merge_part_id(const Ctx *c, Tokenizer *t, const char *s, uint8_t *buf) {
     size_t len;
+    if (t->char_bpe) {
+        int64_t id = tok_vocab_find(t, (const uint8_t *)s, strlen(s));
+        if (id < 0) die("tokenizer %s: merge part \"%s\" is not in the vocabulary", c->path, s);
+        return id;
+    }
     if (!tok_map_token_string(s, buf, &len)) return -1;
     int64_t id = tok_vocab_find(t, buf, len);
     if (id < 0) die("tokenizer %s: merge part \"%s\" is not in the vocabulary", c->path, s);
@@ -195,8 +201,10 @@ void tok_load_model(const Ctx *c, Tokenizer *t, const cJSON *model, uint32_t *ma
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == 0))
             die("tokenizer %s: BPE %s is not supported", c->path, opt_str[i]);
     }
-    if (get_bool(c, model, "byte_fallback", false, "model"))
-        die("tokenizer %s: BPE byte_fallback is not supported (a byte-level BPE needs none)", c->path);
+    t->byte_fallback = get_bool(c, model, "byte_fallback", false, "model");
+    if (t->byte_fallback && !t->char_bpe)
+        die("tokenizer %s: BPE byte_fallback is not supported with a ByteLevel pre-tokenizer (a "
+            "byte-level BPE needs none)", c->path);
     t->fuse_unk = get_bool(c, model, "fuse_unk", false, "model");
     t->ignore_merges = get_bool(c, model, "ignore_merges", false, "model");
 
@@ -221,7 +229,10 @@ void tok_load_model(const Ctx *c, Tokenizer *t, const cJSON *model, uint32_t *ma
         if (t->tok_bytes[id]) die("tokenizer %s: id %u appears twice in model.vocab", c->path, id);
         size_t slen = strlen(v->string), len;
         uint8_t *buf = xmalloc(slen + 1, "token string");
-        if (tok_map_token_string(v->string, buf, &len)) {
+        if (t->char_bpe) {  // the string is the token's text
+            tok_set_token(t, id, (const uint8_t *)v->string, slen);
+            if (tok_vocab_find(t, (const uint8_t *)v->string, slen) < 0) vocab_insert(t, id);
+        } else if (tok_map_token_string(v->string, buf, &len)) {
             tok_set_token(t, id, buf, len);
             if (tok_vocab_find(t, buf, len) < 0) vocab_insert(t, id);
             if (len == 1 && t->byte_id[buf[0]] < 0) t->byte_id[buf[0]] = id;
@@ -242,7 +253,7 @@ void tok_load_model(const Ctx *c, Tokenizer *t, const cJSON *model, uint32_t *ma
     }
     int missing = 0;
     for (int b = 0; b < 256; b++) missing += t->byte_id[b] < 0;
-    if (missing)
+    if (missing && !t->char_bpe)
         warn("tokenizer %s: %d of the 256 byte tokens are missing from the vocabulary; like "
              "tokenizers, such bytes encode as %s", c->path, missing,
              t->unk_id >= 0 ? "unk_token" : "nothing (they are dropped)");

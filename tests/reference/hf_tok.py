@@ -1,8 +1,9 @@
 """hf_tok.py — the Hugging Face `tokenizers` side of tests/shell/test_tokenizer.sh and
 bench/tokenizer_speed.sh (run with build/pyenv/bin/python).
 
-  hf_tok.py train OUTDIR        train byte-level BPE tokenizers on part of the
-                                Debian fortunes corpus and write variants of them
+  hf_tok.py train OUTDIR        train byte-level BPE tokenizers and SentencePiece-
+                                style (Llama 2) BPE tokenizers on part of the Debian
+                                fortunes corpus and write variants of them
   hf_tok.py texts OUT.jsonl     test texts: fortunes the tokenizers were not trained
                                 on, hand-written strings, seeded random strings
   hf_tok.py docs OUT.jsonl      every held-out fortune as a document (JSONL)
@@ -108,6 +109,72 @@ def train(outdir):
         for a in j["added_tokens"]:
             a["id"] += 70000
     variant("gpt2.json", "wide.json", wide)
+    train_spm(outdir, train_files)
+
+
+SPM_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+
+
+def train_spm(outdir, train_files):
+    """SentencePiece-style BPE as transformers converts Llama 2 / Mistral / TinyLlama:
+    characters as symbols, byte_fallback with the 256 <0xNN> tokens (ids 3..258 after
+    <unk> <s> </s>, plain vocabulary entries as in Llama 2's file), a <s> template.
+    Trained with Metaspace splitting at spaces (as sentencepiece does), written in the
+    legacy form (normalizer Prepend + Replace, no pre-tokenizer) and Metaspace forms."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    # limit_alphabet leaves rare characters out: they take the byte fallback.
+    tok.train(train_files, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
+                                               limit_alphabet=120, show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    j = json.loads(tok.to_str())
+    # Llama 2's file: the byte tokens are vocabulary entries, not added tokens.
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in ("<unk>", "<s>", "</s>")]
+    j["decoder"] = SPM_DECODER
+
+    def write(name, edit):
+        v = json.loads(json.dumps(j))
+        edit(v)
+        json.dump(v, open(os.path.join(outdir, name), "w"), ensure_ascii=False)
+
+    def legacy(v):  # Llama 2 / TinyLlama / Mistral as transformers writes them (legacy=True)
+        v["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        v["pre_tokenizer"] = None
+    write("spm_legacy.json", legacy)
+
+    def legacy_unk(v):  # no byte fallback: unknown characters become <unk>, fused
+        legacy(v)
+        v["model"]["byte_fallback"] = False
+        v["added_tokens"].append({"id": len(v["model"]["vocab"]), "content": "fortune cookie", "single_word": False,
+                                  "lstrip": False, "rstrip": False, "normalized": True, "special": False})
+    write("spm_unk.json", legacy_unk)
+
+    def plain(v):  # neither normalizer nor pre-tokenizer: spaces take the byte fallback
+        v["normalizer"] = None
+        v["pre_tokenizer"] = None
+    write("spm_plain.json", plain)
+
+    def metaspace(scheme, split, decoder=None, ignore_merges=False):
+        def edit(v):
+            v["normalizer"] = None
+            v["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+            v["model"]["ignore_merges"] = ignore_merges
+            if decoder:
+                v["decoder"] = decoder
+        return edit
+    write("spm_first.json", metaspace("first", False))  # transformers' legacy=False
+    write("spm_first_split.json", metaspace("first", True, ignore_merges=True))
+    write("spm_always.json", metaspace("always", False))
+    write("spm_always_split.json", metaspace("always", True, {"type": "Metaspace", "replacement": "\u2581",
+                                                              "prepend_scheme": "always", "split": True}))
+    write("spm_never.json", metaspace("never", True, {"type": "Metaspace", "replacement": "\u2581",
+                                                      "prepend_scheme": "never", "split": True}))
 
 
 # Characters for random strings: ASCII of every class, apostrophes and contraction
@@ -120,6 +187,7 @@ ALPHABET = (list("abcxyzABCXYZ0123456789") + list(" " * 8) + list("\t\n\n\r\x0b\
             ["\u0301", "\u0308", "\u200b", "\u200d"] + list("٣٤۵²³½Ⅷ") +
             ["\u00a0", "\u2003", "\u3000", "\u0085", "\u2028", "\u1680", "\u202f"] +
             ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>", "fortune cookie",
+             "<s>", "</s>", "<unk>", "\u2581", "<0x41>",
              "<|endoftext", "<|", "|>", "'s", "'LL", "  ", "\n\n", " \n", "123456789", "\u017f", "\u212a", "'\u017f"])
 
 HAND_WRITTEN = [
@@ -139,6 +207,12 @@ HAND_WRITTEN = [
     "Mixed: ＡＢＣ１２３ (fullwidth), ﬁ ligature, Ω vs Ω, e\u0301 vs é",
     "Case folding: it\u017f, '\u017f, '\u212a, 'İ, 'ß, 'Ｓ",
     "Line separators\u2028and\u2029paragraphs, NEL\u0085here, nbsp\u00a0there, ideographic\u3000space",
+    "Llama 2 specials: <s>bos</s> and <unk> and <s> <s>  </s>x, literal <0x41> and <0xZZ>",
+    "<s>starts with a special token, then text",
+    "  two leading spaces, a tab\tand trailing spaces and newline  \n",
+    "\u2581already\u2581metaspace \u2581\u2581 and \u2581",
+    "Unknown to the vocabulary: \U0001F999 \u2713 \u265e \U0001D518\U0001D52B Ж\u0301 \u00e7a \u4e2d\u6587 \U0001F1EB\U0001F1F7",
+    "\t\t\n\n   \n",
 ]
 
 

@@ -4,14 +4,26 @@
 #  - byte-level BPE tokenizers are trained in the test on half of the Debian fortunes
 #    (GPT-2 style ByteLevel regex; Llama 3 style Split + ByteLevel, ignore_merges and
 #    a BOS template) and varied (add_prefix_space, Digits, the Qwen2 pattern, ids
-#    past 65535); held-out fortunes, hand-written Unicode / whitespace / digit /
-#    special-token strings and seeded random strings are encoded by both: the ids
-#    must be identical, token for token, with and without the post-processor's tokens;
-#  - decoding gives the same bytes;
+#    past 65535);
+#  - SentencePiece-style BPE tokenizers (Llama 2 / Mistral / TinyLlama kind) are
+#    trained the same way (byte_fallback with the 256 <0xNN> tokens, <unk> <s> </s>,
+#    a <s> template) and written in the legacy form (normalizer Prepend + Replace, no
+#    pre-tokenizer, decoder Replace/ByteFallback/Fuse/Strip), without byte fallback
+#    (fused <unk>, a normalized added token), with neither normalizer nor
+#    pre-tokenizer (spaces take the byte fallback), and with the Metaspace pre-tokenizer
+#    (prepend_scheme first / always / never, split true / false, ignore_merges, the
+#    Metaspace decoder);
+#  - held-out fortunes, hand-written Unicode / whitespace / digit / special-token /
+#    uncovered-character strings and seeded random strings are encoded by both: the
+#    ids must be identical, token for token, with and without the post-processor's
+#    tokens;
+#  - decoding gives the same bytes, and the text itself where tokenizers' does;
+#    generate's per-token bytes of a SentencePiece-style BPE spell the text;
 #  - cutting a long text where tokenizer_safe_cut allows leaves the ids unchanged;
 #  - `femtotron prepare --tokenizer` writes exactly `tokenizers`' ids plus the
 #    end-of-text token per document (text with --split-on, JSONL, .gz, --field,
-#    one long document, uint32 shards), the same for 1 and 2 threads;
+#    one long document, uint32 shards; the SentencePiece kind with <s> from its
+#    template), the same for 1 and 2 threads;
 #  - unsupported tokenizer features and bad inputs are fatal errors naming them.
 # Run from the repository root; prints PASS/FAIL lines (tests/run_all.sh counts them).
 set -u
@@ -44,8 +56,10 @@ check "src/data/unicode_class_table.h equals a fresh run of its generator (unico
 
 # --- tokenizers trained here, test texts ----------------------------------------------
 $HF train "$T" && $HF texts "$T/texts.jsonl" && $HF docs "$T/docs.jsonl"
-check "tokenizers trained on fortunes (GPT-2 and Llama 3 styles) and variants written" \
-    ls "$T/gpt2.json" "$T/gpt2_prefix.json" "$T/digits.json" "$T/llama3.json" "$T/qwen2.json" "$T/wide.json"
+SPM="spm_legacy spm_unk spm_plain spm_first spm_first_split spm_always spm_always_split spm_never"
+check "tokenizers trained on fortunes (GPT-2, Llama 3 and Llama 2 styles) and variants written" \
+    ls "$T/gpt2.json" "$T/gpt2_prefix.json" "$T/digits.json" "$T/llama3.json" "$T/qwen2.json" "$T/wide.json" \
+    $(for tk in $SPM; do echo "$T/$tk.json"; done)
 
 # diff_ids NAME HF_FILE FT_FILE: PASS if identical, else the first differing text.
 diff_ids() {
@@ -65,7 +79,7 @@ EOF
 }
 
 n_texts=$(wc -l <"$T/texts.jsonl")
-for tk in gpt2 gpt2_prefix digits llama3 qwen2 wide; do
+for tk in gpt2 gpt2_prefix digits llama3 qwen2 wide $SPM; do
     for mode in plain specials; do
         flag=""; [ $mode = specials ] && flag=--specials
         $HF encode "$T/$tk.json" "$T/texts.jsonl" $flag >"$T/$tk.$mode.hf" 2>/dev/null
@@ -82,11 +96,40 @@ assert any('   ' in s for s in t) and any('\u00e9' in s for s in t) and any('\U0
 ids = [l.split() for l in open('$T/llama3.specials.ft')]
 assert all(l and l[0] == ids[0][0] for l in ids), 'BOS missing'"
 
-for tk in gpt2 llama3 wide; do
-    $HF decode "$T/$tk.json" "$T/$tk.specials.hf" >"$T/$tk.dec.hf"
-    "$API" decode "$T/$tk.json" <"$T/$tk.specials.hf" >"$T/$tk.dec.ft"
-    check "$tk: decoding every id list gives tokenizers' text (special tokens kept)" \
-        cmp "$T/$tk.dec.hf" "$T/$tk.dec.ft"
+check "SentencePiece kind: the texts exercise byte fallback, fused <unk>, the normalized added token and <s>" $PY -c "
+ids = lambda f: [list(map(int, l.split())) for l in open('$T/' + f)]
+fb = sum(any(3 <= i <= 258 for i in l) for l in ids('spm_legacy.plain.ft'))
+unk = sum(0 in l for l in ids('spm_unk.plain.ft'))
+added = sum(3000 in l for l in ids('spm_unk.plain.ft'))
+assert fb > 100 and unk > 100 and added > 2, (fb, unk, added)
+for tk in '$SPM'.split():
+    assert all(l and l[0] == 1 for l in ids(tk + '.specials.ft')), tk + ': <s> missing'
+print(fb, unk, added)"
+
+for tk in gpt2 llama3 wide $SPM; do
+    for mode in specials plain; do
+        $HF decode "$T/$tk.json" "$T/$tk.$mode.hf" >"$T/$tk.dec.hf"
+        "$API" decode "$T/$tk.json" <"$T/$tk.$mode.hf" >"$T/$tk.dec.ft"
+        check "$tk: decoding every id list ($mode) gives tokenizers' text" cmp "$T/$tk.dec.hf" "$T/$tk.dec.ft"
+    done
+done
+# Round trips: where tokenizers' decode gives the text back, femtotron's gives it
+# too; generate's bytes per token spell " " + text under the legacy Prepend.
+for tk in spm_legacy spm_first spm_always_split; do
+    $HF decode "$T/$tk.json" "$T/$tk.plain.hf" >"$T/$tk.rt.hf"
+    "$API" decode "$T/$tk.json" <"$T/$tk.plain.ft" >"$T/$tk.rt.ft"
+    "$API" shown "$T/$tk.json" <"$T/$tk.plain.ft" >"$T/$tk.shown.ft"
+    check "$tk: decode(encode(text)) is the text wherever tokenizers' is (300+ texts), generate's token bytes spell it" $PY -c "
+import json
+texts = [json.loads(l)['text'] for l in open('$T/texts.jsonl')]
+hf, ft, shown = [[bytes.fromhex(l.strip()).decode('utf-8', 'replace') for l in open('$T/$tk.' + k)] for k in ('rt.hf', 'rt.ft', 'shown.ft')]
+same = [i for i, t in enumerate(texts) if hf[i] == t]
+assert len(same) > 300, len(same)
+assert all(ft[i] == texts[i] for i in same)
+if '$tk' == 'spm_legacy':
+    spelled = [i for i in same if texts[i] and shown[i] == ' ' + texts[i]]
+    assert len(spelled) > 300, len(spelled)
+print(len(same))"
 done
 
 # --- safe cuts ------------------------------------------------------------------------
@@ -100,6 +143,13 @@ for tk in gpt2 llama3 digits; do
 done
 check "gpt2 with add_prefix_space allows no cuts (a prefix space would change the ids)" \
     bash -c "'$API' cuts '$T/gpt2_prefix.json' '$T/long.txt' | grep -q '^cuts 0 identical'"
+for tk in spm_first spm_first_split spm_always spm_always_split spm_never; do
+    check "$tk: a long text cut at every safe cut encodes to the same ids as the whole" \
+        bash -c "'$API' cuts '$T/$tk.json' '$T/long.txt' | grep -Eq '^cuts [1-9][0-9]{3,} identical'"
+done
+check "spm_legacy and spm_unk allow no cuts (Prepend puts a ▁ before every part), yet encode the 600 kB text as one word quickly" \
+    bash -c "timeout 20 '$API' cuts '$T/spm_legacy.json' '$T/long.txt' | grep -q '^cuts 0 identical' &&
+             timeout 20 '$API' cuts '$T/spm_unk.json' '$T/long.txt' | grep -q '^cuts 0 identical'"
 
 # --- prepare --tokenizer --------------------------------------------------------------
 cat >"$T/shards.py" <<'EOF'
@@ -160,7 +210,7 @@ gzip -c "$T/docs_body.jsonl" >"$T/docs_body.jsonl.gz"
 check "prepare --tokenizer (Llama 3 style) on JSONL: shards hold tokenizers' ids with <|begin_of_text|> + <|end_of_text|> per document, val split by the rule" \
     $PY "$T/shards.py" "$T/llama3.json" "$T/j2" "<|end_of_text|>" 0.1 2 "$T/docs.json"
 check "prepare reports the tokenizer, its end-of-text id, uint16 and vocab size; progress shows MB/s and tokens" \
-    bash -c "grep -q 'vocab: .*llama3.json (BPE.*end-of-text \"<|end_of_text|>\" = [0-9]*; uint16 tokens: set model.vocab_size to [0-9]* or more' '$T/j2.out' &&
+    bash -c "grep -q 'vocab: .*llama3.json (byte-level BPE.*end-of-text \"<|end_of_text|>\" = [0-9]*; uint16 tokens: set model.vocab_size to [0-9]* or more' '$T/j2.out' &&
              grep -q 'MB read, .* MB/s, .* tokens written' '$T/j2.err'"
 "$FEMTOTRON" prepare --tokenizer "$T/llama3.json" --input "$T/docs.jsonl" --output "$T/j1" \
     --val-fraction 0.1 --threads 1 >/dev/null 2>&1
@@ -186,6 +236,22 @@ check "one long document, ids past 65535: uint32 shards (magic 20240801) equal t
     bash -c "$PY '$T/shards.py' '$T/wide.json' '$T/w2' '<|endoftext|>' 0 4 '$T/one.json' &&
              grep -q 'uint32 tokens' '$T/w2.out' && [ \$(wc -c <'$T/long.txt') -gt 600000 ]"
 
+# SentencePiece kind: <s> from the template before each document, </s> after it.
+for tk in spm_legacy spm_first; do
+    for th in 1 2; do
+        "$FEMTOTRON" prepare --tokenizer "$T/$tk.json" --input "$T/docs.jsonl" --output "$T/$tk.p$th" \
+            --val-fraction 0.1 --threads $th >"$T/$tk.p$th.out" 2>&1
+    done
+    check "prepare --tokenizer $tk on JSONL: tokenizers' ids with <s> + </s> per document, 1 and 2 threads byte-identical" \
+        bash -c "$PY '$T/shards.py' '$T/$tk.json' '$T/$tk.p2' '</s>' 0.1 2 '$T/docs.json' &&
+                 grep -q 'end-of-text \"</s>\"' '$T/$tk.p2.out' &&
+                 cmp '$T/$tk.p1/train_000000.bin' '$T/$tk.p2/train_000000.bin' && cmp '$T/$tk.p1/val_000000.bin' '$T/$tk.p2/val_000000.bin'"
+    "$FEMTOTRON" prepare --tokenizer "$T/$tk.json" --input "$T/long.txt" --output "$T/$tk.l2" \
+        --val-fraction 0 --threads 2 >/dev/null 2>&1
+    check "prepare --tokenizer $tk, one long document (cut where allowed): tokenizers' ids" \
+        $PY "$T/shards.py" "$T/$tk.json" "$T/$tk.l2" "</s>" 0 2 "$T/one.json"
+done
+
 # Invalid UTF-8: kept as byte tokens, with a warning.
 printf 'caf\xe9 au lait \xff\xfe ok\n' >"$T/bad_utf8.txt"
 "$FEMTOTRON" prepare --tokenizer "$T/gpt2.json" --input "$T/bad_utf8.txt" --output "$T/u" \
@@ -197,11 +263,12 @@ w, t = read_shard('$T/u/train_000000.bin'); print(' '.join(map(str, t[:-1])))\" 
              '$API' decode '$T/gpt2.json' <'$T/u.ids' | grep -qx \$(od -An -tx1 '$T/bad_utf8.txt' | tr -d ' \n')"
 
 # --- unsupported features and bad input: fatal, naming the problem ---------------------
-# bad NAME EDIT_PYTHON EXPECTED_TEXT: tokenizer variant made by EDIT must be refused.
+# bad NAME EDIT_PYTHON EXPECTED_TEXT [BASE]: tokenizer variant made by EDIT from
+# BASE (gpt2) must be refused.
 bad() {
-    local name=$1 edit=$2 want=$3
+    local name=$1 edit=$2 want=$3 base=${4:-gpt2}
     $PY -c "
-import json; j = json.load(open('$T/gpt2.json'))
+import json; j = json.load(open('$T/$base.json'))
 $edit
 json.dump(j, open('$T/bad.json', 'w'))"
     "$FEMTOTRON" prepare --tokenizer "$T/bad.json" --input "$T/bad_utf8.txt" --output "$T/bad_out" \
@@ -222,11 +289,35 @@ bad "an unknown Split pattern" \
 bad "Split behavior Removed" \
     "j['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Split', 'pattern': {'Regex': ' '}, 'behavior': 'Removed', 'invert': False}, j['pre_tokenizer']]}" \
     "Split behavior Removed is not supported"
-bad "no ByteLevel pre-tokenizer" "j['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" "no ByteLevel step"
+bad "a pre-tokenizer without ByteLevel other than Metaspace" "j['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" "a pre-tokenizer without ByteLevel must be a single Metaspace"
 bad "decoder WordPiece" "j['decoder'] = {'type': 'WordPiece', 'prefix': '##', 'cleanup': True}" "decoder WordPiece is not supported"
 bad "post-processor BertProcessing" "j['post_processor'] = {'type': 'BertProcessing', 'sep': ['[SEP]', 1], 'cls': ['[CLS]', 0]}" "post-processor BertProcessing is not supported"
 bad "BPE dropout" "j['model']['dropout'] = 0.1" "dropout is not supported"
-bad "byte_fallback" "j['model']['byte_fallback'] = True" "byte_fallback is not supported"
+bad "byte_fallback with ByteLevel" "j['model']['byte_fallback'] = True" "byte_fallback is not supported with a ByteLevel pre-tokenizer"
+bad "normalizer NFKC inside a Sequence (SentencePiece kind)" \
+    "j['normalizer']['normalizers'].insert(0, {'type': 'NFKC'})" "normalizer NFKC is not supported" spm_legacy
+bad "Replace normalizer with a Regex" \
+    "j['normalizer']['normalizers'][1]['pattern'] = {'Regex': ' +'}" "normalizer Replace with a Regex pattern is not supported" spm_legacy
+bad "decoder CTC inside a Sequence (SentencePiece kind)" \
+    "j['decoder']['decoders'].append({'type': 'CTC', 'pad_token': '<pad>', 'word_delimiter_token': '|', 'cleanup': True})" \
+    "decoder CTC is not supported for a SentencePiece-style BPE" spm_legacy
+bad "decoder ByteLevel with a SentencePiece-style BPE" "j['decoder'] = {'type': 'ByteLevel'}" \
+    "decoder ByteLevel is not supported for a SentencePiece-style BPE" spm_first
+bad "no decoder (SentencePiece kind)" "j['decoder'] = None" "no decoder" spm_first
+bad "Metaspace with a Digits step" \
+    "j['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Digits', 'individual_digits': True}, j['pre_tokenizer']]}" \
+    "must be a single Metaspace" spm_first
+bad "a normalizer with the Metaspace pre-tokenizer" \
+    "j['normalizer'] = {'type': 'Replace', 'pattern': {'String': ' '}, 'content': '_'}" \
+    "a normalizer together with the Metaspace pre-tokenizer is not supported" spm_first
+bad "Metaspace prepend_scheme sometimes" "j['pre_tokenizer']['prepend_scheme'] = 'sometimes'" \
+    "prepend_scheme \"sometimes\" is not always, first or never" spm_first
+bad "Metaspace replacement of two characters" "j['pre_tokenizer']['replacement'] = '__'" \
+    "Metaspace replacement \"__\" must be one character" spm_first
+bad "a merge part not in the vocabulary (SentencePiece kind)" "j['model']['merges'].append(['zqzq', 'x'])" \
+    "merge part \"zqzq\" is not in the vocabulary" spm_legacy
+bad "normalizer on a byte-level BPE" "j['normalizer'] = {'type': 'Prepend', 'prepend': ' '}" \
+    "normalizer Prepend is not supported with a byte-level BPE"
 bad "continuing_subword_prefix" "j['model']['continuing_subword_prefix'] = '##'" "continuing_subword_prefix is not supported"
 bad "added token with lstrip" "j['added_tokens'][0]['lstrip'] = True" "sets lstrip, which is not supported"
 bad "a merge whose result is not in the vocabulary" "j['model']['merges'].append(['Ġ', 'Ġ' * 40])" "is not in the vocabulary"

@@ -10,6 +10,9 @@
 //       one line of space-separated ids per {"text": ...} line
 //   test_tokenizer_api decode TOKENIZER.json < IDS
 //       per line of ids, one line with the hex of the decoded bytes
+//   test_tokenizer_api shown TOKENIZER.json < IDS
+//       per line of ids, the hex of their tokenizer_token_bytes concatenated (what
+//       generate streams)
 //   test_tokenizer_api cuts TOKENIZER.json FILE
 //       encodes FILE whole and cut at every safe cut position tokenizer_safe_cut
 //       finds; prints "cuts N identical" or exits 1 naming the first difference
@@ -92,6 +95,28 @@ static int cmd_decode(const char *tok_path) {
     }
     free(line);
     token_list_free(&ids);
+    tokenizer_free(t);
+    return 0;
+}
+
+static int cmd_shown(const char *tok_path) {
+    Tokenizer *t = tokenizer_load(tok_path);
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, stdin) > 0) {
+        char *p = line, *end;
+        for (;;) {
+            unsigned long v = strtoul(p, &end, 10);
+            if (end == p) break;
+            size_t len;
+            const uint8_t *b = tokenizer_token_bytes(t, (uint32_t)v, &len);
+            if (!b) die("shown: id %lu is no token", v);
+            for (size_t i = 0; i < len; i++) printf("%02x", b[i]);
+            p = end;
+        }
+        putchar('\n');
+    }
+    free(line);
     tokenizer_free(t);
     return 0;
 }
@@ -242,6 +267,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "encode"))
         return cmd_encode(argv[2], argv[3], argc > 4 && !strcmp(argv[4], "--specials"));
     if (argc == 3 && !strcmp(argv[1], "decode")) return cmd_decode(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "shown")) return cmd_shown(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "cuts")) return cmd_cuts(argv[2], argv[3]);
     if (argc != 1) {
         fprintf(stderr, "usage: test_tokenizer_api [encode TOK TEXTS.jsonl [--specials] | decode TOK | cuts TOK FILE]\n");

@@ -1,0 +1,258 @@
+// data/tokenizer_bpe.c — BPE merging of one word (a final pre-tokenizer piece), as
+// tokenizers' BPE model does it:
+//   1. the word's first symbols: its bytes (byte-level BPE) or its characters
+//      (character-level BPE), each a one-symbol token; a character that is no token
+//      becomes its bytes' <0xNN> tokens (byte_fallback), else unk_token (runs of
+//      them fused with fuse_unk), else it is dropped;
+//   2. the adjacent pair with the lowest merge rank (leftmost on ties) is merged
+//      until no pair has a merge — the priority-queue algorithm of tokenizers'
+//      Word::merge_all, stale entries and all: O(n log n) in the word's length.
+// A character-level word may be the whole text (Llama 2's legacy form has no
+// pre-tokenizer), so it is first cut where no merge can reach across (see
+// tok_bpe_word). Each part
+// merges exactly as it would inside the whole word (merges on one side never see
+// the other, and their relative order is unchanged), and the parts are short, so
+// they hit the per-thread word cache as byte-level words do.
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/tokenizer.h"
+#include "data/tokenizer_impl.h"
+#include "data/unicode_class.h"
+#include "util.h"
+
+void *tok_grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    p = realloc(p, c * elem);
+    if (!p) die("out of memory in the tokenizer (%zu elements)", c);
+    *cap = c;
+    return p;
+}
+
+// ---------------------------------------------------------------- merge queue
+
+static inline int item_less(MergeItem a, MergeItem b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
+}
+
+static void heap_push(TokenizerState *st, MergeItem it) {
+    st->heap = tok_grow(st->heap, &st->heap_cap, st->heap_n + 1, sizeof(MergeItem));
+    size_t i = st->heap_n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!item_less(it, st->heap[p])) break;
+        st->heap[i] = st->heap[p];
+        i = p;
+    }
+    st->heap[i] = it;
+}
+
+static MergeItem heap_pop(TokenizerState *st) {
+    MergeItem top = st->heap[0], last = st->heap[--st->heap_n];
+    size_t i = 0, n = st->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && item_less(st->heap[c + 1], st->heap[c])) c++;
+        if (!item_less(st->heap[c], last)) break;
+        st->heap[i] = st->heap[c];
+        i = c;
+    }
+    if (n) st->heap[i] = last;
+    return top;
+}
+
+static void push_pair(TokenizerState *st, int32_t pos) {
+    const Symbol *s = st->sym;
+    uint32_t rank, new_id;
+    if (tok_merge_find(st->t, s[pos].id, s[s[pos].next].id, &rank, &new_id))
+        heap_push(st, (MergeItem){rank, (uint32_t)pos, new_id});
+}
+
+// ---------------------------------------------------------------- first symbols
+
+// Symbols under construction, with tokenizers' pending unk_token.
+typedef struct {
+    Symbol *s;
+    int32_t n;
+    int64_t unk;       // pending unk id, -1 if none
+    uint32_t unk_len;  // its bytes
+} SymbolBuilder;
+
+static void add_symbol(SymbolBuilder *b, uint32_t id, uint32_t len) {
+    b->s[b->n] = (Symbol){id, b->n - 1, b->n + 1, len};
+    b->n++;
+}
+
+static void flush_unk(SymbolBuilder *b) {
+    if (b->unk >= 0) add_symbol(b, (uint32_t)b->unk, b->unk_len);
+    b->unk = -1;
+}
+
+// A unit (byte or character) of len bytes that is no token.
+static void add_unknown(const Tokenizer *t, SymbolBuilder *b, uint32_t len) {
+    if (t->unk_id < 0) return;  // dropped
+    if (b->unk >= 0 && t->fuse_unk) {
+        b->unk_len += len;
+        return;
+    }
+    flush_unk(b);
+    b->unk = t->unk_id;
+    b->unk_len = len;
+}
+
+// Id of the one-character token c(len), or -1.
+static inline int64_t char_id(const Tokenizer *t, const uint8_t *c, size_t len) {
+    if (len == 1 && c[0] < 0x80) return t->ascii_id[c[0]];
+    if (len == 3 && c[0] == 0xE2 && c[1] == 0x96 && c[2] == 0x81) return t->spm_space_id;  // "▁"
+    return tok_vocab_find(t, c, len);
+}
+
+static void char_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp);
+        int64_t id = char_id(t, w + i, len);
+        if (id >= 0) {
+            flush_unk(b);
+            add_symbol(b, (uint32_t)id, (uint32_t)len);
+        } else {
+            bool all = t->byte_fallback;
+            for (size_t k = 0; k < len && all; k++) all = t->fallback_id[w[i + k]] >= 0;
+            if (all) {  // tokenizers leaves a pending unk pending here
+                for (size_t k = 0; k < len; k++) add_symbol(b, (uint32_t)t->fallback_id[w[i + k]], 1);
+            } else {
+                add_unknown(t, b, (uint32_t)len);
+            }
+        }
+        i += len;
+    }
+}
+
+static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = t->byte_id[w[i]];
+        if (id >= 0) {
+            flush_unk(b);
+            add_symbol(b, (uint32_t)id, 1);
+        } else {
+            add_unknown(t, b, 1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- merging
+
+// The cache slot of w(n), or NULL when w is too long to cache.
+static inline CacheSlot *cache_slot(TokenizerState *st, const uint8_t *w, size_t n, uint64_t *h) {
+    if (n > CACHE_KEY_MAX) return NULL;
+    *h = tok_hash_bytes(w, n);
+    return &st->cache[tok_slot(*h, CACHE_SLOTS - 1)];
+}
+
+// Merge w(n) and append its ids; slot (with hash h) from cache_slot.
+static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlot *slot, uint64_t h,
+                        TokenList *out) {
+    const Tokenizer *t = st->t;
+    if (slot) {
+        if (slot->hash == h && slot->key_len == n && memcmp(slot->key, w, n) == 0) {
+            for (int i = 0; i < slot->n_ids; i++) token_list_push(out, slot->ids[i]);
+            return;
+        }
+    }
+    // At most one symbol per byte (byte fallback gives one per byte, a character one).
+    st->sym = tok_grow(st->sym, &st->sym_cap, n, sizeof(Symbol));
+    SymbolBuilder b = {st->sym, 0, -1, 0};
+    if (t->char_bpe) char_symbols(t, &b, w, n);
+    else byte_symbols(t, &b, w, n);
+    flush_unk(&b);
+    Symbol *s = st->sym;
+    int32_t ns = b.n;
+    if (ns == 0) return;
+    s[ns - 1].next = -1;
+
+    st->heap_n = 0;
+    for (int32_t i = 0; i + 1 < ns; i++) push_pair(st, i);
+    while (st->heap_n) {
+        MergeItem top = heap_pop(st);
+        Symbol *cur = &s[top.pos];
+        if (cur->len == 0 || cur->next < 0) continue;
+        int32_t nx = cur->next;
+        uint32_t rank, new_id;
+        // An entry is stale when the pair at its position no longer merges into
+        // the same token (the check tokenizers makes).
+        if (!tok_merge_find(t, cur->id, s[nx].id, &rank, &new_id) || new_id != top.new_id) continue;
+        cur->id = top.new_id;
+        cur->len += s[nx].len;
+        cur->next = s[nx].next;
+        s[nx].len = 0;
+        if (cur->next >= 0) s[cur->next].prev = (int32_t)top.pos;
+        if (cur->prev >= 0) push_pair(st, cur->prev);
+        if (cur->next >= 0) push_pair(st, (int32_t)top.pos);
+    }
+    size_t n0 = out->n;
+    for (int32_t i = 0; i < ns; i++)
+        if (s[i].len) token_list_push(out, s[i].id);
+    size_t got = out->n - n0;
+    if (slot && got <= CACHE_IDS_MAX) {
+        slot->hash = h;
+        slot->key_len = (uint8_t)n;
+        memcpy(slot->key, w, n);
+        slot->n_ids = (uint8_t)got;
+        memcpy(slot->ids, out->ids + n0, got * sizeof(uint32_t));
+    }
+}
+
+void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
+    const Tokenizer *t = st->t;
+    if (t->ignore_merges) {  // a word that is a token is that token
+        int64_t id = tok_vocab_find(t, w, n);
+        if (id >= 0) {
+            token_list_push(out, (uint32_t)id);
+            return;
+        }
+    }
+    uint64_t h = 0;
+    if (!t->char_bpe) {
+        merge_piece(st, w, n, cache_slot(st, w, n, &h), h, out);
+        return;
+    }
+    // Cut between characters x, y where the last character of x's symbols' text and
+    // the first of y's are never side by side in a token: a merge across would make
+    // a token holding them so. A character that is a token is its own symbol; one
+    // taking the byte fallback is <0xNN> symbols ('<' first, '>' last). One that
+    // becomes unk (fused with its neighbours) or is dropped is never cut from them.
+    // A part is merged only once the next one is found, its cache slot fetched from
+    // memory meanwhile (the table is megabytes: the load would stall otherwise).
+    size_t start = 0, pend_start = 0, pend_n = 0;
+    CacheSlot *pend_slot = NULL;
+    uint64_t pend_h = 0;
+    bool pending = false;
+    uint32_t prev_last = 0;
+    bool prev_cuttable = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = w[i];
+        size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp);
+        uint32_t first = cp, last = cp;
+        bool cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
+        if (!cuttable && t->byte_fallback) {
+            cuttable = true;
+            for (size_t k = 0; k < len && cuttable; k++) cuttable = t->fallback_id[w[i + k]] >= 0;
+            first = '<', last = '>';
+        }
+        if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
+            CacheSlot *slot = cache_slot(st, w + start, i - start, &h);
+            if (slot) __builtin_prefetch(slot);
+            if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
+            pending = true, pend_start = start, pend_n = i - start, pend_slot = slot, pend_h = h;
+            start = i;
+        }
+        prev_last = last;
+        prev_cuttable = cuttable;
+        i += len;
+    }
+    if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
+    merge_piece(st, w + start, n - start, cache_slot(st, w + start, n - start, &h), h, out);
+}
