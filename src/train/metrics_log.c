@@ -1,4 +1,5 @@
 // train/metrics_log.c — the JSON-lines metrics file (metrics_log.h).
+#define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include "train/metrics_log.h"
 
 #include <math.h>

@@ -1,4 +1,5 @@
 // train/progress.c — the console lines of a run (progress.h).
+#define _POSIX_C_SOURCE 200809L  // localtime_r
 #include "train/progress.h"
 
 #include <math.h>
