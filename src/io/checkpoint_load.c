@@ -131,35 +131,19 @@ static void load_model_file(const char *ckpt_dir, const LlamaModel *model, CkptP
     st_close(&idx);
 }
 
-// 1 when the checkpoint's optimizer.safetensors holds fp32 master weights (it was
-// saved with checkpoint.dtype bf16): its first tensor is a NAME.master.
-static int has_master_weights(const char *ckpt_dir, const LlamaModel *model) {
-    char path[CKPT_PATH_MAX], name[CKPT_OPT_NAME_MAX];
-    ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
-    if (!path_is_file(path) || model->n_params == 0) return 0;
-    StIndex idx;
-    st_open(&idx, path);
-    snprintf(name, sizeof name, "%s%s", model->params[0].name, CKPT_OPT_SUFFIX[CKPT_PARAMS]);
-    int found = st_find(&idx, name) != NULL;
-    st_close(&idx);
-    return found;
-}
-
-// optimizer.safetensors into the exp_avg and exp_avg_sq pieces (moments), and the
-// params pieces from its NAME.master tensors (master).
-static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
-                                CkptPiece *pieces, int n_pieces, int moments, int master) {
-    char path[CKPT_PATH_MAX];
-    ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
-    if (!path_is_file(path))
+// optimizer.safetensors (opt, opened from path; NULL when the checkpoint has none)
+// into the exp_avg and exp_avg_sq pieces (moments), and the params pieces from its
+// NAME.master tensors (master).
+static void load_optimizer_file(const StIndex *opt, const char *path, const char *ckpt_dir,
+                                const LlamaModel *model, CkptPiece *pieces, int n_pieces,
+                                int moments, int master) {
+    if (!opt)
         die("checkpoint %s has no optimizer.safetensors (%s), needed to restore the AdamW "
             "moments", ckpt_dir, path);
-    StIndex idx;
-    st_open(&idx, path);
-    const StTensor **m = moments ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG], path) : NULL;
-    const StTensor **v = moments ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG_SQ], path) : NULL;
-    const StTensor **w = master ? resolve_all(&idx, model, CKPT_OPT_SUFFIX[CKPT_PARAMS], path) : NULL;
-    reject_extras(&idx, model, path, 1);
+    const StTensor **m = moments ? resolve_all(opt, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG], path) : NULL;
+    const StTensor **v = moments ? resolve_all(opt, model, CKPT_OPT_SUFFIX[CKPT_EXP_AVG_SQ], path) : NULL;
+    const StTensor **w = master ? resolve_all(opt, model, CKPT_OPT_SUFFIX[CKPT_PARAMS], path) : NULL;
+    reject_extras(opt, model, path, 1);
     if (moments) {
         read_pieces(pieces, n_pieces, CKPT_EXP_AVG, model, m);
         read_pieces(pieces, n_pieces, CKPT_EXP_AVG_SQ, model, v);
@@ -168,7 +152,6 @@ static void load_optimizer_file(const char *ckpt_dir, const LlamaModel *model,
     free(m);
     free(v);
     free(w);
-    st_close(&idx);
 }
 
 void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
@@ -184,12 +167,24 @@ void checkpoint_load_pieces(const char *ckpt_dir, const LlamaModel *model,
     // model.safetensors is checked even when this rank loads no parameters: a
     // checkpoint of another model must fail everywhere. A bf16 checkpoint's weights
     // come from the fp32 master copy, so a resume continues exactly.
-    const int master = has_master_weights(ckpt_dir, model);
+    // Saved with checkpoint.dtype bf16, optimizer.safetensors holds the master weights
+    // (its first tensor is a NAME.master).
+    char path[CKPT_PATH_MAX], name[CKPT_OPT_NAME_MAX];
+    ckpt_path_join(path, ckpt_dir, "optimizer.safetensors");
+    StIndex opt;
+    const int have_opt = path_is_file(path);
+    if (have_opt) st_open(&opt, path);
+    int master = 0;
+    if (have_opt && model->n_params > 0) {
+        snprintf(name, sizeof name, "%s%s", model->params[0].name, CKPT_OPT_SUFFIX[CKPT_PARAMS]);
+        master = st_find(&opt, name) != NULL;
+    }
     const int moments = any_kind(pieces, n_pieces, CKPT_EXP_AVG) || any_kind(pieces, n_pieces, CKPT_EXP_AVG_SQ);
     load_model_file(ckpt_dir, model, pieces, n_pieces, !master);
-    if (moments || master) load_optimizer_file(ckpt_dir, model, pieces, n_pieces, moments, master);
+    if (moments || master)
+        load_optimizer_file(have_opt ? &opt : NULL, path, ckpt_dir, model, pieces, n_pieces, moments, master);
+    if (have_opt) st_close(&opt);
 
-    char path[CKPT_PATH_MAX];
     ckpt_path_join(path, ckpt_dir, "trainer_state.json");
     if (!path_is_file(path)) die("checkpoint %s has no trainer_state.json (%s)", ckpt_dir, path);
     TrainerState tmp;

@@ -15,7 +15,6 @@
 #include "util.h"
 
 const char *const CKPT_KIND_NAMES[] = {"params", "exp_avg", "exp_avg_sq"};
-#define N_KINDS 3
 
 static size_t global_numel(const ParamInfo *p) {
     return p->ndim == 1 ? (size_t)p->shape[0] : (size_t)p->shape[0] * (size_t)p->shape[1];
@@ -116,7 +115,7 @@ void ckpt_check_local_pieces(const CkptPiece *pieces, int n_pieces, size_t n,
         die("%s: invalid piece list (%d pieces at %p)", where, n_pieces, (const void *)pieces);
     for (int i = 0; i < n_pieces; i++) {
         const CkptPiece *p = &pieces[i];
-        if ((int)p->kind < 0 || (int)p->kind >= N_KINDS)
+        if ((int)p->kind < 0 || (int)p->kind >= CKPT_N_KINDS)
             die("%s: piece %d has unknown kind %d", where, i, (int)p->kind);
         if (p->lo > p->hi || p->hi > n)
             die("%s: piece %d (%s) covers [%zu, %zu), which is not a range inside the model's "

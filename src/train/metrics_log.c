@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include "train/metrics_log.h"
 
+#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,19 +36,15 @@ static void json_list(FILE *f, const double *v, int n) {
     fprintf(f, "]");
 }
 
-// A JSON string: the path of a checkpoint may hold quotes or backslashes.
+// A JSON string, escaped by cJSON: the path of a checkpoint may hold quotes or
+// backslashes.
 static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
+    cJSON *str = cJSON_CreateString(s);
+    char *text = str ? cJSON_PrintUnformatted(str) : NULL;
+    if (!text) die("out of memory writing logging.metrics");
+    fputs(text, f);
+    cJSON_free(text);
+    cJSON_Delete(str);
 }
 
 // Every record ends with its time; flushed so that readers see whole lines.

@@ -150,9 +150,9 @@ double trainer_validate(Trainer *t) {
         group_allreduce_sum_f64(GROUP_PP, &sum, 1);
         group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
         t->val_loss_by_source[k] = sum / ((double)nb * tc->micro_batch_size * tc->seq_length);
-        mean += t->val_data.w[k] * t->val_loss_by_source[k];
+        mean += t->val_data.w[k] * t->val_loss_by_source[k];  // one source: w = 1 exactly
     }
-    return t->val_data.n == 1 ? t->val_loss_by_source[0] : mean;
+    return mean;
 }
 
 void trainer_load(Trainer *t, const char *ckpt_dir) {
