@@ -133,3 +133,48 @@ void activations_free(Activations *a) {
     buf_free(a->arena);
     memset(a, 0, sizeof *a);
 }
+
+// ------------------------------------------------ weight-gradient stash
+
+// The stash's buffers and their sizes in floats, carved out of st->arena when set
+// (the same 64-byte rounding as the activations); returns the total.
+static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, WeightGradStash *st) {
+    Activations shape;
+    memset(&shape, 0, sizeof shape);
+    stage_shape(&shape, m, su);
+    const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D, Fl = m->Fl;
+    const size_t nl = (size_t)shape.nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
+    struct {
+        float **ptr;
+        size_t n;
+    } plan[] = {
+        {&st->d_down, nl * Nr * D}, {&st->dgu, nl * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_o, nl * Nr * D},    {&st->dqkv, nl * N * QKV},   {&st->d_ln1, nl * Nr * D},
+        {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
+        {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        if (st->arena && plan[i].n) *plan[i].ptr = st->arena + total;
+        total += (plan[i].n + 15) / 16 * 16;
+    }
+    return total;
+}
+
+size_t wstash_bytes(const LlamaModel *m, StageUnits su, int B, int S) {
+    WeightGradStash tmp;
+    memset(&tmp, 0, sizeof tmp);
+    return wstash_floats(m, su, B, S, &tmp) * sizeof(float);
+}
+
+void wstash_alloc(WeightGradStash *st, const LlamaModel *m, StageUnits su, int B, int S) {
+    memset(st, 0, sizeof *st);
+    st->bytes = wstash_bytes(m, su, B, S);
+    st->arena = buf_alloc(MEM_ACTIVATIONS, st->bytes, "weight-gradient stash");
+    wstash_floats(m, su, B, S, st);
+}
+
+void wstash_free(WeightGradStash *st) {
+    buf_free(st->arena);
+    memset(st, 0, sizeof *st);
+}

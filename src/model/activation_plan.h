@@ -24,4 +24,11 @@ size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int w
 // token-position tables.
 size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
 
+// The weight-gradient stash of stage `su` (model/activations.h: what a split
+// backward's input half keeps for its weight half): its bytes, its allocation
+// (MEM_ACTIVATIONS) and release.
+size_t wstash_bytes(const LlamaModel *m, StageUnits su, int B, int S);
+void wstash_alloc(WeightGradStash *st, const LlamaModel *m, StageUnits su, int B, int S);
+void wstash_free(WeightGradStash *st);
+
 #endif

@@ -63,6 +63,25 @@ typedef struct Activations {
     size_t bytes;            // bytes of the arena
 } Activations;
 
+// What the input-gradient half of a split backward keeps for the weight-gradient
+// half (zero-bubble pipeline schedules, model/llama.h: llama_stage_backward_input
+// and _weight). A linear layer's weight gradient is dout^T @ x and a norm weight's
+// sum(dout * x * rstd): x and rstd are the forward's saved activations, still held
+// (the activation slot stays busy until the weight half), so only the gradients
+// of the layers' outputs are new. Per layer slot i (shapes of model/llama.h):
+typedef struct WeightGradStash {
+    float *arena;            // one allocation holding every buffer below
+    float *d_down;           // (nl, Nr, D) gradient of the layer output = of down_proj's output
+    float *dgu;              // (nl, N, 2Fl) gradient of gate|up's output
+    float *d_ln2;            // (nl, Nr, D) gradient of the second norm's output
+    float *d_o;              // (nl, Nr, D) gradient of o_proj's output
+    float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output (RoPE undone)
+    float *d_ln1;            // (nl, Nr, D) gradient of the first norm's output
+    float *d_lnf;            // (Nr, D) last stage: gradient of the final norm's output
+    float *d_embed;          // (Nr, D) first stage: gradient of the embedding's output
+    size_t bytes;            // bytes of the arena
+} WeightGradStash;
+
 // The buffers layer slot i's backward reads, written by its forward: the layer's own
 // slots, or the one working layer in the shared scratch for what recomputation
 // drops. The residual stream is kept per layer always.

@@ -10,13 +10,12 @@
 #include "model/llama.h"
 
 #include "model/activations.h"
+#include "model/llama_layer.h"
 #include "model/param_access.h"
 #include "ops/ops.h"
 #include "util.h"
 
 // Address of the tensor at flat offset `off` inside unit u, whose data starts at `base`.
-#define AT(base, u, off) ((base) + ((off) - m->unit_lo[u]))
-
 float *llama_stage_output(const LlamaModel *m, Activations *a) {
     return a->resid + (size_t)a->nl * llama_rows(m, a->B * a->S) * m->D;
 }
@@ -28,8 +27,7 @@ float *llama_stage_output(const LlamaModel *m, Activations *a) {
 // backward) stops once every buffer the backward reads is rebuilt: the down
 // projection only makes the layer output, which is kept — and for the last layer
 // of a stage may still be on its way to the next stage, so it must not be written.
-static void layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i,
-                               int recompute) {
+void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i, int recompute) {
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
@@ -55,7 +53,7 @@ static void layer_forward_with(const LlamaModel *m, Activations *a, const float 
 
 static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
     const int u = 1 + a->l0 + i;
-    layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
+    llama_layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
     pa->release_params(pa->ctx, u);
 }
 
@@ -103,7 +101,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid, *dd = a->dbuf_d;
     const float *w = pa->acquire_params(pa->ctx, u);
-    if (m->recompute == RECOMPUTE_FULL) layer_forward_with(m, a, w, i, 1);
+    if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, w, i, 1);
     float *g = pa->grads(pa->ctx, u);
     const LayerSaved s = layer_saved(m, a, i);
     const RingAttention ra = activations_ring(m, a);

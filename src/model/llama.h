@@ -102,6 +102,7 @@ typedef struct {
 StageUnits llama_all_units(const LlamaModel *m);
 
 struct Activations;   // model/activations.h
+struct WeightGradStash;  // model/activations.h
 struct ParamAccess;   // model/param_access.h
 
 // Forward of one stage for a micro-batch. The first stage reads tokens(N), the
@@ -122,5 +123,23 @@ float *llama_stage_output(const LlamaModel *m, struct Activations *a);
 const float *llama_stage_backward(const LlamaModel *m, const struct ParamAccess *pa,
                                   struct Activations *a, const int32_t *tokens,
                                   const float *dx_out);
+
+// The same backward split in two (zero-bubble pipeline schedules, Qi et al. 2023):
+// B, the input gradients the previous stage waits for, then later W, the weight
+// gradients nobody waits for. B takes the same arguments as llama_stage_backward,
+// returns the same input gradient and calls no grads/grads_done; it keeps in `st`
+// the gradients of every layer's outputs (model/activations.h: WeightGradStash).
+// W, run before `a` is reused, accumulates every weight gradient from `st` and the
+// activations in `a` and calls grads_done unit by unit, in the order the fused
+// backward does. B then W gives the fused backward's gradients bit for bit: each
+// half runs the same kernels with the same arguments (parallel_layers/
+// tensor_parallel.h: the split pieces). Under full recomputation both halves
+// rebuild the layer's working set (W once more: the cost of deferring).
+const float *llama_stage_backward_input(const LlamaModel *m, const struct ParamAccess *pa,
+                                        struct Activations *a, const float *dx_out,
+                                        struct WeightGradStash *st);
+void llama_stage_backward_weight(const LlamaModel *m, const struct ParamAccess *pa,
+                                 struct Activations *a, const int32_t *tokens,
+                                 const struct WeightGradStash *st);
 
 #endif

@@ -120,16 +120,21 @@ void rmsnorm_backward(float *din, float *dweight, const float *dout, const float
                       const float *weight, const float *rstd, int N, int D) {
     // y_i = w_i x_i r,  r = (mean(x^2) + eps)^(-1/2),  dr/dx_j = -r^3 x_j / D
     // dx_j = r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i)
+    // Either half may be skipped (din or dweight NULL: the split backward of a
+    // zero-bubble schedule); each half is the same loop either way, so the bits are too.
+    if (din) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
-        float *dx = din + (size_t)n * D;
-        float r = rstd[n], dot = 0.0f;
-        for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * x[i];
-        float c = r * r * r * dot / (float)D;
-        for (int i = 0; i < D; i++) dx[i] += r * weight[i] * dy[i] - c * x[i];
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
+            float *dx = din + (size_t)n * D;
+            float r = rstd[n], dot = 0.0f;
+            for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * x[i];
+            float c = r * r * r * dot / (float)D;
+            for (int i = 0; i < D; i++) dx[i] += r * weight[i] * dy[i] - c * x[i];
+        }
     }
     // dw_i = sum_n dy_i x_i r_n: split over columns so threads never share an output.
+    if (!dweight) return;
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();

@@ -68,7 +68,8 @@ void embedding_backward_range(float *dtable, const float *dout, const int32_t *t
 // out(N, D), rstd(N) = 1/sqrt(mean(x^2)+eps) saved for backward
 void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight,
                      int N, int D, float eps);
-// din(N, D) += dx;  dweight(D) += sum_n dout * x * rstd
+// din(N, D) += dx;  dweight(D) += sum_n dout * x * rstd. Either may be NULL (that
+// gradient not wanted; dweight alone does not read weight).
 void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
                       const float *weight, const float *rstd, int N, int D);
 

@@ -89,6 +89,47 @@ void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, cons
     residual_forward(dweight, dweight, dw_scratch, (size_t)D);
 }
 
+// ------------------------------------------ the backwards split (zero bubble)
+
+void tp_column_backward_input(const TensorParallel *tp, float *din, const float *dout, const float *w,
+                              float *partial, int N, int D, int out_local) {
+    float *p = tp->sp ? partial : din;
+    matmul_backward(p, NULL, dout, NULL, w, N, D, out_local, 0);  // din does not read x
+    tp_reduce(tp, p, din, N, D);
+}
+
+void tp_column_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
+                               float *full, int N, int D, int out_local) {
+    matmul_backward(NULL, dw, dout, tp_gather(tp, x, full, N, D), NULL, N, D, out_local, 0);
+}
+
+void tp_row_backward_input(const TensorParallel *tp, float *din, const float *dout, const float *w,
+                           float *full, int N, int in_local, int D) {
+    matmul_backward(din, NULL, tp_gather(tp, dout, full, N, D), NULL, w, N, in_local, D, 0);
+}
+
+void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
+                            float *full, int N, int in_local, int D) {
+    matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);
+}
+
+void tp_norm_backward_input(float *din, const float *dout, const float *in, const float *weight,
+                            const float *rstd, int Nr, int D) {
+    rmsnorm_backward(din, NULL, dout, in, weight, rstd, Nr, D);
+}
+
+void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *in,
+                             const float *rstd, float *dw_scratch, int Nr, int D) {
+    if (!tp->sp) {
+        rmsnorm_backward(NULL, dweight, dout, in, NULL, rstd, Nr, D);
+        return;
+    }
+    zero_f32(dw_scratch, (size_t)D);
+    rmsnorm_backward(NULL, dw_scratch, dout, in, NULL, rstd, Nr, D);
+    group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
+    residual_forward(dweight, dweight, dw_scratch, (size_t)D);
+}
+
 // ------------------------------------------------------- embedding and loss
 
 void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float *out,

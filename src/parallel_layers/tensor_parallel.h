@@ -95,6 +95,33 @@ void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, cons
                       const float *in, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D);
 
+// ---- the same backwards split in two (zero-bubble pipeline schedules) ----
+// The input gradient (what the previous layer waits for) and the weight gradient
+// (what nobody waits for) computed separately, the second possibly much later from
+// what the first was given: each half runs exactly the kernels, with the same
+// arguments, that the fused backward above runs for it, so the results are the same
+// bits. The input halves need the weights, the weight halves only the layer input
+// and the output gradient (both re-gathered under sequence parallel, as above).
+
+// din(tp_rows, D) = dout @ w summed over the group (column-parallel).
+void tp_column_backward_input(const TensorParallel *tp, float *din, const float *dout, const float *w,
+                              float *partial, int N, int D, int out_local);
+// dw(out_local, D) += dout^T @ gather(x) (column-parallel); full(N, D) scratch.
+void tp_column_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
+                               float *full, int N, int D, int out_local);
+// din(N, in_local) = gather(dout) @ w (row-parallel); full(N, D) scratch.
+void tp_row_backward_input(const TensorParallel *tp, float *din, const float *dout, const float *w,
+                           float *full, int N, int in_local, int D);
+// dw(D, in_local) += gather(dout)^T @ x (row-parallel); full(N, D) scratch.
+void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
+                            float *full, int N, int in_local, int D);
+// din(Nr, D) += the norm's input gradient (no communication).
+void tp_norm_backward_input(float *din, const float *dout, const float *in, const float *weight,
+                            const float *rstd, int Nr, int D);
+// dweight(D) += the norm weight's gradient, summed over the group under sequence parallel.
+void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *in,
+                             const float *rstd, float *dw_scratch, int Nr, int D);
+
 // ---- vocab-parallel embedding and loss ----
 
 // out(tp_rows, D) = table rows of the tokens(N) from this rank's slice table(Vl, D)

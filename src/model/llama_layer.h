@@ -1,0 +1,21 @@
+// model/llama_layer.h — what the two files of a stage's backward share inside
+// model/: the forward of one decoder layer (model/llama.c), which full
+// recomputation re-runs in the fused backward (llama.c) and in both halves of the
+// split one (model/llama_split.c), and the address of a tensor inside a unit.
+#ifndef FEMTOTRON_LLAMA_LAYER_H
+#define FEMTOTRON_LLAMA_LAYER_H
+
+#include "model/activations.h"
+#include "model/llama.h"
+
+// Address of the tensor at flat offset `off` inside unit u, whose data starts at
+// `base` (needs a LlamaModel *m in scope).
+#define AT(base, u, off) ((base) + ((off) - m->unit_lo[u]))
+
+// Forward of layer slot i with its unit's weights w. With `recompute` (full
+// recomputation, from a backward) it stops once every buffer the backward reads is
+// rebuilt, before the layer output, which is kept (and for the last layer of a
+// stage may still be on its way to the next stage, so it must not be written).
+void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i, int recompute);
+
+#endif

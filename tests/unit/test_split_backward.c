@@ -1,0 +1,143 @@
+// tests/unit/test_split_backward.c — the split backward of the zero-bubble schedules
+// (model/llama.h: llama_stage_backward_input, then _weight) against the fused
+// backward (llama_stage_backward), bit for bit: every gradient element and every
+// input gradient, for whole models and for first, middle and last stages, tied and
+// untied, under each recomputation mode. Two micro-batches are in flight at once
+// (two activation slots sharing the backward scratch, two stashes) and run as a
+// zero-bubble schedule runs them: B of both, then W of both, so a W that read the
+// shared scratch instead of its own slot and stash would be caught.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "config.h"
+#include "model/activation_plan.h"
+#include "model/activations.h"
+#include "model/init.h"
+#include "model/llama.h"
+#include "model/param_access.h"
+#include "ops/ops.h"
+#include "util.h"
+
+enum { B = 2, S = 8, N = B * S, MICRO = 2 };
+
+static void small_config(ModelConfig *mc, int tied) {
+    Config c;
+    config_defaults(&c);
+    *mc = c.model;
+    mc->hidden_size = 32;
+    mc->num_attention_heads = 4;  // hd 8
+    mc->num_key_value_heads = 2;
+    mc->intermediate_size = 40;
+    mc->num_hidden_layers = 3;
+    mc->vocab_size = 29;
+    mc->max_position_embeddings = 16;
+    mc->initializer_range = 0.1;
+    mc->tie_word_embeddings = tied;
+}
+
+static void fill(float *x, size_t n, uint32_t salt) {  // deterministic values in (-1, 1)
+    uint32_t h = 2166136261u ^ salt;
+    for (size_t i = 0; i < n; i++) {
+        h = h * 16777619u + 12345u;
+        x[i] = (float)((int)(h >> 8) % 2001 - 1000) / 1000.0f;
+    }
+}
+
+// Units [u0, u1] of the model as one stage: forward and backward of MICRO
+// micro-batches, fused in one run and split in another; 1 when every gradient
+// bit and every returned input-gradient bit agree (and gradients are not all zero).
+static int same_bits(Recompute rc, int tied, StageUnits su, const char **why) {
+    ModelConfig mc;
+    small_config(&mc, tied);
+    ModelShard shard = model_whole();
+    shard.recompute = rc;
+    LlamaModel m;
+    llama_build(&m, &mc, shard);
+    const size_t ne = m.num_elements, nd = (size_t)N * m.D;
+    float *params = xcalloc(sizeof(float) * ne, "test");   // (ne)
+    float *g_fused = xcalloc(sizeof(float) * ne, "test");  // (ne)
+    float *g_split = xcalloc(sizeof(float) * ne, "test");  // (ne)
+    llama_init_params(&m, params, 7);
+    WholeBuffers wf = {params, g_fused, &m}, ws = {params, g_split, &m};
+    ParamAccess paf = param_access_whole(&wf), pas = param_access_whole(&ws);
+    Activations a[MICRO];
+    WeightGradStash st[MICRO];
+    for (int k = 0; k < MICRO; k++) {
+        activations_alloc(&a[k], &m, su, B, S, k ? &a[0] : NULL);
+        wstash_alloc(&st[k], &m, su, B, S);
+    }
+    int32_t tok[MICRO][N], tgt[MICRO][N];
+    float *x_in = xmalloc(sizeof(float) * nd * MICRO, "test");      // (MICRO, N, D) stage inputs
+    float *dx_out = xmalloc(sizeof(float) * nd * MICRO, "test");    // (MICRO, N, D) output gradients
+    float *dx_fused = xmalloc(sizeof(float) * nd * MICRO, "test");  // (MICRO, N, D) input gradients
+    for (int k = 0; k < MICRO; k++)
+        for (int n = 0; n < N; n++) tok[k][n] = (n * 7 + k * 3 + 1) % 29, tgt[k][n] = (n * 5 + k + 2) % 29;
+    fill(x_in, nd * MICRO, 1);
+    fill(dx_out, nd * MICRO, 2);
+    const float scale = 1.0f / (MICRO * N);
+    int ok = 1;
+    *why = "";
+    // Fused: forward then backward, micro-batch after micro-batch.
+    for (int k = 0; k < MICRO; k++) {
+        llama_stage_forward(&m, &paf, &a[0], tok[k], x_in + k * nd, tgt[k], scale, 1);
+        const float *dx = llama_stage_backward(&m, &paf, &a[0], tok[k], dx_out + k * nd);
+        if (dx) memcpy(dx_fused + k * nd, dx, sizeof(float) * nd);
+    }
+    // Split: both forwards, both B, then both W.
+    for (int k = 0; k < MICRO; k++)
+        llama_stage_forward(&m, &pas, &a[k], tok[k], x_in + k * nd, tgt[k], scale, 1);
+    for (int k = 0; k < MICRO; k++) {
+        const float *dx = llama_stage_backward_input(&m, &pas, &a[k], dx_out + k * nd, &st[k]);
+        if ((dx == NULL) != (su.u0 == 0)) ok = 0, *why = "input gradient returned on the first stage only";
+        if (dx && memcmp(dx, dx_fused + k * nd, sizeof(float) * nd))
+            ok = 0, *why = "input gradient differs";
+    }
+    for (int k = 0; k < MICRO; k++) llama_stage_backward_weight(&m, &pas, &a[k], tok[k], &st[k]);
+    size_t lo = m.unit_lo[su.u0], hi = m.unit_lo[su.u1 + 1], nonzero = 0;
+    if (memcmp(g_fused, g_split, sizeof(float) * ne)) ok = 0, *why = "weight gradients differ";
+    for (size_t i = lo; i < hi; i++) nonzero += g_fused[i] != 0.0f;
+    if (nonzero < (hi - lo) / 2) ok = 0, *why = "most gradients are zero: the comparison proves nothing";
+    for (int k = 0; k < MICRO; k++) {
+        activations_free(&a[k]);
+        wstash_free(&st[k]);
+    }
+    free(params), free(g_fused), free(g_split), free(x_in), free(dx_out), free(dx_fused);
+    llama_free(&m);
+    return ok;
+}
+
+int main(void) {
+    ops_set_threads(2);
+    const char *rc_name[] = {"none", "selective", "full"};
+    const Recompute rcs[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    // Units: 0 embedding, 1..3 layers, 4 final norm + head.
+    const struct {
+        StageUnits su;
+        const char *name;
+    } stages[] = {{{0, 4}, "whole model"}, {{0, 2}, "first stage"}, {{2, 3}, "middle stage"}, {{3, 4}, "last stage"}};
+    for (int r = 0; r < 3; r++)
+        for (int tied = 0; tied <= 1; tied++)
+            for (int s = 0; s < 4; s++) {
+                const char *why;
+                int ok = same_bits(rcs[r], tied, stages[s].su, &why);
+                CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s", stages[s].name,
+                      tied ? "tied" : "untied", rc_name[r], ok ? "" : ": ", why);
+            }
+    // The stash is what B keeps for W: nothing for a stage without layers' outputs
+    // to remember would be wrong, and it grows with the layers held.
+    ModelConfig mc;
+    small_config(&mc, 0);
+    LlamaModel m;
+    llama_build(&m, &mc, model_whole());
+    StageUnits one = {1, 1}, two = {1, 2};
+    size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
+    size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)N * 2 * m.Fl +
+                                        (size_t)N * (m.H + 2 * m.KV) * m.hd);
+    CHECK(b1 == per_layer && b2 == 2 * per_layer,
+          "stash of one layer = 4 (N, D) + gate|up + q|k|v gradients (%zu bytes), of two layers twice that (%zu, %zu)",
+          per_layer, b1, b2);
+    llama_free(&m);
+    return check_summary();
+}
