@@ -34,7 +34,7 @@ int pp_virtual_stage(const Pipeline *pp, int c) { return c * pp->pp + pp->stage;
 // ---------------------------------------------------------------- schedule
 
 static void build_schedule(Pipeline *pp, PpSchedule sched) {
-    pp->actions = xmalloc(sizeof(PpAction) * (size_t)(2 * pp->micros * pp->v), "schedule");
+    pp->actions = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(pp->micros, pp->v), "schedule");
     pp->n_actions = pp_schedule_actions(sched, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
 }
 
@@ -46,6 +46,9 @@ static void count_slots(Pipeline *pp) {
     pp->max_slots = 1;
     for (int c = 0; c < pp->v; c++)
         if (pp->n_slots[c] > pp->max_slots) pp->max_slots = pp->n_slots[c];
+    // Micro-batches between their I and their W: the weight-gradient stashes.
+    pp->n_stash = xcalloc(sizeof(int) * (size_t)pp->v, "stash");
+    pp_count_stash(pp->actions, pp->n_actions, pp->v, pp->n_stash);
 }
 
 // ------------------------------------------------------------------- setup
@@ -82,11 +85,16 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->targets = xcalloc(sizeof(int32_t *) * v, "token slots");              // (v)
     pp->grad_send = xcalloc(sizeof(float *) * v, "gradient buffers");         // (v)
     pp->grad_recv = xcalloc(sizeof(float *) * v, "gradient buffers");         // (v)
+    pp->stash = xcalloc(sizeof(WeightGradStash *) * v, "stashes");            // (v)
+    pp->stash_busy = xcalloc(sizeof(int *) * v, "stashes");                   // (v)
     for (int c = 0; c < pp->v; c++) {
         pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)pp->n_slots[c], "activation slots");
         pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)pp->n_slots[c], "activation slots");
+        pp->stash[c] = xcalloc(sizeof(WeightGradStash) * (size_t)(pp->n_stash[c] + 1), "stashes");
+        pp->stash_busy[c] = xcalloc(sizeof(int) * (size_t)(pp->n_stash[c] + 1), "stashes");
     }
     pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
+    pp->stash_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "stash map");  // (v, M)
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
     pp->grad_send_req = xmalloc(sizeof(CommRequest) * v * ms, "requests");    // (v, max slots)
     pp->recv_req = xmalloc(sizeof(CommRequest) * 2 * v * ms, "requests");     // (2, v, max slots)
@@ -109,6 +117,13 @@ static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only)
                 activations_alloc(&pp->acts[c][i], m, su, pp->B, pp->S,
                                   owns_scratch ? NULL : &pp->acts[0][0]);
         }
+        // What each split backward's I keeps for its W (model/activations.h).
+        for (int i = 0; i < pp->n_stash[c]; i++) {
+            if (plan_only)
+                plan_only->bytes[MEM_ACTIVATIONS] += wstash_bytes(m, su, pp->B, pp->S);
+            else
+                wstash_alloc(&pp->stash[c][i], m, su, pp->B, pp->S);
+        }
         pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
         pp->targets[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
         // Only a chunk with a stage before it sends input-gradients back, only one
@@ -128,8 +143,11 @@ void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, Me
 void pp_free(Pipeline *pp) {
     for (int c = 0; c < pp->v; c++) {
         for (int i = 0; i < pp->n_slots[c]; i++) activations_free(&pp->acts[c][i]);
+        for (int i = 0; i < pp->n_stash[c]; i++) wstash_free(&pp->stash[c][i]);
         free(pp->acts[c]);
         free(pp->slot_busy[c]);
+        free(pp->stash[c]);
+        free(pp->stash_busy[c]);
         buf_free(pp->tokens[c]);
         buf_free(pp->targets[c]);
         buf_free(pp->grad_send[c]);
@@ -142,6 +160,10 @@ void pp_free(Pipeline *pp) {
     free(pp->grad_send);
     free(pp->grad_recv);
     free(pp->slot_of);
+    free(pp->stash);
+    free(pp->stash_busy);
+    free(pp->stash_of);
+    free(pp->n_stash);
     free(pp->act_send);
     free(pp->grad_send_req);
     free(pp->recv_req);
@@ -181,7 +203,7 @@ static void trace(const Exec *x, const char *what, int c, int micro, double t0) 
 static void post_input(Exec *x, const PpAction *act, int lookahead) {
     Pipeline *pp = x->pp;
     int c = act->chunk, vs = pp_virtual_stage(pp, c), *slot = slot_ref(pp, c, act->micro);
-    if (act->forward && *slot < 0) {
+    if (act->op == PP_OP_F && *slot < 0) {
         int s = 0;
         while (s < pp->n_slots[c] && pp->slot_busy[c][s]) s++;
         if (s == pp->n_slots[c]) {
@@ -195,7 +217,7 @@ static void post_input(Exec *x, const PpAction *act, int lookahead) {
             pp->recv_req[slot_index(pp, c, s)] =
                 group_irecv_f32(GROUP_PP, a->resid, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
         }
-    } else if (!act->forward && vs < pp->n_virtual - 1) {
+    } else if ((act->op == PP_OP_B || act->op == PP_OP_I) && vs < pp->n_virtual - 1) {
         CommRequest *r = &pp->recv_req[(size_t)pp->v * pp->max_slots + slot_index(pp, c, *slot)];
         if (r->slot < 0)
             *r = group_irecv_f32(GROUP_PP, pp->grad_recv[c] + (size_t)*slot * x->nd, x->nd,
@@ -225,10 +247,31 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     return loss;
 }
 
+// The activation slot of (c, micro) is free again once its backward is complete
+// (B, or the W of a split one); the activation it sent forward must have left first.
+static void free_slot(Pipeline *pp, int c, int micro) {
+    int *slot_p = slot_ref(pp, c, micro);
+    comm_wait(&pp->act_send[slot_index(pp, c, *slot_p)], "pipeline activation send");
+    pp->slot_busy[c][*slot_p] = 0;
+    *slot_p = -1;
+}
+
+// A free weight-gradient stash of chunk c for micro-batch `micro` (an I).
+static WeightGradStash *take_stash(Pipeline *pp, int c, int micro) {
+    int i = 0;
+    while (i < pp->n_stash[c] && pp->stash_busy[c][i]) i++;
+    if (i == pp->n_stash[c]) die("pipeline: no free weight-gradient stash for chunk %d (schedule bug)", c);
+    pp->stash_busy[c][i] = 1;
+    pp->stash_of[(size_t)c * pp->micros + micro] = i;
+    return &pp->stash[c][i];
+}
+
+// A backward (B) or the input-gradient half of a split one (I): both wait for the
+// output gradient (or start from the loss) and send the input gradient back.
 static void run_backward(Exec *x, const PpAction *act) {
     Pipeline *pp = x->pp;
     const int c = act->chunk, vs = pp_virtual_stage(pp, c);
-    int *slot_p = slot_ref(pp, c, act->micro), slot = *slot_p;
+    const int slot = *slot_ref(pp, c, act->micro);
     const size_t si = slot_index(pp, c, slot), bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     const float *dx_out = NULL;
@@ -239,18 +282,37 @@ static void run_backward(Exec *x, const PpAction *act) {
         trace(x, "recv", c, act->micro, t0);
     }
     t0 = now_seconds();
-    const float *dx_in = llama_stage_backward(x->m, x->pa, a, pp->tokens[c] + (size_t)slot * bs, dx_out);
-    trace(x, "backward", c, act->micro, t0);
+    const float *dx_in;
+    if (act->op == PP_OP_I) {
+        dx_in = llama_stage_backward_input(x->m, x->pa, a, dx_out, take_stash(pp, c, act->micro));
+        trace(x, "backward-input", c, act->micro, t0);
+    } else {
+        dx_in = llama_stage_backward(x->m, x->pa, a, pp->tokens[c] + (size_t)slot * bs, dx_out);
+        trace(x, "backward", c, act->micro, t0);
+    }
     if (vs > 0) {
         float *buf = pp->grad_send[c] + (size_t)slot * x->nd;
         comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
         copy_f32(buf, dx_in, x->nd);
         pp->grad_send_req[si] = group_isend_f32(GROUP_PP, buf, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1) + 1);
     }
-    // The activation this slot sent forward must have left before the slot is reused.
-    comm_wait(&pp->act_send[si], "pipeline activation send");
-    pp->slot_busy[c][slot] = 0;
-    *slot_p = -1;
+    if (act->op == PP_OP_B) free_slot(pp, c, act->micro);
+}
+
+// The weight-gradient half of a split backward (W): no message, then the
+// micro-batch's slot and stash are free.
+static void run_weight(Exec *x, const PpAction *act) {
+    Pipeline *pp = x->pp;
+    const int c = act->chunk, slot = *slot_ref(pp, c, act->micro);
+    int *stash_p = &pp->stash_of[(size_t)c * pp->micros + act->micro];
+    const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
+    double t0 = now_seconds();
+    llama_stage_backward_weight(x->m, x->pa, &pp->acts[c][slot], pp->tokens[c] + (size_t)slot * bs,
+                                &pp->stash[c][*stash_p]);
+    trace(x, "backward-weight", c, act->micro, t0);
+    pp->stash_busy[c][*stash_p] = 0;
+    *stash_p = -1;
+    free_slot(pp, c, act->micro);
 }
 
 // Elements of one activation message: this rank's rows of the residual stream
@@ -258,8 +320,11 @@ static void run_backward(Exec *x, const PpAction *act) {
 static size_t message_elems(const Pipeline *pp, const LlamaModel *m) { return (size_t)pp->rows * m->D; }
 
 static void reset_slots(Pipeline *pp) {
-    for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = -1;
-    for (int c = 0; c < pp->v; c++) memset(pp->slot_busy[c], 0, sizeof(int) * (size_t)pp->n_slots[c]);
+    for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = pp->stash_of[i] = -1;
+    for (int c = 0; c < pp->v; c++) {
+        memset(pp->slot_busy[c], 0, sizeof(int) * (size_t)pp->n_slots[c]);
+        memset(pp->stash_busy[c], 0, sizeof(int) * (size_t)pp->n_stash[c]);
+    }
 }
 
 static void drain_sends(Pipeline *pp) {
@@ -280,11 +345,13 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
         // action computes.
         if (k + 1 < pp->n_actions) post_input(&x, &pp->actions[k + 1], 1);
         const PpAction *act = &pp->actions[k];
-        if (act->forward)
+        if (act->op == PP_OP_F)
             loss += run_forward(&x, act->chunk, act->micro, *slot_ref(pp, act->chunk, act->micro),
                                 grad_scale, 1);
+        else if (act->op == PP_OP_W)
+            run_weight(&x, act);
         else
-            run_backward(&x, &pp->actions[k]);
+            run_backward(&x, act);
     }
     drain_sends(pp);
     return loss;

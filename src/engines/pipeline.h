@@ -36,6 +36,12 @@ typedef struct {
     Activations **acts;           // (v) arrays of n_slots[c]
     int *slot_of;                 // (v * M) slot holding (chunk, micro), -1 when free
     int **slot_busy;              // (v) arrays of n_slots[c]
+    // Weight-gradient stashes (split backwards, zero-bubble schedules): chunk c has
+    // n_stash[c] micro-batches between their I and their W at most (0 otherwise).
+    int *n_stash;                 // (v)
+    WeightGradStash **stash;      // (v) arrays of n_stash[c]
+    int *stash_of;                // (v * M) stash holding (chunk, micro), -1 when none
+    int **stash_busy;             // (v) arrays of n_stash[c]
     int32_t **tokens, **targets;  // (v) arrays of (ns, B*S)
     // Gradient messages: (v) arrays of (ns, Nr, D) used, each slot at stride Nr*D, in an
     // allocation of (ns, B*S, D): tp times what is used under sequence parallelism,
@@ -70,7 +76,7 @@ typedef struct {
     void (*trace)(void *ctx, const char *what, int chunk, int micro, double t0, double t1);
 } PpCallbacks;
 
-// Run one step's forwards and backwards; returns the sum of the cross-entropy over
+// Run one step's actions (forwards, backwards, split backwards' halves); returns the sum of the cross-entropy over
 // this rank's last-stage micro-batches (0 elsewhere).
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
                    float grad_scale);

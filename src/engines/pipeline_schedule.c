@@ -58,42 +58,65 @@ void pp_parse_layers(const char *spec, int K, int *layers) {
 
 // ---------------------------------------------------------------- schedules
 
-// A rank's action list: pushed in execution order into out (2*M*v entries).
+// A rank's action list: pushed in execution order into out (PP_MAX_ACTIONS entries).
 typedef struct {
     PpAction *out;
     int n;
 } ActionList;
 
-static void push(ActionList *l, int forward, int chunk, int micro) {
-    l->out[l->n++] = (PpAction){forward, chunk, micro};
+static void push(ActionList *l, PpOp op, int chunk, int micro) {
+    l->out[l->n++] = (PpAction){op, chunk, micro};
 }
+
+// ZB-H1 (Qi et al. 2023) on rank s: 1f1b's P - s - 1 warm-up forwards, then for
+// each micro-batch i its forward (while any is left), the I of micro-batch i, and
+// the W of micro-batch i - s; the s W passes still owed end the list. Delaying
+// rank s's W passes by s lets each I go down the pipeline as soon as it arrives
+// (the later ranks no longer make the earlier ones wait a W each), and the owed W
+// passes run where 1f1b's last ranks sat idle in the cool-down. In flight on rank
+// s: P - s - 1 + 1 forwards before the first I, plus s whose W is owed: P.
+static void zb_h1(ActionList *l, int M, int P, int s) {
+    const int warm = P - s - 1 < M ? P - s - 1 : M;
+    int w = 0;  // next micro-batch whose W is owed
+    for (int i = 0; i < warm; i++) push(l, PP_OP_F, 0, i);
+    for (int i = 0; i < M; i++) {
+        if (warm + i < M) push(l, PP_OP_F, 0, warm + i);
+        push(l, PP_OP_I, 0, i);
+        if (i >= s) push(l, PP_OP_W, 0, w++);
+    }
+    while (w < M) push(l, PP_OP_W, 0, w++);
+}
+
+int pp_schedule_splits(PpSchedule sched) { return sched == PP_ZB_H1; }
 
 int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *out) {
     ActionList l = {out, 0};
     if (sched == PP_AFAB) {
-        for (int i = 0; i < M; i++) push(&l, 1, 0, i);
-        for (int i = 0; i < M; i++) push(&l, 0, 0, i);
+        for (int i = 0; i < M; i++) push(&l, PP_OP_F, 0, i);
+        for (int i = 0; i < M; i++) push(&l, PP_OP_B, 0, i);
     } else if (sched == PP_1F1B) {
         int warm = P - s - 1 < M ? P - s - 1 : M;
-        for (int i = 0; i < warm; i++) push(&l, 1, 0, i);
+        for (int i = 0; i < warm; i++) push(&l, PP_OP_F, 0, i);
         for (int i = 0; i < M - warm; i++) {
-            push(&l, 1, 0, warm + i);
-            push(&l, 0, 0, i);
+            push(&l, PP_OP_F, 0, warm + i);
+            push(&l, PP_OP_B, 0, i);
         }
-        for (int i = M - warm; i < M; i++) push(&l, 0, 0, i);
+        for (int i = M - warm; i < M; i++) push(&l, PP_OP_B, 0, i);
+    } else if (sched == PP_ZB_H1) {
+        zb_h1(&l, M, P, s);
     } else {  // interleaved (Narayanan et al. 2021, as scheduled by Megatron-LM)
         const int total = M * v, group = P * v;
         int warm = M == P ? total : (P - s - 1) * 2 + (v - 1) * P;
         if (warm > total) warm = total;
 #define CHUNK_F(k) (((k) % group) / P)
 #define MICRO(k) (((k) / group) * P + (k) % P)
-        for (int k = 0; k < warm; k++) push(&l, 1, CHUNK_F(k), MICRO(k));
+        for (int k = 0; k < warm; k++) push(&l, PP_OP_F, CHUNK_F(k), MICRO(k));
         for (int i = 0; i < total - warm; i++) {
             int kf = warm + i;
-            push(&l, 1, CHUNK_F(kf), MICRO(kf));
-            push(&l, 0, v - 1 - CHUNK_F(i), MICRO(i));
+            push(&l, PP_OP_F, CHUNK_F(kf), MICRO(kf));
+            push(&l, PP_OP_B, v - 1 - CHUNK_F(i), MICRO(i));
         }
-        for (int k = total - warm; k < total; k++) push(&l, 0, v - 1 - CHUNK_F(k), MICRO(k));
+        for (int k = total - warm; k < total; k++) push(&l, PP_OP_B, v - 1 - CHUNK_F(k), MICRO(k));
 #undef CHUNK_F
 #undef MICRO
     }
@@ -104,10 +127,22 @@ void pp_count_slots(const PpAction *actions, int n, int v, int *slots) {
     int *live = xcalloc(sizeof(int) * (size_t)v, "slots");  // (v)
     for (int c = 0; c < v; c++) slots[c] = 0;
     for (int k = 0; k < n; k++) {
-        live[actions[k].chunk] += actions[k].forward ? 1 : -1;
+        const PpOp op = actions[k].op;
+        live[actions[k].chunk] += op == PP_OP_F ? 1 : op == PP_OP_I ? 0 : -1;  // held until B or W
         if (live[actions[k].chunk] > slots[actions[k].chunk]) slots[actions[k].chunk] = live[actions[k].chunk];
     }
     for (int c = 0; c < v; c++)
         if (slots[c] < 1) slots[c] = 1;  // validation needs one
+    free(live);
+}
+
+void pp_count_stash(const PpAction *actions, int n, int v, int *stash) {
+    int *live = xcalloc(sizeof(int) * (size_t)v, "stash");  // (v)
+    for (int c = 0; c < v; c++) stash[c] = 0;
+    for (int k = 0; k < n; k++) {
+        const PpOp op = actions[k].op;
+        live[actions[k].chunk] += op == PP_OP_I ? 1 : op == PP_OP_W ? -1 : 0;
+        if (live[actions[k].chunk] > stash[actions[k].chunk]) stash[actions[k].chunk] = live[actions[k].chunk];
+    }
     free(live);
 }

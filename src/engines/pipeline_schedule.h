@@ -8,22 +8,43 @@
 // contiguous chunks ("virtual stages"); chunk c of pipeline rank s is virtual stage
 // c * P + s (Narayanan et al. 2021), so with v = 1 rank s simply holds stage s.
 // The first virtual stage owns the embedding, the last the final norm, head and loss.
-// A step is a list of actions per rank, forward or backward of (chunk, micro-batch)
-// for M micro-batches (parallel.pp_schedule, config.h: PpSchedule):
+// A step is a list of actions per rank on (chunk, micro-batch) for M micro-batches:
+// a forward F, a backward B, or (zero-bubble schedules) the backward split in two,
+// its input-gradient half I (what the previous stage waits for) and its
+// weight-gradient half W (what nobody waits for; model/llama.h). The schedules
+// (parallel.pp_schedule, config.h: PpSchedule):
 //   afab        all forwards, then all backwards (GPipe)
 //   1f1b        P - s - 1 warm-up forwards, then one forward / one backward, then
 //               the remaining backwards: at most P micro-batches in flight
 //   interleaved 1f1b over v chunks per rank (M a multiple of P), as Megatron-LM
+//   zb-h1       1f1b with every backward split into I and W, and rank s's W passes
+//               each s places late (Qi et al. 2023, "Zero Bubble Pipeline
+//               Parallelism", ZB-H1): the I passes run back down the pipeline
+//               without waiting for weight gradients, and the late W passes fill
+//               what were 1f1b's cool-down bubbles. At most P micro-batches in
+//               flight (forwarded, W not yet run) on every rank; with F, I and W
+//               times TF, TB, TW per stage the bubble is (P-1)(TF + TB - TW)
+//               against 1f1b's (P-1)(TF + TB + TW): a third of it when equal.
 #ifndef FEMTOTRON_PIPELINE_SCHEDULE_H
 #define FEMTOTRON_PIPELINE_SCHEDULE_H
 
 #include "config.h"
 
+typedef enum {
+    PP_OP_F,  // forward
+    PP_OP_B,  // backward (fused: input and weight gradients)
+    PP_OP_I,  // input-gradient half of a split backward
+    PP_OP_W,  // weight-gradient half of a split backward (after its I)
+} PpOp;
+
 typedef struct {
-    int forward;  // 1 forward, 0 backward
+    PpOp op;
     int chunk;    // local chunk index (0 .. v-1)
     int micro;    // micro-batch index in the step
 } PpAction;
+
+// Room an action list needs: 3 actions per (chunk, micro-batch) at most.
+#define PP_MAX_ACTIONS(M, v) (3 * (M) * (v))
 
 // The balance criterion of the default split: estimated training FLOPs per token
 // of one decoder layer of width D, H/KV heads of hd, an MLP of ffn_mats matrices
@@ -36,10 +57,15 @@ void pp_balanced_split(int L, double layer, int D, int V, int K, int *layers);
 // parallel.pp_layers ("3,1,..."; validated by config_validate) -> layers(K).
 void pp_parse_layers(const char *spec, int K, int *layers);
 // The action list of pipeline rank s (of P, v chunks each) for M micro-batches
-// under `sched`, written to out (room for 2*M*v); returns its length.
+// under `sched`, written to out (room for PP_MAX_ACTIONS(M, v)); returns its length.
 int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *out);
-// slots(v): most micro-batches of chunk c in flight at once in actions(n) (at
-// least 1): the activation slots the chunk needs.
+// slots(v): most micro-batches of chunk c in flight at once in actions(n) (from
+// its F to its B or W; at least 1): the activation slots the chunk needs.
 void pp_count_slots(const PpAction *actions, int n, int v, int *slots);
+// stash(v): most micro-batches of chunk c between their I and their W at once
+// (0 without split backwards): the weight-gradient stashes the chunk needs.
+void pp_count_stash(const PpAction *actions, int n, int v, int *stash);
+// Whether a schedule splits its backwards into I and W.
+int pp_schedule_splits(PpSchedule sched);
 
 #endif

@@ -13,7 +13,8 @@ static double input_ready(const PpAction *a, int s, int P, int K, int M, const d
                           const double *done_b, double send_s) {
     const int k = a->chunk * P + s, mb = a->micro;
     double t;
-    if (a->forward) {
+    if (a->op == PP_OP_W) return done_b[(size_t)k * M + mb];  // its own I, earlier on this rank: no message
+    if (a->op == PP_OP_F) {
         if (k == 0) return 0.0;
         t = done_f[(size_t)(k - 1) * M + mb];
     } else if (k == K - 1) {
@@ -28,7 +29,7 @@ static double input_ready(const PpAction *a, int s, int P, int K, int M, const d
 // of every (virtual stage, micro-batch) forward and backward.
 typedef struct {
     int P, v, M, K;
-    const double *fwd, *bwd;
+    const double *fwd, *bwd, *wgt;
     double send_s;
     PpAction **acts;  // (P) lists
     int *n;           // (P) actions per rank
@@ -37,13 +38,26 @@ typedef struct {
     double *wall;     // (P) wall s computing
     double *done_f;   // (K, M) end times, -1 before
     double *done_b;   // (K, M)
+    double *done_w;   // (K, M)
 } Replay;
 
+// Seconds of an action: a split backward's I is the backward less its weight
+// gradients (wgt, or half the backward when not given), its W the rest.
 static double action_s(const Replay *r, const PpAction *a, int s) {
-    return a->forward ? r->fwd[a->chunk * r->P + s] : r->bwd[a->chunk * r->P + s];
+    const int k = a->chunk * r->P + s;
+    const double w = r->wgt ? r->wgt[k] : 0.5 * r->bwd[k];
+    switch (a->op) {
+    case PP_OP_F: return r->fwd[k];
+    case PP_OP_B: return r->bwd[k];
+    case PP_OP_I: return r->bwd[k] - w;
+    default: return w;
+    }
 }
+// Where an action's end time is recorded: forwards in done_f, B and I (what the
+// previous stage waits for) in done_b, W in done_w (only its own rank follows it).
 static double *done_slot(Replay *r, const PpAction *a, int s) {
-    return &(a->forward ? r->done_f : r->done_b)[(size_t)(a->chunk * r->P + s) * r->M + a->micro];
+    double *t = a->op == PP_OP_F ? r->done_f : a->op == PP_OP_W ? r->done_w : r->done_b;
+    return &t[(size_t)(a->chunk * r->P + s) * r->M + a->micro];
 }
 static double ready_at(const Replay *r, const PpAction *a, int s) {
     return input_ready(a, s, r->P, r->K, r->M, r->done_f, r->done_b, r->send_s);
@@ -123,8 +137,8 @@ static double replay_shared(Replay *r, const double *speed) {
 }
 
 PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
-                          const double *bwd, double send_s, const double *speed) {
-    Replay r = {P, v, M, P * v, fwd, bwd, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                          const double *bwd, const double *wgt, double send_s, const double *speed) {
+    Replay r = {P, v, M, P * v, fwd, bwd, wgt, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     r.acts = xmalloc(sizeof(PpAction *) * (size_t)P, "pipeline replay");
     r.n = xmalloc(sizeof(int) * (size_t)P, "pipeline replay");
     r.next = xcalloc(sizeof(int) * (size_t)P, "pipeline replay");
@@ -132,9 +146,10 @@ PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *f
     r.wall = xcalloc(sizeof(double) * (size_t)P, "pipeline replay");
     r.done_f = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
     r.done_b = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
-    for (size_t i = 0; i < (size_t)r.K * M; i++) r.done_f[i] = r.done_b[i] = -1.0;
+    r.done_w = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
+    for (size_t i = 0; i < (size_t)r.K * M; i++) r.done_f[i] = r.done_b[i] = r.done_w[i] = -1.0;
     for (int s = 0; s < P; s++) {
-        r.acts[s] = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "pipeline replay");
+        r.acts[s] = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "pipeline replay");
         r.n[s] = pp_schedule_actions(sched, M, P, s, v, r.acts[s]);
     }
     PipeSim out = {speed ? replay_shared(&r, speed) : replay_dedicated(&r), 0.0, 0.0, 0};
@@ -154,11 +169,12 @@ PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *f
     free(r.wall);
     free(r.done_f);
     free(r.done_b);
+    free(r.done_w);
     return out;
 }
 
 void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, int *slots) {
-    PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)(2 * M * v), "pipeline slots");  // (2Mv)
+    PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "pipeline slots");  // (3Mv)
     int na = pp_schedule_actions(sched, M, P, s, v, acts);
     pp_count_slots(acts, na, v, slots);
     free(acts);

@@ -3,7 +3,8 @@
 // Each pipeline rank runs its action list (engines/pipeline_schedule.c builds
 // it: the same lists the trainer executes) one action at a time; a forward of
 // virtual stage k waits for the forward of stage k-1 plus the send time, a
-// backward for the backward of stage k+1 (or its own forward on the last stage).
+// backward (or a split backward's input half I) for that of stage k+1 (or its own
+// forward on the last stage), a split backward's weight half W for its own I.
 // The replay gives the step's makespan, each rank's busy time and, from the
 // action lists, the micro-batches each chunk holds at once (activation slots).
 // Ranks that share processors (more ranks x threads than cores) are replayed with
@@ -22,12 +23,14 @@ typedef struct {
 } PipeSim;
 
 // P ranks, v chunks each, M micro-batches, schedule `sched`. fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
-// virtual stage k (P*v entries); send_s: seconds of one activation (or gradient)
+// virtual stage k (P*v entries); wgt[k] (or NULL: half of bwd[k]): the part of
+// bwd[k] that is weight gradients, the W of a split backward (zero-bubble
+// schedules: its I takes bwd[k] - wgt[k]); send_s: seconds of one activation (or gradient)
 // message between neighbouring stages; speed (P+1 entries, or NULL for 1): the
 // rate factor of each computing rank while speed's index of them compute. Busy
 // times stay nominal (fwd/bwd sums).
 PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
-                          const double *bwd, double send_s, const double *speed);
+                          const double *bwd, const double *wgt, double send_s, const double *speed);
 
 // Most micro-batches chunk c of pipeline rank s holds at once under the schedule
 // (what the trainer allocates activation slots for): slots[c] for c < v.

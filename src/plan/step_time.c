@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines/pipeline_schedule.h"
 #include "plan/plan.h"
 #include "plan/pipeline_sim.h"
 #include "util.h"
@@ -147,6 +148,15 @@ static Cost layer_bwd(const Shape *s) {
 }
 
 // Embedding lookup and, on the last stage, final norm, head and cross-entropy.
+// The weight-gradient GEMMs of one decoder layer's backward (the W of a split
+// backward, zero-bubble schedules): as many FLOPs as the forward's GEMMs.
+static double layer_wgrad_s(const Shape *s) {
+    const double N = s->N, D = s->D, QKV = (s->Hl + 2 * s->KVl) * s->hd, A = s->Hl * s->hd;
+    const double up = (s->pm->ffn_mats - 1) * s->Fl;
+    return gemm_s(s, 2 * N * D * QKV) + gemm_s(s, 2 * N * A * D) + gemm_s(s, 2 * N * D * up) +
+           gemm_s(s, 2 * N * s->Fl * D);
+}
+
 static Cost head_fwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + 3 * s->N * s->Vl);
@@ -249,16 +259,25 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     }
     double *fwd = xmalloc(sizeof(double) * (size_t)K, "plan stage costs");  // (K) s per micro-batch
     double *bwd = xmalloc(sizeof(double) * (size_t)K, "plan stage costs");  // (K)
+    double *wgt = xmalloc(sizeof(double) * (size_t)K, "plan stage costs");  // (K) W part of bwd
     Cost *cf = xcalloc(sizeof(Cost) * (size_t)K, "plan stage costs");       // (K)
     Cost *cb = xcalloc(sizeof(Cost) * (size_t)K, "plan stage costs");       // (K)
     for (int k = 0; k < K; k++) {
         int first = k == 0, last = k == K - 1;
         add(&cf[k], lf, layers[k]);
         add(&cb[k], lb, layers[k]);
+        wgt[k] = layers[k] * layer_wgrad_s(&s);
+        // A split backward under full recomputation rebuilds each layer in W too.
+        if (pp_schedule_splits(l->sched) && l->recompute == RECOMPUTE_FULL) {
+            Cost again = recompute_fwd(&s, lf);
+            add(&cb[k], again, layers[k]);
+            wgt[k] += layers[k] * cost_sum(again);
+        }
         if (first) add(&cf[k], embed_fwd(&s), 1.0);
         if (last) {
             add(&cf[k], head_fwd(&s), 1.0);
             add(&cb[k], head_bwd(&s), 1.0);
+            wgt[k] += gemm_s(&s, 2 * s.N * s.D * s.Vl);
         }
     }
     // Per pipeline rank: its v chunks' parameters (ZeRO-3 gathers them per use).
@@ -287,8 +306,8 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     const PpSchedule sched = l->sched;
     double send = l->pp > 1 ? coll(&s, COLL_P2P, 2, s.pp_intra, s.Nr * s.D * s.bpv) : 0.0;
     double *speed = shared_speed(p, l);
-    PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, send, speed);
-    PipeSim without = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, 0.0, speed);
+    PipeSim with = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, wgt, send, speed);
+    PipeSim without = pipeline_simulate(sched, l->pp, l->v, M, fwd, bwd, wgt, 0.0, speed);
     free(speed);
 
     StepTime t;
@@ -336,6 +355,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     free(layers);
     free(fwd);
     free(bwd);
+    free(wgt);
     free(cf);
     free(cb);
     return t;

@@ -56,20 +56,20 @@ static void test_bubble(void) {
                 fwd[k] = 1.0 / v;
                 bwd[k] = 2.0 / v;
             }
-            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, NULL);
+            PipeSim s = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, NULL, 0.0, NULL);
             double ideal_step = M * 3.0, want = ideal_step * (1.0 + (P - 1.0) / (v * M));
             CHECK(rel_diff(s.makespan, want) < 1e-12, "bubble %s P=%d M=%d v=%d: makespan %.4f = %.4f", pp_schedule_name(scheds[si]), P,
                   M, v, s.makespan, want);
             // The event-driven replay (shared cores) at speed 1 agrees.
             double ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-            PipeSim e = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, 0.0, ones);
+            PipeSim e = pipeline_simulate(scheds[si], P, v, M, fwd, bwd, NULL, 0.0, ones);
             CHECK(rel_diff(e.makespan, want) < 1e-12, "event replay at speed 1, %s P=%d M=%d v=%d: %.4f = %.4f",
                   pp_schedule_name(scheds[si]), P, M, v, e.makespan, want);
         }
     // A send adds to every hop of the critical path: 1F1B with P stages pays
     // 2*(P-1) sends at least.
     double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
-    PipeSim a = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.0, NULL), b = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, NULL);
+    PipeSim a = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, NULL, 0.0, NULL), b = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, NULL, 0.1, NULL);
     CHECK(b.makespan - a.makespan >= 2 * 3 * 0.1 - 1e-12, "sends on the critical path: +%.3f s for 6 hops of 0.1 s",
           b.makespan - a.makespan);
     // Processor sharing. Speed 1 for every count of computing ranks is the plain
@@ -79,12 +79,12 @@ static void test_bubble(void) {
     //   1.5-2; rank 1 B alone 2-2.5; rank 0 B with rank 1 B 2.5-3.5; rank 0 B alone
     //   3.5-4: makespan 4 (6 without sharing); rank 0 computes 3 s of wall time.
     const double ones[5] = {1, 1, 1, 1, 1}, halves[3] = {1, 2, 1};
-    PipeSim c = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, 0.1, ones);
+    PipeSim c = pipeline_simulate(PP_1F1B, 4, 1, 8, fwd, bwd, NULL, 0.1, ones);
     CHECK(rel_diff(c.makespan, b.makespan) < 1e-12 && c.busy_wall == c.busy_max,
           "sharing at speed 1 is the plain replay: %.6f = %.6f", c.makespan, b.makespan);
     double unit[2] = {1, 1};
-    PipeSim d = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, NULL);
-    PipeSim e = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, 0.0, halves);
+    PipeSim d = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, NULL, 0.0, NULL);
+    PipeSim e = pipeline_simulate(PP_AFAB, 2, 1, 2, unit, unit, NULL, 0.0, halves);
     CHECK(rel_diff(d.makespan, 6.0) < 1e-12 && rel_diff(e.makespan, 4.0) < 1e-12,
           "sharing, AFAB 2x2 by hand: makespan %.4f = 4 (plain %.4f = 6)", e.makespan, d.makespan);
     CHECK(rel_diff(e.busy_max, 4.0) < 1e-12 && rel_diff(e.busy_wall, 3.0) < 1e-12,
@@ -99,6 +99,44 @@ static void test_bubble(void) {
     CHECK(ok, "1f1b stage s holds pp - s micro-batches");
     pipeline_slots(PP_AFAB, 4, 1, 8, 2, slots);
     CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
+}
+
+// ZB-H1 (Qi et al. 2023): with F, I and W seconds TF, TB, TW on every stage its
+// bubble is (P-1)(TF + TB - TW), 1f1b's (P-1)(TF + TB + TW): the paper's formulas,
+// for equal costs (a third), for unequal ones, and its memory: P micro-batches in
+// flight on every rank (1f1b's first stage), stashes only between I and W.
+static void test_zero_bubble(void) {
+    const double costs[][3] = {{1, 1, 1}, {1, 1.2, 0.8}, {1, 1, 0.5}, {1.5, 1, 1}};
+    const int cases[][2] = {{2, 4}, {2, 2}, {4, 4}, {4, 8}, {4, 16}, {8, 16}};
+    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int P = cases[c][0], M = cases[c][1];
+            const double TF = costs[ci][0], TB = costs[ci][1], TW = costs[ci][2];
+            double fwd[8], bwd[8], wgt[8];
+            for (int k = 0; k < P; k++) fwd[k] = TF, bwd[k] = TB + TW, wgt[k] = TW;
+            const double ideal = M * (TF + TB + TW);
+            PipeSim z = pipeline_simulate(PP_ZB_H1, P, 1, M, fwd, bwd, wgt, 0.0, NULL);
+            PipeSim o = pipeline_simulate(PP_1F1B, P, 1, M, fwd, bwd, wgt, 0.0, NULL);
+            double want_z = (P - 1) * (TF + TB - TW), want_o = (P - 1) * (TF + TB + TW);
+            CHECK(rel_diff(z.makespan - ideal, want_z) < 1e-9 && rel_diff(o.makespan - ideal, want_o) < 1e-9,
+                  "zb-h1 bubble P=%d M=%d F/B/W=%g/%g/%g: %.3f = (P-1)(TF+TB-TW) = %.3f (1f1b %.3f = %.3f)", P, M,
+                  TF, TB, TW, z.makespan - ideal, want_z, o.makespan - ideal, want_o);
+        }
+    int ok = 1, stash_ok = 1;
+    for (int s = 0; s < 4; s++) {
+        PpAction acts[PP_MAX_ACTIONS(8, 1)];
+        int n = pp_schedule_actions(PP_ZB_H1, 8, 4, s, 1, acts), slots[1], stash[1];
+        pp_count_slots(acts, n, 1, slots);
+        pp_count_stash(acts, n, 1, stash);
+        ok &= slots[0] == 4 && n == 3 * 8;
+        stash_ok &= stash[0] == s + 1;
+    }
+    CHECK(ok, "zb-h1 P=4 M=8: every rank holds P = 4 micro-batches, 24 actions (F, I, W of each)");
+    CHECK(stash_ok, "zb-h1 P=4 M=8: rank s keeps s + 1 weight-gradient stashes (its W passes are s late)");
+    int one[1];
+    PpAction acts[PP_MAX_ACTIONS(8, 1)];
+    pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, acts), 1, one);
+    CHECK(one[0] == 0, "1f1b keeps no stash (got %d)", one[0]);
 }
 
 static void test_memory_formulas(void) {
@@ -281,6 +319,7 @@ static void test_search(void) {
 
 int main(void) {
     test_bubble();
+    test_zero_bubble();
     test_memory_formulas();
     test_step_time();
     test_search();
