@@ -341,9 +341,11 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
     double loss = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
-        // Post the next action's receive now, so its message can land while this
-        // action computes.
-        if (k + 1 < pp->n_actions) post_input(&x, &pp->actions[k + 1], 1);
+        // Post the next receiving action's receive now, so its message can land
+        // while this action computes (a W receives nothing: look past it).
+        int next = k + 1;
+        while (next < pp->n_actions && pp->actions[next].op == PP_OP_W) next++;
+        if (next < pp->n_actions) post_input(&x, &pp->actions[next], 1);
         const PpAction *act = &pp->actions[k];
         if (act->op == PP_OP_F)
             loss += run_forward(&x, act->chunk, act->micro, *slot_ref(pp, act->chunk, act->micro),

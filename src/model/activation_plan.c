@@ -144,12 +144,15 @@ static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, We
     stage_shape(&shape, m, su);
     const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D, Fl = m->Fl;
     const size_t nl = (size_t)shape.nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
+    // dgu and dqkv reuse the layer's own gu and qkv (model/llama_split.c), except
+    // under full recomputation, where those are the shared working layer.
+    const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0;
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
-        {&st->d_down, nl * Nr * D}, {&st->dgu, nl * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
-        {&st->d_o, nl * Nr * D},    {&st->dqkv, nl * N * QKV},   {&st->d_ln1, nl * Nr * D},
+        {&st->d_down, nl * Nr * D}, {&st->dgu, own * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_o, nl * Nr * D},    {&st->dqkv, own * N * QKV},   {&st->d_ln1, nl * Nr * D},
         {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},
     };

@@ -68,14 +68,17 @@ typedef struct Activations {
 // and _weight). A linear layer's weight gradient is dout^T @ x and a norm weight's
 // sum(dout * x * rstd): x and rstd are the forward's saved activations, still held
 // (the activation slot stays busy until the weight half), so only the gradients
-// of the layers' outputs are new. Per layer slot i (shapes of model/llama.h):
+// of the layers' outputs are new. dgu and dqkv have the shapes of gu and qkv, which
+// only the input half reads: they take the layer's own gu and qkv slots, and are
+// planned here (NULL otherwise) only under full recomputation, where gu and qkv are
+// the shared working layer. Per layer slot i (shapes of model/llama.h):
 typedef struct WeightGradStash {
     float *arena;            // one allocation holding every buffer below
     float *d_down;           // (nl, Nr, D) gradient of the layer output = of down_proj's output
-    float *dgu;              // (nl, N, 2Fl) gradient of gate|up's output
+    float *dgu;              // (nl, N, 2Fl) gradient of gate|up's output (full recomputation)
     float *d_ln2;            // (nl, Nr, D) gradient of the second norm's output
     float *d_o;              // (nl, Nr, D) gradient of o_proj's output
-    float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output (RoPE undone)
+    float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output, RoPE undone (full)
     float *d_ln1;            // (nl, Nr, D) gradient of the first norm's output
     float *d_lnf;            // (Nr, D) last stage: gradient of the final norm's output
     float *d_embed;          // (Nr, D) first stage: gradient of the embedding's output

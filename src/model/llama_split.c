@@ -14,26 +14,34 @@
 #include "ops/ops.h"
 #include "util.h"
 
-// Layer slot i's part of the stash.
+// Layer slot i's part of the stash. The gradients of gate|up's and q|k|v's outputs
+// have exactly the shapes of gate|up's and q|k|v's outputs, which only I reads
+// (SwiGLU's and the attention's backward): once I has used them, the layer's own
+// slots of gu and qkv hold the gradients for W, and the stash keeps only the four
+// (Nr, D) gradients. Under full recomputation gu and qkv are the shared working
+// layer, rebuilt by every layer's recomputation: there the stash holds them too.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1;  // shapes: WeightGradStash, one layer
 } LayerStash;
 
-static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
+static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
+                              const LayerSaved *s, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, k = (size_t)i;
-    LayerStash ls = {st->d_down + k * Nr * D, st->dgu + k * N * 2 * m->Fl, st->d_ln2 + k * Nr * D,
-                     st->d_o + k * Nr * D,    st->dqkv + k * N * QKV,      st->d_ln1 + k * Nr * D};
+    const int own = m->recompute == RECOMPUTE_FULL;
+    LayerStash ls = {st->d_down + k * Nr * D, own ? st->dgu + k * N * 2 * m->Fl : s->gu, st->d_ln2 + k * Nr * D,
+                     st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D};
     return ls;
 }
 
 // ------------------------------------------------------------------------- B
 
 // One layer's input-gradient half: dres (Nr, D) holds the gradient of the layer
-// output on entry and of its input on exit, as in the fused layer_backward; each
-// linear's or norm's output gradient is written straight into the stash where the
-// fused backward uses scratch (dgu, dqkv, dbuf_d), and the two residual-stream
-// gradients that later kernels overwrite (d_down, d_o) are copied there.
+// output on entry and of its input on exit, as in the fused layer_backward; the
+// norms' output gradients are written straight into the stash where the fused
+// backward uses scratch (dbuf_d), the two residual-stream gradients that later
+// kernels overwrite (d_down, d_o) are copied there, and dgu and dqkv are computed
+// in the scratch as in the fused backward, then copied where W reads them.
 static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                  const WeightGradStash *st, int i) {
     const TensorParallel *tp = &m->tp;
@@ -46,21 +54,23 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, w, i, 1);
     const LayerSaved s = layer_saved(m, a, i);
     const RingAttention ra = activations_ring(m, a);
-    const LayerStash k = layer_stash(m, a, st, i);
+    const LayerStash k = layer_stash(m, a, st, &s, i);
 
     // MLP
     copy_f32(k.d_down, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
-    swiglu_backward(k.dgu, a->dbuf_i, s.gu, N, Fl);
-    tp_column_backward_input(tp, k.d_ln2, k.dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
+    swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+    copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
+    tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
     tp_norm_backward_input(dres, k.d_ln2, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
     if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-    ring_attention_backward(&m->cp, &ra, k.dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    rope_backward(k.dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    tp_column_backward_input(tp, k.d_ln1, k.dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
+    ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
+    rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
+    tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
     tp_norm_backward_input(dres, k.d_ln1, s.x, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
     pa->release_params(pa->ctx, u);
 }
@@ -106,7 +116,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     }
     float *g = pa->grads(pa->ctx, u);
     const LayerSaved s = layer_saved(m, a, i);
-    const LayerStash k = layer_stash(m, a, st, i);
+    const LayerStash k = layer_stash(m, a, st, &s, i);
     tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, s.h, a->tp_full, N, Fl, D);
     tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, s.ln2, a->tp_full, N, D, 2 * Fl);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.mid, s.ln2_rstd, a->tp_dw, Nr, D);

@@ -64,7 +64,7 @@ void plan_parse_layout(PlanLayout *l, const char *text) {
         const char *k = tok, *v = eq + 1;
         if (strcmp(k, "sched") == 0) {  // the spellings of parallel.pp_schedule
             int sched = config_name_index(PP_SCHEDULE_NAMES, v);
-            if (sched < 0) die("--layout: sched=%s: must be afab, 1f1b or interleaved", v);
+            if (sched < 0) die("--layout: sched=%s: must be afab, 1f1b, interleaved or zb-h1", v);
             l->sched = (PpSchedule)sched;
         } else if (strcmp(k, "recompute") == 0) {  // and of training.recompute
             int rc = config_name_index(RECOMPUTE_NAMES, v);

@@ -125,19 +125,25 @@ int main(void) {
                 CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s", stages[s].name,
                       tied ? "tied" : "untied", rc_name[r], ok ? "" : ": ", why);
             }
-    // The stash is what B keeps for W: nothing for a stage without layers' outputs
-    // to remember would be wrong, and it grows with the layers held.
+    // The stash is what I keeps for W, growing with the layers held: four (N, D)
+    // gradients per layer, plus gate|up's and q|k|v's under full recomputation
+    // (otherwise they take the layer's own gu and qkv, which only I reads).
     ModelConfig mc;
     small_config(&mc, 0);
-    LlamaModel m;
-    llama_build(&m, &mc, model_whole());
-    StageUnits one = {1, 1}, two = {1, 2};
-    size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
-    size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)N * 2 * m.Fl +
-                                        (size_t)N * (m.H + 2 * m.KV) * m.hd);
-    CHECK(b1 == per_layer && b2 == 2 * per_layer,
-          "stash of one layer = 4 (N, D) + gate|up + q|k|v gradients (%zu bytes), of two layers twice that (%zu, %zu)",
-          per_layer, b1, b2);
-    llama_free(&m);
+    for (int full = 0; full <= 1; full++) {
+        ModelShard shard = model_whole();
+        shard.recompute = full ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+        LlamaModel m;
+        llama_build(&m, &mc, shard);
+        StageUnits one = {1, 1}, two = {1, 2};
+        size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
+        size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D +
+                                            (size_t)full * N * (2 * m.Fl + (m.H + 2 * m.KV) * m.hd));
+        CHECK(b1 == per_layer && b2 == 2 * per_layer,
+              "stash of one layer%s = %zu bytes, of two layers twice that (%zu, %zu)",
+              full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients", per_layer, b1,
+              b2);
+        llama_free(&m);
+    }
     return check_summary();
 }
