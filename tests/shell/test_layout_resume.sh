@@ -7,7 +7,8 @@
 # uninterrupted 1-rank run (relative 1e-5). A tied model trained at
 # dp=2 x pp=2 (the last stage holds a copy of the embedding) is saved once, as
 # Hugging Face expects, resumes at the same layout bit for bit (the copy was equal
-# to the first stage's, which is what both load) and at 1 rank within 1e-5.
+# to the first stage's, which is what both load; under zb-h1 too) and at 1 rank
+# within 1e-5. A checkpoint of the interleaved run also resumes under zb-h1.
 . "$(dirname "$0")/lib.sh"
 MPI=(mpirun --oversubscribe --allow-run-as-root)
 fortunes_data
@@ -50,6 +51,7 @@ train save_pp4 4 --parallel.pp 4 --parallel.pp_schedule interleaved --parallel.p
 train save_dp4z3 4 --parallel.dp 4 --parallel.zero 3 --checkpoint.dir "$tmp/ck_dp4" \
     --checkpoint.every 6 && compare save_dp4z3
 resume_from "$tmp/ck_pp4" pp4_to_pp2 2 --parallel.pp 2
+resume_from "$tmp/ck_pp4" pp4_to_pp2_zb_h1 2 --parallel.pp 2 --parallel.pp_schedule zb-h1
 resume_from "$tmp/ck_pp4" pp4_to_1rank 1
 resume_from "$tmp/ck_pp4" pp4_to_dp2pp2z3 4 --parallel.dp 2 --parallel.pp 2 --parallel.zero 3
 resume_from "$tmp/ck_dp4" dp4z3_to_dp2z1 2 --parallel.dp 2 --parallel.zero 1
@@ -81,6 +83,10 @@ f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; names = json
 sys.exit(0 if "model.embed_tokens.weight" in names and "lm_head.weight" not in names else 1)
 PY
 REF=tied_save TOL=0 resume_from "$tmp/ck_tied" tied_dp2pp2_same_layout 4 "${T[@]}" --parallel.dp 2 --parallel.pp 2 --parallel.zero 1
+# zb-h1 accumulates every gradient in 1f1b's order (its W passes run in micro-batch
+# order): resumed at the same layout under zb-h1 it continues the 1f1b run bit for bit.
+REF=tied_save TOL=0 resume_from "$tmp/ck_tied" tied_dp2pp2_same_layout_zb_h1 4 "${T[@]}" --parallel.dp 2 --parallel.pp 2 \
+    --parallel.zero 1 --parallel.pp_schedule zb-h1
 REF=tied_full resume_from "$tmp/ck_tied" tied_dp2pp2_to_1rank 1 "${T[@]}"
 REF=tied_full resume_from "$tmp/ck_tied" tied_dp2pp2_to_pp4 4 "${T[@]}" --parallel.pp 4
 exit $fail
