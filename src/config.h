@@ -23,7 +23,7 @@
 //   full       only the layer input; the whole layer is redone in backward
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 // parallel.pp_schedule — engines/pipeline_schedule.h describes each.
-typedef enum { PP_AFAB, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1 } PpSchedule;
+typedef enum { PP_AFAB, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V } PpSchedule;
 // parallel.order — rank numbering, outermost dimension first, tp always fastest
 // (dist/grid.h).
 typedef enum { ORDER_DP_PP_CP_TP, ORDER_PP_DP_CP_TP } RankOrder;
@@ -36,7 +36,7 @@ typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_1_SQRT } DecayShape;
 typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
-extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", "zb-h1", NULL
+extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", "zb-h1", "zb-v", NULL
 extern const char *const RANK_ORDER_NAMES[];   // "dp-pp-cp-tp", "pp-dp-cp-tp", NULL
 extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3", NULL
 extern const char *const LR_SCHEDULE_NAMES[];  // "cosine", "linear", "constant", "wsd", NULL

@@ -29,7 +29,7 @@
 
 // The spellings of the enum-valued keys, indexed by the enum's value (config.h).
 const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
-const char *const PP_SCHEDULE_NAMES[] = {"afab", "1f1b", "interleaved", "zb-h1", NULL};
+const char *const PP_SCHEDULE_NAMES[] = {"afab", "1f1b", "interleaved", "zb-h1", "zb-v", NULL};
 const char *const RANK_ORDER_NAMES[] = {"dp-pp-cp-tp", "pp-dp-cp-tp", NULL};
 const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
 const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};

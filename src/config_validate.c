@@ -105,9 +105,12 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     need_positive("parallel.bucket_mb", p->bucket_mb);
     need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
-    if (p->pp_virtual > 1 && p->pp_schedule != PP_INTERLEAVED)
-        die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" (it is \"%s\")",
+    if (p->pp_virtual > 1 && p->pp_schedule != PP_INTERLEAVED && p->pp_schedule != PP_ZB_V)
+        die("parallel.pp_virtual = %d needs parallel.pp_schedule \"interleaved\" or \"zb-v\" (it is \"%s\")",
             p->pp_virtual, pp_schedule_name(p->pp_schedule));
+    if (p->pp_schedule == PP_ZB_V && p->pp_virtual != 2)
+        die("parallel.pp_schedule \"zb-v\" places two chunks per rank in a V: it needs parallel.pp_virtual = 2 "
+            "(it is %d)", p->pp_virtual);
     need_positive("parallel.timeout_s", p->timeout_s);
     need_nonnegative("parallel.memory_gb", p->memory_gb);
     long long n = (long long)p->dp * p->tp * p->pp * p->cp;

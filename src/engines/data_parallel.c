@@ -216,7 +216,10 @@ static void plan_buckets(DataParallel *dp, const LlamaModel *model, const Parall
     dp->n = n;
     dp->rank = rank;
     dp->overlap = pc->overlap;
-    dp->embed_shared = model->cfg.tie_word_embeddings && pc->pp > 1 && held && held[0];
+    // Shared when another rank holds the other use: the copy here (held 2), or the
+    // embedding here without the head (zb-v's rank 0 holds both: nothing shared).
+    dp->embed_shared = model->cfg.tie_word_embeddings && pc->pp > 1 && held && held[0] &&
+                       (held[0] == 2 || !held[model->L + 1]);
     dp->embed_copy = held && held[0] == 2;
     make_buckets(dp, pc->bucket_mb, held);
     // Window pools (stage 2-3): the pointer tables are bookkeeping, the windows

@@ -29,7 +29,7 @@ static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
     free(layers);
 }
 
-int pp_virtual_stage(const Pipeline *pp, int c) { return c * pp->pp + pp->stage; }
+int pp_virtual_stage(const Pipeline *pp, int c) { return pp_virtual_of(pp->sched, pp->pp, pp->stage, c); }
 
 // ---------------------------------------------------------------- schedule
 
@@ -59,6 +59,7 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     const TrainingConfig *tc = &cfg->training;
     pp->pp = cfg->parallel.pp;
     pp->stage = stage;
+    pp->sched = cfg->parallel.pp_schedule;
     pp->v = cfg->parallel.pp_virtual;
     pp->n_virtual = pp->pp * pp->v;
     pp->micros = tc->grad_acc_steps;
@@ -178,8 +179,18 @@ void pp_free(Pipeline *pp) {
 
 // Messages between virtual stages k and k+1 use tag 2k (activations) and 2k + 1
 // (gradients); MPI keeps messages with the same source and tag in order, and both
-// sides handle a chunk's micro-batches in increasing order.
-static int rank_of_virtual(const Pipeline *pp, int vs) { return vs % pp->pp; }
+// sides handle a chunk's micro-batches in increasing order. Two neighbouring
+// virtual stages on the same rank (the turn of zb-v's V) exchange no message: the
+// forward reads the previous chunk's output from its slot (held until that
+// chunk's backward, which comes later), and the backward writes the input gradient
+// straight into the previous chunk's gradient-receive buffer.
+static int rank_of_virtual(const Pipeline *pp, int vs) { return pp_rank_of_virtual(pp->sched, pp->pp, vs); }
+
+// This rank's chunk holding virtual stage vs, or -1 when another rank holds it.
+static int local_chunk(const Pipeline *pp, int vs) {
+    if (vs < 0 || vs >= pp->n_virtual || rank_of_virtual(pp, vs) != pp->stage) return -1;
+    return pp_chunk_of_virtual(pp->sched, pp->pp, vs);
+}
 
 typedef struct {
     Pipeline *pp;
@@ -212,12 +223,13 @@ static void post_input(Exec *x, const PpAction *act, int lookahead) {
         }
         pp->slot_busy[c][s] = 1;
         *slot = s;
-        if (vs > 0) {
+        if (vs > 0 && local_chunk(pp, vs - 1) < 0) {
             Activations *a = &pp->acts[c][s];
             pp->recv_req[slot_index(pp, c, s)] =
                 group_irecv_f32(GROUP_PP, a->resid, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
         }
-    } else if ((act->op == PP_OP_B || act->op == PP_OP_I) && vs < pp->n_virtual - 1) {
+    } else if ((act->op == PP_OP_B || act->op == PP_OP_I) && vs < pp->n_virtual - 1 &&
+               local_chunk(pp, vs + 1) < 0) {
         CommRequest *r = &pp->recv_req[(size_t)pp->v * pp->max_slots + slot_index(pp, c, *slot)];
         if (r->slot < 0)
             *r = group_irecv_f32(GROUP_PP, pp->grad_recv[c] + (size_t)*slot * x->nd, x->nd,
@@ -234,14 +246,19 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
     if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
     double t0 = now_seconds();
-    if (vs > 0) {
+    const float *x_in = a->resid;
+    const int prev = vs > 0 ? local_chunk(pp, vs - 1) : -1;
+    if (prev >= 0) {  // the previous virtual stage is here: its output, in its slot
+        const int ps = want_grads ? *slot_ref(pp, prev, micro) : 0;  // validation: slot 0
+        x_in = llama_stage_output(x->m, &pp->acts[prev][ps]);
+    } else if (vs > 0) {
         comm_wait(&pp->recv_req[slot_index(pp, c, slot)], "pipeline activation receive");
         trace(x, "recv", c, micro, t0);
     }
     t0 = now_seconds();
-    double loss = llama_stage_forward(x->m, x->pa, a, tokens, a->resid, targets, grad_scale, want_grads);
+    double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads);
     trace(x, want_grads ? "forward" : "validation", c, micro, t0);
-    if (vs < pp->n_virtual - 1)
+    if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0)
         pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
             GROUP_PP, llama_stage_output(x->m, a), x->nd, rank_of_virtual(pp, vs + 1), 2 * vs);
     return loss;
@@ -290,7 +307,10 @@ static void run_backward(Exec *x, const PpAction *act) {
         dx_in = llama_stage_backward(x->m, x->pa, a, pp->tokens[c] + (size_t)slot * bs, dx_out);
         trace(x, "backward", c, act->micro, t0);
     }
-    if (vs > 0) {
+    const int prev = vs > 0 ? local_chunk(pp, vs - 1) : -1;
+    if (prev >= 0) {  // the previous virtual stage is here: where its receive would land
+        copy_f32(pp->grad_recv[prev] + (size_t)*slot_ref(pp, prev, act->micro) * x->nd, dx_in, x->nd);
+    } else if (vs > 0) {
         float *buf = pp->grad_send[c] + (size_t)slot * x->nd;
         comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
         copy_f32(buf, dx_in, x->nd);
@@ -369,7 +389,7 @@ double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
         for (int c = 0; c < pp->v; c++) {
             const int vs = pp_virtual_stage(pp, c);
             const size_t si = slot_index(pp, c, 0);
-            if (vs > 0)
+            if (vs > 0 && local_chunk(pp, vs - 1) < 0)
                 pp->recv_req[si] = group_irecv_f32(GROUP_PP, pp->acts[c][0].resid, x.nd,
                                                    rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
             loss += run_forward(&x, c, mb, 0, 0.0f, 0);

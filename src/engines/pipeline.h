@@ -23,6 +23,7 @@
 
 typedef struct {
     int pp, stage, v, n_virtual;  // ranks, this rank's index, chunks per rank, pp * v
+    PpSchedule sched;             // which chunk is which virtual stage (pipeline_schedule.h)
     StageUnits *virt_units;       // (n_virtual) units of every virtual stage
     int *held;                    // (n_units) 1 for the units this rank holds, 2 for the
                                   // tied embedding held as the last stage's head copy

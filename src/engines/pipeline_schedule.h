@@ -6,7 +6,9 @@
 //
 // The model's units (embedding, layers, final norm + head) are cut into P * v
 // contiguous chunks ("virtual stages"); chunk c of pipeline rank s is virtual stage
-// c * P + s (Narayanan et al. 2021), so with v = 1 rank s simply holds stage s.
+// c * P + s (Narayanan et al. 2021), so with v = 1 rank s simply holds stage s;
+// under zb-v (v = 2) rank s holds stages s and 2P - 1 - s, a V: the forward goes
+// down the ranks and back up, and rank 0 holds both the embedding and the head.
 // The first virtual stage owns the embedding, the last the final norm, head and loss.
 // A step is a list of actions per rank on (chunk, micro-batch) for M micro-batches:
 // a forward F, a backward B, or (zero-bubble schedules) the backward split in two,
@@ -25,6 +27,12 @@
 //               flight (forwarded, W not yet run) on every rank; with F, I and W
 //               times TF, TB, TW per stage the bubble is (P-1)(TF + TB - TW)
 //               against 1f1b's (P-1)(TF + TB + TW): a third of it when equal.
+//   zb-v        two chunks per rank in a V (above), backwards split into I and W,
+//               the list of every rank made by a greedy replay in unit time
+//               (Qi et al. 2023, ZB-V): each rank runs, as soon as it can, an I
+//               if one is ready, else a forward if it holds fewer than 2P
+//               chunk-micro-batches (1f1b's first stage: P whole micro-batches),
+//               else an owed W. The bubble is near zero (a few chunk passes).
 #ifndef FEMTOTRON_PIPELINE_SCHEDULE_H
 #define FEMTOTRON_PIPELINE_SCHEDULE_H
 
@@ -67,5 +75,10 @@ void pp_count_slots(const PpAction *actions, int n, int v, int *slots);
 void pp_count_stash(const PpAction *actions, int n, int v, int *stash);
 // Whether a schedule splits its backwards into I and W.
 int pp_schedule_splits(PpSchedule sched);
+// Virtual stage of chunk c of pipeline rank s (of P), the pipeline rank holding
+// virtual stage k, and that rank's chunk index of it.
+int pp_virtual_of(PpSchedule sched, int P, int s, int c);
+int pp_rank_of_virtual(PpSchedule sched, int P, int k);
+int pp_chunk_of_virtual(PpSchedule sched, int P, int k);
 
 #endif

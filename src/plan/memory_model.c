@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "engines/pipeline_schedule.h"
 #include "plan/plan.h"
 #include "plan/pipeline_sim.h"
 #include "util.h"
@@ -75,7 +76,7 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
         pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);
         double psi = 0.0, act = 0.0;
         for (int c = 0; c < l->v; c++) {
-            int k = c * l->pp + st, first = k == 0, last = k == K - 1;
+            int k = pp_virtual_of(sched, l->pp, st, c), first = k == 0, last = k == K - 1;
             psi += layers[k] * layer + (first ? embed : 0) +
                    (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
             act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);

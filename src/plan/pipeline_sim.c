@@ -9,18 +9,20 @@
 
 // Time of the input of rank s's next action a (its dependency's end plus the
 // message), or -1 while the dependency has not ended.
-static double input_ready(const PpAction *a, int s, int P, int K, int M, const double *done_f,
-                          const double *done_b, double send_s) {
-    const int k = a->chunk * P + s, mb = a->micro;
+static double input_ready(PpSchedule sched, const PpAction *a, int s, int P, int K, int M,
+                          const double *done_f, const double *done_b, double send_s) {
+    const int k = pp_virtual_of(sched, P, s, a->chunk), mb = a->micro;
     double t;
     if (a->op == PP_OP_W) return done_b[(size_t)k * M + mb];  // its own I, earlier on this rank: no message
     if (a->op == PP_OP_F) {
         if (k == 0) return 0.0;
         t = done_f[(size_t)(k - 1) * M + mb];
+        if (t >= 0 && pp_rank_of_virtual(sched, P, k - 1) == s) return t;  // same rank: no message
     } else if (k == K - 1) {
         return done_f[(size_t)k * M + mb];
     } else {
         t = done_b[(size_t)(k + 1) * M + mb];
+        if (t >= 0 && pp_rank_of_virtual(sched, P, k + 1) == s) return t;
     }
     return t < 0 ? -1.0 : t + send_s;
 }
@@ -28,6 +30,7 @@ static double input_ready(const PpAction *a, int s, int P, int K, int M, const d
 // The replay's state: every rank's action list, its progress, and the end time
 // of every (virtual stage, micro-batch) forward and backward.
 typedef struct {
+    PpSchedule sched;
     int P, v, M, K;
     const double *fwd, *bwd, *wgt;
     double send_s;
@@ -44,7 +47,7 @@ typedef struct {
 // Seconds of an action: a split backward's I is the backward less its weight
 // gradients (wgt, or half the backward when not given), its W the rest.
 static double action_s(const Replay *r, const PpAction *a, int s) {
-    const int k = a->chunk * r->P + s;
+    const int k = pp_virtual_of(r->sched, r->P, s, a->chunk);
     const double w = r->wgt ? r->wgt[k] : 0.5 * r->bwd[k];
     switch (a->op) {
     case PP_OP_F: return r->fwd[k];
@@ -57,10 +60,10 @@ static double action_s(const Replay *r, const PpAction *a, int s) {
 // previous stage waits for) in done_b, W in done_w (only its own rank follows it).
 static double *done_slot(Replay *r, const PpAction *a, int s) {
     double *t = a->op == PP_OP_F ? r->done_f : a->op == PP_OP_W ? r->done_w : r->done_b;
-    return &t[(size_t)(a->chunk * r->P + s) * r->M + a->micro];
+    return &t[(size_t)pp_virtual_of(r->sched, r->P, s, a->chunk) * r->M + a->micro];
 }
 static double ready_at(const Replay *r, const PpAction *a, int s) {
-    return input_ready(a, s, r->P, r->K, r->M, r->done_f, r->done_b, r->send_s);
+    return input_ready(r->sched, a, s, r->P, r->K, r->M, r->done_f, r->done_b, r->send_s);
 }
 
 // Dedicated devices: sweep the ranks, running every action whose input is known
@@ -138,7 +141,7 @@ static double replay_shared(Replay *r, const double *speed) {
 
 PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
                           const double *bwd, const double *wgt, double send_s, const double *speed) {
-    Replay r = {P, v, M, P * v, fwd, bwd, wgt, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    Replay r = {sched, P, v, M, P * v, fwd, bwd, wgt, send_s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     r.acts = xmalloc(sizeof(PpAction *) * (size_t)P, "pipeline replay");
     r.n = xmalloc(sizeof(int) * (size_t)P, "pipeline replay");
     r.next = xcalloc(sizeof(int) * (size_t)P, "pipeline replay");

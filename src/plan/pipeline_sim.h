@@ -23,7 +23,7 @@ typedef struct {
 } PipeSim;
 
 // P ranks, v chunks each, M micro-batches, schedule `sched`. fwd[k], bwd[k]: seconds of one micro-batch's forward/backward on
-// virtual stage k (P*v entries); wgt[k] (or NULL: half of bwd[k]): the part of
+// virtual stage k (P*v entries; the schedule says which rank holds k); wgt[k] (or NULL: half of bwd[k]): the part of
 // bwd[k] that is weight gradients, the W of a split backward (zero-bubble
 // schedules: its I takes bwd[k] - wgt[k]); send_s: seconds of one activation (or gradient)
 // message between neighbouring stages; speed (P+1 entries, or NULL for 1): the

@@ -121,6 +121,7 @@ int plan_layout_check(const PlanProblem *p, const PlanLayout *l, char *why, size
     if (l->cp > 1 && p->seq % (2 * l->cp))
         REFUSE("sequence %d is not divisible by 2 * cp = %d", p->seq, 2 * l->cp);
     if (l->pp * l->v > pm->L) REFUSE("pp * v = %d stages for %d layers", l->pp * l->v, pm->L);
+    if (l->sched == PP_ZB_V && l->v != 2) REFUSE("zb-v needs v = 2 chunks per rank (got %d)", l->v);
     if (l->sched == PP_INTERLEAVED && l->micro % l->pp)
         REFUSE("interleaved needs micro-batches (%d) a multiple of pp = %d", l->micro, l->pp);
     if (l->sp && ((long long)l->mbs * (p->seq / l->cp)) % l->tp)

@@ -64,7 +64,7 @@ void plan_parse_layout(PlanLayout *l, const char *text) {
         const char *k = tok, *v = eq + 1;
         if (strcmp(k, "sched") == 0) {  // the spellings of parallel.pp_schedule
             int sched = config_name_index(PP_SCHEDULE_NAMES, v);
-            if (sched < 0) die("--layout: sched=%s: must be afab, 1f1b, interleaved or zb-h1", v);
+            if (sched < 0) die("--layout: sched=%s: must be afab, 1f1b, interleaved, zb-h1 or zb-v", v);
             l->sched = (PpSchedule)sched;
         } else if (strcmp(k, "recompute") == 0) {  // and of training.recompute
             int rc = config_name_index(RECOMPUTE_NAMES, v);
@@ -284,7 +284,8 @@ int plan_main(int argc, char **argv) {
                 p.global_seqs, l.dp, l.mbs);
         l.micro = (int)(p.global_seqs / ((long long)l.dp * l.mbs));
         if (l.pp == 1) l.sched = PP_1F1B;
-        if (l.sched != PP_INTERLEAVED) l.v = 1;
+        if (l.sched == PP_ZB_V) l.v = 2;
+        else if (l.sched != PP_INTERLEAVED) l.v = 1;
         char why[512];
         if (!plan_layout_check(&p, &l, why, sizeof why))
             die("plan: --layout %s cannot run: %s", a.layout, why);

@@ -285,7 +285,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     for (int st = 0; st < l->pp; st++) {
         double par = 0.0;
         for (int c = 0; c < l->v; c++) {
-            int k = c * l->pp + st;
+            int k = pp_virtual_of(l->sched, l->pp, st, c);
             par += stage_params(p, l, layers[k], k == 0, k == K - 1);
         }
         if (par > rank_params) rank_params = par;
@@ -316,7 +316,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     Cost busy = {0, 0, 0, 0};
     double last_bwd = 0.0;
     for (int c = 0; c < l->v; c++) {
-        int k = c * l->pp + without.busiest;
+        int k = pp_virtual_of(l->sched, l->pp, without.busiest, c);
         add(&busy, cf[k], M);
         add(&busy, cb[k], M);
         last_bwd += bwd[k];

@@ -139,6 +139,50 @@ static void test_zero_bubble(void) {
     CHECK(one[0] == 0, "1f1b keeps no stash (got %d)", one[0]);
 }
 
+// ZB-V: two chunks per rank in a V (rank s holds virtual stages s and 2P-1-s),
+// lists from a greedy replay. Its bubble at equal F, I, W per chunk is below
+// ZB-H1's (P-1)(F+B-W) (in stage units: 2(P-1) chunk passes) and 1f1b's; every
+// rank holds at most 2P chunk-micro-batches (1f1b's first stage: P whole ones); the
+// lists replay without deadlock under unequal costs too.
+static void test_zero_bubble_v(void) {
+    const int cases[][2] = {{2, 2}, {2, 4}, {2, 8}, {4, 4}, {4, 8}, {4, 16}, {8, 16}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int P = cases[c][0], M = cases[c][1], K = 2 * P;
+        double fwd[16], bwd[16], wgt[16];
+        for (int k = 0; k < K; k++) fwd[k] = 1.0, bwd[k] = 2.0, wgt[k] = 1.0;  // chunk units
+        PipeSim z = pipeline_simulate(PP_ZB_V, P, 2, M, fwd, bwd, wgt, 0.0, NULL);
+        const double ideal = 6.0 * M, bubble = z.makespan - ideal, h1 = 2.0 * (P - 1);
+        int mem_ok = 1, len_ok = 1;
+        for (int s = 0; s < P; s++) {
+            PpAction acts[PP_MAX_ACTIONS(16, 2)];
+            int n = pp_schedule_actions(PP_ZB_V, M, P, s, 2, acts), live = 0, peak = 0;
+            for (int i = 0; i < n; i++) {
+                live += acts[i].op == PP_OP_F ? 1 : acts[i].op == PP_OP_W ? -1 : 0;
+                if (live > peak) peak = live;
+            }
+            mem_ok &= peak <= 2 * P;
+            len_ok &= n == 6 * M && live == 0;
+        }
+        CHECK(bubble < h1 && bubble <= P, "zb-v P=%d M=%d: bubble %.1f chunk passes < zb-h1's %.0f (1f1b %.0f)", P, M,
+              bubble, h1, 6.0 * (P - 1));
+        CHECK(mem_ok && len_ok, "zb-v P=%d M=%d: 6M actions per rank, at most 2P = %d chunk-micro-batches held", P, M,
+              2 * P);
+        for (int k = 0; k < K; k++) fwd[k] = 1.0 + 0.37 * (k % 3), bwd[k] = 2.0 + 0.5 * (k % 2), wgt[k] = 0.6;
+        PipeSim u = pipeline_simulate(PP_ZB_V, P, 2, M, fwd, bwd, wgt, 0.1, NULL);  // dies on a deadlock
+        CHECK(u.makespan > 0, "zb-v P=%d M=%d: unequal stages and sends replay without deadlock (%.2f)", P, M,
+              u.makespan);
+    }
+    int map_ok = 1;
+    for (int P = 1; P <= 8; P++)
+        for (int s = 0; s < P; s++)
+            for (int c = 0; c < 2; c++) {
+                int k = pp_virtual_of(PP_ZB_V, P, s, c);
+                map_ok &= pp_rank_of_virtual(PP_ZB_V, P, k) == s && pp_chunk_of_virtual(PP_ZB_V, P, k) == c;
+            }
+    CHECK(map_ok && pp_virtual_of(PP_ZB_V, 4, 0, 1) == 7 && pp_virtual_of(PP_ZB_V, 4, 3, 1) == 4,
+          "zb-v's V: rank s holds stages s and 2P-1-s (rank 0 the first and the last), and back");
+}
+
 static void test_memory_formulas(void) {
     // Model states, bf16 mixed precision (Playbook): 2 + 2 + 12 bytes per parameter
     // on one rank; ZeRO-1/2/3 over N_d ranks.
@@ -320,6 +364,7 @@ static void test_search(void) {
 int main(void) {
     test_bubble();
     test_zero_bubble();
+    test_zero_bubble_v();
     test_memory_formulas();
     test_step_time();
     test_search();
