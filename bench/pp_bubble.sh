@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/pp_bubble.sh — pipeline bubble of the afab, 1f1b, interleaved (v = 2) and
-# zero-bubble zb-h1 schedules at pp = 2 and 4 for M = pp, 2pp, 4pp micro-batches
+# zero-bubble zb-h1 and zb-v (v = 2, chunks in a V) schedules at pp = 2 and 4 for M = pp, 2pp, 4pp micro-batches
 # per step, next to the formula (p - 1) / (v m) (bubble time over ideal compute
 # time; Narayanan et al. 2021, eq. 1 and 3), for zb-h1 (p - 1)(TF + TB - TW) /
-# (m (TF + TB + TW)) = (p - 1) / (3m) at TF = TB = TW (Qi et al. 2023), with each
+# (m (TF + TB + TW)) = (p - 1) / (3m) at TF = TB = TW (Qi et al. 2023; zb-v: 0 in
+# the paper's handcrafted schedule, ours comes from a greedy replay), with each
 # run's step time and every stage's planned activation memory.
 #
 # Every run writes a Chrome trace (logging.trace); the bubble is computed from it
@@ -46,9 +47,10 @@ MODEL=(--model.hidden_size 256 --model.intermediate_size 768 --model.num_hidden_
 STEPS=${STEPS:-5}
 
 cat >"$TMP/bubble.py" <<'EOF'
-# bubble.py TRACE PP V M MEASURE -> "sim timed measured_vs_mean measured_vs_slowest busy_ms(per rank) span_ms"
+# bubble.py TRACE PP V M MEASURE SCHED -> "sim timed measured_vs_mean measured_vs_slowest busy_ms(per rank) span_ms"
 import json, statistics, sys
 path, P, V, M, measure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+vee = sys.argv[6] == "zb-v"  # chunk c of rank r is virtual stage r (c = 0) or 2P-1-r (c = 1)
 OPS = {"forward": "F", "backward": "B", "backward-input": "I", "backward-weight": "W"}
 ev = [e for e in json.load(open(path))["traceEvents"]
       if e.get("ph") == "X" and e["name"] in OPS and e["args"]["step"] > 0]
@@ -56,11 +58,12 @@ split = any(OPS[e["name"]] == "W" for e in ev)
 UNIT = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 steps = sorted({e["args"]["step"] for e in ev})
 K = P * V                                      # virtual stages; chunk c of rank r is c * P + r
+def stage(c, r): return (r if c == 0 else 2 * P - 1 - r) if vee else c * P + r
 
 def replay(step, cost):
     """Replay of every rank's action order, an action op of virtual stage k taking
     cost(op, k); returns the makespan."""
-    todo = {r: [(OPS[e["name"]], e["args"]["chunk"] * P + r, e["args"]["micro"])
+    todo = {r: [(OPS[e["name"]], stage(e["args"]["chunk"], r), e["args"]["micro"])
                 for e in sorted((e for e in ev if e["tid"] == r and e["args"]["step"] == step),
                                 key=lambda e: e["ts"])] for r in range(P)}
     assert all(len(todo[r]) == (3 if split else 2) * M * V for r in range(P)), f"step {step}: wrong action count"
@@ -93,10 +96,10 @@ ops = ("F", "I", "W") if split else ("F", "B")
 for op in ops if measure else ():
     for k in range(K):
         d = [e["dur"] for e in ev if e["args"]["step"] > 1 and OPS[e["name"]] == op
-             and e["args"]["chunk"] * P + e["tid"] == k]
+             and stage(e["args"]["chunk"], e["tid"]) == k]
         med[(op, k)] = statistics.median(d)
 if measure:
-    mean_work = statistics.mean(sum(M * sum(med[(op, k)] for op in ops) for k in range(K) if k % P == r)
+    mean_work = statistics.mean(sum(M * sum(med[(op, k)] for op in ops) for c in range(V) for k in [stage(c, r)])
                                 for r in range(P))
     timed = statistics.median(replay(s, lambda op, k: med[(op, k)]) for s in steps[1:]) / mean_work - 1.0
 meas_mean = meas_max = float("nan")
@@ -118,8 +121,8 @@ EOF
 DAT="$RES/pp_bubble.dat"
 echo "# pp schedule v M formula sim_ratio timed_ratio measured_vs_mean measured_vs_slowest busy_ms_per_rank span_ms step_ms act_mib_per_rank" >"$DAT"
 for pp in 2 4; do
-    for sched in afab 1f1b interleaved zb-h1; do
-        v=1; [ "$sched" = interleaved ] && v=2
+    for sched in afab 1f1b interleaved zb-h1 zb-v; do
+        v=1; [ "$sched" = interleaved ] || [ "$sched" = zb-v ] && v=2
         for M in $pp $((2 * pp)) $((4 * pp)); do
             log="$TMP/run.log"
             trace="$TMP/trace_${pp}_${sched}_${M}.json"
@@ -131,8 +134,8 @@ for pp in 2 4; do
                 --logging.trace "$trace" --logging.verbose true --logging.metrics "$TMP/metrics.jsonl" \
                 >"$log" 2>&1 || { echo "run pp=$pp $sched M=$M failed:"; tail -5 "$log"; exit 1; }
             measure=0; [ "$pp" -eq 2 ] && measure=1
-            r=$(/usr/bin/python3 "$TMP/bubble.py" "$trace" "$pp" "$v" "$M" "$measure")
-            f=$(awk -v p="$pp" -v v="$v" -v m="$M" -v s="$sched" 'BEGIN { d = s == "zb-h1" ? 3 * m : v * m; printf "%.4f", (p - 1) / d }')
+            r=$(/usr/bin/python3 "$TMP/bubble.py" "$trace" "$pp" "$v" "$M" "$measure" "$sched")
+            f=$(awk -v p="$pp" -v v="$v" -v m="$M" -v s="$sched" 'BEGIN { d = s == "zb-h1" ? 3 * m : v * m; printf "%.4f", s == "zb-v" ? 0 : (p - 1) / d }')
             # Median step time (steps 2..N) and every rank's planned activation bytes.
             step_ms=$(grep -o '"step_ms": [0-9.]*' "$TMP/metrics.jsonl" | awk 'NR > 1 { print $2 }' | sort -n |
                       awk '{ a[NR] = $1 } END { printf "%.0f", NR ? a[int((NR + 1) / 2)] : 0 }')
@@ -145,12 +148,13 @@ for pp in 2 4; do
 done
 
 {
-    echo "# Pipeline bubble: afab, 1f1b, interleaved, zb-h1"
+    echo "# Pipeline bubble: afab, 1f1b, interleaved, zb-h1, zb-v"
     echo
     echo "Model: 8 layers, hidden 256, intermediate 768, 4/2 heads, vocab 257; seq 128 x micro-batch 2;"
     echo "$STEPS steps per run, threads 1, one rank per pipeline stage (4 ranks on 2 cores at pp = 4)."
     echo "Bubble = bubble time / ideal compute time; formula (p - 1) / (v m), for zb-h1 (p - 1) / (3m)"
-    echo "(Qi et al. 2023 at equal F, B and W). The idle fraction of a step is bubble / (1 + bubble)."
+    echo "(Qi et al. 2023 at equal F, B and W), for zb-v 0 (the paper's handcrafted ZB-V; femtotron's"
+    echo "lists come from a greedy replay). The idle fraction of a step is bubble / (1 + bubble)."
     echo "Method: bench/README.md, section \"Pipeline bubble\"."
     echo
     echo "- **schedule**: each rank's event order from the trace, replayed in unit time (forward 1/v,"
@@ -194,16 +198,18 @@ do for [p=2:4:2] {
          (p-1.0)/(2*x) with lines lw 2 lc rgb "gray60" dt 2 title "(p-1)/(2m)", \
          "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):6 with points pt 6 ps 2.2 lc 1 title "afab schedule", \
          "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):6 with points pt 2 ps 1.6 lc 2 title "1f1b schedule", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):6 with points pt 12 ps 1.8 lc 4 title "interleaved v=2 schedule", \
+         "$DAT" using (\$1==p && strcol(2) eq "interleaved" ? \$4 : 1/0):6 with points pt 12 ps 1.8 lc 4 title "interleaved v=2 schedule", \
          (p-1.0)/(3*x) with lines lw 2 lc rgb "dark-green" dt 2 title "(p-1)/(3m) (zb-h1)", \
          "$DAT" using (\$1==p && strcol(2) eq "zb-h1" ? \$4 : 1/0):6 with points pt 8 ps 1.8 lc rgb "dark-green" title "zb-h1 schedule", \
          "$DAT" using (\$1==p && strcol(2) eq "zb-h1" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 9 lc rgb "dark-green" title "zb-h1 measured (vs slowest rank)", \
+         "$DAT" using (\$1==p && strcol(2) eq "zb-v" ? \$4 : 1/0):6 with points pt 4 ps 1.8 lc rgb "orange" title "zb-v schedule", \
+         "$DAT" using (\$1==p && strcol(2) eq "zb-v" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 5 lc rgb "orange" title "zb-v measured (vs slowest rank)", \
          "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 7 lc 1 title "afab measured (vs slowest rank)", \
          "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 5 lc 2 title "1f1b measured (vs slowest rank)", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 13 lc 4 title "interleaved measured (vs slowest rank)", \
+         "$DAT" using (\$1==p && strcol(2) eq "interleaved" ? \$4 : 1/0):(\$9==\$9 ? \$9 : 1/0) with linespoints lw 2 pt 13 lc 4 title "interleaved measured (vs slowest rank)", \
          "$DAT" using (\$1==p && strcol(2) eq "afab" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 1 dt 3 title "afab measured (vs mean rank)", \
          "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 2 dt 3 title "1f1b measured (vs mean rank)", \
-         "$DAT" using (\$1==p && \$3==2 ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 4 dt 3 title "interleaved measured (vs mean rank)"
+         "$DAT" using (\$1==p && strcol(2) eq "interleaved" ? \$4 : 1/0):(\$8==\$8 ? \$8 : 1/0) with lines lw 1 lc 4 dt 3 title "interleaved measured (vs mean rank)"
 }
 unset multiplot
 EOF

@@ -12,7 +12,7 @@ void plan_print_legend(void) {
            "zN = ZeRO stage N (parallel.zero);\n"
            "  mbsN = sequences per micro-batch (training.micro_batch_size); MN = micro-batches per "
            "step per data-parallel rank (training.grad_acc_steps);\n"
-           "  afab / 1f1b / interleaved / zb-h1 = pipeline schedule (parallel.pp_schedule), with xN = N model "
+           "  afab / 1f1b / interleaved / zb-h1 / zb-v = pipeline schedule (parallel.pp_schedule), with xN = N model "
            "chunks per rank (parallel.pp_virtual; x4+ = 4 or more);\n"
            "  rc:none / rc:selective / rc:full = activation recomputation (training.recompute).\n"
            "columns: memory per rank in GiB; fit = fits the budget; step s = predicted seconds per "
