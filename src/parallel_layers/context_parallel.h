@@ -45,8 +45,9 @@ typedef struct {
     float *m, *l;       // (B, H, S) running max and sum of the online softmax
     float *rowdot;      // (B, H, S) sum(dout * out) per attention row
     float *scratch;     // (attention_scratch_floats) per-thread tiles
-    float *ring;        // (cp_ring_floats) cp > 1: two travelling blocks (B*S, 4*KV*hd)
-                        // and the homing message pair (2, B*S, 2*KV*hd)
+    float *ring;        // (cp_ring_floats) cp > 1: (6, B*S, 2*KV*hd) blocks of k|v or dk|dv:
+                        // the forward uses 2 (the block held, the next), the backward 5
+                        // (k|v held and next, two partial gradient sums, the incoming one)
 } RingAttention;
 
 // Floats of the ring buffer for B sequences of S local tokens with KV heads of hd
