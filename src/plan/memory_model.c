@@ -28,7 +28,10 @@
 //    its vocabulary shard (4*s*b*V/t) for the cross-entropy backward.
 //  * Pipeline: a rank holds as many micro-batches of each chunk as its schedule
 //    keeps in flight (the trainer's action lists: 1F1B pp - stage, AFAB all M);
-//    Korthikanti's "the first stage holds p micro-batches" follows from it.
+//    Korthikanti's "the first stage holds p micro-batches" follows from it. Under
+//    a zero-bubble schedule each micro-batch between its I and its W also keeps
+//    its layers' output gradients (model/activations.h: four (s b h) per layer, /t
+//    with sequence parallel; full recomputation adds gate|up's and q|k|v's).
 // Communication buffers: the gathered activation of TP (s*b*h), the ring
 // attention's double buffer of K|V and their gradients, two pipeline message
 // buffers per chunk, and with ZeRO-3 two gathered units.
@@ -69,11 +72,14 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     const double embed = (double)pm->V * pm->D / t, layer = plan_layer_params(pm) / t;
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K)
     int *slots = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
+    int *stash = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
+    PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(l->micro, l->v), "plan slots");
     plan_split(p, l, layers);
     const PpSchedule sched = l->sched;
     PlanMemory worst = {0, 0, 0, 0, 0, 0};
     for (int st = 0; st < l->pp; st++) {
         pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);
+        pp_count_stash(acts, pp_schedule_actions(sched, l->micro, l->pp, st, l->v, acts), l->v, stash);
         double psi = 0.0, act = 0.0;
         for (int c = 0; c < l->v; c++) {
             int k = pp_virtual_of(sched, l->pp, st, c), first = k == 0, last = k == K - 1;
@@ -81,6 +87,10 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
                    (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
             act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);
             if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);
+            double keep = 4.0 * 2.0 * s * b * h * (l->sp ? 1 / t : 1);  // bf16 output gradients
+            if (l->recompute == RECOMPUTE_FULL)
+                keep += 2.0 * s * b * (2.0 * pm->F + (pm->H + 2.0 * pm->KV) * plan_head_dim(pm)) / t;
+            act += stash[c] * layers[k] * keep;
         }
         if (l->recompute == RECOMPUTE_FULL) act += layer_working_bytes(pm, l, s, b);
         PlanMemory m;
@@ -97,5 +107,7 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     }
     free(layers);
     free(slots);
+    free(stash);
+    free(acts);
     return worst;
 }
