@@ -24,7 +24,10 @@
 //                            columns zero, large logits, want_grads 0 and 1
 //   decoder stack            a model_tp_shard model vs model_whole, same weights:
 //                            init slices, loss, every gradient slice (tied and
-//                            untied head, 2 micro-batches accumulated)
+//                            untied head, 2 micro-batches accumulated); and the
+//                            split backward of the zero-bubble schedules (input
+//                            half, then weight half: the tp pieces' _input and
+//                            _weight halves) equal to the fused one bit for bit
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -401,6 +404,26 @@ static void test_stack(int sp, int tied) {
     report(worst, TOL, "decoder stack sp=%d %s: every gradient slice = full gradient (worst tensor per rank)",
            sp, tag);
     report(pad, 0.0, "decoder stack sp=%d %s: vocab padding rows get zero gradient", sp, tag);
+
+    // The split backward on the tp shard: the same 2 micro-batches, I then W, must
+    // give the fused gradients gt bit for bit (every rank, every element).
+    float *gs = zeros(mt.num_elements);
+    WholeBuffers ws = {pt, gs, &mt};
+    ParamAccess pas = param_access_whole(&ws);
+    WeightGradStash st;
+    wstash_alloc(&st, &mt, sut, B, S);
+    for (int k = 0; k < micro; k++) {
+        int32_t tok[16], tgt[16];
+        fill_tokens(tok, N, mc.vocab_size, 5 * k);
+        fill_tokens(tgt, N, mc.vocab_size, 5 * k + 1);
+        llama_stage_forward(&mt, &pas, &at, tok, NULL, tgt, scale, 1);
+        llama_stage_backward_input(&mt, &pas, &at, NULL, &st);
+        llama_stage_backward_weight(&mt, &pas, &at, tok, &st);
+    }
+    double differ = memcmp(gs, gt, sizeof(float) * mt.num_elements) ? 1.0 : 0.0;
+    report(differ, 0.0, "decoder stack sp=%d %s: split backward (input, then weight half) = fused, bit for bit", sp, tag);
+    wstash_free(&st);
+    free(gs);
     activations_free(&a1);
     activations_free(&at);
     free(p1), free(g1), free(pt), free(gt);
