@@ -128,10 +128,13 @@ static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only)
         pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
         pp->targets[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
         // Only a chunk with a stage before it sends input-gradients back, only one
-        // with a stage after it receives output-gradients: the ends keep 0 bytes.
+        // with a stage after it receives output-gradients: the ends keep 0 bytes, and
+        // so does the send of a chunk whose previous stage is on this rank (zb-v's
+        // turn: the gradient goes straight into that chunk's receive buffer).
         const int vs = pp_virtual_stage(pp, c);
         const size_t msg = sizeof(float) * N * m->D * ns;
-        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, vs > 0 ? msg : 0, "gradient send");                 // (ns, N, D)
+        const int sends = vs > 0 && pp_rank_of_virtual(pp->sched, pp->pp, vs - 1) != pp->stage;
+        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, sends ? msg : 0, "gradient send");                   // (ns, N, D)
         pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, vs < pp->n_virtual - 1 ? msg : 0, "gradient recv");  // (ns, N, D)
     }
 }
