@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/peak.h"
+#include "bench/run_peak.h"
 #include "dist/comm.h"
 #include "dist/grid.h"
 #include "io/checkpoint.h"
@@ -193,18 +193,12 @@ int train_main(int argc, char **argv) {
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;
-    // MFU denominator: peak per rank (given, or this rank's measured GEMM peak,
-    // averaged over ranks) times the number of ranks.
-    double peak = tc->peak_flops;
-    if (peak <= 0.0) {
-        if (rank0) {
-            printf("measuring the GEMM peak for MFU (set training.peak_flops to skip this) ...\n");
-            fflush(stdout);
-        }
-        peak = bench_gemm_peak(1024, 0.5);
-        group_allreduce_sum_f64(GROUP_WORLD, &peak, 1);
-        peak /= world;
+    // MFU denominator: the peak of every rank together (bench/run_peak.h).
+    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0]) {
+        printf("finding the GEMM peak for MFU (cached per node; training.peak_flops skips this) ...\n");
+        fflush(stdout);
     }
+    const RunPeak peak = run_peak(&cfg, tc->threads);
     const LlamaModel *model = &t.rank.model;
     const double fpt = llama_flops_per_token(model, tc->seq_length);
     if (cfg.logging.verbose) {
@@ -231,9 +225,9 @@ int train_main(int argc, char **argv) {
         printf("\n");
         print_sources("data.train", &t.train_data, (double)tc->steps * tc->global_batch_size);
         if (t.has_val) print_sources("data.val (each source scored on its own)", &t.val_data, 0);
-        printf("threads %d per rank | peak %.1f GFLOP/s per rank (%s) | %.3g model FLOPs/token\n",
-               tc->threads, peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM",
-               fpt);
+        printf("threads %d per rank | %.3g model FLOPs/token\n", tc->threads, fpt);
+        printf("MFU peak: %.1f GFLOP/s per rank, %.1f GFLOP/s in all (%s)\n", peak.per_rank / 1e9,
+               peak.total / 1e9, peak.source);
     }
     if (rank0 || cfg.logging.verbose) print_memory();
     setup_checkpoints(&t);
@@ -255,7 +249,7 @@ int train_main(int argc, char **argv) {
             val = trainer_validate(&t);
         if (rank0) {
             progress_count(&progress, r.step, tokens_per_step, dt, val);
-            log_step(&progress, &metrics, &t, &r, tokens_per_step, dt, fpt, peak * world, val);
+            log_step(&progress, &metrics, &t, &r, tokens_per_step, dt, fpt, peak.total, val);
         }
         // The ranks agree once per step, in one small all-reduce, whether any of them
         // was signalled and whether every background checkpoint writer is done.
@@ -284,7 +278,7 @@ int train_main(int argc, char **argv) {
         }
     }
     checkpointer_finish(&t);  // the last async save's line comes before the summary
-    if (rank0) progress_summary(&progress, &cfg, fpt, peak * world);
+    if (rank0) progress_summary(&progress, &cfg, fpt, peak.total);
     metrics_close(&metrics);
     t.ckpt.metrics = NULL;
     trace_close();
