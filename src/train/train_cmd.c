@@ -53,6 +53,42 @@ static void print_memory(void) {
     fflush(stdout);
 }
 
+// The largest rank of each kind (pipeline stages differ: the last holds the head
+// and the logits, the first the most in-flight micro-batches): collective; rank 0
+// prints one line, each kind's maximum with the lowest rank that has it, and the
+// largest total with its grid position.
+static void print_memory_max(const ParallelConfig *pc) {
+    const int world = comm_world_size(), me = comm_world_rank();
+    if (world == 1) return;
+    enum { COLS = MEM_KINDS + 1 };  // the kinds, then the total
+    double *table = xcalloc(sizeof(double) * (size_t)world * COLS, "memory table");  // (world, COLS) bytes
+    double total = 0;
+    for (int k = 0; k < MEM_KINDS; k++) total += table[(size_t)me * COLS + k] = (double)mem_allocated(k);
+    table[(size_t)me * COLS + MEM_KINDS] = total;
+    group_allreduce_sum_f64(GROUP_WORLD, table, (size_t)world * COLS);
+    if (me == 0) {
+        int at[COLS];  // the lowest rank with the largest value of each column
+        for (int c = 0; c < COLS; c++) {
+            at[c] = 0;
+            for (int r = 1; r < world; r++)
+                if (table[(size_t)r * COLS + c] > table[(size_t)at[c] * COLS + c]) at[c] = r;
+        }
+        const double MiB = 1024.0 * 1024.0;
+        printf("memory (max over %d ranks):", world);
+        for (int k = 0; k < MEM_KINDS; k++) {
+            const double b = table[(size_t)at[k] * COLS + k];
+            if (k == MEM_SNAPSHOT && b == 0) continue;  // only with checkpoint.async
+            printf(" %s %.1f MiB (rank %d) |", mem_kind_name(k), b / MiB, at[k]);
+        }
+        const int r = at[MEM_KINDS];
+        const GridCoords g = grid_coords(pc, r);
+        printf(" total %.1f MiB on rank %d (pp stage %d of %d, dp %d, cp %d, tp %d)\n",
+               table[(size_t)r * COLS + MEM_KINDS] / MiB, r, g.pp, pc->pp, g.dp, g.cp, g.tp);
+        fflush(stdout);
+    }
+    free(table);
+}
+
 // Every output the run writes late (checkpoints, metrics, the trace) is created and
 // checked writable now, before any compute that a failed first save would lose.
 // Rank 0 also clears what an interrupted save left in checkpoint.dir.
@@ -230,6 +266,7 @@ int train_main(int argc, char **argv) {
                peak.total / 1e9, peak.source);
     }
     if (rank0 || cfg.logging.verbose) print_memory();
+    print_memory_max(&cfg.parallel);
     setup_checkpoints(&t);
 
     MetricsLog metrics = {0};
