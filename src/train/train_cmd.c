@@ -254,6 +254,16 @@ int train_main(int argc, char **argv) {
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
                cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
                cfg.parallel.pp_virtual);
+        const DataParallel *dp = &t.rank.dp;
+        if (dp->n_grad_windows > 0)
+            printf("ZeRO-%d windows: %d gradient + %d parameter of %.2f MiB each (the largest bucket%s)%s\n",
+                   dp->zero, dp->n_grad_windows, dp->n_param_windows,
+                   dp_window_elements(dp) * sizeof(float) / (1024.0 * 1024.0),
+                   dp->piece_max ? "; embedding and head in pieces" : "",
+                   dp->zero == 3 && dp->n_grad_windows == 1
+                       ? "; one gradient window, so reductions do not overlap backward: a second would cost more "
+                         "than ZeRO-3 saves over ZeRO-1 here"
+                       : "");
         printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank",
                tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size);
         if (t.train_data.n == 1)
