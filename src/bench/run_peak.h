@@ -1,5 +1,5 @@
 // bench/run_peak.h — the peak FLOP/s a training run's MFU is measured against, and
-// where it came from (docs/DESIGN.md, "MFU").
+// where it came from (the README's MFU paragraph says the same for users).
 //
 // In order of precedence:
 //   1. training.peak_flops   FLOP/s per rank, as given;
