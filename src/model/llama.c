@@ -61,7 +61,7 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
 
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
-static void piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1) {
+void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1) {
     const size_t D = (size_t)m->D, end = off + (size_t)rows * D;
     const size_t a = lo > off ? lo : off, b = hi < end ? hi : end;
     *r0 = a < b ? (int)((a - off) / D) : 0;
@@ -82,7 +82,7 @@ static void embed_forward(const LlamaModel *m, const ParamAccess *pa, Activation
         size_t lo, hi;
         int r0, r1;
         llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
-        piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
+        llama_piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
         const float *w = pa->acquire_piece(pa->ctx, 0, k);  // rows [r0, r1) of the (Vl, D) table
         embedding_copy_range(partial, tokens, w + (m->embed + (size_t)r0 * D - lo), N, D, m->vocab.v0 + r0,
                              r1 - r0);
@@ -96,7 +96,7 @@ static void embed_forward(const LlamaModel *m, const ParamAccess *pa, Activation
 static void head_piece_forward(const LlamaModel *m, Activations *a, const float *x_full, const float *w,
                                size_t hoff, size_t lo, size_t hi, int N) {
     int r0, r1;
-    piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     if (r1 > r0)
         matmul_forward_ld(a->logits + r0, m->Vl, x_full, w + (hoff + (size_t)r0 * m->D - lo), N, m->D, r1 - r0);
 }
@@ -192,7 +192,7 @@ static void head_piece_backward(const LlamaModel *m, Activations *a, const float
     const TensorParallel *tp = &m->tp;
     const int D = m->D;
     int r0, r1;
-    piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     const size_t at = hoff + (size_t)r0 * D - lo;
     if (r1 > r0) {
         matmul_backward_ld(din, NULL, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, !*first);
@@ -249,7 +249,7 @@ static void embed_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         size_t lo, hi;
         int r0, r1;
         llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
-        piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
+        llama_piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
         float *g = pa->piece_grads(pa->ctx, 0, k);
         embedding_backward_range(g + (m->embed + (size_t)r0 * D - lo), d, tokens, N, D, m->vocab.v0 + r0,
                                  r1 - r0);

@@ -1,7 +1,8 @@
 // model/llama_layer.h — what the two files of a stage's backward share inside
 // model/: the forward of one decoder layer (model/llama.c), which full
 // recomputation re-runs in the fused backward (llama.c) and in both halves of the
-// split one (model/llama_split.c), and the address of a tensor inside a unit.
+// split one (model/llama_split.c), the address of a tensor inside a unit, and the
+// rows of a row table (embedding, head) inside one of its pieces.
 #ifndef FEMTOTRON_LLAMA_LAYER_H
 #define FEMTOTRON_LLAMA_LAYER_H
 
@@ -17,5 +18,9 @@
 // rebuilt, before the layer output, which is kept (and for the last layer of a
 // stage may still be on its way to the next stage, so it must not be written).
 void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i, int recompute);
+
+// Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
+// range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
+void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1);
 
 #endif

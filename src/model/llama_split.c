@@ -75,25 +75,53 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     pa->release_params(pa->ctx, u);
 }
 
+// The head's input half, piece by piece in the fused backward's order (the same
+// accumulation of din): din(N, D) (+)= dlogits[:, r0:r1] @ head[r0:r1], reduced over
+// the tensor group into the final norm's output gradient (kept for W), then the
+// norm's input gradient into a->dresid. a->logits holds dlogits (kept for W too).
+static void head_piece_input(const LlamaModel *m, Activations *a, const float *w, size_t hoff, size_t lo,
+                             size_t hi, int N, float *din, int *first) {
+    int r0, r1;
+    llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    if (r1 <= r0) return;
+    matmul_backward_ld(din, NULL, a->logits + r0, m->Vl, NULL, w + (hoff + (size_t)r0 * m->D - lo), N, m->D,
+                       r1 - r0, !*first);
+    *first = 0;
+}
+
+static void head_backward_input(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                                 WeightGradStash *st, int N) {
+    const TensorParallel *tp = &m->tp;
+    const int Nr = llama_rows(m, N), D = m->D, uf = m->L + 1, tied = m->cfg.tie_word_embeddings;
+    const int uh = tied ? 0 : uf;  // the unit holding the head's weight
+    const size_t hoff = tied ? m->embed : m->head;
+    float *din = tp->sp ? a->tp_partial : st->d_lnf;  // (N, D) before the tp reduction
+    int first = 1;
+    size_t lo, hi;
+    const int np = llama_unit_n_pieces(m, uh, pa->piece_max), k_end = uh == uf ? 1 : 0;
+    for (int k = np - 1; k >= k_end; k--) {
+        llama_unit_piece(m, uh, pa->piece_max, k, &lo, &hi);
+        head_piece_input(m, a, pa->acquire_piece(pa->ctx, uh, k), hoff, lo, hi, N, din, &first);
+        pa->release_piece(pa->ctx, uh, k);
+    }
+    llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
+    const float *wf = pa->acquire_piece(pa->ctx, uf, 0);
+    if (uh == uf) head_piece_input(m, a, wf, hoff, lo, hi, N, din, &first);
+    tp_reduce(tp, din, st->d_lnf, N, D);
+    zero_f32(a->dresid, (size_t)Nr * D);
+    tp_norm_backward_input(a->dresid, st->d_lnf, llama_stage_output(m, a), wf + (m->final_norm - lo),
+                           a->lnf_rstd, Nr, D);
+    pa->release_piece(pa->ctx, uf, 0);
+}
+
 const float *llama_stage_backward_input(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                         const float *dx_out, WeightGradStash *st) {
-    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, u_final = m->L + 1;
-    const int tied = m->cfg.tie_word_embeddings;
+    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D;
     float *dres = a->dresid;  // (Nr, D) gradient of the residual stream
-    if (a->has_head) {
-        // Head and final norm; a->logits holds dlogits (kept for W's head gradient).
-        const float *wf = pa->acquire_params(pa->ctx, u_final);
-        const float *w0 = tied ? pa->acquire_params(pa->ctx, 0) : NULL;
-        const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
-        tp_column_backward_input(&m->tp, st->d_lnf, a->logits, head, a->tp_partial, N, D, m->Vl);
-        zero_f32(dres, (size_t)Nr * D);
-        tp_norm_backward_input(dres, st->d_lnf, llama_stage_output(m, a), AT(wf, u_final, m->final_norm),
-                               a->lnf_rstd, Nr, D);
-        pa->release_params(pa->ctx, u_final);
-        if (tied) pa->release_params(pa->ctx, 0);
-    } else {
+    if (a->has_head)
+        head_backward_input(m, pa, a, st, N);
+    else
         copy_f32(dres, dx_out, (size_t)Nr * D);
-    }
     for (int i = a->nl - 1; i >= 0; i--) layer_backward_input(m, pa, a, st, i);
     if (!a->has_embed) return dres;
     copy_f32(st->d_embed, dres, (size_t)Nr * D);  // the embedding's gradient, for W
@@ -126,26 +154,64 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     pa->grads_done(pa->ctx, u);
 }
 
+// The head's weight half, in the fused backward's order of pieces and hand-overs:
+// dhead[r0:r1] += dlogits[:, r0:r1]^T @ gather(lnf), piece by piece (each handed
+// over when done), then the final norm's weight from its stashed output gradient.
+static void head_piece_weight(const LlamaModel *m, Activations *a, const float *x_full, float *g, size_t hoff,
+                              size_t lo, size_t hi, int N) {
+    int r0, r1;
+    llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    if (r1 > r0)
+        matmul_backward_ld(NULL, g + (hoff + (size_t)r0 * m->D - lo), a->logits + r0, m->Vl, x_full, NULL, N,
+                           m->D, r1 - r0, 0);
+}
+
+static void head_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                                 const WeightGradStash *st, int N) {
+    const TensorParallel *tp = &m->tp;
+    const int Nr = llama_rows(m, N), D = m->D, uf = m->L + 1, tied = m->cfg.tie_word_embeddings;
+    const int uh = tied ? 0 : uf;
+    const size_t hoff = tied ? m->embed : m->head;
+    const float *x_full = tp_gather(tp, a->lnf, a->tp_full, N, D);  // (N, D) re-gathered
+    size_t lo, hi;
+    const int np = llama_unit_n_pieces(m, uh, pa->piece_max), k_end = uh == uf ? 1 : 0;
+    for (int k = np - 1; k >= k_end; k--) {
+        llama_unit_piece(m, uh, pa->piece_max, k, &lo, &hi);
+        head_piece_weight(m, a, x_full, pa->piece_grads(pa->ctx, uh, k), hoff, lo, hi, N);
+        pa->piece_grads_done(pa->ctx, uh, k);
+    }
+    llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
+    float *gf = pa->piece_grads(pa->ctx, uf, 0);
+    if (uh == uf) head_piece_weight(m, a, x_full, gf, hoff, lo, hi, N);
+    tp_norm_backward_weight(tp, gf + (m->final_norm - lo), st->d_lnf, llama_stage_output(m, a), a->lnf_rstd,
+                            a->tp_dw, Nr, D);
+    pa->piece_grads_done(pa->ctx, uf, 0);
+}
+
+// The embedding's weight half: every token's stashed gradient scattered into this
+// rank's rows of the table, piece by piece (as the fused embedding backward).
+static void embed_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,
+                                  const int32_t *tokens, const WeightGradStash *st, int N) {
+    const TensorParallel *tp = &m->tp;
+    const int D = m->D;
+    ops_check_ids(tokens, N, m->V, tp->size > 1 ? "vocab-parallel embedding backward" : "embedding backward");
+    const float *d = tp_gather(tp, st->d_embed, a->tp_full, N, D);  // (N, D) every token's gradient
+    for (int k = llama_unit_n_pieces(m, 0, pa->piece_max) - 1; k >= 0; k--) {
+        size_t lo, hi;
+        int r0, r1;
+        llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
+        llama_piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
+        float *g = pa->piece_grads(pa->ctx, 0, k);
+        embedding_backward_range(g + (m->embed + (size_t)r0 * D - lo), d, tokens, N, D, m->vocab.v0 + r0,
+                                 r1 - r0);
+        pa->piece_grads_done(pa->ctx, 0, k);
+    }
+}
+
 void llama_stage_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                  const int32_t *tokens, const WeightGradStash *st) {
-    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, u_final = m->L + 1;
-    const int tied = m->cfg.tie_word_embeddings;
-    float *g0 = NULL;
-    if (a->has_head) {
-        // A tied head's gradient lives in unit 0, which stays open until the
-        // embedding's gradient on a single stage (as in the fused backward).
-        float *gf = pa->grads(pa->ctx, u_final);
-        if (tied) g0 = pa->grads(pa->ctx, 0);
-        float *dhead = tied ? AT(g0, 0, m->embed) : AT(gf, u_final, m->head);
-        tp_column_backward_weight(&m->tp, dhead, a->logits, a->lnf, a->tp_full, N, D, m->Vl);
-        tp_norm_backward_weight(&m->tp, AT(gf, u_final, m->final_norm), st->d_lnf, llama_stage_output(m, a),
-                                a->lnf_rstd, a->tp_dw, Nr, D);
-        pa->grads_done(pa->ctx, u_final);
-        if (tied && !a->has_embed) pa->grads_done(pa->ctx, 0);  // the last stage's copy
-    }
+    const int N = a->B * a->S;
+    if (a->has_head) head_backward_weight(m, pa, a, st, N);
     for (int i = a->nl - 1; i >= 0; i--) layer_backward_weight(m, pa, a, st, i);
-    if (!a->has_embed) return;
-    if (!g0) g0 = pa->grads(pa->ctx, 0);
-    tp_embedding_backward(&m->tp, &m->vocab, AT(g0, 0, m->embed), st->d_embed, tokens, a->tp_full, N, D);
-    pa->grads_done(pa->ctx, 0);
+    if (a->has_embed) embed_backward_weight(m, pa, a, tokens, st, N);
 }

@@ -5,7 +5,8 @@
 // untied, under each recomputation mode. Two micro-batches are in flight at once
 // (two activation slots sharing the backward scratch, two stashes) and run as a
 // zero-bubble schedule runs them: B of both, then W of both, so a W that read the
-// shared scratch instead of its own slot and stash would be caught.
+// shared scratch instead of its own slot and stash would be caught. The row tables
+// (embedding, head) are also handed over in pieces of a few rows, as ZeRO-2/3 does.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,44 @@ static void small_config(ModelConfig *mc, int tied) {
     mc->tie_word_embeddings = tied;
 }
 
+// Whole buffers handed out in pieces of at most piece_max elements (model/param_access.h).
+typedef struct {
+    WholeBuffers wb;
+    size_t piece_max;
+} Pieced;
+
+static size_t piece_lo(const Pieced *p, int u, int k) {
+    size_t lo, hi;
+    llama_unit_piece(p->wb.model, u, p->piece_max, k, &lo, &hi);
+    return lo;
+}
+static const float *pz_params(void *ctx, int u) {
+    Pieced *p = ctx;
+    return p->wb.params + p->wb.model->unit_lo[u];
+}
+static float *pz_grads(void *ctx, int u) {
+    Pieced *p = ctx;
+    return p->wb.grads + p->wb.model->unit_lo[u];
+}
+static void pz_unit_nothing(void *ctx, int u) { (void)ctx, (void)u; }
+static const float *pz_piece(void *ctx, int u, int k) {
+    Pieced *p = ctx;
+    return p->wb.params + piece_lo(p, u, k);
+}
+static float *pz_piece_grads(void *ctx, int u, int k) {
+    Pieced *p = ctx;
+    return p->wb.grads + piece_lo(p, u, k);
+}
+static void pz_piece_nothing(void *ctx, int u, int k) { (void)ctx, (void)u, (void)k; }
+
+static ParamAccess pieced_access(Pieced *p) {
+    ParamAccess pa = {.ctx = p, .piece_max = p->piece_max, .acquire_params = pz_params,
+                      .release_params = pz_unit_nothing, .grads = pz_grads, .grads_done = pz_unit_nothing,
+                      .acquire_piece = pz_piece, .release_piece = pz_piece_nothing,
+                      .piece_grads = pz_piece_grads, .piece_grads_done = pz_piece_nothing};
+    return pa;
+}
+
 static void fill(float *x, size_t n, uint32_t salt) {  // deterministic values in (-1, 1)
     uint32_t h = 2166136261u ^ salt;
     for (size_t i = 0; i < n; i++) {
@@ -48,7 +87,7 @@ static void fill(float *x, size_t n, uint32_t salt) {  // deterministic values i
 // Units [u0, u1] of the model as one stage: forward and backward of MICRO
 // micro-batches, fused in one run and split in another; 1 when every gradient
 // bit and every returned input-gradient bit agree (and gradients are not all zero).
-static int same_bits(Recompute rc, int tied, StageUnits su, const char **why) {
+static int same_bits(Recompute rc, int tied, StageUnits su, int piece_rows, const char **why) {
     ModelConfig mc;
     small_config(&mc, tied);
     ModelShard shard = model_whole();
@@ -60,8 +99,9 @@ static int same_bits(Recompute rc, int tied, StageUnits su, const char **why) {
     float *g_fused = xcalloc(sizeof(float) * ne, "test");  // (ne)
     float *g_split = xcalloc(sizeof(float) * ne, "test");  // (ne)
     llama_init_params(&m, params, 7);
-    WholeBuffers wf = {params, g_fused, &m}, ws = {params, g_split, &m};
-    ParamAccess paf = param_access_whole(&wf), pas = param_access_whole(&ws);
+    const size_t piece_max = (size_t)piece_rows * m.D;  // 0: whole units
+    Pieced wf = {{params, g_fused, &m}, piece_max}, ws = {{params, g_split, &m}, piece_max};
+    ParamAccess paf = pieced_access(&wf), pas = pieced_access(&ws);
     Activations a[MICRO];
     WeightGradStash st[MICRO];
     for (int k = 0; k < MICRO; k++) {
@@ -121,10 +161,19 @@ int main(void) {
         for (int tied = 0; tied <= 1; tied++)
             for (int s = 0; s < 4; s++) {
                 const char *why;
-                int ok = same_bits(rcs[r], tied, stages[s].su, &why);
+                int ok = same_bits(rcs[r], tied, stages[s].su, 0, &why);
                 CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s", stages[s].name,
                       tied ? "tied" : "untied", rc_name[r], ok ? "" : ": ", why);
             }
+    // The row tables in pieces of 3 rows (29 rows: 10 pieces; the final unit: its
+    // norm, then 10 head pieces), as the ZeRO-2/3 engine hands them out.
+    for (int tied = 0; tied <= 1; tied++)
+        for (int s = 0; s < 4; s += 3) {
+            const char *why;
+            int ok = same_bits(RECOMPUTE_NONE, tied, stages[s].su, 3, &why);
+            CHECK(ok, "split backward = fused, bit for bit, row tables in pieces of 3 rows: %s, %s%s%s",
+                  stages[s].name, tied ? "tied" : "untied", ok ? "" : ": ", why);
+        }
     // The stash is what I keeps for W, growing with the layers held: four (N, D)
     // gradients per layer, plus gate|up's and q|k|v's under full recomputation
     // (otherwise they take the layer's own gu and qkv, which only I reads).
