@@ -53,6 +53,46 @@ static void count_slots(Pipeline *pp) {
 
 // ------------------------------------------------------------------- setup
 
+// Bytes of one chunk's slot (its activations and positions, its token and target
+// rows, its gradient messages): what the per-chunk plan pays n_slots[c] times.
+static size_t message_bytes(const Pipeline *pp, const LlamaModel *m) {
+    return sizeof(float) * (size_t)pp->B * pp->S * m->D;
+}
+static int chunk_sends(const Pipeline *pp, int c) {
+    const int vs = pp_virtual_stage(pp, c);
+    return vs > 0 && pp_rank_of_virtual(pp->sched, pp->pp, vs - 1) != pp->stage;
+}
+static int chunk_receives(const Pipeline *pp, int c) { return pp_virtual_stage(pp, c) < pp->n_virtual - 1; }
+
+// Several chunks per rank: one pool of the slots they hold at once together, each
+// sized for the largest chunk, or a pool per chunk of its own peak (Megatron's
+// interleaved warm-up keeps fewer chunk-micro-batches at once than the sum of the
+// chunks' peaks: 11 against 12 + ... ), whichever plans fewer bytes.
+static void choose_pool(Pipeline *pp, const LlamaModel *m) {
+    const int joint = pp_count_joint_slots(pp->actions, pp->n_actions);
+    if (pp->v == 1 || joint < pp->v) return;
+    const size_t N = (size_t)pp->B * pp->S, msg = message_bytes(pp, m), tok = 2 * sizeof(int32_t) * N;
+    size_t sep = 0, own = 0, other = 0, pos = 0;
+    int any_send = 0, any_recv = 0;
+    for (int c = 0; c < pp->v; c++) {
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        size_t a1 = activations_bytes(m, su, pp->B, pp->S, 1), a0 = activations_bytes(m, su, pp->B, pp->S, 0);
+        pos = activations_alloc_bytes(m, su, pp->B, pp->S, 0) - a0;
+        sep += (size_t)(c == 0 ? a1 + (pp->n_slots[c] - 1) * a0 : pp->n_slots[c] * a0) + pp->n_slots[c] * pos;
+        sep += pp->n_slots[c] * (tok + (chunk_sends(pp, c) ? msg : 0) + (chunk_receives(pp, c) ? msg : 0));
+        own = a1 > own ? a1 : own;
+        other = a0 > other ? a0 : other;
+        any_send |= chunk_sends(pp, c);
+        any_recv |= chunk_receives(pp, c);
+    }
+    const size_t pool = own + (size_t)(joint - 1) * other + (size_t)joint * (pos + tok + (any_send ? msg : 0) +
+                                                                            (any_recv ? msg : 0));
+    if (pool >= sep) return;
+    pp->pooled = 1;
+    for (int c = 0; c < pp->v; c++) pp->n_slots[c] = joint;
+    pp->max_slots = joint;
+}
+
 // The plan: split, schedule, slot counts and the bookkeeping tables (small, xmalloc).
 static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage) {
     memset(pp, 0, sizeof *pp);
@@ -78,6 +118,7 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     if (m->cfg.tie_word_embeddings && pp->held[m->L + 1] && !pp->held[0]) pp->held[0] = 2;
     build_schedule(pp, cfg->parallel.pp_schedule);
     count_slots(pp);
+    choose_pool(pp, m);
     // Bookkeeping: per-chunk tables and the request lists (small, xmalloc).
     const size_t v = (size_t)pp->v, ms = (size_t)pp->max_slots;
     pp->acts = xcalloc(sizeof(Activations *) * v, "activation slots");        // (v)
@@ -89,11 +130,17 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->stash = xcalloc(sizeof(WeightGradStash *) * v, "stashes");            // (v)
     pp->stash_busy = xcalloc(sizeof(int *) * v, "stashes");                   // (v)
     for (int c = 0; c < pp->v; c++) {
-        pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)pp->n_slots[c], "activation slots");
-        pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)pp->n_slots[c], "activation slots");
+        if (pp->pooled && c > 0) {  // the pool's tables, shared
+            pp->acts[c] = pp->acts[0];
+            pp->slot_busy[c] = pp->slot_busy[0];
+        } else {
+            pp->acts[c] = xcalloc(sizeof(Activations) * (size_t)pp->n_slots[c], "activation slots");
+            pp->slot_busy[c] = xcalloc(sizeof(int) * (size_t)pp->n_slots[c], "activation slots");
+        }
         pp->stash[c] = xcalloc(sizeof(WeightGradStash) * (size_t)(pp->n_stash[c] + 1), "stashes");
         pp->stash_busy[c] = xcalloc(sizeof(int) * (size_t)(pp->n_stash[c] + 1), "stashes");
     }
+    pp->slot_chunk = xcalloc(sizeof(int) * ms, "slot shapes");                 // (max slots)
     pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
     pp->stash_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "stash map");  // (v, M)
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
@@ -104,8 +151,57 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
 }
 
 // The planned buffers (pipeline.h: pp_init), allocated or only added up.
+// The pool (pipeline.h): slot 0 owns the scratch; every slot is sized for the
+// largest chunk and first shaped for chunk 0.
+static void plan_pool(Pipeline *pp, const LlamaModel *m, MemTally *plan_only) {
+    const size_t N = (size_t)pp->B * pp->S, msg = message_bytes(pp, m);
+    const int ns = pp->n_slots[0];
+    size_t own = 0, other = 0;
+    int any_send = 0, any_recv = 0;
+    for (int c = 0; c < pp->v; c++) {
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        size_t a1 = activations_bytes(m, su, pp->B, pp->S, 1), a0 = activations_bytes(m, su, pp->B, pp->S, 0);
+        own = a1 > own ? a1 : own;
+        other = a0 > other ? a0 : other;
+        any_send |= chunk_sends(pp, c);
+        any_recv |= chunk_receives(pp, c);
+    }
+    StageUnits su0 = pp->virt_units[pp_virtual_stage(pp, 0)];
+    const size_t pos = activations_alloc_bytes(m, su0, pp->B, pp->S, 0) - activations_bytes(m, su0, pp->B, pp->S, 0);
+    for (int i = 0; i < ns; i++) {
+        if (plan_only)
+            plan_only->bytes[MEM_ACTIVATIONS] += (i == 0 ? own : other) + pos;
+        else
+            activations_alloc_pool(&pp->acts[0][i], m, su0, pp->B, pp->S, i == 0 ? NULL : &pp->acts[0][0],
+                                   i == 0 ? own : other);
+        pp->slot_chunk[i] = 0;
+    }
+    pp->tokens[0] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
+    pp->targets[0] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
+    pp->grad_send[0] = buf_take(plan_only, MEM_COMM, any_send ? msg * ns : 0, "gradient send");     // (ns, N, D)
+    pp->grad_recv[0] = buf_take(plan_only, MEM_COMM, any_recv ? msg * ns : 0, "gradient recv");     // (ns, N, D)
+    for (int c = 1; c < pp->v; c++) {
+        pp->tokens[c] = pp->tokens[0];
+        pp->targets[c] = pp->targets[0];
+        pp->grad_send[c] = pp->grad_send[0];
+        pp->grad_recv[c] = pp->grad_recv[0];
+    }
+}
+
 static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only) {
     const size_t N = (size_t)pp->B * pp->S;  // tokens of one micro-batch on this rank
+    if (pp->pooled) plan_pool(pp, m, plan_only);
+    for (int c = 0; c < pp->v; c++) {
+        StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
+        // What each split backward's I keeps for its W (model/activations.h).
+        for (int i = 0; i < pp->n_stash[c]; i++) {
+            if (plan_only)
+                plan_only->bytes[MEM_ACTIVATIONS] += wstash_bytes(m, su, pp->B, pp->S);
+            else
+                wstash_alloc(&pp->stash[c][i], m, su, pp->B, pp->S);
+        }
+    }
+    if (pp->pooled) return;
     for (int c = 0; c < pp->v; c++) {
         const int ns = pp->n_slots[c];
         StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
@@ -118,24 +214,15 @@ static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only)
                 activations_alloc(&pp->acts[c][i], m, su, pp->B, pp->S,
                                   owns_scratch ? NULL : &pp->acts[0][0]);
         }
-        // What each split backward's I keeps for its W (model/activations.h).
-        for (int i = 0; i < pp->n_stash[c]; i++) {
-            if (plan_only)
-                plan_only->bytes[MEM_ACTIVATIONS] += wstash_bytes(m, su, pp->B, pp->S);
-            else
-                wstash_alloc(&pp->stash[c][i], m, su, pp->B, pp->S);
-        }
         pp->tokens[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");   // (ns, B*S)
         pp->targets[c] = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * N * ns, "token slots");  // (ns, B*S)
         // Only a chunk with a stage before it sends input-gradients back, only one
         // with a stage after it receives output-gradients: the ends keep 0 bytes, and
         // so does the send of a chunk whose previous stage is on this rank (zb-v's
         // turn: the gradient goes straight into that chunk's receive buffer).
-        const int vs = pp_virtual_stage(pp, c);
-        const size_t msg = sizeof(float) * N * m->D * ns;
-        const int sends = vs > 0 && pp_rank_of_virtual(pp->sched, pp->pp, vs - 1) != pp->stage;
-        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, sends ? msg : 0, "gradient send");                   // (ns, N, D)
-        pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, vs < pp->n_virtual - 1 ? msg : 0, "gradient recv");  // (ns, N, D)
+        const size_t msg = message_bytes(pp, m) * ns;
+        pp->grad_send[c] = buf_take(plan_only, MEM_COMM, chunk_sends(pp, c) ? msg : 0, "gradient send");     // (ns, N, D)
+        pp->grad_recv[c] = buf_take(plan_only, MEM_COMM, chunk_receives(pp, c) ? msg : 0, "gradient recv");  // (ns, N, D)
     }
 }
 
@@ -146,17 +233,19 @@ void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, Me
 
 void pp_free(Pipeline *pp) {
     for (int c = 0; c < pp->v; c++) {
-        for (int i = 0; i < pp->n_slots[c]; i++) activations_free(&pp->acts[c][i]);
         for (int i = 0; i < pp->n_stash[c]; i++) wstash_free(&pp->stash[c][i]);
-        free(pp->acts[c]);
-        free(pp->slot_busy[c]);
         free(pp->stash[c]);
         free(pp->stash_busy[c]);
+        if (pp->pooled && c > 0) continue;  // the pool's, freed with chunk 0's
+        for (int i = 0; i < pp->n_slots[c]; i++) activations_free(&pp->acts[c][i]);
+        free(pp->acts[c]);
+        free(pp->slot_busy[c]);
         buf_free(pp->tokens[c]);
         buf_free(pp->targets[c]);
         buf_free(pp->grad_send[c]);
         buf_free(pp->grad_recv[c]);
     }
+    free(pp->slot_chunk);
     free(pp->acts);
     free(pp->slot_busy);
     free(pp->tokens);
@@ -205,7 +294,27 @@ typedef struct {
 
 static int *slot_ref(Pipeline *pp, int c, int micro) { return &pp->slot_of[(size_t)c * pp->micros + micro]; }
 
-static size_t slot_index(const Pipeline *pp, int c, int slot) { return (size_t)c * pp->max_slots + slot; }
+// Requests per slot: a pooled slot's are the same whichever chunk holds it.
+static size_t slot_index(const Pipeline *pp, int c, int slot) {
+    return (size_t)(pp->pooled ? 0 : c) * pp->max_slots + slot;
+}
+
+// The slot a chunk's validation forward uses: slot 0 of its own, or its own slot of the pool.
+static int val_slot(const Pipeline *pp, int c) { return pp->pooled ? c : 0; }
+
+// A pooled slot taken by chunk c is carved for c's stage; when that is slot 0, the
+// owner of the shared scratch, every other slot points at the moved scratch again
+// (scratch holds nothing from one action to the next).
+static void shape_slot(Exec *x, int c, int s) {
+    Pipeline *pp = x->pp;
+    if (!pp->pooled || pp->slot_chunk[s] == c) return;
+    activations_reshape(&pp->acts[c][s], x->m, pp->virt_units[pp_virtual_stage(pp, c)], s ? &pp->acts[c][0] : NULL);
+    pp->slot_chunk[s] = c;
+    if (s == 0)
+        for (int i = 1; i < pp->n_slots[c]; i++)
+            activations_reshape(&pp->acts[c][i], x->m, pp->virt_units[pp_virtual_stage(pp, pp->slot_chunk[i])],
+                                &pp->acts[c][0]);
+}
 
 static void trace(const Exec *x, const char *what, int c, int micro, double t0) {
     if (x->cb->trace) x->cb->trace(x->cb->ctx, what, c, micro, t0, now_seconds());
@@ -226,6 +335,7 @@ static void post_input(Exec *x, const PpAction *act, int lookahead) {
         }
         pp->slot_busy[c][s] = 1;
         *slot = s;
+        shape_slot(x, c, s);
         if (vs > 0 && local_chunk(pp, vs - 1) < 0) {
             Activations *a = &pp->acts[c][s];
             pp->recv_req[slot_index(pp, c, s)] =
@@ -252,7 +362,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     const float *x_in = a->resid;
     const int prev = vs > 0 ? local_chunk(pp, vs - 1) : -1;
     if (prev >= 0) {  // the previous virtual stage is here: its output, in its slot
-        const int ps = want_grads ? *slot_ref(pp, prev, micro) : 0;  // validation: slot 0
+        const int ps = want_grads ? *slot_ref(pp, prev, micro) : val_slot(pp, prev);
         x_in = llama_stage_output(x->m, &pp->acts[prev][ps]);
     } else if (vs > 0) {
         comm_wait(&pp->recv_req[slot_index(pp, c, slot)], "pipeline activation receive");
@@ -387,15 +497,17 @@ double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     double loss = 0.0;
     // Forward only, one micro-batch at a time through every chunk in order, in
-    // slot 0 of each chunk; each message is received before the next is posted.
+    // slot 0 of each chunk (of a pool: slot c); each message is received before the
+    // next is posted.
     for (int mb = 0; mb < micros; mb++)
         for (int c = 0; c < pp->v; c++) {
-            const int vs = pp_virtual_stage(pp, c);
-            const size_t si = slot_index(pp, c, 0);
+            const int vs = pp_virtual_stage(pp, c), s = val_slot(pp, c);
+            const size_t si = slot_index(pp, c, s);
+            shape_slot(&x, c, s);
             if (vs > 0 && local_chunk(pp, vs - 1) < 0)
-                pp->recv_req[si] = group_irecv_f32(GROUP_PP, pp->acts[c][0].resid, x.nd,
+                pp->recv_req[si] = group_irecv_f32(GROUP_PP, pp->acts[c][s].resid, x.nd,
                                                    rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
-            loss += run_forward(&x, c, mb, 0, 0.0f, 0);
+            loss += run_forward(&x, c, mb, s, 0.0f, 0);
             comm_wait(&pp->act_send[si], "pipeline activation send");
         }
     return loss;

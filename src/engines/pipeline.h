@@ -32,7 +32,15 @@ typedef struct {
     int rows;                     // Nr: rows of the residual stream held here (llama_rows of B*S)
     int n_actions;
     PpAction *actions;            // (n_actions) this rank's step
-    // Activation slots: chunk c has n_slots[c] micro-batches in flight at most.
+    // Activation slots: chunk c has n_slots[c] micro-batches in flight at most. With
+    // several chunks per rank the chunks may instead share one pool of as many slots
+    // as they hold at once together (pooled; pp_init takes it when it costs fewer
+    // bytes): then every n_slots[c] is the pool's size and acts[c], slot_busy[c],
+    // tokens[c], targets[c], grad_send[c], grad_recv[c] are the pool's, the same for
+    // every c, each slot sized for the largest chunk and shaped for the chunk that
+    // takes it (activations_reshape).
+    int pooled;
+    int *slot_chunk;              // (n_slots[0]) pooled: the chunk each slot is shaped for
     int *n_slots;                 // (v)
     Activations **acts;           // (v) arrays of n_slots[c]
     int *slot_of;                 // (v * M) slot holding (chunk, micro), -1 when free

@@ -240,6 +240,15 @@ void pp_count_slots(const PpAction *actions, int n, int v, int *slots) {
     free(live);
 }
 
+int pp_count_joint_slots(const PpAction *actions, int n) {
+    int live = 0, peak = 1;
+    for (int k = 0; k < n; k++) {
+        live += actions[k].op == PP_OP_F ? 1 : actions[k].op == PP_OP_I ? 0 : -1;
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
 void pp_count_stash(const PpAction *actions, int n, int v, int *stash) {
     int *live = xcalloc(sizeof(int) * (size_t)v, "stash");  // (v)
     for (int c = 0; c < v; c++) stash[c] = 0;

@@ -70,6 +70,9 @@ int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *
 // slots(v): most micro-batches of chunk c in flight at once in actions(n) (from
 // its F to its B or W; at least 1): the activation slots the chunk needs.
 void pp_count_slots(const PpAction *actions, int n, int v, int *slots);
+// Most chunk-micro-batches in flight at once over all chunks together (at least 1):
+// the slots one pool shared by the chunks needs.
+int pp_count_joint_slots(const PpAction *actions, int n);
 // stash(v): most micro-batches of chunk c between their I and their W at once
 // (0 without split backwards): the weight-gradient stashes the chunk needs.
 void pp_count_stash(const PpAction *actions, int n, int v, int *stash);

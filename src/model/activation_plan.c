@@ -81,43 +81,48 @@ size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S,
     return activations_bytes(m, su, B, S, with_scratch) + positions_bytes(m, S);
 }
 
-void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
-                       const Activations *share_scratch) {
+// Point a's scratch buffers (and the working layer recomputation keeps there) at
+// the slot that owns them.
+static void share_scratch_of(Activations *a, const LlamaModel *m, const Activations *share_scratch) {
+    a->dresid = share_scratch->dresid;
+    a->dbuf_d = share_scratch->dbuf_d;
+    a->dqkv = share_scratch->dqkv;
+    a->att_m = share_scratch->att_m;
+    a->att_l = share_scratch->att_l;
+    a->att_rowdot = share_scratch->att_rowdot;
+    a->att_scratch = share_scratch->att_scratch;
+    a->ring = share_scratch->ring;
+    a->dgu = share_scratch->dgu;
+    a->dbuf_i = share_scratch->dbuf_i;
+    a->tp_full = share_scratch->tp_full;
+    a->tp_partial = share_scratch->tp_partial;
+    a->tp_stats = share_scratch->tp_stats;
+    a->tp_dw = share_scratch->tp_dw;
+    if (m->recompute != RECOMPUTE_NONE) a->lse = share_scratch->lse;  // the working layer
+    if (m->recompute == RECOMPUTE_FULL) {
+        a->ln1 = share_scratch->ln1;
+        a->ln1_rstd = share_scratch->ln1_rstd;
+        a->qkv = share_scratch->qkv;
+        a->attn = share_scratch->attn;
+        a->resid_mid = share_scratch->resid_mid;
+        a->ln2 = share_scratch->ln2;
+        a->ln2_rstd = share_scratch->ln2_rstd;
+        a->gu = share_scratch->gu;
+        a->mlp_h = share_scratch->mlp_h;
+    }
+}
+
+// The arena of `bytes` (at least this stage's own size) carved for stage su.
+static void alloc_arena(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                        const Activations *share_scratch, size_t bytes) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->S = S;
     stage_shape(a, m, su);
-    a->bytes = activations_bytes(m, su, B, S, share_scratch == NULL);
+    a->bytes = bytes;
     a->arena = buf_alloc(MEM_ACTIVATIONS, a->bytes, "activations");
     activation_floats(m, B, S, a, share_scratch == NULL);
-    if (share_scratch) {
-        a->dresid = share_scratch->dresid;
-        a->dbuf_d = share_scratch->dbuf_d;
-        a->dqkv = share_scratch->dqkv;
-        a->att_m = share_scratch->att_m;
-        a->att_l = share_scratch->att_l;
-        a->att_rowdot = share_scratch->att_rowdot;
-        a->att_scratch = share_scratch->att_scratch;
-        a->ring = share_scratch->ring;
-        a->dgu = share_scratch->dgu;
-        a->dbuf_i = share_scratch->dbuf_i;
-        a->tp_full = share_scratch->tp_full;
-        a->tp_partial = share_scratch->tp_partial;
-        a->tp_stats = share_scratch->tp_stats;
-        a->tp_dw = share_scratch->tp_dw;
-        if (m->recompute != RECOMPUTE_NONE) a->lse = share_scratch->lse;  // the working layer
-        if (m->recompute == RECOMPUTE_FULL) {
-            a->ln1 = share_scratch->ln1;
-            a->ln1_rstd = share_scratch->ln1_rstd;
-            a->qkv = share_scratch->qkv;
-            a->attn = share_scratch->attn;
-            a->resid_mid = share_scratch->resid_mid;
-            a->ln2 = share_scratch->ln2;
-            a->ln2_rstd = share_scratch->ln2_rstd;
-            a->gu = share_scratch->gu;
-            a->mlp_h = share_scratch->mlp_h;
-        }
-    }
+    if (share_scratch) share_scratch_of(a, m, share_scratch);
     // Global positions of the local tokens (zigzag chunks under context parallelism),
     // for RoPE and for the causal mask.
     a->pos_of = buf_alloc(MEM_ACTIVATIONS, positions_bytes(m, S), "token positions");  // (cp + 1, S)
@@ -126,6 +131,27 @@ void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B
     for (int r = 0; r < cp; r++) cp_positions(S * cp, cp, r, a->pos_of + (size_t)r * S);
     memcpy(a->pos, a->pos_of + (size_t)m->cp.rank * S, sizeof(int) * (size_t)S);
     rope_tables_at(a->cos_t, a->sin_t, a->pos, S, m->hd, m->rope_freq);
+}
+
+void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                       const Activations *share_scratch) {
+    alloc_arena(a, m, su, B, S, share_scratch, activations_bytes(m, su, B, S, share_scratch == NULL));
+}
+
+void activations_alloc_pool(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                            const Activations *share_scratch, size_t bytes) {
+    if (bytes < activations_bytes(m, su, B, S, share_scratch == NULL))
+        die("activation pool slot of %zu bytes is smaller than its stage (a planning bug)", bytes);
+    alloc_arena(a, m, su, B, S, share_scratch, bytes);
+}
+
+void activations_reshape(Activations *a, const LlamaModel *m, StageUnits su, const Activations *share_scratch) {
+    stage_shape(a, m, su);
+    if (a->bytes < activations_bytes(m, su, a->B, a->S, share_scratch == NULL))
+        die("activation pool slot of %zu bytes is smaller than its stage (a planning bug)", a->bytes);
+    // The RoPE tables come first in every shape: carving again keeps them in place.
+    activation_floats(m, a->B, a->S, a, share_scratch == NULL);
+    if (share_scratch) share_scratch_of(a, m, share_scratch);
 }
 
 void activations_free(Activations *a) {

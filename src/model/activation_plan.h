@@ -17,6 +17,13 @@
 void activations_alloc(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
                        const Activations *share_scratch);
 void activations_free(Activations *a);
+// A slot of a pool shared by several stages (the pipeline's chunks): an arena of
+// `bytes`, at least activations_bytes of every stage it will hold, shaped for su;
+// activations_reshape carves it again for another stage (the RoPE tables and
+// positions stay; nothing else is kept), re-pointing the shared scratch.
+void activations_alloc_pool(Activations *a, const LlamaModel *m, StageUnits su, int B, int S,
+                            const Activations *share_scratch, size_t bytes);
+void activations_reshape(Activations *a, const LlamaModel *m, StageUnits su, const Activations *share_scratch);
 // Bytes of the arena activations_alloc allocates (every buffer of the struct but the
 // position tables; with_scratch: the slot that owns the shared backward scratch).
 size_t activations_bytes(const LlamaModel *m, StageUnits su, int B, int S, int with_scratch);
