@@ -137,6 +137,15 @@ static void test_zero_bubble(void) {
     PpAction acts[PP_MAX_ACTIONS(8, 1)];
     pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, acts), 1, one);
     CHECK(one[0] == 0, "1f1b keeps no stash (got %d)", one[0]);
+    // The slots a pool shared by the chunks needs: interleaved holds Megatron's
+    // warm-up + 1 = (P - s - 1)*2 + (v - 1)*P + 1 chunk-micro-batches at once.
+    int joint_ok = 1;
+    for (int s = 0; s < 4; s++) {
+        PpAction ia[PP_MAX_ACTIONS(8, 2)];
+        int n = pp_schedule_actions(PP_INTERLEAVED, 8, 4, s, 2, ia);
+        joint_ok &= pp_count_joint_slots(ia, n) == (4 - s - 1) * 2 + 4 + 1;
+    }
+    CHECK(joint_ok, "interleaved P=4 M=8 v=2: a shared slot pool needs Megatron's warm-up + 1 (11, 9, 7, 5) slots");
 }
 
 // ZB-V: two chunks per rank in a V (rank s holds virtual stages s and 2P-1-s),
