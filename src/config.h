@@ -34,6 +34,11 @@ typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
 typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_1_SQRT } DecayShape;
 // checkpoint.dtype: how model.safetensors stores the weights (io/checkpoint.h).
 typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
+// training.device: which backend the run needs; each binary runs one (docs/DESIGN.md,
+// invariant 6: the backend boundary): ./femtotron is cpu, ./femtotron-cuda is cuda.
+typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
+// training.precision: auto resolves at validation to bf16 on cuda and fp32 on cpu.
+typedef enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 } Precision;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", NULL
@@ -42,11 +47,15 @@ extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3",
 extern const char *const LR_SCHEDULE_NAMES[];  // "cosine", "linear", "constant", "wsd", NULL
 extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", NULL
 extern const char *const CKPT_DTYPE_NAMES[];   // "fp32", "bf16", NULL
+extern const char *const DEVICE_NAMES[];       // "cpu", "cuda", NULL
+extern const char *const PRECISION_NAMES[];    // "auto", "fp32", "bf16", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
 const char *rope_type_name(RopeType t);
 const char *lr_schedule_name(LrSchedule s);
+const char *device_name(Device d);
+const char *precision_name(Precision p);
 // Index of `name` in a NULL-terminated table of spellings, or -1.
 int config_name_index(const char *const *names, const char *name);
 
@@ -125,6 +134,8 @@ typedef struct {
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
     int max_bad_steps;     // stop after this many non-finite steps in a row
     Recompute recompute;   // activation recomputation
+    Device device;         // cpu or cuda: the backend the binary must be built with
+    Precision precision;   // fp32 or bf16 (auto until config_validate resolves it)
 } TrainingConfig;
 
 // wsd: the steps of the final decay, decay_steps or decay_fraction * steps rounded
@@ -216,6 +227,12 @@ void config_resolve_model(Config *c);
 // seq_length <= max_position_embeddings, dp*tp*pp*cp == world_size, batch sizes
 // that divide, ...). Derives grad_acc_steps / global_batch_size. Fatal on error.
 void config_validate(Config *c, int world_size);
+
+// After config_validate: fatal unless the binary's backend (the caller passes
+// ops_backend(), which config cannot include) is training.device, and unless
+// training.precision is fp32 or the backend has bf16 kernels (bf16_ready). Each
+// message names the binary to build and run instead.
+void config_check_backend(const Config *c, Device backend, int bf16_ready);
 
 // The part of config_validate that decides whether a layout can train this model
 // and batch (model, training and parallel values, the batch sizes, the tensor-,

@@ -35,10 +35,13 @@ const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
 const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};
 const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
 const char *const CKPT_DTYPE_NAMES[] = {"fp32", "bf16", NULL};
+const char *const DEVICE_NAMES[] = {"cpu", "cuda", NULL};
+const char *const PRECISION_NAMES[] = {"auto", "fp32", "bf16", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
                    sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
                    sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int) &&
-                   sizeof(CkptDtype) == sizeof(int),
+                   sizeof(CkptDtype) == sizeof(int) && sizeof(Device) == sizeof(int) &&
+                   sizeof(Precision) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
@@ -46,6 +49,8 @@ const char *pp_schedule_name(PpSchedule s) { return PP_SCHEDULE_NAMES[s]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 const char *rope_type_name(RopeType t) { return ROPE_TYPE_NAMES[t]; }
 const char *lr_schedule_name(LrSchedule s) { return LR_SCHEDULE_NAMES[s]; }
+const char *device_name(Device d) { return DEVICE_NAMES[d]; }
+const char *precision_name(Precision p) { return PRECISION_NAMES[p]; }
 
 int training_decay_steps(const TrainingConfig *t) {
     if (t->lr_schedule != LR_WSD) return 0;
@@ -134,6 +139,11 @@ const KeyDef CFG_KEYS[] = {
     EKEY(training, recompute, RECOMPUTE_NAMES, "none",
          "activation recomputation: none, selective (attention core redone in backward) or full "
          "(each layer redone from its input)"),
+    EKEY(training, device, DEVICE_NAMES, "cpu",
+         "where the step runs: cpu (./femtotron, make) or cuda (./femtotron-cuda, make cuda; in progress)"),
+    EKEY(training, precision, PRECISION_NAMES, "auto",
+         "fp32 or bf16 (matrix operands and activations in bf16, fp32 master weights; cuda only); "
+         "auto = bf16 on cuda, fp32 on cpu"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),

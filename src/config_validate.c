@@ -57,7 +57,32 @@ static void validate_model(const ModelConfig *m) {
     need_nonnegative("model.initializer_range", m->initializer_range);
 }
 
-static void validate_training(const TrainingConfig *t, int max_pos) {
+// training.precision "auto" becomes bf16 on cuda and fp32 on cpu; bf16 exists on the
+// GPU backend only (the CPU kernels are fp32 throughout).
+static void resolve_precision(TrainingConfig *t) {
+    if (t->precision == PRECISION_AUTO) t->precision = t->device == DEVICE_CUDA ? PRECISION_BF16 : PRECISION_FP32;
+    if (t->device == DEVICE_CPU && t->precision == PRECISION_BF16)
+        die("training.precision = bf16 needs training.device = cuda: the CPU build computes in fp32 only "
+            "(set training.precision = fp32, or build ./femtotron-cuda with `make cuda` and run it on a "
+            "machine with an NVIDIA GPU)");
+}
+
+void config_check_backend(const Config *c, Device backend, int bf16_ready) {
+    const TrainingConfig *t = &c->training;
+    if (t->device != backend && backend == DEVICE_CPU)
+        die("training.device = %s, but this is the CPU build (./femtotron): build the CUDA one with "
+            "`make cuda` and run ./femtotron-cuda on a machine with an NVIDIA GPU, or set training.device = cpu",
+            device_name(t->device));
+    if (t->device != backend)
+        die("training.device = %s, but this is the CUDA build (./femtotron-cuda): run ./femtotron "
+            "(`make`) for the CPU, or set training.device = cuda", device_name(t->device));
+    if (t->precision == PRECISION_BF16 && !bf16_ready)
+        die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels yet "
+            "(issue 14); set training.precision = fp32");
+}
+
+static void validate_training(TrainingConfig *t, int max_pos) {
+    resolve_precision(t);
     need_int_min("training.steps", t->steps, 1);
     need_int_min("training.seq_length", t->seq_length, 1);
     if (t->seq_length > max_pos)

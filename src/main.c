@@ -13,6 +13,7 @@
 #include "data/prepare.h"
 #include "dist/comm.h"
 #include "gen/generate.h"
+#include "ops/ops.h"
 #include "plan/plan_cmd.h"
 #include "train/plot_cmd.h"
 #include "train/train_cmd.h"
@@ -37,6 +38,7 @@ static bool needs_mpi(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    ops_init();  // the CUDA build stops here, saying so, where there is no GPU
     bool mpi = needs_mpi(argc, argv);
     if (mpi) {
         comm_init(&argc, &argv);

@@ -16,6 +16,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// ---- the backend itself ----
+
+// Start the backend, before any planned buffer exists (main.c calls it first). CPU:
+// nothing. CUDA: fatal at once, saying so, when no GPU can be used; otherwise take
+// the GPU of the node-local rank and put planned buffers in GPU memory.
+void ops_init(void);
+// "cpu" or "cuda": the training.device this binary runs (config_check_backend).
+const char *ops_backend_name(void);
+// 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
+int ops_has_bf16(void);
+// Host memory <-> a planned buffer, `bytes` bytes (the places where host code
+// prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
+// scalars a step reads back). CPU: memcpy. Both wait until the copy is done.
+void ops_upload(void *dst_buffer, const void *src_host, size_t bytes);
+void ops_download(void *dst_host, const void *src_buffer, size_t bytes);
+// Wait until every op issued so far has finished (CPU: nothing to wait for).
+void ops_sync(void);
+
 // ---- buffers: moving and clearing contents ----
 
 // dst(n) = src(n); the ranges must not overlap.

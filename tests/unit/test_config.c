@@ -32,9 +32,12 @@ static void write_hf(const char *json) {
 // One failing scenario: starting from defaults with data.train set, load `json`
 // (if any) or the file `file` (if any), apply the space-separated `args` (if
 // any), then validate on `world` ranks (if world > 0).
+// backend (1 cpu, 2 cuda, 0 none) and bf16_ready: then config_check_backend as
+// that binary would call it.
 typedef struct {
     const char *json, *file, *args;
     int world;
+    int backend, bf16_ready;
 } Case;
 
 static void run_case(const Case *k) {
@@ -51,6 +54,7 @@ static void run_case(const Case *k) {
         config_apply_args(&c, argc, argv);
     }
     if (k->world > 0) config_validate(&c, k->world);
+    if (k->backend) config_check_backend(&c, k->backend == 2 ? DEVICE_CUDA : DEVICE_CPU, k->bf16_ready);
 }
 
 // Run fn in a child with stdout or stderr (fd) captured into out; returns the
@@ -361,6 +365,8 @@ static void test_enums(void) {
         {"training.recompute", RECOMPUTE_NAMES, offsetof(Config, training.recompute)},
         {"parallel.pp_schedule", PP_SCHEDULE_NAMES, offsetof(Config, parallel.pp_schedule)},
         {"parallel.order", RANK_ORDER_NAMES, offsetof(Config, parallel.order)},
+        {"training.device", DEVICE_NAMES, offsetof(Config, training.device)},
+        {"training.precision", PRECISION_NAMES, offsetof(Config, training.precision)},
     };
     for (size_t k = 0; k < sizeof e / sizeof e[0]; k++) {
         int ok = 1, n = 0;
@@ -390,6 +396,41 @@ static void test_enums(void) {
           "recompute_name, pp_schedule_name and rank_order_name spell the values");
     CHECK(config_name_index(PP_SCHEDULE_NAMES, "gpipe") == -1 && config_name_index(PP_SCHEDULE_NAMES, "afab") == PP_AFAB,
           "config_name_index finds spellings and refuses others");
+}
+
+// training.device and training.precision: auto resolves per device, and each binary
+// accepts only its own device (and bf16 only with bf16 kernels), naming the other.
+static void test_device(void) {
+    Config c;
+    config_defaults(&c);
+    CHECK(c.training.device == DEVICE_CPU && c.training.precision == PRECISION_AUTO,
+          "defaults: training.device cpu, training.precision auto");
+    config_set(&c, "data.train", "train.bin");
+    config_validate(&c, 1);
+    CHECK(c.training.precision == PRECISION_FP32, "precision auto on cpu resolves to fp32");
+    config_defaults(&c);
+    config_set(&c, "data.train", "train.bin");
+    config_set(&c, "training.device", "cuda");
+    config_validate(&c, 1);
+    CHECK(c.training.precision == PRECISION_BF16, "precision auto on cuda resolves to bf16");
+    char err[4096];
+    Case ok_cpu = {.args = "--training.precision fp32", .world = 1, .backend = 1};
+    Case ok_cuda = {.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 2};
+    Case ok_bf16 = {.args = "--training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
+    CHECK(run_captured(run_case_void, &ok_cpu, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_cuda, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_bf16, 2, err, sizeof err) == 0,
+          "cpu/fp32 on the CPU build, cuda/fp32 on the CUDA build, cuda/bf16 with bf16 kernels pass");
+    expect_fail("bf16 on cpu", (Case){.args = "--training.precision bf16", .world = 1},
+                "training.precision = bf16 needs training.device = cuda|fp32|make cuda|./femtotron-cuda");
+    expect_fail("cuda on the CPU build", (Case){.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 1},
+                "training.device = cuda|CPU build|make cuda|./femtotron-cuda|training.device = cpu");
+    expect_fail("cpu on the CUDA build", (Case){.world = 1, .backend = 2},
+                "training.device = cpu|CUDA build|./femtotron|training.device = cuda");
+    expect_fail("bf16 without bf16 kernels", (Case){.args = "--training.device cuda", .world = 1, .backend = 2},
+                "training.precision = bf16|no bf16 kernels|training.precision = fp32");
+    expect_fail("device gpu", (Case){.args = "--training.device gpu"}, "training.device|\"cpu\" or \"cuda\"");
+    expect_fail("precision fp16", (Case){.args = "--training.precision fp16"}, "training.precision|\"bf16\"");
 }
 
 static void test_help(void) {
@@ -538,6 +579,7 @@ int main(void) {
     test_batch();
     test_round_trip();
     test_enums();
+    test_device();
     test_help();
     test_errors();
 
