@@ -53,7 +53,8 @@ test: femtotron $(TEST_BIN)
 # (the same sources compiled the same way) except the CPU kernels (ops/*_cpu.c,
 # ops/cpu.c), and the CUDA kernels (src/ops/*.cu) compiled by nvcc into
 # build-cuda/ for Hopper (sm_90a) and Ampere (sm_80), host warnings as errors.
-# $(CUDA_BUILD)/tests/gpu_ops is the GPU test driver (tests/gpu/run.sh).
+# $(CUDA_BUILD)/tests/gpu_ops is the GPU test driver, plan_memory_main the memory
+# predictor of the CUDA build (tests/gpu/run.sh).
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CUDA_BUILD ?= build-cuda
@@ -63,7 +64,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lc
 CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu))
-cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops
+cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
 nvcc-flags:
 	@echo $(NVCCFLAGS)
@@ -76,6 +77,11 @@ $(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 $(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(CUDA_OBJ)
+	@mkdir -p $(CUDA_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+
+# The memory predictor with the CUDA backend's kernel scratch sizes (tests/gpu/train_parity.sh).
+$(CUDA_BUILD)/tests/plan_memory_main: tests/drivers/plan_memory_main.c $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 

@@ -5,7 +5,8 @@
 # ./femtotron-cuda and the GPU test driver against cudart and cuBLASLt; a warning
 # fails nvcc's flags; the binary holds sm_80 and sm_90a code; where there is no GPU
 # it stops at once saying so; the GPU driver's comparisons work (built against the
-# CPU kernels, the CPU against itself, and a wrong value caught); the CPU binary
+# CPU kernels, the CPU against itself, and a wrong value caught), and so does
+# tests/gpu/train_parity.sh (the CPU binary in the GPU's place); the CPU binary
 # refuses training.device cuda and precision bf16, naming what to build. Where nvcc
 # is absent it prints SKIP and passes: nothing CUDA can be checked there.
 . "$(dirname "$0")/lib.sh"
@@ -89,5 +90,14 @@ if make -s build/tests/gpu_ops_cpu >"$tmp/make2.log" 2>&1 && ./build/tests/gpu_o
     pass "the GPU driver against the CPU kernels: $(tail -1 "$tmp/self.log") (a wrong value caught)"
 else
     failed "the GPU driver against the CPU kernels: $(grep FAIL "$tmp/self.log" | head -5) $(tail -5 "$tmp/make2.log")"
+fi
+
+# 6. tests/gpu/train_parity.sh's comparisons, checked with the CPU binary in the
+# GPU's place (the memory predictor the CPU's).
+if GPU_BIN=$FT GPU_ARGS= PLAN_MEMORY=build/tests/plan_memory_main bash tests/gpu/train_parity.sh >"$tmp/tp.log" 2>&1 &&
+    [ "$(grep -c '^PASS ' "$tmp/tp.log")" -eq 5 ]; then
+    pass "tests/gpu/train_parity.sh with the CPU binary in the GPU's place: 5 checks pass"
+else
+    failed "tests/gpu/train_parity.sh with the CPU binary: $(grep -v '^PASS' "$tmp/tp.log" | head -5)"
 fi
 exit $fail
