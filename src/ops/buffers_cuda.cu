@@ -7,6 +7,7 @@
 // kernels run on the GPU (docs/DESIGN.md, invariant 6: the backend boundary, lists
 // those readers). Moving them to cudaMalloc memory, with explicit ops_upload /
 // ops_download at the listed places, is the next step.
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,16 @@ extern "C" void ops_init(void) {
             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     // One rank per GPU: the rank takes the GPU of its node-local rank. Ranks beyond
     // the GPU count share GPUs (the staged-collective path of issue 14).
-    CUDA_CHECK(cudaSetDevice(local_rank() % count));
+    const int dev = local_rank() % count;
+    CUDA_CHECK(cudaSetDevice(dev));
+    // Host code reads managed buffers while kernels may run (the asynchronous
+    // checkpoint's snapshot thread): that needs concurrent managed access (Linux on
+    // Pascal and newer; not Windows/WSL).
+    int concurrent = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, dev));
+    if (!concurrent)
+        die("GPU %d has no concurrent managed memory access, which the CUDA backend's buffers need "
+            "(Linux, Pascal or newer): run the CPU build (./femtotron) here", dev);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     util_set_buf_allocator(managed_alloc_zeroed, managed_free);
     cuda_matmul_init();
@@ -113,7 +123,14 @@ extern "C" const char *ops_backend_name(void) { return "cuda"; }
 
 extern "C" int ops_has_bf16(void) { return 0; }
 
-extern "C" void ops_set_threads(int threads) { (void)threads; }  // host threads are not the kernels'
+// The kernels ignore it; the host code around them (initialisation, data loading,
+// checkpoint integrity, the CPU peak) still uses OpenMP and BLAS threads.
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" void ops_set_threads(int threads) {
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
 
 extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) {
     if (bytes == 0) return;

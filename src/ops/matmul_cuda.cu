@@ -93,11 +93,11 @@ static Plan *plan_for(const PlanKey *key) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found));
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (found < 1)
-        die("cuBLASLt has no fp32 algorithm for the product m=%d n=%d k=%d (transposes %d %d)", key->m, key->n,
-            key->k, key->ta, key->tb);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1)
+        die("cuBLASLt has no fp32 algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
+            "status %d)", key->m, key->n, key->k, key->ta, key->tb, key->align_a, key->align_b, key->align_c, (int)st);
     p->algo = res.algo;
     g_nplans++;
     return p;
