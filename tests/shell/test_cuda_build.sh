@@ -35,7 +35,7 @@ fi
 
 # 1. A fresh build of the CUDA objects (the C objects are the CPU build's).
 t0=$SECONDS
-if make -s CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
+if make -s NVCC="$NVCC" CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
     n=$(ls src/ops/*.cu | wc -l)
     pass "make cuda: $n .cu files compiled by nvcc and linked into ./femtotron-cuda and the GPU driver ($((SECONDS - t0)) s)"
 else
