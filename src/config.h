@@ -70,6 +70,13 @@ typedef struct {
     int head_dim;                 // hd of every attention head (0 = hidden_size / num_attention_heads)
     double initializer_range;     // std of the normal init of every matrix
     bool tie_word_embeddings;     // output head shares model.embed_tokens.weight
+    // Mixture of experts (Hugging Face MixtralConfig keys, model_type "mixtral"): every
+    // decoder layer's MLP is a sparse block of E SwiGLU experts of width
+    // intermediate_size and a router (model/moe.h). 0 = the dense Llama MLP.
+    int num_local_experts;        // E (0: dense)
+    int num_experts_per_tok;      // k: experts each token is routed to (top-k)
+    double router_aux_loss_coef;  // weight of the load-balancing loss in the training loss
+    bool output_router_logits;    // true: the load-balancing loss is added (MixtralConfig's switch)
     char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
 } ModelConfig;
 

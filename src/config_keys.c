@@ -93,6 +93,14 @@ const KeyDef CFG_KEYS[] = {
     MKEY(initializer_range, KT_DOUBLE, "0.02", "0.02", "std of the normal init of every matrix"),
     MKEY(tie_word_embeddings, KT_BOOL, "false", "false",
          "output head shares the embedding matrix"),
+    // MixtralConfig keys (mixture of experts); a Llama config.json leaves them dense.
+    MKEY(num_local_experts, KT_INT, "0", "0",
+         "mixture of experts (Mixtral): experts per layer (E); 0 = the dense Llama MLP"),
+    MKEY(num_experts_per_tok, KT_INT, "2", "2", "mixture of experts: experts each token is routed to (top-k)"),
+    MKEY(router_aux_loss_coef, KT_DOUBLE, "0.001", "0.001",
+         "mixture of experts: weight of the load-balancing loss (added when output_router_logits)"),
+    MKEY(output_router_logits, KT_BOOL, "false", "false",
+         "mixture of experts: add router_aux_loss_coef * the load-balancing loss to the training loss"),
     MKEY(from, KT_STRING, "", NULL,
          "local Hugging Face model directory: its config.json gives the model keys not set here"),
 
@@ -212,6 +220,15 @@ int cfg_is_section(const char *s) {
 
 int cfg_is_model_from(const KeyDef *k) {
     return strcmp(k->section, "model") == 0 && strcmp(k->key, "from") == 0;
+}
+
+int cfg_is_moe_key(const KeyDef *k) {
+    static const char *const moe[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                      "output_router_logits"};
+    if (strcmp(k->section, "model") != 0) return 0;
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+        if (strcmp(k->key, moe[i]) == 0) return 1;
+    return 0;
 }
 
 // What a value of this type must look like, for error messages.

@@ -55,6 +55,13 @@ static void validate_model(const ModelConfig *m) {
         need_int_min("model.rope_original_max_position_embeddings", m->rope_original_max_position_embeddings, 1);
     }
     need_nonnegative("model.initializer_range", m->initializer_range);
+    need_int_min("model.num_local_experts", m->num_local_experts, 0);
+    if (m->num_local_experts > 0) {
+        if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_local_experts)
+            die("model.num_experts_per_tok = %d: must be between 1 and model.num_local_experts = %d",
+                m->num_experts_per_tok, m->num_local_experts);
+        need_nonnegative("model.router_aux_loss_coef", m->router_aux_loss_coef);
+    }
 }
 
 static void validate_training(const TrainingConfig *t, int max_pos) {
@@ -146,6 +153,22 @@ static void validate_tensor(const Config *c) {
     }
 }
 
+// Mixture-of-experts layers: what this version composes them with.
+static void validate_moe(const Config *c) {
+    const ParallelConfig *p = &c->parallel;
+    const ModelConfig *m = &c->model;
+    if (m->num_local_experts == 0) return;
+    if (p->tp > 1)
+        die("model.num_local_experts = %d with parallel.tp = %d: mixture-of-experts layers are not "
+            "tensor-parallel in this version; use parallel.tp = 1", m->num_local_experts, p->tp);
+    // The load-balancing loss of a sequence couples every layer's routing (a product
+    // of means over all layers): a stage's backward would need the other stages' counts.
+    if (p->pp > 1 && m->output_router_logits)
+        die("model.output_router_logits = true with parallel.pp = %d: the load-balancing loss spans "
+            "every layer of a sequence and is not split over pipeline stages in this version; use "
+            "parallel.pp = 1 or output_router_logits = false", p->pp);
+}
+
 static void validate_pipeline(const Config *c) {
     const ParallelConfig *p = &c->parallel;
     int chunks = p->pp * p->pp_virtual, L = c->model.num_hidden_layers;
@@ -204,6 +227,7 @@ void config_validate_layout(Config *c, int world_size) {
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);
+    validate_moe(c);
 }
 
 void config_validate(Config *c, int world_size) {

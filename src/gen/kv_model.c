@@ -40,6 +40,9 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
         die("generate: %s/config.json: hidden_size %d, %d heads, %d key/value heads do not make "
             "a Llama attention layout", resolved, mc->hidden_size, mc->num_attention_heads,
             mc->num_key_value_heads);
+    if (mc->num_local_experts > 0)
+        die("generate: %s/config.json is a mixture-of-experts model (num_local_experts = %d): "
+            "generation supports dense Llama models only in this version", resolved, mc->num_local_experts);
     llama_build(&km->m, mc, model_whole());
     checkpoint_verify(resolved);  // a femtotron checkpoint: every file against its manifest
     const LlamaModel *m = &km->m;

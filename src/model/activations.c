@@ -34,3 +34,19 @@ RingAttention activations_ring(const LlamaModel *m, const Activations *a) {
     };
     return ra;
 }
+
+MoeDims activations_moe_dims(const LlamaModel *m, const Activations *a) {
+    MoeDims d = {a->B * a->S, a->B, a->S, m->D, m->F, m->E, m->K};
+    return d;
+}
+
+MoeSaved activations_moe_saved(const LlamaModel *m, const Activations *a, int i) {
+    const MoeDims d = activations_moe_dims(m, a);
+    const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;  // as ln1 .. mlp_h
+    return moe_saved_at(&d, a->moe + k * moe_saved_floats(&d));
+}
+
+MoeScratch activations_moe_scratch(const LlamaModel *m, const Activations *a) {
+    const MoeDims d = activations_moe_dims(m, a);
+    return moe_scratch_at(&d, a->moe_scr);
+}

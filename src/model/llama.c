@@ -6,7 +6,9 @@
 // One layer (pre-norm):
 //   h   = x + o_proj(attention(rope(qkv_proj(rmsnorm1(x)))))
 //   out = h + down_proj(silu(gate_proj(rmsnorm2(h))) * up_proj(rmsnorm2(h)))
-// then a final RMSNorm, the output head, and the cross-entropy.
+// then a final RMSNorm, the output head, and the cross-entropy. In a Mixtral model
+// the MLP is the sparse mixture-of-experts block (model/moe.h):
+//   out = h + moe(rmsnorm2(h))
 #include "model/llama.h"
 
 #include "model/activations.h"
@@ -46,6 +48,18 @@ static void layer_forward_with(const LlamaModel *m, Activations *a, const float 
     tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
     rmsnorm_forward(s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    if (m->E > 0) {  // Mixtral's sparse block (model/moe.h; tp = 1, so Nr = N)
+        const MoeDims md = activations_moe_dims(m, a);
+        const MoeSaved ms = activations_moe_saved(m, a, i);
+        const MoeScratch sc = activations_moe_scratch(m, a);
+        moe_forward(&md, &ms, &sc, recompute ? NULL : s.out, s.ln2, AT(w, u, lo->router),
+                    AT(w, u, lo->experts));
+        if (recompute) return;  // the statistics were taken by the first forward
+        if (m->moe_aux) moe_route_stats(a->moe_stats, a->moe_stats + (size_t)B * m->E, ms.probs, ms.sel,
+                                        B, S, m->E, m->K);
+        residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
+        return;
+    }
     tp_column_forward(tp, s.gu, s.ln2, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
     swiglu_forward(s.h, s.gu, N, Fl);
     if (recompute) return;
@@ -57,6 +71,24 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
     const int u = 1 + a->l0 + i;
     layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
     pa->release_params(pa->ctx, u);
+}
+
+// The load-balancing loss of the micro-batch's B sequences (model/moe.h), after the
+// forward of every layer (pp = 1 with the loss on: config_validate.c). Its statistics
+// are summed over the context-parallel ranks first (each holds part of every
+// sequence). The step's loss adds coef * (mean over its sequences of aux); the
+// trainer divides the returned sum by the step's tokens (grad_scale = 1 / tokens), so
+// each sequence's aux enters as coef * seq_length * aux, and its gradient per router
+// probability is coef * seq_length * grad_scale * E c_e / T^2 (left in moe_stats'
+// third block for the backward). Context-parallel rank 0 alone adds it to the sum.
+static double aux_loss(const LlamaModel *m, Activations *a, float grad_scale) {
+    const int B = a->B, E = m->E, seq = a->S * m->cp.size;
+    float *count = a->moe_stats, *psum = count + (size_t)B * E, *aux_g = psum + (size_t)B * E;
+    cp_allreduce_sum(&m->cp, count, 2 * (size_t)B * E);
+    const double coef = m->cfg.router_aux_loss_coef, T = (double)m->L * seq;
+    a->moe_aux = moe_aux_loss(aux_g, count, psum, B, E, T, (float)(coef * seq * grad_scale));
+    if (m->cp.rank != 0) a->moe_aux = 0.0;
+    return coef * seq * a->moe_aux;
 }
 
 double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
@@ -73,6 +105,7 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     } else if (x_in != a->resid) {
         copy_f32(a->resid, x_in, (size_t)Nr * D);  // kept for this stage's backward
     }
+    if (m->moe_aux) zero_f32(a->moe_stats, 2 * (size_t)a->B * m->E);  // counts, probability sums
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     const float *wf = pa->acquire_params(pa->ctx, u_final);
@@ -83,8 +116,9 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     tp_column_forward(&m->tp, a->logits, a->lnf, a->tp_full, head, N, D, m->Vl);  // vocab-parallel head
     pa->release_params(pa->ctx, u_final);
     if (tied) pa->release_params(pa->ctx, 0);
-    return tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale, want_grads,
-                            a->tp_stats);
+    const double ce = tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale,
+                                       want_grads, a->tp_stats);
+    return want_grads && m->moe_aux ? ce + aux_loss(m, a, grad_scale) : ce;
 }
 
 // -------------------------------------------------------------------- backward
@@ -109,11 +143,20 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const RingAttention ra = activations_ring(m, a);
 
     // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
-    tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
-                    N, Fl, D);
-    swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
-    tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, s.ln2, AT(w, u, lo->gate_up),
-                       a->tp_full, a->tp_partial, N, D, 2 * Fl);
+    if (m->E > 0) {  // or out = mid + moe(rmsnorm2(mid)) (model/moe.h)
+        const MoeDims md = activations_moe_dims(m, a);
+        const MoeSaved ms = activations_moe_saved(m, a, i);
+        const MoeScratch sc = activations_moe_scratch(m, a);
+        const float *aux_g = m->moe_aux ? a->moe_stats + 2 * (size_t)B * m->E : NULL;
+        moe_backward(&md, &ms, &sc, dd, AT(g, u, lo->router), AT(g, u, lo->experts), dres, s.ln2,
+                     AT(w, u, lo->router), AT(w, u, lo->experts), aux_g);
+    } else {
+        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
+                        N, Fl, D);
+        swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+        tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, s.ln2, AT(w, u, lo->gate_up),
+                           a->tp_full, a->tp_partial, N, D, 2 * Fl);
+    }
     tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))

@@ -27,6 +27,9 @@ static const PlanModel PRESETS[] = {
 const char *plan_model_preset_name(int i) { return i >= 0 && i < N_PRESETS ? PRESETS[i].name : NULL; }
 
 void plan_model_from_config(PlanModel *pm, const ModelConfig *mc) {
+    if (mc->num_local_experts > 0)
+        die("the planner does not model mixture-of-experts layers yet (model.num_local_experts = %d): "
+            "give the layout (parallel.dp, tp, pp, cp, zero) by hand", mc->num_local_experts);
     memset(pm, 0, sizeof *pm);
     snprintf(pm->name, sizeof pm->name, "%.63s", mc->from[0] ? mc->from : "run config");
     pm->L = mc->num_hidden_layers;

@@ -1,0 +1,101 @@
+// model/moe.c — forward and backward of the mixture-of-experts block (model/moe.h):
+// router and top-k (ops), grouping by expert, then per expert two GEMMs over its
+// contiguous rows, SwiGLU, and the weighted combine.
+#include "model/moe.h"
+
+#include "ops/ops.h"
+
+#define ALIGN16(n) (((n) + 15) / 16 * 16)  // floats: keep every piece 64-byte aligned
+
+size_t moe_saved_floats(const MoeDims *d) {
+    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E;
+    return ALIGN16(N * E) + 2 * ALIGN16(N * d->K) + ALIGN16(E + 1) + 2 * ALIGN16(NK) +
+           ALIGN16(NK * 2 * d->F) + ALIGN16(NK * d->F) + ALIGN16(NK * d->D);
+}
+
+size_t moe_scratch_floats(const MoeDims *d) {
+    const size_t N = (size_t)d->N, NK = N * d->K;
+    return 2 * ALIGN16(NK * d->D) + ALIGN16(NK * d->F) + ALIGN16(NK * 2 * d->F) +
+           ALIGN16(N * d->E) + ALIGN16(N * d->K);
+}
+
+MoeSaved moe_saved_at(const MoeDims *d, float *base) {
+    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E;
+    MoeSaved s;
+    float *p = base;
+    s.probs = p, p += ALIGN16(N * E);
+    s.wts = p, p += ALIGN16(N * d->K);
+    s.sel = (int32_t *)p, p += ALIGN16(N * d->K);
+    s.start = (int32_t *)p, p += ALIGN16(E + 1);
+    s.slot_of = (int32_t *)p, p += ALIGN16(NK);
+    s.row_of = (int32_t *)p, p += ALIGN16(NK);
+    s.gu = p, p += ALIGN16(NK * 2 * d->F);
+    s.h = p, p += ALIGN16(NK * d->F);
+    s.y = p;
+    return s;
+}
+
+MoeScratch moe_scratch_at(const MoeDims *d, float *base) {
+    const size_t N = (size_t)d->N, NK = N * d->K;
+    MoeScratch s;
+    float *p = base;
+    s.xg = p, p += ALIGN16(NK * d->D);
+    s.dy = p, p += ALIGN16(NK * d->D);
+    s.dh = p, p += ALIGN16(NK * d->F);
+    s.dgu = p, p += ALIGN16(NK * 2 * d->F);
+    s.dlogits = p, p += ALIGN16(N * d->E);
+    s.dwts = p;
+    return s;
+}
+
+// Expert e's weights: w1|w3 (2F, D) — one fused gate|up GEMM — then w2 (D, F).
+static const float *expert_w13(const MoeDims *d, const float *experts, int e) {
+    return experts + (size_t)e * 3 * d->F * d->D;
+}
+static const float *expert_w2(const MoeDims *d, const float *experts, int e) {
+    return experts + ((size_t)e * 3 + 2) * d->F * d->D;
+}
+
+void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *out,
+                 const float *x, const float *router, const float *experts) {
+    const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
+    matmul_forward(s->probs, x, router, N, D, E);  // router logits, then probabilities
+    moe_route(s->probs, s->sel, s->wts, N, E, K);
+    moe_group(s->start, s->slot_of, s->row_of, s->sel, N, E, K);
+    moe_dispatch(sc->xg, x, s->slot_of, N, K, D);
+    for (int e = 0; e < E; e++) {  // each expert over its contiguous rows r0 .. r0+n-1
+        const size_t r0 = (size_t)s->start[e];
+        const int n = s->start[e + 1] - s->start[e];
+        if (n == 0) continue;
+        matmul_forward(s->gu + r0 * 2 * F, sc->xg + r0 * D, expert_w13(d, experts, e), n, D, 2 * F);
+        swiglu_forward(s->h + r0 * F, s->gu + r0 * 2 * F, n, F);
+        matmul_forward(s->y + r0 * D, s->h + r0 * F, expert_w2(d, experts, e), n, F, D);
+    }
+    if (out) moe_combine(out, s->y, s->wts, s->row_of, N, K, D);
+}
+
+void moe_backward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
+                  float *drouter, float *dexperts, const float *dout, const float *x,
+                  const float *router, const float *experts, const float *aux_g) {
+    const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
+    // out_t = sum_j w_tj y_{row(t,j)}: dy = w * dout, dw = <dout, y>.
+    moe_combine_backward(sc->dy, sc->dwts, dout, s->y, s->wts, s->row_of, N, K, D);
+    moe_dispatch(sc->xg, x, s->slot_of, N, K, D);  // the dispatched inputs again (not kept)
+    for (int e = 0; e < E; e++) {
+        const size_t r0 = (size_t)s->start[e];
+        const int n = s->start[e + 1] - s->start[e];
+        if (n == 0) continue;
+        float *dw13 = dexperts + (size_t)e * 3 * F * D, *dw2 = dw13 + (size_t)2 * F * D;
+        matmul_backward(sc->dh + r0 * F, dw2, sc->dy + r0 * D, s->h + r0 * F, expert_w2(d, experts, e),
+                        n, F, D, 0);
+        swiglu_backward(sc->dgu + r0 * 2 * F, sc->dh + r0 * F, s->gu + r0 * 2 * F, n, F);
+        // The expert's input gradient overwrites its rows of dy (read above, no longer needed).
+        matmul_backward(sc->dy + r0 * D, dw13, sc->dgu + r0 * 2 * F, sc->xg + r0 * D,
+                        expert_w13(d, experts, e), n, D, 2 * F, 0);
+    }
+    // Rows of a token's k experts summed back to the token, then the router's share.
+    zero_f32(dx, (size_t)N * D);
+    moe_dispatch_backward(dx, sc->dy, s->row_of, N, K, D);
+    moe_route_backward(sc->dlogits, s->probs, s->sel, s->wts, sc->dwts, aux_g, N, d->S, E, K);
+    matmul_backward(dx, drouter, sc->dlogits, x, router, N, D, E, 1);
+}
