@@ -218,6 +218,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     }
     t0 = now_seconds();
     double loss = llama_stage_forward(x->m, x->pa, a, tokens, a->resid, targets, grad_scale, want_grads);
+    if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     trace(x, want_grads ? "forward" : "validation", c, micro, t0);
     if (vs < pp->n_virtual - 1)
         pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
@@ -274,6 +275,7 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
     double loss = 0.0;
+    pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
         // Post the next action's receive now, so its message can land while this

@@ -45,6 +45,8 @@ typedef struct {
     float **grad_recv;            // incoming output-gradients (empty on the last)
     CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
     int max_slots;
+    double moe_aux;               // after pp_run_step: the sum of the training forwards' a->moe_aux
+                                  // (load-balancing losses of this rank's sequences; model/moe.h)
 } Pipeline;
 
 // The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:

@@ -27,6 +27,7 @@ typedef struct {
     int skipped;
     const double *source_tokens;  // (n_sources) or NULL
     int n_sources;
+    double aux_loss;              // NaN: no load-balancing loss (dense, or output_router_logits off)
     double val_loss;              // NaN: no validation this step
     const double *val_by_source;  // (n_val_sources) or NULL
     int n_val_sources;
