@@ -158,9 +158,6 @@ static void validate_moe(const Config *c) {
     const ParallelConfig *p = &c->parallel;
     const ModelConfig *m = &c->model;
     if (m->num_local_experts == 0) return;
-    if (p->tp > 1)
-        die("model.num_local_experts = %d with parallel.tp = %d: mixture-of-experts layers are not "
-            "tensor-parallel in this version; use parallel.tp = 1", m->num_local_experts, p->tp);
     // The load-balancing loss of a sequence couples every layer's routing (a product
     // of means over all layers): a stage's backward would need the other stages' counts.
     if (p->pp > 1 && m->output_router_logits)

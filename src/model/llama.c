@@ -48,13 +48,18 @@ static void layer_forward_with(const LlamaModel *m, Activations *a, const float 
     tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
     rmsnorm_forward(s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
-    if (m->E > 0) {  // Mixtral's sparse block (model/moe.h; tp = 1, so Nr = N)
+    if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
+        // Tensor parallel as a dense MLP: every rank routes every token (the router is
+        // replicated, so the routing is the same everywhere) and holds an Fl-wide
+        // slice of each expert; the combined outputs are partial sums, reduced.
         const MoeDims md = activations_moe_dims(m, a);
         const MoeSaved ms = activations_moe_saved(m, a, i);
         const MoeScratch sc = activations_moe_scratch(m, a);
-        moe_forward(&md, &ms, &sc, recompute ? NULL : s.out, s.ln2, AT(w, u, lo->router),
-                    AT(w, u, lo->experts));
+        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);  // (N, D)
+        float *partial = recompute ? NULL : tp->sp ? a->tp_partial : s.out;  // (N, D)
+        moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), AT(w, u, lo->experts));
         if (recompute) return;  // the statistics were taken by the first forward
+        tp_reduce(tp, partial, s.out, N, D);
         if (m->moe_aux) moe_route_stats(a->moe_stats, a->moe_stats + (size_t)B * m->E, ms.probs, ms.sel,
                                         B, S, m->E, m->K);
         residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
@@ -148,8 +153,20 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         const MoeSaved ms = activations_moe_saved(m, a, i);
         const MoeScratch sc = activations_moe_scratch(m, a);
         const float *aux_g = m->moe_aux ? a->moe_stats + 2 * (size_t)B * m->E : NULL;
-        moe_backward(&md, &ms, &sc, dd, AT(g, u, lo->router), AT(g, u, lo->experts), dres, s.ln2,
-                     AT(w, u, lo->router), AT(w, u, lo->experts), aux_g);
+        // Under tensor parallelism the whole-token gradient and input are gathered (one
+        // at a time through tp_full), the routing weights' gradient <dout, y> summed over
+        // the group (each rank's y is a partial sum), the experts' input gradient
+        // reduced like a row-parallel layer's; the router's share of this rank's rows
+        // is added after the reduction, so it is counted once.
+        moe_backward_combine(&md, &ms, &sc, tp_gather(tp, dres, a->tp_full, N, D));
+        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);
+        float *partial = tp->sp ? a->tp_partial : dd;  // (N, D)
+        moe_backward_experts(&md, &ms, &sc, partial, AT(g, u, lo->experts), X, AT(w, u, lo->experts));
+        tp_allreduce_sum(tp, sc.dwts, (size_t)N * m->K);
+        moe_backward_router(&md, &ms, &sc, AT(g, u, lo->router), X, aux_g);
+        tp_reduce(tp, partial, dd, N, D);
+        const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
+        matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
         tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
                         N, Fl, D);

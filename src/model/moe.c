@@ -74,12 +74,15 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
     if (out) moe_combine(out, s->y, s->wts, s->row_of, N, K, D);
 }
 
-void moe_backward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
-                  float *drouter, float *dexperts, const float *dout, const float *x,
-                  const float *router, const float *experts, const float *aux_g) {
-    const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
+void moe_backward_combine(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc,
+                          const float *dout) {
     // out_t = sum_j w_tj y_{row(t,j)}: dy = w * dout, dw = <dout, y>.
-    moe_combine_backward(sc->dy, sc->dwts, dout, s->y, s->wts, s->row_of, N, K, D);
+    moe_combine_backward(sc->dy, sc->dwts, dout, s->y, s->wts, s->row_of, d->N, d->K, d->D);
+}
+
+void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
+                          float *dexperts, const float *x, const float *experts) {
+    const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
     moe_dispatch(sc->xg, x, s->slot_of, N, K, D);  // the dispatched inputs again (not kept)
     for (int e = 0; e < E; e++) {
         const size_t r0 = (size_t)s->start[e];
@@ -93,9 +96,22 @@ void moe_backward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, flo
         matmul_backward(sc->dy + r0 * D, dw13, sc->dgu + r0 * 2 * F, sc->xg + r0 * D,
                         expert_w13(d, experts, e), n, D, 2 * F, 0);
     }
-    // Rows of a token's k experts summed back to the token, then the router's share.
+    // Rows of a token's k experts summed back to the token.
     zero_f32(dx, (size_t)N * D);
     moe_dispatch_backward(dx, sc->dy, s->row_of, N, K, D);
-    moe_route_backward(sc->dlogits, s->probs, s->sel, s->wts, sc->dwts, aux_g, N, d->S, E, K);
-    matmul_backward(dx, drouter, sc->dlogits, x, router, N, D, E, 1);
+}
+
+void moe_backward_router(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *drouter,
+                         const float *x, const float *aux_g) {
+    moe_route_backward(sc->dlogits, s->probs, s->sel, s->wts, sc->dwts, aux_g, d->N, d->S, d->E, d->K);
+    matmul_backward(NULL, drouter, sc->dlogits, x, NULL, d->N, d->D, d->E, 0);
+}
+
+void moe_backward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
+                  float *drouter, float *dexperts, const float *dout, const float *x,
+                  const float *router, const float *experts, const float *aux_g) {
+    moe_backward_combine(d, s, sc, dout);
+    moe_backward_experts(d, s, sc, dx, dexperts, x, experts);
+    moe_backward_router(d, s, sc, drouter, x, aux_g);
+    matmul_backward(dx, NULL, sc->dlogits, x, router, d->N, d->D, d->E, 1);  // dx += dlogits @ Wg
 }

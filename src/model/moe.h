@@ -72,9 +72,23 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
                  const float *x, const float *router, const float *experts);
 // dx(N, D) = gradient w.r.t. x (overwritten); drouter(E, D) and dexperts (the experts'
 // layout) += the weight gradients. aux_g(B, E) (NULL: none) is the gradient of every
-// router probability of a token of sequence b (the load-balancing loss).
+// router probability of a token of sequence b (the load-balancing loss). It is the
+// three pieces below, then dx += dlogits @ Wg.
 void moe_backward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
                   float *drouter, float *dexperts, const float *dout, const float *x,
                   const float *router, const float *experts, const float *aux_g);
+
+// The pieces of the backward, for tensor parallelism (model/llama.c): with the experts'
+// width F split over the tp group, each rank's y, dx and the weights' gradient
+// <dout, y> (sc->dwts) are partial sums over the group.
+// 1) from dout(N, D): sc->dy = w * dout, sc->dwts(N, K) = <dout, y> of the y held here.
+void moe_backward_combine(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc,
+                          const float *dout);
+// 2) dexperts += ..., dx(N, D) = the experts' share of the input gradient (overwritten).
+void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
+                          float *dexperts, const float *x, const float *experts);
+// 3) with sc->dwts whole (summed over the group): sc->dlogits(N, E), drouter += dlogits^T x.
+void moe_backward_router(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *drouter,
+                         const float *x, const float *aux_g);
 
 #endif
