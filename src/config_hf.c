@@ -95,7 +95,9 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
     const cJSON *mt = cfg_child(root, "model_type");
     if (mt && !cJSON_IsNull(mt) && !cJSON_IsString(mt)) die("%s: \"model_type\" must be a string", origin);
     const int mixtral = mt && cJSON_IsString(mt) && strcmp(mt->valuestring, "mixtral") == 0;
-    if (!mixtral) hf_require_string(root, "model_type", "llama", origin, "femtotron trains Llama and Mixtral models");
+    if (mt && cJSON_IsString(mt) && !mixtral && strcmp(mt->valuestring, "llama") != 0)
+        die("%s: model_type = \"%s\" is not supported: femtotron trains Llama and Mixtral models; only "
+            "\"llama\" or \"mixtral\"", origin, mt->valuestring);
     if (mixtral) {
         const cJSON *sw = cfg_child(root, "sliding_window");
         if (sw && !cJSON_IsNull(sw))
