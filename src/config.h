@@ -141,6 +141,7 @@ int training_decay_steps(const TrainingConfig *t);
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
+    int ep;              // expert parallelism: experts split over ep ranks taken from within dp x cp
     bool sequence_parallel;  // norms and residual stream on token shards (tp > 1)
     RankOrder order;     // rank order, outermost first
     double bucket_mb;    // data-parallel gradient bucket size in MiB

@@ -146,6 +146,9 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
     KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
+    KEY(parallel, ep, KT_INT, "1",
+        "expert-parallel ranks (mixture of experts): each computes E/ep experts for the tokens of its ep "
+        "group, taken from within dp x cp; must divide dp * cp and num_local_experts"),
     KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
     KEY(parallel, sequence_parallel, KT_BOOL, "false",

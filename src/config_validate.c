@@ -109,6 +109,7 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.tp", p->tp, 1);
     need_int_min("parallel.pp", p->pp, 1);
     need_int_min("parallel.cp", p->cp, 1);
+    need_int_min("parallel.ep", p->ep, 1);
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     need_positive("parallel.bucket_mb", p->bucket_mb);
     need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
@@ -157,6 +158,15 @@ static void validate_tensor(const Config *c) {
 static void validate_moe(const Config *c) {
     const ParallelConfig *p = &c->parallel;
     const ModelConfig *m = &c->model;
+    if (p->ep > 1 && m->num_local_experts == 0)
+        die("parallel.ep = %d needs a mixture-of-experts model (model.num_local_experts > 0)", p->ep);
+    if (p->ep > 1 && (p->dp * p->cp) % p->ep != 0)
+        die("parallel.ep = %d does not divide parallel.dp * parallel.cp = %d * %d = %d (expert-parallel "
+            "ranks are taken from within the data- and context-parallel group)", p->ep, p->dp, p->cp,
+            p->dp * p->cp);
+    if (p->ep > 1 && m->num_local_experts % p->ep != 0)
+        die("parallel.ep = %d does not divide model.num_local_experts = %d (each rank computes the same "
+            "number of experts)", p->ep, m->num_local_experts);
     if (m->num_local_experts == 0) return;
     // The load-balancing loss of a sequence couples every layer's routing (a product
     // of means over all layers): a stage's backward would need the other stages' counts.

@@ -29,7 +29,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
     // moe instead of gu / mlp_h, and its backward uses moe_scr instead of dgu.
     const size_t dense = m->E > 0 ? 0 : 1, Fd = dense * Fl;
-    const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K};
+    const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
     const size_t moe_saved = m->E > 0 ? moe_saved_floats(&md) : 0;
     const size_t moe_scr = m->E > 0 ? moe_scratch_floats(&md) : 0;
     const size_t moe_stats = m->moe_aux ? 3 * (size_t)B * m->E : 0;

@@ -36,7 +36,7 @@ RingAttention activations_ring(const LlamaModel *m, const Activations *a) {
 }
 
 MoeDims activations_moe_dims(const LlamaModel *m, const Activations *a) {
-    MoeDims d = {a->B * a->S, a->B, a->S, m->D, m->Fl, m->E, m->K};  // Fl: tp's slice of each expert
+    MoeDims d = {a->B * a->S, a->B, a->S, m->D, m->Fl, m->E, m->K, m->ep};  // Fl: tp's slice of each expert
     return d;
 }
 

@@ -29,6 +29,7 @@
 #include "dist/grid.h"
 #include "model/param_table.h"
 #include "parallel_layers/context_parallel.h"
+#include "parallel_layers/expert_parallel.h"
 #include "parallel_layers/tensor_parallel.h"
 
 // Which shard of the model a rank builds: everything the model needs to know about
@@ -37,6 +38,7 @@ typedef struct {
     TensorParallel tp;    // heads, FFN columns and vocabulary rows held; sequence parallel
     ContextParallel cp;   // this rank's share of every sequence
     Recompute recompute;  // what a layer keeps for its backward (config.h)
+    ExpertParallel ep;    // mixture of experts: the experts this rank computes (model/moe.h)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -60,6 +62,7 @@ typedef struct {
     int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
     int E, K;                    // mixture of experts (model/moe.h): experts, experts per token; E = 0: dense
     int moe_aux;                 // 1: the load-balancing loss is part of the training loss
+    ExpertParallel ep;           // expert parallelism (parallel_layers/expert_parallel.h)
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

@@ -113,14 +113,14 @@ static void layout_params(LlamaModel *m) {
 ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
 
 ModelShard model_tp_shard(int size, int rank, int sp) {
-    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE};
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}};
     return s;
 }
 
 ModelShard model_shard_of(const Config *cfg, GridCoords at) {
     const ParallelConfig *p = &cfg->parallel;
     ModelShard s = {tp_group(p->tp, at.tp, p->sequence_parallel), {p->cp, at.cp},
-                    cfg->training.recompute};
+                    cfg->training.recompute, {p->ep, grid_ep_rank(p, at)}};
     return s;
 }
 
@@ -137,6 +137,7 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->tp = shard.tp;
     m->cp = shard.cp;
     m->recompute = shard.recompute;
+    m->ep = shard.ep;
     m->vocab = tp_vocab_shard(&m->tp, m->V);
     m->Hl = m->H / m->tp.size;
     m->KVl = m->KV / m->tp.size;

@@ -7,20 +7,31 @@
 
 #define ALIGN16(n) (((n) + 15) / 16 * 16)  // floats: keep every piece 64-byte aligned
 
+size_t moe_expert_rows(const MoeDims *d) {
+    const int El = d->E / d->ep.size;
+    return d->ep.size > 1 ? ep_max_rows(&d->ep, d->N, d->K, El) : (size_t)d->N * d->K;
+}
+
+static size_t route_ints(const MoeDims *d) {
+    return d->ep.size > 1 ? ep_route_ints(&d->ep, d->E / d->ep.size, moe_expert_rows(d)) : 0;
+}
+
 size_t moe_saved_floats(const MoeDims *d) {
-    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E;
+    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E, R = moe_expert_rows(d);
+    const size_t xe = d->ep.size > 1 ? R * d->D : 0;
     return ALIGN16(N * E) + 2 * ALIGN16(N * d->K) + ALIGN16(E + 1) + 2 * ALIGN16(NK) +
-           ALIGN16(NK * 2 * d->F) + ALIGN16(NK * d->F) + ALIGN16(NK * d->D);
+           ALIGN16(R * 2 * d->F) + ALIGN16(R * d->F) + ALIGN16(NK * d->D) + ALIGN16(xe) + ALIGN16(route_ints(d));
 }
 
 size_t moe_scratch_floats(const MoeDims *d) {
-    const size_t N = (size_t)d->N, NK = N * d->K;
-    return 2 * ALIGN16(NK * d->D) + ALIGN16(NK * d->F) + ALIGN16(NK * 2 * d->F) +
-           ALIGN16(N * d->E) + ALIGN16(N * d->K);
+    const size_t N = (size_t)d->N, NK = N * d->K, R = moe_expert_rows(d);
+    const size_t ye = d->ep.size > 1 ? R * d->D : 0;
+    return 2 * ALIGN16(NK * d->D) + ALIGN16(R * d->F) + ALIGN16(R * 2 * d->F) + ALIGN16(N * d->E) +
+           ALIGN16(N * d->K) + 2 * ALIGN16(ye);
 }
 
 MoeSaved moe_saved_at(const MoeDims *d, float *base) {
-    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E;
+    const size_t N = (size_t)d->N, NK = N * d->K, E = (size_t)d->E, R = moe_expert_rows(d);
     MoeSaved s;
     float *p = base;
     s.probs = p, p += ALIGN16(N * E);
@@ -29,23 +40,37 @@ MoeSaved moe_saved_at(const MoeDims *d, float *base) {
     s.start = (int32_t *)p, p += ALIGN16(E + 1);
     s.slot_of = (int32_t *)p, p += ALIGN16(NK);
     s.row_of = (int32_t *)p, p += ALIGN16(NK);
-    s.gu = p, p += ALIGN16(NK * 2 * d->F);
-    s.h = p, p += ALIGN16(NK * d->F);
-    s.y = p;
+    s.gu = p, p += ALIGN16(R * 2 * d->F);
+    s.h = p, p += ALIGN16(R * d->F);
+    s.y = p, p += ALIGN16(NK * d->D);
+    s.xe = d->ep.size > 1 ? p : NULL, p += ALIGN16(d->ep.size > 1 ? R * d->D : 0);
+    s.route = d->ep.size > 1 ? (int32_t *)p : NULL;
     return s;
 }
 
 MoeScratch moe_scratch_at(const MoeDims *d, float *base) {
-    const size_t N = (size_t)d->N, NK = N * d->K;
+    const size_t N = (size_t)d->N, NK = N * d->K, R = moe_expert_rows(d);
+    const size_t ye = d->ep.size > 1 ? R * d->D : 0;
     MoeScratch s;
     float *p = base;
     s.xg = p, p += ALIGN16(NK * d->D);
     s.dy = p, p += ALIGN16(NK * d->D);
-    s.dh = p, p += ALIGN16(NK * d->F);
-    s.dgu = p, p += ALIGN16(NK * 2 * d->F);
+    s.dh = p, p += ALIGN16(R * d->F);
+    s.dgu = p, p += ALIGN16(R * 2 * d->F);
     s.dlogits = p, p += ALIGN16(N * d->E);
-    s.dwts = p;
+    s.dwts = p, p += ALIGN16(N * d->K);
+    s.ye = ye ? p : NULL, p += ALIGN16(ye);
+    s.stage = ye ? p : NULL;
     return s;
+}
+
+// The layer's expert-parallel route, carved from its saved cells (after ep_route
+// filled them in the forward, rows is the regrouped block's length).
+static EpRoute route_of(const MoeDims *d, const MoeSaved *s) {
+    const int El = d->E / d->ep.size;
+    EpRoute rt = ep_route_at(&d->ep, El, moe_expert_rows(d), s->route);
+    rt.rows = rt.estart[El];
+    return rt;
 }
 
 // Expert e's weights: w1|w3 (2F, D) — one fused gate|up GEMM — then w2 (D, F).
@@ -63,6 +88,23 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
     moe_route(s->probs, s->sel, s->wts, N, E, K);
     moe_group(s->start, s->slot_of, s->row_of, s->sel, N, E, K);
     moe_dispatch(sc->xg, x, s->slot_of, N, K, D);
+    if (d->ep.size > 1) {  // the rows travel to the ranks of their experts and back
+        const int El = E / d->ep.size, e0 = d->ep.rank * El;
+        EpRoute rt = ep_route_at(&d->ep, El, moe_expert_rows(d), s->route);
+        ep_route(&d->ep, &rt, s->start, El);
+        ep_dispatch(&d->ep, &rt, sc->xg, s->xe, sc->stage, D);
+        for (int e = 0; e < El; e++) {
+            const size_t r0 = (size_t)rt.estart[e];
+            const int n = rt.estart[e + 1] - rt.estart[e];
+            if (n == 0) continue;
+            matmul_forward(s->gu + r0 * 2 * F, s->xe + r0 * D, expert_w13(d, experts, e0 + e), n, D, 2 * F);
+            swiglu_forward(s->h + r0 * F, s->gu + r0 * 2 * F, n, F);
+            matmul_forward(sc->ye + r0 * D, s->h + r0 * F, expert_w2(d, experts, e0 + e), n, F, D);
+        }
+        ep_combine(&d->ep, &rt, sc->ye, s->y, sc->stage, D);
+        if (out) moe_combine(out, s->y, s->wts, s->row_of, N, K, D);
+        return;
+    }
     for (int e = 0; e < E; e++) {  // each expert over its contiguous rows r0 .. r0+n-1
         const size_t r0 = (size_t)s->start[e];
         const int n = s->start[e + 1] - s->start[e];
@@ -83,6 +125,26 @@ void moe_backward_combine(const MoeDims *d, const MoeSaved *s, const MoeScratch 
 void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, float *dx,
                           float *dexperts, const float *x, const float *experts) {
     const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
+    if (d->ep.size > 1) {  // output gradients along the dispatch path, input gradients back
+        const int El = E / d->ep.size, e0 = d->ep.rank * El;
+        const EpRoute rt = route_of(d, s);
+        ep_dispatch(&d->ep, &rt, sc->dy, sc->ye, sc->stage, D);
+        for (int e = 0; e < El; e++) {
+            const size_t r0 = (size_t)rt.estart[e];
+            const int n = rt.estart[e + 1] - rt.estart[e];
+            if (n == 0) continue;
+            float *dw13 = dexperts + (size_t)(e0 + e) * 3 * F * D, *dw2 = dw13 + (size_t)2 * F * D;
+            matmul_backward(sc->dh + r0 * F, dw2, sc->ye + r0 * D, s->h + r0 * F,
+                            expert_w2(d, experts, e0 + e), n, F, D, 0);
+            swiglu_backward(sc->dgu + r0 * 2 * F, sc->dh + r0 * F, s->gu + r0 * 2 * F, n, F);
+            matmul_backward(sc->ye + r0 * D, dw13, sc->dgu + r0 * 2 * F, s->xe + r0 * D,
+                            expert_w13(d, experts, e0 + e), n, D, 2 * F, 0);
+        }
+        ep_combine(&d->ep, &rt, sc->ye, sc->xg, sc->stage, D);  // each slot's input gradient, home
+        zero_f32(dx, (size_t)N * D);
+        moe_dispatch_backward(dx, sc->xg, s->row_of, N, K, D);
+        return;
+    }
     moe_dispatch(sc->xg, x, s->slot_of, N, K, D);  // the dispatched inputs again (not kept)
     for (int e = 0; e < E; e++) {
         const size_t r0 = (size_t)s->start[e];

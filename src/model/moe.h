@@ -30,11 +30,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parallel_layers/expert_parallel.h"
+
 typedef struct {
-    int N, B, S;     // tokens = B sequences of S
-    int D, F, E, K;  // hidden, expert width, experts, experts per token
+    int N, B, S;       // tokens = B sequences of S
+    int D, F, E, K;    // hidden, expert width, experts, experts per token
+    ExpertParallel ep; // expert parallelism: this rank computes experts [rank*E/size, (rank+1)*E/size)
 } MoeDims;
 
+// Expert rows: R = N*K on one rank (the token slots themselves); under expert
+// parallelism R = ep_max_rows, the most rows this rank's experts can receive
+// (parallel_layers/expert_parallel.h), and the rows are those received.
 // What one layer's forward keeps for its backward.
 typedef struct {
     float *probs;      // (N, E) router probabilities
@@ -43,20 +49,27 @@ typedef struct {
     int32_t *start;    // (E+1) first grouped row of each expert
     int32_t *slot_of;  // (N*K) grouped row -> slot t*K + j
     int32_t *row_of;   // (N*K) slot -> grouped row
-    float *gu;         // (N*K, 2F) gate|up pre-activations, rows grouped by expert
-    float *h;          // (N*K, F) silu(gate) * up
-    float *y;          // (N*K, D) expert outputs before weighting
+    float *gu;         // (R, 2F) gate|up pre-activations, rows grouped by expert
+    float *h;          // (R, F) silu(gate) * up
+    float *y;          // (N*K, D) expert outputs of this rank's slots before weighting
+    float *xe;         // (R, D) ep > 1: the rows received, grouped by local expert
+    int32_t *route;    // (ep_route_ints) ep > 1: the layer's EpRoute
 } MoeSaved;
 
 // Scratch shared by the layers (and by in-flight micro-batches).
 typedef struct {
     float *xg;       // (N*K, D) dispatched inputs
     float *dy;       // (N*K, D) gradient of the expert outputs, then of their inputs
-    float *dh;       // (N*K, F)
-    float *dgu;      // (N*K, 2F)
+    float *dh;       // (R, F)
+    float *dgu;      // (R, 2F)
     float *dlogits;  // (N, E)
     float *dwts;     // (N, K)
+    float *ye;       // (R, D) ep > 1: the local experts' outputs, then their output gradient
+    float *stage;    // (R, D) ep > 1: rows in source order around an all-to-all(v)
 } MoeScratch;
+
+// R of the dims (above).
+size_t moe_expert_rows(const MoeDims *d);
 
 // Floats of a MoeSaved / a MoeScratch (int32 cells counted as floats), and carving
 // them out of `base` (64-byte aligned pieces, in the order of the struct).

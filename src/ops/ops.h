@@ -29,6 +29,11 @@ void zero_f32(float *x, size_t n);
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                    size_t cols);
 
+// Row permutations of an (n, cols) block: gather dst[r] = src[idx[r]], scatter
+// dst[idx[r]] = src[r] (idx a permutation of 0..n-1; the ranges must not overlap).
+void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols);
+void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols);
+
 // ---- linear layers (Hugging Face nn.Linear layout: weight is (out, in)) ----
 
 // out(N, out_dim) = in(N, in_dim) @ weight(out_dim, in_dim)^T

@@ -172,7 +172,7 @@ static void test_block(int B, int S, int D, int F, int E, int K, uint64_t seed) 
     double *ref = malloc(nx * 8);
     block_loss(&b, ref);
 
-    const MoeDims md = {N, B, S, D, F, E, K};
+    const MoeDims md = {N, B, S, D, F, E, K, {1, 0}};
     float *saved = calloc(moe_saved_floats(&md), 4), *scr = calloc(moe_scratch_floats(&md), 4);
     const MoeSaved ms = moe_saved_at(&md, saved);
     const MoeScratch sc = moe_scratch_at(&md, scr);
