@@ -289,6 +289,12 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
             run_backward(&x, &pp->actions[k]);
     }
     drain_sends(pp);
+    pp->moe_ep_s = 0.0;  // every slot's expert-parallel exchange time, then reset for the next step
+    for (int c = 0; c < pp->v; c++)
+        for (int i = 0; i < pp->n_slots[c]; i++) {
+            pp->moe_ep_s += pp->acts[c][i].moe_ep_s;
+            pp->acts[c][i].moe_ep_s = 0.0;
+        }
     return loss;
 }
 

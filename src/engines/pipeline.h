@@ -47,6 +47,8 @@ typedef struct {
     int max_slots;
     double moe_aux;               // after pp_run_step: the sum of the training forwards' a->moe_aux
                                   // (load-balancing losses of this rank's sequences; model/moe.h)
+    double moe_ep_s;              // after pp_run_step: seconds this rank spent in expert-parallel
+                                  // dispatch and combine during the step
 } Pipeline;
 
 // The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:

@@ -46,7 +46,9 @@ MoeSaved activations_moe_saved(const LlamaModel *m, const Activations *a, int i)
     return moe_saved_at(&d, a->moe + k * moe_saved_floats(&d));
 }
 
-MoeScratch activations_moe_scratch(const LlamaModel *m, const Activations *a) {
+MoeScratch activations_moe_scratch(const LlamaModel *m, Activations *a) {
     const MoeDims d = activations_moe_dims(m, a);
-    return moe_scratch_at(&d, a->moe_scr);
+    MoeScratch s = moe_scratch_at(&d, a->moe_scr);
+    s.ep_seconds = &a->moe_ep_s;
+    return s;
 }

@@ -67,6 +67,7 @@ typedef struct Activations {
     float *moe_stats;        // (3, B, E) load-balancing loss: counts, probability sums over the
                              // stage's layers, then the loss's gradient per probability (moe_aux)
     double moe_aux;          // sum over the B sequences of their load-balancing loss (last forward)
+    double moe_ep_s;         // seconds in expert-parallel dispatch and combine since the engine reset it
     size_t bytes;            // bytes of the arena
 } Activations;
 
@@ -93,7 +94,7 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i);
 // routing and expert rows, and the shared scratch (model/moe.h).
 MoeDims activations_moe_dims(const LlamaModel *m, const Activations *a);
 MoeSaved activations_moe_saved(const LlamaModel *m, const Activations *a, int i);
-MoeScratch activations_moe_scratch(const LlamaModel *m, const Activations *a);
+MoeScratch activations_moe_scratch(const LlamaModel *m, Activations *a);  // times into a->moe_ep_s
 
 // The ring attention view of a's attention buffers (parallel_layers/context_parallel.h).
 RingAttention activations_ring(const LlamaModel *m, const Activations *a);

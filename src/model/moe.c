@@ -4,6 +4,7 @@
 #include "model/moe.h"
 
 #include "ops/ops.h"
+#include "util.h"
 
 #define ALIGN16(n) (((n) + 15) / 16 * 16)  // floats: keep every piece 64-byte aligned
 
@@ -61,6 +62,7 @@ MoeScratch moe_scratch_at(const MoeDims *d, float *base) {
     s.dwts = p, p += ALIGN16(N * d->K);
     s.ye = ye ? p : NULL, p += ALIGN16(ye);
     s.stage = ye ? p : NULL;
+    s.ep_seconds = NULL;
     return s;
 }
 
@@ -91,8 +93,10 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
     if (d->ep.size > 1) {  // the rows travel to the ranks of their experts and back
         const int El = E / d->ep.size, e0 = d->ep.rank * El;
         EpRoute rt = ep_route_at(&d->ep, El, moe_expert_rows(d), s->route);
+        double t0 = now_seconds();
         ep_route(&d->ep, &rt, s->start, El);
         ep_dispatch(&d->ep, &rt, sc->xg, s->xe, sc->stage, D);
+        double t_exch = now_seconds() - t0;
         for (int e = 0; e < El; e++) {
             const size_t r0 = (size_t)rt.estart[e];
             const int n = rt.estart[e + 1] - rt.estart[e];
@@ -101,7 +105,9 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
             swiglu_forward(s->h + r0 * F, s->gu + r0 * 2 * F, n, F);
             matmul_forward(sc->ye + r0 * D, s->h + r0 * F, expert_w2(d, experts, e0 + e), n, F, D);
         }
+        t0 = now_seconds();
         ep_combine(&d->ep, &rt, sc->ye, s->y, sc->stage, D);
+        if (sc->ep_seconds) *sc->ep_seconds += t_exch + now_seconds() - t0;
         if (out) moe_combine(out, s->y, s->wts, s->row_of, N, K, D);
         return;
     }
@@ -128,7 +134,9 @@ void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch 
     if (d->ep.size > 1) {  // output gradients along the dispatch path, input gradients back
         const int El = E / d->ep.size, e0 = d->ep.rank * El;
         const EpRoute rt = route_of(d, s);
+        double t0 = now_seconds();
         ep_dispatch(&d->ep, &rt, sc->dy, sc->ye, sc->stage, D);
+        double t_exch = now_seconds() - t0;
         for (int e = 0; e < El; e++) {
             const size_t r0 = (size_t)rt.estart[e];
             const int n = rt.estart[e + 1] - rt.estart[e];
@@ -140,7 +148,9 @@ void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch 
             matmul_backward(sc->ye + r0 * D, dw13, sc->dgu + r0 * 2 * F, s->xe + r0 * D,
                             expert_w13(d, experts, e0 + e), n, D, 2 * F, 0);
         }
+        t0 = now_seconds();
         ep_combine(&d->ep, &rt, sc->ye, sc->xg, sc->stage, D);  // each slot's input gradient, home
+        if (sc->ep_seconds) *sc->ep_seconds += t_exch + now_seconds() - t0;
         zero_f32(dx, (size_t)N * D);
         moe_dispatch_backward(dx, sc->xg, s->row_of, N, K, D);
         return;

@@ -66,6 +66,7 @@ typedef struct {
     float *dwts;     // (N, K)
     float *ye;       // (R, D) ep > 1: the local experts' outputs, then their output gradient
     float *stage;    // (R, D) ep > 1: rows in source order around an all-to-all(v)
+    double *ep_seconds;  // NULL, or += the wall time of the expert-parallel dispatch and combine
 } MoeScratch;
 
 // R of the dims (above).

@@ -121,6 +121,7 @@ void metrics_step(MetricsLog *m, const StepRecord *r) {
         fprintf(f, ", \"aux_loss\": ");
         json_number(f, r->aux_loss);
     }
+    if (!isnan(r->ep_ms)) fprintf(f, ", \"ep_ms\": %.3f", r->ep_ms);
     if (r->source_tokens) {
         fprintf(f, ", \"source_tokens\": ");
         json_list(f, r->source_tokens, r->n_sources);

@@ -142,6 +142,7 @@ static void log_step(const Progress *p, MetricsLog *metrics, Trainer *t, const S
         .source_tokens = t->train_data.n > 1 ? source_tokens : NULL, .n_sources = t->train_data.n,
         .val_loss = val_loss, .val_by_source = by_source, .n_val_sources = val_sources,
         .aux_loss = t->rank.model.moe_aux ? r->aux_loss : (double)NAN,
+        .ep_ms = t->rank.model.ep.size > 1 ? r->ep_ms : (double)NAN,
     };
     metrics_step(metrics, &rec);
     if (!isnan(val_loss)) metrics_val(metrics, r->step, val_loss, by_source, val_sources);

@@ -108,6 +108,7 @@ StepResult trainer_step(Trainer *t) {
     r.step = t->state.step + 1;
     r.loss = trainer_compute_grads(t, t->state.step);
     r.aux_loss = t->aux_loss;
+    r.ep_ms = 1e3 * t->rank.pipe.moe_ep_s;
     r.grad_norm = dp_grad_norm(&t->rank.dp);
     r.lr = lr_at_step(tc, r.step);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {

@@ -37,6 +37,7 @@ typedef struct {
                        // load-balancing loss times router_aux_loss_coef, when on)
     double grad_norm;  // global L2 norm before clipping
     double aux_loss;   // the step's load-balancing loss (Trainer.aux_loss), included in loss
+    double ep_ms;      // this rank's milliseconds in expert-parallel dispatch and combine
     double lr;
     int skipped;       // 1 when the update was skipped (non-finite loss or norm)
 } StepResult;
