@@ -221,6 +221,10 @@ int train_main(int argc, char **argv) {
                "heads %d/%d kv, vocab %d\n",
                llama_global_params(model), llama_matmul_params(model), t.rank.dp.n_elements, model->L,
                model->D, model->H, model->KV, model->V);
+        if (model->E > 0)  // the matmul count above is the active one: router + k experts per token
+            printf("mixture of experts: %d experts per layer, top-%d (active matmul parameters above), "
+                   "load-balancing loss %s, expert parallel %d (%d experts computed per rank)\n",
+                   model->E, model->K, model->moe_aux ? "on" : "off", model->ep.size, model->E / model->ep.size);
         printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets, "
                "pipeline %s with %d chunk(s) per rank\n",
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
