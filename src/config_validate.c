@@ -168,12 +168,6 @@ static void validate_moe(const Config *c) {
         die("parallel.ep = %d does not divide model.num_local_experts = %d (each rank computes the same "
             "number of experts)", p->ep, m->num_local_experts);
     if (m->num_local_experts == 0) return;
-    // The load-balancing loss of a sequence couples every layer's routing (a product
-    // of means over all layers): a stage's backward would need the other stages' counts.
-    if (p->pp > 1 && m->output_router_logits)
-        die("model.output_router_logits = true with parallel.pp = %d: the load-balancing loss spans "
-            "every layer of a sequence and is not split over pipeline stages in this version; use "
-            "parallel.pp = 1 or output_router_logits = false", p->pp);
 }
 
 static void validate_pipeline(const Config *c) {

@@ -32,7 +32,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
     const size_t moe_saved = m->E > 0 ? moe_saved_floats(&md) : 0;
     const size_t moe_scr = m->E > 0 ? moe_scratch_floats(&md) : 0;
-    const size_t moe_stats = m->moe_aux ? 3 * (size_t)B * m->E : 0;
+    const size_t moe_stats = m->moe_aux ? 4 * (size_t)B * m->E : 0;
     struct {
         float **ptr;
         size_t n;

@@ -64,8 +64,9 @@ typedef struct Activations {
     // mixture of experts (E > 0; model/moe.h), in place of gu, mlp_h and dgu:
     float *moe;              // (nk, moe_saved_floats) each layer slot's routing and expert rows
     float *moe_scr;          // (moe_scratch_floats) backward scratch, shared
-    float *moe_stats;        // (3, B, E) load-balancing loss: counts, probability sums over the
-                             // stage's layers, then the loss's gradient per probability (moe_aux)
+    float *moe_stats;        // (4, B, E) load-balancing loss: counts, probability sums over the
+                             // layers so far, the loss's gradient per probability (moe_aux), and
+                             // that gradient's copy being sent to the previous pipeline stage
     double moe_aux;          // sum over the B sequences of their load-balancing loss (last forward)
     double moe_ep_s;         // seconds in expert-parallel dispatch and combine since the engine reset it
     size_t bytes;            // bytes of the arena

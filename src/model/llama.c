@@ -78,8 +78,9 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
     pa->release_params(pa->ctx, u);
 }
 
-// The load-balancing loss of the micro-batch's B sequences (model/moe.h), after the
-// forward of every layer (pp = 1 with the loss on: config_validate.c). Its statistics
+// The load-balancing loss of the micro-batch's B sequences (model/moe.h), on the last
+// stage, after the forward of every layer (earlier stages' statistics arrive with the
+// input, engines/pipeline.c; the gradient goes back with the input gradients). Its statistics
 // are summed over the context-parallel ranks first (each holds part of every
 // sequence). The step's loss adds coef * (mean over its sequences of aux); the
 // trainer divides the returned sum by the step's tokens (grad_scale = 1 / tokens), so
@@ -110,7 +111,9 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     } else if (x_in != a->resid) {
         copy_f32(a->resid, x_in, (size_t)Nr * D);  // kept for this stage's backward
     }
-    if (m->moe_aux) zero_f32(a->moe_stats, 2 * (size_t)a->B * m->E);  // counts, probability sums
+    // The first stage starts the load-balancing statistics (counts, probability sums);
+    // a later stage continues those the pipeline received with its input.
+    if (m->moe_aux && (a->has_embed || !want_grads)) zero_f32(a->moe_stats, 2 * (size_t)a->B * m->E);
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     const float *wf = pa->acquire_params(pa->ctx, u_final);

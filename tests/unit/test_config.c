@@ -608,8 +608,12 @@ static void test_errors(void) {
         {"top-k 0", "--model.num_local_experts 4 --model.num_experts_per_tok 0", "model.num_experts_per_tok = 0", 1},
         {"aux coef < 0", "--model.num_local_experts 4 --model.router_aux_loss_coef -0.1",
          "model.router_aux_loss_coef = -0.1", 1},
-        {"aux loss over pp", "--model.num_local_experts 4 --model.output_router_logits true --parallel.pp 2",
-         "output_router_logits = true with parallel.pp = 2|pipeline stages", 2},
+        {"ep without experts", "--parallel.dp 2 --parallel.ep 2", "parallel.ep = 2 needs a mixture-of-experts model", 2},
+        {"ep outside dp x cp", "--model.num_local_experts 4 --parallel.tp 2 --parallel.ep 2",
+         "parallel.ep = 2 does not divide parallel.dp * parallel.cp = 1 * 1 = 1", 2},
+        {"ep experts", "--model.num_local_experts 6 --parallel.dp 4 --parallel.ep 4",
+         "parallel.ep = 4 does not divide model.num_local_experts = 6", 4},
+        {"ep 0", "--parallel.ep 0", "parallel.ep = 0", 1},
         {"val_every without data.val", "--logging.val_every 10", "logging.val_every = 10|data.val is not set", 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
