@@ -77,6 +77,8 @@ typedef struct {
     int num_experts_per_tok;      // k: experts each token is routed to (top-k)
     double router_aux_loss_coef;  // weight of the load-balancing loss in the training loss
     bool output_router_logits;    // true: the load-balancing loss is added (MixtralConfig's switch)
+    int n_shared_experts;         // DeepSeek-style shared experts: a SwiGLU of n * intermediate_size
+                                  // every token goes through, added to the routed experts' output
     char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
 } ModelConfig;
 

@@ -101,6 +101,9 @@ const KeyDef CFG_KEYS[] = {
          "mixture of experts: weight of the load-balancing loss (added when output_router_logits)"),
     MKEY(output_router_logits, KT_BOOL, "false", "false",
          "mixture of experts: add router_aux_loss_coef * the load-balancing loss to the training loss"),
+    MKEY(n_shared_experts, KT_INT, "0", "0",
+         "mixture of experts: shared experts (DeepSeek): a SwiGLU of n * intermediate_size every token "
+         "goes through, added to the routed output (not a Mixtral tensor: transformers' Mixtral cannot load it)"),
     MKEY(from, KT_STRING, "", NULL,
          "local Hugging Face model directory: its config.json gives the model keys not set here"),
 
@@ -227,7 +230,7 @@ int cfg_is_model_from(const KeyDef *k) {
 
 int cfg_is_moe_key(const KeyDef *k) {
     static const char *const moe[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
-                                      "output_router_logits"};
+                                      "output_router_logits", "n_shared_experts"};
     if (strcmp(k->section, "model") != 0) return 0;
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
         if (strcmp(k->key, moe[i]) == 0) return 1;

@@ -56,6 +56,10 @@ static void validate_model(const ModelConfig *m) {
     }
     need_nonnegative("model.initializer_range", m->initializer_range);
     need_int_min("model.num_local_experts", m->num_local_experts, 0);
+    need_int_min("model.n_shared_experts", m->n_shared_experts, 0);
+    if (m->n_shared_experts > 0 && m->num_local_experts == 0)
+        die("model.n_shared_experts = %d needs a mixture-of-experts model (model.num_local_experts > 0)",
+            m->n_shared_experts);
     if (m->num_local_experts > 0) {
         if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_local_experts)
             die("model.num_experts_per_tok = %d: must be between 1 and model.num_local_experts = %d",

@@ -27,8 +27,9 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
     const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
     // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
-    // moe instead of gu / mlp_h, and its backward uses moe_scr instead of dgu.
-    const size_t dense = m->E > 0 ? 0 : 1, Fd = dense * Fl;
+    // moe, and its backward uses moe_scr; gu / mlp_h / dgu then hold the shared experts.
+    // The shared experts (E > 0, Fs > 0) use the dense MLP's buffers at their width.
+    const size_t Fd = m->E > 0 ? (size_t)m->Fsl : Fl;
     const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
     const size_t moe_saved = m->E > 0 ? moe_saved_floats(&md) : 0;
     const size_t moe_scr = m->E > 0 ? moe_scratch_floats(&md) : 0;

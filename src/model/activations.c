@@ -5,7 +5,7 @@
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
-    const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->Fl;
+    const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->E > 0 ? (size_t)m->Fsl : (size_t)m->Fl;
     const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
     const size_t kl = m->recompute == RECOMPUTE_NONE ? (size_t)i : 0;   // slot of lse
     LayerSaved s = {

@@ -58,6 +58,15 @@ static void layer_forward_with(const LlamaModel *m, Activations *a, const float 
         const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);  // (N, D)
         float *partial = recompute ? NULL : tp->sp ? a->tp_partial : s.out;  // (N, D)
         moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), AT(w, u, lo->experts));
+        if (m->Fs > 0) {  // shared experts, in the dense MLP's buffers: gate|up, SwiGLU ...
+            const int Fsl = m->Fsl;
+            matmul_forward(s.gu, X, AT(w, u, lo->gate_up), N, D, 2 * Fsl);
+            swiglu_forward(s.h, s.gu, N, Fsl);
+            if (!recompute) {  // ... down into sc.dy (free in the forward), added to the partial sum
+                matmul_forward(sc.dy, s.h, AT(w, u, lo->down), N, Fsl, D);
+                residual_forward(partial, partial, sc.dy, (size_t)N * D);
+            }
+        }
         if (recompute) return;  // the statistics were taken by the first forward
         tp_reduce(tp, partial, s.out, N, D);
         if (m->moe_aux) moe_route_stats(a->moe_stats, a->moe_stats + (size_t)B * m->E, ms.probs, ms.sel,
@@ -161,10 +170,18 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         // the group (each rank's y is a partial sum), the experts' input gradient
         // reduced like a row-parallel layer's; the router's share of this rank's rows
         // is added after the reduction, so it is counted once.
-        moe_backward_combine(&md, &ms, &sc, tp_gather(tp, dres, a->tp_full, N, D));
+        const float *G = tp_gather(tp, dres, a->tp_full, N, D);  // (N, D) output gradient
+        moe_backward_combine(&md, &ms, &sc, G);
+        if (m->Fs > 0) {  // shared experts: down and SwiGLU backward while G is at hand
+            matmul_backward(a->dbuf_i, AT(g, u, lo->down), G, s.h, AT(w, u, lo->down), N, m->Fsl, D, 0);
+            swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, m->Fsl);
+        }
         const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);
         float *partial = tp->sp ? a->tp_partial : dd;  // (N, D)
         moe_backward_experts(&md, &ms, &sc, partial, AT(g, u, lo->experts), X, AT(w, u, lo->experts));
+        if (m->Fs > 0)  // the shared experts' gate|up: weight gradient, input gradient added
+            matmul_backward(partial, AT(g, u, lo->gate_up), a->dgu, X, AT(w, u, lo->gate_up), N, D,
+                            2 * m->Fsl, 1);
         tp_allreduce_sum(tp, sc.dwts, (size_t)N * m->K);
         moe_backward_router(&md, &ms, &sc, AT(g, u, lo->router), X, aux_g);
         tp_reduce(tp, partial, dd, N, D);

@@ -61,6 +61,7 @@ typedef struct {
     VocabShard vocab;            // this rank's rows of the embedding and of the head
     int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
     int E, K;                    // mixture of experts (model/moe.h): experts, experts per token; E = 0: dense
+    int Fs, Fsl;                 // shared experts' width (n_shared_experts * F; 0: none) and its tp share
     int moe_aux;                 // 1: the load-balancing loss is part of the training loss
     ExpertParallel ep;           // expert parallelism (parallel_layers/expert_parallel.h)
     // The parameter table (model/param_table.h):

@@ -87,6 +87,11 @@ static void layout_params(LlamaModel *m) {
                 EXPERT_PARAM("w2", D, F, SPLIT_COLS);
 #undef EXPERT_PARAM
             }
+            if (m->Fs > 0) {  // shared experts: one SwiGLU of width Fs, tensor-split like the dense MLP
+                lo.gate_up = LAYER_PARAM("block_sparse_moe.shared_experts.gate_proj.weight", m->Fs, D, SPLIT_ROWS);
+                LAYER_PARAM("block_sparse_moe.shared_experts.up_proj.weight", m->Fs, D, SPLIT_ROWS);
+                lo.down = LAYER_PARAM("block_sparse_moe.shared_experts.down_proj.weight", D, m->Fs, SPLIT_COLS);
+            }
         } else {
             lo.router = lo.experts = 0;
             lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D, SPLIT_ROWS);  // gate, up adjacent:
@@ -146,6 +151,8 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->E = cfg->num_local_experts;
     m->K = m->E > 0 ? cfg->num_experts_per_tok : 0;
     m->moe_aux = m->E > 0 && cfg->output_router_logits;
+    m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;
+    m->Fsl = m->Fs / m->tp.size;
     layout_params(m);  // count
     m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
     m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
@@ -180,6 +187,7 @@ size_t llama_global_params(const LlamaModel *m) {
 size_t llama_matmul_params(const LlamaModel *m) {
     size_t qkv = (size_t)(m->H + 2 * m->KV) * m->hd;
     size_t mlp = m->E > 0 ? (size_t)m->E * m->D + (size_t)m->K * 3 * m->D * m->F  // router + k experts
+                                + 3 * (size_t)m->D * m->Fs                             // + shared experts
                           : 3 * (size_t)m->D * m->F;
     size_t per_layer = (size_t)m->D * qkv + (size_t)m->H * m->hd * m->D + mlp;
     return (size_t)m->L * per_layer + (size_t)m->V * m->D;  // + output head

@@ -67,6 +67,7 @@ _CONFIG_DEFAULTS = {
     "num_experts_per_tok": 2,
     "router_aux_loss_coef": 0.001,
     "output_router_logits": False,
+    "n_shared_experts": 0,         # DeepSeek-style shared experts: one SwiGLU of n * I, no gate
 }
 
 
@@ -106,6 +107,11 @@ def param_shapes(cfg):
                 shapes[p + f"block_sparse_moe.experts.{e}.w1.weight"] = (I, D)
                 shapes[p + f"block_sparse_moe.experts.{e}.w3.weight"] = (I, D)
                 shapes[p + f"block_sparse_moe.experts.{e}.w2.weight"] = (D, I)
+            Is = c["n_shared_experts"] * I
+            if Is:
+                shapes[p + "block_sparse_moe.shared_experts.gate_proj.weight"] = (Is, D)
+                shapes[p + "block_sparse_moe.shared_experts.up_proj.weight"] = (Is, D)
+                shapes[p + "block_sparse_moe.shared_experts.down_proj.weight"] = (D, Is)
         else:
             shapes[p + "mlp.gate_proj.weight"] = (I, D)
             shapes[p + "mlp.up_proj.weight"] = (I, D)
@@ -277,6 +283,10 @@ class LlamaTorch:
             ye = F.linear(F.silu(F.linear(xe, p[pre + f"experts.{e}.w1.weight"])) *
                           F.linear(xe, p[pre + f"experts.{e}.w3.weight"]), p[pre + f"experts.{e}.w2.weight"])
             out = out.index_add(0, tok, ye * weights[tok, slot, None])
+        if self.cfg["n_shared_experts"]:  # every token also goes through the shared experts
+            sh = pre + "shared_experts."
+            out = out + F.linear(F.silu(F.linear(h, p[sh + "gate_proj.weight"])) * F.linear(h, p[sh + "up_proj.weight"]),
+                                 p[sh + "down_proj.weight"])
         return out.view(B, S, D)
 
     def aux_losses(self):
@@ -495,6 +505,10 @@ def naive_loss(model, inputs, targets):
                     ex = pre + f"block_sparse_moe.experts.{e}."
                     gt, up = P[ex + "w1.weight"] @ h2, P[ex + "w3.weight"] @ h2
                     y += pr[e] / sum(pr[i] for i in top) * (P[ex + "w2.weight"] @ (gt / (1 + np.exp(-gt)) * up))
+                if model.cfg["n_shared_experts"]:
+                    sh = pre + "block_sparse_moe.shared_experts."
+                    gt, up = P[sh + "gate_proj.weight"] @ h2, P[sh + "up_proj.weight"] @ h2
+                    y += P[sh + "down_proj.weight"] @ (gt / (1 + np.exp(-gt)) * up)
                 xs[s] = xs[s] + y
         W = P["model.embed_tokens.weight" if model.tied else "lm_head.weight"]
         for s in range(S):
@@ -557,8 +571,8 @@ def _selfcheck():
               f"finite differences worst rel {worst:.2e} at {where}")
         ok &= abs(a - b) / abs(b) < 1e-12 and worst < 1e-6
     moe = dict(cfg, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
-               router_aux_loss_coef=0.3, tie_word_embeddings=False)
-    model = build_model(moe, random_weights(moe, seed=4, std=0.3), dtype=torch.float64)
+               router_aux_loss_coef=0.3, tie_word_embeddings=False, n_shared_experts=1)
+    model = build_model(moe, random_weights(moe, seed=6, std=0.3), dtype=torch.float64)
     rng = np.random.default_rng(5)
     inputs, targets = rng.integers(0, 11, (2, 6)), rng.integers(0, 11, (2, 6))
     a, b = float(model.loss(inputs, targets)), naive_loss(model, inputs, targets)

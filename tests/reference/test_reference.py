@@ -12,7 +12,7 @@ llm.c token shard, a run config. Then:
     grad_norm per step <= 1e-5 relative; final weights per tensor, see WEIGHT_TOL).
 Cases: Llama untied and tied, llama3 and linear RoPE scaling, and Mixtral (4 experts,
 top-2, the load-balancing loss on: the aux loss of step 0 and of every training step
-is compared too).
+is compared too), and a tied top-1 Mixtral with a DeepSeek-style shared expert.
 Prints "PASS name" / "FAIL name: detail"; exits 1 on any failure.
 Run from anywhere with /usr/bin/python3 (Debian's, with torch).
 """
@@ -340,7 +340,9 @@ def main():
                    "num_experts_per_tok": 2, "output_router_logits": True, "router_aux_loss_coef": 0.1,
                    "sliding_window": None}
         for tag, tied, extra in (("untied", False, None), ("tied", True, None), ("llama3_hd32", False, llama3),
-                                 ("linear_tied", True, linear), ("mixtral", False, mixtral)):
+                                 ("linear_tied", True, linear), ("mixtral", False, mixtral),
+                                 ("mixtral_shared_top1", True, dict(mixtral, num_experts_per_tok=1,
+                                                                    n_shared_experts=1))):
             run_path, run, cfg, weights = make_run(tmp, tag, tied, shard, extra)
             gradient_check(tag, run_path, run, cfg, weights, tmp)
             training_check(tag, run_path, run, cfg, weights, tmp)

@@ -614,6 +614,8 @@ static void test_errors(void) {
         {"ep experts", "--model.num_local_experts 6 --parallel.dp 4 --parallel.ep 4",
          "parallel.ep = 4 does not divide model.num_local_experts = 6", 4},
         {"ep 0", "--parallel.ep 0", "parallel.ep = 0", 1},
+        {"shared experts without experts", "--model.n_shared_experts 1",
+         "model.n_shared_experts = 1 needs a mixture-of-experts model", 1},
         {"val_every without data.val", "--logging.val_every 10", "logging.val_every = 10|data.val is not set", 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
