@@ -139,7 +139,7 @@ const KeyDef CFG_KEYS[] = {
     KEY(training, eps, KT_DOUBLE, "1e-8", "AdamW epsilon"),
     KEY(training, grad_clip, KT_DOUBLE, "1.0", "max global gradient L2 norm (0 = no clipping)"),
     KEY(training, threads, KT_INT, "0", "threads per rank (0 = cores / ranks on the node)"),
-    KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = measure GEMM peak)"),
+    KEY(training, peak_flops, KT_DOUBLE, "0", "peak FLOP/s per rank for MFU (0 = parallel.profile's, else the node's sgemm peak, measured once and cached)"),
     KEY(training, max_bad_steps, KT_INT, "5",
         "stop after this many steps in a row with a non-finite loss or gradient norm"),
     EKEY(training, recompute, RECOMPUTE_NAMES, "none",

@@ -99,6 +99,16 @@ int comm_local_size(void) {
     return n;
 }
 
+int comm_node_leader(void) {
+    if (!mpi_up) return 0;
+    MPI_Comm local;
+    int leader = comm_world_rank();
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, local);
+    MPI_Comm_free(&local);
+    return leader;
+}
+
 void comm_abort(int code) {
     fflush(stdout);
     fflush(stderr);

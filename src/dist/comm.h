@@ -46,6 +46,9 @@ int comm_world_size(void);
 
 // Number of ranks of this job on this node (shared-memory domain).
 int comm_local_size(void);
+// World rank of the lowest rank of this job on this node: the node's leader, which
+// does what is done once per node (the MFU peak, bench/run_peak.h). Collective.
+int comm_node_leader(void);
 
 // Threads per rank when none are configured: the cores this rank may run on.
 // When the launcher bound the rank to some cores (mpirun binds small jobs to one

@@ -4,11 +4,16 @@
 // (model/param_access.h), reduces gradients over the dp x cp group bucket by bucket
 // during backward, and applies ZeRO stages 1-3 (Rajbhandari et al. 2020).
 //
-// Buckets are runs of whole units (model/param_access.h: embedding, each layer, final)
-// of about parallel.bucket_mb, formed from the end of the flat buffer because
-// backward produces gradients from the last layer to the first (ZeRO-3: one unit
-// per bucket, so a layer is gathered just before it is used). Each bucket is split
-// into N = |dp x cp| parts (comm_split_chunk); rank r owns part r of every bucket.
+// Buckets are runs of whole pieces (model/param_access.h: the units — embedding,
+// each layer, final — with, under ZeRO-2/3, the embedding and the head cut into
+// pieces no larger than a layer or a bucket) of about parallel.bucket_mb, formed
+// from the end of the flat buffer because backward produces gradients from the
+// last layer to the first (ZeRO-3: one piece per bucket, so a layer is gathered
+// just before it is used). Each bucket is split into N = |dp x cp| parts
+// (comm_split_chunk); rank r owns part r of every bucket. A window (ZeRO-2/3) holds
+// the largest bucket, so under ZeRO-3 one layer whatever the vocabulary: one
+// parameter window and two gradient windows (one filling, one reducing), or one
+// gradient window when two would cost more than ZeRO-3 saves over ZeRO-1.
 //
 //   stage | parameters             | gradients                       | AdamW moments
 //   0     | whole                  | whole, all-reduced per bucket   | whole
@@ -49,12 +54,14 @@
 #include "util.h"
 
 typedef struct {
-    size_t lo, hi;               // LOCAL flat element range: whole units [unit_first, unit_last]
-    size_t glo;                  // global flat offset of lo (the units are contiguous there too)
-    int unit_first, unit_last;
+    size_t lo, hi;               // LOCAL flat element range: whole pieces [piece_first, piece_last]
+    size_t glo;                  // global flat offset of lo (the pieces are contiguous there too)
+    int piece_first, piece_last;
+    int unit_first;              // the unit of piece_first
+    int uses;                    // hand-overs per micro-batch (sum over its pieces)
     size_t own_lo, own_hi;       // this rank's part of [lo, hi) (local offsets)
     size_t shard_off;            // where the own part starts in the shard buffers
-    int done;                    // grads_done calls this step (units x micro-batches)
+    int done;                    // hand-overs this step (uses x micro-batches)
     int rounds;                  // reductions launched this step (stage 2-3: one per micro-batch)
     int param_refs;              // ZeRO-3: holders of the gathered parameters
     float *param_window;         // ZeRO-3: (hi - lo) gathered parameters, or NULL
@@ -70,10 +77,20 @@ typedef struct {
     int overlap;                 // reduce during backward (else after it)
     int embed_shared;            // holds a tied embedding another stage holds too (see above)
     int embed_copy;              // ... as the last stage's copy: not saved, not in the norm
+    // Pieces (model/param_access.h): the held units, the row tables cut into
+    // pieces of at most piece_max elements under ZeRO-2/3 (0: whole units).
+    size_t piece_max;
+    int n_pieces;
+    int *unit_piece0;            // (n_units) index of each unit's first piece, -1 when not held
+    int *piece_unit;             // (n_pieces) the unit of each piece
+    int *piece_uses;             // (n_pieces) hand-overs per micro-batch (2: a tied embedding
+                                 // used by this rank's embedding and head)
+    size_t *piece_local;         // (n_pieces) local flat offset of each piece
+    size_t *piece_glo;           // (n_pieces) global flat offset of each piece
+    size_t *piece_len;           // (n_pieces) elements of each piece
+    int *bucket_of_piece;        // (n_pieces)
     int n_buckets;
     Bucket *buckets;             // (n_buckets) in flat order
-    int *bucket_of_unit;         // (n_units) -1 for units this rank does not hold
-    size_t *unit_local;          // (n_units) local flat offset of each held unit
     size_t n_elements;           // local flat elements (the held units)
     size_t shard_n;              // elements this rank owns (sum of own parts)
     // Buffers (docs/DESIGN.md, invariant 2: one flat buffer per kind):
@@ -82,8 +99,8 @@ typedef struct {
     float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
     float *m, *v;        // stage 0: (n_elements); stage 1-3: (shard_n)
     // Window pools (stage 2-3 gradients, stage 3 parameters), allocated once.
-    int n_windows;
-    float **param_pool, **grad_pool;  // (n_windows) each (max bucket) or NULL
+    int n_grad_windows, n_param_windows;
+    float **param_pool, **grad_pool;  // (n_param_windows), (n_grad_windows) each (max bucket)
     int *param_pool_used, *grad_pool_used;
     int micros;                  // micro-batches per step (each held unit sees each once)
     ParamAccess access;          // what the model calls
@@ -99,6 +116,10 @@ typedef struct {
 void dp_init(DataParallel *dp, const LlamaModel *model, const ParallelConfig *pc, const int *held,
              int n, int rank, MemTally *plan_only);
 void dp_free(DataParallel *dp);
+
+// Elements of one ZeRO-2/3 window: the largest bucket (ZeRO-3: the largest layer,
+// since the row tables come in pieces no larger than a layer).
+size_t dp_window_elements(const DataParallel *dp);
 
 // Bucket b is the last stage's copy of a tied embedding (unit 0 held as held[0] == 2):
 // another stage counts it in the gradient norm and writes it into checkpoints.

@@ -106,33 +106,87 @@ static double aux_loss(const LlamaModel *m, Activations *a, float grad_scale) {
     return coef * seq * a->moe_aux;
 }
 
+// ------------------------------------------------- the row tables, in pieces
+
+// Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
+// range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
+static void piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1) {
+    const size_t D = (size_t)m->D, end = off + (size_t)rows * D;
+    const size_t a = lo > off ? lo : off, b = hi < end ? hi : end;
+    *r0 = a < b ? (int)((a - off) / D) : 0;
+    *r1 = a < b ? (int)((b - off) / D) : 0;
+}
+
+// Embedding forward: this rank's rows of the lookup, piece by piece, zeros for the
+// ids of other tensor-parallel ranks; the sum over the group is the lookup.
+static void embed_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, const int32_t *tokens,
+                          int N) {
+    const TensorParallel *tp = &m->tp;
+    const int D = m->D;
+    ops_check_ids(tokens, N, m->V, tp->size > 1 ? "vocab-parallel embedding" : "embedding");
+    float *partial = tp->sp ? a->tp_full : a->resid;  // (N, D)
+    zero_f32(partial, (size_t)N * D);
+    const int np = llama_unit_n_pieces(m, 0, pa->piece_max);
+    for (int k = 0; k < np; k++) {
+        size_t lo, hi;
+        int r0, r1;
+        llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
+        piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
+        const float *w = pa->acquire_piece(pa->ctx, 0, k);  // rows [r0, r1) of the (Vl, D) table
+        embedding_copy_range(partial, tokens, w + (m->embed + (size_t)r0 * D - lo), N, D, m->vocab.v0 + r0,
+                             r1 - r0);
+        pa->release_piece(pa->ctx, 0, k);
+    }
+    tp_reduce(tp, partial, a->resid, N, D);
+}
+
+// Head rows [r0, r1) of a piece whose first element w is at flat offset lo:
+// logits(N, Vl)[:, r0:r1] = x_full(N, D) @ head[r0:r1]^T.
+static void head_piece_forward(const LlamaModel *m, Activations *a, const float *x_full, const float *w,
+                               size_t hoff, size_t lo, size_t hi, int N) {
+    int r0, r1;
+    piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    if (r1 > r0)
+        matmul_forward_ld(a->logits + r0, m->Vl, x_full, w + (hoff + (size_t)r0 * m->D - lo), N, m->D, r1 - r0);
+}
+
+// Final norm and the vocab-parallel head, the head's weight piece by piece (a tied
+// head's weight is the embedding, unit 0). The norm's piece (piece 0 of the final
+// unit) also holds the head's rows when the final unit is one piece.
+static void head_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int N) {
+    const int Nr = llama_rows(m, N), uf = m->L + 1, tied = m->cfg.tie_word_embeddings;
+    const int uh = tied ? 0 : uf;  // the unit holding the head's weight
+    const size_t hoff = tied ? m->embed : m->head;
+    size_t lo, hi;
+    llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
+    const float *wf = pa->acquire_piece(pa->ctx, uf, 0);
+    rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), wf + (m->final_norm - lo), Nr, m->D,
+                    (float)m->cfg.rms_norm_eps);
+    const float *x_full = tp_gather(&m->tp, a->lnf, a->tp_full, N, m->D);  // (N, D)
+    if (uh == uf) head_piece_forward(m, a, x_full, wf, hoff, lo, hi, N);
+    pa->release_piece(pa->ctx, uf, 0);
+    const int np = llama_unit_n_pieces(m, uh, pa->piece_max);
+    for (int k = uh == uf ? 1 : 0; k < np; k++) {
+        llama_unit_piece(m, uh, pa->piece_max, k, &lo, &hi);
+        head_piece_forward(m, a, x_full, pa->acquire_piece(pa->ctx, uh, k), hoff, lo, hi, N);
+        pa->release_piece(pa->ctx, uh, k);
+    }
+}
+
 double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                            const int32_t *tokens, const float *x_in, const int32_t *targets,
                            float grad_scale, int want_grads) {
-    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, u_final = m->L + 1;
-    const int tied = m->cfg.tie_word_embeddings;
-    const float *w0 = NULL;
-    if (a->has_embed) {
-        w0 = pa->acquire_params(pa->ctx, 0);
-        tp_embedding_forward(&m->tp, &m->vocab, a->resid, tokens, AT(w0, 0, m->embed), a->tp_full,
-                             N, D);
-        if (!(tied && a->has_head)) pa->release_params(pa->ctx, 0);  // a tied head needs it again
-    } else if (x_in != a->resid) {
+    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D;
+    if (a->has_embed)
+        embed_forward(m, pa, a, tokens, N);
+    else if (x_in != a->resid)
         copy_f32(a->resid, x_in, (size_t)Nr * D);  // kept for this stage's backward
-    }
     // The first stage starts the load-balancing statistics (counts, probability sums);
     // a later stage continues those the pipeline received with its input.
     if (m->moe_aux && (a->has_embed || !want_grads)) zero_f32(a->moe_stats, 2 * (size_t)a->B * m->E);
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
-    const float *wf = pa->acquire_params(pa->ctx, u_final);
-    if (tied && !w0) w0 = pa->acquire_params(pa->ctx, 0);  // a later stage's copy (pp > 1)
-    const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
-    rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), AT(wf, u_final, m->final_norm),
-                    Nr, D, (float)m->cfg.rms_norm_eps);
-    tp_column_forward(&m->tp, a->logits, a->lnf, a->tp_full, head, N, D, m->Vl);  // vocab-parallel head
-    pa->release_params(pa->ctx, u_final);
-    if (tied) pa->release_params(pa->ctx, 0);
+    head_forward(m, pa, a, N);
     const double ce = tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale,
                                        want_grads, a->tp_stats);
     return want_grads && m->moe_aux ? ce + aux_loss(m, a, grad_scale) : ce;
@@ -210,47 +264,90 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     pa->grads_done(pa->ctx, u);
 }
 
+// One head piece's backward: din(N, D) (+)= dlogits[:, r0:r1] @ head[r0:r1] and
+// dhead[r0:r1] += dlogits[:, r0:r1]^T @ x_full. *first: nothing in din yet. The
+// last piece starts the tensor-parallel reduction of din before its weight
+// gradient, which then runs meanwhile.
+static void head_piece_backward(const LlamaModel *m, Activations *a, const float *x_full, const float *w,
+                                float *g, size_t hoff, size_t lo, size_t hi, int N, float *din, int *first,
+                                int last, CommRequest *r) {
+    const TensorParallel *tp = &m->tp;
+    const int D = m->D;
+    int r0, r1;
+    piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+    const size_t at = hoff + (size_t)r0 * D - lo;
+    if (r1 > r0) {
+        matmul_backward_ld(din, NULL, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, !*first);
+        *first = 0;
+    }
+    if (last) *r = tp_reduce_start(tp, din, a->dbuf_d, N, D);
+    if (r1 > r0) matmul_backward_ld(NULL, g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, 0);
+}
+
+// Backward of the head and the final norm; a->logits holds dlogits. Leaves the
+// gradient of the stage output in a->dresid. Every head piece but the norm's is
+// handed over as soon as its weight gradient is in; the norm's piece last.
+static void head_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int N) {
+    const TensorParallel *tp = &m->tp;
+    const int Nr = llama_rows(m, N), D = m->D, uf = m->L + 1, tied = m->cfg.tie_word_embeddings;
+    const int uh = tied ? 0 : uf;
+    const size_t hoff = tied ? m->embed : m->head;
+    const float *x_full = tp_gather(tp, a->lnf, a->tp_full, N, D);  // re-gathered, not stored
+    float *din = tp->sp ? a->tp_partial : a->dbuf_d;                 // (N, D) before the tp reduction
+    CommRequest r = COMM_REQUEST_IDLE;
+    int first = 1;
+    size_t lo, hi;
+    const int np = llama_unit_n_pieces(m, uh, pa->piece_max), k_end = uh == uf ? 1 : 0;
+    for (int k = np - 1; k >= k_end; k--) {
+        llama_unit_piece(m, uh, pa->piece_max, k, &lo, &hi);
+        const float *w = pa->acquire_piece(pa->ctx, uh, k);
+        float *g = pa->piece_grads(pa->ctx, uh, k);
+        head_piece_backward(m, a, x_full, w, g, hoff, lo, hi, N, din, &first, k == k_end && uh != uf, &r);
+        pa->release_piece(pa->ctx, uh, k);
+        pa->piece_grads_done(pa->ctx, uh, k);
+    }
+    llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
+    const float *wf = pa->acquire_piece(pa->ctx, uf, 0);
+    float *gf = pa->piece_grads(pa->ctx, uf, 0);
+    if (uh == uf) head_piece_backward(m, a, x_full, wf, gf, hoff, lo, hi, N, din, &first, 1, &r);
+    tp_reduce_finish(&r);
+    float *dres = a->dresid;  // (Nr, D)
+    zero_f32(dres, (size_t)Nr * D);
+    tp_norm_backward(tp, dres, gf + (m->final_norm - lo), a->dbuf_d, llama_stage_output(m, a),
+                     wf + (m->final_norm - lo), a->lnf_rstd, a->tp_dw, Nr, D);
+    pa->release_piece(pa->ctx, uf, 0);
+    pa->piece_grads_done(pa->ctx, uf, 0);
+}
+
+// Embedding backward: every token's gradient scattered into this rank's rows of the
+// table, piece by piece.
+static void embed_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, const int32_t *tokens,
+                           int N) {
+    const TensorParallel *tp = &m->tp;
+    const int D = m->D;
+    ops_check_ids(tokens, N, m->V, tp->size > 1 ? "vocab-parallel embedding backward" : "embedding backward");
+    const float *d = tp_gather(tp, a->dresid, a->tp_full, N, D);  // (N, D) every token's gradient
+    for (int k = llama_unit_n_pieces(m, 0, pa->piece_max) - 1; k >= 0; k--) {
+        size_t lo, hi;
+        int r0, r1;
+        llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
+        piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
+        float *g = pa->piece_grads(pa->ctx, 0, k);
+        embedding_backward_range(g + (m->embed + (size_t)r0 * D - lo), d, tokens, N, D, m->vocab.v0 + r0,
+                                 r1 - r0);
+        pa->piece_grads_done(pa->ctx, 0, k);
+    }
+}
+
 const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                   const int32_t *tokens, const float *dx_out) {
-    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, u_final = m->L + 1;
-    const int tied = m->cfg.tie_word_embeddings;
-    float *dres = a->dresid;  // (Nr, D) gradient of the residual stream
-    const float *w0 = NULL;
-    float *g0 = NULL;
-    if (a->has_head) {
-        // Output head and final norm; a->logits holds dlogits. A tied head's weight
-        // and gradient live in unit 0 (the embedding), which stays open until the
-        // embedding's backward on a single stage; a last stage of several holds unit
-        // 0 as a copy whose gradient the engine sums with the first stage's.
-        const float *wf = pa->acquire_params(pa->ctx, u_final);
-        float *gf = pa->grads(pa->ctx, u_final);
-        if (tied) {
-            w0 = pa->acquire_params(pa->ctx, 0);
-            g0 = pa->grads(pa->ctx, 0);
-        }
-        const float *head = tied ? AT(w0, 0, m->embed) : AT(wf, u_final, m->head);
-        float *dhead = tied ? AT(g0, 0, m->embed) : AT(gf, u_final, m->head);
-        tp_column_backward(&m->tp, a->dbuf_d, dhead, a->logits, a->lnf, head, a->tp_full,
-                           a->tp_partial, N, D, m->Vl);
-        zero_f32(dres, (size_t)Nr * D);
-        tp_norm_backward(&m->tp, dres, AT(gf, u_final, m->final_norm), a->dbuf_d,
-                         llama_stage_output(m, a), AT(wf, u_final, m->final_norm), a->lnf_rstd,
-                         a->tp_dw, Nr, D);
-        pa->release_params(pa->ctx, u_final);
-        pa->grads_done(pa->ctx, u_final);
-        if (tied && !a->has_embed) {  // the head was this stage's only use of its copy
-            pa->release_params(pa->ctx, 0);
-            pa->grads_done(pa->ctx, 0);
-            w0 = NULL;
-        }
-    } else {
-        copy_f32(dres, dx_out, (size_t)Nr * D);
-    }
+    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D;
+    if (a->has_head)
+        head_backward(m, pa, a, N);
+    else
+        copy_f32(a->dresid, dx_out, (size_t)Nr * D);
     for (int i = a->nl - 1; i >= 0; i--) layer_backward(m, pa, a, i);
-    if (!a->has_embed) return dres;
-    if (!g0) g0 = pa->grads(pa->ctx, 0);
-    tp_embedding_backward(&m->tp, &m->vocab, AT(g0, 0, m->embed), dres, tokens, a->tp_full, N, D);
-    if (w0) pa->release_params(pa->ctx, 0);
-    pa->grads_done(pa->ctx, 0);
+    if (!a->has_embed) return a->dresid;
+    embed_backward(m, pa, a, tokens, N);
     return NULL;
 }

@@ -19,13 +19,34 @@
 
 #include "model/llama.h"
 
-// Pointers returned for unit u address element unit_lo[u] of the flat order.
+// Pieces. The two row-table units, the embedding (unit 0: Vl rows of D) and the
+// final unit (the final norm, one row of D, then the untied head's Vl rows), can be
+// larger than everything else together (a 49,152-token vocabulary on a small
+// model); an engine that gathers or reduces a unit in a window of its size
+// (ZeRO-2/3) then needs windows of that size. So an engine may ask for them in
+// pieces of at most piece_max elements: the embedding in runs of whole rows, the
+// final unit as its norm alone, then runs of whole head rows (at least one row
+// each). Layers are always one piece. piece_max 0: every unit is one piece.
+// Piece k of unit u covers the flat range llama_unit_piece gives, and the model
+// hands each piece's gradients over (grads_done) once per use: a tied embedding
+// used by the embedding and by the head of one stage gets two calls per micro-batch.
+int llama_unit_n_pieces(const LlamaModel *m, int u, size_t piece_max);
+void llama_unit_piece(const LlamaModel *m, int u, size_t piece_max, int k, size_t *lo, size_t *hi);
+
+// Pointers returned for unit u address element unit_lo[u] of the flat order, those
+// for piece k of unit u the first element of the piece. The unit calls are for
+// units in one piece (layers); the row tables go through the piece calls.
 typedef struct ParamAccess {
     void *ctx;
+    size_t piece_max;  // elements; 0 = whole units (see above)
     const float *(*acquire_params)(void *ctx, int unit);  // unit u's weights, until released
     void (*release_params)(void *ctx, int unit);
     float *(*grads)(void *ctx, int unit);     // where unit u's gradients accumulate
     void (*grads_done)(void *ctx, int unit);  // unit u's gradients of this micro-batch are final
+    const float *(*acquire_piece)(void *ctx, int unit, int piece);
+    void (*release_piece)(void *ctx, int unit, int piece);
+    float *(*piece_grads)(void *ctx, int unit, int piece);
+    void (*piece_grads_done)(void *ctx, int unit, int piece);  // this use of the piece is done
 } ParamAccess;
 
 // Whole buffers (one rank holding everything): grads may be NULL for forward-only

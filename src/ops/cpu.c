@@ -21,23 +21,33 @@ void ops_set_threads(int threads) {
 
 // ---------------------------------------------------------------- linear layers
 
+void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
+                       int out_dim) {
+    // out = in @ W^T : (N, in) x (in, out), rows of out ld_out apart
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim,
+                weight, in_dim, 0.0f, out, ld_out);
+}
+
 void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim,
                     int out_dim) {
-    // out = in @ W^T : (N, in) x (in, out)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim,
-                weight, in_dim, 0.0f, out, out_dim);
+    matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
+}
+
+void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
+                        const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    // dW += dout^T @ in : (out, N) x (N, in)
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout,
+                    ld_dout, in, in_dim, 1.0f, dweight, in_dim);
+    if (din == NULL) return;
+    // din (+)= dout @ W : (N, out) x (out, in)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout,
+                ld_dout, weight, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
 }
 
 void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
                      const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    // dW += dout^T @ in : (out, N) x (N, in)
-    if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout,
-                    out_dim, in, in_dim, 1.0f, dweight, in_dim);
-    if (din == NULL) return;
-    // din (+)= dout @ W : (N, out) x (out, in)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout,
-                out_dim, weight, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+    matmul_backward_ld(din, dweight, dout, out_dim, in, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 // -------------------------------------------------------------------- embedding
@@ -81,6 +91,15 @@ void embedding_forward_range(float *out, const int32_t *tokens, const float *tab
             memcpy(out + (size_t)n * D, table + (size_t)r * D, sizeof(float) * (size_t)D);
         else
             memset(out + (size_t)n * D, 0, sizeof(float) * (size_t)D);
+    }
+}
+
+void embedding_copy_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
+                          int rows) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        int r = tokens[n] - v0;
+        if (r >= 0 && r < rows) memcpy(out + (size_t)n * D, table + (size_t)r * D, sizeof(float) * (size_t)D);
     }
 }
 

@@ -40,12 +40,21 @@ void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n
 void matmul_forward(float *out, const float *in, const float *weight,
                     int N, int in_dim, int out_dim);
 
+// The same with out's rows ld_out floats apart: out is a column block of a wider
+// (N, ld_out) matrix (a piece of the output head's logits).
+void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight,
+                       int N, int in_dim, int out_dim);
+
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
 // din or dweight may be NULL (that gradient not wanted).
 void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
                      const float *weight, int N, int in_dim, int out_dim,
                      int accumulate_din);
+
+// The same with dout's rows ld_dout floats apart (a column block of the logits).
+void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
+                        const float *weight, int N, int in_dim, int out_dim, int accumulate_din);
 
 // ---- embedding ----
 // Token ids index tables: every id is checked to lie in [0, V) first (ops_check_ids;
@@ -64,6 +73,10 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
 // out(N, D) = table[tokens[n] - v0] for ids inside the slice, 0 for the others.
 void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D,
                              int v0, int rows);
+// out(N, D): the rows of the ids inside the slice set to table[id - v0], the others
+// left as they are (a table handed out in pieces: out zeroed once, then every piece).
+void embedding_copy_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
+                          int rows);
 // dtable(rows, D) += scatter of dout(N, D) by the tokens inside the slice.
 void embedding_backward_range(float *dtable, const float *dout, const int32_t *tokens, int N, int D,
                               int v0, int rows);

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/peak.h"
+#include "bench/run_peak.h"
 #include "dist/comm.h"
 #include "dist/grid.h"
 #include "io/checkpoint.h"
@@ -51,6 +51,42 @@ static void print_memory(void) {
            r.comm / MiB, snap, (r.params + r.grads + r.optimizer + r.activations + r.comm + r.snapshot) / MiB,
            r.activations, comm_world_rank(), r.params, r.grads, r.optimizer, r.activations, r.comm, snap_bytes);
     fflush(stdout);
+}
+
+// The largest rank of each kind (pipeline stages differ: the last holds the head
+// and the logits, the first the most in-flight micro-batches): collective; rank 0
+// prints one line, each kind's maximum with the lowest rank that has it, and the
+// largest total with its grid position.
+static void print_memory_max(const ParallelConfig *pc) {
+    const int world = comm_world_size(), me = comm_world_rank();
+    if (world == 1) return;
+    enum { COLS = MEM_KINDS + 1 };  // the kinds, then the total
+    double *table = xcalloc(sizeof(double) * (size_t)world * COLS, "memory table");  // (world, COLS) bytes
+    double total = 0;
+    for (int k = 0; k < MEM_KINDS; k++) total += table[(size_t)me * COLS + k] = (double)mem_allocated(k);
+    table[(size_t)me * COLS + MEM_KINDS] = total;
+    group_allreduce_sum_f64(GROUP_WORLD, table, (size_t)world * COLS);
+    if (me == 0) {
+        int at[COLS];  // the lowest rank with the largest value of each column
+        for (int c = 0; c < COLS; c++) {
+            at[c] = 0;
+            for (int r = 1; r < world; r++)
+                if (table[(size_t)r * COLS + c] > table[(size_t)at[c] * COLS + c]) at[c] = r;
+        }
+        const double MiB = 1024.0 * 1024.0;
+        printf("memory (max over %d ranks):", world);
+        for (int k = 0; k < MEM_KINDS; k++) {
+            const double b = table[(size_t)at[k] * COLS + k];
+            if (k == MEM_SNAPSHOT && b == 0) continue;  // only with checkpoint.async
+            printf(" %s %.1f MiB (rank %d) |", mem_kind_name(k), b / MiB, at[k]);
+        }
+        const int r = at[MEM_KINDS];
+        const GridCoords g = grid_coords(pc, r);
+        printf(" total %.1f MiB on rank %d (pp stage %d of %d, dp %d, cp %d, tp %d)\n",
+               table[(size_t)r * COLS + MEM_KINDS] / MiB, r, g.pp, pc->pp, g.dp, g.cp, g.tp);
+        fflush(stdout);
+    }
+    free(table);
 }
 
 // Every output the run writes late (checkpoints, metrics, the trace) is created and
@@ -195,18 +231,12 @@ int train_main(int argc, char **argv) {
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;
-    // MFU denominator: peak per rank (given, or this rank's measured GEMM peak,
-    // averaged over ranks) times the number of ranks.
-    double peak = tc->peak_flops;
-    if (peak <= 0.0) {
-        if (rank0) {
-            printf("measuring the GEMM peak for MFU (set training.peak_flops to skip this) ...\n");
-            fflush(stdout);
-        }
-        peak = bench_gemm_peak(1024, 0.5);
-        group_allreduce_sum_f64(GROUP_WORLD, &peak, 1);
-        peak /= world;
+    // MFU denominator: the peak of every rank together (bench/run_peak.h).
+    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0]) {
+        printf("finding the GEMM peak for MFU (cached per node; training.peak_flops skips this) ...\n");
+        fflush(stdout);
     }
+    const RunPeak peak = run_peak(&cfg, tc->threads);
     const LlamaModel *model = &t.rank.model;
     const double fpt = llama_flops_per_token(model, tc->seq_length);
     if (cfg.logging.verbose) {
@@ -230,6 +260,16 @@ int train_main(int argc, char **argv) {
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
                cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
                cfg.parallel.pp_virtual);
+        const DataParallel *dp = &t.rank.dp;
+        if (dp->n_grad_windows > 0)
+            printf("ZeRO-%d windows: %d gradient + %d parameter of %.2f MiB each (the largest bucket%s)%s\n",
+                   dp->zero, dp->n_grad_windows, dp->n_param_windows,
+                   dp_window_elements(dp) * sizeof(float) / (1024.0 * 1024.0),
+                   dp->piece_max ? "; embedding and head in pieces" : "",
+                   dp->zero == 3 && dp->n_grad_windows == 1
+                       ? "; one gradient window, so reductions do not overlap backward: a second would cost more "
+                         "than ZeRO-3 saves over ZeRO-1 here"
+                       : "");
         printf("batch: %d sequences x %d tokens per step = %d micro-batches of %d per dp rank",
                tc->global_batch_size, tc->seq_length, tc->grad_acc_steps, tc->micro_batch_size);
         if (t.train_data.n == 1)
@@ -237,11 +277,12 @@ int train_main(int argc, char **argv) {
         printf("\n");
         print_sources("data.train", &t.train_data, (double)tc->steps * tc->global_batch_size);
         if (t.has_val) print_sources("data.val (each source scored on its own)", &t.val_data, 0);
-        printf("threads %d per rank | peak %.1f GFLOP/s per rank (%s) | %.3g model FLOPs/token\n",
-               tc->threads, peak / 1e9, tc->peak_flops > 0 ? "training.peak_flops" : "measured GEMM",
-               fpt);
+        printf("threads %d per rank | %.3g model FLOPs/token\n", tc->threads, fpt);
+        printf("MFU peak: %.1f GFLOP/s per rank, %.1f GFLOP/s in all (%s)\n", peak.per_rank / 1e9,
+               peak.total / 1e9, peak.source);
     }
     if (rank0 || cfg.logging.verbose) print_memory();
+    print_memory_max(&cfg.parallel);
     setup_checkpoints(&t);
 
     MetricsLog metrics = {0};
@@ -261,7 +302,7 @@ int train_main(int argc, char **argv) {
             val = trainer_validate(&t);
         if (rank0) {
             progress_count(&progress, r.step, tokens_per_step, dt, val);
-            log_step(&progress, &metrics, &t, &r, tokens_per_step, dt, fpt, peak * world, val);
+            log_step(&progress, &metrics, &t, &r, tokens_per_step, dt, fpt, peak.total, val);
         }
         // The ranks agree once per step, in one small all-reduce, whether any of them
         // was signalled and whether every background checkpoint writer is done.
@@ -290,7 +331,7 @@ int train_main(int argc, char **argv) {
         }
     }
     checkpointer_finish(&t);  // the last async save's line comes before the summary
-    if (rank0) progress_summary(&progress, &cfg, fpt, peak * world);
+    if (rank0) progress_summary(&progress, &cfg, fpt, peak.total);
     metrics_close(&metrics);
     t.ckpt.metrics = NULL;
     trace_close();

@@ -94,6 +94,21 @@ else
     failed "1 rank: calibrate --quick exited $rc: $(tail -5 "$tmp/out1.txt")"
 fi
 
+# The profile as the MFU peak of a run (bench/run_peak.h): its peak_flops per rank.
+if [ -f "$tmp/p1.json" ]; then
+    cat /usr/share/games/fortunes/computers >"$tmp/c.txt"
+    "$FT" prepare --input "$tmp/c.txt" --output "$tmp/d" --val-fraction 0 >/dev/null 2>&1
+    "$FT" train --data.train "$tmp/d/train_*.bin" --training.seq_length 16 --training.micro_batch_size 1 \
+        --training.global_batch_size 1 --model.hidden_size 32 --model.intermediate_size 64 \
+        --model.num_hidden_layers 1 --training.threads 1 --training.steps 2 \
+        --parallel.profile "$tmp/p1.json" >"$tmp/train.txt" 2>&1
+    want=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["peak_flops"] / 1e9))' "$tmp/p1.json")
+    grep -qx "MFU peak: $want GFLOP/s per rank, $want GFLOP/s in all (parallel.profile $tmp/p1.json, measured by bench calibrate with 1 ranks x 1 threads)" "$tmp/train.txt" &&
+        ! grep -q "finding the GEMM peak" "$tmp/train.txt" &&
+        pass "train with parallel.profile: the MFU peak is the profile's ($want GFLOP/s per rank), said so" ||
+        failed "train with parallel.profile: want $want, got $(grep -i peak "$tmp/train.txt")"
+fi
+
 expect_fail() {  # expect_fail WHAT NEEDLE ARGS...
     local what=$1 needle=$2
     shift 2

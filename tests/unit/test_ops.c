@@ -348,6 +348,55 @@ static void test_embedding(void) {
     tfree_all();
 }
 
+// The pieces a row table is handed out in (model/param_access.h): the head's
+// products over column blocks of the logits equal the whole product, and a
+// piece's embedding rows are copied without touching the other rows.
+static void test_pieces(void) {
+    enum { N = 7, I = 12, O = 10, A = 4 };  // blocks [0, A) and [A, O) of the output
+    rng_seed(13);
+    float *in = fnew((size_t)N * I), *w = fnew((size_t)O * I), *whole = fnew((size_t)N * O);
+    float *blocks = fnew((size_t)N * O), *dout = fnew((size_t)N * O);
+    fill(in, (size_t)N * I, -1, 1);
+    fill(w, (size_t)O * I, -1, 1);
+    fill(dout, (size_t)N * O, -1, 1);
+    matmul_forward(whole, in, w, N, I, O);
+    fill(blocks, (size_t)N * O, 50, 60);  // sentinels
+    matmul_forward_ld(blocks + A, O, in, w + (size_t)A * I, N, I, O - A);
+    int kept = 1;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < A; o++) kept &= blocks[(size_t)n * O + o] >= 50;
+    CHECK(kept, "matmul_forward_ld writes only its column block of the wider output");
+    matmul_forward_ld(blocks, O, in, w, N, I, A);
+    double e = nerr_ff(blocks, whole, (size_t)N * O);
+    CHECK(e < 1e-6, "matmul_forward_ld over two column blocks = matmul_forward (err %.1e)", e);
+
+    float *din = fnew((size_t)N * I), *dw = fnew((size_t)O * I), *din_b = fnew((size_t)N * I);
+    float *dw_b = fnew((size_t)O * I);
+    matmul_backward(din, dw, dout, in, w, N, I, O, 0);
+    fill(din_b, (size_t)N * I, 50, 60);  // overwritten by the first block, added to by the second
+    matmul_backward_ld(din_b, dw_b + (size_t)A * I, dout + A, O, in, w + (size_t)A * I, N, I, O - A, 0);
+    matmul_backward_ld(din_b, dw_b, dout, O, in, w, N, I, A, 1);
+    double e1 = nerr_ff(din_b, din, (size_t)N * I);
+    double e2 = nerr_ff(dw_b, dw, (size_t)O * I);
+    CHECK(e1 < 1e-6, "matmul_backward_ld: din summed over column blocks = the whole (err %.1e)", e1);
+    CHECK(e2 < 1e-6, "matmul_backward_ld: dweight rows of each block = the whole's (err %.1e)", e2);
+
+    enum { V = 9, D = 5 };
+    static const int32_t tok[6] = {2, 7, 4, 2, 8, 0};
+    float *table = fnew((size_t)V * D), *out = fnew((size_t)6 * D);
+    fill(table, (size_t)V * D, -1, 1);
+    fill(out, (size_t)6 * D, 50, 60);
+    embedding_copy_range(out, tok, table + 2 * D, 6, D, 2, 3);  // the piece of ids 2, 3, 4
+    int ok = 1;
+    for (int n = 0; n < 6; n++) {
+        int inside = tok[n] >= 2 && tok[n] < 5;
+        for (int d = 0; d < D; d++)
+            ok &= inside ? out[(size_t)n * D + d] == table[(size_t)tok[n] * D + d] : out[(size_t)n * D + d] >= 50;
+    }
+    CHECK(ok, "embedding_copy_range copies the piece's rows and leaves the other tokens' rows as they were");
+    tfree_all();
+}
+
 // Ids outside the vocabulary never index a table: the kernels refuse them by name
 // (before any read or write), in a child, since the refusal ends the process.
 typedef struct { int32_t ids[4]; int which; } bad_ids_ctx;
@@ -1086,6 +1135,7 @@ int main(void) {
     ops_set_threads(2);
     test_matmul();
     test_embedding();
+    test_pieces();
     test_rmsnorm();
     test_residual();
     test_rope();
