@@ -8,7 +8,8 @@
 # Extra arguments are config overrides, e.g. --training.steps 50. The checkpoint is
 # a Hugging Face MixtralForCausalLM directory (runs/fortunes_moe/latest); the
 # metrics (with aux_loss and ep_ms per step) are drawn into
-# runs/fortunes_moe/metrics.png (femtotron plot, with gnuplot).
+# runs/fortunes_moe/metrics.png (femtotron plot, with gnuplot); then a few lines are
+# sampled from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f data/fortunes/train_000000.bin ]; then
@@ -31,3 +32,12 @@ mpirun --oversubscribe --bind-to none "${root[@]}" -np "$ranks" ./femtotron trai
 if command -v gnuplot >/dev/null; then
     ./femtotron plot runs/fortunes_moe/metrics.jsonl
 fi
+
+# What did it learn? Sample from the last checkpoint (byte-level tokens).
+for prompt in "The secret of life is" "Q: Why did the programmer"; do
+    echo
+    echo "--- generate: \"$prompt\""
+    ./femtotron generate --model runs/fortunes_moe --prompt "$prompt" --max-new-tokens 160 \
+        --temperature 0.8 --top-k 40 --seed 1
+    echo
+done
