@@ -79,6 +79,15 @@ typedef struct {
     int head_dim;                 // hd of every attention head (0 = hidden_size / num_attention_heads)
     double initializer_range;     // std of the normal init of every matrix
     bool tie_word_embeddings;     // output head shares model.embed_tokens.weight
+    // Mixture of experts (Hugging Face MixtralConfig keys, model_type "mixtral"): every
+    // decoder layer's MLP is a sparse block of E SwiGLU experts of width
+    // intermediate_size and a router (model/moe.h). 0 = the dense Llama MLP.
+    int num_local_experts;        // E (0: dense)
+    int num_experts_per_tok;      // k: experts each token is routed to (top-k)
+    double router_aux_loss_coef;  // weight of the load-balancing loss in the training loss
+    bool output_router_logits;    // true: the load-balancing loss is added (MixtralConfig's switch)
+    int n_shared_experts;         // DeepSeek-style shared experts: a SwiGLU of n * intermediate_size
+                                  // every token goes through, added to the routed experts' output
     char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
 } ModelConfig;
 
@@ -145,6 +154,7 @@ int training_decay_steps(const TrainingConfig *t);
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
+    int ep;              // expert parallelism: experts split over ep ranks taken from within dp x cp
     bool sequence_parallel;  // norms and residual stream on token shards (tp > 1)
     RankOrder order;     // rank order, outermost first
     double bucket_mb;    // data-parallel gradient bucket size in MiB

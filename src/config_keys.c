@@ -98,6 +98,17 @@ const KeyDef CFG_KEYS[] = {
     MKEY(initializer_range, KT_DOUBLE, "0.02", "0.02", "std of the normal init of every matrix"),
     MKEY(tie_word_embeddings, KT_BOOL, "false", "false",
          "output head shares the embedding matrix"),
+    // MixtralConfig keys (mixture of experts); a Llama config.json leaves them dense.
+    MKEY(num_local_experts, KT_INT, "0", "0",
+         "mixture of experts (Mixtral): experts per layer (E); 0 = the dense Llama MLP"),
+    MKEY(num_experts_per_tok, KT_INT, "2", "2", "mixture of experts: experts each token is routed to (top-k)"),
+    MKEY(router_aux_loss_coef, KT_DOUBLE, "0.001", "0.001",
+         "mixture of experts: weight of the load-balancing loss (added when output_router_logits)"),
+    MKEY(output_router_logits, KT_BOOL, "false", "false",
+         "mixture of experts: add router_aux_loss_coef * the load-balancing loss to the training loss"),
+    MKEY(n_shared_experts, KT_INT, "0", "0",
+         "mixture of experts: shared experts (DeepSeek): a SwiGLU of n * intermediate_size every token "
+         "goes through, added to the routed output (not a Mixtral tensor: transformers' Mixtral cannot load it)"),
     MKEY(from, KT_STRING, "", NULL,
          "local Hugging Face model directory: its config.json gives the model keys not set here"),
 
@@ -148,6 +159,9 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
     KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
+    KEY(parallel, ep, KT_INT, "1",
+        "expert-parallel ranks (mixture of experts): each computes E/ep experts for the tokens of its ep "
+        "group, taken from within dp x cp; must divide dp * cp and num_local_experts"),
     KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
     KEY(parallel, sequence_parallel, KT_BOOL, "false",
@@ -222,6 +236,15 @@ int cfg_is_section(const char *s) {
 
 int cfg_is_model_from(const KeyDef *k) {
     return strcmp(k->section, "model") == 0 && strcmp(k->key, "from") == 0;
+}
+
+int cfg_is_moe_key(const KeyDef *k) {
+    static const char *const moe[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                      "output_router_logits", "n_shared_experts"};
+    if (strcmp(k->section, "model") != 0) return 0;
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+        if (strcmp(k->key, moe[i]) == 0) return 1;
+    return 0;
 }
 
 // What a value of this type must look like, for error messages.

@@ -55,6 +55,17 @@ static void validate_model(const ModelConfig *m) {
         need_int_min("model.rope_original_max_position_embeddings", m->rope_original_max_position_embeddings, 1);
     }
     need_nonnegative("model.initializer_range", m->initializer_range);
+    need_int_min("model.num_local_experts", m->num_local_experts, 0);
+    need_int_min("model.n_shared_experts", m->n_shared_experts, 0);
+    if (m->n_shared_experts > 0 && m->num_local_experts == 0)
+        die("model.n_shared_experts = %d needs a mixture-of-experts model (model.num_local_experts > 0)",
+            m->n_shared_experts);
+    if (m->num_local_experts > 0) {
+        if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_local_experts)
+            die("model.num_experts_per_tok = %d: must be between 1 and model.num_local_experts = %d",
+                m->num_experts_per_tok, m->num_local_experts);
+        need_nonnegative("model.router_aux_loss_coef", m->router_aux_loss_coef);
+    }
 }
 
 // training.precision "auto" becomes bf16 on cuda and fp32 on cpu; bf16 exists on the
@@ -127,6 +138,7 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.tp", p->tp, 1);
     need_int_min("parallel.pp", p->pp, 1);
     need_int_min("parallel.cp", p->cp, 1);
+    need_int_min("parallel.ep", p->ep, 1);
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     need_positive("parallel.bucket_mb", p->bucket_mb);
     need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
@@ -169,6 +181,22 @@ static void validate_tensor(const Config *c) {
         die("parallel.sequence_parallel: the micro-batch's %lld tokens (training.micro_batch_size * "
             "training.seq_length = %d * %d) are not divisible by parallel.tp = %d", tokens, B, S, tp);
     }
+}
+
+// Mixture-of-experts layers: what this version composes them with.
+static void validate_moe(const Config *c) {
+    const ParallelConfig *p = &c->parallel;
+    const ModelConfig *m = &c->model;
+    if (p->ep > 1 && m->num_local_experts == 0)
+        die("parallel.ep = %d needs a mixture-of-experts model (model.num_local_experts > 0)", p->ep);
+    if (p->ep > 1 && (p->dp * p->cp) % p->ep != 0)
+        die("parallel.ep = %d does not divide parallel.dp * parallel.cp = %d * %d = %d (expert-parallel "
+            "ranks are taken from within the data- and context-parallel group)", p->ep, p->dp, p->cp,
+            p->dp * p->cp);
+    if (p->ep > 1 && m->num_local_experts % p->ep != 0)
+        die("parallel.ep = %d does not divide model.num_local_experts = %d (each rank computes the same "
+            "number of experts)", p->ep, m->num_local_experts);
+    if (m->num_local_experts == 0) return;
 }
 
 static void validate_pipeline(const Config *c) {
@@ -229,6 +257,7 @@ void config_validate_layout(Config *c, int world_size) {
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);
+    validate_moe(c);
 }
 
 void config_validate(Config *c, int world_size) {

@@ -90,7 +90,10 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
     pp->grad_send_req = xmalloc(sizeof(CommRequest) * v * ms, "requests");    // (v, max slots)
     pp->recv_req = xmalloc(sizeof(CommRequest) * 2 * v * ms, "requests");     // (2, v, max slots)
-    for (size_t i = 0; i < v * ms; i++) pp->act_send[i] = pp->grad_send_req[i] = COMM_REQUEST_IDLE;
+    pp->stats_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");       // (v, max slots)
+    pp->aux_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
+    for (size_t i = 0; i < v * ms; i++)
+        pp->act_send[i] = pp->grad_send_req[i] = pp->stats_send[i] = pp->aux_send[i] = COMM_REQUEST_IDLE;
     for (size_t i = 0; i < 2 * v * ms; i++) pp->recv_req[i] = COMM_REQUEST_IDLE;
 }
 
@@ -144,6 +147,8 @@ void pp_free(Pipeline *pp) {
     free(pp->slot_of);
     free(pp->act_send);
     free(pp->grad_send_req);
+    free(pp->stats_send);
+    free(pp->aux_send);
     free(pp->recv_req);
     free(pp->n_slots);
     free(pp->actions);
@@ -156,7 +161,9 @@ void pp_free(Pipeline *pp) {
 
 // Messages between virtual stages k and k+1 use tag 2k (activations) and 2k + 1
 // (gradients); MPI keeps messages with the same source and tag in order, and both
-// sides handle a chunk's micro-batches in increasing order.
+// sides handle a chunk's micro-batches in increasing order. The load-balancing
+// statistics of a mixture of experts use MOE_TAG + 2k (forward) and + 2k + 1 (back).
+#define MOE_TAG 16384
 static int rank_of_virtual(const Pipeline *pp, int vs) { return vs % pp->pp; }
 
 typedef struct {
@@ -212,16 +219,28 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
     if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
     double t0 = now_seconds();
+    const int stats = want_grads && x->m->moe_aux;  // the load-balancing statistics travel too
+    const size_t n_stats = 2 * (size_t)a->B * x->m->E;   // (2, B, E) counts and probability sums
     if (vs > 0) {
         comm_wait(&pp->recv_req[slot_index(pp, c, slot)], "pipeline activation receive");
+        if (stats) {  // sent right after the activation: already on its way
+            CommRequest r = group_irecv_f32(GROUP_PP, a->moe_stats, n_stats, rank_of_virtual(pp, vs - 1),
+                                            MOE_TAG + 2 * (vs - 1));
+            comm_wait(&r, "pipeline load-balancing statistics receive");
+        }
         trace(x, "recv", c, micro, t0);
     }
     t0 = now_seconds();
     double loss = llama_stage_forward(x->m, x->pa, a, tokens, a->resid, targets, grad_scale, want_grads);
+    if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     trace(x, want_grads ? "forward" : "validation", c, micro, t0);
-    if (vs < pp->n_virtual - 1)
+    if (vs < pp->n_virtual - 1) {
         pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
             GROUP_PP, llama_stage_output(x->m, a), x->nd, rank_of_virtual(pp, vs + 1), 2 * vs);
+        if (stats)
+            pp->stats_send[slot_index(pp, c, slot)] = group_isend_f32(
+                GROUP_PP, a->moe_stats, n_stats, rank_of_virtual(pp, vs + 1), MOE_TAG + 2 * vs);
+    }
     return loss;
 }
 
@@ -233,9 +252,15 @@ static void run_backward(Exec *x, const PpAction *act) {
     Activations *a = &pp->acts[c][slot];
     const float *dx_out = NULL;
     double t0 = now_seconds();
+    const size_t BE = (size_t)a->B * x->m->E;
     if (vs < pp->n_virtual - 1) {
         comm_wait(&pp->recv_req[(size_t)pp->v * pp->max_slots + si], "pipeline gradient receive");
         dx_out = pp->grad_recv[c] + (size_t)slot * x->nd;
+        if (x->m->moe_aux) {  // the load-balancing gradient, sent right after the gradient
+            CommRequest r = group_irecv_f32(GROUP_PP, a->moe_stats + 2 * BE, BE, rank_of_virtual(pp, vs + 1),
+                                            MOE_TAG + 2 * vs + 1);
+            comm_wait(&r, "pipeline load-balancing gradient receive");
+        }
         trace(x, "recv", c, act->micro, t0);
     }
     t0 = now_seconds();
@@ -246,9 +271,16 @@ static void run_backward(Exec *x, const PpAction *act) {
         comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
         copy_f32(buf, dx_in, x->nd);
         pp->grad_send_req[si] = group_isend_f32(GROUP_PP, buf, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1) + 1);
+        if (x->m->moe_aux) {  // its own copy (moe_stats' fourth block): the slot may be reused
+            comm_wait(&pp->aux_send[si], "pipeline load-balancing gradient send");
+            copy_f32(a->moe_stats + 3 * BE, a->moe_stats + 2 * BE, BE);
+            pp->aux_send[si] = group_isend_f32(GROUP_PP, a->moe_stats + 3 * BE, BE, rank_of_virtual(pp, vs - 1),
+                                               MOE_TAG + 2 * (vs - 1) + 1);
+        }
     }
     // The activation this slot sent forward must have left before the slot is reused.
     comm_wait(&pp->act_send[si], "pipeline activation send");
+    comm_wait(&pp->stats_send[si], "pipeline load-balancing statistics send");
     pp->slot_busy[c][slot] = 0;
     *slot_p = -1;
 }
@@ -266,6 +298,8 @@ static void drain_sends(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->max_slots; i++) {
         comm_wait(&pp->act_send[i], "pipeline activation send");
         comm_wait(&pp->grad_send_req[i], "pipeline gradient send");
+        comm_wait(&pp->stats_send[i], "pipeline load-balancing statistics send");
+        comm_wait(&pp->aux_send[i], "pipeline load-balancing gradient send");
     }
 }
 
@@ -274,6 +308,7 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
     double loss = 0.0;
+    pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
         // Post the next action's receive now, so its message can land while this
@@ -287,6 +322,12 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
             run_backward(&x, &pp->actions[k]);
     }
     drain_sends(pp);
+    pp->moe_ep_s = 0.0;  // every slot's expert-parallel exchange time, then reset for the next step
+    for (int c = 0; c < pp->v; c++)
+        for (int i = 0; i < pp->n_slots[c]; i++) {
+            pp->moe_ep_s += pp->acts[c][i].moe_ep_s;
+            pp->acts[c][i].moe_ep_s = 0.0;
+        }
     return loss;
 }
 

@@ -29,3 +29,11 @@ void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, s
                    size_t cols) {
     for (size_t r = 0; r < rows; r++) memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(float) * cols);
 }
+
+void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + r * cols, src + (size_t)idx[r] * cols, sizeof(float) * cols);
+}
+
+void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + (size_t)idx[r] * cols, src + r * cols, sizeof(float) * cols);
+}

@@ -109,3 +109,7 @@ void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra
     comm_wait(&tx, "context-parallel gradient send");
     copy_rows_f32(dqkv + (size_t)Hl * hd, ld, home, kvw, rows, kvw);
 }
+
+void cp_allreduce_sum(const ContextParallel *cp, float *buf, size_t n) {
+    if (cp->size > 1) group_allreduce_sum_f32(GROUP_CP, buf, n);
+}

@@ -23,6 +23,18 @@ static void write_file(const char *path, const char *text) {
     }
 }
 
+// A small text file's contents (malloc'd; empty when unreadable).
+static char *cfg_text(const char *path) {
+    char *buf = calloc(8192, 1);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, 8191, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
 static void write_hf(const char *json) {
     char path[128];
     snprintf(path, sizeof path, "%s/config.json", hf_dir);
@@ -441,6 +453,74 @@ static void test_help(void) {
           "print_help lists keys with their defaults");
 }
 
+// Mixtral-8x7B's config.json (model_type mixtral): the MoE keys are read, a Llama
+// config.json with the same keys stays dense, a missing num_local_experts is
+// MixtralConfig's 8, and a checkpoint's config.json says MixtralForCausalLM and
+// reads back the same model; a dense model's config.json carries no MoE key.
+static void test_mixtral_config(void) {
+    write_hf("{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 4096, \"intermediate_size\": 14336,\n"
+             " \"max_position_embeddings\": 32768, \"model_type\": \"mixtral\", \"num_attention_heads\": 32,\n"
+             " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,\n"
+             " \"num_local_experts\": 8, \"output_router_logits\": false, \"rms_norm_eps\": 1e-05,\n"
+             " \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.02, \"sliding_window\": null,\n"
+             " \"tie_word_embeddings\": false, \"vocab_size\": 32000}");
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    const ModelConfig *m = &c.model;
+    CHECK(m->num_local_experts == 8 && m->num_experts_per_tok == 2 && m->router_aux_loss_coef == 0.02 &&
+              !m->output_router_logits && m->intermediate_size == 14336,
+          "Mixtral-8x7B config.json: 8 experts, top-2, aux coef 0.02 (got %d, %d, %g)", m->num_local_experts,
+          m->num_experts_per_tok, m->router_aux_loss_coef);
+    write_hf("{\"model_type\": \"mixtral\", \"num_experts_per_tok\": 1, \"output_router_logits\": true}");
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.model.num_local_experts == 8 && c.model.num_experts_per_tok == 1 && c.model.output_router_logits,
+          "Mixtral config.json without num_local_experts: MixtralConfig's 8 (got %d)", c.model.num_local_experts);
+    write_hf("{\"model_type\": \"llama\", \"num_local_experts\": 8}");
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.model.num_local_experts == 0, "a Llama config.json stays dense whatever num_local_experts says");
+    // Written back and read again.
+    char dir[64] = "/tmp/femtotron_moeXXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ModelConfig w = c.model;
+    w.from[0] = 0;
+    w.num_local_experts = 6;
+    w.num_experts_per_tok = 3;
+    w.router_aux_loss_coef = 0.05;
+    w.output_router_logits = true;
+    config_write_hf_json(&w, path, -1, -1, CKPT_DTYPE_FP32);
+    Config d;
+    config_defaults(&d);
+    config_set(&d, "model.from", dir);
+    config_set(&d, "data.train", "x.bin");
+    config_validate(&d, 1);
+    char *text = cfg_text(path);
+    CHECK(d.model.num_local_experts == 6 && d.model.num_experts_per_tok == 3 && d.model.router_aux_loss_coef == 0.05 &&
+              d.model.output_router_logits && strstr(text, "MixtralForCausalLM") && strstr(text, "\"mixtral\""),
+          "a Mixtral checkpoint's config.json: MixtralForCausalLM, model_type mixtral, the MoE keys read back");
+    free(text);
+    w.num_local_experts = 0;
+    config_write_hf_json(&w, path, -1, -1, CKPT_DTYPE_FP32);
+    text = cfg_text(path);
+    CHECK(!strstr(text, "num_local_experts") && !strstr(text, "router_aux_loss_coef") && strstr(text, "LlamaForCausalLM"),
+          "a dense checkpoint's config.json: LlamaForCausalLM, no MoE key");
+    free(text);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_errors(void) {
     char path[128], json[512];
     // Loading.
@@ -497,6 +577,10 @@ static void test_errors(void) {
     expect_fail("linear RoPE factor < 1", (Case){.args = "--model.rope_type linear --model.rope_factor 0.5", .world = 1},
                 "model.rope_factor = 0.5|at least 1");
     expect_fail("unknown RoPE type", (Case){.args = "--model.rope_type ntk"}, "model.rope_type|ntk");
+    write_hf("{\"model_type\": \"mixtral\", \"sliding_window\": 4096}");
+    expect_fail("HF Mixtral sliding_window", (Case){.json = json}, "sliding_window = 4096|sliding-window attention");
+    write_hf("{\"model_type\": \"mixtral\", \"router_jitter_noise\": 0.1}");
+    expect_fail("HF Mixtral router noise", (Case){.json = json}, "router_jitter_noise must be 0");
     write_hf("{\"model_type\": \"mistral\"}");
     expect_fail("HF model_type", (Case){.json = json}, "model_type = \"mistral\"");
     write_hf("{\"hidden_size\": 64.5}");
@@ -559,6 +643,20 @@ static void test_errors(void) {
         {"logging.every 0", "--logging.every 0", "logging.every = 0", 1},
         {"val_every < 0", "--logging.val_every -3", "logging.val_every = -3", 1},
         {"val_batches 0", "--logging.val_batches 0", "logging.val_batches = 0", 1},
+        {"experts < 0", "--model.num_local_experts -1", "model.num_local_experts = -1", 1},
+        {"top-k > experts", "--model.num_local_experts 4 --model.num_experts_per_tok 5",
+         "model.num_experts_per_tok = 5|between 1 and model.num_local_experts = 4", 1},
+        {"top-k 0", "--model.num_local_experts 4 --model.num_experts_per_tok 0", "model.num_experts_per_tok = 0", 1},
+        {"aux coef < 0", "--model.num_local_experts 4 --model.router_aux_loss_coef -0.1",
+         "model.router_aux_loss_coef = -0.1", 1},
+        {"ep without experts", "--parallel.dp 2 --parallel.ep 2", "parallel.ep = 2 needs a mixture-of-experts model", 2},
+        {"ep outside dp x cp", "--model.num_local_experts 4 --parallel.tp 2 --parallel.ep 2",
+         "parallel.ep = 2 does not divide parallel.dp * parallel.cp = 1 * 1 = 1", 2},
+        {"ep experts", "--model.num_local_experts 6 --parallel.dp 4 --parallel.ep 4",
+         "parallel.ep = 4 does not divide model.num_local_experts = 6", 4},
+        {"ep 0", "--parallel.ep 0", "parallel.ep = 0", 1},
+        {"shared experts without experts", "--model.n_shared_experts 1",
+         "model.n_shared_experts = 1 needs a mixture-of-experts model", 1},
         {"val_every without data.val", "--logging.val_every 10", "logging.val_every = 10|data.val is not set", 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -582,6 +680,7 @@ int main(void) {
     test_device();
     test_help();
     test_errors();
+    test_mixtral_config();
 
     char path[128];
     snprintf(path, sizeof path, "%s/config.json", hf_dir);
