@@ -1,4 +1,5 @@
-# femtotron — `make` builds ./femtotron; `make test` builds and runs every test.
+# femtotron — `make` builds ./femtotron; `make test` builds and runs every test;
+# `make cuda` builds ./femtotron-cuda, the CUDA backend (in progress, issue 14).
 CC       ?= mpicc
 CC       := mpicc
 OPT      ?= -O3 -march=native
@@ -19,7 +20,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main
 
-.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz
+.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)
@@ -47,6 +48,49 @@ test: femtotron $(TEST_BIN)
 	@bash tests/run_all.sh
 
 
+# The CUDA backend (docs/DESIGN.md, invariant 6: the backend boundary): one binary
+# per backend, as llm.c does. ./femtotron-cuda links the CPU build's C objects
+# (the same sources compiled the same way) except the CPU kernels (ops/*_cpu.c,
+# ops/cpu.c), and the CUDA kernels (src/ops/*.cu) compiled by nvcc into
+# build-cuda/ for Hopper (sm_90a) and Ampere (sm_80), host warnings as errors.
+# $(CUDA_BUILD)/tests/gpu_ops is the GPU test driver, plan_memory_main the memory
+# predictor of the CUDA build (tests/gpu/run.sh).
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_BUILD ?= build-cuda
+NVCCFLAGS  := -std=c++17 -O3 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
+              -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o
+CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
+              $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu))
+cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main
+# The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
+nvcc-flags:
+	@echo $(NVCCFLAGS)
+
+femtotron-cuda: $(BUILD)/main.o $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+
+$(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.h')
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(CUDA_OBJ)
+	@mkdir -p $(CUDA_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+
+# The memory predictor with the CUDA backend's kernel scratch sizes (tests/gpu/train_parity.sh).
+$(CUDA_BUILD)/tests/plan_memory_main: tests/drivers/plan_memory_main.c $(CUDA_OBJ)
+	@mkdir -p $(CUDA_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+
+# The same driver against the CPU kernels: the CPU compared with itself, a check of
+# the driver on machines without a GPU (tests/shell/test_cuda_build.sh).
+$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(OBJ)
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(OBJ) $(LDLIBS)
+
 # Fuzzing (tests/fuzz/README.md): clang's libFuzzer with ASan and UBSan. `make
 # fuzzers` builds the whole tree with clang (through mpicc: OMPI_CC) into build-fuzz
 # and links one binary per harness; `make fuzz FUZZ_SECONDS=60` runs each that long
@@ -67,4 +111,4 @@ fuzz: femtotron fuzzers
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz femtotron
+	rm -rf build build-asan build-fuzz build-cuda femtotron femtotron-cuda

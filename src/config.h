@@ -34,6 +34,11 @@ typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
 typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_1_SQRT } DecayShape;
 // checkpoint.dtype: how model.safetensors stores the weights (io/checkpoint.h).
 typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
+// training.device: which backend the run needs; each binary runs one (docs/DESIGN.md,
+// invariant 6: the backend boundary): ./femtotron is cpu, ./femtotron-cuda is cuda.
+typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
+// training.precision: auto resolves at validation to bf16 on cuda and fp32 on cpu.
+typedef enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 } Precision;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", "zb-h1", "zb-v", NULL
@@ -42,11 +47,15 @@ extern const char *const ROPE_TYPE_NAMES[];    // "default", "linear", "llama3",
 extern const char *const LR_SCHEDULE_NAMES[];  // "cosine", "linear", "constant", "wsd", NULL
 extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", NULL
 extern const char *const CKPT_DTYPE_NAMES[];   // "fp32", "bf16", NULL
+extern const char *const DEVICE_NAMES[];       // "cpu", "cuda", NULL
+extern const char *const PRECISION_NAMES[];    // "auto", "fp32", "bf16", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
 const char *rope_type_name(RopeType t);
 const char *lr_schedule_name(LrSchedule s);
+const char *device_name(Device d);
+const char *precision_name(Precision p);
 // Index of `name` in a NULL-terminated table of spellings, or -1.
 int config_name_index(const char *const *names, const char *name);
 
@@ -70,6 +79,15 @@ typedef struct {
     int head_dim;                 // hd of every attention head (0 = hidden_size / num_attention_heads)
     double initializer_range;     // std of the normal init of every matrix
     bool tie_word_embeddings;     // output head shares model.embed_tokens.weight
+    // Mixture of experts (Hugging Face MixtralConfig keys, model_type "mixtral"): every
+    // decoder layer's MLP is a sparse block of E SwiGLU experts of width
+    // intermediate_size and a router (model/moe.h). 0 = the dense Llama MLP.
+    int num_local_experts;        // E (0: dense)
+    int num_experts_per_tok;      // k: experts each token is routed to (top-k)
+    double router_aux_loss_coef;  // weight of the load-balancing loss in the training loss
+    bool output_router_logits;    // true: the load-balancing loss is added (MixtralConfig's switch)
+    int n_shared_experts;         // DeepSeek-style shared experts: a SwiGLU of n * intermediate_size
+                                  // every token goes through, added to the routed experts' output
     char from[CFG_PATH_MAX];      // "" or a Hugging Face model directory to start from
 } ModelConfig;
 
@@ -125,6 +143,8 @@ typedef struct {
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
     int max_bad_steps;     // stop after this many non-finite steps in a row
     Recompute recompute;   // activation recomputation
+    Device device;         // cpu or cuda: the backend the binary must be built with
+    Precision precision;   // fp32 or bf16 (auto until config_validate resolves it)
 } TrainingConfig;
 
 // wsd: the steps of the final decay, decay_steps or decay_fraction * steps rounded
@@ -134,6 +154,7 @@ int training_decay_steps(const TrainingConfig *t);
 typedef struct {
     int dp, tp, pp, cp;  // process grid; product = world size
     int zero;            // ZeRO stage 0..3
+    int ep;              // expert parallelism: experts split over ep ranks taken from within dp x cp
     bool sequence_parallel;  // norms and residual stream on token shards (tp > 1)
     RankOrder order;     // rank order, outermost first
     double bucket_mb;    // data-parallel gradient bucket size in MiB
@@ -216,6 +237,12 @@ void config_resolve_model(Config *c);
 // seq_length <= max_position_embeddings, dp*tp*pp*cp == world_size, batch sizes
 // that divide, ...). Derives grad_acc_steps / global_batch_size. Fatal on error.
 void config_validate(Config *c, int world_size);
+
+// After config_validate: fatal unless the binary's backend (the caller passes
+// ops_backend(), which config cannot include) is training.device, and unless
+// training.precision is fp32 or the backend has bf16 kernels (bf16_ready). Each
+// message names the binary to build and run instead.
+void config_check_backend(const Config *c, Device backend, int bf16_ready);
 
 // The part of config_validate that decides whether a layout can train this model
 // and batch (model, training and parallel values, the batch sizes, the tensor-,

@@ -91,7 +91,22 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
 
     // Features of LlamaConfig this trainer cannot honour: refuse rather than
     // train a different model than the file describes.
-    hf_require_string(root, "model_type", "llama", origin, "femtotron trains Llama models");
+    // model_type: "llama" (dense) or "mixtral" (MixtralConfig: a sparse MoE MLP).
+    const cJSON *mt = cfg_child(root, "model_type");
+    if (mt && !cJSON_IsNull(mt) && !cJSON_IsString(mt)) die("%s: \"model_type\" must be a string", origin);
+    const int mixtral = mt && cJSON_IsString(mt) && strcmp(mt->valuestring, "mixtral") == 0;
+    if (mt && cJSON_IsString(mt) && !mixtral && strcmp(mt->valuestring, "llama") != 0)
+        die("%s: model_type = \"%s\" is not supported: femtotron trains Llama and Mixtral models; only "
+            "\"llama\" or \"mixtral\"", origin, mt->valuestring);
+    if (mixtral) {
+        const cJSON *sw = cfg_child(root, "sliding_window");
+        if (sw && !cJSON_IsNull(sw))
+            die("%s: sliding_window = %g: sliding-window attention is not supported; only null (full "
+                "causal attention)", origin, cJSON_IsNumber(sw) ? sw->valuedouble : -1.0);
+        const cJSON *jit = cfg_child(root, "router_jitter_noise");
+        if (jit && !cJSON_IsNull(jit) && !(cJSON_IsNumber(jit) && jit->valuedouble == 0.0))
+            die("%s: router_jitter_noise must be 0: router noise is not supported", origin);
+    }
     hf_require_string(root, "hidden_act", "silu", origin, "the MLP is SwiGLU");
     hf_require_false(root, "attention_bias", origin, "attention_bias (biases on q/k/v/o)");
     hf_require_false(root, "mlp_bias", origin, "mlp_bias (biases on gate/up/down)");
@@ -119,6 +134,10 @@ static void read_hf_model(ModelConfig *hf, const char *from) {
         if (!cJSON_IsNumber(theta)) die("%s: \"rope_parameters.rope_theta\" must be a number", origin);
         tmp.model.rope_theta = theta->valuedouble;
     }
+    // MixtralConfig's default is 8 experts; a Llama config.json is dense whatever it says.
+    const cJSON *ne = cfg_child(root, "num_local_experts");
+    if (!mixtral) tmp.model.num_local_experts = 0;
+    else if (!ne || cJSON_IsNull(ne)) tmp.model.num_local_experts = 8;
     const cJSON *kv = cfg_child(root, "num_key_value_heads");
     if (kv && !cJSON_IsNull(kv)) {
         int i = cfg_key_index("model", 5, "num_key_value_heads");

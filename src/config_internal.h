@@ -47,6 +47,8 @@ void *cfg_field_ptr(Config *c, const KeyDef *k);
 int cfg_key_index(const char *section, size_t section_len, const char *key);
 int cfg_is_section(const char *s);
 int cfg_is_model_from(const KeyDef *k);
+// One of the MixtralConfig keys (num_local_experts, ...): written to config.json only for MoE.
+int cfg_is_moe_key(const KeyDef *k);
 // Was key i given explicitly (Config.keys_set)? / Remember that it was.
 int cfg_key_given(const Config *c, int i);
 void cfg_mark_given(Config *c, int i);

@@ -35,10 +35,13 @@ const char *const ROPE_TYPE_NAMES[] = {"default", "linear", "llama3", NULL};
 const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};
 const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
 const char *const CKPT_DTYPE_NAMES[] = {"fp32", "bf16", NULL};
+const char *const DEVICE_NAMES[] = {"cpu", "cuda", NULL};
+const char *const PRECISION_NAMES[] = {"auto", "fp32", "bf16", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
                    sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
                    sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int) &&
-                   sizeof(CkptDtype) == sizeof(int),
+                   sizeof(CkptDtype) == sizeof(int) && sizeof(Device) == sizeof(int) &&
+                   sizeof(Precision) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
@@ -46,6 +49,8 @@ const char *pp_schedule_name(PpSchedule s) { return PP_SCHEDULE_NAMES[s]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 const char *rope_type_name(RopeType t) { return ROPE_TYPE_NAMES[t]; }
 const char *lr_schedule_name(LrSchedule s) { return LR_SCHEDULE_NAMES[s]; }
+const char *device_name(Device d) { return DEVICE_NAMES[d]; }
+const char *precision_name(Precision p) { return PRECISION_NAMES[p]; }
 
 int training_decay_steps(const TrainingConfig *t) {
     if (t->lr_schedule != LR_WSD) return 0;
@@ -93,6 +98,17 @@ const KeyDef CFG_KEYS[] = {
     MKEY(initializer_range, KT_DOUBLE, "0.02", "0.02", "std of the normal init of every matrix"),
     MKEY(tie_word_embeddings, KT_BOOL, "false", "false",
          "output head shares the embedding matrix"),
+    // MixtralConfig keys (mixture of experts); a Llama config.json leaves them dense.
+    MKEY(num_local_experts, KT_INT, "0", "0",
+         "mixture of experts (Mixtral): experts per layer (E); 0 = the dense Llama MLP"),
+    MKEY(num_experts_per_tok, KT_INT, "2", "2", "mixture of experts: experts each token is routed to (top-k)"),
+    MKEY(router_aux_loss_coef, KT_DOUBLE, "0.001", "0.001",
+         "mixture of experts: weight of the load-balancing loss (added when output_router_logits)"),
+    MKEY(output_router_logits, KT_BOOL, "false", "false",
+         "mixture of experts: add router_aux_loss_coef * the load-balancing loss to the training loss"),
+    MKEY(n_shared_experts, KT_INT, "0", "0",
+         "mixture of experts: shared experts (DeepSeek): a SwiGLU of n * intermediate_size every token "
+         "goes through, added to the routed output (not a Mixtral tensor: transformers' Mixtral cannot load it)"),
     MKEY(from, KT_STRING, "", NULL,
          "local Hugging Face model directory: its config.json gives the model keys not set here"),
 
@@ -134,10 +150,18 @@ const KeyDef CFG_KEYS[] = {
     EKEY(training, recompute, RECOMPUTE_NAMES, "none",
          "activation recomputation: none, selective (attention core redone in backward) or full "
          "(each layer redone from its input)"),
+    EKEY(training, device, DEVICE_NAMES, "cpu",
+         "where the step runs: cpu (./femtotron, make) or cuda (./femtotron-cuda, make cuda; in progress)"),
+    EKEY(training, precision, PRECISION_NAMES, "auto",
+         "fp32 or bf16 (matrix operands and activations in bf16, fp32 master weights; cuda only); "
+         "auto = bf16 on cuda, fp32 on cpu"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),
     KEY(parallel, pp, KT_INT, "1", "pipeline-parallel stages"),
+    KEY(parallel, ep, KT_INT, "1",
+        "expert-parallel ranks (mixture of experts): each computes E/ep experts for the tokens of its ep "
+        "group, taken from within dp x cp; must divide dp * cp and num_local_experts"),
     KEY(parallel, cp, KT_INT, "1", "context-parallel ranks"),
     KEY(parallel, zero, KT_INT, "0", "ZeRO stage (0 = none, 1 = optimizer state, 2 = +gradients, 3 = +parameters)"),
     KEY(parallel, sequence_parallel, KT_BOOL, "false",
@@ -212,6 +236,15 @@ int cfg_is_section(const char *s) {
 
 int cfg_is_model_from(const KeyDef *k) {
     return strcmp(k->section, "model") == 0 && strcmp(k->key, "from") == 0;
+}
+
+int cfg_is_moe_key(const KeyDef *k) {
+    static const char *const moe[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                      "output_router_logits", "n_shared_experts"};
+    if (strcmp(k->section, "model") != 0) return 0;
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+        if (strcmp(k->key, moe[i]) == 0) return 1;
+    return 0;
 }
 
 // What a value of this type must look like, for error messages.

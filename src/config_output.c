@@ -153,12 +153,15 @@ void config_write_hf_json(const ModelConfig *m, const char *path, int64_t bos_id
                           CkptDtype dtype) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(root, "model_type", "llama");
+    const int moe = m->num_local_experts > 0;  // MixtralForCausalLM; else the MoE keys are left out
+    cJSON_AddItemToArray(arch, cJSON_CreateString(moe ? "MixtralForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(root, "model_type", moe ? "mixtral" : "llama");
     for (int i = 0; i < CFG_NKEYS; i++)
         if (strcmp(CFG_KEYS[i].section, "model") == 0 && !cfg_is_model_from(&CFG_KEYS[i]) &&
-            strncmp(CFG_KEYS[i].key, "rope_", 5) != 0 && strcmp(CFG_KEYS[i].key, "head_dim") != 0)
+            strncmp(CFG_KEYS[i].key, "rope_", 5) != 0 && strcmp(CFG_KEYS[i].key, "head_dim") != 0 &&
+            (moe || !cfg_is_moe_key(&CFG_KEYS[i])))
             add_json_value(root, &CFG_KEYS[i], (const char *)m, offsetof(Config, model));
+    if (moe) cJSON_AddNullToObject(root, "sliding_window");  // full causal attention
     cJSON_AddNumberToObject(root, "rope_theta", m->rope_theta);  // a "rope_" key kept at the top
     cJSON_AddNumberToObject(root, "head_dim", model_head_dim(m));
     cJSON_AddStringToObject(root, "hidden_act", "silu");

@@ -55,9 +55,45 @@ static void validate_model(const ModelConfig *m) {
         need_int_min("model.rope_original_max_position_embeddings", m->rope_original_max_position_embeddings, 1);
     }
     need_nonnegative("model.initializer_range", m->initializer_range);
+    need_int_min("model.num_local_experts", m->num_local_experts, 0);
+    need_int_min("model.n_shared_experts", m->n_shared_experts, 0);
+    if (m->n_shared_experts > 0 && m->num_local_experts == 0)
+        die("model.n_shared_experts = %d needs a mixture-of-experts model (model.num_local_experts > 0)",
+            m->n_shared_experts);
+    if (m->num_local_experts > 0) {
+        if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_local_experts)
+            die("model.num_experts_per_tok = %d: must be between 1 and model.num_local_experts = %d",
+                m->num_experts_per_tok, m->num_local_experts);
+        need_nonnegative("model.router_aux_loss_coef", m->router_aux_loss_coef);
+    }
 }
 
-static void validate_training(const TrainingConfig *t, int max_pos) {
+// training.precision "auto" becomes bf16 on cuda and fp32 on cpu; bf16 exists on the
+// GPU backend only (the CPU kernels are fp32 throughout).
+static void resolve_precision(TrainingConfig *t) {
+    if (t->precision == PRECISION_AUTO) t->precision = t->device == DEVICE_CUDA ? PRECISION_BF16 : PRECISION_FP32;
+    if (t->device == DEVICE_CPU && t->precision == PRECISION_BF16)
+        die("training.precision = bf16 needs training.device = cuda: the CPU build computes in fp32 only "
+            "(set training.precision = fp32, or build ./femtotron-cuda with `make cuda` and run it on a "
+            "machine with an NVIDIA GPU)");
+}
+
+void config_check_backend(const Config *c, Device backend, int bf16_ready) {
+    const TrainingConfig *t = &c->training;
+    if (t->device != backend && backend == DEVICE_CPU)
+        die("training.device = %s, but this is the CPU build (./femtotron): build the CUDA one with "
+            "`make cuda` and run ./femtotron-cuda on a machine with an NVIDIA GPU, or set training.device = cpu",
+            device_name(t->device));
+    if (t->device != backend)
+        die("training.device = %s, but this is the CUDA build (./femtotron-cuda): run ./femtotron "
+            "(`make`) for the CPU, or set training.device = cuda", device_name(t->device));
+    if (t->precision == PRECISION_BF16 && !bf16_ready)
+        die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels yet "
+            "(issue 14); set training.precision = fp32");
+}
+
+static void validate_training(TrainingConfig *t, int max_pos) {
+    resolve_precision(t);
     need_int_min("training.steps", t->steps, 1);
     need_int_min("training.seq_length", t->seq_length, 1);
     if (t->seq_length > max_pos)
@@ -102,6 +138,7 @@ static void validate_parallel(const ParallelConfig *p, int world_size) {
     need_int_min("parallel.tp", p->tp, 1);
     need_int_min("parallel.pp", p->pp, 1);
     need_int_min("parallel.cp", p->cp, 1);
+    need_int_min("parallel.ep", p->ep, 1);
     if (p->zero < 0 || p->zero > 3) die("parallel.zero = %d: must be 0, 1, 2 or 3", p->zero);
     need_positive("parallel.bucket_mb", p->bucket_mb);
     need_int_min("parallel.pp_virtual", p->pp_virtual, 1);
@@ -147,6 +184,28 @@ static void validate_tensor(const Config *c) {
         die("parallel.sequence_parallel: the micro-batch's %lld tokens (training.micro_batch_size * "
             "training.seq_length = %d * %d) are not divisible by parallel.tp = %d", tokens, B, S, tp);
     }
+}
+
+// Mixture-of-experts layers: what this version composes them with.
+static void validate_moe(const Config *c) {
+    const ParallelConfig *p = &c->parallel;
+    const ModelConfig *m = &c->model;
+    if (p->ep > 1 && m->num_local_experts == 0)
+        die("parallel.ep = %d needs a mixture-of-experts model (model.num_local_experts > 0)", p->ep);
+    if (p->ep > 1 && (p->dp * p->cp) % p->ep != 0)
+        die("parallel.ep = %d does not divide parallel.dp * parallel.cp = %d * %d = %d (expert-parallel "
+            "ranks are taken from within the data- and context-parallel group)", p->ep, p->dp, p->cp,
+            p->dp * p->cp);
+    if (p->ep > 1 && m->num_local_experts % p->ep != 0)
+        die("parallel.ep = %d does not divide model.num_local_experts = %d (each rank computes the same "
+            "number of experts)", p->ep, m->num_local_experts);
+    if (m->num_local_experts == 0) return;
+    // The split backward of the zero-bubble schedules (model/llama_split.c) is
+    // written for the dense MLP; an expert layer's backward is not split yet.
+    if (p->pp_schedule == PP_ZB_H1 || p->pp_schedule == PP_ZB_V)
+        die("parallel.pp_schedule \"%s\" with a mixture-of-experts model (model.num_local_experts = %d) is not "
+            "supported: the zero-bubble schedules split the dense MLP's backward only; use 1f1b or interleaved",
+            pp_schedule_name(p->pp_schedule), m->num_local_experts);
 }
 
 static void validate_pipeline(const Config *c) {
@@ -207,6 +266,7 @@ void config_validate_layout(Config *c, int world_size) {
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);
+    validate_moe(c);
 }
 
 void config_validate(Config *c, int world_size) {

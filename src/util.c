@@ -146,10 +146,23 @@ const char *mem_kind_name(MemKind k) {
     return (unsigned)k < MEM_KINDS ? names[k] : "?";
 }
 
+// The backend's allocator for planned buffers (util_set_buf_allocator); NULL: xcalloc.
+static void *(*buf_alloc_fn)(size_t bytes);
+static void (*buf_free_fn)(void *p);
+static int buf_allocated_any;  // a buffer exists: the allocator can no longer change
+
+void util_set_buf_allocator(void *(*alloc_zeroed)(size_t bytes), void (*release)(void *p)) {
+    if (buf_allocated_any) die("util_set_buf_allocator: called after the first buf_alloc");
+    buf_alloc_fn = alloc_zeroed;
+    buf_free_fn = release;
+}
+
 void *buf_alloc(MemKind k, size_t bytes, const char *what) {
     if ((unsigned)k >= MEM_KINDS) die("buf_alloc: bad memory kind %d for %s", (int)k, what);
     if (bytes > SIZE_MAX - BUF_HEADER) die("out of memory allocating %zu bytes for %s", bytes, what);
-    char *base = xcalloc(BUF_HEADER + bytes, what);
+    buf_allocated_any = 1;
+    char *base = buf_alloc_fn ? buf_alloc_fn(BUF_HEADER + bytes) : xcalloc(BUF_HEADER + bytes, what);
+    if (!base) die("out of device memory allocating %zu bytes for %s", bytes, what);
     BufHeader h = {bytes, (int)k, BUF_MAGIC};
     memcpy(base, &h, sizeof h);
     mem_counter[k] += bytes;
@@ -165,7 +178,8 @@ void buf_free(void *p) {
         die("buf_free: %p was not allocated by buf_alloc", p);
     mem_counter[h.kind] -= h.bytes;
     memset(base, 0, sizeof h);  // a second buf_free of p is caught above
-    free(base);
+    if (buf_free_fn) buf_free_fn(base);
+    else free(base);
 }
 
 size_t mem_allocated(MemKind k) { return (unsigned)k < MEM_KINDS ? mem_counter[k] : 0; }

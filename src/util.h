@@ -66,6 +66,12 @@ const char *mem_kind_name(MemKind k);
 void *buf_alloc(MemKind k, size_t bytes, const char *what);
 // Free a buf_alloc buffer and uncount it (its kind and size are kept with it); NULL is a no-op.
 void buf_free(void *p);
+// Where buf_alloc's blocks come from: by default xcalloc/free; a device backend
+// (ops_init of ops/buffers_cuda.cu) installs its own before any buffer exists. The
+// allocator returns zeroed, 64-byte aligned memory that the host can also address
+// (buf_alloc writes its header in front of the buffer), or NULL when it is out of
+// memory. Called before the first buf_alloc; fatal afterwards.
+void util_set_buf_allocator(void *(*alloc_zeroed)(size_t bytes), void (*release)(void *p));
 // Bytes of kind k currently allocated by this process.
 size_t mem_allocated(MemKind k);
 // A planner's tally of the same buffers: bytes per kind.

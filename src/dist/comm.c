@@ -30,7 +30,8 @@ static const char *request_group[MAX_REQUESTS];
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
 
-static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding", "bench"};
+static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding",
+                                                     "ep", "bench"};
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -49,7 +50,7 @@ void comm_init(int *argc, char ***argv) {
 void comm_finalize(void) {
     if (!mpi_up) return;
     if (groups_up)
-        for (int i = 1; i <= GROUP_EMBED; i++) MPI_Comm_free(&groups[i]);
+        for (int i = 1; i <= GROUP_EP; i++) MPI_Comm_free(&groups[i]);
     if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
     groups_up = bench_up = 0;
     free(slot_counts);
@@ -140,7 +141,8 @@ void comm_grid_init(const ParallelConfig *p) {
     // gets a colour of its own (past the pipelines' colours), a group of one.
     const int ends = g.pp == 0 || g.pp == p->pp - 1;
     const int pipeline = (g.dp * p->cp + g.cp) * p->tp + g.tp;
-    int colour[GROUP_EMBED + 1] = {
+    const int dpcp = grid_dpcp_index(p, g), blocks = p->dp * p->cp / p->ep;
+    int colour[GROUP_EP + 1] = {
         0,
         (g.pp * p->cp + g.cp) * p->tp + g.tp,   // dp
         pipeline,                               // pp
@@ -148,9 +150,10 @@ void comm_grid_init(const ParallelConfig *p) {
         (g.dp * p->pp + g.pp) * p->cp + g.cp,   // tp
         g.pp * p->tp + g.tp,                    // dp x cp
         ends ? pipeline : p->dp * p->cp * p->tp + comm_world_rank(),  // embedding
+        (g.pp * p->tp + g.tp) * blocks + dpcp / p->ep,                // ep: a block of dp x cp
     };
-    int key[GROUP_EMBED + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, grid_dpcp_index(p, g), g.pp};
-    for (int i = 1; i <= GROUP_EMBED; i++)
+    int key[GROUP_EP + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, dpcp, g.pp, grid_ep_rank(p, g)};
+    for (int i = 1; i <= GROUP_EP; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
 }
@@ -350,6 +353,28 @@ void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chu
     }
     CommRequest r = group_ireduce_scatter_f32(g, in, out, chunk);
     comm_wait(&r, "reduce-scatter");
+}
+
+void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count) {
+    if (!mpi_up || group_size(g) == 1) {
+        memcpy(recv, send, sizeof(int32_t) * (size_t)count);
+        return;
+    }
+    CommRequest r = take_slot(g);
+    MPI_Ialltoall(send, count, MPI_INT32_T, recv, count, MPI_INT32_T, groups[g], &requests[r.slot]);
+    comm_wait(&r, "all-to-all");
+}
+
+void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, const int *send_displs,
+                         float *recv, const int *recv_counts, const int *recv_displs) {
+    if (!mpi_up || group_size(g) == 1) {
+        memcpy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
+        return;
+    }
+    CommRequest r = take_slot(g);
+    MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
+                   groups[g], &requests[r.slot]);
+    comm_wait(&r, "all-to-all(v)");
 }
 
 void group_barrier(GroupId g) {

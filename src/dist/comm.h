@@ -20,10 +20,13 @@
 
 #include "config.h"
 
+// GROUP_EP: the expert-parallel group, parallel.ep consecutive ranks of one dp x cp
+// group (dist/grid.h: grid_ep_rank); its ranks exchange tokens with all-to-all(v).
 // GROUP_BENCH is not part of the grid: `femtotron bench calibrate` sets it with
 // comm_bench_group to time collectives on sub-groups of the world.
 typedef enum {
-    GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_EMBED, GROUP_BENCH, GROUP_COUNT
+    GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_EMBED, GROUP_EP, GROUP_BENCH,
+    GROUP_COUNT
 } GroupId;
 
 // Initialise MPI (safe to call when launched without mpirun: a 1-rank world).
@@ -91,6 +94,14 @@ void group_allgather_f32(GroupId g, float *buf, size_t chunk);
 // in (size * chunk) -> out (chunk): out = sum over ranks of their in[r*chunk ..].
 void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk);
 void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root);
+// All-to-all: send(size * count) -> recv(size * count); rank r's block i goes to rank
+// i, where it lands as block r (the expert-parallel token counts).
+void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count);
+// All-to-all with per-rank counts and displacements (elements): the expert-parallel
+// dispatch and combine of token rows. Counts are int (MPI's), so one call moves at
+// most INT_MAX elements per peer.
+void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, const int *send_displs,
+                         float *recv, const int *recv_counts, const int *recv_displs);
 
 // ---- non-blocking collectives: start now, progress with comm_test, finish with comm_wait ----
 typedef struct {

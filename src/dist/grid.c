@@ -22,3 +22,5 @@ int grid_rank(const ParallelConfig *p, GridCoords c) {
 }
 
 int grid_dpcp_index(const ParallelConfig *p, GridCoords c) { return c.dp * p->cp + c.cp; }
+
+int grid_ep_rank(const ParallelConfig *p, GridCoords c) { return grid_dpcp_index(p, c) % p->ep; }

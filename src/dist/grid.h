@@ -27,4 +27,8 @@ int grid_rank(const ParallelConfig *p, GridCoords c);
 // and reduce gradients together): dp * CP + cp. ZeRO shards are numbered by it.
 int grid_dpcp_index(const ParallelConfig *p, GridCoords c);
 
+// Expert parallelism (parallel.ep): the dp x cp group is cut into blocks of ep
+// consecutive indices; a block is an ep group (its ranks exchange tokens), and a
+// rank's expert-parallel rank is its place in the block: dpcp_index % ep.
+int grid_ep_rank(const ParallelConfig *p, GridCoords c);
 #endif

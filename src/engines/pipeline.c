@@ -70,7 +70,9 @@ static int chunk_receives(const Pipeline *pp, int c) { return pp_virtual_stage(p
 // chunks' peaks: 11 against 12 + ... ), whichever plans fewer bytes.
 static void choose_pool(Pipeline *pp, const LlamaModel *m) {
     const int joint = pp_count_joint_slots(pp->actions, pp->n_actions);
-    if (pp->v == 1 || joint < pp->v) return;
+    // Mixture-of-experts slots keep their load-balancing statistics from forward to
+    // backward in the slot: they keep a pool per chunk.
+    if (pp->v == 1 || joint < pp->v || m->E > 0) return;
     const size_t N = (size_t)pp->B * pp->S, msg = message_bytes(pp, m), tok = 2 * sizeof(int32_t) * N;
     size_t sep = 0, own = 0, other = 0, pos = 0;
     int any_send = 0, any_recv = 0;
@@ -146,7 +148,10 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
     pp->grad_send_req = xmalloc(sizeof(CommRequest) * v * ms, "requests");    // (v, max slots)
     pp->recv_req = xmalloc(sizeof(CommRequest) * 2 * v * ms, "requests");     // (2, v, max slots)
-    for (size_t i = 0; i < v * ms; i++) pp->act_send[i] = pp->grad_send_req[i] = COMM_REQUEST_IDLE;
+    pp->stats_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");       // (v, max slots)
+    pp->aux_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
+    for (size_t i = 0; i < v * ms; i++)
+        pp->act_send[i] = pp->grad_send_req[i] = pp->stats_send[i] = pp->aux_send[i] = COMM_REQUEST_IDLE;
     for (size_t i = 0; i < 2 * v * ms; i++) pp->recv_req[i] = COMM_REQUEST_IDLE;
 }
 
@@ -259,6 +264,8 @@ void pp_free(Pipeline *pp) {
     free(pp->n_stash);
     free(pp->act_send);
     free(pp->grad_send_req);
+    free(pp->stats_send);
+    free(pp->aux_send);
     free(pp->recv_req);
     free(pp->n_slots);
     free(pp->actions);
@@ -271,11 +278,14 @@ void pp_free(Pipeline *pp) {
 
 // Messages between virtual stages k and k+1 use tag 2k (activations) and 2k + 1
 // (gradients); MPI keeps messages with the same source and tag in order, and both
-// sides handle a chunk's micro-batches in increasing order. Two neighbouring
-// virtual stages on the same rank (the turn of zb-v's V) exchange no message: the
-// forward reads the previous chunk's output from its slot (held until that
-// chunk's backward, which comes later), and the backward writes the input gradient
-// straight into the previous chunk's gradient-receive buffer.
+// sides handle a chunk's micro-batches in increasing order. The load-balancing
+// statistics of a mixture of experts use MOE_TAG + 2k (forward) and + 2k + 1 (back).
+// Two neighbouring virtual stages on the same rank (the turn of zb-v's V) exchange
+// no message: the forward reads the previous chunk's output from its slot (held
+// until that chunk's backward, which comes later), and the backward writes the
+// input gradient straight into the previous chunk's gradient-receive buffer (zb-v
+// refuses mixtures of experts, whose statistics would need the same).
+#define MOE_TAG 16384
 static int rank_of_virtual(const Pipeline *pp, int vs) { return pp_rank_of_virtual(pp->sched, pp->pp, vs); }
 
 // This rank's chunk holding virtual stage vs, or -1 when another rank holds it.
@@ -359,6 +369,8 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
     if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
     double t0 = now_seconds();
+    const int stats = want_grads && x->m->moe_aux;  // the load-balancing statistics travel too
+    const size_t n_stats = 2 * (size_t)a->B * x->m->E;   // (2, B, E) counts and probability sums
     const float *x_in = a->resid;
     const int prev = vs > 0 ? local_chunk(pp, vs - 1) : -1;
     if (prev >= 0) {  // the previous virtual stage is here: its output, in its slot
@@ -366,14 +378,24 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
         x_in = llama_stage_output(x->m, &pp->acts[prev][ps]);
     } else if (vs > 0) {
         comm_wait(&pp->recv_req[slot_index(pp, c, slot)], "pipeline activation receive");
+        if (stats) {  // sent right after the activation: already on its way
+            CommRequest r = group_irecv_f32(GROUP_PP, a->moe_stats, n_stats, rank_of_virtual(pp, vs - 1),
+                                            MOE_TAG + 2 * (vs - 1));
+            comm_wait(&r, "pipeline load-balancing statistics receive");
+        }
         trace(x, "recv", c, micro, t0);
     }
     t0 = now_seconds();
     double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads);
+    if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     trace(x, want_grads ? "forward" : "validation", c, micro, t0);
-    if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0)
+    if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0) {
         pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
             GROUP_PP, llama_stage_output(x->m, a), x->nd, rank_of_virtual(pp, vs + 1), 2 * vs);
+        if (stats)
+            pp->stats_send[slot_index(pp, c, slot)] = group_isend_f32(
+                GROUP_PP, a->moe_stats, n_stats, rank_of_virtual(pp, vs + 1), MOE_TAG + 2 * vs);
+    }
     return loss;
 }
 
@@ -382,6 +404,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
 static void free_slot(Pipeline *pp, int c, int micro) {
     int *slot_p = slot_ref(pp, c, micro);
     comm_wait(&pp->act_send[slot_index(pp, c, *slot_p)], "pipeline activation send");
+    comm_wait(&pp->stats_send[slot_index(pp, c, *slot_p)], "pipeline load-balancing statistics send");
     pp->slot_busy[c][*slot_p] = 0;
     *slot_p = -1;
 }
@@ -406,9 +429,15 @@ static void run_backward(Exec *x, const PpAction *act) {
     Activations *a = &pp->acts[c][slot];
     const float *dx_out = NULL;
     double t0 = now_seconds();
+    const size_t BE = (size_t)a->B * x->m->E;
     if (vs < pp->n_virtual - 1) {
         comm_wait(&pp->recv_req[(size_t)pp->v * pp->max_slots + si], "pipeline gradient receive");
         dx_out = pp->grad_recv[c] + (size_t)slot * x->nd;
+        if (x->m->moe_aux) {  // the load-balancing gradient, sent right after the gradient
+            CommRequest r = group_irecv_f32(GROUP_PP, a->moe_stats + 2 * BE, BE, rank_of_virtual(pp, vs + 1),
+                                            MOE_TAG + 2 * vs + 1);
+            comm_wait(&r, "pipeline load-balancing gradient receive");
+        }
         trace(x, "recv", c, act->micro, t0);
     }
     t0 = now_seconds();
@@ -428,6 +457,12 @@ static void run_backward(Exec *x, const PpAction *act) {
         comm_wait(&pp->grad_send_req[si], "pipeline gradient send");  // buffer free again
         copy_f32(buf, dx_in, x->nd);
         pp->grad_send_req[si] = group_isend_f32(GROUP_PP, buf, x->nd, rank_of_virtual(pp, vs - 1), 2 * (vs - 1) + 1);
+        if (x->m->moe_aux) {  // its own copy (moe_stats' fourth block): the slot may be reused
+            comm_wait(&pp->aux_send[si], "pipeline load-balancing gradient send");
+            copy_f32(a->moe_stats + 3 * BE, a->moe_stats + 2 * BE, BE);
+            pp->aux_send[si] = group_isend_f32(GROUP_PP, a->moe_stats + 3 * BE, BE, rank_of_virtual(pp, vs - 1),
+                                               MOE_TAG + 2 * (vs - 1) + 1);
+        }
     }
     if (act->op == PP_OP_B) free_slot(pp, c, act->micro);
 }
@@ -464,6 +499,8 @@ static void drain_sends(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->max_slots; i++) {
         comm_wait(&pp->act_send[i], "pipeline activation send");
         comm_wait(&pp->grad_send_req[i], "pipeline gradient send");
+        comm_wait(&pp->stats_send[i], "pipeline load-balancing statistics send");
+        comm_wait(&pp->aux_send[i], "pipeline load-balancing gradient send");
     }
 }
 
@@ -472,6 +509,7 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
     double loss = 0.0;
+    pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
         // Post the next receiving action's receive now, so its message can land
@@ -489,6 +527,12 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
             run_backward(&x, act);
     }
     drain_sends(pp);
+    pp->moe_ep_s = 0.0;  // every slot's expert-parallel exchange time, then reset for the next step
+    for (int c = 0; c < pp->v; c++)
+        for (int i = 0; i < pp->n_slots[c]; i++) {
+            pp->moe_ep_s += pp->acts[c][i].moe_ep_s;
+            pp->acts[c][i].moe_ep_s = 0.0;
+        }
     return loss;
 }
 

@@ -59,7 +59,15 @@ typedef struct {
     float **grad_send;            // outgoing input-gradients (empty on virtual stage 0)
     float **grad_recv;            // incoming output-gradients (empty on the last)
     CommRequest *act_send, *grad_send_req, *recv_req;  // (v * max slots) each
+    // Mixture of experts with the load-balancing loss (model/moe.h): a micro-batch's
+    // (B, E) statistics follow its activations forward (tag MOE_TAG + 2k), and the
+    // loss's gradient per probability follows its gradients back (MOE_TAG + 2k + 1).
+    CommRequest *stats_send, *aux_send;                // (v * max slots) each
     int max_slots;
+    double moe_aux;               // after pp_run_step: the sum of the training forwards' a->moe_aux
+                                  // (load-balancing losses of this rank's sequences; model/moe.h)
+    double moe_ep_s;              // after pp_run_step: seconds this rank spent in expert-parallel
+                                  // dispatch and combine during the step
 } Pipeline;
 
 // The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:

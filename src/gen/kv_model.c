@@ -9,6 +9,7 @@
 
 #include "gen/kv_attention.h"
 #include "io/checkpoint.h"
+#include "model/moe.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -50,7 +51,9 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     if (positions > mc->max_position_embeddings) positions = mc->max_position_embeddings;
     km->T = positions;
     km->C = positions < PROMPT_CHUNK ? positions : PROMPT_CHUNK;
-    const size_t D = (size_t)m->D, F = (size_t)m->F, hd = (size_t)m->hd, T = (size_t)km->T,
+    // The dense MLP's buffers: its width F, or a mixture of experts' shared experts' Fs.
+    const size_t D = (size_t)m->D, F = (size_t)(m->E > 0 ? (m->Fs > 0 ? m->Fs : 1) : m->F), hd = (size_t)m->hd,
+                 T = (size_t)km->T,
                  C = (size_t)km->C, kvr = (size_t)m->KV * hd, qkvr = (size_t)(m->H + 2 * m->KV) * hd;
     km->k_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "key cache");
     km->v_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "value cache");
@@ -65,12 +68,17 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     km->cos_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
     km->sin_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
     km->logits = xmalloc((size_t)m->V * sizeof(float), "logits");
+    if (m->E > 0) {  // one layer at a time: the routing and expert rows of C tokens
+        const MoeDims md = {(int)C, 1, (int)C, m->D, m->F, m->E, m->K, {1, 0}};
+        km->moe = xmalloc(moe_saved_floats(&md) * sizeof(float), "generate expert rows");
+        km->moe_scr = xmalloc(moe_scratch_floats(&md) * sizeof(float), "generate expert scratch");
+    }
 }
 
 void kv_model_free(KVModel *km) {
     float *bufs[] = {km->params, km->k_cache, km->v_cache, km->x, km->h, km->rstd, km->qkv,
                      km->att, km->tmp, km->gu, km->mh, km->cos_t, km->sin_t, km->scratch,
-                     km->logits};
+                     km->logits, km->moe, km->moe_scr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     llama_free(&km->m);
     memset(km, 0, sizeof *km);
@@ -101,8 +109,21 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
         kv_attention(km->att, km->qkv, qkv_dim, kc, vc, pos0, n, H, KV, hd, km->scratch);
         matmul_forward(km->tmp, km->att, P + lo->o, n, H * hd, D);
         residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
-        // MLP block
+        // MLP block (or Mixtral's sparse block, model/moe.h, plus its shared experts)
         rmsnorm_forward(km->h, km->rstd, km->x, P + lo->ln2, n, D, eps);
+        if (m->E > 0) {
+            const MoeDims md = {n, 1, n, D, F, m->E, m->K, {1, 0}};
+            const MoeSaved ms = moe_saved_at(&md, km->moe);
+            const MoeScratch sc = moe_scratch_at(&md, km->moe_scr);
+            moe_forward(&md, &ms, &sc, km->tmp, km->h, P + lo->router, P + lo->experts);
+            residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
+            if (m->Fs == 0) continue;
+            matmul_forward(km->gu, km->h, P + lo->gate_up, n, D, 2 * m->Fs);
+            swiglu_forward(km->mh, km->gu, n, m->Fs);
+            matmul_forward(km->tmp, km->mh, P + lo->down, n, m->Fs, D);
+            residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
+            continue;
+        }
         matmul_forward(km->gu, km->h, P + lo->gate_up, n, D, 2 * F);
         swiglu_forward(km->mh, km->gu, n, F);
         matmul_forward(km->tmp, km->mh, P + lo->down, n, F, D);

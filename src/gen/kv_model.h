@@ -27,8 +27,10 @@ typedef struct {
     float *qkv;               // (C, (H+2KV)*hd)
     float *att;               // (C, H*hd)
     float *tmp;               // (C, D) block output before the residual add
-    float *gu;                // (C, 2F) gate|up
+    float *gu;                // (C, 2F) gate|up (a mixture of experts: of its shared experts, Fs)
     float *mh;                // (C, F) silu(gate)*up
+    float *moe, *moe_scr;     // mixture of experts: one layer's routing and expert rows, and the
+                              // block's scratch, for C tokens (model/moe.h; NULL when dense)
     float *cos_t, *sin_t;     // (C, hd/2)
     float *scratch;           // (scratch_threads, T) attention scores
     int scratch_threads;

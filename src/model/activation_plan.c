@@ -26,6 +26,14 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t tps = with_scratch && m->tp.size > 1 ? 1 : 0;
     const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
     const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
+    // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
+    // moe, and its backward uses moe_scr; gu / mlp_h / dgu then hold the shared experts.
+    // The shared experts (E > 0, Fs > 0) use the dense MLP's buffers at their width.
+    const size_t Fd = m->E > 0 ? (size_t)m->Fsl : Fl;
+    const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
+    const size_t moe_saved = m->E > 0 ? moe_saved_floats(&md) : 0;
+    const size_t moe_scr = m->E > 0 ? moe_scratch_floats(&md) : 0;
+    const size_t moe_stats = m->moe_aux ? 4 * (size_t)B * m->E : 0;
     struct {
         float **ptr;
         size_t n;
@@ -35,16 +43,18 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
         {&a->lse, nlse * R},            {&a->attn, nk * N * A},
         {&a->resid_mid, nk * Nr * D},   {&a->ln2, nk * Nr * D},
-        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fl},
-        {&a->mlp_h, nk * N * Fl},       {&a->lnf, head * Nr * D},
+        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fd},
+        {&a->mlp_h, nk * N * Fd},       {&a->lnf, head * Nr * D},
         {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
         {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
         {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
         {&a->att_scratch, scr * attention_scratch_floats()}, {&a->ring, scr * ring},
-        {&a->dgu, scr * N * 2 * Fl},    {&a->dbuf_i, scr * N * (Fl > A ? Fl : A)},
+        {&a->dgu, scr * N * 2 * Fd},    {&a->dbuf_i, scr * N * (Fd > A ? Fd : A)},
         {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
         {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},
+        {&a->moe, nk * moe_saved},      {&a->moe_scr, scr * moe_scr},
+        {&a->moe_stats, moe_stats},
     };
     size_t total = 0;
     float *base = a->arena;  // NULL when only counting
@@ -98,6 +108,7 @@ static void share_scratch_of(Activations *a, const LlamaModel *m, const Activati
     a->tp_partial = share_scratch->tp_partial;
     a->tp_stats = share_scratch->tp_stats;
     a->tp_dw = share_scratch->tp_dw;
+    a->moe_scr = share_scratch->moe_scr;
     if (m->recompute != RECOMPUTE_NONE) a->lse = share_scratch->lse;  // the working layer
     if (m->recompute == RECOMPUTE_FULL) {
         a->ln1 = share_scratch->ln1;
@@ -109,6 +120,7 @@ static void share_scratch_of(Activations *a, const LlamaModel *m, const Activati
         a->ln2_rstd = share_scratch->ln2_rstd;
         a->gu = share_scratch->gu;
         a->mlp_h = share_scratch->mlp_h;
+        a->moe = share_scratch->moe;
     }
 }
 

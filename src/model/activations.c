@@ -5,7 +5,7 @@
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
-    const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->Fl;
+    const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->E > 0 ? (size_t)m->Fsl : (size_t)m->Fl;
     const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
     const size_t kl = m->recompute == RECOMPUTE_NONE ? (size_t)i : 0;   // slot of lse
     LayerSaved s = {
@@ -33,4 +33,22 @@ RingAttention activations_ring(const LlamaModel *m, const Activations *a) {
         .scratch = a->att_scratch, .ring = a->ring,
     };
     return ra;
+}
+
+MoeDims activations_moe_dims(const LlamaModel *m, const Activations *a) {
+    MoeDims d = {a->B * a->S, a->B, a->S, m->D, m->Fl, m->E, m->K, m->ep};  // Fl: tp's slice of each expert
+    return d;
+}
+
+MoeSaved activations_moe_saved(const LlamaModel *m, const Activations *a, int i) {
+    const MoeDims d = activations_moe_dims(m, a);
+    const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;  // as ln1 .. mlp_h
+    return moe_saved_at(&d, a->moe + k * moe_saved_floats(&d));
+}
+
+MoeScratch activations_moe_scratch(const LlamaModel *m, Activations *a) {
+    const MoeDims d = activations_moe_dims(m, a);
+    MoeScratch s = moe_scratch_at(&d, a->moe_scr);
+    s.ep_seconds = &a->moe_ep_s;
+    return s;
 }

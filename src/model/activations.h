@@ -24,6 +24,7 @@
 #define FEMTOTRON_ACTIVATIONS_H
 
 #include "model/llama.h"
+#include "model/moe.h"
 
 typedef struct Activations {
     int B, S;
@@ -60,6 +61,14 @@ typedef struct Activations {
     float *tp_partial;       // (N, D) a partial sum before its reduction
     float *tp_stats;         // (3N) vocab-parallel loss statistics
     float *tp_dw;            // (D) a norm weight's gradient contribution (sequence parallel)
+    // mixture of experts (E > 0; model/moe.h), in place of gu, mlp_h and dgu:
+    float *moe;              // (nk, moe_saved_floats) each layer slot's routing and expert rows
+    float *moe_scr;          // (moe_scratch_floats) backward scratch, shared
+    float *moe_stats;        // (4, B, E) load-balancing loss: counts, probability sums over the
+                             // layers so far, the loss's gradient per probability (moe_aux), and
+                             // that gradient's copy being sent to the previous pipeline stage
+    double moe_aux;          // sum over the B sequences of their load-balancing loss (last forward)
+    double moe_ep_s;         // seconds in expert-parallel dispatch and combine since the engine reset it
     size_t bytes;            // bytes of the arena
 } Activations;
 
@@ -103,6 +112,12 @@ typedef struct {
 
 // Layer slot i's buffers in a.
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i);
+
+// The mixture-of-experts block's shape for a's micro-batch, layer slot i's saved
+// routing and expert rows, and the shared scratch (model/moe.h).
+MoeDims activations_moe_dims(const LlamaModel *m, const Activations *a);
+MoeSaved activations_moe_saved(const LlamaModel *m, const Activations *a, int i);
+MoeScratch activations_moe_scratch(const LlamaModel *m, Activations *a);  // times into a->moe_ep_s
 
 // The ring attention view of a's attention buffers (parallel_layers/context_parallel.h).
 RingAttention activations_ring(const LlamaModel *m, const Activations *a);

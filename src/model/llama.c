@@ -6,7 +6,9 @@
 // One layer (pre-norm):
 //   h   = x + o_proj(attention(rope(qkv_proj(rmsnorm1(x)))))
 //   out = h + down_proj(silu(gate_proj(rmsnorm2(h))) * up_proj(rmsnorm2(h)))
-// then a final RMSNorm, the output head, and the cross-entropy.
+// then a final RMSNorm, the output head, and the cross-entropy. In a Mixtral model
+// the MLP is the sparse mixture-of-experts block (model/moe.h):
+//   out = h + moe(rmsnorm2(h))
 #include "model/llama.h"
 
 #include "model/activations.h"
@@ -44,6 +46,32 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *
     tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
     rmsnorm_forward(s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
+        // Tensor parallel as a dense MLP: every rank routes every token (the router is
+        // replicated, so the routing is the same everywhere) and holds an Fl-wide
+        // slice of each expert; the combined outputs are partial sums, reduced.
+        const MoeDims md = activations_moe_dims(m, a);
+        const MoeSaved ms = activations_moe_saved(m, a, i);
+        const MoeScratch sc = activations_moe_scratch(m, a);
+        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);  // (N, D)
+        float *partial = recompute ? NULL : tp->sp ? a->tp_partial : s.out;  // (N, D)
+        moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), AT(w, u, lo->experts));
+        if (m->Fs > 0) {  // shared experts, in the dense MLP's buffers: gate|up, SwiGLU ...
+            const int Fsl = m->Fsl;
+            matmul_forward(s.gu, X, AT(w, u, lo->gate_up), N, D, 2 * Fsl);
+            swiglu_forward(s.h, s.gu, N, Fsl);
+            if (!recompute) {  // ... down into sc.dy (free in the forward), added to the partial sum
+                matmul_forward(sc.dy, s.h, AT(w, u, lo->down), N, Fsl, D);
+                residual_forward(partial, partial, sc.dy, (size_t)N * D);
+            }
+        }
+        if (recompute) return;  // the statistics were taken by the first forward
+        tp_reduce(tp, partial, s.out, N, D);
+        if (m->moe_aux) moe_route_stats(a->moe_stats, a->moe_stats + (size_t)B * m->E, ms.probs, ms.sel,
+                                        B, S, m->E, m->K);
+        residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
+        return;
+    }
     tp_column_forward(tp, s.gu, s.ln2, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
     swiglu_forward(s.h, s.gu, N, Fl);
     if (recompute) return;
@@ -55,6 +83,25 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
     const int u = 1 + a->l0 + i;
     llama_layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
     pa->release_params(pa->ctx, u);
+}
+
+// The load-balancing loss of the micro-batch's B sequences (model/moe.h), on the last
+// stage, after the forward of every layer (earlier stages' statistics arrive with the
+// input, engines/pipeline.c; the gradient goes back with the input gradients). Its statistics
+// are summed over the context-parallel ranks first (each holds part of every
+// sequence). The step's loss adds coef * (mean over its sequences of aux); the
+// trainer divides the returned sum by the step's tokens (grad_scale = 1 / tokens), so
+// each sequence's aux enters as coef * seq_length * aux, and its gradient per router
+// probability is coef * seq_length * grad_scale * E c_e / T^2 (left in moe_stats'
+// third block for the backward). Context-parallel rank 0 alone adds it to the sum.
+static double aux_loss(const LlamaModel *m, Activations *a, float grad_scale) {
+    const int B = a->B, E = m->E, seq = a->S * m->cp.size;
+    float *count = a->moe_stats, *psum = count + (size_t)B * E, *aux_g = psum + (size_t)B * E;
+    cp_allreduce_sum(&m->cp, count, 2 * (size_t)B * E);
+    const double coef = m->cfg.router_aux_loss_coef, T = (double)m->L * seq;
+    a->moe_aux = moe_aux_loss(aux_g, count, psum, B, E, T, (float)(coef * seq * grad_scale));
+    if (m->cp.rank != 0) a->moe_aux = 0.0;
+    return coef * seq * a->moe_aux;
 }
 
 // ------------------------------------------------- the row tables, in pieces
@@ -132,11 +179,15 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
         embed_forward(m, pa, a, tokens, N);
     else if (x_in != a->resid)
         copy_f32(a->resid, x_in, (size_t)Nr * D);  // kept for this stage's backward
+    // The first stage starts the load-balancing statistics (counts, probability sums);
+    // a later stage continues those the pipeline received with its input.
+    if (m->moe_aux && (a->has_embed || !want_grads)) zero_f32(a->moe_stats, 2 * (size_t)a->B * m->E);
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     head_forward(m, pa, a, N);
-    return tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale, want_grads,
-                            a->tp_stats);
+    const double ce = tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale,
+                                       want_grads, a->tp_stats);
+    return want_grads && m->moe_aux ? ce + aux_loss(m, a, grad_scale) : ce;
 }
 
 // -------------------------------------------------------------------- backward
@@ -161,11 +212,40 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const RingAttention ra = activations_ring(m, a);
 
     // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
-    tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
-                    N, Fl, D);
-    swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
-    tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, s.ln2, AT(w, u, lo->gate_up),
-                       a->tp_full, a->tp_partial, N, D, 2 * Fl);
+    if (m->E > 0) {  // or out = mid + moe(rmsnorm2(mid)) (model/moe.h)
+        const MoeDims md = activations_moe_dims(m, a);
+        const MoeSaved ms = activations_moe_saved(m, a, i);
+        const MoeScratch sc = activations_moe_scratch(m, a);
+        const float *aux_g = m->moe_aux ? a->moe_stats + 2 * (size_t)B * m->E : NULL;
+        // Under tensor parallelism the whole-token gradient and input are gathered (one
+        // at a time through tp_full), the routing weights' gradient <dout, y> summed over
+        // the group (each rank's y is a partial sum), the experts' input gradient
+        // reduced like a row-parallel layer's; the router's share of this rank's rows
+        // is added after the reduction, so it is counted once.
+        const float *G = tp_gather(tp, dres, a->tp_full, N, D);  // (N, D) output gradient
+        moe_backward_combine(&md, &ms, &sc, G);
+        if (m->Fs > 0) {  // shared experts: down and SwiGLU backward while G is at hand
+            matmul_backward(a->dbuf_i, AT(g, u, lo->down), G, s.h, AT(w, u, lo->down), N, m->Fsl, D, 0);
+            swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, m->Fsl);
+        }
+        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);
+        float *partial = tp->sp ? a->tp_partial : dd;  // (N, D)
+        moe_backward_experts(&md, &ms, &sc, partial, AT(g, u, lo->experts), X, AT(w, u, lo->experts));
+        if (m->Fs > 0)  // the shared experts' gate|up: weight gradient, input gradient added
+            matmul_backward(partial, AT(g, u, lo->gate_up), a->dgu, X, AT(w, u, lo->gate_up), N, D,
+                            2 * m->Fsl, 1);
+        tp_allreduce_sum(tp, sc.dwts, (size_t)N * m->K);
+        moe_backward_router(&md, &ms, &sc, AT(g, u, lo->router), X, aux_g);
+        tp_reduce(tp, partial, dd, N, D);
+        const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
+        matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
+    } else {
+        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
+                        N, Fl, D);
+        swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+        tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, s.ln2, AT(w, u, lo->gate_up),
+                           a->tp_full, a->tp_partial, N, D, 2 * Fl);
+    }
     tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))

@@ -11,6 +11,7 @@
 //   hd  head dim (model.head_dim, D / H)    V   vocabulary
 //   L   decoder layers                      A   attention output width here (Hl*hd)
 //   Hl, KVl, Fl, Vl  this rank's share of H, KV, F and V (tensor parallelism; Vl padded)
+//   E, K  experts per layer and experts per token (mixture of experts, model/moe.h)
 //
 // A model is built for one shard (ModelShard: its tensor- and context-parallel
 // coordinates and its recomputation mode) and never patched afterwards. It holds no
@@ -28,6 +29,7 @@
 #include "dist/grid.h"
 #include "model/param_table.h"
 #include "parallel_layers/context_parallel.h"
+#include "parallel_layers/expert_parallel.h"
 #include "parallel_layers/tensor_parallel.h"
 
 // Which shard of the model a rank builds: everything the model needs to know about
@@ -36,6 +38,7 @@ typedef struct {
     TensorParallel tp;    // heads, FFN columns and vocabulary rows held; sequence parallel
     ContextParallel cp;   // this rank's share of every sequence
     Recompute recompute;  // what a layer keeps for its backward (config.h)
+    ExpertParallel ep;    // mixture of experts: the experts this rank computes (model/moe.h)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -57,6 +60,10 @@ typedef struct {
     Recompute recompute;
     VocabShard vocab;            // this rank's rows of the embedding and of the head
     int Hl, KVl, Fl, Vl;         // local query heads, kv heads, FFN width, vocab rows (padded)
+    int E, K;                    // mixture of experts (model/moe.h): experts, experts per token; E = 0: dense
+    int Fs, Fsl;                 // shared experts' width (n_shared_experts * F; 0: none) and its tp share
+    int moe_aux;                 // 1: the load-balancing loss is part of the training loss
+    ExpertParallel ep;           // expert parallelism (parallel_layers/expert_parallel.h)
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)
@@ -80,6 +87,8 @@ size_t llama_global_params(const LlamaModel *m);
 // Matmul parameters (everything multiplied in a GEMM: q,k,v,o,gate,up,down, head;
 // the embedding lookup is not a matmul unless tied, where it is the head).
 size_t llama_matmul_params(const LlamaModel *m);
+// A mixture-of-experts layer counts what one token multiplies: the router (E*D) and
+// its K experts (3*D*F each) — the active parameters, not all E experts.
 // Model FLOPs per token for training: 6*N_matmul + 6*L*S*H*hd (causal attention,
 // QK^T and PV each counted once over the causal half: 2*(2*S*H*hd)/2 per token
 // forward, x3 for forward+backward; H*hd = D unless model.head_dim says otherwise).
@@ -110,7 +119,12 @@ struct ParamAccess;   // model/param_access.h
 // output in a->resid slot nl (llama_stage_output). The last stage computes the
 // logits; with want_grads it returns the SUM of the cross-entropy over the N
 // tokens and leaves dlogits * grad_scale in a->logits for the backward; without,
-// it returns the same sum and leaves the logits untouched (validation).
+// it returns the same sum and leaves the logits untouched (validation). With the
+// load-balancing loss on (m->moe_aux) a training forward adds, on context-parallel
+// rank 0, router_aux_loss_coef * seq_length * sum over its B sequences of their aux
+// loss (so that the trainer's division by the step's tokens makes it the coefficient
+// times the mean over sequences) and leaves that sum of aux losses in a->moe_aux.
+
 double llama_stage_forward(const LlamaModel *m, const struct ParamAccess *pa,
                            struct Activations *a, const int32_t *tokens, const float *x_in,
                            const int32_t *targets, float grad_scale, int want_grads);

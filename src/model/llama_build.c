@@ -74,9 +74,30 @@ static void layout_params(LlamaModel *m) {
         LAYER_PARAM("self_attn.v_proj.weight", kv_rows, D, SPLIT_ROWS);
         lo.o = LAYER_PARAM("self_attn.o_proj.weight", D, q_rows, SPLIT_COLS);
         lo.ln2 = LAYER_PARAM("post_attention_layernorm.weight", D, 0, SPLIT_NONE);
-        lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D, SPLIT_ROWS);  // gate, up adjacent:
-        LAYER_PARAM("mlp.up_proj.weight", F, D, SPLIT_ROWS);                 // one fused GEMM
-        lo.down = LAYER_PARAM("mlp.down_proj.weight", D, F, SPLIT_COLS);
+        if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
+            lo.gate_up = lo.down = 0;
+            lo.router = LAYER_PARAM("block_sparse_moe.gate.weight", m->E, D, SPLIT_NONE);
+            for (int e = 0; e < m->E; e++) {  // w1, w3 adjacent (one fused gate|up GEMM), then w2
+#define EXPERT_PARAM(w, rows, cols, split) \
+    (snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w), \
+     add_param(m, &count, &off, name, rows, cols, split))
+                size_t w1 = EXPERT_PARAM("w1", F, D, SPLIT_ROWS);
+                if (e == 0) lo.experts = w1;
+                EXPERT_PARAM("w3", F, D, SPLIT_ROWS);
+                EXPERT_PARAM("w2", D, F, SPLIT_COLS);
+#undef EXPERT_PARAM
+            }
+            if (m->Fs > 0) {  // shared experts: one SwiGLU of width Fs, tensor-split like the dense MLP
+                lo.gate_up = LAYER_PARAM("block_sparse_moe.shared_experts.gate_proj.weight", m->Fs, D, SPLIT_ROWS);
+                LAYER_PARAM("block_sparse_moe.shared_experts.up_proj.weight", m->Fs, D, SPLIT_ROWS);
+                lo.down = LAYER_PARAM("block_sparse_moe.shared_experts.down_proj.weight", D, m->Fs, SPLIT_COLS);
+            }
+        } else {
+            lo.router = lo.experts = 0;
+            lo.gate_up = LAYER_PARAM("mlp.gate_proj.weight", F, D, SPLIT_ROWS);  // gate, up adjacent:
+            LAYER_PARAM("mlp.up_proj.weight", F, D, SPLIT_ROWS);                 // one fused GEMM
+            lo.down = LAYER_PARAM("mlp.down_proj.weight", D, F, SPLIT_COLS);
+        }
 #undef LAYER_PARAM
         if (m->layer) m->layer[l] = lo;
     }
@@ -97,14 +118,14 @@ static void layout_params(LlamaModel *m) {
 ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
 
 ModelShard model_tp_shard(int size, int rank, int sp) {
-    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE};
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}};
     return s;
 }
 
 ModelShard model_shard_of(const Config *cfg, GridCoords at) {
     const ParallelConfig *p = &cfg->parallel;
     ModelShard s = {tp_group(p->tp, at.tp, p->sequence_parallel), {p->cp, at.cp},
-                    cfg->training.recompute};
+                    cfg->training.recompute, {p->ep, grid_ep_rank(p, at)}};
     return s;
 }
 
@@ -121,11 +142,17 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->tp = shard.tp;
     m->cp = shard.cp;
     m->recompute = shard.recompute;
+    m->ep = shard.ep;
     m->vocab = tp_vocab_shard(&m->tp, m->V);
     m->Hl = m->H / m->tp.size;
     m->KVl = m->KV / m->tp.size;
     m->Fl = m->F / m->tp.size;
     m->Vl = m->vocab.rows;
+    m->E = cfg->num_local_experts;
+    m->K = m->E > 0 ? cfg->num_experts_per_tok : 0;
+    m->moe_aux = m->E > 0 && cfg->output_router_logits;
+    m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;
+    m->Fsl = m->Fs / m->tp.size;
     layout_params(m);  // count
     m->params = xcalloc(sizeof(ParamInfo) * (size_t)m->n_params, "parameter table");
     m->layer = xcalloc(sizeof(LayerOffsets) * (size_t)m->L, "layer offsets");
@@ -159,7 +186,10 @@ size_t llama_global_params(const LlamaModel *m) {
 
 size_t llama_matmul_params(const LlamaModel *m) {
     size_t qkv = (size_t)(m->H + 2 * m->KV) * m->hd;
-    size_t per_layer = (size_t)m->D * qkv + (size_t)m->H * m->hd * m->D + 3 * (size_t)m->D * m->F;
+    size_t mlp = m->E > 0 ? (size_t)m->E * m->D + (size_t)m->K * 3 * m->D * m->F  // router + k experts
+                                + 3 * (size_t)m->D * m->Fs                             // + shared experts
+                          : 3 * (size_t)m->D * m->F;
+    size_t per_layer = (size_t)m->D * qkv + (size_t)m->H * m->hd * m->D + mlp;
     return (size_t)m->L * per_layer + (size_t)m->V * m->D;  // + output head
 }
 

@@ -19,6 +19,12 @@
 //     model.layers.l.mlp.gate_proj.weight           (F, D)  \ contiguous: one fused
 //     model.layers.l.mlp.up_proj.weight             (F, D)  / gate|up GEMM (2F, D)
 //     model.layers.l.mlp.down_proj.weight           (D, F)
+//   a Mixtral (mixture-of-experts) layer has, in place of the three mlp tensors:
+//     model.layers.l.block_sparse_moe.gate.weight   (E, D)  the router
+//     per expert e, contiguous (one fused w1|w3 GEMM):
+//       model.layers.l.block_sparse_moe.experts.e.w1.weight  (F, D)  gate
+//       model.layers.l.block_sparse_moe.experts.e.w3.weight  (F, D)  up
+//       model.layers.l.block_sparse_moe.experts.e.w2.weight  (D, F)  down
 //   model.norm.weight                               (D)
 //   lm_head.weight                                  (V, D)   only if not tied
 // With tensor parallelism a rank holds a slice of each matrix (SplitKind), so the
@@ -60,6 +66,7 @@ int64_t param_global_index(const ParamInfo *p, size_t e);
 // Offsets (in elements) of one decoder layer's tensors in the flat buffer.
 typedef struct {
     size_t ln1, qkv, o, ln2, gate_up, down;  // q/k/v and gate/up are fused views
+    size_t router, experts;                  // mixture of experts: gate (E, D), the experts' block
 } LayerOffsets;
 
 #endif

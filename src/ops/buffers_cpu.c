@@ -1,10 +1,23 @@
-// ops/buffers_cpu.c — the buffer ops of ops.h on the CPU: plain libc copies. The
+// ops/buffers_cpu.c — the backend and buffer ops of ops.h on the CPU: plain libc
+// copies, nothing to start or wait for. The
 // layers above call these instead of memcpy/memset on planned buffers, so that a
 // device backend can put the same buffers in device memory (docs/DESIGN.md,
 // invariant 6: the backend boundary).
 #include <string.h>
 
 #include "ops/ops.h"
+
+void ops_init(void) {}
+
+const char *ops_backend_name(void) { return "cpu"; }
+
+int ops_has_bf16(void) { return 0; }
+
+void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
+
+void ops_download(void *dst_host, const void *src_buffer, size_t bytes) { memcpy(dst_host, src_buffer, bytes); }
+
+void ops_sync(void) {}
 
 void copy_f32(float *dst, const float *src, size_t n) { memcpy(dst, src, sizeof(float) * n); }
 
@@ -15,4 +28,12 @@ void zero_f32(float *x, size_t n) { memset(x, 0, sizeof(float) * n); }
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                    size_t cols) {
     for (size_t r = 0; r < rows; r++) memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(float) * cols);
+}
+
+void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + r * cols, src + (size_t)idx[r] * cols, sizeof(float) * cols);
+}
+
+void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + (size_t)idx[r] * cols, src + r * cols, sizeof(float) * cols);
 }

@@ -16,6 +16,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// ---- the backend itself ----
+
+// Start the backend, before any planned buffer exists (main.c calls it first). CPU:
+// nothing. CUDA: fatal at once, saying so, when no GPU can be used; otherwise take
+// the GPU of the node-local rank and put planned buffers in GPU memory.
+void ops_init(void);
+// "cpu" or "cuda": the training.device this binary runs (config_check_backend).
+const char *ops_backend_name(void);
+// 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
+int ops_has_bf16(void);
+// Host memory <-> a planned buffer, `bytes` bytes (the places where host code
+// prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
+// scalars a step reads back). CPU: memcpy. Both wait until the copy is done.
+void ops_upload(void *dst_buffer, const void *src_host, size_t bytes);
+void ops_download(void *dst_host, const void *src_buffer, size_t bytes);
+// Wait until every op issued so far has finished (CPU: nothing to wait for).
+void ops_sync(void);
+
 // ---- buffers: moving and clearing contents ----
 
 // dst(n) = src(n); the ranges must not overlap.
@@ -28,6 +46,11 @@ void zero_f32(float *x, size_t n);
 // e.g. the key|value columns of every token out of a qkv buffer).
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                    size_t cols);
+
+// Row permutations of an (n, cols) block: gather dst[r] = src[idx[r]], scatter
+// dst[idx[r]] = src[r] (idx a permutation of 0..n-1; the ranges must not overlap).
+void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols);
+void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols);
 
 // ---- linear layers (Hugging Face nn.Linear layout: weight is (out, in)) ----
 
@@ -162,6 +185,54 @@ void attention_backward(float *dqkv, float *rowdot, const float *dout, const flo
 void swiglu_forward(float *out, const float *gu, int N, int F);
 // dgu(N, 2F) = gradient w.r.t. gu (overwritten)
 void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
+
+// ---- mixture of experts (model/moe.h): routing, grouping, dispatch and combine ----
+// N tokens, E experts, K experts per token (top-k), D hidden. A token's K choices
+// are "slots" t*K + j; the grouped rows put every slot of expert 0 first (tokens in
+// increasing order), then expert 1, ..., so each expert's rows are one contiguous
+// block for its GEMMs. Routing indices are int32 (they live in the float arenas'
+// 4-byte cells: the model keeps them there, nothing reads them as floats).
+
+// Router: probs(N, E) = softmax(logits) in place (fp32, max-subtracted); sel(N, K)
+// the K most probable experts by decreasing probability, a tie going to the lower
+// expert index; wts(N, K) their probabilities divided by the sum of the K chosen
+// (Mixtral's renormalisation).
+void moe_route(float *probs, int32_t *sel, float *wts, int N, int E, int K);
+// Grouping: start(E+1) the first grouped row of each expert (start[E] = N*K);
+// slot_of(N*K): grouped row r -> slot t*K + j; row_of(N*K): slot -> grouped row.
+void moe_group(int32_t *start, int32_t *slot_of, int32_t *row_of, const int32_t *sel, int N, int E,
+               int K);
+// Dispatch: xg(N*K, D) row r = x(N, D) row slot_of[r] / K.
+void moe_dispatch(float *xg, const float *x, const int32_t *slot_of, int N, int K, int D);
+// Combine: out(N, D) = sum over j (in order) of wts[t, j] * y(N*K, D)[row_of[t*K+j]]
+// (overwritten; a fixed order per token, so deterministic).
+void moe_combine(float *out, const float *y, const float *wts, const int32_t *row_of, int N, int K,
+                 int D);
+// Combine backward: dy(N*K, D) row row_of[t*K+j] = wts[t, j] * dout[t] (overwritten);
+// dwts(N, K) = <dout[t], y[row_of[t*K+j]]> (overwritten).
+void moe_combine_backward(float *dy, float *dwts, const float *dout, const float *y,
+                          const float *wts, const int32_t *row_of, int N, int K, int D);
+// Dispatch backward: dx(N, D) += sum over j (in order) of dxg[row_of[t*K+j]].
+void moe_dispatch_backward(float *dx, const float *dxg, const int32_t *row_of, int N, int K, int D);
+// Load-balancing statistics of B sequences of S tokens (N = B*S), accumulated over
+// layers: count(B, E) += how many of a sequence's tokens chose e; psum(B, E) += the
+// sum of its tokens' router probabilities of e.
+void moe_route_stats(float *count, float *psum, const float *probs, const int32_t *sel, int B, int S,
+                     int E, int K);
+// Router backward: dlogits(N, E) (overwritten) from the gradient of the renormalised
+// weights dwts(N, K) and, when aux_g is not NULL, a gradient aux_g(B, E) of every
+// probability of a token of sequence b = t / S (the load-balancing loss):
+//   dp[sel_j] = (dwts_j - sum_i dwts_i wts_i) / sum_i probs[sel_i]  (+ aux_g[b, e] for all e)
+//   dlogits   = probs * (dp - sum_e probs_e dp_e)                    (softmax backward)
+void moe_route_backward(float *dlogits, const float *probs, const int32_t *sel, const float *wts,
+                        const float *dwts, const float *aux_g, int N, int S, int E, int K);
+
+// The load-balancing loss of B sequences from their statistics over T (layer, token)
+// pairs each (model/moe.h): returns sum_b E * sum_e (count_be / T) (psum_be / T); with
+// aux_g not NULL, aux_g(B, E) = g_scale * E * count_be / T^2 (its gradient w.r.t.
+// each probability, scaled).
+double moe_aux_loss(float *aux_g, const float *count, const float *psum, int B, int E, double T,
+                    float g_scale);
 
 // ---- cross-entropy, fused with its backward ----
 

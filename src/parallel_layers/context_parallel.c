@@ -123,3 +123,7 @@ void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra
     comm_wait(&acc_tx[0], "context-parallel gradient send");
     comm_wait(&acc_tx[1], "context-parallel gradient send");
 }
+
+void cp_allreduce_sum(const ContextParallel *cp, float *buf, size_t n) {
+    if (cp->size > 1) group_allreduce_sum_f32(GROUP_CP, buf, n);
+}

@@ -54,6 +54,10 @@ typedef struct {
 // (0 without context parallelism).
 size_t cp_ring_floats(const ContextParallel *cp, int B, int S, int KV, int hd);
 
+// buf(n) = its sum over the context-parallel group, in place (nothing when cp = 1):
+// statistics of whole sequences whose tokens are spread over the group.
+void cp_allreduce_sum(const ContextParallel *cp, float *buf, size_t n);
+
 // Global positions of rank r's S/cp tokens of a sequence of S tokens: pos(S/cp).
 void cp_positions(int S, int cp, int r, int *pos);
 // This rank's tokens of B full sequences: full(B, S) -> local(B, S/cp).

@@ -40,6 +40,10 @@ CommRequest tp_reduce_start(const TensorParallel *tp, float *partial, float *out
 
 void tp_reduce_finish(CommRequest *r) { comm_wait(r, "tensor-parallel reduction"); }
 
+void tp_allreduce_sum(const TensorParallel *tp, float *buf, size_t n) {
+    if (tp->size > 1) group_allreduce_sum_f32(GROUP_TP, buf, n);
+}
+
 void tp_reduce(const TensorParallel *tp, float *partial, float *out, int N, int D) {
     CommRequest r = tp_reduce_start(tp, partial, out, N, D);
     tp_reduce_finish(&r);

@@ -62,6 +62,8 @@ const float *tp_gather(const TensorParallel *tp, const float *x, float *full, in
 // partial(N, D) summed over the group into out(tp_rows, D). Without sequence parallel
 // the all-reduce is in place and out must equal partial; with it, a reduce-scatter.
 void tp_reduce(const TensorParallel *tp, float *partial, float *out, int N, int D);
+// buf(n) = its sum over the group, in place (nothing when tp = 1).
+void tp_allreduce_sum(const TensorParallel *tp, float *buf, size_t n);
 // The same, split in two so that independent work can run while it travels.
 CommRequest tp_reduce_start(const TensorParallel *tp, float *partial, float *out, int N, int D);
 void tp_reduce_finish(CommRequest *r);

@@ -20,6 +20,10 @@
 //    log-sum-exp per row and head (4*s*b*a). Without sequence parallel the four
 //    h-wide norm inputs/outputs are replicated over the tensor group, the rest is
 //    divided by t (as Korthikanti's 10 + 24/t); with it everything is divided.
+//    A mixture of experts replaces 3f by k*(3f + h) + 3*Fs + E: each of a token's
+//    k slots keeps its expert's gate|up, SwiGLU output and output, plus the shared
+//    experts and the router's probabilities (expert parallelism's worst-case
+//    dispatch buffers are not counted here: ep is not searched on paper).
 //    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 34*s*b*h, Korthikanti's
 //    constant. Selective drops the log-sum-exp (flash already stores no scores);
 //    full keeps the layer input 2*s*b*h (/t with sequence parallel) and one
@@ -53,7 +57,11 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
         return l->sp ? sbh * (34.0 + att) / t : sbh * (10.0 + 24.0 / t + att / t);
     }
     const double hd = plan_head_dim(pm), qkv = (a + 2.0 * pm->KV) * hd;  // attention output: a * hd
-    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + 3.0 * pm->F) / t);
+    // The MLP keeps gate|up and the SwiGLU output (3f); a mixture of experts keeps
+    // them for each of its k slots plus each slot's expert output (h) and the
+    // token's router probabilities (E), and the shared experts' 3 * Fs.
+    const double mlp = pm->E > 0 ? pm->K * (3.0 * pm->F + h) + 3.0 * pm->Fs + pm->E : 3.0 * pm->F;
+    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + mlp) / t);
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
     return bytes;
 }

@@ -201,6 +201,9 @@ static void build_problem(PlanProblem *p, Config *base, const PlanArgs *a) {
             mc->num_key_value_heads = p->model.KV;
             mc->vocab_size = p->model.V;
             mc->tie_word_embeddings = p->model.tied;
+            mc->num_local_experts = p->model.E;
+            mc->num_experts_per_tok = p->model.E > 0 ? p->model.K : mc->num_experts_per_tok;
+            mc->n_shared_experts = p->model.E > 0 ? p->model.Fs / p->model.F : 0;
             mc->max_position_embeddings = p->seq > mc->max_position_embeddings ? p->seq : mc->max_position_embeddings;
             base->training.seq_length = p->seq;
             base->training.global_batch_size = (int)p->global_seqs;
@@ -263,10 +266,16 @@ int plan_main(int argc, char **argv) {
         fprintf(stderr, "plan: note: the profile's attention curves are for head dim %d, the model's is %d: "
                         "attention times are off (run bench calibrate --head-dim %d for this model)\n",
                 p.hw.attn_head_dim, hd, hd);
-    if (!a.tsv)
+    if (!a.tsv && p.model.E > 0) {
+        printf("plan: %s (%.3g B parameters, %.3g B active per token: %d experts, top-%d) on %d x %s, sequence "
+               "%d, %lld sequences per step, budget %.1f GiB per rank\n\n", p.model.name,
+               plan_total_params(&p.model) / 1e9, plan_active_params(&p.model) / 1e9, p.model.E, p.model.K, p.world,
+               p.hw.name, p.seq, p.global_seqs, p.mem_budget / 1073741824.0);
+    } else if (!a.tsv) {
         printf("plan: %s (%.3g B parameters) on %d x %s, sequence %d, %lld sequences per step, budget %.1f GiB "
                "per rank\n\n", p.model.name, plan_total_params(&p.model) / 1e9, p.world, p.hw.name, p.seq,
                p.global_seqs, p.mem_budget / 1073741824.0);
+    }
     if (a.layout) {
         PlanLayout l = {1, 1, 1, 1, 0, 0, 1, 0, PP_1F1B, 1, RECOMPUTE_NONE};
         if (a.config) {  // keys --layout leaves out keep the run config's values

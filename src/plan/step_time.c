@@ -233,7 +233,9 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.hd = plan_head_dim(pm);
     s.Hl = (double)pm->H / l->tp;
     s.KVl = (double)pm->KV / l->tp;
-    s.Fl = (double)pm->F / l->tp;
+    // A mixture of experts multiplies k experts and the shared ones per token: as a
+    // dense MLP of that active width (the router's N x E GEMM is left out).
+    s.Fl = (pm->E > 0 ? (double)pm->K * pm->F + pm->Fs : (double)pm->F) / l->tp;
     s.Vl = ceil((double)pm->V / l->tp);
     s.bpv = hw->bytes_per_value;
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the

@@ -117,6 +117,11 @@ void metrics_step(MetricsLog *m, const StepRecord *r) {
     json_number(f, r->grad_norm);
     fprintf(f, ", \"tokens\": %.0f, \"tokens_per_s\": %.3f, \"mfu\": %.6f, \"step_ms\": %.3f, \"skipped\": %s",
             r->tokens, r->tokens_per_s, r->mfu, r->step_ms, r->skipped ? "true" : "false");
+    if (!isnan(r->aux_loss)) {
+        fprintf(f, ", \"aux_loss\": ");
+        json_number(f, r->aux_loss);
+    }
+    if (!isnan(r->ep_ms)) fprintf(f, ", \"ep_ms\": %.3f", r->ep_ms);
     if (r->source_tokens) {
         fprintf(f, ", \"source_tokens\": ");
         json_list(f, r->source_tokens, r->n_sources);

@@ -27,6 +27,8 @@ typedef struct {
     int skipped;
     const double *source_tokens;  // (n_sources) or NULL
     int n_sources;
+    double aux_loss;              // NaN: no load-balancing loss (dense, or output_router_logits off)
+    double ep_ms;                 // NaN: no expert parallelism; else rank 0's ms in dispatch + combine
     double val_loss;              // NaN: no validation this step
     const double *val_by_source;  // (n_val_sources) or NULL
     int n_val_sources;

@@ -177,6 +177,8 @@ static void log_step(const Progress *p, MetricsLog *metrics, Trainer *t, const S
         .tokens_per_s = tps, .mfu = mfu, .step_ms = 1e3 * step_s, .skipped = r->skipped,
         .source_tokens = t->train_data.n > 1 ? source_tokens : NULL, .n_sources = t->train_data.n,
         .val_loss = val_loss, .val_by_source = by_source, .n_val_sources = val_sources,
+        .aux_loss = t->rank.model.moe_aux ? r->aux_loss : (double)NAN,
+        .ep_ms = t->rank.model.ep.size > 1 ? r->ep_ms : (double)NAN,
     };
     metrics_step(metrics, &rec);
     if (!isnan(val_loss)) metrics_val(metrics, r->step, val_loss, by_source, val_sources);
@@ -249,6 +251,10 @@ int train_main(int argc, char **argv) {
                "heads %d/%d kv, vocab %d\n",
                llama_global_params(model), llama_matmul_params(model), t.rank.dp.n_elements, model->L,
                model->D, model->H, model->KV, model->V);
+        if (model->E > 0)  // the matmul count above is the active one: router + k experts per token
+            printf("mixture of experts: %d experts per layer, top-%d (active matmul parameters above), "
+                   "load-balancing loss %s, expert parallel %d (%d experts computed per rank)\n",
+                   model->E, model->K, model->moe_aux ? "on" : "off", model->ep.size, model->E / model->ep.size);
         printf("layout: %d ranks = dp %d x pp %d x cp %d x tp %d, ZeRO-%d, %d gradient buckets, "
                "pipeline %s with %d chunk(s) per rank\n",
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "dist/comm.h"
+#include "ops/ops.h"
 #include "plan/plan_auto.h"
 #include "util.h"
 
@@ -25,6 +26,8 @@ static void configure(void *ctx) {
         plan_auto_layout(j->cfg, j->world, j->ranks_per_node);
     }
     config_validate(j->cfg, j->world);
+    // training.device and precision against what this binary was built with.
+    config_check_backend(j->cfg, (Device)config_name_index(DEVICE_NAMES, ops_backend_name()), ops_has_bf16());
 }
 
 void train_configure(Config *cfg, int argc, char **argv) {

@@ -90,6 +90,13 @@ double trainer_compute_grads(Trainer *t, int step) {
     dp_finish_grads(&t->rank.dp);
     trace_event("reduce-wait", t0, now_seconds(), step + 1, -1, -1);
     // The loss lives on the last pipeline stage of every data- and context-parallel rank.
+    if (t->rank.model.moe_aux) {  // with the load-balancing loss beside it (model/moe.h)
+        double sums[2] = {loss_sum, t->rank.pipe.moe_aux};
+        group_allreduce_sum_f64(GROUP_DPCP, sums, 2);
+        group_allreduce_sum_f64(GROUP_PP, sums, 2);
+        t->aux_loss = sums[1] / (double)G;
+        return sums[0] / ((double)G * tc->seq_length);
+    }
     group_allreduce_sum_f64(GROUP_DPCP, &loss_sum, 1);
     group_allreduce_sum_f64(GROUP_PP, &loss_sum, 1);
     return loss_sum / ((double)G * tc->seq_length);
@@ -100,6 +107,8 @@ StepResult trainer_step(Trainer *t) {
     StepResult r = {0};
     r.step = t->state.step + 1;
     r.loss = trainer_compute_grads(t, t->state.step);
+    r.aux_loss = t->aux_loss;
+    r.ep_ms = 1e3 * t->rank.pipe.moe_ep_s;
     r.grad_norm = dp_grad_norm(&t->rank.dp);
     r.lr = lr_at_step(tc, r.step);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {

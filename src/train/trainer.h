@@ -26,13 +26,18 @@ typedef struct Trainer {
     double *val_loss_by_source;  // (val_data.n) after trainer_validate
     TrainerState state;
     int bad_steps;  // consecutive steps with a non-finite loss or gradient norm
+    double aux_loss;  // after trainer_compute_grads: the mean load-balancing loss of the step's
+                      // sequences (mixture of experts with model.output_router_logits), else 0
 } Trainer;
 
 // Everything a step reports.
 typedef struct {
     int step;          // 1-based number of the step just taken
-    double loss;       // mean cross-entropy over the global batch's target tokens
+    double loss;       // mean cross-entropy over the global batch's target tokens (+ the
+                       // load-balancing loss times router_aux_loss_coef, when on)
     double grad_norm;  // global L2 norm before clipping
+    double aux_loss;   // the step's load-balancing loss (Trainer.aux_loss), included in loss
+    double ep_ms;      // this rank's milliseconds in expert-parallel dispatch and combine
     double lr;
     int skipped;       // 1 when the update was skipped (non-finite loss or norm)
 } StepResult;

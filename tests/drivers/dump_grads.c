@@ -5,6 +5,7 @@
 //
 // usage: dump_grads --config RUN.json [--section.key value ...] --out GRADS.safetensors
 // prints: loss <mean loss of the step, 17 significant digits>
+//         aux <the step's mean load-balancing loss> (mixture of experts with the loss on)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     double loss = trainer_compute_grads(&t, 0);
     printf("loss %.17g\n", loss);
+    if (t.rank.model.moe_aux) printf("aux %.17g\n", t.aux_loss);  // mean load-balancing loss (in loss)
 
     if (t.rank.dp.grads == NULL || comm_world_size() != 1)
         die("dump_grads: runs on one rank with parallel.zero 0 or 1 (whole gradient buffer)");

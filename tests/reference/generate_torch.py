@@ -3,8 +3,9 @@ llama_torch.py, for tests/shell/test_generate.sh. No key/value cache: every step
 whole sequence again (float64), so it checks femtotron's cached, one-token-per-step
 forward against the plain definition.
 
-  generate_torch.py make-model DIR:VOCAB:SEED[:tied][:maxpos=P] ...
-      write small random Hugging Face Llama directories (config.json + model.safetensors)
+  generate_torch.py make-model DIR:VOCAB:SEED[:tied][:maxpos=P][:moe][:shared] ...
+      write small random Hugging Face Llama directories (config.json + model.safetensors);
+      moe: a Mixtral (4 experts, top-2), shared: with one shared expert
   generate_torch.py greedy DIR --prompt-ids "1 2 3" --max-new N [--stop ID ...]
       print the greedy continuation's ids on one line, then on a second line
       "min_margin X": the smallest gap between the best and second-best logit met
@@ -34,6 +35,10 @@ def make_model(args):
                "num_key_value_heads": 2, "vocab_size": vocab, "max_position_embeddings": max_pos,
                "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": tied,
                "hidden_act": "silu", "torch_dtype": "float32"}
+        if "moe" in parts[3:]:
+            cfg.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "sliding_window": None,
+                        "n_shared_experts": 1 if "shared" in parts[3:] else 0})
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)

@@ -1,4 +1,5 @@
-"""llama_torch.py — a plain PyTorch Llama (Hugging Face LlamaForCausalLM semantics),
+"""llama_torch.py — a plain PyTorch Llama (Hugging Face LlamaForCausalLM semantics)
+and Mixtral (MixtralForCausalLM: model_type "mixtral", a sparse mixture-of-experts MLP),
 written from the math, independent of femtotron, trained with torch autograd and
 torch.optim.AdamW. Used by tests/reference/test_reference.py (float64) and reusable by
 benchmarks (float32, any device).
@@ -12,6 +13,16 @@ Parameters live in a dict keyed by Hugging Face names:
   model.layers.{l}.mlp.down_proj.weight             (D, I)
   model.norm.weight                                 (D,)
   lm_head.weight                                    (V, D)  absent when tied
+A Mixtral layer has, in place of the mlp tensors (E = num_local_experts):
+  model.layers.{l}.block_sparse_moe.gate.weight          (E, D)  the router
+  model.layers.{l}.block_sparse_moe.experts.{e}.w1.weight (I, D)  gate
+  model.layers.{l}.block_sparse_moe.experts.{e}.w3.weight (I, D)  up
+  model.layers.{l}.block_sparse_moe.experts.{e}.w2.weight (D, I)  down
+Routing as MixtralSparseMoeBlock: softmax of the router logits, top-k, weights
+renormalised over the chosen k. With output_router_logits the loss adds
+router_aux_loss_coef * the load-balancing loss, taken per sequence as transformers'
+load_balancing_loss_func (>= 4.38) computes it for a batch of one (the sequence's
+router logits of every layer concatenated) and averaged over the step's sequences.
 
 Main entry points:
   load_hf_model(dir, dtype, device)         -> LlamaTorch (config.json + safetensors)
@@ -52,13 +63,22 @@ _CONFIG_DEFAULTS = {
     "rope_theta": 10000.0,
     "initializer_range": 0.02,
     "tie_word_embeddings": False,
+    "num_local_experts": 0,        # 0: dense Llama MLP (MixtralConfig's default, 8, applies to "mixtral")
+    "num_experts_per_tok": 2,
+    "router_aux_loss_coef": 0.001,
+    "output_router_logits": False,
+    "n_shared_experts": 0,         # DeepSeek-style shared experts: one SwiGLU of n * I, no gate
 }
 
 
 def normalize_config(cfg):
     """A HF LlamaConfig dict with every key this model uses filled in."""
     c = dict(_CONFIG_DEFAULTS)
-    c.update({k: v for k, v in cfg.items() if k in _CONFIG_DEFAULTS or k in ("head_dim", "rope_scaling")})
+    c.update({k: v for k, v in cfg.items() if k in _CONFIG_DEFAULTS or k in ("head_dim", "rope_scaling", "model_type")})
+    if cfg.get("model_type", "llama") != "mixtral":
+        c["num_local_experts"] = 0
+    elif "num_local_experts" not in cfg:
+        c["num_local_experts"] = 8
     if c["num_key_value_heads"] is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
     if not c.get("head_dim"):
@@ -81,9 +101,21 @@ def param_shapes(cfg):
         shapes[p + "self_attn.v_proj.weight"] = (KV * hd, D)
         shapes[p + "self_attn.o_proj.weight"] = (D, H * hd)
         shapes[p + "post_attention_layernorm.weight"] = (D,)
-        shapes[p + "mlp.gate_proj.weight"] = (I, D)
-        shapes[p + "mlp.up_proj.weight"] = (I, D)
-        shapes[p + "mlp.down_proj.weight"] = (D, I)
+        if c["num_local_experts"]:
+            shapes[p + "block_sparse_moe.gate.weight"] = (c["num_local_experts"], D)
+            for e in range(c["num_local_experts"]):
+                shapes[p + f"block_sparse_moe.experts.{e}.w1.weight"] = (I, D)
+                shapes[p + f"block_sparse_moe.experts.{e}.w3.weight"] = (I, D)
+                shapes[p + f"block_sparse_moe.experts.{e}.w2.weight"] = (D, I)
+            Is = c["n_shared_experts"] * I
+            if Is:
+                shapes[p + "block_sparse_moe.shared_experts.gate_proj.weight"] = (Is, D)
+                shapes[p + "block_sparse_moe.shared_experts.up_proj.weight"] = (Is, D)
+                shapes[p + "block_sparse_moe.shared_experts.down_proj.weight"] = (D, Is)
+        else:
+            shapes[p + "mlp.gate_proj.weight"] = (I, D)
+            shapes[p + "mlp.up_proj.weight"] = (I, D)
+            shapes[p + "mlp.down_proj.weight"] = (D, I)
     shapes["model.norm.weight"] = (D,)
     if not c["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)
@@ -173,6 +205,10 @@ class LlamaTorch:
         self.D, self.I, self.V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
         self.L, self.H, self.KV = c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"]
         self.hd, self.eps, self.tied = c["head_dim"], float(c["rms_norm_eps"]), bool(c["tie_word_embeddings"])
+        self.E, self.K = int(c["num_local_experts"]), int(c["num_experts_per_tok"])
+        self.aux_on, self.aux_coef = self.E > 0 and bool(c["output_router_logits"]), float(c["router_aux_loss_coef"])
+        self.aux_total = 0.0   # sum of the per-sequence load-balancing losses of every loss_sum call
+        self._router_logits = []
         self.params = {}
         for name, shape in param_shapes(c).items():
             if name not in weights:
@@ -227,6 +263,49 @@ class LlamaTorch:
         return F.linear(F.silu(F.linear(x, p[pre + "gate_proj.weight"])) * F.linear(x, p[pre + "up_proj.weight"]),
                         p[pre + "down_proj.weight"])
 
+    def moe(self, x, l):
+        """MixtralSparseMoeBlock: x (B, S, D) -> (B, S, D); the router logits (B, S, E)
+        are kept for the load-balancing loss."""
+        p, pre = self.params, f"model.layers.{l}.block_sparse_moe."
+        B, S, D = x.shape
+        h = x.reshape(-1, D)
+        logits = F.linear(h, p[pre + "gate.weight"])                                   # (N, E)
+        self._router_logits.append(logits.view(B, S, self.E))
+        probs = torch.softmax(logits.to(_compute_dtype(logits.dtype)), dim=-1)
+        weights, chosen = torch.topk(probs, self.K, dim=-1)                            # (N, K)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(h.dtype)
+        out = torch.zeros_like(h)
+        for e in range(self.E):
+            tok, slot = torch.where(chosen == e)
+            if tok.numel() == 0:
+                continue
+            xe = h[tok]
+            ye = F.linear(F.silu(F.linear(xe, p[pre + f"experts.{e}.w1.weight"])) *
+                          F.linear(xe, p[pre + f"experts.{e}.w3.weight"]), p[pre + f"experts.{e}.w2.weight"])
+            out = out.index_add(0, tok, ye * weights[tok, slot, None])
+        if self.cfg["n_shared_experts"]:  # every token also goes through the shared experts
+            sh = pre + "shared_experts."
+            out = out + F.linear(F.silu(F.linear(h, p[sh + "gate_proj.weight"])) * F.linear(h, p[sh + "up_proj.weight"]),
+                                 p[sh + "down_proj.weight"])
+        return out.view(B, S, D)
+
+    def aux_losses(self):
+        """(B,) load-balancing loss of each sequence of the last forward: transformers'
+        load_balancing_loss_func on that sequence's router logits of every layer,
+        concatenated: E * sum_{k,e} mean(one_hot(topk)) * mean(softmax)."""
+        logits = torch.stack(self._router_logits, dim=1)                               # (B, L, S, E)
+        B = logits.shape[0]
+        out = []
+        for b in range(B):
+            g = logits[b].reshape(-1, self.E)                                          # (L*S, E)
+            routing = torch.softmax(g.to(_compute_dtype(g.dtype)), dim=-1)
+            _, sel = torch.topk(routing, self.K, dim=-1)
+            mask = F.one_hot(sel, self.E).to(routing.dtype)                            # (L*S, K, E)
+            tokens_per_expert = mask.mean(dim=0)                                       # (K, E)
+            router_prob = routing.mean(dim=0)                                          # (E,)
+            out.append(torch.sum(tokens_per_expert * router_prob.unsqueeze(0)) * self.E)
+        return torch.stack(out)
+
     def forward(self, inputs):
         """inputs (B, S) int token ids -> logits (B, S, V). Positions start at 0."""
         inputs = torch.as_tensor(inputs, dtype=torch.long, device=self.device)
@@ -234,19 +313,29 @@ class LlamaTorch:
         B, S = inputs.shape
         cos, sin = self._rope(S)
         x = F.embedding(inputs, p["model.embed_tokens.weight"])
+        self._router_logits = []
         for l in range(self.L):
             pre = f"model.layers.{l}."
             x = x + self.attention(rms_norm(x, p[pre + "input_layernorm.weight"], self.eps), l, cos, sin)
-            x = x + self.mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], self.eps), l)
+            mlp = self.moe if self.E else self.mlp
+            x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], self.eps), l)
         x = rms_norm(x, p["model.norm.weight"], self.eps)
         return F.linear(x, self.head_weight())
 
     def loss_sum(self, inputs, targets):
-        """Summed cross-entropy over every target token of the batch."""
+        """Summed cross-entropy over every target token of the batch; with the
+        load-balancing loss on, + coef * S * (sum of the sequences' aux losses), so
+        that dividing by the step's tokens gives coef * (mean over sequences)."""
         logits = self.forward(inputs)
         targets = torch.as_tensor(targets, dtype=torch.long, device=self.device)
+        S = targets.shape[-1]
         logits = logits.reshape(-1, self.V)
-        return F.cross_entropy(logits.to(_compute_dtype(logits.dtype)), targets.reshape(-1), reduction="sum")
+        ce = F.cross_entropy(logits.to(_compute_dtype(logits.dtype)), targets.reshape(-1), reduction="sum")
+        if not self.aux_on:
+            return ce
+        aux = self.aux_losses()
+        self.aux_total += float(aux.sum().detach())
+        return ce + self.aux_coef * S * aux.sum()
 
     def loss(self, inputs, targets):
         """Mean cross-entropy of a batch."""
@@ -374,9 +463,10 @@ def naive_loss(model, inputs, targets):
             out[i + half] = vec[i + half] * c + vec[i] * s
         return out
 
-    total, count = 0.0, 0
+    total, count, aux_sum = 0.0, 0, 0.0
     for b in range(inputs.shape[0]):
         S = inputs.shape[1]
+        probs_seq, chosen_seq = [], []   # every (layer, token) of the sequence
         xs = [P["model.embed_tokens.weight"][inputs[b, s]].copy() for s in range(S)]
         for l in range(model.L):
             pre = f"model.layers.{l}."
@@ -398,16 +488,39 @@ def naive_loss(model, inputs, targets):
             xs = new
             for s in range(S):
                 h2 = norm(xs[s], P[pre + "post_attention_layernorm.weight"])
-                gt = P[pre + "mlp.gate_proj.weight"] @ h2
-                up = P[pre + "mlp.up_proj.weight"] @ h2
-                xs[s] = xs[s] + P[pre + "mlp.down_proj.weight"] @ (gt / (1 + np.exp(-gt)) * up)
+                if not model.E:
+                    gt = P[pre + "mlp.gate_proj.weight"] @ h2
+                    up = P[pre + "mlp.up_proj.weight"] @ h2
+                    xs[s] = xs[s] + P[pre + "mlp.down_proj.weight"] @ (gt / (1 + np.exp(-gt)) * up)
+                    continue
+                # Mixtral: softmax router, the K most probable experts, weights over the K.
+                z = P[pre + "block_sparse_moe.gate.weight"] @ h2
+                pr = np.exp(z - z.max())
+                pr /= pr.sum()
+                top = sorted(range(model.E), key=lambda e: (-pr[e], e))[:model.K]
+                probs_seq.append(pr)
+                chosen_seq.append(top)
+                y = np.zeros_like(h2)
+                for e in top:
+                    ex = pre + f"block_sparse_moe.experts.{e}."
+                    gt, up = P[ex + "w1.weight"] @ h2, P[ex + "w3.weight"] @ h2
+                    y += pr[e] / sum(pr[i] for i in top) * (P[ex + "w2.weight"] @ (gt / (1 + np.exp(-gt)) * up))
+                if model.cfg["n_shared_experts"]:
+                    sh = pre + "block_sparse_moe.shared_experts."
+                    gt, up = P[sh + "gate_proj.weight"] @ h2, P[sh + "up_proj.weight"] @ h2
+                    y += P[sh + "down_proj.weight"] @ (gt / (1 + np.exp(-gt)) * up)
+                xs[s] = xs[s] + y
         W = P["model.embed_tokens.weight" if model.tied else "lm_head.weight"]
         for s in range(S):
             z = W @ norm(xs[s], P["model.norm.weight"])
             m = z.max()
             total += m + math.log(np.exp(z - m).sum()) - z[targets[b, s]]
             count += 1
-    return total / count
+        if model.E and model.aux_on:  # E * sum_e (fraction choosing e) * (mean probability of e)
+            T = len(probs_seq)
+            aux_sum += model.E * sum(sum(e in c for c in chosen_seq) / T * sum(p[e] for p in probs_seq) / T
+                                     for e in range(model.E))
+    return total / count + model.aux_coef * aux_sum / inputs.shape[0]
 
 
 def finite_difference_check(model, inputs, targets, n_entries=3, h=1e-5, seed=0):
@@ -418,6 +531,9 @@ def finite_difference_check(model, inputs, targets, n_entries=3, h=1e-5, seed=0)
     for p in model.parameters():
         p.grad = None
     model.loss(inputs, targets).backward()
+    for p in model.parameters():   # an expert no token chose has no gradient: zero
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     worst, worst_name = 0.0, None
     with torch.no_grad():
         for name, p in model.params.items():
@@ -454,6 +570,16 @@ def _selfcheck():
         print(f"tied={tied}: loss {a:.15f} naive {b:.15f} (rel {abs(a - b) / abs(b):.2e}); "
               f"finite differences worst rel {worst:.2e} at {where}")
         ok &= abs(a - b) / abs(b) < 1e-12 and worst < 1e-6
+    moe = dict(cfg, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+               router_aux_loss_coef=0.3, tie_word_embeddings=False, n_shared_experts=1)
+    model = build_model(moe, random_weights(moe, seed=6, std=0.3), dtype=torch.float64)
+    rng = np.random.default_rng(5)
+    inputs, targets = rng.integers(0, 11, (2, 6)), rng.integers(0, 11, (2, 6))
+    a, b = float(model.loss(inputs, targets)), naive_loss(model, inputs, targets)
+    worst, where = finite_difference_check(model, inputs, targets)
+    print(f"mixtral: loss {a:.15f} naive {b:.15f} (rel {abs(a - b) / abs(b):.2e}); "
+          f"finite differences worst rel {worst:.2e} at {where}")
+    ok &= abs(a - b) / abs(b) < 1e-12 and worst < 1e-6
     t = {"steps": 5, "lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 2}
     got = [lr_at(s, t) for s in range(1, 6)]
     want = [5e-3, 1e-2, 1e-3 + 0.5 * 9e-3 * (1 + math.cos(math.pi / 3)),

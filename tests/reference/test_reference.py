@@ -10,6 +10,9 @@ llm.c token shard, a run config. Then:
     (loss and every tensor, relative norm difference <= 1e-5);
   * 5 training steps: ./femtotron train vs torch AdamW (loss, lr, pre-clip
     grad_norm per step <= 1e-5 relative; final weights per tensor, see WEIGHT_TOL).
+Cases: Llama untied and tied, llama3 and linear RoPE scaling, and Mixtral (4 experts,
+top-2, the load-balancing loss on: the aux loss of step 0 and of every training step
+is compared too), and a tied top-1 Mixtral with a DeepSeek-style shared expert.
 Prints "PASS name" / "FAIL name: detail"; exits 1 on any failure.
 Run from anywhere with /usr/bin/python3 (Debian's, with torch).
 """
@@ -192,7 +195,8 @@ def gradient_check(tag, run_path, run, cfg, weights, tmp):
     tr = run["training"]
     ds = data_order.ShardDataset(run["data"]["train"], tr["seq_length"])
     mbs = ds.micro_batches(0, tr["micro_batch_size"], tr["grad_acc_steps"])
-    ref_loss, ref_grads = llama_torch.batch_gradients(reference_model(weights, cfg), mbs)
+    ref_model = reference_model(weights, cfg)
+    ref_loss, ref_grads = llama_torch.batch_gradients(ref_model, mbs)
     if not os.access(DUMP_GRADS, os.X_OK):
         check(f"{tag} grads", False, f"{DUMP_GRADS} is not built")
         return
@@ -209,6 +213,13 @@ def gradient_check(tag, run_path, run, cfg, weights, tmp):
         r = rel(fl, ref_loss)
         summary.append(f"{tag}: loss rel {r:.2e}")
         check(f"{tag} grads: loss", r <= LOSS_TOL, f"femtotron {fl!r} torch {ref_loss!r} rel {r:.2e}")
+    if ref_model.aux_on:  # the load-balancing loss (mean over the step's sequences), inside loss
+        aux_lines = [l.split() for l in out.splitlines() if l.startswith("aux ")]
+        ref_aux = ref_model.aux_total / sum(np.asarray(x).shape[0] for x, _ in mbs)
+        fa = float(aux_lines[-1][1]) if aux_lines else float("nan")
+        r = rel(fa, ref_aux)
+        summary.append(f"{tag}: aux loss rel {r:.2e}")
+        check(f"{tag} grads: aux loss", r <= LOSS_TOL, f"femtotron {fa!r} torch {ref_aux!r} rel {r:.2e}")
     femto = safetensors_np.load_safetensors(out_path)
     missing = [k for k in ref_grads if k not in femto]
     extra = [k for k in femto if k not in ref_grads]
@@ -234,8 +245,13 @@ def training_check(tag, run_path, run, cfg, weights, tmp):
     ds = data_order.ShardDataset(run["data"]["train"], tr["seq_length"])
     model = reference_model(weights, cfg)
     opt = llama_torch.make_optimizer(model, tr)
-    ref = [llama_torch.train_step(model, opt, ds.micro_batches(t, tr["micro_batch_size"], tr["grad_acc_steps"]),
-                                  t + 1, tr) for t in range(steps)]
+    ref = []
+    for t in range(steps):
+        before = model.aux_total
+        ref.append(llama_torch.train_step(model, opt, ds.micro_batches(t, tr["micro_batch_size"],
+                                                                       tr["grad_acc_steps"]), t + 1, tr))
+        ref[-1]["aux_loss"] = (model.aux_total - before) / G
+    keys = ("loss", "lr", "grad_norm") + (("aux_loss",) if model.aux_on else ())
     assert ds.n_seq < steps * G  # the run wraps around the data
     check(f"{tag} train: clipping triggers in the reference",
           any(r["grad_norm"] > tr["grad_clip"] for r in ref),
@@ -265,15 +281,17 @@ def training_check(tag, run_path, run, cfg, weights, tmp):
                  f"steps {steps_seen} (expected 1..{steps}, 1-based: the step just completed)"):
         if len(rows) != steps:
             return  # with the right count but other numbering, compare in order anyway
-    worst = {"loss": 0.0, "lr": 0.0, "grad_norm": 0.0}
+    worst = {k: 0.0 for k in keys}
     for o, r in zip(rows, ref):
-        for key in ("loss", "lr", "grad_norm"):
+        for key in keys:
+            if key not in o:
+                check(f"{tag} train step {r['step']} {key}", False, f"no {key} in the metrics record")
+                continue
             d = rel(o[key], r[key])
             worst[key] = max(worst[key], d)
             check(f"{tag} train step {r['step']} {key}", d <= METRIC_TOL,
                   f"femtotron {o[key]!r} torch {r[key]!r} rel {d:.2e}")
-    summary.append(f"{tag}: worst metric rel loss {worst['loss']:.2e} lr {worst['lr']:.2e} "
-                   f"grad_norm {worst['grad_norm']:.2e}")
+    summary.append(f"{tag}: worst metric rel " + " ".join(f"{k} {v:.2e}" for k, v in worst.items()))
     ck = os.path.join(run["checkpoint"]["dir"], f"step_{steps:07d}", "model.safetensors")
     if not os.path.exists(ck):
         check(f"{tag} train: checkpoint", False, f"{ck} missing")
@@ -316,8 +334,15 @@ def main():
         llama3 = {"head_dim": 32, "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
                                                    "high_freq_factor": 8.0, "original_max_position_embeddings": 64}}
         linear = {"rope_scaling": {"type": "linear", "factor": 2.0}}
+        # Mixtral: 4 experts, top-2, the load-balancing loss on with a coefficient large
+        # enough that its gradient shows in every router weight.
+        mixtral = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+                   "num_experts_per_tok": 2, "output_router_logits": True, "router_aux_loss_coef": 0.1,
+                   "sliding_window": None}
         for tag, tied, extra in (("untied", False, None), ("tied", True, None), ("llama3_hd32", False, llama3),
-                                 ("linear_tied", True, linear)):
+                                 ("linear_tied", True, linear), ("mixtral", False, mixtral),
+                                 ("mixtral_shared_top1", True, dict(mixtral, num_experts_per_tok=1,
+                                                                    n_shared_experts=1))):
             run_path, run, cfg, weights = make_run(tmp, tag, tied, shard, extra)
             gradient_check(tag, run_path, run, cfg, weights, tmp)
             training_check(tag, run_path, run, cfg, weights, tmp)

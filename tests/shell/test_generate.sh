@@ -46,6 +46,15 @@ check "stdout streams the prompt then each generated token's bytes" $PY -c "
 ids = [int(x) for x in '$(ids_of generated "$T/b.err")'.split()]
 text = b''.join(bytes([i]) if i < 256 else b'<|endoftext|>' for i in ids)
 assert open('$T/b.out', 'rb').read() == b'Hello, world' + text"
+# A Mixtral (4 experts, top-2) and one with a shared expert: the sparse block in the
+# cached forward (prompt chunk, then one token at a time) against the reference.
+$REF make-model "$T/moe:257:6:moe" "$T/moe_shared:257:7:moe:shared"
+for mm in moe moe_shared; do
+    "$FEMTOTRON" generate --model "$T/$mm" --prompt "Hello, world" --temperature 0 --max-new-tokens 30 \
+        --ignore-eos --print-ids >/dev/null 2>"$T/$mm.err"
+    $REF greedy "$T/$mm" --prompt-ids "$P" --max-new 30 >"$T/$mm.ref"
+    check "Mixtral ($mm), greedy, 30 tokens: the same ids as the PyTorch reference" same_ids "$T/$mm.err" "$T/$mm.ref"
+done
 "$FEMTOTRON" generate --model "$T/bytes" --prompt "Hello, world" --temperature 0 --max-new-tokens 40 \
     --print-ids >/dev/null 2>"$T/s.err"
 # Greedy with a stop token is the reference's continuation up to its first 256.

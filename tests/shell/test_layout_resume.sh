@@ -8,7 +8,9 @@
 # dp=2 x pp=2 (the last stage holds a copy of the embedding) is saved once, as
 # Hugging Face expects, resumes at the same layout bit for bit (the copy was equal
 # to the first stage's, which is what both load; under zb-h1 too) and at 1 rank
-# within 1e-5. A checkpoint of the interleaved run also resumes under zb-h1.
+# within 1e-5; a checkpoint of the interleaved run also resumes under zb-h1. A
+# Mixtral saved at dp2 x tp2 SP ZeRO-3 resumes at 1 rank, at cp2 x tp2 ZeRO-1 and
+# at dp4 x ep4.
 . "$(dirname "$0")/lib.sh"
 MPI=(mpirun --oversubscribe --allow-run-as-root)
 fortunes_data
@@ -89,4 +91,16 @@ REF=tied_save TOL=0 resume_from "$tmp/ck_tied" tied_dp2pp2_same_layout_zb_h1 4 "
     --parallel.zero 1 --parallel.pp_schedule zb-h1
 REF=tied_full resume_from "$tmp/ck_tied" tied_dp2pp2_to_1rank 1 "${T[@]}"
 REF=tied_full resume_from "$tmp/ck_tied" tied_dp2pp2_to_pp4 4 "${T[@]}" --parallel.pp 4
+
+# Mixtral (4 experts, top-2, the load-balancing loss on): saved at dp2 x tp2 SP ZeRO-3
+# (expert slices and ZeRO shards), resumed at 1 rank, at cp2 x tp2 ZeRO-1 and with
+# expert parallelism (dp 4 x ep 4).
+M=(--model.num_local_experts 4 --model.num_experts_per_tok 2 --model.output_router_logits true
+   --model.router_aux_loss_coef 0.02 --model.num_hidden_layers 4)
+train moe_full 1 "${M[@]}" || exit 1
+train moe_save 4 "${M[@]}" --parallel.dp 2 --parallel.tp 2 --parallel.sequence_parallel true --parallel.zero 3 \
+    --checkpoint.dir "$tmp/ck_moe" --checkpoint.every 6 && compare moe_save moe_full
+REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_1rank 1 "${M[@]}"
+REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_cp2tp2z1 4 "${M[@]}" --parallel.cp 2 --parallel.tp 2 --parallel.zero 1
+REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_dp4ep4 4 "${M[@]}" --parallel.dp 4 --parallel.ep 4 --training.micro_batch_size 2
 exit $fail

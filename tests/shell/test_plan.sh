@@ -59,6 +59,22 @@ JSON
 if [ -s "$T/preset.tsv" ] && cmp -s "$T/preset.tsv" "$T/hf.tsv"; then
     pass "an HF config.json plans exactly like the smollm-135m preset"
 else fail "HF config vs preset differ: $(head -c 300 "$T/hf.tsv")"; fi
+# Mixtral-8x7B's config.json (model_type mixtral) plans like the mixtral-8x7b preset,
+# and the header gives total and active parameters.
+mkdir -p "$T/mixtral"
+cat >"$T/mixtral/config.json" <<'JSON'
+{"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+ "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
+ "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "hidden_act": "silu"}
+JSON
+"$FT" plan --model mixtral-8x7b --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --tsv --top 3 | cut -f2- | sed 1d >"$T/mpreset.tsv"
+"$FT" plan --model "$T/mixtral/config.json" --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --tsv --top 3 | cut -f2- | sed 1d >"$T/mhf.tsv"
+"$FT" plan --model mixtral-8x7b --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --top 1 >"$T/mixtral.out" 2>&1
+if [ -s "$T/mpreset.tsv" ] && cmp -s "$T/mpreset.tsv" "$T/mhf.tsv" &&
+   grep -q '46.7 B parameters, 12.9 B active per token: 8 experts, top-2' "$T/mixtral.out"; then
+    pass "Mixtral-8x7B's config.json plans like the mixtral-8x7b preset (46.7 B parameters, 12.9 B active)"
+else fail "Mixtral config vs preset: $(head -c 300 "$T/mhf.tsv") $(head -1 "$T/mixtral.out")"; fi
 
 # TSV: 30 columns on every line.
 "$FT" plan --model smollm-360m --gpus 16 --hardware a100 "${GPU[@]}" --tsv --top 20 >"$T/t.tsv"

@@ -4,7 +4,9 @@
 #   1. the C unit tests again;
 #   2. the program end to end, with leak checking on: threaded prepare, a 2-rank
 #      training run (tp 2 with sequence parallel) writing checkpoints in the
-#      background, a resume of it under another layout (dp 2, ZeRO-1), and generate.
+#      background, a resume of it under another layout (dp 2, ZeRO-1), generate, and
+#      a 4-rank Mixtral run (ep 2 x pp 2, load-balancing loss, shared experts, full
+#      recomputation).
 # An out-of-bounds access, a use after free, undefined behaviour or a leak of
 # femtotron's own in a kernel, the model, the engines, the parsers or the checkpoint
 # code fails here even when the numbers happen to come out right.
@@ -85,4 +87,10 @@ grep -q "resumed from .*step_0000004" "$T/resume.log" || rc=99
 check "2-rank resume under dp 2 ZeRO-1" "$T/resume.log" $rc
 "$ASAN" generate --model "$T/ck" --prompt "The" --max-new-tokens 20 --threads 2 >"$T/gen.log" 2>&1
 check "generate from the checkpoint" "$T/gen.log" $?
+# Mixture of experts: expert parallelism (all-to-all(v)), the load-balancing loss over
+# two pipeline stages, shared experts and full recomputation on 4 ranks.
+"${MPI[@]}" -np 4 "$ASAN" train "${model[@]}" --training.steps 2 --model.num_local_experts 4 \
+    --model.output_router_logits true --model.n_shared_experts 1 --parallel.dp 2 --parallel.ep 2 \
+    --parallel.pp 2 --training.recompute full --training.micro_batch_size 2 --checkpoint.dir "$T/ck_moe" >"$T/moe.log" 2>&1
+check "4-rank Mixtral training, ep 2 x pp 2, aux loss, shared experts, full recomputation" "$T/moe.log" $?
 exit $fail

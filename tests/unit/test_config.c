@@ -23,6 +23,18 @@ static void write_file(const char *path, const char *text) {
     }
 }
 
+// A small text file's contents (malloc'd; empty when unreadable).
+static char *cfg_text(const char *path) {
+    char *buf = calloc(8192, 1);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, 8191, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
 static void write_hf(const char *json) {
     char path[128];
     snprintf(path, sizeof path, "%s/config.json", hf_dir);
@@ -32,9 +44,12 @@ static void write_hf(const char *json) {
 // One failing scenario: starting from defaults with data.train set, load `json`
 // (if any) or the file `file` (if any), apply the space-separated `args` (if
 // any), then validate on `world` ranks (if world > 0).
+// backend (1 cpu, 2 cuda, 0 none) and bf16_ready: then config_check_backend as
+// that binary would call it.
 typedef struct {
     const char *json, *file, *args;
     int world;
+    int backend, bf16_ready;
 } Case;
 
 static void run_case(const Case *k) {
@@ -51,6 +66,7 @@ static void run_case(const Case *k) {
         config_apply_args(&c, argc, argv);
     }
     if (k->world > 0) config_validate(&c, k->world);
+    if (k->backend) config_check_backend(&c, k->backend == 2 ? DEVICE_CUDA : DEVICE_CPU, k->bf16_ready);
 }
 
 // Run fn in a child with stdout or stderr (fd) captured into out; returns the
@@ -361,6 +377,8 @@ static void test_enums(void) {
         {"training.recompute", RECOMPUTE_NAMES, offsetof(Config, training.recompute)},
         {"parallel.pp_schedule", PP_SCHEDULE_NAMES, offsetof(Config, parallel.pp_schedule)},
         {"parallel.order", RANK_ORDER_NAMES, offsetof(Config, parallel.order)},
+        {"training.device", DEVICE_NAMES, offsetof(Config, training.device)},
+        {"training.precision", PRECISION_NAMES, offsetof(Config, training.precision)},
     };
     for (size_t k = 0; k < sizeof e / sizeof e[0]; k++) {
         int ok = 1, n = 0;
@@ -392,12 +410,115 @@ static void test_enums(void) {
           "config_name_index finds spellings and refuses others");
 }
 
+// training.device and training.precision: auto resolves per device, and each binary
+// accepts only its own device (and bf16 only with bf16 kernels), naming the other.
+static void test_device(void) {
+    Config c;
+    config_defaults(&c);
+    CHECK(c.training.device == DEVICE_CPU && c.training.precision == PRECISION_AUTO,
+          "defaults: training.device cpu, training.precision auto");
+    config_set(&c, "data.train", "train.bin");
+    config_validate(&c, 1);
+    CHECK(c.training.precision == PRECISION_FP32, "precision auto on cpu resolves to fp32");
+    config_defaults(&c);
+    config_set(&c, "data.train", "train.bin");
+    config_set(&c, "training.device", "cuda");
+    config_validate(&c, 1);
+    CHECK(c.training.precision == PRECISION_BF16, "precision auto on cuda resolves to bf16");
+    char err[4096];
+    Case ok_cpu = {.args = "--training.precision fp32", .world = 1, .backend = 1};
+    Case ok_cuda = {.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 2};
+    Case ok_bf16 = {.args = "--training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
+    CHECK(run_captured(run_case_void, &ok_cpu, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_cuda, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_bf16, 2, err, sizeof err) == 0,
+          "cpu/fp32 on the CPU build, cuda/fp32 on the CUDA build, cuda/bf16 with bf16 kernels pass");
+    expect_fail("bf16 on cpu", (Case){.args = "--training.precision bf16", .world = 1},
+                "training.precision = bf16 needs training.device = cuda|fp32|make cuda|./femtotron-cuda");
+    expect_fail("cuda on the CPU build", (Case){.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 1},
+                "training.device = cuda|CPU build|make cuda|./femtotron-cuda|training.device = cpu");
+    expect_fail("cpu on the CUDA build", (Case){.world = 1, .backend = 2},
+                "training.device = cpu|CUDA build|./femtotron|training.device = cuda");
+    expect_fail("bf16 without bf16 kernels", (Case){.args = "--training.device cuda", .world = 1, .backend = 2},
+                "training.precision = bf16|no bf16 kernels|training.precision = fp32");
+    expect_fail("device gpu", (Case){.args = "--training.device gpu"}, "training.device|\"cpu\" or \"cuda\"");
+    expect_fail("precision fp16", (Case){.args = "--training.precision fp16"}, "training.precision|\"bf16\"");
+}
+
 static void test_help(void) {
     char out[16384];
     int rc = run_captured(print_help_void, NULL, 1, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "training.micro_batch_size") && strstr(out, "3e-4") &&
               strstr(out, "logging.val_batches") && strstr(out, "model.from"),
           "print_help lists keys with their defaults");
+}
+
+// Mixtral-8x7B's config.json (model_type mixtral): the MoE keys are read, a Llama
+// config.json with the same keys stays dense, a missing num_local_experts is
+// MixtralConfig's 8, and a checkpoint's config.json says MixtralForCausalLM and
+// reads back the same model; a dense model's config.json carries no MoE key.
+static void test_mixtral_config(void) {
+    write_hf("{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 4096, \"intermediate_size\": 14336,\n"
+             " \"max_position_embeddings\": 32768, \"model_type\": \"mixtral\", \"num_attention_heads\": 32,\n"
+             " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,\n"
+             " \"num_local_experts\": 8, \"output_router_logits\": false, \"rms_norm_eps\": 1e-05,\n"
+             " \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.02, \"sliding_window\": null,\n"
+             " \"tie_word_embeddings\": false, \"vocab_size\": 32000}");
+    Config c;
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    const ModelConfig *m = &c.model;
+    CHECK(m->num_local_experts == 8 && m->num_experts_per_tok == 2 && m->router_aux_loss_coef == 0.02 &&
+              !m->output_router_logits && m->intermediate_size == 14336,
+          "Mixtral-8x7B config.json: 8 experts, top-2, aux coef 0.02 (got %d, %d, %g)", m->num_local_experts,
+          m->num_experts_per_tok, m->router_aux_loss_coef);
+    write_hf("{\"model_type\": \"mixtral\", \"num_experts_per_tok\": 1, \"output_router_logits\": true}");
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.model.num_local_experts == 8 && c.model.num_experts_per_tok == 1 && c.model.output_router_logits,
+          "Mixtral config.json without num_local_experts: MixtralConfig's 8 (got %d)", c.model.num_local_experts);
+    write_hf("{\"model_type\": \"llama\", \"num_local_experts\": 8}");
+    config_defaults(&c);
+    config_set(&c, "model.from", hf_dir);
+    config_set(&c, "data.train", "x.bin");
+    config_validate(&c, 1);
+    CHECK(c.model.num_local_experts == 0, "a Llama config.json stays dense whatever num_local_experts says");
+    // Written back and read again.
+    char dir[64] = "/tmp/femtotron_moeXXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ModelConfig w = c.model;
+    w.from[0] = 0;
+    w.num_local_experts = 6;
+    w.num_experts_per_tok = 3;
+    w.router_aux_loss_coef = 0.05;
+    w.output_router_logits = true;
+    config_write_hf_json(&w, path, -1, -1, CKPT_DTYPE_FP32);
+    Config d;
+    config_defaults(&d);
+    config_set(&d, "model.from", dir);
+    config_set(&d, "data.train", "x.bin");
+    config_validate(&d, 1);
+    char *text = cfg_text(path);
+    CHECK(d.model.num_local_experts == 6 && d.model.num_experts_per_tok == 3 && d.model.router_aux_loss_coef == 0.05 &&
+              d.model.output_router_logits && strstr(text, "MixtralForCausalLM") && strstr(text, "\"mixtral\""),
+          "a Mixtral checkpoint's config.json: MixtralForCausalLM, model_type mixtral, the MoE keys read back");
+    free(text);
+    w.num_local_experts = 0;
+    config_write_hf_json(&w, path, -1, -1, CKPT_DTYPE_FP32);
+    text = cfg_text(path);
+    CHECK(!strstr(text, "num_local_experts") && !strstr(text, "router_aux_loss_coef") && strstr(text, "LlamaForCausalLM"),
+          "a dense checkpoint's config.json: LlamaForCausalLM, no MoE key");
+    free(text);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_errors(void) {
@@ -456,6 +577,10 @@ static void test_errors(void) {
     expect_fail("linear RoPE factor < 1", (Case){.args = "--model.rope_type linear --model.rope_factor 0.5", .world = 1},
                 "model.rope_factor = 0.5|at least 1");
     expect_fail("unknown RoPE type", (Case){.args = "--model.rope_type ntk"}, "model.rope_type|ntk");
+    write_hf("{\"model_type\": \"mixtral\", \"sliding_window\": 4096}");
+    expect_fail("HF Mixtral sliding_window", (Case){.json = json}, "sliding_window = 4096|sliding-window attention");
+    write_hf("{\"model_type\": \"mixtral\", \"router_jitter_noise\": 0.1}");
+    expect_fail("HF Mixtral router noise", (Case){.json = json}, "router_jitter_noise must be 0");
     write_hf("{\"model_type\": \"mistral\"}");
     expect_fail("HF model_type", (Case){.json = json}, "model_type = \"mistral\"");
     write_hf("{\"hidden_size\": 64.5}");
@@ -498,6 +623,8 @@ static void test_errors(void) {
         {"pp > layers", "--parallel.pp 8", "parallel.pp * parallel.pp_virtual|a stage would be empty", 8},
         {"pp schedule", "--parallel.pp 2 --parallel.pp_schedule gpipe", "parallel.pp_schedule|gpipe", 2},
         {"pp virtual", "--parallel.pp 2 --parallel.pp_virtual 2", "pp_virtual = 2|interleaved", 2},
+        {"zb-h1 with experts", "--parallel.pp 2 --parallel.pp_schedule zb-h1 --model.num_local_experts 4 --model.num_experts_per_tok 2",
+         "zb-h1|mixture-of-experts|num_local_experts = 4|not supported", 2},
         {"zb-v without its V", "--parallel.pp 2 --parallel.pp_schedule zb-v", "zb-v|parallel.pp_virtual = 2|it is 1", 2},
         {"zb-v, 3 chunks", "--parallel.pp 2 --parallel.pp_schedule zb-v --parallel.pp_virtual 3 --model.num_hidden_layers 6",
          "zb-v|parallel.pp_virtual = 2|it is 3", 2},
@@ -521,6 +648,20 @@ static void test_errors(void) {
         {"logging.every 0", "--logging.every 0", "logging.every = 0", 1},
         {"val_every < 0", "--logging.val_every -3", "logging.val_every = -3", 1},
         {"val_batches 0", "--logging.val_batches 0", "logging.val_batches = 0", 1},
+        {"experts < 0", "--model.num_local_experts -1", "model.num_local_experts = -1", 1},
+        {"top-k > experts", "--model.num_local_experts 4 --model.num_experts_per_tok 5",
+         "model.num_experts_per_tok = 5|between 1 and model.num_local_experts = 4", 1},
+        {"top-k 0", "--model.num_local_experts 4 --model.num_experts_per_tok 0", "model.num_experts_per_tok = 0", 1},
+        {"aux coef < 0", "--model.num_local_experts 4 --model.router_aux_loss_coef -0.1",
+         "model.router_aux_loss_coef = -0.1", 1},
+        {"ep without experts", "--parallel.dp 2 --parallel.ep 2", "parallel.ep = 2 needs a mixture-of-experts model", 2},
+        {"ep outside dp x cp", "--model.num_local_experts 4 --parallel.tp 2 --parallel.ep 2",
+         "parallel.ep = 2 does not divide parallel.dp * parallel.cp = 1 * 1 = 1", 2},
+        {"ep experts", "--model.num_local_experts 6 --parallel.dp 4 --parallel.ep 4",
+         "parallel.ep = 4 does not divide model.num_local_experts = 6", 4},
+        {"ep 0", "--parallel.ep 0", "parallel.ep = 0", 1},
+        {"shared experts without experts", "--model.n_shared_experts 1",
+         "model.n_shared_experts = 1 needs a mixture-of-experts model", 1},
         {"val_every without data.val", "--logging.val_every 10", "logging.val_every = 10|data.val is not set", 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -541,8 +682,10 @@ int main(void) {
     test_batch();
     test_round_trip();
     test_enums();
+    test_device();
     test_help();
     test_errors();
+    test_mixtral_config();
 
     char path[128];
     snprintf(path, sizeof path, "%s/config.json", hf_dir);

@@ -52,6 +52,24 @@ int main(void) {
     CHECK(bad_tp == 0, "tensor-parallel ranks are neighbours (tp index = rank mod tp) (%d violations)", bad_tp);
     CHECK(bad_dpcp == 0, "grid_dpcp_index numbers each dp x cp group 0 .. dp*cp-1 once (%d violations)", bad_dpcp);
 
+    // Expert-parallel ranks: ep consecutive indices of one dp x cp group; each block
+    // holds every ep rank once, and the ranks with the same ep rank (which compute
+    // the same experts) are dp*cp/ep per dp x cp group.
+    {
+        ParallelConfig q;
+        memset(&q, 0, sizeof q);
+        q.dp = 4, q.cp = 2, q.pp = 1, q.tp = 2, q.ep = 4, q.order = ORDER_DP_PP_CP_TP;
+        int per_rank[4] = {0}, bad = 0;
+        for (int r = 0; r < 16; r++) {
+            GridCoords c = grid_coords(&q, r);
+            int e = grid_ep_rank(&q, c), i = grid_dpcp_index(&q, c);
+            bad += e != i % 4;
+            per_rank[e]++;
+        }
+        CHECK(!bad && per_rank[0] == 4 && per_rank[1] == 4 && per_rank[2] == 4 && per_rank[3] == 4,
+              "grid_ep_rank: dp 4 x cp 2 x tp 2, ep 4: ep rank = dp x cp index mod 4, each held by 4 ranks");
+    }
+
     // One worked example per order: 16 ranks = dp 2 x pp 2 x cp 2 x tp 2, rank 13 = 0b1101.
     ParallelConfig p;
     memset(&p, 0, sizeof p);

@@ -370,7 +370,35 @@ static void test_search(void) {
     free(res);
 }
 
+// Mixture of experts: Mixtral-8x7B's published 46.7B parameters, 12.9B active per
+// token (Mistral AI, "Mixtral of experts", 2024); MFU on active FLOPs: on an ideal
+// machine one step's compute is 6 x active matmul parameters x tokens (+ attention),
+// not the stored parameters; the activations of a top-k layer grow by k experts'
+// working sets over a dense layer of the same width.
+static void test_moe(void) {
+    PlanProblem p = problem("mixtral-8x7b", 8, 2048, 64, ideal(1e15, 0, 1e30));
+    double total = plan_total_params(&p.model), active = plan_active_params(&p.model);
+    CHECK(fabs(total / 46.70e9 - 1) < 0.005 && fabs(active / 12.88e9 - 1) < 0.005,
+          "mixtral-8x7b: %.2fB parameters, %.2fB active (published 46.7B, 12.9B)", total / 1e9, active / 1e9);
+    const PlanModel *pm = &p.model;
+    double hd = plan_head_dim(pm), D = pm->D;
+    double matmul = pm->L * (D * (pm->H + 2.0 * pm->KV) * hd + pm->H * hd * D + pm->E * D + pm->K * 3.0 * D * pm->F) +
+                    (double)pm->V * D;
+    double want = 6.0 * matmul + 6.0 * pm->L * 2048.0 * pm->H * hd;
+    CHECK(fabs(plan_flops_per_token(pm, 2048) / want - 1) < 1e-12,
+          "mixtral-8x7b: FLOPs per token = 6 x (attention + router + 2 experts + head) + attention core");
+    PlanProblem dense = p;
+    dense.model.E = dense.model.K = 0;
+    PlanLayout l = {8, 1, 1, 1, 1, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+    double a_moe = plan_memory(&p, &l).activations, a_dense = plan_memory(&dense, &l).activations;
+    // per layer, per token: k * (3F + D) + E values instead of 3F (2 bytes each)
+    double extra = 2.0 * 2048 * pm->L * (pm->K * (3.0 * pm->F + D) + pm->E - 3.0 * pm->F);
+    CHECK(fabs((a_moe - a_dense) / extra - 1) < 1e-9, "mixtral-8x7b: activations = a dense layer's + k experts' "
+          "working sets and the router probabilities (%.2f GiB more)", (a_moe - a_dense) / 1073741824.0);
+}
+
 int main(void) {
+    test_moe();
     test_bubble();
     test_zero_bubble();
     test_zero_bubble_v();

@@ -1,0 +1,230 @@
+// ops/attention_cuda.cu — the attention kernels of ops.h on the GPU, fp32: causal
+// grouped-query attention with an online softmax, block by block (a block of keys
+// may come from another context-parallel rank), the forward saving only the
+// log-sum-exp and the backward recomputing probabilities from it.
+//
+// A simple correct kernel, not a fast one (speed is issue 21): one thread per query
+// row (b, h, i) walks the visible keys in order, keeping its row of o in registers
+// (hd <= ATT_MAX_HD); the backward's key/value gradients take one thread per key
+// row (b, g, j), which walks the query heads of its group and the queries in
+// order. Every output has one writer and a fixed order of terms: no atomics, the
+// same bits every run. Key j is visible to query i iff kpos[j] <= qpos[i].
+#include <math.h>
+
+#include "ops/cuda_common.cuh"
+
+extern "C" {
+#include "ops/ops.h"
+}
+
+#define ATT_MAX_HD 256
+#define THREADS 128
+
+extern "C" size_t attention_scratch_floats(void) { return 0; }  // no per-thread tiles in memory
+
+__global__ void k_att_init(float *o, float *m, float *l, size_t n_o, size_t n_row) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_o; i += (size_t)gridDim.x * blockDim.x) {
+        o[i] = 0.0f;
+        if (i < n_row) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+    }
+}
+
+extern "C" void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
+    size_t n_o = (size_t)B * Sq * H * hd, n_row = (size_t)B * H * Sq;
+    if (n_o == 0) return;
+    k_att_init<<<cuda_blocks(n_o, 256), 256, 0, cuda_stream()>>>(o, m, l, n_o, n_row);
+    cuda_done("attention_block_init");
+}
+
+// One thread per query row: fold the visible keys of this block into (o, m, l).
+__global__ void k_att_fwd(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                          int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd,
+                          float scale) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * H * Sq) return;
+    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
+    const int g = h / (H / KV), qp = qpos[i];
+    const float *qr = q + ((size_t)b * Sq + i) * ldq + (size_t)h * hd;
+    float *orow = o + ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    float acc[ATT_MAX_HD];
+    for (int d = 0; d < hd; d++) acc[d] = orow[d];
+    float mi = m[row], li = l[row];
+    for (int j = 0; j < Sk; j++) {
+        if (kpos[j] > qp) continue;
+        const float *kr = kv + ((size_t)b * Sk + j) * ldkv + koff + (size_t)g * hd;
+        const float *vr = kv + ((size_t)b * Sk + j) * ldkv + voff + (size_t)g * hd;
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++) s += qr[d] * kr[d];
+        s *= scale;
+        // Online softmax: rescale what was accumulated under the old maximum.
+        float mnew = fmaxf(mi, s), alpha = expf(mi - mnew), p = expf(s - mnew);
+        li = li * alpha + p;
+        for (int d = 0; d < hd; d++) acc[d] = acc[d] * alpha + p * vr[d];
+        mi = mnew;
+    }
+    for (int d = 0; d < hd; d++) orow[d] = acc[d];
+    m[row] = mi;
+    l[row] = li;
+}
+
+static void check_hd(int hd, const char *what) {
+    if (hd > ATT_MAX_HD) die("%s: head dim %d exceeds the CUDA kernel's %d", what, hd, ATT_MAX_HD);
+}
+
+extern "C" void attention_block_forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv,
+                                        int ldkv, int koff, int voff, const int *qpos, const int *kpos, int B, int Sq,
+                                        int Sk, int H, int KV, int hd, float *scratch) {
+    (void)scratch;
+    check_hd(hd, "attention_block_forward");
+    size_t rows = (size_t)B * H * Sq;
+    if (rows == 0 || Sk == 0) return;
+    const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
+    k_att_fwd<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp,
+                                                                        B, Sq, Sk, H, KV, hd, 1.0f / sqrtf((float)hd));
+    cuda_done("attention_block_forward");
+}
+
+// o /= l and lse = m + log l per (b, h, i); rows that saw no key: o = 0, lse = -inf.
+__global__ void k_att_finish(float *o, float *lse, const float *m, const float *l, int B, int Sq, int H, int hd) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * H * Sq) return;
+    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
+    float *orow = o + ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    float inv = l[row] > 0.0f ? 1.0f / l[row] : 0.0f;
+    for (int d = 0; d < hd; d++) orow[d] *= inv;
+    lse[row] = l[row] > 0.0f ? m[row] + logf(l[row]) : -INFINITY;
+}
+
+extern "C" void attention_block_finish(float *o, float *lse, const float *m, const float *l, int B, int Sq, int H,
+                                       int hd) {
+    size_t rows = (size_t)B * H * Sq;
+    if (rows == 0) return;
+    k_att_finish<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(o, lse, m, l, B, Sq, H, hd);
+    cuda_done("attention_block_finish");
+}
+
+// rowdot(b, h, i) = sum_d dout * out over the head's columns.
+__global__ void k_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H, int hd) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * H * Sq) return;
+    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
+    size_t off = ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    float s = 0.0f;
+    for (int d = 0; d < hd; d++) s += dout[off + d] * out[off + d];
+    rowdot[row] = s;
+}
+
+extern "C" void attention_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H, int hd) {
+    size_t rows = (size_t)B * H * Sq;
+    if (rows == 0) return;
+    k_rowdot<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(rowdot, dout, out, B, Sq, H, hd);
+    cuda_done("attention_rowdot");
+}
+
+// P = exp(s - lse) and dS = P (dO.v - rowdot) / sqrt(hd) for one (query, key) pair.
+__device__ static void att_pair(const float *qr, const float *kr, const float *vr, const float *dor, float lse,
+                                float rowdot, int hd, float scale, float *p, float *ds) {
+    float s = 0.0f, dp = 0.0f;
+    for (int d = 0; d < hd; d++) {
+        s += qr[d] * kr[d];
+        dp += dor[d] * vr[d];
+    }
+    *p = expf(s * scale - lse);
+    *ds = *p * (dp - rowdot) * scale;
+}
+
+// dq(b, i, h) += sum_j dS_ij k_j: one thread per query row, keys in order.
+__global__ void k_att_bwd_dq(float *dq, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                             const float *dout, const float *lse, const float *rowdot, const int *qpos,
+                             const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd, float scale) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * H * Sq) return;
+    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
+    const int g = h / (H / KV), qp = qpos[i];
+    const float *qr = q + ((size_t)b * Sq + i) * ldq + (size_t)h * hd;
+    const float *dor = dout + ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    float *dqr = dq + ((size_t)b * Sq + i) * ldq + (size_t)h * hd;
+    float acc[ATT_MAX_HD];
+    for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+    for (int j = 0; j < Sk; j++) {
+        if (kpos[j] > qp) continue;
+        const float *kr = kv + ((size_t)b * Sk + j) * ldkv + koff + (size_t)g * hd;
+        const float *vr = kv + ((size_t)b * Sk + j) * ldkv + voff + (size_t)g * hd;
+        float p, ds;
+        att_pair(qr, kr, vr, dor, lse[row], rowdot[row], hd, scale, &p, &ds);
+        for (int d = 0; d < hd; d++) acc[d] += ds * kr[d];
+    }
+    for (int d = 0; d < hd; d++) dqr[d] += acc[d];
+}
+
+// dk_j += sum dS_ij q_i, dv_j += sum P_ij dO_i over the group's query heads and
+// the queries: one thread per key row (b, g, j).
+__global__ void k_att_bwd_dkv(float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                              const float *dout, const float *lse, const float *rowdot, const int *qpos,
+                              const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd, float scale) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * KV * Sk) return;
+    const int j = (int)(row % Sk), g = (int)((row / Sk) % KV), b = (int)(row / ((size_t)Sk * KV));
+    const int group = H / KV, kp = kpos[j];
+    const float *kr = kv + ((size_t)b * Sk + j) * ldkv + koff + (size_t)g * hd;
+    const float *vr = kv + ((size_t)b * Sk + j) * ldkv + voff + (size_t)g * hd;
+    float dk[ATT_MAX_HD], dv[ATT_MAX_HD];
+    for (int d = 0; d < hd; d++) dk[d] = dv[d] = 0.0f;
+    for (int h = g * group; h < (g + 1) * group; h++)
+        for (int i = 0; i < Sq; i++) {
+            if (kp > qpos[i]) continue;
+            size_t st = ((size_t)b * H + h) * Sq + i;
+            const float *qr = q + ((size_t)b * Sq + i) * ldq + (size_t)h * hd;
+            const float *dor = dout + ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+            float p, ds;
+            att_pair(qr, kr, vr, dor, lse[st], rowdot[st], hd, scale, &p, &ds);
+            for (int d = 0; d < hd; d++) {
+                dk[d] += ds * qr[d];
+                dv[d] += p * dor[d];
+            }
+        }
+    float *dkr = dkv + ((size_t)b * Sk + j) * ldkv + koff + (size_t)g * hd;
+    float *dvr = dkv + ((size_t)b * Sk + j) * ldkv + voff + (size_t)g * hd;
+    for (int d = 0; d < hd; d++) {
+        dkr[d] += dk[d];
+        dvr[d] += dv[d];
+    }
+}
+
+extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv,
+                                         int koff, int voff, const float *dout, const float *lse, const float *rowdot,
+                                         const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd,
+                                         float *scratch) {
+    (void)scratch;
+    check_hd(hd, "attention_block_backward");
+    if ((size_t)B * Sq * Sk * H == 0) return;
+    const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
+    const float scale = 1.0f / sqrtf((float)hd);
+    size_t qrows = (size_t)B * H * Sq, krows = (size_t)B * KV * Sk;
+    k_att_bwd_dq<<<cuda_blocks(qrows, THREADS), THREADS, 0, cuda_stream()>>>(
+        dq, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd, scale);
+    k_att_bwd_dkv<<<cuda_blocks(krows, THREADS), THREADS, 0, cuda_stream()>>>(
+        dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd, scale);
+    cuda_done("attention_block_backward");
+}
+
+extern "C" void attention_forward(float *out, float *lse, float *m, float *l, const float *qkv, const int *pos, int B,
+                                  int S, int H, int KV, int hd, float *scratch) {
+    const int ld = (H + 2 * KV) * hd;
+    attention_block_init(out, m, l, B, S, H, hd);
+    attention_block_forward(out, m, l, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, pos, pos, B, S, S, H, KV, hd, scratch);
+    attention_block_finish(out, lse, m, l, B, S, H, hd);
+}
+
+extern "C" void attention_backward(float *dqkv, float *rowdot, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, const int *pos, int B, int S, int H, int KV, int hd,
+                                   float *scratch) {
+    const int ld = (H + 2 * KV) * hd;
+    zero_f32(dqkv, (size_t)B * S * ld);
+    attention_rowdot(rowdot, dout, out, B, S, H, hd);
+    attention_block_backward(dqkv, dqkv, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, dout, lse, rowdot, pos, pos, B, S, S,
+                             H, KV, hd, scratch);
+}

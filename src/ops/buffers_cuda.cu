@@ -1,0 +1,178 @@
+// ops/buffers_cuda.cu — the CUDA backend's start, its allocator, and the buffer ops
+// of ops.h (copies, moves, zeroing, strided copies, host <-> buffer transfers).
+//
+// Planned buffers (buf_alloc) are CUDA managed memory: one address valid on the
+// device and on the host, so that util.c keeps its header in front of each buffer
+// and the host code that still reads buffers directly keeps working while the
+// kernels run on the GPU (docs/DESIGN.md, invariant 6: the backend boundary, lists
+// those readers). Moving them to cudaMalloc memory, with explicit ops_upload /
+// ops_download at the listed places, is the next step.
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda_common.cuh"
+
+extern "C" {
+#include "ops/ops.h"
+}
+
+static cudaStream_t g_stream;     // every op's stream (ops_init)
+static void *g_scratch[2];        // cuda_scratch, cuda_scratch2
+static size_t g_scratch_bytes[2];
+static int32_t *g_ints[3];        // cuda_device_ints' staging slots
+static size_t g_ints_n[3];
+
+void cuda_matmul_init(void);  // ops/matmul_cuda.cu
+
+cudaStream_t cuda_stream(void) { return g_stream; }
+
+void cuda_done(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) die("CUDA kernel launch failed in %s: %s", what, cudaGetErrorString(e));
+    e = cudaStreamSynchronize(g_stream);
+    if (e != cudaSuccess) die("CUDA error while running %s: %s", what, cudaGetErrorString(e));
+}
+
+// Grow a device buffer to at least `bytes` (contents are not kept).
+static void *grow(void **p, size_t *have, size_t bytes) {
+    if (bytes <= *have && *p) return *p;
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    if (*p) CUDA_CHECK(cudaFree(*p));
+    size_t want = bytes < 4096 ? 4096 : bytes;
+    CUDA_CHECK(cudaMalloc(p, want));
+    *have = want;
+    return *p;
+}
+
+void *cuda_scratch(size_t bytes) { return grow(&g_scratch[0], &g_scratch_bytes[0], bytes); }
+void *cuda_scratch2(size_t bytes) { return grow(&g_scratch[1], &g_scratch_bytes[1], bytes); }
+
+const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot) {
+    if (n == 0) return p;
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess &&
+        (a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice))
+        return p;
+    cudaGetLastError();  // an unregistered host pointer may leave an error behind
+    size_t bytes = n * sizeof(int32_t);
+    void *d = grow((void **)&g_ints[slot], &g_ints_n[slot], bytes);
+    CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, g_stream));
+    return (const int32_t *)d;
+}
+
+// ---------------------------------------------------------------- the allocator
+
+// Managed, zeroed, 256-byte aligned (cudaMallocManaged's alignment, more than the
+// 64 buf_alloc promises); NULL when the device is out of memory.
+static void *managed_alloc_zeroed(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocManaged(&p, bytes < 1 ? 1 : bytes, cudaMemAttachGlobal) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    return p;
+}
+
+static void managed_free(void *p) {
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    CUDA_CHECK(cudaFree(p));
+}
+
+// ------------------------------------------------------------------ the backend
+
+// The node-local rank from the launcher's environment (before MPI exists): Open
+// MPI, Slurm, MPICH/Intel MPI. 0 when launched alone.
+static int local_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+extern "C" void ops_init(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1)
+        die("no usable NVIDIA GPU here (cudaGetDeviceCount: %s): ./femtotron-cuda is the CUDA build and "
+            "needs one; on this machine build and run the CPU build instead (make, ./femtotron)",
+            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    // One rank per GPU: the rank takes the GPU of its node-local rank. Ranks beyond
+    // the GPU count share GPUs (the staged-collective path of issue 14).
+    const int dev = local_rank() % count;
+    CUDA_CHECK(cudaSetDevice(dev));
+    // Host code reads managed buffers while kernels may run (the asynchronous
+    // checkpoint's snapshot thread): that needs concurrent managed access (Linux on
+    // Pascal and newer; not Windows/WSL).
+    int concurrent = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, dev));
+    if (!concurrent)
+        die("GPU %d has no concurrent managed memory access, which the CUDA backend's buffers need "
+            "(Linux, Pascal or newer): run the CPU build (./femtotron) here", dev);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    util_set_buf_allocator(managed_alloc_zeroed, managed_free);
+    cuda_matmul_init();
+}
+
+extern "C" const char *ops_backend_name(void) { return "cuda"; }
+
+extern "C" int ops_has_bf16(void) { return 0; }
+
+// The kernels ignore it; the host code around them (initialisation, data loading,
+// checkpoint integrity, the CPU peak) still uses OpenMP and BLAS threads.
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" void ops_set_threads(int threads) {
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, g_stream));
+    cuda_done("ops_upload");
+}
+
+extern "C" void ops_download(void *dst_host, const void *src_buffer, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst_host, src_buffer, bytes, cudaMemcpyDefault, g_stream));
+    cuda_done("ops_download");
+}
+
+extern "C" void ops_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+
+// ------------------------------------------------------------------- buffer ops
+
+extern "C" void copy_f32(float *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, g_stream));
+    cuda_done("copy_f32");
+}
+
+// cudaMemcpy does not allow overlapping ranges: go through the scratch buffer.
+extern "C" void move_f32(float *dst, const float *src, size_t n) {
+    if (n == 0 || dst == src) return;
+    float *tmp = (float *)cuda_scratch(n * sizeof(float));  // (n)
+    CUDA_CHECK(cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyDefault, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, n * sizeof(float), cudaMemcpyDefault, g_stream));
+    cuda_done("move_f32");
+}
+
+extern "C" void zero_f32(float *x, size_t n) {
+    if (n == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), g_stream));
+    cuda_done("zero_f32");
+}
+
+extern "C" void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                              size_t cols) {
+    if (rows == 0 || cols == 0) return;
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float),
+                                 cols * sizeof(float), rows, cudaMemcpyDefault, g_stream));
+    cuda_done("copy_rows_f32");
+}

@@ -1,0 +1,53 @@
+// ops/cuda_common.cuh — what every CUDA kernel file of the backend shares: the
+// error checks, the launch shape helpers and the per-process state (the stream,
+// the cuBLASLt handle and workspace, a scratch buffer). Included by the .cu files
+// of ops/ only; the layers above see ops.h alone (docs/DESIGN.md, invariant 6:
+// the backend boundary).
+//
+// Ordering rule of this first (fp32, correctness-first) backend: every op runs on
+// one stream and waits for it before returning (cuda_done). Planned buffers are
+// CUDA managed memory (ops/buffers_cuda.cu), so host code that still reads them
+// directly (io/, the data loader, the trainer's scalars) sees finished results.
+// Removing that wait is issue 21's (speed); docs/DESIGN.md lists the host readers.
+#ifndef FEMTOTRON_CUDA_COMMON_CUH
+#define FEMTOTRON_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "util.h"
+}
+
+// Fatal on a CUDA error, naming the call and where it was made.
+#define CUDA_CHECK(call)                                                                        \
+    do {                                                                                        \
+        cudaError_t err_ = (call);                                                              \
+        if (err_ != cudaSuccess)                                                                \
+            die("CUDA error in %s (%s:%d): %s", #call, __FILE__, __LINE__, cudaGetErrorString(err_)); \
+    } while (0)
+
+// The stream every op runs on (created by ops_init).
+cudaStream_t cuda_stream(void);
+// After a kernel launch: fatal on a launch error, then wait for the stream (see the
+// ordering rule above). `what` names the op in the message.
+void cuda_done(const char *what);
+// A device scratch buffer of at least `bytes`, owned by the backend, reused by every
+// op that needs one (row losses, reduction partials, staged ids). It grows only in
+// the first step, when a larger shape is first seen; it is not a planned buffer.
+void *cuda_scratch(size_t bytes);
+// A second, independent scratch (for ops that need two at once).
+void *cuda_scratch2(size_t bytes);
+// A device-visible copy of n int32 values at p: p itself when it is managed or
+// device memory (every planned buffer), else a copy in scratch slot `slot` (0..2)
+// (token ids or positions the caller holds in plain host memory).
+const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot);
+
+// Blocks for n independent elements, `threads` per block.
+static inline unsigned cuda_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 65535u * 32u ? 65535u * 32u : b));
+}
+
+#endif

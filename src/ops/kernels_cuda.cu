@@ -1,0 +1,252 @@
+// ops/kernels_cuda.cu — the CUDA kernels of ops.h for the embedding, RMSNorm, the
+// residual, RoPE and SwiGLU, in fp32. Same semantics as ops/cpu.c; where the CPU
+// sums in a fixed order per output (embedding and RMSNorm weight gradients: one
+// column, tokens in order), so does each thread here, so the sums are the CPU's
+// and never depend on timing.
+#include <math.h>
+
+#include "ops/cuda_common.cuh"
+#include "ops/reduce_cuda.cuh"
+
+extern "C" {
+#include "ops/ops.h"
+}
+
+#define THREADS 256
+
+// -------------------------------------------------------------------- embedding
+
+// Host-side check: ids are in managed memory (or plain host memory) and every op
+// before this one has finished, so the host can read them.
+extern "C" void ops_check_ids(const int32_t *ids, int N, int V, const char *what) {
+    for (int n = 0; n < N; n++)
+        if (ids[n] < 0 || ids[n] >= V)
+            die("%s: id %d at position %d is outside the vocabulary [0, %d): refused before any table "
+                "is indexed", what, ids[n], n, V);
+}
+
+// out(N, D): row n = table[tokens[n] - v0] when inside [0, rows); else zeroed
+// (zero_others) or left alone.
+__global__ void k_embed(float *out, const int32_t *tokens, const float *table, int N, int D, int v0, int rows,
+                        int zero_others) {
+    size_t total = (size_t)N * D;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int n = (int)(i / D), c = (int)(i % D), r = tokens[n] - v0;
+        if (r >= 0 && r < rows) out[i] = table[(size_t)r * D + c];
+        else if (zero_others) out[i] = 0.0f;
+    }
+}
+
+// dtable(rows, D) += dout(N, D) scattered by token: one thread per column walks
+// the tokens in order (the CPU's order), so repeated tokens add without atomics.
+__global__ void k_embed_back(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int v0,
+                             int rows) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= D) return;
+    for (int n = 0; n < N; n++) {
+        int r = tokens[n] - v0;
+        if (r >= 0 && r < rows) dtable[(size_t)r * D + c] += dout[(size_t)n * D + c];
+    }
+}
+
+static void embed(float *out, const int32_t *tokens, const float *table, int N, int D, int v0, int rows,
+                  int zero_others, const char *what) {
+    if (N <= 0 || D <= 0) return;
+    const int32_t *t = cuda_device_ints(tokens, (size_t)N, 0);
+    k_embed<<<cuda_blocks((size_t)N * D, THREADS), THREADS, 0, cuda_stream()>>>(out, t, table, N, D, v0, rows,
+                                                                                 zero_others);
+    cuda_done(what);
+}
+
+static void embed_back(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int v0, int rows,
+                       const char *what) {
+    if (N <= 0 || D <= 0) return;
+    const int32_t *t = cuda_device_ints(tokens, (size_t)N, 0);
+    k_embed_back<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dtable, dout, t, N, D, v0, rows);
+    cuda_done(what);
+}
+
+extern "C" void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D, int V) {
+    ops_check_ids(tokens, N, V, "embedding");
+    embed(out, tokens, table, N, D, 0, V, 1, "embedding_forward");
+}
+
+extern "C" void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int V) {
+    ops_check_ids(tokens, N, V, "embedding backward");
+    embed_back(dtable, dout, tokens, N, D, 0, V, "embedding_backward");
+}
+
+extern "C" void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
+                                        int rows) {
+    embed(out, tokens, table, N, D, v0, rows, 1, "embedding_forward_range");
+}
+
+extern "C" void embedding_copy_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
+                                     int rows) {
+    embed(out, tokens, table, N, D, v0, rows, 0, "embedding_copy_range");
+}
+
+extern "C" void embedding_backward_range(float *dtable, const float *dout, const int32_t *tokens, int N, int D,
+                                         int v0, int rows) {
+    embed_back(dtable, dout, tokens, N, D, v0, rows, "embedding_backward_range");
+}
+
+// ---------------------------------------------------------------------- RMSNorm
+
+// One block per row: ss = sum x^2 (fixed tree), rstd = 1/sqrt(ss/D + eps), y = w x rstd.
+__global__ void k_rmsnorm(float *out, float *rstd, const float *in, const float *weight, int D, float eps) {
+    __shared__ float sh[ROW_THREADS];
+    const float *x = in + (size_t)blockIdx.x * D;
+    float *y = out + (size_t)blockIdx.x * D;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) ss += x[i] * x[i];
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)D + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) y[i] = weight[i] * (x[i] * r);
+}
+
+// dx_j += r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i)   (ops/cpu.c derives it)
+__global__ void k_rmsnorm_back_dx(float *din, const float *dout, const float *in, const float *weight,
+                                  const float *rstd, int D) {
+    __shared__ float sh[ROW_THREADS];
+    const size_t off = (size_t)blockIdx.x * D;
+    const float *x = in + off, *dy = dout + off;
+    float *dx = din + off;
+    float r = rstd[blockIdx.x], dot = 0.0f;
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dot += weight[i] * dy[i] * x[i];
+    dot = block_sum(dot, sh);
+    float c = r * r * r * dot / (float)D;
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dx[i] += r * weight[i] * dy[i] - c * x[i];
+}
+
+// dw_i += sum_n dy_i x_i r_n: one thread per column, rows in order.
+__global__ void k_rmsnorm_back_dw(float *dweight, const float *dout, const float *in, const float *rstd, int N,
+                                  int D) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float acc = dweight[i];
+    for (int n = 0; n < N; n++) acc += dout[(size_t)n * D + i] * in[(size_t)n * D + i] * rstd[n];
+    dweight[i] = acc;
+}
+
+extern "C" void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int N, int D,
+                                float eps) {
+    if (N <= 0) return;
+    k_rmsnorm<<<N, ROW_THREADS, 0, cuda_stream()>>>(out, rstd, in, weight, D, eps);
+    cuda_done("rmsnorm_forward");
+}
+
+extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,
+                                 const float *rstd, int N, int D) {
+    if (N <= 0) return;
+    k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, in, weight, rstd, D);
+    k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, in, rstd, N, D);
+    cuda_done("rmsnorm_backward");
+}
+
+// --------------------------------------------------------------------- residual
+
+__global__ void k_add(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+extern "C" void residual_forward(float *out, const float *a, const float *b, size_t n) {
+    if (n == 0) return;
+    k_add<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(out, a, b, n);
+    cuda_done("residual_forward");
+}
+
+// ------------------------------------------------------------------------- RoPE
+
+// The tables are computed on the host, in double as on the CPU, straight into the
+// (managed) table buffers: they are made once at start-up or per context chunk.
+static void tables_host(float *cos_t, float *sin_t, const int *pos, int pos0, int S, int hd, const double *freq) {
+    ops_sync();
+    int half = hd / 2;
+    for (int p = 0; p < S; p++)
+        for (int i = 0; i < half; i++) {
+            double angle = (double)(pos ? pos[p] : pos0 + p) * freq[i];
+            cos_t[(size_t)p * half + i] = (float)cos(angle);
+            sin_t[(size_t)p * half + i] = (float)sin(angle);
+        }
+}
+
+extern "C" void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S, int hd, const double *freq) {
+    tables_host(cos_t, sin_t, pos, 0, S, hd, freq);
+}
+
+extern "C" void rope_tables(float *cos_t, float *sin_t, int S, int hd, const double *freq, int pos0) {
+    tables_host(cos_t, sin_t, NULL, pos0, S, hd, freq);
+}
+
+// One thread per (token, q-or-k head, pair i): x1' = x1 c - x2 s, x2' = x2 c + x1 s,
+// with s negated for the backward (the transpose of a rotation).
+__global__ void k_rope(float *qkv, const float *cos_t, const float *sin_t, int BS, int S, int heads, int row, int hd,
+                       float dir) {
+    const int half = hd / 2;
+    size_t total = (size_t)BS * heads * half;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % half), h = (int)((e / half) % heads), t = (int)(e / ((size_t)half * heads));
+        float *x1 = qkv + (size_t)t * row + (size_t)h * hd, *x2 = x1 + half;
+        float c = cos_t[(size_t)(t % S) * half + i], s = dir * sin_t[(size_t)(t % S) * half + i];
+        float a = x1[i], b = x2[i];
+        x1[i] = a * c - b * s;
+        x2[i] = b * c + a * s;
+    }
+}
+
+static void rope(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd, float dir,
+                 const char *what) {
+    size_t total = (size_t)B * S * (H + KV) * (hd / 2);
+    if (total == 0) return;
+    k_rope<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream()>>>(qkv, cos_t, sin_t, B * S, S, H + KV,
+                                                                      (H + 2 * KV) * hd, hd, dir);
+    cuda_done(what);
+}
+
+extern "C" void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd) {
+    rope(qkv, cos_t, sin_t, B, S, H, KV, hd, 1.0f, "rope_forward");
+}
+
+extern "C" void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV,
+                              int hd) {
+    rope(dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward");
+}
+
+// ----------------------------------------------------------------------- SwiGLU
+
+// gu(N, 2F) per token [gate | up]; out(N, F) = silu(gate) * up.
+__global__ void k_swiglu(float *out, const float *gu, int N, int F) {
+    size_t total = (size_t)N * F;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        size_t n = e / F, i = e % F;
+        float g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i];
+        out[e] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+// silu(g) = g s(g); silu'(g) = s(g) (1 + g (1 - s(g)))
+__global__ void k_swiglu_back(float *dgu, const float *dout, const float *gu, int N, int F) {
+    size_t total = (size_t)N * F;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        size_t n = e / F, i = e % F;
+        float g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i], d = dout[e];
+        float s = 1.0f / (1.0f + expf(-g));
+        dgu[n * 2 * F + F + i] = d * g * s;
+        dgu[n * 2 * F + i] = d * u * s * (1.0f + g * (1.0f - s));
+    }
+}
+
+extern "C" void swiglu_forward(float *out, const float *gu, int N, int F) {
+    if ((size_t)N * F == 0) return;
+    k_swiglu<<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
+    cuda_done("swiglu_forward");
+}
+
+extern "C" void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
+    if ((size_t)N * F == 0) return;
+    k_swiglu_back<<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(dgu, dout, gu, N, F);
+    cuda_done("swiglu_backward");
+}

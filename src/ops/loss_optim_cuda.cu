@@ -1,0 +1,193 @@
+// ops/loss_optim_cuda.cu — the CUDA kernels of ops.h for cross-entropy (whole and
+// vocab-parallel shards), the sum of squares, scaling and AdamW, in fp32.
+//
+// Sums returned to the host (losses, squares) are deterministic: per-row (or
+// per-block, fixed grid) partial sums in double from fixed trees, copied back and
+// added on the host in index order.
+#include <math.h>
+
+#include "ops/cuda_common.cuh"
+#include "ops/reduce_cuda.cuh"
+
+extern "C" {
+#include "ops/ops.h"
+}
+
+#define THREADS 256
+#define SQ_BLOCKS 256  // sum_squares: fixed grid, so its partials' order never changes
+
+// The host sum, in index order, of n doubles a kernel left in device memory.
+static double host_sum(const double *dev, size_t n) {
+    double *h = (double *)xmalloc(n * sizeof(double), "row sums");  // (n)
+    CUDA_CHECK(cudaMemcpyAsync(h, dev, n * sizeof(double), cudaMemcpyDeviceToHost, cuda_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += h[i];
+    free(h);
+    return s;
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+// One block per row of logits(N, V): loss[n] = log(sum exp(x - max)) + max - x_t;
+// with grads, x becomes (softmax - onehot(t)) * grad_scale.
+__global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_scale, int want_grads, double *loss) {
+    __shared__ float sh[ROW_THREADS];
+    float *x = logits + (size_t)blockIdx.x * V;
+    const int t = targets[blockIdx.x];
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += ROW_THREADS) mx = fmaxf(mx, x[j]);
+    mx = block_max(mx, sh);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += ROW_THREADS) sum += expf(x[j] - mx);
+    sum = block_sum(sum, sh);
+    const float xt = x[t];
+    __syncthreads();  // every thread has read x[t] before anyone overwrites it
+    if (threadIdx.x == 0) loss[blockIdx.x] = (double)logf(sum) + (double)mx - (double)xt;
+    if (!want_grads) return;
+    const float inv = grad_scale / sum;
+    for (int j = threadIdx.x; j < V; j += ROW_THREADS) {
+        float p = expf(x[j] - mx) * inv;
+        x[j] = j == t ? p - grad_scale : p;
+    }
+}
+
+static double ce(float *logits, const int32_t *targets, int N, int V, float grad_scale, int want_grads,
+                 const char *what) {
+    ops_check_ids(targets, N, V, "cross-entropy target");
+    if (N <= 0) return 0.0;
+    const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
+    double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
+    k_ce<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, V, grad_scale, want_grads, loss);
+    cuda_done(what);
+    return host_sum(loss, (size_t)N);
+}
+
+extern "C" double cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                                 float grad_scale) {
+    return ce(logits, targets, N, V, grad_scale, 1, "cross_entropy_forward_backward");
+}
+
+extern "C" double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V) {
+    return ce((float *)logits, targets, N, V, 0.0f, 0, "cross_entropy_forward");  // read only: no grads
+}
+
+__global__ void k_shard_max(const float *logits, int Vl, int valid, float *rowmax) {
+    __shared__ float sh[ROW_THREADS];
+    const float *x = logits + (size_t)blockIdx.x * Vl;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < valid; j += ROW_THREADS) mx = fmaxf(mx, x[j]);
+    mx = block_max(mx, sh);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
+}
+
+__global__ void k_shard_sums(const float *logits, const int32_t *targets, int Vl, int valid, int v0,
+                             const float *rowmax, float *sumexp, float *tlogit) {
+    __shared__ float sh[ROW_THREADS];
+    const float *x = logits + (size_t)blockIdx.x * Vl;
+    const float mx = rowmax[blockIdx.x];
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < valid; j += ROW_THREADS) s += expf(x[j] - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        sumexp[blockIdx.x] = s;
+        int t = targets[blockIdx.x] - v0;
+        tlogit[blockIdx.x] = t >= 0 && t < valid ? x[t] : 0.0f;
+    }
+}
+
+__global__ void k_shard_finish(float *logits, const int32_t *targets, int Vl, int valid, int v0, const float *rowmax,
+                               const float *sumexp, const float *tlogit, float grad_scale, int want_grads,
+                               double *loss) {
+    const int n = blockIdx.x;
+    if (threadIdx.x == 0) loss[n] = (double)logf(sumexp[n]) + (double)rowmax[n] - (double)tlogit[n];
+    if (!want_grads) return;
+    float *x = logits + (size_t)n * Vl;
+    const float inv = grad_scale / sumexp[n], mx = rowmax[n];
+    const int t = targets[n] - v0;
+    for (int j = threadIdx.x; j < Vl; j += ROW_THREADS) {
+        float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+        x[j] = j == t && t < valid ? p - grad_scale : p;  // a target outside the shard: no onehot here
+    }
+}
+
+extern "C" void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax) {
+    if (N <= 0) return;
+    k_shard_max<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, Vl, valid, rowmax);
+    cuda_done("ce_shard_max");
+}
+
+extern "C" void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                              const float *rowmax, float *sumexp, float *tlogit) {
+    if (N <= 0) return;
+    const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
+    k_shard_sums<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, Vl, valid, v0, rowmax, sumexp, tlogit);
+    cuda_done("ce_shard_sums");
+}
+
+extern "C" double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                                  const float *rowmax, const float *sumexp, const float *tlogit, float grad_scale,
+                                  int want_grads) {
+    if (N <= 0) return 0.0;
+    const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
+    double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
+    k_shard_finish<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, Vl, valid, v0, rowmax, sumexp, tlogit,
+                                                         grad_scale, want_grads, loss);
+    cuda_done("ce_shard_finish");
+    return host_sum(loss, (size_t)N);
+}
+
+// -------------------------------------------------------------------- optimizer
+
+// partial[block] = sum of x^2 over a fixed grid-stride slice, in double.
+__global__ void k_sum_squares(const float *x, size_t n, double *partial) {
+    __shared__ double sh[ROW_THREADS];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)ROW_THREADS + threadIdx.x; i < n; i += (size_t)SQ_BLOCKS * ROW_THREADS)
+        s += (double)x[i] * (double)x[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+extern "C" double sum_squares(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    double *partial = (double *)cuda_scratch(SQ_BLOCKS * sizeof(double));  // (SQ_BLOCKS)
+    k_sum_squares<<<SQ_BLOCKS, ROW_THREADS, 0, cuda_stream()>>>(x, n, partial);
+    cuda_done("sum_squares");
+    return host_sum(partial, SQ_BLOCKS);
+}
+
+__global__ void k_scale(float *x, size_t n, float s) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+extern "C" void scale_inplace(float *x, size_t n, float s) {
+    if (n == 0) return;
+    k_scale<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(x, n, s);
+    cuda_done("scale_inplace");
+}
+
+// PyTorch's AdamW (ops.h), the bias corrections computed on the host in double.
+__global__ void k_adamw(float *param, const float *grad, float *m, float *v, size_t n, float beta1, float beta2,
+                        float eps, float decay, float step_size, float bc2_sqrt) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        param[i] = param[i] * decay - step_size * mi / denom;
+    }
+}
+
+extern "C" void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
+                             float beta2, float eps, float weight_decay, int t) {
+    if (n == 0) return;
+    const float bc1 = (float)(1.0 - pow(beta1, t));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
+    k_adamw<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(param, grad, m, v, n, beta1, beta2, eps,
+                                                                    1.0f - lr * weight_decay, lr / bc1, bc2_sqrt);
+    cuda_done("adamw_update");
+}

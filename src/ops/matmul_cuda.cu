@@ -1,0 +1,148 @@
+// ops/matmul_cuda.cu — the matrix products of ops.h through cuBLASLt, in fp32 with
+// fp32 compute (CUBLAS_COMPUTE_32F: no TF32, so the CPU's sgemm is matched to fp32
+// rounding, not to TF32's 10-bit mantissa).
+//
+// Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
+// column-major, X^T (c x r, ld). So row-major C = A op(B) is column-major
+// C^T = op(B)^T A^T, and each product below is written in that form.
+//
+// Determinism (issue 14): one plan per shape — (m, n, k, transposes, leading
+// dimensions, pointer alignments, beta) — chosen once by the heuristic and reused,
+// so the algorithm never changes between calls or runs; reduction schemes that
+// add into the output in place (split-K with atomics, no fixed order) are
+// excluded.
+#include <cublasLt.h>
+#include <string.h>
+
+#include "ops/cuda_common.cuh"
+
+extern "C" {
+#include "ops/ops.h"
+}
+
+#define CUBLAS_CHECK(call)                                                                        \
+    do {                                                                                          \
+        cublasStatus_t st_ = (call);                                                              \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                         \
+            die("cuBLASLt error %d in %s (%s:%d)", (int)st_, #call, __FILE__, __LINE__);         \
+    } while (0)
+
+// 32 MiB on Hopper (llm.c's figure), enough for split-K on every training shape.
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+#define MAX_PLANS 256
+
+typedef struct {
+    int m, n, k, lda, ldb, ldc, ta, tb, align_a, align_b, align_c, beta_nonzero;
+} PlanKey;
+
+typedef struct {
+    PlanKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} Plan;
+
+static cublasLtHandle_t g_lt;
+static void *g_workspace;
+static Plan g_plans[MAX_PLANS];
+static int g_nplans;
+
+void cuda_matmul_init(void) {
+    CUBLAS_CHECK(cublasLtCreate(&g_lt));
+    CUDA_CHECK(cudaMalloc(&g_workspace, WORKSPACE_BYTES));
+}
+
+// The largest power of two (<= 16) dividing the address: cuBLASLt kernels that
+// load 16 bytes at once need 16-byte aligned operands, and a column block of the
+// logits (matmul_*_ld) may be aligned to 4 only.
+static int alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 16;
+    while (al > 4 && (a % (uintptr_t)al) != 0) al /= 2;
+    return al;
+}
+
+static Plan *plan_for(const PlanKey *key) {
+    for (int i = 0; i < g_nplans; i++)
+        if (!memcmp(&g_plans[i].key, key, sizeof *key)) return &g_plans[i];
+    if (g_nplans == MAX_PLANS) die("matmul: more than %d matrix-product shapes in one run", MAX_PLANS);
+    Plan *p = &g_plans[g_nplans];
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    // Stored shapes (before the transposes): A is m x k or k x m, B is k x n or n x k.
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, key->ta ? key->k : key->m,
+                                            key->ta ? key->m : key->k, key->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, key->tb ? key->n : key->k,
+                                            key->tb ? key->k : key->n, key->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key->m, key->n, key->ldc));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = WORKSPACE_BYTES;
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    uint32_t al[3] = {(uint32_t)key->align_a, (uint32_t)key->align_b, (uint32_t)key->align_c};
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof schemes));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1)
+        die("cuBLASLt has no fp32 algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
+            "status %d)", key->m, key->n, key->k, key->ta, key->tb, key->align_a, key->align_b, key->align_c, (int)st);
+    p->algo = res.algo;
+    g_nplans++;
+    return p;
+}
+
+// Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place.
+static void gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc, const char *what) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {  // an empty sum: D = beta D
+        if (beta == 0.0f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * 4, 0, (size_t)m * 4, (size_t)n, cuda_stream()));
+        cuda_done(what);
+        return;
+    }
+    PlanKey key = {m, n, k, lda, ldb, ldc, ta, tb, alignment(A), alignment(B), alignment(C), beta != 0.0f};
+    Plan *p = plan_for(&key);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                                g_workspace, WORKSPACE_BYTES, cuda_stream()));
+    cuda_done(what);
+}
+
+extern "C" void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
+                                  int out_dim) {
+    // out^T (out_dim x N) = W (out_dim x in_dim) in^T: W is stored column-major as
+    // W^T (in_dim x out_dim, ld in_dim), so A = W^T transposed; in^T is in as stored.
+    gemm(1, 0, out_dim, N, in_dim, weight, in_dim, in, in_dim, 0.0f, out, ld_out, "matmul_forward");
+}
+
+extern "C" void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim, int out_dim) {
+    matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
+}
+
+extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
+                                   const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    // dW (out, in) += dout^T in  <=>  dW^T (in x out) += in^T dout: in^T is in as
+    // stored (in_dim x N), dout as stored is dout^T (out_dim x N), transposed.
+    if (dweight) gemm(0, 1, in_dim, out_dim, N, in, in_dim, dout, ld_dout, 1.0f, dweight, in_dim, "matmul_backward dW");
+    // din (N, in) (+)= dout W  <=>  din^T (in x N) = W^T dout^T, both as stored.
+    if (din)
+        gemm(0, 0, in_dim, N, out_dim, weight, in_dim, dout, ld_dout, accumulate_din ? 1.0f : 0.0f, din, in_dim,
+             "matmul_backward din");
+}
+
+extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,
+                                int N, int in_dim, int out_dim, int accumulate_din) {
+    matmul_backward_ld(din, dweight, dout, out_dim, in, weight, N, in_dim, out_dim, accumulate_din);
+}

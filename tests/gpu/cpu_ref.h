@@ -1,0 +1,112 @@
+// tests/gpu/cpu_ref.h — the CPU kernels, compiled into the GPU test driver under
+// the prefix cpu_ (cpu_matmul_forward, ...), so that one program can run every op
+// on both backends and compare them. Include first, before any other header of
+// the project; then include "ops/ops.h" for the CUDA functions. A name of ops.h
+// left off this list defines its function twice and the link fails, so the list
+// stays complete.
+#ifndef FEMTOTRON_CPU_REF_H
+#define FEMTOTRON_CPU_REF_H
+
+
+#define ops_init cpu_ops_init
+#define ops_backend_name cpu_ops_backend_name
+#define ops_has_bf16 cpu_ops_has_bf16
+#define ops_upload cpu_ops_upload
+#define ops_download cpu_ops_download
+#define ops_sync cpu_ops_sync
+#define copy_f32 cpu_copy_f32
+#define move_f32 cpu_move_f32
+#define zero_f32 cpu_zero_f32
+#define copy_rows_f32 cpu_copy_rows_f32
+#define matmul_forward cpu_matmul_forward
+#define matmul_forward_ld cpu_matmul_forward_ld
+#define matmul_backward cpu_matmul_backward
+#define matmul_backward_ld cpu_matmul_backward_ld
+#define ops_check_ids cpu_ops_check_ids
+#define embedding_forward cpu_embedding_forward
+#define embedding_backward cpu_embedding_backward
+#define embedding_forward_range cpu_embedding_forward_range
+#define embedding_copy_range cpu_embedding_copy_range
+#define embedding_backward_range cpu_embedding_backward_range
+#define rmsnorm_forward cpu_rmsnorm_forward
+#define rmsnorm_backward cpu_rmsnorm_backward
+#define residual_forward cpu_residual_forward
+#define rope_tables cpu_rope_tables
+#define rope_tables_at cpu_rope_tables_at
+#define rope_forward cpu_rope_forward
+#define rope_backward cpu_rope_backward
+#define attention_scratch_floats cpu_attention_scratch_floats
+#define attention_block_init cpu_attention_block_init
+#define attention_block_forward cpu_attention_block_forward
+#define attention_block_finish cpu_attention_block_finish
+#define attention_rowdot cpu_attention_rowdot
+#define attention_block_backward cpu_attention_block_backward
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
+#define swiglu_forward cpu_swiglu_forward
+#define swiglu_backward cpu_swiglu_backward
+#define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
+#define cross_entropy_forward cpu_cross_entropy_forward
+#define ce_shard_max cpu_ce_shard_max
+#define ce_shard_sums cpu_ce_shard_sums
+#define ce_shard_finish cpu_ce_shard_finish
+#define sum_squares cpu_sum_squares
+#define scale_inplace cpu_scale_inplace
+#define adamw_update cpu_adamw_update
+#define ops_set_threads cpu_ops_set_threads
+
+#include "ops/attention_cpu.c"
+#include "ops/buffers_cpu.c"
+#include "ops/cpu.c"
+
+// The CUDA names again, and ops.h once more (its guard reopened) to declare them.
+#undef ops_init
+#undef ops_backend_name
+#undef ops_has_bf16
+#undef ops_upload
+#undef ops_download
+#undef ops_sync
+#undef copy_f32
+#undef move_f32
+#undef zero_f32
+#undef copy_rows_f32
+#undef matmul_forward
+#undef matmul_forward_ld
+#undef matmul_backward
+#undef matmul_backward_ld
+#undef ops_check_ids
+#undef embedding_forward
+#undef embedding_backward
+#undef embedding_forward_range
+#undef embedding_copy_range
+#undef embedding_backward_range
+#undef rmsnorm_forward
+#undef rmsnorm_backward
+#undef residual_forward
+#undef rope_tables
+#undef rope_tables_at
+#undef rope_forward
+#undef rope_backward
+#undef attention_scratch_floats
+#undef attention_block_init
+#undef attention_block_forward
+#undef attention_block_finish
+#undef attention_rowdot
+#undef attention_block_backward
+#undef attention_forward
+#undef attention_backward
+#undef swiglu_forward
+#undef swiglu_backward
+#undef cross_entropy_forward_backward
+#undef cross_entropy_forward
+#undef ce_shard_max
+#undef ce_shard_sums
+#undef ce_shard_finish
+#undef sum_squares
+#undef scale_inplace
+#undef adamw_update
+#undef ops_set_threads
+#undef FEMTOTRON_OPS_H
+#include "ops/ops.h"
+
+#endif

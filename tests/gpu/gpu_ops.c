@@ -1,0 +1,347 @@
+// tests/gpu/gpu_ops.c — every op of ops.h on the GPU against the same op on the CPU
+// (tests/gpu/run.sh builds and runs it; it needs an NVIDIA GPU). Inputs are seeded
+// random numbers; each CUDA result must be within 1e-5 of the CPU's in relative
+// max-norm: max|gpu - cpu| / max|cpu| (fp32: both sum in different orders, BLAS
+// tiles against cuBLASLt's, so bit equality is not expected; 1e-5 is ~80 float
+// ulps of the largest entry, far above the rounding of sums of <= a few hundred
+// terms and far below any indexing or formula error). Also: repeated runs of the
+// order-sensitive ops are bit-identical (issue 14's determinism), planned buffers
+// are counted, host <-> buffer copies round-trip. Ends on "N passed, N failed".
+#include "cpu_ref.h"  // first: the CPU kernels as cpu_*, then ops.h for the CUDA ones
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/check.h"
+#include "util.h"
+
+#define TOL 1e-5
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float urand(void) {  // uniform in [-1, 1) (xorshift64*)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 2685821657736338717ull) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+}
+
+// One operand on both sides: h (host, for the CPU op) and d (a planned buffer,
+// for the CUDA op), holding the same values.
+typedef struct {
+    float *h, *d;
+    size_t n;
+} Pair;
+
+static Pair pair_fill(size_t n, float scale) {
+    Pair p = {xmalloc((n ? n : 1) * sizeof(float), "cpu operand"), buf_alloc(MEM_ACTIVATIONS, n * sizeof(float), "gpu operand"), n};
+    for (size_t i = 0; i < n; i++) p.h[i] = urand() * scale;
+    ops_upload(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static void pair_free(Pair p) {
+    free(p.h);
+    buf_free(p.d);
+}
+
+// Relative max-norm difference of the GPU side from the CPU side.
+static double pair_diff(Pair p) {
+    float *g = xmalloc((p.n ? p.n : 1) * sizeof(float), "gpu result");
+    ops_download(g, p.d, p.n * sizeof(float));
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < p.n; i++) {
+        double d = fabs((double)g[i] - (double)p.h[i]);
+        num = d > num || isnan(d) ? d : num;
+        den = fmax(den, fabs((double)p.h[i]));
+    }
+    free(g);
+    return den > 0 ? num / den : num;
+}
+
+static void expect_close(const char *what, Pair p) {
+    double e = pair_diff(p);
+    CHECK(e <= TOL, "%-44s rel. max-norm %.2e <= %.0e (%zu values)", what, e, TOL, p.n);
+}
+
+static void expect_scalar(const char *what, double gpu, double cpu) {
+    double e = rel_diff(gpu, cpu);
+    CHECK(e <= TOL, "%-44s %.9g vs cpu %.9g (rel %.2e)", what, gpu, cpu, e);
+}
+
+static int32_t *ids_both(int n, int lo, int hi, int32_t **dev) {  // host ids in [lo, hi), and a buffer copy
+    int32_t *h = xmalloc((size_t)n * sizeof(int32_t), "ids");
+    for (int i = 0; i < n; i++) h[i] = lo + (int)((urand() + 1.0f) * 0.5f * (float)(hi - lo)) % (hi - lo);
+    *dev = buf_alloc(MEM_ACTIVATIONS, (size_t)n * sizeof(int32_t), "gpu ids");
+    ops_upload(*dev, h, (size_t)n * sizeof(int32_t));
+    return h;
+}
+
+static void test_buffers(void) {
+    size_t before = mem_allocated(MEM_GRADS);
+    float *b = buf_alloc(MEM_GRADS, 1000 * sizeof(float), "counted");
+    CHECK(mem_allocated(MEM_GRADS) == before + 4000, "buf_alloc on the GPU counts its bytes (4000)");
+    buf_free(b);
+    CHECK(mem_allocated(MEM_GRADS) == before, "buf_free uncounts them");
+    Pair a = pair_fill(1000, 1.0f), c = pair_fill(1000, 1.0f);
+    copy_f32(c.d, a.d, 1000);
+    cpu_copy_f32(c.h, a.h, 1000);
+    expect_close("copy_f32", c);
+    float bad = c.h[500] + 1e-3f, good = c.h[500];  // the comparison sees one wrong value
+    ops_upload(c.d + 500, &bad, sizeof bad);
+    CHECK(pair_diff(c) > TOL, "one value off by 1e-3 fails the comparison (%.2e)", pair_diff(c));
+    ops_upload(c.d + 500, &good, sizeof good);
+    move_f32(a.d + 10, a.d, 900);  // overlapping
+    cpu_move_f32(a.h + 10, a.h, 900);
+    expect_close("move_f32 (overlapping ranges)", a);
+    zero_f32(a.d + 5, 500);
+    cpu_zero_f32(a.h + 5, 500);
+    expect_close("zero_f32", a);
+    copy_rows_f32(c.d + 3, 40, a.d + 1, 33, 20, 17);
+    cpu_copy_rows_f32(c.h + 3, 40, a.h + 1, 33, 20, 17);
+    expect_close("copy_rows_f32", c);
+    pair_free(a);
+    pair_free(c);
+}
+
+static void test_matmul(void) {
+    const int N = 37, in = 96, out = 80, ld = 130;
+    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f);
+    Pair y = pair_fill((size_t)N * out, 1.0f), ywide = pair_fill((size_t)N * ld, 1.0f);
+    matmul_forward(y.d, x.d, w.d, N, in, out);
+    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);
+    expect_close("matmul_forward", y);
+    matmul_forward_ld(ywide.d + 7, ld, x.d, w.d, N, in, out);  // a column block at an odd offset
+    cpu_matmul_forward_ld(ywide.h + 7, ld, x.h, w.h, N, in, out);
+    expect_close("matmul_forward_ld (column block at offset 7)", ywide);
+    Pair dw = pair_fill((size_t)out * in, 1.0f), dx = pair_fill((size_t)N * in, 1.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        matmul_backward(dx.d, dw.d, y.d, x.d, w.d, N, in, out, acc);
+        cpu_matmul_backward(dx.h, dw.h, y.h, x.h, w.h, N, in, out, acc);
+        expect_close(acc ? "matmul_backward din (accumulate)" : "matmul_backward din (overwrite)", dx);
+        expect_close("matmul_backward dweight (+=)", dw);
+    }
+    matmul_backward(NULL, dw.d, y.d, x.d, w.d, N, in, out, 0);
+    cpu_matmul_backward(NULL, dw.h, y.h, x.h, w.h, N, in, out, 0);
+    expect_close("matmul_backward dweight only (din NULL)", dw);
+    matmul_backward_ld(dx.d, dw.d, ywide.d + 7, ld, x.d, w.d, N, in, out, 1);
+    cpu_matmul_backward_ld(dx.h, dw.h, ywide.h + 7, ld, x.h, w.h, N, in, out, 1);
+    expect_close("matmul_backward_ld din", dx);
+    expect_close("matmul_backward_ld dweight", dw);
+    // Determinism: the same product twice gives the same bits.
+    float *a1 = xmalloc(dw.n * sizeof(float), "a1"), *a2 = xmalloc(dw.n * sizeof(float), "a2");
+    zero_f32(dw.d, dw.n);
+    matmul_backward(NULL, dw.d, y.d, x.d, w.d, N, in, out, 0);
+    ops_download(a1, dw.d, dw.n * sizeof(float));
+    zero_f32(dw.d, dw.n);
+    matmul_backward(NULL, dw.d, y.d, x.d, w.d, N, in, out, 0);
+    ops_download(a2, dw.d, dw.n * sizeof(float));
+    CHECK(!memcmp(a1, a2, dw.n * sizeof(float)), "matmul_backward dweight twice: bit-identical");
+    free(a1);
+    free(a2);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dw), pair_free(dx);
+}
+
+static void test_embedding(void) {
+    const int N = 50, D = 72, V = 30;  // repeated ids: the scatter adds
+    int32_t *tok_d, *tok = ids_both(N, 0, V, &tok_d);
+    Pair table = pair_fill((size_t)V * D, 1.0f), out = pair_fill((size_t)N * D, 1.0f), dout = pair_fill((size_t)N * D, 1.0f);
+    Pair dtable = pair_fill((size_t)V * D, 1.0f);
+    embedding_forward(out.d, tok_d, table.d, N, D, V);
+    cpu_embedding_forward(out.h, tok, table.h, N, D, V);
+    expect_close("embedding_forward", out);
+    embedding_backward(dtable.d, dout.d, tok_d, N, D, V);
+    cpu_embedding_backward(dtable.h, dout.h, tok, N, D, V);
+    expect_close("embedding_backward (repeated ids)", dtable);
+    embedding_backward(dtable.d, dout.d, tok, N, D, V);  // ids in plain host memory: staged
+    cpu_embedding_backward(dtable.h, dout.h, tok, N, D, V);
+    expect_close("embedding_backward (ids in host memory)", dtable);
+    const int v0 = 10, rows = 12;
+    Pair part = pair_fill((size_t)rows * D, 1.0f), dpart = pair_fill((size_t)rows * D, 1.0f);
+    embedding_forward_range(out.d, tok_d, part.d, N, D, v0, rows);
+    cpu_embedding_forward_range(out.h, tok, part.h, N, D, v0, rows);
+    expect_close("embedding_forward_range", out);
+    embedding_copy_range(out.d, tok_d, table.d, N, D, 0, 9);
+    cpu_embedding_copy_range(out.h, tok, table.h, N, D, 0, 9);
+    expect_close("embedding_copy_range", out);
+    embedding_backward_range(dpart.d, dout.d, tok_d, N, D, v0, rows);
+    cpu_embedding_backward_range(dpart.h, dout.h, tok, N, D, v0, rows);
+    expect_close("embedding_backward_range", dpart);
+    free(tok);
+    buf_free(tok_d);
+    pair_free(table), pair_free(out), pair_free(dout), pair_free(dtable), pair_free(part), pair_free(dpart);
+}
+
+static void test_norm_residual_swiglu(void) {
+    const int N = 29, D = 300, F = 130;
+    Pair x = pair_fill((size_t)N * D, 2.0f), w = pair_fill(D, 1.0f), y = pair_fill((size_t)N * D, 1.0f);
+    Pair rstd = pair_fill(N, 1.0f), dy = pair_fill((size_t)N * D, 1.0f), dx = pair_fill((size_t)N * D, 1.0f);
+    Pair dw = pair_fill(D, 1.0f);
+    rmsnorm_forward(y.d, rstd.d, x.d, w.d, N, D, 1e-5f);
+    cpu_rmsnorm_forward(y.h, rstd.h, x.h, w.h, N, D, 1e-5f);
+    expect_close("rmsnorm_forward out", y);
+    expect_close("rmsnorm_forward rstd", rstd);
+    rmsnorm_backward(dx.d, dw.d, dy.d, x.d, w.d, rstd.d, N, D);
+    cpu_rmsnorm_backward(dx.h, dw.h, dy.h, x.h, w.h, rstd.h, N, D);
+    expect_close("rmsnorm_backward din (+=)", dx);
+    expect_close("rmsnorm_backward dweight (+=)", dw);
+    residual_forward(y.d, y.d, x.d, y.n);  // out aliases a
+    cpu_residual_forward(y.h, y.h, x.h, y.n);
+    expect_close("residual_forward (out = a)", y);
+    Pair gu = pair_fill((size_t)N * 2 * F, 3.0f), o = pair_fill((size_t)N * F, 1.0f), d = pair_fill((size_t)N * F, 1.0f);
+    Pair dgu = pair_fill((size_t)N * 2 * F, 1.0f);
+    swiglu_forward(o.d, gu.d, N, F);
+    cpu_swiglu_forward(o.h, gu.h, N, F);
+    expect_close("swiglu_forward", o);
+    swiglu_backward(dgu.d, d.d, gu.d, N, F);
+    cpu_swiglu_backward(dgu.h, d.h, gu.h, N, F);
+    expect_close("swiglu_backward", dgu);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx), pair_free(dw);
+    pair_free(gu), pair_free(o), pair_free(d), pair_free(dgu);
+}
+
+static void test_rope(void) {
+    const int B = 2, S = 19, H = 4, KV = 2, hd = 16, half = hd / 2;
+    double freq[8];
+    for (int i = 0; i < half; i++) freq[i] = pow(10000.0, -2.0 * i / hd);
+    Pair c = pair_fill((size_t)S * half, 1.0f), s = pair_fill((size_t)S * half, 1.0f);
+    rope_tables(c.d, s.d, S, hd, freq, 5);
+    cpu_rope_tables(c.h, s.h, S, hd, freq, 5);
+    expect_close("rope_tables cos", c);
+    expect_close("rope_tables sin", s);
+    int pos[19];
+    for (int p = 0; p < S; p++) pos[p] = 3 * p + 1;
+    rope_tables_at(c.d, s.d, pos, S, hd, freq);
+    cpu_rope_tables_at(c.h, s.h, pos, S, hd, freq);
+    expect_close("rope_tables_at cos", c);
+    Pair qkv = pair_fill((size_t)B * S * (H + 2 * KV) * hd, 1.0f);
+    rope_forward(qkv.d, c.d, s.d, B, S, H, KV, hd);
+    cpu_rope_forward(qkv.h, c.h, s.h, B, S, H, KV, hd);
+    expect_close("rope_forward", qkv);
+    rope_backward(qkv.d, c.d, s.d, B, S, H, KV, hd);
+    cpu_rope_backward(qkv.h, c.h, s.h, B, S, H, KV, hd);
+    expect_close("rope_backward", qkv);
+    pair_free(c), pair_free(s), pair_free(qkv);
+}
+
+static void test_attention(void) {
+    const int B = 2, S = 70, H = 4, KV = 2, hd = 16, ld = (H + 2 * KV) * hd;  // S > one CPU tile (64)
+    float *scratch = xmalloc((cpu_attention_scratch_floats() + 1) * sizeof(float), "cpu attention scratch");
+    float *gscratch = buf_alloc(MEM_ACTIVATIONS, attention_scratch_floats() * sizeof(float), "gpu scratch");
+    int *pos_h = xmalloc(S * sizeof(int), "pos");
+    for (int p = 0; p < S; p++) pos_h[p] = p;
+    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
+    ops_upload(pos, pos_h, S * sizeof(int));
+    Pair qkv = pair_fill((size_t)B * S * ld, 1.0f), out = pair_fill((size_t)B * S * H * hd, 1.0f);
+    Pair lse = pair_fill((size_t)B * H * S, 1.0f), m = pair_fill((size_t)B * H * S, 1.0f), l = pair_fill((size_t)B * H * S, 1.0f);
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, gscratch);
+    cpu_attention_forward(out.h, lse.h, m.h, l.h, qkv.h, pos_h, B, S, H, KV, hd, scratch);
+    expect_close("attention_forward out", out);
+    expect_close("attention_forward lse", lse);
+    Pair dout = pair_fill(out.n, 1.0f), dqkv = pair_fill(qkv.n, 1.0f), rowdot = pair_fill(lse.n, 1.0f);
+    attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, gscratch);
+    cpu_attention_backward(dqkv.h, rowdot.h, dout.h, qkv.h, out.h, lse.h, pos_h, B, S, H, KV, hd, scratch);
+    expect_close("attention_backward dqkv", dqkv);
+    expect_close("attention_backward rowdot", rowdot);
+    // A ring step: queries at positions 40..109 against a key block at 0..69 (partly
+    // visible), keys and values in their own (B*Sk, 2*KV*hd) buffer; positions from
+    // plain host memory (staged).
+    const int Sk = 70, ldkv = 2 * KV * hd;
+    int *qpos = xmalloc(S * sizeof(int), "qpos"), *kpos = xmalloc(Sk * sizeof(int), "kpos");
+    for (int p = 0; p < S; p++) qpos[p] = 40 + p;
+    for (int p = 0; p < Sk; p++) kpos[p] = p;
+    Pair kv = pair_fill((size_t)B * Sk * ldkv, 1.0f), dkv = pair_fill(kv.n, 1.0f), dq = pair_fill(qkv.n, 1.0f);
+    attention_block_init(out.d, m.d, l.d, B, S, H, hd);
+    cpu_attention_block_init(out.h, m.h, l.h, B, S, H, hd);
+    for (int pass = 0; pass < 2; pass++) {  // two blocks folded in: the running max rescales
+        attention_block_forward(out.d, m.d, l.d, qkv.d, ld, kv.d, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, gscratch);
+        cpu_attention_block_forward(out.h, m.h, l.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, scratch);
+    }
+    expect_close("attention_block_forward m", m);
+    expect_close("attention_block_forward l", l);
+    attention_block_finish(out.d, lse.d, m.d, l.d, B, S, H, hd);
+    cpu_attention_block_finish(out.h, lse.h, m.h, l.h, B, S, H, hd);
+    expect_close("attention_block_finish out", out);
+    expect_close("attention_block_finish lse", lse);
+    attention_rowdot(rowdot.d, dout.d, out.d, B, S, H, hd);
+    cpu_attention_rowdot(rowdot.h, dout.h, out.h, B, S, H, hd);
+    expect_close("attention_rowdot", rowdot);
+    attention_block_backward(dq.d, dkv.d, qkv.d, ld, kv.d, ldkv, 0, KV * hd, dout.d, lse.d, rowdot.d, qpos, kpos, B, S, Sk, H, KV, hd, gscratch);
+    cpu_attention_block_backward(dq.h, dkv.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos, B, S, Sk, H, KV, hd, scratch);
+    expect_close("attention_block_backward dq (+=)", dq);
+    expect_close("attention_block_backward dkv (+=)", dkv);
+    free(scratch), free(pos_h), free(qpos), free(kpos);
+    buf_free(gscratch), buf_free(pos);
+    pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l), pair_free(dout), pair_free(dqkv);
+    pair_free(rowdot), pair_free(kv), pair_free(dkv), pair_free(dq);
+}
+
+static void test_cross_entropy(void) {
+    const int N = 33, V = 1000;
+    int32_t *tgt_d, *tgt = ids_both(N, 0, V, &tgt_d);
+    Pair lg = pair_fill((size_t)N * V, 4.0f);
+    double lc = cpu_cross_entropy_forward(lg.h, tgt, N, V), lgpu = cross_entropy_forward(lg.d, tgt_d, N, V);
+    expect_scalar("cross_entropy_forward loss sum", lgpu, lc);
+    lgpu = cross_entropy_forward_backward(lg.d, tgt_d, N, V, 1.0f / N);
+    lc = cpu_cross_entropy_forward_backward(lg.h, tgt, N, V, 1.0f / N);
+    expect_scalar("cross_entropy_forward_backward loss sum", lgpu, lc);
+    expect_close("cross_entropy_forward_backward dlogits", lg);
+    // A vocabulary shard: ids 400 .. 400+valid-1, padding columns after them.
+    const int Vl = 320, valid = 300, v0 = 400;
+    Pair sh = pair_fill((size_t)N * Vl, 4.0f), mx = pair_fill(N, 1.0f), se = pair_fill(N, 1.0f), tl = pair_fill(N, 1.0f);
+    ce_shard_max(sh.d, N, Vl, valid, mx.d);
+    cpu_ce_shard_max(sh.h, N, Vl, valid, mx.h);
+    expect_close("ce_shard_max", mx);
+    ce_shard_sums(sh.d, tgt_d, N, Vl, valid, v0, mx.d, se.d, tl.d);
+    cpu_ce_shard_sums(sh.h, tgt, N, Vl, valid, v0, mx.h, se.h, tl.h);
+    expect_close("ce_shard_sums sumexp", se);
+    expect_close("ce_shard_sums target logit", tl);
+    double a = ce_shard_finish(sh.d, tgt_d, N, Vl, valid, v0, mx.d, se.d, tl.d, 0.5f, 1);
+    double b = cpu_ce_shard_finish(sh.h, tgt, N, Vl, valid, v0, mx.h, se.h, tl.h, 0.5f, 1);
+    expect_scalar("ce_shard_finish loss sum", a, b);
+    expect_close("ce_shard_finish dlogits (padding 0)", sh);
+    free(tgt);
+    buf_free(tgt_d);
+    pair_free(lg), pair_free(sh), pair_free(mx), pair_free(se), pair_free(tl);
+}
+
+static void test_optimizer(void) {
+    const size_t n = 100003;
+    Pair x = pair_fill(n, 1.0f);
+    double a = sum_squares(x.d, n), b = cpu_sum_squares(x.h, n);
+    expect_scalar("sum_squares", a, b);
+    CHECK(sum_squares(x.d, n) == a, "sum_squares twice: bit-identical");
+    scale_inplace(x.d, n, 0.37f);
+    cpu_scale_inplace(x.h, n, 0.37f);
+    expect_close("scale_inplace", x);
+    Pair p = pair_fill(n, 1.0f), g = pair_fill(n, 0.01f), m = pair_fill(n, 0.001f), v = pair_fill(n, 0.0f);
+    for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]) + 1e-6f;
+    ops_upload(v.d, v.h, n * sizeof(float));
+    for (int t = 1; t <= 3; t++) {
+        adamw_update(p.d, g.d, m.d, v.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        cpu_adamw_update(p.h, g.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    expect_close("adamw_update param (3 steps)", p);
+    expect_close("adamw_update m", m);
+    expect_close("adamw_update v", v);
+    pair_free(x), pair_free(p), pair_free(g), pair_free(m), pair_free(v);
+}
+
+int main(void) {
+    ops_init();  // dies, saying so, without a GPU
+    // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
+    // built against the CPU objects (tests/shell/test_cuda_build.sh) it compares the
+    // CPU with itself: a check of the driver, not of a backend.
+    CHECK(!strcmp(cpu_ops_backend_name(), "cpu"), "the %s backend against the cpu one", ops_backend_name());
+    test_buffers();
+    test_matmul();
+    test_embedding();
+    test_norm_residual_swiglu();
+    test_rope();
+    test_attention();
+    test_cross_entropy();
+    test_optimizer();
+    return check_summary();
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tests/gpu/train_parity.sh — training on the GPU against the CPU (issue 14), run by
+# tests/gpu/run.sh: the parity problem of tests/shell/test_parity.sh (tiny model, 8
+# sequences x 32 tokens, 10 steps) trained by ./femtotron on the CPU and by
+# ./femtotron-cuda in fp32:
+#   1. one rank: every step's loss and gradient norm within 1e-5 relative of the CPU;
+#   2. the same GPU run twice: losses and gradient norms bit-identical (determinism);
+#   3. the GPU run's memory line equals the planner's prediction, per category;
+#   4. two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence parallel): within
+#      1e-5 of the CPU's one rank.
+# Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN and GPU_ARGS replace the CUDA
+# binary and its device keys, PLAN_MEMORY the predictor: GPU_BIN=./femtotron
+# GPU_ARGS= PLAN_MEMORY=build/tests/plan_memory_main checks this script on the CPU
+# alone (tests/shell/test_cuda_build.sh does).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CPU_BIN=${CPU_BIN:-./femtotron}
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+read -r -a GPU_ARGS <<<"${GPU_ARGS---training.device cuda --training.precision fp32}"
+read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
+# The CUDA build's predictor: its attention needs no per-thread scratch tiles.
+PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+failed() { echo "FAIL $*"; fail=1; }
+[ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
+
+cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
+"$CPU_BIN" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||
+    { failed "prepare corpus: $(tail -3 "$tmp/prepare.log")"; exit 1; }
+common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
+        --model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
+        --model.num_attention_heads 4 --model.num_key_value_heads 2
+        --training.seq_length 32 --training.global_batch_size 8 --training.steps 10
+        --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
+        --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
+
+# run NAME NP BIN ARGS...: train, metrics in $tmp/NAME.jsonl, output in $tmp/NAME.log
+run() {
+    local name=$1 np=$2 bin=$3; shift 3
+    timeout -k 10 300 "${MPIRUN[@]}" -np "$np" "$bin" train "${common[@]}" "$@" --logging.verbose true \
+        --logging.metrics "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+        { failed "$name: exit $?: $(tail -3 "$tmp/$name.log")"; return 1; }
+}
+
+# compare A B TOL: every step's loss and grad_norm of B within TOL of A (0: equal bits)
+compare() {
+    /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def steps(p):
+    return [r for r in map(json.loads, open(p)) if "loss" in r and "grad_norm" in r]
+a, b, tol = steps(sys.argv[1]), steps(sys.argv[2]), float(sys.argv[3])
+if len(a) != 10 or len(b) != 10:
+    print("%d and %d steps logged, expected 10" % (len(a), len(b))); sys.exit(1)
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm"):
+        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
+        worst = max(worst, d)
+        if (tol == 0 and x[k] != y[k]) or d > tol:
+            print("step %d %s %.17g vs %.17g (rel %.3g)" % (x["step"], k, y[k], x[k], d)); sys.exit(1)
+print("10 steps, worst relative difference %.3g" % worst)
+PY
+}
+
+run cpu 1 "$CPU_BIN" || exit 1
+if run gpu 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
+    if r=$(compare "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" 1e-5); then echo "PASS one rank on the GPU equals the CPU within 1e-5: $r"
+    else failed "one rank on the GPU against the CPU: $r"; fi
+    if run gpu_again 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
+        if r=$(compare "$tmp/gpu.jsonl" "$tmp/gpu_again.jsonl" 0); then echo "PASS the GPU run twice: bit-identical losses and gradient norms"
+        else failed "the GPU run twice differs: $r"; fi
+    fi
+    pred=$("$PLAN_MEMORY" --world 1 "${common[@]}" 2>&1 | grep '^memory bytes' | sed 's/ *$//')
+    got=$(grep '^memory bytes' "$tmp/gpu.log" | sed 's/ *$//')
+    if [ -n "$got" ] && [ "$pred" = "$got" ]; then echo "PASS the GPU run's memory line equals the planner's: $got"
+    else failed "memory: predicted '$pred', allocated '$got'"; fi
+fi
+for row in "dp2_zero1:--parallel.dp 2 --parallel.zero 1 --training.micro_batch_size 4" \
+           "tp2_sp:--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch_size 8"; do
+    name=${row%%:*}
+    read -r -a args <<<"${row#*:}"
+    if run "$name" 2 "$GPU_BIN" "${GPU_ARGS[@]}" "${args[@]}"; then
+        if r=$(compare "$tmp/cpu.jsonl" "$tmp/$name.jsonl" 1e-5); then echo "PASS $name, 2 ranks sharing the GPU, equals the CPU's one rank within 1e-5: $r"
+        else failed "$name on the GPU against the CPU: $r"; fi
+    fi
+done
+exit $fail

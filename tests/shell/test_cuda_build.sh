@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# tests/shell/test_cuda_build.sh — the CUDA build (issue 14) on a machine that may
+# have no GPU: `make cuda` compiles src/ops/*.cu with nvcc (sm_90a and sm_80, host
+# and device warnings as errors) into a fresh directory and links
+# ./femtotron-cuda and the GPU test driver against cudart and cuBLASLt; a warning
+# fails nvcc's flags; the binary holds sm_80 and sm_90a code; where there is no GPU
+# it stops at once saying so; the GPU driver's comparisons work (built against the
+# CPU kernels, the CPU against itself, and a wrong value caught), and so does
+# tests/gpu/train_parity.sh (the CPU binary in the GPU's place); the CPU binary
+# refuses training.device cuda and precision bf16, naming what to build. Where nvcc
+# is absent it prints SKIP and passes: nothing CUDA can be checked there.
+. "$(dirname "$0")/lib.sh"
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+
+# The CPU binary's refusals need no CUDA at all.
+out=$("$FT" train --data.train "$tmp/none.bin" --training.device cuda 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && grep -q "CPU build" <<<"$out" && grep -q "make cuda" <<<"$out" && grep -q "femtotron-cuda" <<<"$out"; then
+    pass "the CPU binary refuses training.device cuda, naming make cuda and ./femtotron-cuda"
+else
+    failed "CPU binary with training.device cuda: exit $rc: $out"
+fi
+out=$("$FT" train --data.train "$tmp/none.bin" --training.precision bf16 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && grep -q "training.precision = bf16 needs training.device = cuda" <<<"$out"; then
+    pass "the CPU binary refuses training.precision bf16"
+else
+    failed "CPU binary with training.precision bf16: exit $rc: $out"
+fi
+
+if [ ! -x "$NVCC" ]; then
+    echo "SKIP no nvcc at $NVCC: the CUDA build was not checked (install the CUDA toolkit to check it)"
+    exit $fail
+fi
+
+# 1. A fresh build of the CUDA objects (the C objects are the CPU build's).
+t0=$SECONDS
+if make -s NVCC="$NVCC" CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
+    n=$(ls src/ops/*.cu | wc -l)
+    pass "make cuda: $n .cu files compiled by nvcc and linked into ./femtotron-cuda and the GPU driver ($((SECONDS - t0)) s)"
+else
+    failed "make cuda: $(tail -20 "$tmp/make.log")"
+    exit 1
+fi
+
+# 2. nvcc's flags make a warning an error (host side and device side).
+printf '__global__ void k(float *x) { int unused; x[0] = 1.0f; }\n' >"$tmp/warn.cu"
+read -r -a flags <<<"$(make -s nvcc-flags)"
+if ! "$NVCC" "${flags[@]}" -c -o "$tmp/warn.o" "$tmp/warn.cu" >"$tmp/warn.log" 2>&1 &&
+    grep -q "unused" "$tmp/warn.log"; then
+    pass "an unused variable in a .cu file fails the build (warnings are errors)"
+else
+    failed "a warning did not fail nvcc with the build's flags: $(cat "$tmp/warn.log")"
+fi
+
+# 3. The architectures and the libraries.
+# Each cubin of each .cu object keeps the ptxas options it was built with
+# ("-arch sm_90a -m 64 -Werror"; read with strings: cuobjdump is not in every
+# toolkit install).
+n_cu=$(ls src/ops/*.cu | wc -l)
+n80=$(strings -a ./femtotron-cuda | grep -c -- '-arch sm_80 ')
+n90=$(strings -a ./femtotron-cuda | grep -c -- '-arch sm_90a ')
+if [ "$n80" -eq "$n_cu" ] && [ "$n90" -eq "$n_cu" ]; then
+    pass "femtotron-cuda holds sm_80 and sm_90a code for each of its $n_cu .cu files"
+else
+    failed "femtotron-cuda: sm_80 code from $n80 and sm_90a from $n90 of $n_cu .cu files"
+fi
+libs=$(ldd ./femtotron-cuda | grep -o 'lib\(cudart\|cublasLt\)[^ ]*' | sort -u | tr '\n' ' ')
+if grep -q cudart <<<"$libs" && grep -q cublasLt <<<"$libs"; then
+    pass "femtotron-cuda links $libs"
+else
+    failed "femtotron-cuda does not link cudart and cublasLt: $(ldd ./femtotron-cuda)"
+fi
+
+# 4. No GPU here: the binary says so at once and fails.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "SKIP a GPU is present: the no-GPU message was not checked (tests/gpu/run.sh runs the GPU tests)"
+else
+    out=$(./femtotron-cuda train --data.train "$tmp/none.bin" 2>&1)
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q "no usable NVIDIA GPU" <<<"$out" && grep -q "./femtotron" <<<"$out"; then
+        pass "without a GPU ./femtotron-cuda stops at once: $out"
+    else
+        failed "./femtotron-cuda without a GPU: exit $rc: $out"
+    fi
+fi
+
+# 5. The GPU driver's comparisons, checked on the CPU kernels (CPU against CPU).
+if make -s build/tests/gpu_ops_cpu >"$tmp/make2.log" 2>&1 && ./build/tests/gpu_ops_cpu >"$tmp/self.log" 2>&1; then
+    pass "the GPU driver against the CPU kernels: $(tail -1 "$tmp/self.log") (a wrong value caught)"
+else
+    failed "the GPU driver against the CPU kernels: $(grep FAIL "$tmp/self.log" | head -5) $(tail -5 "$tmp/make2.log")"
+fi
+
+# 6. tests/gpu/train_parity.sh's comparisons, checked with the CPU binary in the
+# GPU's place (the memory predictor the CPU's).
+if GPU_BIN=$FT GPU_ARGS= PLAN_MEMORY=build/tests/plan_memory_main bash tests/gpu/train_parity.sh >"$tmp/tp.log" 2>&1 &&
+    [ "$(grep -c '^PASS ' "$tmp/tp.log")" -eq 5 ]; then
+    pass "tests/gpu/train_parity.sh with the CPU binary in the GPU's place: 5 checks pass"
+else
+    failed "tests/gpu/train_parity.sh with the CPU binary: $(grep -v '^PASS' "$tmp/tp.log" | head -5)"
+fi
+exit $fail
