@@ -176,3 +176,29 @@ extern "C" void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_
                                  cols * sizeof(float), rows, cudaMemcpyDefault, g_stream));
     cuda_done("copy_rows_f32");
 }
+
+// Row permutations (ops.h): one thread per element of the (n, cols) block; idx is
+// a permutation, so no two threads write the same element.
+__global__ static void k_gather_rows(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n * cols) dst[i] = src[(size_t)idx[i / cols] * cols + i % cols];
+}
+
+__global__ static void k_scatter_rows(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n * cols) dst[(size_t)idx[i / cols] * cols + i % cols] = src[i];
+}
+
+extern "C" void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    if (n == 0 || cols == 0) return;
+    const int32_t *d = cuda_device_ints(idx, n, 0);
+    k_gather_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, g_stream>>>(dst, src, d, n, cols);
+    cuda_done("gather_rows_f32");
+}
+
+extern "C" void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
+    if (n == 0 || cols == 0) return;
+    const int32_t *d = cuda_device_ints(idx, n, 0);
+    k_scatter_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, g_stream>>>(dst, src, d, n, cols);
+    cuda_done("scatter_rows_f32");
+}

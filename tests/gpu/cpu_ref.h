@@ -18,6 +18,8 @@
 #define move_f32 cpu_move_f32
 #define zero_f32 cpu_zero_f32
 #define copy_rows_f32 cpu_copy_rows_f32
+#define gather_rows_f32 cpu_gather_rows_f32
+#define scatter_rows_f32 cpu_scatter_rows_f32
 #define matmul_forward cpu_matmul_forward
 #define matmul_forward_ld cpu_matmul_forward_ld
 #define matmul_backward cpu_matmul_backward
@@ -70,6 +72,8 @@
 #undef move_f32
 #undef zero_f32
 #undef copy_rows_f32
+#undef gather_rows_f32
+#undef scatter_rows_f32
 #undef matmul_forward
 #undef matmul_forward_ld
 #undef matmul_backward

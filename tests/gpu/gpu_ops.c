@@ -102,6 +102,17 @@ static void test_buffers(void) {
     copy_rows_f32(c.d + 3, 40, a.d + 1, 33, 20, 17);
     cpu_copy_rows_f32(c.h + 3, 40, a.h + 1, 33, 20, 17);
     expect_close("copy_rows_f32", c);
+    {  // row permutations (the MoE dispatch): rows of 17, a fixed permutation of 20
+        int32_t *perm = buf_alloc(MEM_ACTIVATIONS, 20 * sizeof(int32_t), "permutation");  // (20)
+        for (int r = 0; r < 20; r++) perm[r] = (r * 7 + 3) % 20;
+        gather_rows_f32(c.d, a.d, perm, 20, 17);
+        cpu_gather_rows_f32(c.h, a.h, perm, 20, 17);
+        expect_close("gather_rows_f32", c);
+        scatter_rows_f32(c.d, a.d, perm, 20, 17);
+        cpu_scatter_rows_f32(c.h, a.h, perm, 20, 17);
+        expect_close("scatter_rows_f32", c);
+        buf_free(perm);
+    }
     pair_free(a);
     pair_free(c);
 }
