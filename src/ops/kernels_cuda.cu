@@ -140,8 +140,10 @@ extern "C" void rmsnorm_forward(float *out, float *rstd, const float *in, const 
 extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,
                                  const float *rstd, int N, int D) {
     if (N <= 0) return;
-    k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, in, weight, rstd, D);
-    k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, in, rstd, N, D);
+    // Either half may be skipped (ops.h: din or dweight NULL, the split backward).
+    if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, in, weight, rstd, D);
+    if (dweight)
+        k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, in, rstd, N, D);
     cuda_done("rmsnorm_backward");
 }
 
