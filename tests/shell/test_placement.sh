@@ -5,8 +5,9 @@
 # node order), Llama-3.1-70B dp 4 x pp 4 x tp 8: the placement keeps every
 # data-parallel ring (the most bytes) inside one rack, says how much link time it
 # saves, and writes a rankfile and a Slurm host list that give each node its 8
-# ranks. Then `train` on the placement: a 2-node matrix named after this host, the
-# printed `mpirun --rankfile` command trains dp 2.
+# ranks. `bench links` on 3 ranks of this host: a full matrix, written into an
+# existing profile. Then `train` on the placement: the matrix bench links measured
+# on 2 ranks of this host, the printed `mpirun --rankfile` command trains dp 2.
 . "$(dirname "$0")/lib.sh"
 read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root --bind-to none}"
 export OMP_NUM_THREADS=1
@@ -81,7 +82,22 @@ cat >"$tmp/run.json" <<JSON
               "peak_flops": 1e9},
  "logging": {"every": 1}}
 JSON
-links 2 "$(hostname)" >"$tmp/links2.json"
+# Measured: bench links on 3 ranks writes a full matrix into an existing profile
+# (its other keys kept; plan's links_load refuses a zero bandwidth off the
+# diagonal, so every pair was measured); the 2-rank measurement is what the run below is placed on.
+echo '{"name": "kept"}' >"$tmp/links3.json"
+if "${MPIRUN[@]}" -np 3 "$FT" bench links --output "$tmp/links3.json" --bytes 262144 >"$tmp/b3.out" 2>&1 &&
+   grep -q '"name":[[:space:]]*"kept"' "$tmp/links3.json" &&
+   "$FT" plan --model smollm-135m --gpus 3 --gpus-per-node 1 --hardware h100 --seq-length 32 --global-batch-tokens 96 \
+       --layout dp=3 --links "$tmp/links3.json" --placement "$tmp/three" >"$tmp/p3.out" 2>&1 &&
+   grep -q '^placement on 3 measured nodes' "$tmp/p3.out" && [ "$(wc -l <"$tmp/three.rankfile")" = 3 ]; then
+    pass "bench links on 3 ranks: $(head -1 "$tmp/b3.out" | cut -c1-120); plan --links places dp 3 on it"
+else failed "bench links 3 ranks: $(tr '\n' ' ' <"$tmp/b3.out" | cut -c1-300) $(tr '\n' ' ' <"$tmp/p3.out" 2>/dev/null | cut -c1-200)"; fi
+if "${MPIRUN[@]}" -np 1 "$FT" bench links --output "$tmp/one.json" >"$tmp/b1.out" 2>&1; then
+    failed "bench links on 1 rank exited 0"
+elif grep -q 'needs at least 2 ranks, one per node' "$tmp/b1.out"; then pass "bench links on 1 rank: $(grep -o 'needs.*' "$tmp/b1.out" | head -1)"
+else failed "bench links 1 rank: $(tr '\n' ' ' <"$tmp/b1.out" | cut -c1-300)"; fi
+"${MPIRUN[@]}" -np 2 "$FT" bench links --output "$tmp/links2.json" --bytes 262144 >/dev/null 2>&1
 "$FT" plan --model smollm-135m --gpus 2 --gpus-per-node 1 --hardware h100 --seq-length 32 --global-batch-tokens 256 \
     --layout dp=2,mbs=2 --links "$tmp/links2.json" --placement "$tmp/two" >"$tmp/two.out" 2>&1
 cmd=$(grep -A1 '^train it (Open MPI):' "$tmp/two.out" | tail -1 | sed 's/^ *mpirun //')

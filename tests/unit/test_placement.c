@@ -2,7 +2,8 @@
 // the cost by hand (a ring is as slow as its slowest hop, a dimension as its
 // slowest ring, hops inside a node free), the search against brute force on every
 // small case it can enumerate, the rankfile and Slurm host list, the JSON round
-// trip of the matrix, and a clear death for a matrix that does not match the grid.
+// trip of the matrix, a clear death for a matrix that does not match the grid, and
+// the schedule of `bench links` (every pair once, in rounds of disjoint pairs).
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "check.h"
 #include "run_child.h"
+#include "bench/links.h"
 #include "plan/placement.h"
 #include "util.h"
 
@@ -182,6 +184,28 @@ static void test_files(void) {
     links_free(&m);
 }
 
+
+static void test_link_schedule(void) {
+    int ok = 1, max_rounds_ok = 1;
+    for (int n = 2; n <= 41 && ok; n++) {
+        const int rounds = n + (n & 1) - 1;
+        int *met = xcalloc(sizeof(int) * (size_t)n * n, "test");  // (n, n)
+        for (int r = 0; r < rounds; r++)
+            for (int i = 0; i < n; i++) {
+                int j = links_partner(n, r, i);
+                if (j < 0) continue;
+                if (j >= n || j == i || links_partner(n, r, j) != i) ok = 0;  // disjoint, symmetric pairs
+                met[(size_t)i * n + j]++;
+            }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                if (i != j && met[(size_t)i * n + j] != 1) ok = 0;  // every pair exactly once
+        if (rounds > n) max_rounds_ok = 0;
+        free(met);
+    }
+    CHECK(ok && max_rounds_ok, "bench links schedule: for 2..41 ranks every pair meets once, in at most n rounds of disjoint pairs");
+}
+
 static void child_mismatch(void *ctx) {
     (void)ctx;
     LinkMatrix m;
@@ -222,6 +246,7 @@ int main(void) {
         return 2;
     }
     test_errors();
+    test_link_schedule();
     test_cost_by_hand();
     test_against_brute_force();
     test_scales();
