@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/shell/test_links_shaped.sh — `femtotron bench links` on shaped links (issue 22
+# item 3, first half). Four hosts are built on this machine from network namespaces
+# joined by veth links to a bridge, each with its own address and hostname, as in
+# test_hosts.sh; each host's egress is shaped per destination with tc (htb classes
+# filtered by destination address): h1<->h2 and h3<->h4 at 400 Mbit/s, every other
+# pair at 100 Mbit/s (latency is not shaped: this machine's kernel has no netem
+# qdisc). bench links runs one rank per host (Open MPI over TCP, the launcher agent entering a host's namespace where a cluster would use ssh), and
+# every measured bandwidth must be within 10% of its shaped rate (the rate itself:
+# veth hands the shaper TCP segments of up to 64 KiB, segmentation offload, so
+# headers are a fraction of a percent of the bytes it counts). Then
+# `plan --links` on the measured matrix, 4 nodes of 1 rank, dp 2 x pp 2: the
+# placement must pair the fast links into the data-parallel rings.
+# Without the privilege to make namespaces or shape links it says so in one line
+# and checks nothing.
+. "$(dirname "$0")/lib.sh"
+id=$$
+BR=ftl$id
+NS=(ftl${id}a ftl${id}b ftl${id}c ftl${id}d)
+if ! ip netns add "${NS[0]}" 2>/dev/null; then
+    echo "SKIP links_shaped: cannot create network namespaces here (needs root or CAP_NET_ADMIN and iproute2)"
+    exit 0
+fi
+cleanup() {
+    for ns in "${NS[@]}"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+        ip netns del "$ns" 2>/dev/null
+        ip link del "${ns}r" 2>/dev/null
+    done
+    ip link del "$BR" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+NET=10.78.$((id % 200))
+for ns in "${NS[@]:1}"; do ip netns add "$ns" || { failed "links_shaped: cannot add namespace $ns"; exit 1; }; done
+ip link add "$BR" type bridge && ip addr add "$NET.254/24" dev "$BR" && ip link set "$BR" up ||
+    { failed "links_shaped: cannot build the bridge"; exit 1; }
+for h in 1 2 3 4; do
+    ns=${NS[$((h - 1))]}
+    ip link add "${ns}r" type veth peer name eth0 netns "$ns" && ip link set "${ns}r" master "$BR" up &&
+        ip netns exec "$ns" ip addr add "$NET.$h/24" dev eth0 && ip netns exec "$ns" ip link set eth0 up &&
+        ip netns exec "$ns" ip link set lo up || { failed "links_shaped: cannot wire host $h"; exit 1; }
+done
+# Shaped rate (Mbit/s) from host i to host j.
+rate() { if { [ "$1" -le 2 ] && [ "$2" -le 2 ]; } || { [ "$1" -ge 3 ] && [ "$2" -ge 3 ]; }; then echo 400; else echo 100; fi; }
+for i in 1 2 3 4; do
+    ns=${NS[$((i - 1))]}
+    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 99 2>"$tmp/tc.err"; then
+        echo "SKIP links_shaped: cannot shape links with tc here: $(head -1 "$tmp/tc.err")"
+        exit 0
+    fi
+    ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:99 htb rate 10gbit 2>/dev/null
+    for j in 1 2 3 4; do
+        [ "$i" = "$j" ] && continue
+        r=$(rate "$i" "$j")
+        ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:$j htb rate ${r}mbit ceil ${r}mbit burst 64k cburst 64k 2>/dev/null &&
+            ip netns exec "$ns" tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst "$NET.$j/32" flowid 1:$j ||
+            { failed "links_shaped: cannot shape $i -> $j"; exit 1; }
+    done
+done
+cat >"$tmp/agent" <<EOF
+#!/bin/sh
+host=\$1; shift
+case \$host in h1) ns=${NS[0]} ;; h2) ns=${NS[1]} ;; h3) ns=${NS[2]} ;; h4) ns=${NS[3]} ;; *) echo "agent: unknown host \$host" >&2; exit 1 ;; esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host; \$*"
+EOF
+chmod +x "$tmp/agent"
+printf 'h1 slots=1\nh2 slots=1\nh3 slots=1\nh4 slots=1\n' >"$tmp/hosts"
+CLUSTER=(mpirun --allow-run-as-root --oversubscribe --hostfile "$tmp/hosts" -np 4 --map-by ppr:1:node
+         --bind-to none --mca plm_rsh_agent "$tmp/agent" --mca btl tcp,self
+         --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24")
+FTA=$(cd "$(dirname "$FT")" && pwd)/$(basename "$FT")
+t0=$(date +%s.%N)
+if ! timeout 300 "${CLUSTER[@]}" "$FTA" bench links --output "$tmp/links.json" --bytes 2097152 --reps 3 >"$tmp/bench.log" 2>&1; then
+    failed "links_shaped: bench links failed: $(tail -5 "$tmp/bench.log" | tr '\n' ' ' | cut -c1-300)"; exit 1
+fi
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+# The matrix in rank order (names from the file): measured against shaped, bytes/s.
+report=$(awk -v payload=1000 '
+    { text = text $0 } END {
+        names = text; sub(/.*"nodes":[^\[]*\[/, "", names); sub(/\].*/, "", names); gsub(/[" \t]/, "", names)
+        n = split(names, nm, ",")
+        bw = text; sub(/.*"bw":[^\[]*\[/, "", bw); sub(/"lat".*/, "", bw)
+        gsub(/[ \t\[\]]/, "", bw); sub(/,*$/, "", bw); k = split(bw, v, ",")
+        worst = 0; out = ""
+        for (i = 1; i <= n; i++) for (j = 1; j <= n; j++) if (i != j) {
+            hi = substr(nm[i], 2) + 0; hj = substr(nm[j], 2) + 0
+            fast = (hi <= 2 && hj <= 2) || (hi >= 3 && hj >= 3)
+            want = (fast ? 400 : 100) * 1e6 / 8 * payload / 1000
+            got = v[(i - 1) * n + j]; e = (got - want) / want; if (e < 0) e = -e
+            if (e > worst) worst = e
+            out = out sprintf(" %s>%s %.1f/%.1f", nm[i], nm[j], got / 1e6, want / 1e6)
+        }
+        printf "%d %.3f%s", n * n == k ? n : -1, worst, out }' "$tmp/links.json")
+n=${report%% *}; rest=${report#* }; worst=${rest%% *}
+if [ "$n" = 4 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.10) }'; then
+    pass "links_shaped: bench links on 4 shaped hosts in ${secs} s: every pair within $(awk -v w="$worst" 'BEGIN { printf "%.1f", 100 * w }')% of its shaped rate (measured/shaped MB/s:${rest#* })"
+else
+    failed "links_shaped: measured vs shaped (MB/s), worst $worst, n $n:${rest#* }"
+fi
+# The placement pairs the fast links into the data-parallel rings (dp 2 x pp 2 over
+# 4 nodes of 1 rank: the dp groups are slots {0,2} and {1,3}, the pp chains {0,1},
+# {2,3}; with ZeRO-1 a 70B-sized rank's gradients outweigh the pipeline's
+# activations, so each dp pair must be h1,h2 or h3,h4).
+"$FT" plan --model llama-3.1-70b --gpus 4 --gpus-per-node 1 --hardware h100 --seq-length 8192 \
+    --global-batch-tokens 262144 --layout dp=2,pp=2,tp=1,mbs=1,zero=1,sched=1f1b --memory-gb 100000 \
+    --links "$tmp/links.json" --placement "$tmp/place" >"$tmp/plan.out" 2>&1
+read -r -a h <<< "$(tr '\n' ' ' <"$tmp/place.hosts" 2>/dev/null)"
+same() { { [ "${1#h}" -le 2 ] && [ "${2#h}" -le 2 ]; } || { [ "${1#h}" -ge 3 ] && [ "${2#h}" -ge 3 ]; }; }
+if [ "${#h[@]}" = 4 ] && same "${h[0]}" "${h[2]}" && same "${h[1]}" "${h[3]}"; then
+    pass "links_shaped: plan --links puts the dp rings on the fast pairs: slots ${h[*]}; $(grep -o 'communication between.*' "$tmp/plan.out")"
+else failed "links_shaped: placement '${h[*]}': $(tr '\n' ' ' <"$tmp/plan.out" | cut -c1-300)"; fi
+exit $fail
