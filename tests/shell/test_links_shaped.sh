@@ -5,8 +5,8 @@
 # test_hosts.sh; each host's egress is shaped per destination with tc (htb classes
 # filtered by destination address): h1<->h2 and h3<->h4 at 400 Mbit/s, every other
 # pair at 100 Mbit/s (latency is not shaped: this machine's kernel has no netem
-# qdisc). bench links runs one rank per host (Open MPI over TCP, the launcher agent entering a host's namespace where a cluster would use ssh), and
-# every measured bandwidth must be within 10% of its shaped rate (the rate itself:
+# qdisc). bench links runs one rank per host (Open MPI over TCP, the launcher
+# agent entering a host's namespace where a cluster would use ssh), and every measured bandwidth must be within 10% of its shaped rate (the rate itself:
 # veth hands the shaper TCP segments of up to 64 KiB, segmentation offload, so
 # headers are a fraction of a percent of the bytes it counts). Then
 # `plan --links` on the measured matrix, 4 nodes of 1 rank, dp 2 x pp 2: the
