@@ -1,6 +1,6 @@
 // main.c — femtotron's command line: one subcommand per job.
 //
-// Only `train` and `bench calibrate` are MPI programs; MPI is started for them
+// Only `train`, `bench calibrate` and `bench links` are MPI programs; MPI is started for them
 // alone. prepare, plan, generate, plot and bench peak run as one process: without a
 // launcher, and with a command line of any length (Open MPI's initialisation copies the
 // arguments and fails past a few thousand input files). Started by a launcher as
@@ -34,7 +34,8 @@ static void usage(void) {
 static bool needs_mpi(int argc, char **argv) {
     if (argc < 2) return false;
     if (strcmp(argv[1], "train") == 0) return true;
-    return strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "calibrate") == 0;
+    return strcmp(argv[1], "bench") == 0 && argc > 2 &&
+           (strcmp(argv[2], "calibrate") == 0 || strcmp(argv[2], "links") == 0);
 }
 
 int main(int argc, char **argv) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench/calibrate.h"
+#include "bench/links.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -51,7 +52,12 @@ static void bench_usage(void) {
            "  attention rate curves, memory bandwidth, peak, alpha-beta fits of all-reduce,\n"
            "  reduce-scatter, all-gather and p2p) and writes it as JSON (default\n"
            "  profile.json); threads per rank default to the cores bound to the rank, else\n"
-           "  the node's cores divided among its ranks. --quick: a few seconds.\n");
+           "  the node's cores divided among its ranks. --quick: a few seconds.\n\n"
+           "usage: mpirun -np NODES --map-by ppr:1:node femtotron bench links [--output FILE] [--bytes B] [--reps R]\n"
+           "  Measures bandwidth and latency between every pair of ranks (one per node) in\n"
+           "  n-1 rounds of disjoint pairs, and writes the matrix into FILE's \"links\" object\n"
+           "  (default profile.json, other keys kept) for `femtotron plan --links FILE`.\n"
+           "  B: message bytes (default 8 MiB), R: repeats per direction (default 3).\n");
 }
 
 int bench_main(int argc, char **argv) {
@@ -60,7 +66,8 @@ int bench_main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     if (strcmp(argv[1], "calibrate") == 0) return bench_calibrate_main(argc - 1, argv + 1);
-    if (strcmp(argv[1], "peak") != 0) die("bench: unknown benchmark \"%s\" (try: peak, calibrate)", argv[1]);
+    if (strcmp(argv[1], "links") == 0) return bench_links_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "peak") != 0) die("bench: unknown benchmark \"%s\" (try: peak, calibrate, links)", argv[1]);
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n = 2048;
     double seconds = 2.0;
     for (int i = 2; i < argc; i++) {

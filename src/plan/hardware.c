@@ -20,10 +20,20 @@
 // refined by measurement (`femtotron bench calibrate` on the real machine).
 // Links are per GPU and per direction: NVLink inside a node, InfiniBand across.
 //
-//          peak FLOP/s  memory B  HBM B/s   NVLink B/s  IB B/s   GPUs/node
-//   h100   989e12       80e9      3.35e12   450e9       50e9     8   (IB 400 Gb/s)
-//   h200   989e12       141e9     4.8e12    450e9       50e9     8   (IB 400 Gb/s)
-//   a100   312e12       80e9      2.0e12    300e9       25e9     8   (NVLink3, HDR 200 Gb/s)
+//          peak FLOP/s  memory B   HBM B/s   NVLink B/s  IB B/s   GPUs/node
+//   h100   989e12       81559 MiB  3.35e12   450e9       50e9     8   (IB 400 Gb/s)
+//   h200   989e12       143771 MiB 4.8e12    450e9       50e9     8   (IB 400 Gb/s)
+//   a100   312e12       81920 MiB  2.0e12    300e9       25e9     8   (NVLink3, HDR 200 Gb/s)
+//
+//   Memory is what the device reports (nvidia-smi's total): the "80 GB" parts
+//   carry 80 GiB of HBM (five 16 GiB stacks), not 80e9 bytes, and the 141 GB
+//   H200 is 140.4 GiB.
+//   Links are priced at what collectives attain on them, not the line rate:
+//   NCCL's reduce-scatter/all-gather bus bandwidth over NVSwitch reaches about
+//   80% of the NVLink figure (~360 of 450 GB/s on H100, ~240 of 300 on A100:
+//   protocol headers, the SMs' copy engines, the switch), and over InfiniBand or
+//   RoCE about 90% of the NIC's line rate (45 of 50, 22.5 of 25 GB/s).
+//   LINK_INTRA and LINK_INTER below hold these fractions.
 //
 //   latency per message step: 5 us inside a node, 10 us across nodes
 //
@@ -40,10 +50,11 @@ typedef struct {
 } Builtin;
 
 static const Builtin BUILTINS[] = {
-    {"h100", 989e12, 80e9, 3.35e12, 450e9, 50e9, 8},
-    {"h200", 989e12, 141e9, 4.8e12, 450e9, 50e9, 8},
-    {"a100", 312e12, 80e9, 2.0e12, 300e9, 25e9, 8},
+    {"h100", 989e12, 81559.0 * 1048576, 3.35e12, 450e9, 50e9, 8},
+    {"h200", 989e12, 143771.0 * 1048576, 4.8e12, 450e9, 50e9, 8},
+    {"a100", 312e12, 81920.0 * 1048576, 2.0e12, 300e9, 25e9, 8},
 };
+static const double LINK_INTRA = 0.8, LINK_INTER = 0.9;  // attained / line rate
 static const double INTRA_LAT = 5e-6, INTER_LAT = 1e-5;
 
 static const double GEMM_WORK[] = {1e8, 1e9, 1e10, 1e11, 1e12};
@@ -75,8 +86,8 @@ int hardware_builtin(Hardware *hw, const char *name) {
         fill_curve(&hw->gemm, GEMM_WORK, GEMM_FRAC, COUNT(GEMM_WORK), b->peak);
         fill_curve(&hw->attn_fwd, ATTN_WORK, ATTN_FWD_FRAC, COUNT(ATTN_WORK), b->peak);
         fill_curve(&hw->attn_bwd, ATTN_WORK, ATTN_BWD_FRAC, COUNT(ATTN_WORK), b->peak);
-        hw->intra_bw = b->intra_bw;
-        hw->inter_bw = b->inter_bw;
+        hw->intra_bw = LINK_INTRA * b->intra_bw;
+        hw->inter_bw = LINK_INTER * b->inter_bw;
         hw->intra_lat = INTRA_LAT;
         hw->inter_lat = INTER_LAT;
         hw->gpus_per_node = b->gpus_per_node;

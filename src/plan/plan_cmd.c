@@ -12,6 +12,7 @@
 
 #include "dist/comm.h"
 #include "plan/plan_legend.h"
+#include "plan/plan_place.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -39,7 +40,13 @@ static void usage(void) {
            "  --top K                 rows to print (default 10)\n"
            "  --layout L              evaluate only this layout, e.g.\n"
            "                          dp=128,tp=8,pp=16,cp=1,zero=1,sp=1,mbs=1,sched=interleaved,v=2,recompute=none\n"
-           "  --tsv                   machine-readable rows (tab-separated, with a header)\n");
+           "  --tsv                   machine-readable rows (tab-separated, with a header)\n"
+           "  --links FILE            place the chosen layout on the nodes measured by `femtotron bench links`\n"
+           "                          (the profile's \"links\" matrix): which node holds which pipeline stage\n"
+           "                          and replica, to minimise communication between nodes\n"
+           "  --placement PREFIX      where --links writes PREFIX.rankfile (mpirun --rankfile) and\n"
+           "                          PREFIX.hosts (SLURM_HOSTFILE, srun --distribution=arbitrary);\n"
+           "                          default placement\n");
 }
 
 static const char *need(int argc, char **argv, int i) {
@@ -131,7 +138,7 @@ static void print_row(int i, const PlanResult *r, int tsv) {
 // ------------------------------------------------------------------ problem
 
 typedef struct {
-    const char *model, *config, *hardware, *profile, *layout;
+    const char *model, *config, *hardware, *profile, *layout, *links, *placement;
     long long gpus, gpus_per_node, seq, batch_tokens;
     double memory_gb;
     int top, tsv;
@@ -223,6 +230,7 @@ static PlanArgs parse_args(int argc, char **argv) {
     PlanArgs a;
     memset(&a, 0, sizeof a);
     a.profile = "profile.json";
+    a.placement = "placement";
     a.top = 10;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -236,6 +244,8 @@ static PlanArgs parse_args(int argc, char **argv) {
         else if (strcmp(o, "--hardware") == 0) a.hardware = v;
         else if (strcmp(o, "--profile") == 0) a.profile = v;
         else if (strcmp(o, "--layout") == 0) a.layout = v;
+        else if (strcmp(o, "--links") == 0) a.links = v;
+        else if (strcmp(o, "--placement") == 0) a.placement = v;
         else if (strcmp(o, "--gpus") == 0) a.gpus = parse_ll(o, v, 1);
         else if (strcmp(o, "--gpus-per-node") == 0) a.gpus_per_node = parse_ll(o, v, 1);
         else if (strcmp(o, "--seq-length") == 0) a.seq = parse_ll(o, v, 2);
@@ -303,7 +313,8 @@ int plan_main(int argc, char **argv) {
         print_row(1, &r, a.tsv);
         if (!a.tsv) {
             plan_print_legend();
-            plan_print_train_command(&p, &r.layout, a.config);
+            if (a.links) plan_place_print(&p, &r.layout, a.links, a.placement);
+            plan_print_train_command(&p, &r.layout, a.config, a.links ? a.placement : NULL);
         }
         return 0;
     }
@@ -317,7 +328,8 @@ int plan_main(int argc, char **argv) {
         plan_print_legend();
         plan_explain(&p, res, n, why, sizeof why);
         printf("\n%s\n", why);
-        if (res[0].fits) plan_print_train_command(&p, &res[0].layout, a.config);
+        if (res[0].fits && a.links) plan_place_print(&p, &res[0].layout, a.links, a.placement);
+        if (res[0].fits) plan_print_train_command(&p, &res[0].layout, a.config, a.links ? a.placement : NULL);
     }
     free(res);
     return 0;

@@ -33,11 +33,18 @@ static void print_keys(const PlanProblem *p, const PlanLayout *l, const char *cf
     if (!config) printf(" --training.seq_length %d", p->seq);  // no config of the plan holds it
 }
 
-void plan_print_train_command(const PlanProblem *p, const PlanLayout *l, const char *config) {
+void plan_print_train_command(const PlanProblem *p, const PlanLayout *l, const char *config, const char *placed) {
     const char *cfg = config ? config : "run.json";
-    printf("\ntrain it (Open MPI):\n  mpirun -np %d ./femtotron train ", p->world);
+    if (placed)  // ranks land on the nodes the placement chose; the trainer's grid is rank order
+        printf("\ntrain it (Open MPI):\n  mpirun --rankfile %s.rankfile -np %d ./femtotron train ", placed, p->world);
+    else
+        printf("\ntrain it (Open MPI):\n  mpirun -np %d ./femtotron train ", p->world);
     print_keys(p, l, cfg, config);
-    printf("\nor (Slurm):\n  srun --ntasks %d ./femtotron train ", p->world);
+    if (placed)
+        printf("\nor (Slurm):\n  SLURM_HOSTFILE=%s.hosts srun --distribution=arbitrary --ntasks %d ./femtotron train ",
+               placed, p->world);
+    else
+        printf("\nor (Slurm):\n  srun --ntasks %d ./femtotron train ", p->world);
     print_keys(p, l, cfg, config);
     printf("\n");
 }

@@ -11,7 +11,9 @@ void plan_print_legend(void);
 // The exact `mpirun` and `srun` commands that train layout l on p->world ranks:
 // every layout key the planner chose (dp, tp, pp, cp, ZeRO stage, sequence
 // parallelism, micro-batch, micro-batches per step, schedule, chunks, recompute),
-// after `--config CONFIG` (run.json when the plan had no config).
-void plan_print_train_command(const PlanProblem *p, const PlanLayout *l, const char *config);
+// after `--config CONFIG` (run.json when the plan had no config). With placed (a
+// file prefix, else NULL) the commands start the ranks on the placement's nodes:
+// mpirun --rankfile PLACED.rankfile, srun with SLURM_HOSTFILE=PLACED.hosts.
+void plan_print_train_command(const PlanProblem *p, const PlanLayout *l, const char *config, const char *placed);
 
 #endif

@@ -33,11 +33,11 @@ static void write_text(const char *path, const char *text) {
 static void test_builtins(void) {
     Hardware hw;
     int ok = hardware_builtin(&hw, "h100");
-    CHECK(ok && strcmp(hw.name, "h100") == 0 && hw.peak_flops == 989e12 && hw.mem_bytes == 80e9 &&
-              hw.mem_bw == 3.35e12 && hw.intra_bw == 450e9 && hw.inter_bw == 50e9 &&
+    CHECK(ok && strcmp(hw.name, "h100") == 0 && hw.peak_flops == 989e12 && hw.mem_bytes == 81559.0 * 1048576 &&
+              hw.mem_bw == 3.35e12 && hw.intra_bw == 360e9 && hw.inter_bw == 45e9 &&
               hw.gpus_per_node == 8 && hw.bytes_per_value == 2 && hw.intra_lat == 5e-6 &&
               hw.inter_lat == 1e-5 && hw.n_coll == 0,
-          "builtin h100 has the datasheet figures");
+          "builtin h100: datasheet compute, nvidia-smi memory, links at 80%% (NVLink) and 90%% (IB) of line rate");
     CHECK(hw.gemm.n == 5 && hw.gemm.work[0] == 1e8 && hw.gemm.work[4] == 1e12 &&
               rel_diff(hw.gemm.rate[0], 0.10 * 989e12) < 1e-12 && rel_diff(hw.gemm.rate[4], 0.80 * 989e12) < 1e-12,
           "h100 GEMM curve: 10%% of peak at 1e8 FLOPs, 80%% at 1e12");
@@ -45,12 +45,12 @@ static void test_builtins(void) {
               rel_diff(hw.attn_bwd.rate[0], 0.06 * 989e12) < 1e-12,
           "h100 attention curves: forward 55%% at 1e11, backward 6%% at 1e8");
     ok = hardware_builtin(&hw, "h200");
-    CHECK(ok && hw.peak_flops == 989e12 && hw.mem_bytes == 141e9 && hw.mem_bw == 4.8e12 && hw.intra_bw == 450e9,
-          "builtin h200: h100 compute and links, 141 GB at 4.8 TB/s");
+    CHECK(ok && hw.peak_flops == 989e12 && hw.mem_bytes == 143771.0 * 1048576 && hw.mem_bw == 4.8e12 && hw.intra_bw == 360e9,
+          "builtin h200: h100 compute and links, 143,771 MiB at 4.8 TB/s");
     ok = hardware_builtin(&hw, "a100");
-    CHECK(ok && hw.peak_flops == 312e12 && hw.mem_bytes == 80e9 && hw.mem_bw == 2.0e12 && hw.intra_bw == 300e9 &&
-              hw.inter_bw == 25e9 && hw.gpus_per_node == 8 && rel_diff(hw.gemm.rate[2], 0.62 * 312e12) < 1e-12,
-          "builtin a100: 312 TFLOP/s, NVLink3 300 GB/s, HDR 25 GB/s");
+    CHECK(ok && hw.peak_flops == 312e12 && hw.mem_bytes == 81920.0 * 1048576 && hw.mem_bw == 2.0e12 && hw.intra_bw == 240e9 &&
+              hw.inter_bw == 22.5e9 && hw.gpus_per_node == 8 && rel_diff(hw.gemm.rate[2], 0.62 * 312e12) < 1e-12,
+          "builtin a100: 312 TFLOP/s, NVLink3 240 of 300 GB/s, HDR 22.5 of 25 GB/s");
     CHECK(!hardware_builtin(&hw, "h300") && !hardware_builtin(&hw, "") && !hardware_builtin(&hw, "H100"),
           "unknown profile names return 0");
     CHECK(strcmp(hardware_coll_name(COLL_ALLREDUCE), "allreduce") == 0 &&
@@ -88,23 +88,23 @@ static void test_collectives(void) {
     hardware_builtin(&hw, "h100");
     const double B = 1e9;
     double t = hardware_collective_s(&hw, COLL_ALLREDUCE, 8, 1, B);
-    double want = 2 * 7 * 5e-6 + 2.0 * 7 / 8 * B / 450e9;
+    double want = 2 * 7 * 5e-6 + 2.0 * 7 / 8 * B / 360e9;
     CHECK(rel_diff(t, want) < 1e-12, "h100 all-reduce of 1 GB on 8 ranks (NVLink): %g s = %g", t, want);
     t = hardware_collective_s(&hw, COLL_ALLREDUCE, 16, 0, B);
-    want = 2 * 15 * 1e-5 + 2.0 * 15 / 16 * B / 50e9;
+    want = 2 * 15 * 1e-5 + 2.0 * 15 / 16 * B / 45e9;
     CHECK(rel_diff(t, want) < 1e-12, "h100 all-reduce of 1 GB on 16 ranks (InfiniBand): %g s = %g", t, want);
     t = hardware_collective_s(&hw, COLL_REDUCE_SCATTER, 4, 1, B);
-    want = 3 * 5e-6 + 3.0 / 4 * B / 450e9;
+    want = 3 * 5e-6 + 3.0 / 4 * B / 360e9;
     CHECK(rel_diff(t, want) < 1e-12, "h100 reduce-scatter on 4 ranks: %g s = %g", t, want);
     t = hardware_collective_s(&hw, COLL_ALLGATHER, 32, 0, 1e6);
-    want = 31 * 1e-5 + 31.0 / 32 * 1e6 / 50e9;
+    want = 31 * 1e-5 + 31.0 / 32 * 1e6 / 45e9;
     CHECK(rel_diff(t, want) < 1e-12, "h100 all-gather of 1 MB on 32 ranks: %g s = %g", t, want);
     t = hardware_collective_s(&hw, COLL_P2P, 2, 0, 1e8);
-    want = 1e-5 + 1e8 / 50e9;
+    want = 1e-5 + 1e8 / 45e9;
     CHECK(rel_diff(t, want) < 1e-12, "h100 p2p of 100 MB across nodes: %g s = %g", t, want);
     hardware_builtin(&hw, "a100");
     t = hardware_collective_s(&hw, COLL_ALLREDUCE, 2, 1, 4e6);
-    want = 2 * 5e-6 + 1.0 * 4e6 / 300e9;
+    want = 2 * 5e-6 + 1.0 * 4e6 / 240e9;
     CHECK(rel_diff(t, want) < 1e-12, "a100 all-reduce of 4 MB on 2 ranks: %g s = %g", t, want);
     CHECK(hardware_collective_s(&hw, COLL_ALLREDUCE, 1, 1, B) == 0 && hardware_collective_s(&hw, COLL_P2P, 1, 0, B) == 0 &&
               hardware_collective_s(&hw, COLL_ALLGATHER, 0, 0, B) == 0,
@@ -120,7 +120,7 @@ static void test_collectives(void) {
     t = hardware_collective_s(&hw, COLL_ALLREDUCE, 4, 1, 1e6);
     CHECK(rel_diff(t, 2e-5 + 1e6 * 1e-9) < 1e-12, "a measured fit is used for its (kind, ranks, intra): %g", t);
     t = hardware_collective_s(&hw, COLL_ALLREDUCE, 4, 0, 1e6);
-    want = 2 * 3 * 1e-5 + 2.0 * 3 / 4 * 1e6 / 50e9;
+    want = 2 * 3 * 1e-5 + 2.0 * 3 / 4 * 1e6 / 45e9;
     CHECK(rel_diff(t, want) < 1e-12, "an intra-node fit is not used across nodes (ring model): %g = %g", t, want);
     t = hardware_collective_s(&hw, COLL_ALLREDUCE, 8, 1, 1e6);
     // alpha scales with (n-1), beta with (n-1)/n from the 4-rank fit.
@@ -139,7 +139,7 @@ static void test_collectives(void) {
     double t8 = hardware_collective_s(&hw, COLL_P2P, 8, 1, 1e7);
     CHECK(rel_diff(t, 3e-6 + 1e7 * 2e-11) < 1e-12 && t8 == t, "the p2p fit is used whatever the group size: %g", t);
     t = hardware_collective_s(&hw, COLL_REDUCE_SCATTER, 4, 1, 1e6);
-    want = 3 * 5e-6 + 3.0 / 4 * 1e6 / 450e9;
+    want = 3 * 5e-6 + 3.0 / 4 * 1e6 / 360e9;
     CHECK(rel_diff(t, want) < 1e-12, "a kind without fits falls back to the ring model: %g = %g", t, want);
     CHECK(hardware_collective_s(&hw, COLL_ALLREDUCE, 1, 1, 1e6) == 0, "1 rank is 0 s even with fits");
 }
@@ -208,7 +208,7 @@ static void test_round_trip(void) {
     path_in(path, "h200.json");
     hardware_save(&h, path);
     hardware_load(&b, path);
-    CHECK(b.mem_bytes == 141e9 && b.n_coll == 0 && curves_equal(&h.gemm, &b.gemm) && b.calib_ranks == 0,
+    CHECK(b.mem_bytes == 143771.0 * 1048576 && b.n_coll == 0 && curves_equal(&h.gemm, &b.gemm) && b.calib_ranks == 0,
           "round trip of a built-in (no collective fits)");
 }
 
