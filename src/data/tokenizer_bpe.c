@@ -158,7 +158,7 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
     const Tokenizer *t = st->t;
     if (slot) {
         if (slot->hash == h && slot->key_len == n && memcmp(slot->key, w, n) == 0) {
-            for (int i = 0; i < slot->n_ids; i++) token_list_push(out, slot->ids[i]);
+            tok_push_ids(out, slot->ids, slot->n_ids);
             return;
         }
     }
@@ -193,8 +193,9 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
         if (cur->next >= 0) push_pair(st, (int32_t)top.pos);
     }
     size_t n0 = out->n;
+    token_list_reserve(out, (size_t)ns);
     for (int32_t i = 0; i < ns; i++)
-        if (s[i].len) token_list_push(out, s[i].id);
+        if (s[i].len) out->ids[out->n++] = s[i].id;
     size_t got = out->n - n0;
     if (slot && got <= CACHE_IDS_MAX) {
         slot->hash = h;

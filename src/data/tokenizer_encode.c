@@ -143,9 +143,13 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
 size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, const char *rep,
                        size_t rl, uint8_t *dst) {
     size_t m = 0;
+    const uint8_t p0 = (uint8_t)pat[0];
     for (size_t i = 0; i < n;) {
-        if (i + pl <= n && s[i] == (uint8_t)pat[0] && memcmp(s + i, pat, pl) == 0) {
-            memcpy(dst + m, rep, rl);
+        // One-byte patterns (Metaspace's " ") need no memcmp call per match, and a
+        // short replacement (its "▁", 3 bytes) is copied by a loop, not a call.
+        if (s[i] == p0 && (pl == 1 || (i + pl <= n && memcmp(s + i, pat, pl) == 0))) {
+            if (rl <= 4) for (size_t k = 0; k < rl; k++) dst[m + k] = (uint8_t)rep[k];
+            else memcpy(dst + m, rep, rl);
             m += rl;
             i += pl;
         } else {
@@ -227,6 +231,11 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
     const Tokenizer *t = st->t;
     // Count what tokenizers could not have been given (it takes valid UTF-8 only).
     for (size_t i = 0; i < n;) {
+        uint64_t eight;  // 8 bytes at once while they are all ASCII
+        if (i + 8 <= n && (memcpy(&eight, text + i, 8), !(eight & 0x8080808080808080ull))) {
+            i += 8;
+            continue;
+        }
         if (text[i] < 0x80) {
             i++;
             continue;
@@ -236,7 +245,8 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
         st->invalid_utf8 += cp == UTF8_INVALID;
     }
     if (t->byte_level) {
-        for (size_t i = 0; i < n; i++) token_list_push(out, text[i]);
+        token_list_reserve(out, n);
+        for (size_t i = 0; i < n; i++) out->ids[out->n++] = text[i];
         return;
     }
     st->text = text;
@@ -246,9 +256,9 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
 void tokenizer_encode_with_specials(TokenizerState *st, const uint8_t *text, size_t n,
                                     TokenList *out) {
     const Tokenizer *t = st->t;
-    for (int i = 0; i < t->n_prefix; i++) token_list_push(out, t->prefix_ids[i]);
+    tok_push_ids(out, t->prefix_ids, (size_t)t->n_prefix);
     tokenizer_encode(st, text, n, out);
-    for (int i = 0; i < t->n_suffix; i++) token_list_push(out, t->suffix_ids[i]);
+    tok_push_ids(out, t->suffix_ids, (size_t)t->n_suffix);
 }
 
 const uint32_t *tokenizer_special_ids(const Tokenizer *t, int suffix, int *n) {

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "data/tokenizer.h"
 
@@ -236,6 +237,15 @@ size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, c
                        size_t rl, uint8_t *dst);
 // tokenizer_decode.c: fill t->shown, what tokenizer_token_bytes gives per id.
 void tok_build_shown(Tokenizer *t);
+
+// Room in l for extra more ids (tokenizer.c); tok_push_ids appends ids(n) without
+// a call per id (the encoder's inner loops push millions).
+void token_list_reserve(TokenList *l, size_t extra);
+static inline void tok_push_ids(TokenList *l, const uint32_t *ids, size_t n) {
+    if (l->cap - l->n < n) token_list_reserve(l, n);
+    memcpy(l->ids + l->n, ids, n * sizeof *ids);
+    l->n += n;
+}
 
 // Grow *p (of *cap elements of elem bytes) to hold need elements.
 void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
