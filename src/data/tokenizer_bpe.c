@@ -71,6 +71,47 @@ static void push_pair(TokenizerState *st, int32_t pos) {
         heap_push(st, (MergeItem){rank, (uint32_t)pos, new_id});
 }
 
+// A short word (most of them) is merged without the queue: the merge of each
+// adjacent pair is kept in an array, the lowest rank found by a scan, and after a
+// merge only the two pairs beside it are looked up again. This is the queue's
+// order exactly: the queue pops the lowest (rank, position) among entries whose
+// pair still merges into the entry's token, and such an entry is always one for
+// the pair at its position now: a position's pair only changes by a merge on
+// either side, which makes its text strictly longer, so it never again merges into
+// the token an older entry names. O(n^2) in the word's length, cheaper than the
+// queue's hash lookups of stale entries up to a few dozen symbols.
+#define SCAN_MAX 32
+
+static inline uint64_t pair_merge(const Tokenizer *t, uint32_t left, uint32_t right) {
+    uint32_t rank, new_id;
+    return tok_merge_find(t, left, right, &rank, &new_id) ? (uint64_t)rank << 32 | new_id : UINT64_MAX;
+}
+
+// Merge s[0..ns) (ns <= SCAN_MAX) in place; returns the symbols left, in order.
+static int32_t merge_scan(const Tokenizer *t, Symbol *s, int32_t ns) {
+    // m[i]: the merge of symbols i and i + 1 as rank << 32 | merged id, UINT64_MAX
+    // for none. Two pairs of one rank are one merge, so equal values are the same
+    // merge and the strict < keeps the leftmost, as the queue's tie rule does.
+    uint64_t m[SCAN_MAX];  // (ns - 1)
+    for (int32_t i = 0; i + 1 < ns; i++) m[i] = pair_merge(t, s[i].id, s[i + 1].id);
+    while (ns > 1) {
+        int32_t best = 0;
+        for (int32_t i = 1; i + 1 < ns; i++)
+            if (m[i] < m[best]) best = i;
+        if (m[best] == UINT64_MAX) break;
+        s[best].id = (uint32_t)m[best];
+        s[best].len += s[best + 1].len;
+        // Drop symbol best + 1 and the pair (best + 1, best + 2); the pairs on each
+        // side of the merged symbol are new.
+        for (int32_t i = best + 1; i + 1 < ns; i++) s[i] = s[i + 1];
+        for (int32_t i = best + 1; i + 2 < ns; i++) m[i] = m[i + 1];
+        ns--;
+        if (best > 0) m[best - 1] = pair_merge(t, s[best - 1].id, s[best].id);
+        if (best + 1 < ns) m[best] = pair_merge(t, s[best].id, s[best + 1].id);
+    }
+    return ns;
+}
+
 // ---------------------------------------------------------------- first symbols
 
 // Symbols under construction, with tokenizers' pending unk_token.
@@ -152,6 +193,17 @@ static inline CacheSlot *cache_slot(TokenizerState *st, const uint8_t *w, size_t
     return &st->cache[tok_slot(*h, CACHE_SLOTS - 1)];
 }
 
+// Remember that w(n) merges into ids(got), when it fits the slot.
+static void cache_store(CacheSlot *slot, uint64_t h, const uint8_t *w, size_t n, const uint32_t *ids,
+                        size_t got) {
+    if (!slot || got > CACHE_IDS_MAX) return;
+    slot->hash = h;
+    slot->key_len = (uint8_t)n;
+    memcpy(slot->key, w, n);
+    slot->n_ids = (uint8_t)got;
+    memcpy(slot->ids, ids, got * sizeof(uint32_t));
+}
+
 // Merge w(n) and append its ids; slot (with hash h) from cache_slot.
 static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlot *slot, uint64_t h,
                         TokenList *out) {
@@ -173,6 +225,14 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
     if (ns == 0) return;
     s[ns - 1].next = -1;
 
+    if (ns <= SCAN_MAX) {
+        ns = merge_scan(t, s, ns);
+        size_t n0 = out->n;
+        token_list_reserve(out, (size_t)ns);
+        for (int32_t i = 0; i < ns; i++) out->ids[out->n++] = s[i].id;
+        cache_store(slot, h, w, n, out->ids + n0, (size_t)ns);
+        return;
+    }
     st->heap_n = 0;
     for (int32_t i = 0; i + 1 < ns; i++) push_pair(st, i);
     while (st->heap_n) {
@@ -196,14 +256,7 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
     token_list_reserve(out, (size_t)ns);
     for (int32_t i = 0; i < ns; i++)
         if (s[i].len) out->ids[out->n++] = s[i].id;
-    size_t got = out->n - n0;
-    if (slot && got <= CACHE_IDS_MAX) {
-        slot->hash = h;
-        slot->key_len = (uint8_t)n;
-        memcpy(slot->key, w, n);
-        slot->n_ids = (uint8_t)got;
-        memcpy(slot->ids, out->ids + n0, got * sizeof(uint32_t));
-    }
+    cache_store(slot, h, w, n, out->ids + n0, out->n - n0);
 }
 
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
