@@ -186,31 +186,74 @@ static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w,
 
 // ---------------------------------------------------------------- merging
 
-// The cache slot of w(n), or NULL when w is too long to cache.
-static inline CacheSlot *cache_slot(TokenizerState *st, const uint8_t *w, size_t n, uint64_t *h) {
-    if (n > CACHE_KEY_MAX) return NULL;
-    *h = tok_hash_bytes(w, n);
-    return &st->cache[tok_slot(*h, CACHE_SLOTS - 1)];
+// A word's cache key: its bytes as zero-padded 64-bit words, their hash, and the
+// set it belongs to (NULL: the word is too long to cache).
+typedef struct {
+    uint64_t k[CACHE_KEY_MAX / 8];
+    CacheSlot *set;
+} CacheKey;
+
+// Little-endian load of w(n), n <= 8, without reading past it.
+static inline uint64_t load_le(const uint8_t *w, size_t n) {
+    uint64_t x = 0;
+    if (n == 8) {
+        memcpy(&x, w, 8);
+        return x;
+    }
+    for (size_t i = 0; i < n; i++) x |= (uint64_t)w[i] << (8 * i);
+    return x;
 }
 
-// Remember that w(n) merges into ids(got), when it fits the slot.
-static void cache_store(CacheSlot *slot, uint64_t h, const uint8_t *w, size_t n, const uint32_t *ids,
-                        size_t got) {
-    if (!slot || got > CACHE_IDS_MAX) return;
-    slot->hash = h;
-    slot->key_len = (uint8_t)n;
-    memcpy(slot->key, w, n);
-    slot->n_ids = (uint8_t)got;
-    memcpy(slot->ids, ids, got * sizeof(uint32_t));
+// The key of w(n), its set fetched into the CPU cache ahead of use (the table is
+// megabytes: the load would stall otherwise).
+static inline void cache_key(TokenizerState *st, const uint8_t *w, size_t n, CacheKey *key) {
+    key->set = NULL;
+    if (n > CACHE_KEY_MAX) return;
+    for (size_t i = 0; i < CACHE_KEY_MAX / 8; i++) {
+        size_t at = 8 * i, m = n > at ? (n - at < 8 ? n - at : 8) : 0;
+        key->k[i] = m ? load_le(w + at, m) : 0;
+    }
+    // Multiply-xorshift over the three words and the length; the set is taken from
+    // the high bits of the last product, which every input bit reaches.
+    uint64_t h = (key->k[0] ^ n) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 29) ^ key->k[1]) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 32) ^ key->k[2]) * 0x94D049BB133111EBull;
+    key->set = &st->cache[2 * (size_t)(h >> 32 & (CACHE_SETS - 1))];
+    __builtin_prefetch(key->set);
+    __builtin_prefetch(key->set + 1);
 }
 
-// Merge w(n) and append its ids; slot (with hash h) from cache_slot.
-static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlot *slot, uint64_t h,
+static inline bool slot_holds(const CacheSlot *c, const CacheKey *key, size_t n) {
+    return c->key_len == n && c->key[0] == key->k[0] && c->key[1] == key->k[1] && c->key[2] == key->k[2];
+}
+
+// Remember that the word of key (n bytes) merges into ids(got), when they fit: the
+// set's older slot gives way, the newer one becomes the older.
+static void cache_store(const CacheKey *key, size_t n, const uint32_t *ids, size_t got) {
+    if (!key || !key->set || got > CACHE_IDS_MAX) return;
+    CacheSlot *c = key->set;
+    c[1] = c[0];
+    memcpy(c[0].key, key->k, sizeof key->k);
+    c[0].key_len = (uint8_t)n;
+    c[0].n_ids = (uint8_t)got;
+    memcpy(c[0].ids, ids, got * sizeof(uint32_t));
+}
+
+// Merge w(n) and append its ids; key from cache_key, or NULL not to use the cache.
+static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
                         TokenList *out) {
     const Tokenizer *t = st->t;
-    if (slot) {
-        if (slot->hash == h && slot->key_len == n && memcmp(slot->key, w, n) == 0) {
-            tok_push_ids(out, slot->ids, slot->n_ids);
+    if (key && key->set) {
+        CacheSlot *c = key->set;
+        if (slot_holds(&c[0], key, n)) {
+            tok_push_ids(out, c[0].ids, c[0].n_ids);
+            return;
+        }
+        if (slot_holds(&c[1], key, n)) {  // the older slot: it becomes the newer
+            CacheSlot hit = c[1];
+            c[1] = c[0];
+            c[0] = hit;
+            tok_push_ids(out, hit.ids, hit.n_ids);
             return;
         }
     }
@@ -230,7 +273,7 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
         size_t n0 = out->n;
         token_list_reserve(out, (size_t)ns);
         for (int32_t i = 0; i < ns; i++) out->ids[out->n++] = s[i].id;
-        cache_store(slot, h, w, n, out->ids + n0, (size_t)ns);
+        cache_store(key, n, out->ids + n0, (size_t)ns);
         return;
     }
     st->heap_n = 0;
@@ -256,7 +299,24 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, CacheSlo
     token_list_reserve(out, (size_t)ns);
     for (int32_t i = 0; i < ns; i++)
         if (s[i].len) out->ids[out->n++] = s[i].id;
-    cache_store(slot, h, w, n, out->ids + n0, out->n - n0);
+    cache_store(key, n, out->ids + n0, out->n - n0);
+}
+
+// A part of a character-level word waiting to be merged.
+#define PARTS_AHEAD 8
+typedef struct {
+    size_t start, n;  // w[start .. start + n)
+    CacheKey key;
+} Part;
+
+static inline void queue_part(TokenizerState *st, const uint8_t *w, size_t start, size_t n, Part *p) {
+    p->start = start;
+    p->n = n;
+    cache_key(st, w + start, n, &p->key);
+}
+
+static inline void merge_part(TokenizerState *st, const uint8_t *w, const Part *p, TokenList *out) {
+    merge_piece(st, w + p->start, p->n, &p->key, out);
 }
 
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
@@ -268,9 +328,10 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             return;
         }
     }
-    uint64_t h = 0;
     if (!t->char_bpe) {
-        merge_piece(st, w, n, cache_slot(st, w, n, &h), h, out);
+        CacheKey key;
+        cache_key(st, w, n, &key);
+        merge_piece(st, w, n, &key, out);
         return;
     }
     // Cut between characters x, y where the last character of x's symbols' text and
@@ -278,12 +339,10 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
     // a token holding them so. A character that is a token is its own symbol; one
     // taking the byte fallback is <0xNN> symbols ('<' first, '>' last). One that
     // becomes unk (fused with its neighbours) or is dropped is never cut from them.
-    // A part is merged only once the next one is found, its cache slot fetched from
-    // memory meanwhile (the table is megabytes: the load would stall otherwise).
-    size_t start = 0, pend_start = 0, pend_n = 0;
-    CacheSlot *pend_slot = NULL;
-    uint64_t pend_h = 0;
-    bool pending = false;
+    // A part is merged only once PARTS_AHEAD more are found, its cache set fetched
+    // from memory meanwhile (a ring of parts, oldest first).
+    Part ring[PARTS_AHEAD];
+    size_t head = 0, queued = 0, start = 0;
     uint32_t prev_last = 0;
     bool prev_cuttable = false;
     for (size_t i = 0; i < n;) {
@@ -297,16 +356,19 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             first = '<', last = '>';
         }
         if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
-            CacheSlot *slot = cache_slot(st, w + start, i - start, &h);
-            if (slot) __builtin_prefetch(slot);
-            if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
-            pending = true, pend_start = start, pend_n = i - start, pend_slot = slot, pend_h = h;
+            if (queued == PARTS_AHEAD) {
+                merge_part(st, w, &ring[head], out);
+                head = (head + 1) % PARTS_AHEAD, queued--;
+            }
+            queue_part(st, w, start, i - start, &ring[(head + queued++) % PARTS_AHEAD]);
             start = i;
         }
         prev_last = last;
         prev_cuttable = cuttable;
         i += len;
     }
-    if (pending) merge_piece(st, w + pend_start, pend_n, pend_slot, pend_h, out);
-    merge_piece(st, w + start, n - start, cache_slot(st, w + start, n - start, &h), h, out);
+    for (; queued; queued--, head = (head + 1) % PARTS_AHEAD) merge_part(st, w, &ring[head], out);
+    CacheKey key;
+    cache_key(st, w + start, n - start, &key);
+    merge_piece(st, w + start, n - start, &key, out);
 }

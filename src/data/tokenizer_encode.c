@@ -20,7 +20,10 @@
 TokenizerState *tokenizer_state_new(const Tokenizer *t) {
     TokenizerState *st = xcalloc(sizeof *st, "tokenizer state");
     st->t = t;
-    if (!t->byte_level) st->cache = xcalloc(CACHE_SLOTS * sizeof(CacheSlot), "tokenizer word cache");
+    if (!t->byte_level) {
+        st->cache_mem = xcalloc(2 * CACHE_SETS * sizeof(CacheSlot) + 128, "tokenizer word cache");
+        st->cache = (CacheSlot *)(((uintptr_t)st->cache_mem + 127) & ~(uintptr_t)127);
+    }
     return st;
 }
 
@@ -31,7 +34,7 @@ void tokenizer_state_free(TokenizerState *st) {
     for (int i = 0; i < MAX_STEPS; i++) free(st->scratch[i]);
     free(st->normalized);
     free(st->norm_tmp);
-    free(st->cache);
+    free(st->cache_mem);
     free(st);
 }
 
