@@ -239,6 +239,14 @@ static void cache_store(const CacheKey *key, size_t n, const uint32_t *ids, size
     memcpy(c[0].ids, ids, got * sizeof(uint32_t));
 }
 
+// Append a cache slot's ids: all CACHE_IDS_MAX copied (a fixed-size copy, no call),
+// n_ids of them kept.
+static inline void push_cached(TokenList *out, const CacheSlot *c) {
+    if (out->cap - out->n < CACHE_IDS_MAX) token_list_reserve(out, CACHE_IDS_MAX);
+    memcpy(out->ids + out->n, c->ids, sizeof c->ids);
+    out->n += c->n_ids;
+}
+
 // Merge w(n) and append its ids; key from cache_key, or NULL not to use the cache.
 static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
                         TokenList *out) {
@@ -246,14 +254,14 @@ static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const Ca
     if (key && key->set) {
         CacheSlot *c = key->set;
         if (slot_holds(&c[0], key, n)) {
-            tok_push_ids(out, c[0].ids, c[0].n_ids);
+            push_cached(out, &c[0]);
             return;
         }
         if (slot_holds(&c[1], key, n)) {  // the older slot: it becomes the newer
             CacheSlot hit = c[1];
             c[1] = c[0];
             c[0] = hit;
-            tok_push_ids(out, hit.ids, hit.n_ids);
+            push_cached(out, &c[0]);
             return;
         }
     }

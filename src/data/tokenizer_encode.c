@@ -220,6 +220,10 @@ static void split_added(TokenizerState *st, int pass, const uint8_t *s, size_t n
             }
         if (best < 0) {
             i++;
+            if (set->only_first >= 0 && i < n) {
+                const uint8_t *next = memchr(s + i, set->only_first, n - i);
+                i = next ? (size_t)(next - s) : n;
+            }
             continue;
         }
         split_added(st, pass + 1, s + gap, i - gap, out);

@@ -78,6 +78,8 @@ typedef struct {
     uint32_t *len;          // (n)
     uint32_t *id;           // (n)
     int32_t first[257];     // tokens starting with byte b are [first[b], first[b+1])
+    int only_first;         // the byte every token starts with (memchr finds the next
+                            // candidate: Llama 2's <unk> <s> </s> all start with '<'), or < 0
 } AddedSet;
 
 // Open-addressing maps (linear probing; sizes are powers of two).
