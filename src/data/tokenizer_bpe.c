@@ -354,14 +354,27 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
     uint32_t prev_last = 0;
     bool prev_cuttable = false;
     for (size_t i = 0; i < n;) {
-        uint32_t cp = w[i];
-        size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp);
-        uint32_t first = cp, last = cp;
-        bool cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
-        if (!cuttable && t->byte_fallback) {
-            cuttable = true;
-            for (size_t k = 0; k < len && cuttable; k++) cuttable = t->fallback_id[w[i + k]] >= 0;
-            first = '<', last = '>';
+        uint32_t first, last;
+        size_t len;
+        bool cuttable;
+        if (w[i] < 0x80) {  // ASCII and "▁", most characters: the rule below, tabulated
+            len = 1;
+            first = t->cut_first[w[i]], last = t->cut_last[w[i]];
+            cuttable = first != CUT_NEVER;
+        } else if (w[i] == 0xE2 && i + 2 < n && w[i + 1] == 0x96 && w[i + 2] == 0x81) {
+            len = 3;
+            first = t->cut_space_first, last = t->cut_space_last;
+            cuttable = first != CUT_NEVER;
+        } else {
+            uint32_t cp;
+            len = utf8_decode(w + i, n - i, &cp);
+            first = cp, last = cp;
+            cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
+            if (!cuttable && t->byte_fallback) {
+                cuttable = true;
+                for (size_t k = 0; k < len && cuttable; k++) cuttable = t->fallback_id[w[i + k]] >= 0;
+                first = '<', last = '>';
+            }
         }
         if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
             if (queued == PARTS_AHEAD) {

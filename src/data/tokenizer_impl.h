@@ -58,6 +58,8 @@ typedef struct {
 } DecStep;
 #define MAX_DEC_STEPS 8
 
+#define CUT_NEVER UINT32_MAX
+
 // A pair of adjacent characters (code points) that occurs inside some model token.
 #define PAIR_SMALL 129
 typedef struct {
@@ -119,6 +121,11 @@ struct Tokenizer {
     // characters of most text, as a bit matrix: PAIR_SMALL x PAIR_SMALL bits.
     uint8_t pair_bits[(PAIR_SMALL * PAIR_SMALL + 7) / 8];
     int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
+    // How tok_bpe_word's cutting sees an ASCII character and "▁": the first and last
+    // character of its symbols' text (itself when it is a token, '<' and '>' for
+    // <0xNN> byte fallback), CUT_NEVER when it is never cut from its neighbours.
+    uint32_t cut_first[128], cut_last[128];
+    uint32_t cut_space_first, cut_space_last;
     uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
     uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
     NormOp norm[MAX_NORM_OPS];

@@ -162,6 +162,15 @@ void tok_build_char_tables(Tokenizer *t) {
         t->ascii_id[b] = tok_vocab_find(t, &ch, 1);
     }
     t->spm_space_id = tok_vocab_find(t, (const uint8_t *)"\xE2\x96\x81", 3);
+    for (int b = 0; b < 128; b++) {  // tok_bpe_word's rule (there), tabulated
+        bool fallback = t->byte_fallback && t->fallback_id[b] >= 0;
+        t->cut_first[b] = t->ascii_id[b] >= 0 ? (uint32_t)b : fallback ? '<' : CUT_NEVER;
+        t->cut_last[b] = t->ascii_id[b] >= 0 ? (uint32_t)b : fallback ? '>' : CUT_NEVER;
+    }
+    bool space_fallback = t->byte_fallback && t->fallback_id[0xE2] >= 0 && t->fallback_id[0x96] >= 0 &&
+                          t->fallback_id[0x81] >= 0;
+    t->cut_space_first = t->spm_space_id >= 0 ? 0x2581 : space_fallback ? '<' : CUT_NEVER;
+    t->cut_space_last = t->spm_space_id >= 0 ? 0x2581 : space_fallback ? '>' : CUT_NEVER;
     // Every adjacent pair of characters inside a token (added tokens included: more
     // pairs only cut words less). At most one pair per byte of the vocabulary.
     size_t bytes = 0;
