@@ -351,32 +351,38 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
     // from memory meanwhile (a ring of parts, oldest first).
     Part ring[PARTS_AHEAD];
     size_t head = 0, queued = 0, start = 0;
-    uint32_t prev_last = 0;
-    bool prev_cuttable = false;
+    // The previous character's last symbol character: its tok_pair_small index,
+    // CUT_BIG (a code point in prev_big) or CUT_NEVER (not cuttable).
+    uint8_t prev = CUT_NEVER;
+    uint32_t prev_big = 0;
     for (size_t i = 0; i < n;) {
-        uint32_t first, last;
+        uint8_t first, last;  // this character's, the same way
+        uint32_t first_big = 0, last_big = 0;
         size_t len;
-        bool cuttable;
         if (w[i] < 0x80) {  // ASCII and "▁", most characters: the rule below, tabulated
-            len = 1;
-            first = t->cut_first[w[i]], last = t->cut_last[w[i]];
-            cuttable = first != CUT_NEVER;
+            first = t->cut_first[w[i]], last = t->cut_last[w[i]], len = 1;
         } else if (w[i] == 0xE2 && i + 2 < n && w[i + 1] == 0x96 && w[i + 2] == 0x81) {
-            len = 3;
-            first = t->cut_space_first, last = t->cut_space_last;
-            cuttable = first != CUT_NEVER;
+            first = t->cut_space_first, last = t->cut_space_last, len = 3;
         } else {
             uint32_t cp;
             len = utf8_decode(w + i, n - i, &cp);
-            first = cp, last = cp;
-            cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
+            first_big = cp, last_big = cp;
+            bool cuttable = cp != UTF8_INVALID && char_id(t, w + i, len) >= 0;
             if (!cuttable && t->byte_fallback) {
                 cuttable = true;
                 for (size_t k = 0; k < len && cuttable; k++) cuttable = t->fallback_id[w[i + k]] >= 0;
-                first = '<', last = '>';
+                first_big = '<', last_big = '>';
             }
+            int fs = tok_pair_small(first_big), ls = tok_pair_small(last_big);
+            first = !cuttable ? CUT_NEVER : fs >= 0 ? (uint8_t)fs : CUT_BIG;
+            last = !cuttable ? CUT_NEVER : ls >= 0 ? (uint8_t)ls : CUT_BIG;
         }
-        if (cuttable && prev_cuttable && i > start && !tok_pair_joinable(t, prev_last, first)) {
+        // (prev is CUT_NEVER at i = 0, and a part is never empty.)
+        if (first != CUT_NEVER && prev != CUT_NEVER &&
+            (prev < PAIR_SMALL && first < PAIR_SMALL
+                 ? !t->pair_small[prev * PAIR_SMALL + first]
+                 : !tok_pair_joinable(t, prev == CUT_BIG ? prev_big : tok_small_cp(prev),
+                                      first == CUT_BIG ? first_big : tok_small_cp(first)))) {
             if (queued == PARTS_AHEAD) {
                 merge_part(st, w, &ring[head], out);
                 head = (head + 1) % PARTS_AHEAD, queued--;
@@ -384,8 +390,7 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             queue_part(st, w, start, i - start, &ring[(head + queued++) % PARTS_AHEAD]);
             start = i;
         }
-        prev_last = last;
-        prev_cuttable = cuttable;
+        prev = last, prev_big = last_big;
         i += len;
     }
     for (; queued; queued--, head = (head + 1) % PARTS_AHEAD) merge_part(st, w, &ring[head], out);

@@ -151,9 +151,13 @@ size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, c
         // One-byte pattern (Metaspace's and Llama 2's " " -> "▁"), 8 bytes at a time:
         // the 8 are stored as they are, then the output is cut after the bytes before
         // the first pattern byte among them (found as the lowest zero byte of x ^ p0)
-        // and the replacement follows. Stores stay inside dst: m + 8 <= i * rl + 8 <=
-        // n * rl while i + 8 <= n.
+        // and the replacement follows, stored as 4 bytes (the extra ones are written
+        // over next). Stores stay inside dst (n + n * rl bytes): m <= i * rl, so
+        // m + 8 <= n * rl while i + 8 <= n, and a replacement's 4 bytes end by
+        // (i + 7) * rl + 4 <= n + n * rl.
         const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+        uint32_t rep4 = 0;
+        memcpy(&rep4, rep, rl);
         while (i + 8 <= n) {
             uint64_t x, z;
             memcpy(&x, s + i, 8);
@@ -166,7 +170,7 @@ size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, c
             }
             size_t k = (size_t)__builtin_ctzll(zero) / 8;
             i += k + 1, m += k;
-            for (size_t r = 0; r < rl; r++) dst[m + r] = (uint8_t)rep[r];
+            memcpy(dst + m, &rep4, 4);
             m += rl;
         }
     }

@@ -58,7 +58,8 @@ typedef struct {
 } DecStep;
 #define MAX_DEC_STEPS 8
 
-#define CUT_NEVER UINT32_MAX
+#define CUT_NEVER 255  // tok_bpe_word: a character never cut from its neighbours
+#define CUT_BIG 254    // tok_bpe_word: a character with no tok_pair_small index
 
 // A pair of adjacent characters (code points) that occurs inside some model token.
 #define PAIR_SMALL 129
@@ -118,14 +119,15 @@ struct Tokenizer {
     PairSlot *pairs;            // adjacent character pairs inside model tokens
     size_t pair_mask;
     // The same for pairs of ASCII characters and U+2581 "▁" (slot 128), the
-    // characters of most text, as a bit matrix: PAIR_SMALL x PAIR_SMALL bits.
-    uint8_t pair_bits[(PAIR_SMALL * PAIR_SMALL + 7) / 8];
+    // characters of most text, as a byte matrix (16 KB, one load per test).
+    uint8_t pair_small[PAIR_SMALL * PAIR_SMALL];  // (PAIR_SMALL, PAIR_SMALL) 1: adjacent in a token
     int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
     // How tok_bpe_word's cutting sees an ASCII character and "▁": the first and last
     // character of its symbols' text (itself when it is a token, '<' and '>' for
-    // <0xNN> byte fallback), CUT_NEVER when it is never cut from its neighbours.
-    uint32_t cut_first[128], cut_last[128];
-    uint32_t cut_space_first, cut_space_last;
+    // <0xNN> byte fallback) as tok_pair_small indices, CUT_NEVER when it is never
+    // cut from its neighbours.
+    uint8_t cut_first[128], cut_last[128];
+    uint8_t cut_space_first, cut_space_last;
     uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
     uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
     NormOp norm[MAX_NORM_OPS];
@@ -178,12 +180,10 @@ static inline int tok_merge_find(const Tokenizer *t, uint32_t left, uint32_t rig
 // Is the character pair (a, b) adjacent inside some model token (so a merge might
 // join a symbol ending in a to one starting with b)?
 static inline int tok_pair_small(uint32_t cp) { return cp < 128 ? (int)cp : cp == 0x2581 ? 128 : -1; }
+static inline uint32_t tok_small_cp(int small) { return small == 128 ? 0x2581 : (uint32_t)small; }
 static inline int tok_pair_joinable(const Tokenizer *t, uint32_t a, uint32_t b) {
     int sa = tok_pair_small(a), sb = tok_pair_small(b);
-    if (sa >= 0 && sb >= 0) {
-        int bit = sa * PAIR_SMALL + sb;
-        return (t->pair_bits[bit >> 3] >> (bit & 7)) & 1;
-    }
+    if (sa >= 0 && sb >= 0) return t->pair_small[sa * PAIR_SMALL + sb];
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     for (size_t i = (size_t)(h ^ (h >> 32)) & t->pair_mask;; i = (i + 1) & t->pair_mask) {

@@ -136,8 +136,7 @@ void tok_load_char_decoder(const Ctx *c, Tokenizer *t, const cJSON *d) {
 static void pair_insert(Tokenizer *t, uint32_t a, uint32_t b) {
     int sa = tok_pair_small(a), sb = tok_pair_small(b);
     if (sa >= 0 && sb >= 0) {
-        int bit = sa * PAIR_SMALL + sb;
-        t->pair_bits[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        t->pair_small[sa * PAIR_SMALL + sb] = 1;
         return;
     }
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
@@ -164,13 +163,13 @@ void tok_build_char_tables(Tokenizer *t) {
     t->spm_space_id = tok_vocab_find(t, (const uint8_t *)"\xE2\x96\x81", 3);
     for (int b = 0; b < 128; b++) {  // tok_bpe_word's rule (there), tabulated
         bool fallback = t->byte_fallback && t->fallback_id[b] >= 0;
-        t->cut_first[b] = t->ascii_id[b] >= 0 ? (uint32_t)b : fallback ? '<' : CUT_NEVER;
-        t->cut_last[b] = t->ascii_id[b] >= 0 ? (uint32_t)b : fallback ? '>' : CUT_NEVER;
+        t->cut_first[b] = (uint8_t)(t->ascii_id[b] >= 0 ? b : fallback ? '<' : CUT_NEVER);
+        t->cut_last[b] = (uint8_t)(t->ascii_id[b] >= 0 ? b : fallback ? '>' : CUT_NEVER);
     }
     bool space_fallback = t->byte_fallback && t->fallback_id[0xE2] >= 0 && t->fallback_id[0x96] >= 0 &&
                           t->fallback_id[0x81] >= 0;
-    t->cut_space_first = t->spm_space_id >= 0 ? 0x2581 : space_fallback ? '<' : CUT_NEVER;
-    t->cut_space_last = t->spm_space_id >= 0 ? 0x2581 : space_fallback ? '>' : CUT_NEVER;
+    t->cut_space_first = (uint8_t)(t->spm_space_id >= 0 ? tok_pair_small(0x2581) : space_fallback ? '<' : CUT_NEVER);
+    t->cut_space_last = (uint8_t)(t->spm_space_id >= 0 ? tok_pair_small(0x2581) : space_fallback ? '>' : CUT_NEVER);
     // Every adjacent pair of characters inside a token (added tokens included: more
     // pairs only cut words less). At most one pair per byte of the vocabulary.
     size_t bytes = 0;
