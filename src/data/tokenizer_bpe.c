@@ -186,32 +186,40 @@ static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w,
 
 // ---------------------------------------------------------------- merging
 
-// A word's cache key: its bytes as zero-padded 64-bit words, their hash, and the
-// set it belongs to (NULL: the word is too long to cache).
+// A word's cache key: its bytes as zero-padded 64-bit words, and the set it
+// belongs to (NULL: the word is too long to cache).
 typedef struct {
     uint64_t k[CACHE_KEY_MAX / 8];
     CacheSlot *set;
 } CacheKey;
 
-// Little-endian load of w(n), n <= 8, without reading past it.
-static inline uint64_t load_le(const uint8_t *w, size_t n) {
-    uint64_t x = 0;
-    if (n == 8) {
-        memcpy(&x, w, 8);
-        return x;
+// Little-endian load of p(m), 1 <= m <= 8, reading only inside [lo, hi) (the word
+// the piece is part of): one 8-byte load ending at p + m or starting at p where
+// the buffer has room, shifted or masked to m bytes; a byte loop otherwise.
+static inline uint64_t load_le(const uint8_t *p, size_t m, const uint8_t *lo, const uint8_t *hi) {
+    uint64_t x;
+    if ((size_t)(p + m - lo) >= 8) {
+        memcpy(&x, p + m - 8, 8);
+        return m == 8 ? x : x >> (64 - 8 * m);
     }
-    for (size_t i = 0; i < n; i++) x |= (uint64_t)w[i] << (8 * i);
+    if ((size_t)(hi - p) >= 8) {
+        memcpy(&x, p, 8);
+        return x & ((1ull << (8 * m)) - 1);  // m < 8 here
+    }
+    x = 0;
+    for (size_t i = 0; i < m; i++) x |= (uint64_t)p[i] << (8 * i);
     return x;
 }
 
-// The key of w(n), its set fetched into the CPU cache ahead of use (the table is
-// megabytes: the load would stall otherwise).
-static inline void cache_key(TokenizerState *st, const uint8_t *w, size_t n, CacheKey *key) {
+// The key of w(n), a piece of [lo, hi); its set fetched into the CPU cache ahead
+// of use (the table is megabytes: the load would stall otherwise).
+static inline void cache_key(TokenizerState *st, const uint8_t *w, size_t n, const uint8_t *lo,
+                             const uint8_t *hi, CacheKey *key) {
     key->set = NULL;
     if (n > CACHE_KEY_MAX) return;
     for (size_t i = 0; i < CACHE_KEY_MAX / 8; i++) {
         size_t at = 8 * i, m = n > at ? (n - at < 8 ? n - at : 8) : 0;
-        key->k[i] = m ? load_le(w + at, m) : 0;
+        key->k[i] = m ? load_le(w + at, m, lo, hi) : 0;
     }
     // Multiply-xorshift over the three words and the length; the set is taken from
     // the high bits of the last product, which every input bit reaches.
@@ -247,24 +255,28 @@ static inline void push_cached(TokenList *out, const CacheSlot *c) {
     out->n += c->n_ids;
 }
 
-// Merge w(n) and append its ids; key from cache_key, or NULL not to use the cache.
-static void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
-                        TokenList *out) {
-    const Tokenizer *t = st->t;
-    if (key && key->set) {
-        CacheSlot *c = key->set;
-        if (slot_holds(&c[0], key, n)) {
-            push_cached(out, &c[0]);
-            return;
-        }
-        if (slot_holds(&c[1], key, n)) {  // the older slot: it becomes the newer
-            CacheSlot hit = c[1];
-            c[1] = c[0];
-            c[0] = hit;
-            push_cached(out, &c[0]);
-            return;
-        }
+// Append the cached ids of the word of key (n bytes); false if it is not cached.
+static inline bool cache_hit(const CacheKey *key, size_t n, TokenList *out) {
+    CacheSlot *c = key->set;
+    if (!c) return false;
+    if (slot_holds(&c[0], key, n)) {
+        push_cached(out, &c[0]);
+        return true;
     }
+    if (slot_holds(&c[1], key, n)) {  // the older slot: it becomes the newer
+        CacheSlot hit = c[1];
+        c[1] = c[0];
+        c[0] = hit;
+        push_cached(out, &c[0]);
+        return true;
+    }
+    return false;
+}
+
+// Merge w(n) and append its ids, remembering them under key (NULL: not cached).
+static void merge_miss(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
+                       TokenList *out) {
+    const Tokenizer *t = st->t;
     // At most one symbol per byte (byte fallback gives one per byte, a character one).
     st->sym = tok_grow(st->sym, &st->sym_cap, n, sizeof(Symbol));
     SymbolBuilder b = {st->sym, 0, -1, 0};
@@ -317,14 +329,23 @@ typedef struct {
     CacheKey key;
 } Part;
 
-static inline void queue_part(TokenizerState *st, const uint8_t *w, size_t start, size_t n, Part *p) {
+static inline void queue_part(TokenizerState *st, const uint8_t *w, size_t wn, size_t start, size_t n,
+                              Part *p) {
     p->start = start;
     p->n = n;
-    cache_key(st, w + start, n, &p->key);
+    cache_key(st, w + start, n, w, w + wn, &p->key);
+}
+
+// Merge w(n), a piece of [lo, hi), and append its ids: from the cache if there.
+static inline void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const uint8_t *lo,
+                               const uint8_t *hi, TokenList *out) {
+    CacheKey key;
+    cache_key(st, w, n, lo, hi, &key);
+    if (!cache_hit(&key, n, out)) merge_miss(st, w, n, &key, out);
 }
 
 static inline void merge_part(TokenizerState *st, const uint8_t *w, const Part *p, TokenList *out) {
-    merge_piece(st, w + p->start, p->n, &p->key, out);
+    if (!cache_hit(&p->key, p->n, out)) merge_miss(st, w + p->start, p->n, &p->key, out);
 }
 
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
@@ -337,9 +358,7 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
         }
     }
     if (!t->char_bpe) {
-        CacheKey key;
-        cache_key(st, w, n, &key);
-        merge_piece(st, w, n, &key, out);
+        merge_piece(st, w, n, w, w + n, out);
         return;
     }
     // Cut between characters x, y where the last character of x's symbols' text and
@@ -387,14 +406,12 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
                 merge_part(st, w, &ring[head], out);
                 head = (head + 1) % PARTS_AHEAD, queued--;
             }
-            queue_part(st, w, start, i - start, &ring[(head + queued++) % PARTS_AHEAD]);
+            queue_part(st, w, n, start, i - start, &ring[(head + queued++) % PARTS_AHEAD]);
             start = i;
         }
         prev = last, prev_big = last_big;
         i += len;
     }
     for (; queued; queued--, head = (head + 1) % PARTS_AHEAD) merge_part(st, w, &ring[head], out);
-    CacheKey key;
-    cache_key(st, w + start, n - start, &key);
-    merge_piece(st, w + start, n - start, &key, out);
+    merge_piece(st, w + start, n - start, w, w + n, out);
 }
