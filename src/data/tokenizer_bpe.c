@@ -397,11 +397,13 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             last = !cuttable ? CUT_NEVER : ls >= 0 ? (uint8_t)ls : CUT_BIG;
         }
         // (prev is CUT_NEVER at i = 0, and a part is never empty.)
-        if (first != CUT_NEVER && prev != CUT_NEVER &&
-            (prev < PAIR_SMALL && first < PAIR_SMALL
-                 ? !t->pair_small[prev * PAIR_SMALL + first]
-                 : !tok_pair_joinable(t, prev == CUT_BIG ? prev_big : tok_small_cp(prev),
-                                      first == CUT_BIG ? first_big : tok_small_cp(first)))) {
+        uint8_t cut = t->cut_tab[prev * CUT_DIM + first];
+        if (cut == CUT_ASK) {
+            uint32_t a = prev == CUT_BIG ? prev_big : tok_small_cp(prev);
+            uint32_t b = first == CUT_BIG ? first_big : tok_small_cp(first);
+            cut = tok_pair_joinable(t, a, b) ? CUT_NO : CUT_YES;
+        }
+        if (cut == CUT_YES) {
             if (queued == PARTS_AHEAD) {
                 merge_part(st, w, &ring[head], out);
                 head = (head + 1) % PARTS_AHEAD, queued--;

@@ -58,8 +58,13 @@ typedef struct {
 } DecStep;
 #define MAX_DEC_STEPS 8
 
-#define CUT_NEVER 255  // tok_bpe_word: a character never cut from its neighbours
-#define CUT_BIG 254    // tok_bpe_word: a character with no tok_pair_small index
+// tok_bpe_word's view of a character's first or last symbol character: its
+// tok_pair_small index (0..128), CUT_BIG (a character without one) or CUT_NEVER
+// (a character never cut from its neighbours).
+#define CUT_BIG 129
+#define CUT_NEVER 130
+#define CUT_DIM 131
+enum { CUT_NO, CUT_YES, CUT_ASK };  // Tokenizer.cut_tab: don't cut, cut, tok_pair_joinable decides
 
 // A pair of adjacent characters (code points) that occurs inside some model token.
 #define PAIR_SMALL 129
@@ -128,6 +133,9 @@ struct Tokenizer {
     // cut from its neighbours.
     uint8_t cut_first[128], cut_last[128];
     uint8_t cut_space_first, cut_space_last;
+    // Whether to cut between characters whose last and first are (previous, next)
+    // in that view: the pair_small test with CUT_NEVER and CUT_BIG folded in.
+    uint8_t cut_tab[CUT_DIM * CUT_DIM];  // (CUT_DIM, CUT_DIM) CUT_NO / CUT_YES / CUT_ASK
     uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
     uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
     NormOp norm[MAX_NORM_OPS];

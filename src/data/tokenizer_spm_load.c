@@ -168,8 +168,9 @@ void tok_build_char_tables(Tokenizer *t) {
     }
     bool space_fallback = t->byte_fallback && t->fallback_id[0xE2] >= 0 && t->fallback_id[0x96] >= 0 &&
                           t->fallback_id[0x81] >= 0;
-    t->cut_space_first = (uint8_t)(t->spm_space_id >= 0 ? tok_pair_small(0x2581) : space_fallback ? '<' : CUT_NEVER);
-    t->cut_space_last = (uint8_t)(t->spm_space_id >= 0 ? tok_pair_small(0x2581) : space_fallback ? '>' : CUT_NEVER);
+    int space = tok_pair_small(0x2581);
+    t->cut_space_first = (uint8_t)(t->spm_space_id >= 0 ? space : space_fallback ? '<' : CUT_NEVER);
+    t->cut_space_last = (uint8_t)(t->spm_space_id >= 0 ? space : space_fallback ? '>' : CUT_NEVER);
     // Every adjacent pair of characters inside a token (added tokens included: more
     // pairs only cut words less). At most one pair per byte of the vocabulary.
     size_t bytes = 0;
@@ -192,4 +193,9 @@ void tok_build_char_tables(Tokenizer *t) {
             i += l;
         }
     }
+    for (int a = 0; a < CUT_DIM; a++)
+        for (int b = 0; b < CUT_DIM; b++)
+            t->cut_tab[a * CUT_DIM + b] = a == CUT_NEVER || b == CUT_NEVER ? CUT_NO
+                                          : a == CUT_BIG || b == CUT_BIG ? CUT_ASK
+                                          : t->pair_small[a * PAIR_SMALL + b] ? CUT_NO : CUT_YES;
 }
