@@ -152,23 +152,26 @@ static inline int64_t char_id(const Tokenizer *t, const uint8_t *c, size_t len) 
 }
 
 static void char_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w, size_t n) {
+    static const uint8_t meta[3] = {0xE2, 0x96, 0x81};  // "▁"
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp);
-        int64_t id = char_id(t, w + i, len);
+        const uint8_t *c = w + i;  // the character, len bytes; w advances by step
+        size_t len = w[i] < 0x80 ? 1 : utf8_decode(w + i, n - i, &cp), step = len;
+        if (w[i] == ' ' && t->space_meta) c = meta, len = 3;  // " " stands for "▁"
+        int64_t id = char_id(t, c, len);
         if (id >= 0) {
             flush_unk(b);
             add_symbol(b, (uint32_t)id, (uint32_t)len);
         } else {
             bool all = t->byte_fallback;
-            for (size_t k = 0; k < len && all; k++) all = t->fallback_id[w[i + k]] >= 0;
+            for (size_t k = 0; k < len && all; k++) all = t->fallback_id[c[k]] >= 0;
             if (all) {  // tokenizers leaves a pending unk pending here
-                for (size_t k = 0; k < len; k++) add_symbol(b, (uint32_t)t->fallback_id[w[i + k]], 1);
+                for (size_t k = 0; k < len; k++) add_symbol(b, (uint32_t)t->fallback_id[c[k]], 1);
             } else {
                 add_unknown(t, b, (uint32_t)len);
             }
         }
-        i += len;
+        i += step;
     }
 }
 
@@ -277,8 +280,9 @@ static inline bool cache_hit(const CacheKey *key, size_t n, TokenList *out) {
 static void merge_miss(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
                        TokenList *out) {
     const Tokenizer *t = st->t;
-    // At most one symbol per byte (byte fallback gives one per byte, a character one).
-    st->sym = tok_grow(st->sym, &st->sym_cap, n, sizeof(Symbol));
+    // At most one symbol per byte (byte fallback gives one per byte, a character one),
+    // but three for a " " read as "▁" (its bytes' fallback).
+    st->sym = tok_grow(st->sym, &st->sym_cap, t->space_meta ? 3 * n : n, sizeof(Symbol));
     SymbolBuilder b = {st->sym, 0, -1, 0};
     if (t->char_bpe) char_symbols(t, &b, w, n);
     else byte_symbols(t, &b, w, n);

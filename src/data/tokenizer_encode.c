@@ -61,12 +61,24 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
 static void metaspace_step(TokenizerState *st, int k, const uint8_t *s, size_t n, TokenList *out) {
     const Tokenizer *t = st->t;
     size_t rl = (size_t)t->meta_rep_len;
+    bool starts = s[0] == ' ' || (n >= rl && memcmp(s, t->meta_rep, rl) == 0);
+    bool prepend = !starts && (t->meta_prepend == PREPEND_ALWAYS || (t->meta_prepend == PREPEND_FIRST && s == st->text));
+    if (t->space_meta) {  // spaces stay: tok_bpe_word reads " " as "▁" (tokenizer_impl.h)
+        if (!prepend) {
+            run_steps(st, k + 1, s, n, out);
+            return;
+        }
+        st->scratch[k] = tok_grow(st->scratch[k], &st->scratch_cap[k], n + 1, 1);
+        st->scratch[k][0] = ' ';  // (n + 1) the piece after the prepended "▁"
+        memcpy(st->scratch[k] + 1, s, n);
+        run_steps(st, k + 1, st->scratch[k], n + 1, out);
+        return;
+    }
     // Room for the worst case (every byte a space) rather than a pass counting them.
     st->scratch[k] = tok_grow(st->scratch[k], &st->scratch_cap[k], n + rl * (n + 1), 1);
     uint8_t *d = st->scratch[k];  // (n + rl * (n + 1)) the rewritten piece
     size_t m = 0;
-    bool starts = s[0] == ' ' || (n >= rl && memcmp(s, t->meta_rep, rl) == 0);
-    if (!starts && (t->meta_prepend == PREPEND_ALWAYS || (t->meta_prepend == PREPEND_FIRST && s == st->text))) {
+    if (prepend) {
         memcpy(d, t->meta_rep, rl);
         m = rl;
     }
@@ -226,7 +238,15 @@ static void split_added(TokenizerState *st, int pass, const uint8_t *s, size_t n
         run_steps(st, 0, s, n, out);
         return;
     }
-    if (pass == 1 && t->n_norm) {  // normalize the gap (no gap is inside another)
+    if (pass == 1 && t->n_norm && t->space_meta && n) {
+        // Prepend("▁") + Replace(" ", "▁"): a " " in front, tok_bpe_word reads the
+        // spaces as "▁" (tokenizer_impl.h).
+        st->normalized = tok_grow(st->normalized, &st->normalized_cap, n + 1, 1);
+        st->normalized[0] = ' ';  // (n + 1) the gap after the prepended "▁"
+        memcpy(st->normalized + 1, s, n);
+        s = st->normalized;
+        n++;
+    } else if (pass == 1 && t->n_norm) {  // normalize the gap (no gap is inside another)
         size_t m = tok_normalize(t, s, n, &st->normalized, &st->normalized_cap, &st->norm_tmp, &st->norm_tmp_cap);
         s = st->normalized;
         n = m;

@@ -127,6 +127,7 @@ struct Tokenizer {
     // characters of most text, as a byte matrix (16 KB, one load per test).
     uint8_t pair_small[PAIR_SMALL * PAIR_SMALL];  // (PAIR_SMALL, PAIR_SMALL) 1: adjacent in a token
     int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
+    bool space_meta;            // a " " reaching tok_bpe_word stands for "▁" (tok_build_char_tables)
     // How tok_bpe_word's cutting sees an ASCII character and "▁": the first and last
     // character of its symbols' text (itself when it is a token, '<' and '>' for
     // <0xNN> byte fallback) as tok_pair_small indices, CUT_NEVER when it is never

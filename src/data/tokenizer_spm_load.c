@@ -193,6 +193,22 @@ void tok_build_char_tables(Tokenizer *t) {
             i += l;
         }
     }
+    // Where every " " becomes "▁" just before merging (Metaspace alone, without split,
+    // replacement "▁"; or the legacy normalizer Prepend("▁") + Replace(" ", "▁") with
+    // no normalized added tokens), the encoder leaves the spaces in place and the
+    // merging reads a " " as the "▁" it would have become: no rewritten copy of the
+    // text, and the commonest character is one byte, not three. No other space
+    // reaches the merging in these forms, so the reading is unambiguous (and a word
+    // with a literal "▁" merges as the same word with " " would). ignore_merges looks
+    // words up by their bytes, so it keeps the rewrite.
+    static const char meta[] = "\xE2\x96\x81";
+    bool meta_only = t->n_steps == 1 && t->steps[0].kind == STEP_METASPACE && !t->meta_split &&
+                     t->meta_rep_len == 3 && memcmp(t->meta_rep, meta, 3) == 0 && t->n_norm == 0;
+    bool legacy = t->n_steps == 0 && t->n_norm == 2 && t->added_norm.n == 0 && t->norm[0].kind == NORM_PREPEND &&
+                  !strcmp(t->norm[0].content, meta) && t->norm[1].kind == NORM_REPLACE &&
+                  !strcmp(t->norm[1].pattern, " ") && !strcmp(t->norm[1].content, meta);
+    t->space_meta = !t->ignore_merges && (meta_only || legacy);
+    if (t->space_meta) t->cut_first[' '] = t->cut_space_first, t->cut_last[' '] = t->cut_space_last;
     for (int a = 0; a < CUT_DIM; a++)
         for (int b = 0; b < CUT_DIM; b++)
             t->cut_tab[a * CUT_DIM + b] = a == CUT_NEVER || b == CUT_NEVER ? CUT_NO
