@@ -194,13 +194,6 @@ static void byte_symbols(const Tokenizer *t, SymbolBuilder *b, const uint8_t *w,
 
 // ---------------------------------------------------------------- merging
 
-// A word's cache key: its bytes as zero-padded 64-bit words, and the set it
-// belongs to (NULL: the word is too long to cache).
-typedef struct {
-    uint64_t k[CACHE_KEY_MAX / 8];
-    CacheSlot *set;
-} CacheKey;
-
 // Little-endian load of p(m), 1 <= m <= 8, reading only inside [lo, hi) (the word
 // the piece is part of): one 8-byte load ending at p + m or starting at p where
 // the buffer has room, shifted or masked to m bytes; a byte loop otherwise.
@@ -285,6 +278,15 @@ static inline bool cache_hit(const CacheKey *key, size_t n, TokenList *out) {
 static void merge_miss(TokenizerState *st, const uint8_t *w, size_t n, const CacheKey *key,
                        TokenList *out) {
     const Tokenizer *t = st->t;
+    if (t->ignore_merges && !t->char_bpe) {  // a word that is a token is that token
+        int64_t id = tok_vocab_find(t, w, n);
+        if (id >= 0) {
+            uint32_t one = (uint32_t)id;
+            tok_push_ids(out, &one, 1);
+            cache_store(key, n, &one, 1);  // the word's ids, however found
+            return;
+        }
+    }
     // At most one symbol per byte (byte fallback gives one per byte, a character one),
     // but three for a " " read as "▁" (its bytes' fallback).
     st->sym = tok_grow(st->sym, &st->sym_cap, t->space_meta ? 3 * n : n, sizeof(Symbol));
@@ -331,20 +333,6 @@ static void merge_miss(TokenizerState *st, const uint8_t *w, size_t n, const Cac
     cache_store(key, n, out->ids + n0, out->n - n0);
 }
 
-// A part of a character-level word waiting to be merged.
-#define PARTS_AHEAD 8
-typedef struct {
-    size_t start, n;  // w[start .. start + n)
-    CacheKey key;
-} Part;
-
-static inline void queue_part(TokenizerState *st, const uint8_t *w, size_t wn, size_t start, size_t n,
-                              Part *p) {
-    p->start = start;
-    p->n = n;
-    cache_key(st, w + start, n, w, w + wn, &p->key);
-}
-
 // Merge w(n), a piece of [lo, hi), and append its ids: from the cache if there.
 static inline void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, const uint8_t *lo,
                                const uint8_t *hi, TokenList *out) {
@@ -353,12 +341,38 @@ static inline void merge_piece(TokenizerState *st, const uint8_t *w, size_t n, c
     if (!cache_hit(&key, n, out)) merge_miss(st, w, n, &key, out);
 }
 
-static inline void merge_part(TokenizerState *st, const uint8_t *w, const Part *p, TokenList *out) {
-    if (!cache_hit(&p->key, p->n, out)) merge_miss(st, w + p->start, p->n, &p->key, out);
+static inline void ring_merge_oldest(TokenizerState *st, WordRing *r, TokenList *out) {
+    const CacheKey *key = &r->word[r->head].key;
+    const uint8_t *w = r->word[r->head].w;
+    size_t n = r->word[r->head].n;
+    if (!cache_hit(key, n, out)) merge_miss(st, w, n, key, out);
+    r->head = (r->head + 1) % RING_AHEAD, r->queued--;
+}
+
+static inline void ring_push(TokenizerState *st, WordRing *r, const uint8_t *w, size_t n, const uint8_t *lo,
+                             const uint8_t *hi, TokenList *out) {
+    if (r->queued == RING_AHEAD) ring_merge_oldest(st, r, out);
+    size_t slot = (r->head + r->queued++) % RING_AHEAD;
+    r->word[slot].w = w;
+    r->word[slot].n = n;
+    cache_key(st, w, n, lo, hi, &r->word[slot].key);
+}
+
+void tok_ring_push(TokenizerState *st, WordRing *r, const uint8_t *w, size_t n, const uint8_t *lo,
+                   const uint8_t *hi, TokenList *out) {
+    ring_push(st, r, w, n, lo, hi, out);
+}
+
+void tok_ring_flush(TokenizerState *st, WordRing *r, TokenList *out) {
+    while (r->queued) ring_merge_oldest(st, r, out);
 }
 
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out) {
     const Tokenizer *t = st->t;
+    if (!t->char_bpe) {  // (ignore_merges: in merge_miss, the answer cached)
+        merge_piece(st, w, n, w, w + n, out);
+        return;
+    }
     if (t->ignore_merges) {  // a word that is a token is that token
         int64_t id = tok_vocab_find(t, w, n);
         if (id >= 0) {
@@ -366,19 +380,14 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             return;
         }
     }
-    if (!t->char_bpe) {
-        merge_piece(st, w, n, w, w + n, out);
-        return;
-    }
     // Cut between characters x, y where the last character of x's symbols' text and
     // the first of y's are never side by side in a token: a merge across would make
     // a token holding them so. A character that is a token is its own symbol; one
     // taking the byte fallback is <0xNN> symbols ('<' first, '>' last). One that
     // becomes unk (fused with its neighbours) or is dropped is never cut from them.
-    // A part is merged only once PARTS_AHEAD more are found, its cache set fetched
-    // from memory meanwhile (a ring of parts, oldest first).
-    Part ring[PARTS_AHEAD];
-    size_t head = 0, queued = 0, start = 0;
+    // A part is merged only once RING_AHEAD more are found (WordRing).
+    WordRing ring = {.head = 0, .queued = 0};
+    size_t start = 0;
     // The previous character's last symbol character: its tok_pair_small index,
     // CUT_BIG (a code point in prev_big) or CUT_NEVER (not cuttable).
     uint8_t prev = CUT_NEVER;
@@ -420,16 +429,12 @@ void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out
             cut = tok_pair_joinable(t, a, b) ? CUT_NO : CUT_YES;
         }
         if (cut == CUT_YES) {
-            if (queued == PARTS_AHEAD) {
-                merge_part(st, w, &ring[head], out);
-                head = (head + 1) % PARTS_AHEAD, queued--;
-            }
-            queue_part(st, w, n, start, i - start, &ring[(head + queued++) % PARTS_AHEAD]);
+            ring_push(st, &ring, w + start, i - start, w, w + n, out);
             start = i;
         }
         prev = last, prev_big = last_big;
         i += len;
     }
-    for (; queued; queued--, head = (head + 1) % PARTS_AHEAD) merge_part(st, w, &ring[head], out);
+    tok_ring_flush(st, &ring, out);
     merge_piece(st, w + start, n - start, w, w + n, out);
 }

@@ -116,15 +116,23 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
         }
         return;
     case STEP_SPLIT_GPT2:
-        for (size_t i = 0; i < n;) {
-            size_t m = pretok_match_gpt2(s, n, i);
-            run_steps(st, k + 1, s + i, m, out);
-            i += m;
-        }
-        return;
     case STEP_SPLIT_LLAMA3:
+        if (k + 1 == t->n_steps && !t->char_bpe) {
+            // The pieces are the words: queued, so that each one's cache set is
+            // fetched while the next ones are matched (s stays in place meanwhile).
+            WordRing ring = {.head = 0, .queued = 0};
+            for (size_t i = 0; i < n;) {
+                size_t m = p->kind == STEP_SPLIT_GPT2 ? pretok_match_gpt2(s, n, i)
+                                                      : pretok_match_llama3(s, n, i, p->max_digits);
+                tok_ring_push(st, &ring, s + i, m, s, s + n, out);
+                i += m;
+            }
+            tok_ring_flush(st, &ring, out);
+            return;
+        }
         for (size_t i = 0; i < n;) {
-            size_t m = pretok_match_llama3(s, n, i, p->max_digits);
+            size_t m = p->kind == STEP_SPLIT_GPT2 ? pretok_match_gpt2(s, n, i)
+                                                  : pretok_match_llama3(s, n, i, p->max_digits);
             run_steps(st, k + 1, s + i, m, out);
             i += m;
         }

@@ -223,6 +223,26 @@ typedef struct {
 } CacheSlot;
 _Static_assert(sizeof(CacheSlot) == 64, "a cache slot is one cache line");
 
+// A word's cache key: its bytes as zero-padded 64-bit words, and the set it
+// belongs to (NULL: the word is too long to cache).
+typedef struct {
+    uint64_t k[CACHE_KEY_MAX / 8];
+    CacheSlot *set;
+} CacheKey;
+
+// Words waiting to be merged, oldest first, their cache sets fetched from memory
+// meanwhile (the table is megabytes: a lookup right away would stall). A word's
+// bytes must stay in place until it is merged (tok_ring_push, tok_ring_flush).
+#define RING_AHEAD 8
+typedef struct {
+    struct {
+        const uint8_t *w;
+        size_t n;
+        CacheKey key;
+    } word[RING_AHEAD];
+    size_t head, queued;
+} WordRing;
+
 // A symbol of a word being merged; len 0 marks one merged into its left neighbour.
 typedef struct {
     uint32_t id;
@@ -277,5 +297,11 @@ static inline void tok_push_ids(TokenList *l, const uint32_t *ids, size_t n) {
 void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
 // tokenizer_bpe.c: merge word w(n) by BPE and append its ids.
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out);
+// The same for a byte-level word w(n) lying in [lo, hi), through ring r (start it
+// zeroed): the oldest queued word is merged when the ring is full, the rest by
+// tok_ring_flush; ids come out in the order the words went in.
+void tok_ring_push(TokenizerState *st, WordRing *r, const uint8_t *w, size_t n, const uint8_t *lo,
+                   const uint8_t *hi, TokenList *out);
+void tok_ring_flush(TokenizerState *st, WordRing *r, TokenList *out);
 
 #endif
