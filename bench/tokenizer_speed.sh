@@ -13,7 +13,8 @@
 # femtotron: "encode" is the parallel encoding phase prepare reports; "end to end"
 # is the whole command (reading, splitting, encoding, writing and fsyncing shards).
 # tokenizers: encode_batch (ids, offsets, ...) and encode_batch_fast (no offsets),
-# threads set with RAYON_NUM_THREADS. Each number is the median of REPEAT (3) runs.
+# threads set with RAYON_NUM_THREADS. Each number is the median of REPEAT (3) runs,
+# femtotron's and tokenizers' alternating.
 # COPIES=4 REPEAT=3 takes about 2 minutes on 2 cores.
 # Writes bench/results/tokenizer_speed.md. Not part of the test suite.
 set -euo pipefail
@@ -33,25 +34,21 @@ MB=$($PY -c "import os; print(f'{os.path.getsize(\"$T/corpus.txt\") / 1e6:.1f}')
 
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-femto() {  # femto TOKENIZER THREADS -> "encode_MBps end_to_end_MBps tokens"
-    local enc=() e2e=() tokens=""
-    for _ in $(seq "$REPEAT"); do
-        local t0 t1 out
-        t0=$(date +%s.%N)
-        out=$(./femtotron prepare --tokenizer "$T/$1.json" --input "$T/corpus.txt" --split-on % \
-              --output "$T/out" --val-fraction 0 --threads "$2" --force 2>/dev/null)
-        t1=$(date +%s.%N)
-        enc+=("$(echo "$out" | sed -n 's/^encoding: .* \([0-9.]*\) MB\/s$/\1/p')")
-        e2e+=("$(echo "$t0 $t1 $MB" | awk '{printf "%.1f", $3 / ($2 - $1)}')")
-        tokens=$(echo "$out" | sed -n 's/^train: [0-9]* documents, \([0-9]*\) tokens.*/\1/p')
-    done
-    echo "$(printf '%s\n' "${enc[@]}" | median) $(printf '%s\n' "${e2e[@]}" | median) $tokens"
+femto() {  # femto TOKENIZER THREADS -> "encode_MBps end_to_end_MBps tokens" (one run)
+    local t0 t1 out
+    t0=$(date +%s.%N)
+    out=$(./femtotron prepare --tokenizer "$T/$1.json" --input "$T/corpus.txt" --split-on % \
+          --output "$T/out" --val-fraction 0 --threads "$2" --force 2>/dev/null)
+    t1=$(date +%s.%N)
+    echo "$(echo "$out" | sed -n 's/^encoding: .* \([0-9.]*\) MB\/s$/\1/p')" \
+         "$(echo "$t0 $t1 $MB" | awk '{printf "%.1f", $3 / ($2 - $1)}')" \
+         "$(echo "$out" | sed -n 's/^train: [0-9]* documents, \([0-9]*\) tokens.*/\1/p')"
 }
 
-hf() {  # hf TOKENIZER THREADS -> "batch_MBps fast_MBps tokens"
+hf() {  # hf TOKENIZER THREADS -> "batch_MBps fast_MBps tokens" (one run of each call)
     # add_special_tokens=True: prepare writes each document with its template's
     # tokens (Llama 3's <|begin_of_text|>, Llama 2's <s>; GPT-2 has none).
-    RAYON_NUM_THREADS=$2 $PY - "$T/$1.json" "$T/corpus.txt" "$REPEAT" <<'EOF'
+    RAYON_NUM_THREADS=$2 $PY - "$T/$1.json" "$T/corpus.txt" 1 <<'EOF'
 import statistics, sys, time
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
@@ -79,8 +76,17 @@ EOF
 rows=""
 for tk in gpt2 llama3 spm_legacy spm_first; do
     for th in 1 2; do
-        read -r f_enc f_e2e f_tok <<<"$(femto $tk $th)"
-        read -r h_batch h_fast h_tok <<<"$(hf $tk $th)"
+        # femtotron and tokenizers runs alternate, so that the load of the shared
+        # machine falls on both alike; each figure is the median of its REPEAT runs.
+        fe=() fx=() hb=() hfa=()
+        for _ in $(seq "$REPEAT"); do
+            read -r a b f_tok <<<"$(femto $tk $th)"
+            fe+=("$a") fx+=("$b")
+            read -r a b h_tok <<<"$(hf $tk $th)"
+            hb+=("$a") hfa+=("$b")
+        done
+        f_enc=$(printf '%s\n' "${fe[@]}" | median) f_e2e=$(printf '%s\n' "${fx[@]}" | median)
+        h_batch=$(printf '%s\n' "${hb[@]}" | median) h_fast=$(printf '%s\n' "${hfa[@]}" | median)
         ratio=$(echo "$f_enc $h_batch $h_fast" | awk '{b = $2 > $3 ? $2 : $3; printf "%.1f", $1 / b}')
         same=$([ "$f_tok" = "$h_tok" ] && echo yes || echo "NO ($f_tok vs $h_tok)")
         rows+="| $tk | $th | $f_enc | $f_e2e | $h_batch | $h_fast | $ratio | $same |"$'\n'
@@ -98,7 +104,7 @@ tests/reference/hf_tok.py (3000 ids; GPT-2 style ByteLevel regex, Llama 3 style
 Split + ByteLevel; SentencePiece-style (Llama 2 kind, byte fallback, \`<s>\` template)
 in the legacy form (normalizer Prepend + Replace, no pre-tokenizer: each document is
 one word) and the Metaspace form (prepend_scheme first, split false)). MB/s of input
-text, median of $REPEAT runs.
+text, median of $REPEAT runs (femtotron's and tokenizers' alternating).
 femtotron *encode* is the parallel encoding phase of \`prepare\`; *end to end* the
 whole command (read, split, encode, write and fsync shards). tokenizers
 $($PY -c "import tokenizers; print(tokenizers.__version__)"): \`encode_batch\` and \`encode_batch_fast\`

@@ -17,16 +17,17 @@
 
 // ---------------------------------------------------------------- small helpers
 
-void token_list_push(TokenList *l, uint32_t id) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        uint32_t *p = realloc(l->ids, cap * sizeof *p);
-        if (!p) die("out of memory growing a token list to %zu ids", cap);
-        l->ids = p;
-        l->cap = cap;
-    }
-    l->ids[l->n++] = id;
+void token_list_reserve(TokenList *l, size_t extra) {
+    if (l->cap - l->n >= extra) return;
+    size_t cap = l->cap ? 2 * l->cap : 256;
+    while (cap - l->n < extra) cap *= 2;
+    uint32_t *p = realloc(l->ids, cap * sizeof *p);
+    if (!p) die("out of memory growing a token list to %zu ids", cap);
+    l->ids = p;
+    l->cap = cap;
 }
+
+void token_list_push(TokenList *l, uint32_t id) { tok_push_ids(l, &id, 1); }
 
 void token_list_free(TokenList *l) {
     free(l->ids);

@@ -20,7 +20,10 @@
 TokenizerState *tokenizer_state_new(const Tokenizer *t) {
     TokenizerState *st = xcalloc(sizeof *st, "tokenizer state");
     st->t = t;
-    if (!t->byte_level) st->cache = xcalloc(CACHE_SLOTS * sizeof(CacheSlot), "tokenizer word cache");
+    if (!t->byte_level) {
+        st->cache_mem = xcalloc(2 * CACHE_SETS * sizeof(CacheSlot) + 128, "tokenizer word cache");
+        st->cache = (CacheSlot *)(((uintptr_t)st->cache_mem + 127) & ~(uintptr_t)127);
+    }
     return st;
 }
 
@@ -31,7 +34,7 @@ void tokenizer_state_free(TokenizerState *st) {
     for (int i = 0; i < MAX_STEPS; i++) free(st->scratch[i]);
     free(st->normalized);
     free(st->norm_tmp);
-    free(st->cache);
+    free(st->cache_mem);
     free(st);
 }
 
@@ -57,13 +60,25 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
 // cut before each replacement (tokenizers' MergedWithNext).
 static void metaspace_step(TokenizerState *st, int k, const uint8_t *s, size_t n, TokenList *out) {
     const Tokenizer *t = st->t;
-    size_t rl = (size_t)t->meta_rep_len, spaces = 0;
-    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
-    st->scratch[k] = tok_grow(st->scratch[k], &st->scratch_cap[k], n + rl * (spaces + 1), 1);
-    uint8_t *d = st->scratch[k];  // (n + rl * (spaces + 1)) the rewritten piece
-    size_t m = 0;
+    size_t rl = (size_t)t->meta_rep_len;
     bool starts = s[0] == ' ' || (n >= rl && memcmp(s, t->meta_rep, rl) == 0);
-    if (!starts && (t->meta_prepend == PREPEND_ALWAYS || (t->meta_prepend == PREPEND_FIRST && s == st->text))) {
+    bool prepend = !starts && (t->meta_prepend == PREPEND_ALWAYS || (t->meta_prepend == PREPEND_FIRST && s == st->text));
+    if (t->space_meta) {  // spaces stay: tok_bpe_word reads " " as "▁" (tokenizer_impl.h)
+        if (!prepend) {
+            run_steps(st, k + 1, s, n, out);
+            return;
+        }
+        st->scratch[k] = tok_grow(st->scratch[k], &st->scratch_cap[k], n + 1, 1);
+        st->scratch[k][0] = ' ';  // (n + 1) the piece after the prepended "▁"
+        memcpy(st->scratch[k] + 1, s, n);
+        run_steps(st, k + 1, st->scratch[k], n + 1, out);
+        return;
+    }
+    // Room for the worst case (every byte a space) rather than a pass counting them.
+    st->scratch[k] = tok_grow(st->scratch[k], &st->scratch_cap[k], n + rl * (n + 1), 1);
+    uint8_t *d = st->scratch[k];  // (n + rl * (n + 1)) the rewritten piece
+    size_t m = 0;
+    if (prepend) {
         memcpy(d, t->meta_rep, rl);
         m = rl;
     }
@@ -101,15 +116,23 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
         }
         return;
     case STEP_SPLIT_GPT2:
-        for (size_t i = 0; i < n;) {
-            size_t m = pretok_match_gpt2(s, n, i);
-            run_steps(st, k + 1, s + i, m, out);
-            i += m;
-        }
-        return;
     case STEP_SPLIT_LLAMA3:
+        if (k + 1 == t->n_steps && !t->char_bpe) {
+            // The pieces are the words: queued, so that each one's cache set is
+            // fetched while the next ones are matched (s stays in place meanwhile).
+            WordRing ring = {.head = 0, .queued = 0};
+            for (size_t i = 0; i < n;) {
+                size_t m = p->kind == STEP_SPLIT_GPT2 ? pretok_match_gpt2(s, n, i)
+                                                      : pretok_match_llama3(s, n, i, p->max_digits);
+                tok_ring_push(st, &ring, s + i, m, s, s + n, out);
+                i += m;
+            }
+            tok_ring_flush(st, &ring, out);
+            return;
+        }
         for (size_t i = 0; i < n;) {
-            size_t m = pretok_match_llama3(s, n, i, p->max_digits);
+            size_t m = p->kind == STEP_SPLIT_GPT2 ? pretok_match_gpt2(s, n, i)
+                                                  : pretok_match_llama3(s, n, i, p->max_digits);
             run_steps(st, k + 1, s + i, m, out);
             i += m;
         }
@@ -142,10 +165,41 @@ static void run_steps(TokenizerState *st, int k, const uint8_t *s, size_t n, Tok
 
 size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, const char *rep,
                        size_t rl, uint8_t *dst) {
-    size_t m = 0;
-    for (size_t i = 0; i < n;) {
-        if (i + pl <= n && s[i] == (uint8_t)pat[0] && memcmp(s + i, pat, pl) == 0) {
-            memcpy(dst + m, rep, rl);
+    size_t m = 0, i = 0;
+    const uint8_t p0 = (uint8_t)pat[0];
+    if (pl == 1 && rl >= 1 && rl <= 4) {
+        // One-byte pattern (Metaspace's and Llama 2's " " -> "▁"), 8 bytes at a time:
+        // the 8 are stored as they are, then the output is cut after the bytes before
+        // the first pattern byte among them (found as the lowest zero byte of x ^ p0)
+        // and the replacement follows, stored as 4 bytes (the extra ones are written
+        // over next). Stores stay inside dst (n + n * rl bytes): m <= i * rl, so
+        // m + 8 <= n * rl while i + 8 <= n, and a replacement's 4 bytes end by
+        // (i + 7) * rl + 4 <= n + n * rl.
+        const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+        uint32_t rep4 = 0;
+        memcpy(&rep4, rep, rl);
+        while (i + 8 <= n) {
+            uint64_t x, z;
+            memcpy(&x, s + i, 8);
+            memcpy(dst + m, &x, 8);
+            z = x ^ (ones * p0);
+            uint64_t zero = (z - ones) & ~z & highs;  // exact at its lowest set byte
+            if (!zero) {
+                i += 8, m += 8;
+                continue;
+            }
+            size_t k = (size_t)__builtin_ctzll(zero) / 8;
+            i += k + 1, m += k;
+            memcpy(dst + m, &rep4, 4);
+            m += rl;
+        }
+    }
+    while (i < n) {
+        // One-byte patterns (Metaspace's " ") need no memcmp call per match, and a
+        // short replacement (its "▁", 3 bytes) is copied by a loop, not a call.
+        if (s[i] == p0 && (pl == 1 || (i + pl <= n && memcmp(s + i, pat, pl) == 0))) {
+            if (rl <= 4) for (size_t k = 0; k < rl; k++) dst[m + k] = (uint8_t)rep[k];
+            else memcpy(dst + m, rep, rl);
             m += rl;
             i += pl;
         } else {
@@ -192,7 +246,15 @@ static void split_added(TokenizerState *st, int pass, const uint8_t *s, size_t n
         run_steps(st, 0, s, n, out);
         return;
     }
-    if (pass == 1 && t->n_norm) {  // normalize the gap (no gap is inside another)
+    if (pass == 1 && t->n_norm && t->space_meta && n) {
+        // Prepend("▁") + Replace(" ", "▁"): a " " in front, tok_bpe_word reads the
+        // spaces as "▁" (tokenizer_impl.h).
+        st->normalized = tok_grow(st->normalized, &st->normalized_cap, n + 1, 1);
+        st->normalized[0] = ' ';  // (n + 1) the gap after the prepended "▁"
+        memcpy(st->normalized + 1, s, n);
+        s = st->normalized;
+        n++;
+    } else if (pass == 1 && t->n_norm) {  // normalize the gap (no gap is inside another)
         size_t m = tok_normalize(t, s, n, &st->normalized, &st->normalized_cap, &st->norm_tmp, &st->norm_tmp_cap);
         s = st->normalized;
         n = m;
@@ -213,6 +275,10 @@ static void split_added(TokenizerState *st, int pass, const uint8_t *s, size_t n
             }
         if (best < 0) {
             i++;
+            if (set->only_first >= 0 && i < n) {
+                const uint8_t *next = memchr(s + i, set->only_first, n - i);
+                i = next ? (size_t)(next - s) : n;
+            }
             continue;
         }
         split_added(st, pass + 1, s + gap, i - gap, out);
@@ -227,6 +293,11 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
     const Tokenizer *t = st->t;
     // Count what tokenizers could not have been given (it takes valid UTF-8 only).
     for (size_t i = 0; i < n;) {
+        uint64_t eight;  // 8 bytes at once while they are all ASCII
+        if (i + 8 <= n && (memcpy(&eight, text + i, 8), !(eight & 0x8080808080808080ull))) {
+            i += 8;
+            continue;
+        }
         if (text[i] < 0x80) {
             i++;
             continue;
@@ -236,7 +307,8 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
         st->invalid_utf8 += cp == UTF8_INVALID;
     }
     if (t->byte_level) {
-        for (size_t i = 0; i < n; i++) token_list_push(out, text[i]);
+        token_list_reserve(out, n);
+        for (size_t i = 0; i < n; i++) out->ids[out->n++] = text[i];
         return;
     }
     st->text = text;
@@ -246,9 +318,9 @@ void tokenizer_encode(TokenizerState *st, const uint8_t *text, size_t n, TokenLi
 void tokenizer_encode_with_specials(TokenizerState *st, const uint8_t *text, size_t n,
                                     TokenList *out) {
     const Tokenizer *t = st->t;
-    for (int i = 0; i < t->n_prefix; i++) token_list_push(out, t->prefix_ids[i]);
+    tok_push_ids(out, t->prefix_ids, (size_t)t->n_prefix);
     tokenizer_encode(st, text, n, out);
-    for (int i = 0; i < t->n_suffix; i++) token_list_push(out, t->suffix_ids[i]);
+    tok_push_ids(out, t->suffix_ids, (size_t)t->n_suffix);
 }
 
 const uint32_t *tokenizer_special_ids(const Tokenizer *t, int suffix, int *n) {

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "data/tokenizer.h"
 
@@ -57,6 +58,14 @@ typedef struct {
 } DecStep;
 #define MAX_DEC_STEPS 8
 
+// tok_bpe_word's view of a character's first or last symbol character: its
+// tok_pair_small index (0..128), CUT_BIG (a character without one) or CUT_NEVER
+// (a character never cut from its neighbours).
+#define CUT_BIG 129
+#define CUT_NEVER 130
+#define CUT_DIM 131
+enum { CUT_NO, CUT_YES, CUT_ASK };  // Tokenizer.cut_tab: don't cut, cut, tok_pair_joinable decides
+
 // A pair of adjacent characters (code points) that occurs inside some model token.
 #define PAIR_SMALL 129
 typedef struct {
@@ -77,6 +86,8 @@ typedef struct {
     uint32_t *len;          // (n)
     uint32_t *id;           // (n)
     int32_t first[257];     // tokens starting with byte b are [first[b], first[b+1])
+    int only_first;         // the byte every token starts with (memchr finds the next
+                            // candidate: Llama 2's <unk> <s> </s> all start with '<'), or < 0
 } AddedSet;
 
 // Open-addressing maps (linear probing; sizes are powers of two).
@@ -113,9 +124,19 @@ struct Tokenizer {
     PairSlot *pairs;            // adjacent character pairs inside model tokens
     size_t pair_mask;
     // The same for pairs of ASCII characters and U+2581 "▁" (slot 128), the
-    // characters of most text, as a bit matrix: PAIR_SMALL x PAIR_SMALL bits.
-    uint8_t pair_bits[(PAIR_SMALL * PAIR_SMALL + 7) / 8];
+    // characters of most text, as a byte matrix (16 KB, one load per test).
+    uint8_t pair_small[PAIR_SMALL * PAIR_SMALL];  // (PAIR_SMALL, PAIR_SMALL) 1: adjacent in a token
     int64_t spm_space_id;       // id of the one-character token "▁", -1 if none
+    bool space_meta;            // a " " reaching tok_bpe_word stands for "▁" (tok_build_char_tables)
+    // How tok_bpe_word's cutting sees an ASCII character and "▁": the first and last
+    // character of its symbols' text (itself when it is a token, '<' and '>' for
+    // <0xNN> byte fallback) as tok_pair_small indices, CUT_NEVER when it is never
+    // cut from its neighbours.
+    uint8_t cut_first[128], cut_last[128];
+    uint8_t cut_space_first, cut_space_last;
+    // Whether to cut between characters whose last and first are (previous, next)
+    // in that view: the pair_small test with CUT_NEVER and CUT_BIG folded in.
+    uint8_t cut_tab[CUT_DIM * CUT_DIM];  // (CUT_DIM, CUT_DIM) CUT_NO / CUT_YES / CUT_ASK
     uint8_t **shown;            // (vocab_size) what tokenizer_token_bytes gives: "▁" as " ",
     uint32_t *shown_len;        // (vocab_size) <0xNN> as the byte NN
     NormOp norm[MAX_NORM_OPS];
@@ -168,12 +189,10 @@ static inline int tok_merge_find(const Tokenizer *t, uint32_t left, uint32_t rig
 // Is the character pair (a, b) adjacent inside some model token (so a merge might
 // join a symbol ending in a to one starting with b)?
 static inline int tok_pair_small(uint32_t cp) { return cp < 128 ? (int)cp : cp == 0x2581 ? 128 : -1; }
+static inline uint32_t tok_small_cp(int small) { return small == 128 ? 0x2581 : (uint32_t)small; }
 static inline int tok_pair_joinable(const Tokenizer *t, uint32_t a, uint32_t b) {
     int sa = tok_pair_small(a), sb = tok_pair_small(b);
-    if (sa >= 0 && sb >= 0) {
-        int bit = sa * PAIR_SMALL + sb;
-        return (t->pair_bits[bit >> 3] >> (bit & 7)) & 1;
-    }
+    if (sa >= 0 && sb >= 0) return t->pair_small[sa * PAIR_SMALL + sb];
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     for (size_t i = (size_t)(h ^ (h >> 32)) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
@@ -184,18 +203,45 @@ static inline int tok_pair_joinable(const Tokenizer *t, uint32_t a, uint32_t b) 
 
 // ---------------------------------------------------------------- encoding state
 
-#define CACHE_SLOTS 65536  // per thread (72 bytes each: 4.7 MB); a power of two. 16384 missed
-                           // a fifth of the words of the fortunes, and a miss (a full merge)
-                           // costs more than the memory stall of a larger table
-#define CACHE_KEY_MAX 30   // longer words are not cached
-#define CACHE_IDS_MAX 8
+// The per-thread word cache: 2-way set associative, a set being two 64-byte slots
+// (one cache line each, 128-byte aligned: a lookup touches one line pair, which
+// the hardware fetches together). 65536 sets (8 MB per thread) hold the common
+// words of a language: on the fortunes (about 60000 distinct pieces) the
+// direct-mapped table of 65536 72-byte slots it replaced missed 13.6% of the
+// pieces, 32768 sets 8.9%; a miss (a full merge) costs ~1200 instructions, a hit
+// ~60, and the set is prefetched, so memory is the cheaper side.
+#define CACHE_SETS 65536   // a power of two
+#define CACHE_KEY_MAX 24   // longer words are not cached
+#define CACHE_IDS_MAX 8    // nor words of more tokens
 
 typedef struct {
-    uint64_t hash;  // 0 = empty
-    uint8_t key_len, n_ids;
-    uint8_t key[CACHE_KEY_MAX];
+    uint64_t key[CACHE_KEY_MAX / 8];  // the word's bytes, zero-padded (little-endian words)
+    uint8_t key_len;                  // 0 = empty (no word is empty)
+    uint8_t n_ids;
+    uint8_t unused[6];
     uint32_t ids[CACHE_IDS_MAX];
 } CacheSlot;
+_Static_assert(sizeof(CacheSlot) == 64, "a cache slot is one cache line");
+
+// A word's cache key: its bytes as zero-padded 64-bit words, and the set it
+// belongs to (NULL: the word is too long to cache).
+typedef struct {
+    uint64_t k[CACHE_KEY_MAX / 8];
+    CacheSlot *set;
+} CacheKey;
+
+// Words waiting to be merged, oldest first, their cache sets fetched from memory
+// meanwhile (the table is megabytes: a lookup right away would stall). A word's
+// bytes must stay in place until it is merged (tok_ring_push, tok_ring_flush).
+#define RING_AHEAD 8
+typedef struct {
+    struct {
+        const uint8_t *w;
+        size_t n;
+        CacheKey key;
+    } word[RING_AHEAD];
+    size_t head, queued;
+} WordRing;
 
 // A symbol of a word being merged; len 0 marks one merged into its left neighbour.
 typedef struct {
@@ -222,7 +268,8 @@ struct TokenizerState {
     size_t normalized_cap;
     uint8_t *norm_tmp;       // (norm_tmp_cap) the normalizer's other buffer
     size_t norm_tmp_cap;
-    CacheSlot *cache;        // (CACHE_SLOTS)
+    CacheSlot *cache;        // (2 * CACHE_SETS) set k is slots 2k (most recent) and 2k + 1
+    void *cache_mem;         // the allocation cache lies in (aligned up to 128 bytes)
 };
 
 // tokenizer_encode.c: apply the normalizer to s(n) into *dst (*cap bytes, grown as
@@ -237,9 +284,24 @@ size_t tok_replace_all(const uint8_t *s, size_t n, const char *pat, size_t pl, c
 // tokenizer_decode.c: fill t->shown, what tokenizer_token_bytes gives per id.
 void tok_build_shown(Tokenizer *t);
 
+// Room in l for extra more ids (tokenizer.c); tok_push_ids appends ids(n) without
+// a call per id (the encoder's inner loops push millions).
+void token_list_reserve(TokenList *l, size_t extra);
+static inline void tok_push_ids(TokenList *l, const uint32_t *ids, size_t n) {
+    if (l->cap - l->n < n) token_list_reserve(l, n);
+    memcpy(l->ids + l->n, ids, n * sizeof *ids);
+    l->n += n;
+}
+
 // Grow *p (of *cap elements of elem bytes) to hold need elements.
 void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
 // tokenizer_bpe.c: merge word w(n) by BPE and append its ids.
 void tok_bpe_word(TokenizerState *st, const uint8_t *w, size_t n, TokenList *out);
+// The same for a byte-level word w(n) lying in [lo, hi), through ring r (start it
+// zeroed): the oldest queued word is merged when the ring is full, the rest by
+// tok_ring_flush; ids come out in the order the words went in.
+void tok_ring_push(TokenizerState *st, WordRing *r, const uint8_t *w, size_t n, const uint8_t *lo,
+                   const uint8_t *hi, TokenList *out);
+void tok_ring_flush(TokenizerState *st, WordRing *r, TokenList *out);
 
 #endif

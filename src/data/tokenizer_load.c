@@ -48,6 +48,9 @@ static void fill_added_set(AddedSet *s, AddedSrc *src, int n_src, bool normalize
             }
     }
     s->first[256] = k;
+    s->only_first = -1;
+    for (int b = 0; b < 256; b++)
+        if (s->first[b + 1] > s->first[b]) s->only_first = s->only_first == -1 ? b : -2;
 }
 
 // Ids of added tokens are assigned as tokenizers does when it loads the file

@@ -136,8 +136,7 @@ void tok_load_char_decoder(const Ctx *c, Tokenizer *t, const cJSON *d) {
 static void pair_insert(Tokenizer *t, uint32_t a, uint32_t b) {
     int sa = tok_pair_small(a), sb = tok_pair_small(b);
     if (sa >= 0 && sb >= 0) {
-        int bit = sa * PAIR_SMALL + sb;
-        t->pair_bits[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+        t->pair_small[sa * PAIR_SMALL + sb] = 1;
         return;
     }
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
@@ -162,6 +161,16 @@ void tok_build_char_tables(Tokenizer *t) {
         t->ascii_id[b] = tok_vocab_find(t, &ch, 1);
     }
     t->spm_space_id = tok_vocab_find(t, (const uint8_t *)"\xE2\x96\x81", 3);
+    for (int b = 0; b < 128; b++) {  // tok_bpe_word's rule (there), tabulated
+        bool fallback = t->byte_fallback && t->fallback_id[b] >= 0;
+        t->cut_first[b] = (uint8_t)(t->ascii_id[b] >= 0 ? b : fallback ? '<' : CUT_NEVER);
+        t->cut_last[b] = (uint8_t)(t->ascii_id[b] >= 0 ? b : fallback ? '>' : CUT_NEVER);
+    }
+    bool space_fallback = t->byte_fallback && t->fallback_id[0xE2] >= 0 && t->fallback_id[0x96] >= 0 &&
+                          t->fallback_id[0x81] >= 0;
+    int space = tok_pair_small(0x2581);
+    t->cut_space_first = (uint8_t)(t->spm_space_id >= 0 ? space : space_fallback ? '<' : CUT_NEVER);
+    t->cut_space_last = (uint8_t)(t->spm_space_id >= 0 ? space : space_fallback ? '>' : CUT_NEVER);
     // Every adjacent pair of characters inside a token (added tokens included: more
     // pairs only cut words less). At most one pair per byte of the vocabulary.
     size_t bytes = 0;
@@ -184,4 +193,25 @@ void tok_build_char_tables(Tokenizer *t) {
             i += l;
         }
     }
+    // Where every " " becomes "▁" just before merging (Metaspace alone, without split,
+    // replacement "▁"; or the legacy normalizer Prepend("▁") + Replace(" ", "▁") with
+    // no normalized added tokens), the encoder leaves the spaces in place and the
+    // merging reads a " " as the "▁" it would have become: no rewritten copy of the
+    // text, and the commonest character is one byte, not three. No other space
+    // reaches the merging in these forms, so the reading is unambiguous (and a word
+    // with a literal "▁" merges as the same word with " " would). ignore_merges looks
+    // words up by their bytes, so it keeps the rewrite.
+    static const char meta[] = "\xE2\x96\x81";
+    bool meta_only = t->n_steps == 1 && t->steps[0].kind == STEP_METASPACE && !t->meta_split &&
+                     t->meta_rep_len == 3 && memcmp(t->meta_rep, meta, 3) == 0 && t->n_norm == 0;
+    bool legacy = t->n_steps == 0 && t->n_norm == 2 && t->added_norm.n == 0 && t->norm[0].kind == NORM_PREPEND &&
+                  !strcmp(t->norm[0].content, meta) && t->norm[1].kind == NORM_REPLACE &&
+                  !strcmp(t->norm[1].pattern, " ") && !strcmp(t->norm[1].content, meta);
+    t->space_meta = !t->ignore_merges && (meta_only || legacy);
+    if (t->space_meta) t->cut_first[' '] = t->cut_space_first, t->cut_last[' '] = t->cut_space_last;
+    for (int a = 0; a < CUT_DIM; a++)
+        for (int b = 0; b < CUT_DIM; b++)
+            t->cut_tab[a * CUT_DIM + b] = a == CUT_NEVER || b == CUT_NEVER ? CUT_NO
+                                          : a == CUT_BIG || b == CUT_BIG ? CUT_ASK
+                                          : t->pair_small[a * PAIR_SMALL + b] ? CUT_NO : CUT_YES;
 }

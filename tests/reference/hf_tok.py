@@ -176,6 +176,17 @@ def train_spm(outdir, train_files):
     write("spm_never.json", metaspace("never", True, {"type": "Metaspace", "replacement": "\u2581",
                                                       "prepend_scheme": "never", "split": True}))
 
+    def no_meta(form, fallback=True):  # "▁" itself is no token: each becomes <0xE2><0x96><0x81> (or <unk>)
+        def edit(v):
+            form(v)
+            del v["model"]["vocab"]["\u2581"]
+            v["model"]["merges"] = [m for m in v["model"]["merges"] if "\u2581" not in m]
+            v["model"]["byte_fallback"] = fallback
+        return edit
+    write("spm_first_nometa.json", no_meta(metaspace("first", False)))
+    write("spm_legacy_nometa.json", no_meta(legacy))
+    write("spm_legacy_nometa_unk.json", no_meta(legacy, fallback=False))
+
 
 # Characters for random strings: ASCII of every class, apostrophes and contraction
 # letters, Latin with accents, Greek, Cyrillic, CJK, kana, Hangul, Arabic, emoji,

@@ -12,7 +12,8 @@
 #    (fused <unk>, a normalized added token), with neither normalizer nor
 #    pre-tokenizer (spaces take the byte fallback), and with the Metaspace pre-tokenizer
 #    (prepend_scheme first / always / never, split true / false, ignore_merges, the
-#    Metaspace decoder);
+#    Metaspace decoder), and without a "▁" token (spaces take the byte fallback of
+#    "▁", or <unk>);
 #  - held-out fortunes, hand-written Unicode / whitespace / digit / special-token /
 #    uncovered-character strings and seeded random strings are encoded by both: the
 #    ids must be identical, token for token, with and without the post-processor's
@@ -57,6 +58,7 @@ check "src/data/unicode_class_table.h equals a fresh run of its generator (unico
 # --- tokenizers trained here, test texts ----------------------------------------------
 $HF train "$T" && $HF texts "$T/texts.jsonl" && $HF docs "$T/docs.jsonl"
 SPM="spm_legacy spm_unk spm_plain spm_first spm_first_split spm_always spm_always_split spm_never"
+SPM="$SPM spm_first_nometa spm_legacy_nometa spm_legacy_nometa_unk"
 check "tokenizers trained on fortunes (GPT-2, Llama 3 and Llama 2 styles) and variants written" \
     ls "$T/gpt2.json" "$T/gpt2_prefix.json" "$T/digits.json" "$T/llama3.json" "$T/qwen2.json" "$T/wide.json" \
     $(for tk in $SPM; do echo "$T/$tk.json"; done)
@@ -102,6 +104,10 @@ fb = sum(any(3 <= i <= 258 for i in l) for l in ids('spm_legacy.plain.ft'))
 unk = sum(0 in l for l in ids('spm_unk.plain.ft'))
 added = sum(3000 in l for l in ids('spm_unk.plain.ft'))
 assert fb > 100 and unk > 100 and added > 2, (fb, unk, added)
+# Without a ▁ token, each space (read as ▁ by the merging) is <0xE2><0x96><0x81>, or <unk>.
+meta_fb = sum(any(l[i:i + 3] == [229, 153, 132] for i in range(len(l))) for l in ids('spm_first_nometa.plain.ft'))
+meta_unk = sum(0 in l for l in ids('spm_legacy_nometa_unk.plain.ft'))
+assert meta_fb > 500 and meta_unk > 500, (meta_fb, meta_unk)
 for tk in '$SPM'.split():
     assert all(l and l[0] == 1 for l in ids(tk + '.specials.ft')), tk + ': <s> missing'
 print(fb, unk, added)"
