@@ -288,6 +288,7 @@ void tok_build_shown(Tokenizer *t);
 // a call per id (the encoder's inner loops push millions).
 void token_list_reserve(TokenList *l, size_t extra);
 static inline void tok_push_ids(TokenList *l, const uint32_t *ids, size_t n) {
+    if (n == 0) return;  // an empty list may have no buffer yet (memcpy's arguments must not be NULL)
     if (l->cap - l->n < n) token_list_reserve(l, n);
     memcpy(l->ids + l->n, ids, n * sizeof *ids);
     l->n += n;
