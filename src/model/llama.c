@@ -317,14 +317,14 @@ static void head_backward(const LlamaModel *m, const ParamAccess *pa, Activation
     pa->piece_grads_done(pa->ctx, uf, 0);
 }
 
-// Embedding backward: every token's gradient scattered into this rank's rows of the
-// table, piece by piece.
-static void embed_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, const int32_t *tokens,
-                           int N) {
+// Embedding backward (model/llama_layer.h): every token's gradient dout(Nr, D)
+// scattered into this rank's rows of the table, piece by piece.
+void llama_embed_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, const int32_t *tokens,
+                          const float *dout, int N) {
     const TensorParallel *tp = &m->tp;
     const int D = m->D;
     ops_check_ids(tokens, N, m->V, tp->size > 1 ? "vocab-parallel embedding backward" : "embedding backward");
-    const float *d = tp_gather(tp, a->dresid, a->tp_full, N, D);  // (N, D) every token's gradient
+    const float *d = tp_gather(tp, dout, a->tp_full, N, D);  // (N, D) every token's gradient
     for (int k = llama_unit_n_pieces(m, 0, pa->piece_max) - 1; k >= 0; k--) {
         size_t lo, hi;
         int r0, r1;
@@ -346,6 +346,6 @@ const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Ac
         copy_f32(a->dresid, dx_out, (size_t)Nr * D);
     for (int i = a->nl - 1; i >= 0; i--) layer_backward(m, pa, a, i);
     if (!a->has_embed) return a->dresid;
-    embed_backward(m, pa, a, tokens, N);
+    llama_embed_backward(m, pa, a, tokens, a->dresid, N);
     return NULL;
 }

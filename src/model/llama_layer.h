@@ -23,4 +23,12 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
 void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1);
 
+// The embedding's backward (model/llama.c): every token's gradient dout(Nr, D)
+// scattered into this rank's rows of the table, piece by piece, each piece handed
+// over when done; the fused backward passes the residual gradient, the split one
+// its stash.
+struct ParamAccess;
+void llama_embed_backward(const LlamaModel *m, const struct ParamAccess *pa, Activations *a,
+                          const int32_t *tokens, const float *dout, int N);
+
 #endif

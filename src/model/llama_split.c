@@ -188,30 +188,10 @@ static void head_backward_weight(const LlamaModel *m, const ParamAccess *pa, Act
     pa->piece_grads_done(pa->ctx, uf, 0);
 }
 
-// The embedding's weight half: every token's stashed gradient scattered into this
-// rank's rows of the table, piece by piece (as the fused embedding backward).
-static void embed_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,
-                                  const int32_t *tokens, const WeightGradStash *st, int N) {
-    const TensorParallel *tp = &m->tp;
-    const int D = m->D;
-    ops_check_ids(tokens, N, m->V, tp->size > 1 ? "vocab-parallel embedding backward" : "embedding backward");
-    const float *d = tp_gather(tp, st->d_embed, a->tp_full, N, D);  // (N, D) every token's gradient
-    for (int k = llama_unit_n_pieces(m, 0, pa->piece_max) - 1; k >= 0; k--) {
-        size_t lo, hi;
-        int r0, r1;
-        llama_unit_piece(m, 0, pa->piece_max, k, &lo, &hi);
-        llama_piece_rows(m, m->embed, m->Vl, lo, hi, &r0, &r1);
-        float *g = pa->piece_grads(pa->ctx, 0, k);
-        embedding_backward_range(g + (m->embed + (size_t)r0 * D - lo), d, tokens, N, D, m->vocab.v0 + r0,
-                                 r1 - r0);
-        pa->piece_grads_done(pa->ctx, 0, k);
-    }
-}
-
 void llama_stage_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                  const int32_t *tokens, const WeightGradStash *st) {
     const int N = a->B * a->S;
     if (a->has_head) head_backward_weight(m, pa, a, st, N);
     for (int i = a->nl - 1; i >= 0; i--) layer_backward_weight(m, pa, a, st, i);
-    if (a->has_embed) embed_backward_weight(m, pa, a, tokens, st, N);
+    if (a->has_embed) llama_embed_backward(m, pa, a, tokens, st->d_embed, N);  // the fused backward's, from the stash
 }
