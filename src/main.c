@@ -39,7 +39,7 @@ static bool needs_mpi(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    ops_init();  // the CUDA build stops here, saying so, where there is no GPU
+    ops_init(comm_launched_local_rank());  // the CUDA build stops here, saying so, where there is no GPU
     // generate and bench run ops on host (xmalloc) memory: not on the CUDA build yet
     // (docs/DESIGN.md, invariant 6: the backend boundary, lists what remains).
     if (!strcmp(ops_backend_name(), "cuda") && argc >= 2 &&

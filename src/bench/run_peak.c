@@ -59,12 +59,13 @@ static void cache_dir(char *dir, size_t size) {
     else snprintf(dir, size, "%s/.cache/femtotron", home && home[0] ? home : "/tmp");
 }
 
-void peak_cache_path(const char *dir, char *path, size_t size) {
-    Machine m;
-    machine_identity(&m);
-    for (char *c = m.host; *c; c++)  // a file name, whatever the host is called
+// The cache file of machine m under dir: peak-HOST.json.
+static void cache_path(const char *dir, const Machine *m, char *path, size_t size) {
+    char host[sizeof m->host];
+    snprintf(host, sizeof host, "%s", m->host);
+    for (char *c = host; *c; c++)  // a file name, whatever the host is called
         if (*c == '/' || *c == ' ') *c = '_';
-    snprintf(path, size, "%s/peak-%s.json", dir, m.host);
+    snprintf(path, size, "%s/peak-%s.json", dir, host);
 }
 
 static const char *json_str(const cJSON *o, const char *key) {
@@ -72,10 +73,10 @@ static const char *json_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-// why (may be NULL) says why nothing usable was read; *measured gets the date.
-static double cache_read(const char *path, char *why, size_t why_size, char *measured, size_t msize) {
-    char scratch[8];
-    if (!why) why = scratch, why_size = sizeof scratch;
+// One core's peak cached in path for machine m, or 0: why then says why nothing
+// usable was read; *measured gets the date.
+static double cache_read(const char *path, const Machine *m, char *why, size_t why_size, char *measured,
+                         size_t msize) {
     why[0] = '\0';
     if (!path_is_file(path)) {
         snprintf(why, why_size, "no cached peak in %s", path);
@@ -84,8 +85,6 @@ static double cache_read(const char *path, char *why, size_t why_size, char *mea
     char *text = read_text_file(path);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
-    Machine m;
-    machine_identity(&m);
     const cJSON *flops = o ? cJSON_GetObjectItemCaseSensitive(o, "per_core_flops") : NULL;
     const cJSON *cores = o ? cJSON_GetObjectItemCaseSensitive(o, "cores") : NULL;
     const char *host = o ? json_str(o, "host") : NULL, *cpu = o ? json_str(o, "cpu") : NULL;
@@ -94,18 +93,14 @@ static double cache_read(const char *path, char *why, size_t why_size, char *mea
     if (!o || !cJSON_IsNumber(flops) || !cJSON_IsNumber(cores) || !host || !cpu || !blas ||
         !(flops->valuedouble > 0))
         snprintf(why, why_size, "%s is not a peak cache file (unreadable, or a key is missing)", path);
-    else if (strcmp(host, m.host) || strcmp(cpu, m.cpu) || cores->valueint != m.cores || strcmp(blas, m.blas))
+    else if (strcmp(host, m->host) || strcmp(cpu, m->cpu) || cores->valueint != m->cores || strcmp(blas, m->blas))
         snprintf(why, why_size, "%s was measured on another machine (%s, %s, %d cores)", path, host, cpu,
                  cores->valueint);
     else
         peak = flops->valuedouble;
-    if (measured) snprintf(measured, msize, "%s", when ? when : "an unknown date");
+    snprintf(measured, msize, "%s", when ? when : "an unknown date");
     cJSON_Delete(o);
     return peak;
-}
-
-double peak_cache_read(const char *path, char *why, size_t why_size) {
-    return cache_read(path, why, why_size, NULL, 0);
 }
 
 // mkdir -p that reports instead of dying: the cache is a convenience.
@@ -122,15 +117,13 @@ static int make_dirs_quiet(const char *dir) {
 }
 
 // Write the cache atomically (a temporary file renamed over it); 0 on success.
-static int cache_write(const char *dir, const char *path, double per_core, const char *when) {
-    Machine m;
-    machine_identity(&m);
+static int cache_write(const char *dir, const char *path, const Machine *m, double per_core, const char *when) {
     if (make_dirs_quiet(dir) != 0) return -1;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "host", m.host);
-    cJSON_AddStringToObject(o, "cpu", m.cpu);
-    cJSON_AddNumberToObject(o, "cores", m.cores);
-    cJSON_AddStringToObject(o, "blas", m.blas);
+    cJSON_AddStringToObject(o, "host", m->host);
+    cJSON_AddStringToObject(o, "cpu", m->cpu);
+    cJSON_AddNumberToObject(o, "cores", m->cores);
+    cJSON_AddStringToObject(o, "blas", m->blas);
     cJSON_AddNumberToObject(o, "per_core_flops", per_core);
     cJSON_AddNumberToObject(o, "gemm_size", PEAK_GEMM_N);
     cJSON_AddStringToObject(o, "measured", when);
@@ -152,9 +145,11 @@ static int cache_write(const char *dir, const char *path, double per_core, const
 // bound this rank) and cached. `how` says which.
 static double node_per_core(int threads, char *how, size_t how_size) {
     char dir[CFG_PATH_MAX], path[CFG_PATH_MAX + 300], why[2 * CFG_PATH_MAX + 1200], when[64];
+    Machine m;  // read once: /proc/cpuinfo and the BLAS build
+    machine_identity(&m);
     cache_dir(dir, sizeof dir);
-    peak_cache_path(dir, path, sizeof path);
-    double per_core = cache_read(path, why, sizeof why, when, sizeof when);
+    cache_path(dir, &m, path, sizeof path);
+    double per_core = cache_read(path, &m, why, sizeof why, when, sizeof when);
     if (per_core > 0) {
         snprintf(how, how_size, "cached in %s on %s; delete it to measure again", path, when);
         return per_core;
@@ -168,7 +163,7 @@ static double node_per_core(int threads, char *how, size_t how_size) {
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
     char was[sizeof why + 4] = "";  // why the cache was not used, unless there was none
     if (path_is_file(path)) snprintf(was, sizeof was, " (%s)", why);
-    if (cache_write(dir, path, per_core, when) == 0)
+    if (cache_write(dir, path, &m, per_core, when) == 0)
         snprintf(how, how_size, "measured now%s, cached in %s", was, path);
     else
         snprintf(how, how_size, "measured now; could not cache it in %s (%s), so the next run measures again",

@@ -19,8 +19,6 @@
 #ifndef FEMTOTRON_RUN_PEAK_H
 #define FEMTOTRON_RUN_PEAK_H
 
-#include <stddef.h>
-
 #include "config.h"
 
 typedef struct {
@@ -31,11 +29,5 @@ typedef struct {
 
 // Collective over the world (after comm_grid_init); threads: this rank's threads.
 RunPeak run_peak(const Config *cfg, int threads);
-
-// The node peak cache (case 3), exposed for tests: the file for this host under
-// `dir`, and one core's sgemm peak read from it (0 when absent, unreadable or of
-// another machine; *why then says which, when why is not NULL).
-void peak_cache_path(const char *dir, char *path, size_t size);
-double peak_cache_read(const char *path, char *why, size_t why_size);
 
 #endif

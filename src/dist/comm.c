@@ -77,6 +77,11 @@ int comm_launched_size(void) {
 
 int comm_launched_rank(void) { return launcher_env("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0); }
 
+int comm_launched_local_rank(void) {
+    int r = launcher_env("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", -1);  // Open MPI, MPICH/Intel MPI
+    return r >= 0 ? r : launcher_env("SLURM_LOCALID", "PMI_LOCAL_RANK", 0);    // Slurm, PMI
+}
+
 int comm_world_rank(void) {
     int r = 0;
     if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &r);

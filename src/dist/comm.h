@@ -39,6 +39,9 @@ void comm_finalize(void);
 // MPI: for the commands that run as one process (main.c). 1 and 0 when none did.
 int comm_launched_size(void);
 int comm_launched_rank(void);
+// This process's place among the launched ranks of its node (Open MPI, MPICH/Intel
+// MPI, Slurm, PMI), 0 when none: which GPU a rank takes (ops_init).
+int comm_launched_local_rank(void);
 
 // Rank and size of the world; 0 and 1 before comm_init.
 int comm_world_rank(void);

@@ -87,7 +87,7 @@ static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activation
 
 // The load-balancing loss of the micro-batch's B sequences (model/moe.h), on the last
 // stage, after the forward of every layer (earlier stages' statistics arrive with the
-// input, engines/pipeline.c; the gradient goes back with the input gradients). Its statistics
+// input, engines/pipeline_exec.c; the gradient goes back with the input gradients). Its statistics
 // are summed over the context-parallel ranks first (each holds part of every
 // sequence). The step's loss adds coef * (mean over its sequences of aux); the
 // trainer divides the returned sum by the step's tokens (grad_scale = 1 / tokens), so

@@ -7,7 +7,7 @@
 
 #include "ops/ops.h"
 
-void ops_init(void) {}
+void ops_init(int local_rank) { (void)local_rank; }
 
 const char *ops_backend_name(void) { return "cpu"; }
 

@@ -84,18 +84,7 @@ static void managed_free(void *p) {
 
 // ------------------------------------------------------------------ the backend
 
-// The node-local rank from the launcher's environment (before MPI exists): Open
-// MPI, Slurm, MPICH/Intel MPI. 0 when launched alone.
-static int local_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
-    }
-    return 0;
-}
-
-extern "C" void ops_init(void) {
+extern "C" void ops_init(int local_rank) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1)
@@ -104,7 +93,7 @@ extern "C" void ops_init(void) {
             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     // One rank per GPU: the rank takes the GPU of its node-local rank. Ranks beyond
     // the GPU count share GPUs (the staged-collective path of issue 14).
-    const int dev = local_rank() % count;
+    const int dev = local_rank % count;
     CUDA_CHECK(cudaSetDevice(dev));
     // Host code reads managed buffers while kernels may run (the asynchronous
     // checkpoint's snapshot thread): that needs concurrent managed access (Linux on

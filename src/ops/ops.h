@@ -20,8 +20,9 @@
 
 // Start the backend, before any planned buffer exists (main.c calls it first). CPU:
 // nothing. CUDA: fatal at once, saying so, when no GPU can be used; otherwise take
-// the GPU of the node-local rank and put planned buffers in GPU memory.
-void ops_init(void);
+// GPU local_rank % (GPUs on the node) (main.c passes comm_launched_local_rank: the
+// launcher is dist/'s business) and put planned buffers in GPU memory.
+void ops_init(int local_rank);
 // "cpu" or "cuda": the training.device this binary runs (config_check_backend).
 const char *ops_backend_name(void);
 // 1 when the backend has bf16 kernels (training.precision = bf16), else 0.

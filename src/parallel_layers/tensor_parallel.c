@@ -80,17 +80,26 @@ void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const floa
     matmul_backward(din, dw, dout_full, x, w, N, in_local, D, 0);
 }
 
+// A norm's weight gradient under sequence parallelism is a partial sum over this
+// rank's rows: it goes to the zeroed scratch, is summed over the group, then added
+// to dweight. Without it, straight into dweight.
+static float *norm_dw_target(const TensorParallel *tp, float *dweight, float *dw_scratch, int D) {
+    if (!tp->sp) return dweight;
+    zero_f32(dw_scratch, (size_t)D);
+    return dw_scratch;
+}
+
+static void norm_dw_finish(const TensorParallel *tp, float *dweight, float *dw_scratch, int D) {
+    if (!tp->sp) return;
+    group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
+    residual_forward(dweight, dweight, dw_scratch, (size_t)D);
+}
+
 void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
                       const float *in, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D) {
-    if (!tp->sp) {
-        rmsnorm_backward(din, dweight, dout, in, weight, rstd, Nr, D);
-        return;
-    }
-    zero_f32(dw_scratch, (size_t)D);
-    rmsnorm_backward(din, dw_scratch, dout, in, weight, rstd, Nr, D);
-    group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
-    residual_forward(dweight, dweight, dw_scratch, (size_t)D);
+    rmsnorm_backward(din, norm_dw_target(tp, dweight, dw_scratch, D), dout, in, weight, rstd, Nr, D);
+    norm_dw_finish(tp, dweight, dw_scratch, D);
 }
 
 // ------------------------------------------ the backwards split (zero bubble)
@@ -124,14 +133,8 @@ void tp_norm_backward_input(float *din, const float *dout, const float *in, cons
 
 void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *in,
                              const float *rstd, float *dw_scratch, int Nr, int D) {
-    if (!tp->sp) {
-        rmsnorm_backward(NULL, dweight, dout, in, NULL, rstd, Nr, D);
-        return;
-    }
-    zero_f32(dw_scratch, (size_t)D);
-    rmsnorm_backward(NULL, dw_scratch, dout, in, NULL, rstd, Nr, D);
-    group_allreduce_sum_f32(GROUP_TP, dw_scratch, (size_t)D);
-    residual_forward(dweight, dweight, dw_scratch, (size_t)D);
+    rmsnorm_backward(NULL, norm_dw_target(tp, dweight, dw_scratch, D), dout, in, NULL, rstd, Nr, D);
+    norm_dw_finish(tp, dweight, dw_scratch, D);
 }
 
 // ------------------------------------------------------- embedding and loss

@@ -341,7 +341,7 @@ static void test_optimizer(void) {
 }
 
 int main(void) {
-    ops_init();  // dies, saying so, without a GPU
+    ops_init(0);  // dies, saying so, without a GPU
     // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
     // built against the CPU objects (tests/shell/test_cuda_build.sh) it compares the
     // CPU with itself: a check of the driver, not of a backend.
