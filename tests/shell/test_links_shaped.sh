@@ -117,7 +117,8 @@ else failed "links_shaped: placement '${h[*]}': $(tr '\n' ' ' <"$tmp/plan.out" |
 # data-parallel all-reduce is what the links decide), in the profile's node order
 # (the dp pairs h1,h3 and h2,h4 on the slow links) and on the placement's rankfile.
 # The placement's predicted saving (link time in node order less placed) must be
-# the measured one (median step time in order less placed, steps 3-16) within 25%.
+# the measured one (median step time in order less placed, steps 3-16 of two runs
+# each) within 25%.
 # The issue asks 15%: over 7 runs on this shared 2-core machine the error was
 # -5.8% to +4.7% in six and +19.2% in one (TCP on shaped links and other work
 # moving single steps), so 15% would fail about one run in seven.
@@ -142,16 +143,22 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$FT" bench cali
 line=$(grep '^placement on 4 measured nodes' "$tmp/small.out")
 p_order=$(echo "$line" | sed -n 's/.* \([0-9.e+-]*\) s per step in the profile.s node order.*/\1/p')
 p_placed=$(echo "$line" | sed -n 's/.*, \([0-9.e+-]*\) s placed.*/\1/p')
-median_step() {  # median step_ms of steps 3.. of a metrics file, in seconds
-    sed -nE 's/.*"step": ([0-9]+),.*"step_ms": ([0-9.]+).*/\1 \2/p' "$1" | awk '$1 >= 3 { print $2 }' | sort -g |
+median_step() {  # median step_ms of steps 3.. of the metrics files given, in seconds
+    sed -nE 's/.*"step": ([0-9]+),.*"step_ms": ([0-9.]+).*/\1 \2/p' "$@" | awk '$1 >= 3 { print $2 }' | sort -g |
         awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }'
 }
 ring=(--mca coll_libnbc_iallreduce_algorithm 1)
-"${CLUSTER[@]}" "${ring[@]}" --map-by ppr:1:node "$FTA" train --config "$tmp/run.json" --logging.metrics "$tmp/order.jsonl" \
-    >"$tmp/order.log" 2>&1
-"${CLUSTER[@]}" "${ring[@]}" --rankfile "$tmp/small.rankfile" "$FTA" train --config "$tmp/run.json" \
-    --logging.metrics "$tmp/placed.jsonl" >"$tmp/placed.log" 2>&1
-m_order=$(median_step "$tmp/order.jsonl"); m_placed=$(median_step "$tmp/placed.jsonl")
+# Two rounds, interleaved (order, placed, order, placed), and each configuration's
+# median over the steps of both rounds: a step on the 100 Mbit/s links varies by
+# +-15% with TCP's pacing, and a whole run can be slowed by other work on the
+# machine (one CI run measured +31% from a single slow node-order run).
+for round in 1 2; do
+    "${CLUSTER[@]}" "${ring[@]}" --map-by ppr:1:node "$FTA" train --config "$tmp/run.json" \
+        --logging.metrics "$tmp/order$round.jsonl" >"$tmp/order.log" 2>&1
+    "${CLUSTER[@]}" "${ring[@]}" --rankfile "$tmp/small.rankfile" "$FTA" train --config "$tmp/run.json" \
+        --logging.metrics "$tmp/placed$round.jsonl" >"$tmp/placed.log" 2>&1
+done
+m_order=$(median_step "$tmp"/order[12].jsonl); m_placed=$(median_step "$tmp"/placed[12].jsonl)
 verdict=$(awk -v po="$p_order" -v pp="$p_placed" -v mo="$m_order" -v mp="$m_placed" 'BEGIN {
     p = po - pp; m = mo - mp; e = p > 0 ? (m - p) / p : 9
     printf "%s predicted saving %.3f s (%.3f -> %.3f s of link time), measured %.3f s (step %.3f -> %.3f s), %+.1f%%",
