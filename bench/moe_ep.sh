@@ -12,10 +12,10 @@
 # tokens/s: the fastest of steps 2..STEPS (the machine is shared) and the median;
 # dispatch + combine: rank 0's milliseconds per step in the all-to-all exchanges
 # (metrics.jsonl "ep_ms", median of steps 2..STEPS), and its share of the step.
-# Memory: femtotron's start-up report (max over ranks). Expert weights are
-# replicated over the ep group in this version (README, "Mixture of experts"), so
-# params/grads/optimizer do not fall with ep; the activations grow with the dispatch
-# buffers planned for the worst case (ep * tokens * min(k, E/ep) rows per layer).
+# Memory: femtotron's start-up report (max over ranks). A rank holds E/ep experts
+# (README, "Mixture of experts"), so the experts' share of params/grads/optimizer
+# falls as 1/ep; the activations grow with the dispatch buffers planned for the
+# worst case (ep * tokens * min(k, E/ep) rows per layer).
 # Output: bench/results/moe_ep.md. Usage: bench/moe_ep.sh (STEPS [6]; RES)
 . "$(dirname "$0")/lib.sh"
 STEPS=${STEPS:-6}
@@ -47,7 +47,7 @@ L = ["# Expert parallelism: throughput, dispatch + combine time and memory per r
      "vocab 257; seq 256 x micro-batch 4 per rank, fortunes corpus. ep 1 and ep 2: 2 ranks x 1 thread (one per",
      "core); ep 4: 4 ranks x 1 thread on the same 2 cores (oversubscribed). tokens/s: fastest and median of steps",
      f"2..{steps}; dispatch + combine: rank 0's all-to-all(v) time per step (median). Memory: start-up report, max",
-     "over ranks; expert weights are replicated over the ep group in this version.", "",
+     "over ranks; each rank holds E/ep of the experts (weights, gradients, AdamW moments).", "",
      "| ep | ranks | tokens/s (fastest) | tokens/s (median) | step ms (median) | dispatch + combine ms | share |"
      " params MiB | grads MiB | optimizer MiB | activations MiB | total MiB | loss step 1 |",
      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -31,7 +31,7 @@ static const char *request_group[MAX_REQUESTS];
 static int *slot_counts, *slot_displs;
 
 static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding",
-                                                     "ep", "bench"};
+                                                     "ep", "edp", "bench"};
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -50,7 +50,7 @@ void comm_init(int *argc, char ***argv) {
 void comm_finalize(void) {
     if (!mpi_up) return;
     if (groups_up)
-        for (int i = 1; i <= GROUP_EP; i++) MPI_Comm_free(&groups[i]);
+        for (int i = 1; i <= GROUP_EDP; i++) MPI_Comm_free(&groups[i]);
     if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
     groups_up = bench_up = 0;
     free(slot_counts);
@@ -147,7 +147,7 @@ void comm_grid_init(const ParallelConfig *p) {
     const int ends = g.pp == 0 || g.pp == p->pp - 1;
     const int pipeline = (g.dp * p->cp + g.cp) * p->tp + g.tp;
     const int dpcp = grid_dpcp_index(p, g), blocks = p->dp * p->cp / p->ep;
-    int colour[GROUP_EP + 1] = {
+    int colour[GROUP_EDP + 1] = {
         0,
         (g.pp * p->cp + g.cp) * p->tp + g.tp,   // dp
         pipeline,                               // pp
@@ -156,9 +156,11 @@ void comm_grid_init(const ParallelConfig *p) {
         g.pp * p->tp + g.tp,                    // dp x cp
         ends ? pipeline : p->dp * p->cp * p->tp + comm_world_rank(),  // embedding
         (g.pp * p->tp + g.tp) * blocks + dpcp / p->ep,                // ep: a block of dp x cp
+        (g.pp * p->tp + g.tp) * p->ep + grid_ep_rank(p, g),           // edp: same experts
     };
-    int key[GROUP_EP + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, dpcp, g.pp, grid_ep_rank(p, g)};
-    for (int i = 1; i <= GROUP_EP; i++)
+    int key[GROUP_EDP + 1] = {comm_world_rank(), g.dp, g.pp, g.cp, g.tp, dpcp, g.pp, grid_ep_rank(p, g),
+                              dpcp / p->ep};
+    for (int i = 1; i <= GROUP_EDP; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
 }

@@ -22,10 +22,14 @@
 
 // GROUP_EP: the expert-parallel group, parallel.ep consecutive ranks of one dp x cp
 // group (dist/grid.h: grid_ep_rank); its ranks exchange tokens with all-to-all(v).
+// GROUP_EDP: the expert-data-parallel group, the ranks of one dp x cp group that
+// hold the same experts (the same grid_ep_rank): expert gradients are reduced and
+// ZeRO-sharded over it, as the dense ones are over GROUP_DPCP.
 // GROUP_BENCH is not part of the grid: `femtotron bench calibrate` sets it with
 // comm_bench_group to time collectives on sub-groups of the world.
 typedef enum {
-    GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_EMBED, GROUP_EP, GROUP_BENCH,
+    GROUP_WORLD, GROUP_DP, GROUP_PP, GROUP_CP, GROUP_TP, GROUP_DPCP, GROUP_EMBED, GROUP_EP, GROUP_EDP,
+    GROUP_BENCH,
     GROUP_COUNT
 } GroupId;
 

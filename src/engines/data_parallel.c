@@ -18,6 +18,13 @@
 // (a third request waits for the oldest reduction to land).
 #define DP_PARAM_WINDOWS 1
 #define DP_GRAD_WINDOWS 2
+#define DP_MAX_WINDOWS 4  // expert parallelism: one more of each (two pieces per layer)
+
+// A mixture-of-experts layer's experts under expert parallelism: piece 1 of a layer
+// unit that comes in two pieces (model/param_access.h).
+static int is_expert_piece(const LlamaModel *m, int u, int k) {
+    return m->E > 0 && m->ep.size > 1 && u >= 1 && u <= m->L && k == 1;
+}
 
 // ------------------------------------------------------------------ buckets
 
@@ -45,6 +52,7 @@ static void make_pieces(DataParallel *dp, double bucket_mb, const int *held) {
     const size_t n1 = (size_t)(np > 0 ? np : 1);
     dp->piece_unit = xmalloc(sizeof(int) * n1, "piece units");           // (n_pieces)
     dp->piece_uses = xmalloc(sizeof(int) * n1, "piece uses");            // (n_pieces)
+    dp->piece_expert = xmalloc(sizeof(int) * n1, "piece groups");        // (n_pieces)
     dp->piece_local = xmalloc(sizeof(size_t) * n1, "piece offsets");     // (n_pieces)
     dp->piece_glo = xmalloc(sizeof(size_t) * n1, "piece offsets");       // (n_pieces)
     dp->piece_len = xmalloc(sizeof(size_t) * n1, "piece lengths");       // (n_pieces)
@@ -60,6 +68,7 @@ static void make_pieces(DataParallel *dp, double bucket_mb, const int *held) {
             llama_unit_piece(m, u, dp->piece_max, k, &lo, &hi);
             dp->piece_unit[p] = u;
             dp->piece_uses[p] = u == 0 && both ? 2 : 1;
+            dp->piece_expert[p] = is_expert_piece(m, u, k);
             dp->piece_glo[p] = lo;
             dp->piece_len[p] = hi - lo;
             dp->piece_local[p] = local;
@@ -88,8 +97,10 @@ static void make_buckets(DataParallel *dp, double bucket_mb, const int *held) {
         acc += dp->piece_len[p];
         const int u = dp->piece_unit[p];
         // The next piece down joins this bucket when it is globally adjacent (same
-        // unit, or the unit below) and neither is a tied embedding's piece.
-        const int joins = p > 0 && dp->piece_unit[p - 1] >= u - 1 && !(tied && (u == 0 || dp->piece_unit[p - 1] == 0));
+        // unit, or the unit below), neither is a tied embedding's piece, and both are
+        // reduced over the same group (experts or not).
+        const int joins = p > 0 && dp->piece_unit[p - 1] >= u - 1 && !(tied && (u == 0 || dp->piece_unit[p - 1] == 0)) &&
+                          dp->piece_expert[p - 1] == dp->piece_expert[p];
         if (acc >= limit || !joins) {
             first[nb] = p;
             last[nb++] = open_last;
@@ -108,10 +119,14 @@ static void make_buckets(DataParallel *dp, double bucket_mb, const int *held) {
         b->glo = dp->piece_glo[b->piece_first];
         b->lo = dp->piece_local[b->piece_first];
         b->hi = dp->piece_local[b->piece_last] + dp->piece_len[b->piece_last];
-        size_t len = b->hi - b->lo, chunk = comm_split_chunk(len, dp->n);
-        size_t start = (size_t)dp->rank * chunk;
+        const int expert = dp->piece_expert[b->piece_first];
+        b->group = expert ? GROUP_EDP : GROUP_DPCP;
+        b->gn = expert ? dp->edp_n : dp->n;
+        b->grank = expert ? dp->edp_rank : dp->rank;
+        size_t len = b->hi - b->lo, chunk = comm_split_chunk(len, b->gn);
+        size_t start = (size_t)b->grank * chunk;
         b->own_lo = b->lo + (start < len ? start : len);
-        b->own_hi = b->own_lo + comm_split_part(len, dp->n, dp->rank);
+        b->own_hi = b->own_lo + comm_split_part(len, b->gn, b->grank);
         b->shard_off = shard_off;
         shard_off += b->own_hi - b->own_lo;
         b->req = COMM_REQUEST_IDLE;
@@ -173,9 +188,9 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
     const size_t len = b->hi - b->lo, own = b->own_hi - b->own_lo;
     if (b->req.slot >= 0) complete_bucket(dp, b);  // the previous round must land first
     if (dp->zero == 0) {
-        b->req = group_iallreduce_sum_f32(GROUP_DPCP, dp->grads + b->lo, len);
+        b->req = group_iallreduce_sum_f32(b->group, dp->grads + b->lo, len);
     } else if (dp->zero == 1) {
-        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, NULL, dp->grads + b->lo, len);
+        b->req = group_ireduce_scatter_split_f32(b->group, NULL, dp->grads + b->lo, len);
     } else {
         // No whole gradient buffer: the reduce-scatter of every micro-batch lands in
         // the owned part. To accumulate over micro-batches without a second buffer,
@@ -184,7 +199,7 @@ static void launch_bucket(DataParallel *dp, Bucket *b) {
         float *mine = b->grad_window + (b->own_lo - b->lo);
         const float *held = dp->shard_grads + b->shard_off;
         if (b->rounds > 0) residual_forward(mine, mine, held, own);
-        b->req = group_ireduce_scatter_split_f32(GROUP_DPCP, b->grad_window,
+        b->req = group_ireduce_scatter_split_f32(b->group, b->grad_window,
                                                  dp_owned_grads(dp, b), len);
         // The next micro-batch's gradients for this bucket go to a fresh window.
         b->flight_window = b->grad_window;
@@ -220,7 +235,7 @@ static const float *acquire_piece(void *ctx, int unit, int k) {
         if (!b->param_window) die("ZeRO-3: more than %d units or pieces held at once", dp->n_param_windows);
         copy_f32(b->param_window + (b->own_lo - b->lo), dp->params + b->shard_off,
                  b->own_hi - b->own_lo);
-        CommRequest r = group_iallgather_split_f32(GROUP_DPCP, b->param_window, b->hi - b->lo);
+        CommRequest r = group_iallgather_split_f32(b->group, b->param_window, b->hi - b->lo);
         comm_wait(&r, "ZeRO-3 parameter all-gather");
     }
     return b->param_window + (dp->piece_local[p] - b->lo);
@@ -293,6 +308,10 @@ static void plan_buckets(DataParallel *dp, const LlamaModel *model, const Parall
     dp->zero = pc->zero;
     dp->n = n;
     dp->rank = rank;
+    // Ranks holding the same experts: every ep-th index of dp x cp (dist/grid.h).
+    const int ep = model->ep.size > 0 ? model->ep.size : 1;
+    dp->edp_n = n / ep;
+    dp->edp_rank = rank / ep;
     dp->overlap = pc->overlap;
     // Shared when another rank holds the other use: the copy here (held 2), or the
     // embedding here without the head (zb-v's rank 0 holds both: nothing shared).
@@ -302,8 +321,10 @@ static void plan_buckets(DataParallel *dp, const LlamaModel *model, const Parall
     make_buckets(dp, pc->bucket_mb, held);
     // Window pools (stage 2-3 gradients, stage 3 parameters): the pointer tables
     // are bookkeeping, the windows themselves planned buffers (plan_buffers).
-    dp->n_grad_windows = dp->zero >= 2 ? DP_GRAD_WINDOWS : 0;
-    dp->n_param_windows = dp->zero == 3 ? DP_PARAM_WINDOWS : 0;
+    // A layer in two pieces (expert parallelism) is held and filled two pieces at once.
+    const int at_once = model->E > 0 && ep > 1 ? 2 : 1;
+    dp->n_grad_windows = dp->zero >= 2 ? DP_GRAD_WINDOWS + at_once - 1 : 0;
+    dp->n_param_windows = dp->zero == 3 ? DP_PARAM_WINDOWS * at_once : 0;
     // ZeRO-3 keeps P/n of the P parameters and gradients a ZeRO-1 rank holds whole:
     // it saves 2P(1 - 1/n) elements and spends its windows. When three windows
     // would spend more than that (a stage of one or two layers at dp 2), one
@@ -313,13 +334,13 @@ static void plan_buckets(DataParallel *dp, const LlamaModel *model, const Parall
     // layer, n >= 2).
     if (dp->zero == 3) {
         const double saved = 2.0 * (double)dp->n_elements * (dp->n - 1) / dp->n;
-        if ((double)(DP_PARAM_WINDOWS + DP_GRAD_WINDOWS) * (double)dp_window_elements(dp) > saved)
-            dp->n_grad_windows = 1;
+        if ((double)(dp->n_param_windows + dp->n_grad_windows) * (double)dp_window_elements(dp) > saved)
+            dp->n_grad_windows = at_once;
     }
-    dp->grad_pool = xcalloc(sizeof(float *) * DP_GRAD_WINDOWS, "window pool");      // (n_grad_windows)
-    dp->grad_pool_used = xcalloc(sizeof(int) * DP_GRAD_WINDOWS, "window pool");     // (n_grad_windows)
-    dp->param_pool = xcalloc(sizeof(float *) * DP_PARAM_WINDOWS, "window pool");    // (n_param_windows)
-    dp->param_pool_used = xcalloc(sizeof(int) * DP_PARAM_WINDOWS, "window pool");   // (n_param_windows)
+    dp->grad_pool = xcalloc(sizeof(float *) * DP_MAX_WINDOWS, "window pool");      // (n_grad_windows)
+    dp->grad_pool_used = xcalloc(sizeof(int) * DP_MAX_WINDOWS, "window pool");     // (n_grad_windows)
+    dp->param_pool = xcalloc(sizeof(float *) * DP_MAX_WINDOWS, "window pool");    // (n_param_windows)
+    dp->param_pool_used = xcalloc(sizeof(int) * DP_MAX_WINDOWS, "window pool");   // (n_param_windows)
 }
 
 // Every planned buffer of a planned engine (the table in data_parallel.h), allocated
@@ -364,6 +385,7 @@ void dp_free(DataParallel *dp) {
     free(dp->unit_piece0);
     free(dp->piece_unit);
     free(dp->piece_uses);
+    free(dp->piece_expert);
     free(dp->piece_local);
     free(dp->piece_glo);
     free(dp->piece_len);

@@ -15,6 +15,14 @@
 // parameter window and two gradient windows (one filling, one reducing), or one
 // gradient window when two would cost more than ZeRO-3 saves over ZeRO-1.
 //
+// Expert parallelism (parallel.ep > 1): a rank holds only its E/ep experts of each
+// mixture-of-experts layer (model/llama_build.c), and the ranks that hold the same
+// experts are the |dp x cp|/ep of its GROUP_EDP. Such a layer comes in two pieces,
+// its dense part and its experts (model/param_access.h); a bucket never mixes the
+// two, and each bucket is reduced, sharded and gathered over its own group (Bucket:
+// group): the dense ones over dp x cp, the experts' over GROUP_EDP. The model holds
+// both pieces of a layer at once, so ZeRO-2/3 keep a window more of each kind.
+//
 //   stage | parameters             | gradients                       | AdamW moments
 //   0     | whole                  | whole, all-reduced per bucket   | whole
 //   1     | whole, all-gathered    | whole, reduce-scattered         | own parts
@@ -59,6 +67,9 @@ typedef struct {
     int piece_first, piece_last;
     int unit_first;              // the unit of piece_first
     int uses;                    // hand-overs per micro-batch (sum over its pieces)
+    GroupId group;               // the ranks it is reduced and sharded over: GROUP_DPCP, or
+                                 // GROUP_EDP for experts under expert parallelism
+    int gn, grank;               // that group's size and this rank's index in it
     size_t own_lo, own_hi;       // this rank's part of [lo, hi) (local offsets)
     size_t shard_off;            // where the own part starts in the shard buffers
     int done;                    // hand-overs this step (uses x micro-batches)
@@ -74,6 +85,8 @@ typedef struct {
 typedef struct {
     const LlamaModel *model;
     int zero, n, rank;           // stage, |dp x cp|, rank in dp x cp
+    int edp_n, edp_rank;         // expert parallelism: |dp x cp| / ep ranks hold the same
+                                 // experts (GROUP_EDP), this rank's index among them
     int overlap;                 // reduce during backward (else after it)
     int embed_shared;            // holds a tied embedding another stage holds too (see above)
     int embed_copy;              // ... as the last stage's copy: not saved, not in the norm
@@ -83,6 +96,7 @@ typedef struct {
     int n_pieces;
     int *unit_piece0;            // (n_units) index of each unit's first piece, -1 when not held
     int *piece_unit;             // (n_pieces) the unit of each piece
+    int *piece_expert;           // (n_pieces) 1: the experts of a layer under expert parallelism
     int *piece_uses;             // (n_pieces) hand-overs per micro-batch (2: a tied embedding
                                  // used by this rank's embedding and head)
     size_t *piece_local;         // (n_pieces) local flat offset of each piece

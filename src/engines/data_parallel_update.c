@@ -22,16 +22,22 @@ static double sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float
 }
 
 double dp_grad_norm(DataParallel *dp) {
-    double ss = 0.0;
+    double ss = 0.0, ss_experts = 0.0;
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         if (dp_bucket_is_copy(dp, b)) continue;  // counted on the first stage
-        if (dp->zero == 0)  // every dp rank holds the same reduced sum
-            ss += sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
+        if (dp->zero == 0)  // every rank of the bucket's group holds the same reduced sum
+            *(b->group == GROUP_EDP ? &ss_experts : &ss) +=
+                sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
         else
             ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
                               dp_owned_grads(dp, b));
     }
+    // Stage 0: the ranks of an expert-parallel group hold different experts, each whole.
+    // Stages 1-3: the owned parts of dp x cp cover the dense tensors once, and those of
+    // the ep groups' ranks every expert once.
+    if (dp->zero == 0 && dp->model->E > 0 && dp->model->ep.size > 1) group_allreduce_sum_f64(GROUP_EP, &ss_experts, 1);
+    ss += ss_experts;
     if (dp->zero > 0) group_allreduce_sum_f64(GROUP_DPCP, &ss, 1);
     group_allreduce_sum_f64(GROUP_PP, &ss, 1);  // stages hold different parameters
     group_allreduce_sum_f64(GROUP_TP, &ss, 1);  // and tensor-parallel ranks different slices
@@ -82,7 +88,7 @@ void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const Trai
     // ZeRO-1/2: every rank updated its own part in place; gather the rest.
     for (int k = 0; k < dp->n_buckets; k++) {
         Bucket *b = &dp->buckets[k];
-        b->req = group_iallgather_split_f32(GROUP_DPCP, dp->params + b->lo, b->hi - b->lo);
+        b->req = group_iallgather_split_f32(b->group, dp->params + b->lo, b->hi - b->lo);
     }
     for (int k = 0; k < dp->n_buckets; k++) comm_wait(&dp->buckets[k].req, "parameter all-gather");
 }

@@ -52,6 +52,8 @@ void ckpt_gather_pieces(PieceTable *t, const LlamaModel *model, const CkptPiece 
     h[0] = model->tp.size;
     h[1] = model->tp.rank;
     h[2] = (double)model->num_elements;
+    h[6] = model->ep.size;
+    h[7] = model->ep.rank;
     double *mine = t->slot + (size_t)r * (size_t)t->per_rank * 3;
     for (int i = 0; i < n_pieces; i++) {
         mine[3 * i] = (double)pieces[i].kind + 1;
@@ -80,25 +82,74 @@ static int cmp_range(const void *a, const void *b) {
     return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->rank - y->rank;
 }
 
-// The non-empty pieces of one kind over the ranks of tensor-parallel rank tp_rank
-// must tile that rank's flat order [0, n) exactly (`model` is its table): sort them
-// by start and walk, so the first gap or overlap is named with its ranks. Without
-// tensor parallelism that is every rank and the global flat order.
+// The shard (tensor-parallel rank, expert-parallel rank) of rank r, as an index of
+// the tables (ckpt_tp_tables).
+static int shard_of(const PieceTable *t, int r) {
+    const double *h = t->head + (size_t)r * RANK_HEAD;
+    return (int)h[1] * (int)h[6] + (int)h[7];
+}
+
+typedef struct {
+    Range *r;
+    size_t n, cap;
+} RangeList;
+
+static void range_push(RangeList *l, size_t lo, size_t hi, int rank) {
+    if (l->n && l->r[l->n - 1].rank == rank && l->r[l->n - 1].hi == lo) {  // merge a continuation
+        l->r[l->n - 1].hi = hi;
+        return;
+    }
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        Range *grown = realloc(l->r, l->cap * sizeof *l->r);  // (cap)
+        if (!grown) die("out of memory: %zu checkpoint piece ranges", l->cap);
+        l->r = grown;
+    }
+    l->r[l->n++] = (Range){lo, hi, rank};
+}
+
+// The parts of [lo, hi) that are not experts (ParamInfo.expert), in flat order.
+static void push_dense_parts(RangeList *l, const LlamaModel *model, size_t lo, size_t hi, int rank) {
+    for (int i = 0; i < model->n_params; i++) {
+        const ParamInfo *p = &model->params[i];
+        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a < b && !p->expert) range_push(l, a, b, rank);
+    }
+}
+
+// The non-empty pieces of one kind over the ranks of shard `shard` must tile that
+// shard's flat order [0, n) exactly (`model` is its table): sort them by start and
+// walk, so the first gap or overlap is named with its ranks. Without tensor or
+// expert parallelism that is every rank and the global flat order. Under expert
+// parallelism the dense tensors sit at the same offsets in every expert-parallel
+// rank's flat order and are shared out among all of them (engines/data_parallel.h),
+// so the dense parts of the other expert-parallel ranks' pieces count too; the
+// experts only from the ranks holding them.
 static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel *model,
-                            int tp_rank, const char *where) {
-    size_t n = model->num_elements, len = (size_t)t->world * (size_t)t->per_rank, k = 0;
-    Range *r = xmalloc((len ? len : 1) * sizeof *r, "checkpoint piece ranges");  // (len)
+                            int shard, const char *where) {
+    size_t n = model->num_elements, len = (size_t)t->world * (size_t)t->per_rank;
+    const int ep = model->ep.size;
+    RangeList rl = {NULL, 0, 0};
     for (size_t s = 0; s < len; s++) {
         const double *e = t->slot + 3 * s;
         int rank = (int)(s / (size_t)t->per_rank);
         if (e[0] != (double)kind + 1 || e[1] == e[2]) continue;
-        if ((int)t->head[(size_t)rank * RANK_HEAD + 1] != tp_rank) continue;
-        r[k++] = (Range){(size_t)e[1], (size_t)e[2], rank};
+        int other = shard_of(t, rank);
+        if (other == shard) range_push(&rl, (size_t)e[1], (size_t)e[2], rank);
+        else if (other / ep == shard / ep) push_dense_parts(&rl, model, (size_t)e[1], (size_t)e[2], rank);
     }
+    Range *r = rl.r;
+    size_t k = rl.n;
     qsort(r, k, sizeof *r, cmp_range);
     const char *kn = CKPT_KIND_NAMES[kind];
-    char of[64] = "";  // which flat order, when there are several
-    if (model->tp.size > 1) snprintf(of, sizeof of, " of tensor-parallel rank %d's flat order", tp_rank);
+    char of[96] = "";  // which flat order, when there are several
+    if (model->tp.size > 1 && model->ep.size > 1)
+        snprintf(of, sizeof of, " of tensor-parallel rank %d, expert-parallel rank %d's flat order",
+                 model->tp.rank, model->ep.rank);
+    else if (model->tp.size > 1)
+        snprintf(of, sizeof of, " of tensor-parallel rank %d's flat order", model->tp.rank);
+    else if (model->ep.size > 1)
+        snprintf(of, sizeof of, " of expert-parallel rank %d's flat order", model->ep.rank);
     size_t covered = 0;  // [0, covered) is written exactly once so far
     for (size_t i = 0; i < k; i++) {
         if (r[i].lo > covered)
@@ -119,51 +170,62 @@ static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel
     free(r);
 }
 
-// The parameter table of every tensor-parallel rank, rebuilt from the shared model
-// config, for rank 0 to judge the other ranks' pieces. Returns (tp) tables; without
-// tensor parallelism the one table is the model's own (no rebuild).
+// The parameter table of every shard (tensor-parallel rank x expert-parallel rank),
+// rebuilt from the shared model config, for rank 0 to judge the other ranks'
+// pieces. Returns (tp * ep) tables; without either the one table is the model's
+// own (no rebuild).
 const LlamaModel *ckpt_tp_tables(const LlamaModel *model) {
-    if (model->tp.size == 1) return model;
-    LlamaModel *tabs = xmalloc((size_t)model->tp.size * sizeof *tabs, "tensor-parallel tables");  // (tp)
-    for (int tr = 0; tr < model->tp.size; tr++)
-        llama_build(&tabs[tr], &model->cfg, model_tp_shard(model->tp.size, tr, model->tp.sp));
+    const int tp = model->tp.size, ep = model->ep.size;
+    if (tp * ep == 1) return model;
+    LlamaModel *tabs = xmalloc((size_t)(tp * ep) * sizeof *tabs, "shard tables");  // (tp * ep)
+    for (int tr = 0; tr < tp; tr++)
+        for (int er = 0; er < ep; er++) {
+            ModelShard sh = model_tp_shard(tp, tr, model->tp.sp);
+            sh.ep.size = ep;
+            sh.ep.rank = er;
+            llama_build(&tabs[tr * ep + er], &model->cfg, sh);
+        }
     return tabs;
 }
 
 void ckpt_free_tp_tables(const LlamaModel *tabs, const LlamaModel *model) {
     if (tabs == model) return;
     LlamaModel *own = (LlamaModel *)tabs;  // allocated by ckpt_tp_tables
-    for (int tr = 0; tr < model->tp.size; tr++) llama_free(&own[tr]);
+    for (int s = 0; s < model->tp.size * model->ep.size; s++) llama_free(&own[s]);
     free(own);
 }
 
-// Every rank must run rank 0's tensor-parallel degree, with the table its tp rank
-// builds: pieces are judged against those tables.
-void ckpt_check_tables_agree(const PieceTable *t, const LlamaModel *tabs, int tp,
+// Every rank must run rank 0's tensor- and expert-parallel degrees, with the table
+// its shard builds: pieces are judged against those tables.
+void ckpt_check_tables_agree(const PieceTable *t, const LlamaModel *tabs, const LlamaModel *model,
                              const char *where) {
+    const int tp = model->tp.size, ep = model->ep.size;
     for (int r = 0; r < t->world; r++) {
         const double *h = t->head + (size_t)r * RANK_HEAD;
         if ((int)h[0] != tp || h[1] < 0 || h[1] >= tp)
             die("%s: rank %d is tensor-parallel rank %.0f of %.0f, but rank 0 runs tp = %d", where,
                 r, h[1], h[0], tp);
-        size_t want = tabs[(int)h[1]].num_elements;
+        if ((int)h[6] != ep || h[7] < 0 || h[7] >= ep)
+            die("%s: rank %d is expert-parallel rank %.0f of %.0f, but rank 0 runs ep = %d", where,
+                r, h[7], h[6], ep);
+        size_t want = tabs[shard_of(t, r)].num_elements;
         if (h[2] != (double)want)
-            die("%s: rank %d (tensor-parallel rank %.0f) holds %.0f parameter elements, but that "
-                "rank of this model holds %zu: the ranks built different models", where, r, h[1],
-                h[2], want);
+            die("%s: rank %d (tensor-parallel rank %.0f, expert-parallel rank %.0f) holds %.0f "
+                "parameter elements, but that shard of this model holds %zu: the ranks built "
+                "different models", where, r, h[1], h[7], h[2], want);
     }
 }
 
-// Rank 0's verdict on the gathered pieces of one kind. Per tensor-parallel rank,
+// Rank 0's verdict on the gathered pieces of one kind. Per shard (tensor- and expert-parallel rank),
 // the pieces must partition that rank's flat order; the tp ranks' tables hold
 // disjoint slices of every tensor (replicas: tp rank 0 writes), so that makes every
 // global element written exactly once, and a gap or an overlap is named with its
 // range and ranks. The global count (elements put into the file over all ranks,
 // padding and non-writing replicas excluded, against the sum of the global tensor
 // sizes) checks the same from the other side, without trusting the tables.
-void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs, int tp,
-                         size_t global_total, const char *where) {
-    for (int tr = 0; tr < tp; tr++) check_partition(t, kind, &tabs[tr], tr, where);
+void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs,
+                         const LlamaModel *model, size_t global_total, const char *where) {
+    for (int sh = 0; sh < model->tp.size * model->ep.size; sh++) check_partition(t, kind, &tabs[sh], sh, where);
     double written = 0;
     for (int r = 0; r < t->world; r++) written += t->head[(size_t)r * RANK_HEAD + 3 + kind];
     if (written != (double)global_total)

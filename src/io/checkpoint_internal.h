@@ -82,7 +82,7 @@ void ckpt_check_local_pieces(const CkptPiece *pieces, int n_pieces, size_t n,
 // Piece metadata of every rank, gathered so that rank 0 can check the partition.
 // Only (kind, lo, hi) and a few counts travel, never tensor data. Element counts
 // are exact in a double up to 2^53 elements.
-#define RANK_HEAD 6  // tp, tp_rank, num_elements, global elements written per kind (3)
+#define RANK_HEAD 8  // tp, tp_rank, num_elements, global elements written per kind (3), ep, ep_rank
 typedef struct {
     int world, per_rank;  // ranks; piece slots per rank (the largest n_pieces)
     double *head;         // (world, RANK_HEAD)
@@ -94,15 +94,16 @@ void ckpt_gather_pieces(PieceTable *t, const LlamaModel *model, const CkptPiece 
                         int n_pieces);
 // 1 when some rank passes a piece of this kind (even an empty one).
 int ckpt_kind_given(const PieceTable *t, CkptKind kind);
-// Every tensor-parallel rank's table: (tp), freed by ckpt_free_tp_tables.
+// The table of every shard of the model: tensor-parallel rank tr with expert-
+// parallel rank er is tabs[tr * ep + er]; (tp * ep), freed by ckpt_free_tp_tables.
 const LlamaModel *ckpt_tp_tables(const LlamaModel *model);
 void ckpt_free_tp_tables(const LlamaModel *tabs, const LlamaModel *model);
-// Every rank runs rank 0's tp degree, with the table its tp rank builds.
-void ckpt_check_tables_agree(const PieceTable *t, const LlamaModel *tabs, int tp,
+// Every rank runs rank 0's tp and ep degrees, with the table its shard builds.
+void ckpt_check_tables_agree(const PieceTable *t, const LlamaModel *tabs, const LlamaModel *model,
                              const char *where);
 // Rank 0: the pieces of one kind write every global element exactly once.
-void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs, int tp,
-                         size_t global_total, const char *where);
+void ckpt_check_coverage(const PieceTable *t, CkptKind kind, const LlamaModel *tabs,
+                         const LlamaModel *model, size_t global_total, const char *where);
 
 // ---------------------------------------------------------------- checkpoint_save.c
 

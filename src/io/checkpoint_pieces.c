@@ -30,7 +30,8 @@ void ckpt_check_table(const LlamaModel *model, const char *where) {
         const ParamInfo *p = &model->params[i];
         const int64_t *g = p->shape, *l = p->local_shape;
         int ok = p->ndim == 2 || (p->ndim == 1 && g[1] == 1);
-        if (p->split == SPLIT_NONE) ok = ok && l[0] == g[0] && l[1] == g[1];
+        if (l[0] == 0 && p->numel == 0) ;  // nothing held: an expert of another expert-parallel rank
+        else if (p->split == SPLIT_NONE) ok = ok && l[0] == g[0] && l[1] == g[1];
         else if (p->split == SPLIT_ROWS)
             ok = ok && l[1] == g[1] && p->start >= 0 && p->valid >= 0 && p->valid <= l[0] &&
                  p->start + p->valid <= g[0];
@@ -102,6 +103,7 @@ int ckpt_map_range(const ParamInfo *p, size_t a, size_t b, Block *out) {
 // 0 when they do not meet.
 int ckpt_piece_in_tensor(const CkptPiece *pc, const ParamInfo *p, size_t *a, size_t *b) {
     size_t begin = p->offset, end = p->offset + p->numel;
+    if (p->numel == 0) return 0;  // an expert another expert-parallel rank holds
     if (end <= pc->lo || begin >= pc->hi || pc->hi == pc->lo) return 0;
     *a = (pc->lo > begin ? pc->lo : begin) - begin;
     *b = (pc->hi < end ? pc->hi : end) - begin;

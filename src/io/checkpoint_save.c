@@ -194,12 +194,12 @@ void checkpoint_save_begin(CkptSave *s, const char *dir, const Config *cfg,
         // Rank 0 alone judges the partition: one clear message, not one per rank
         // (its die() ends every rank).
         const LlamaModel *tabs = ckpt_tp_tables(model);
-        ckpt_check_tables_agree(&table, tabs, model->tp.size, where);
+        ckpt_check_tables_agree(&table, tabs, model, where);
         size_t G = s->gbase[model->n_params];
-        ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model->tp.size, G, where);
+        ckpt_check_coverage(&table, CKPT_PARAMS, tabs, model, G, where);
         if (moments) {
-            ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model->tp.size, G, where);
-            ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model->tp.size, G, where);
+            ckpt_check_coverage(&table, CKPT_EXP_AVG, tabs, model, G, where);
+            ckpt_check_coverage(&table, CKPT_EXP_AVG_SQ, tabs, model, G, where);
         }
         ckpt_free_tp_tables(tabs, model);
         ckpt_begin_save(&sp, dir, model, s->layout, st->step, s->data_start);

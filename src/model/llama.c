@@ -29,7 +29,8 @@ float *llama_stage_output(const LlamaModel *m, Activations *a) {
 // backward) stops once every buffer the backward reads is rebuilt: the down
 // projection only makes the layer output, which is kept — and for the last layer
 // of a stage may still be on its way to the next stage, so it must not be written.
-void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i, int recompute) {
+void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights lw, int i, int recompute) {
+    const float *w = lw.w;
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
@@ -55,7 +56,7 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *
         const MoeScratch sc = activations_moe_scratch(m, a);
         const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);  // (N, D)
         float *partial = recompute ? NULL : tp->sp ? a->tp_partial : s.out;  // (N, D)
-        moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), AT(w, u, lo->experts));
+        moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), lw.experts);
         if (m->Fs > 0) {  // shared experts, in the dense MLP's buffers: gate|up, SwiGLU ...
             const int Fsl = m->Fsl;
             matmul_forward(s.gu, X, AT(w, u, lo->gate_up), N, D, 2 * Fsl);
@@ -79,10 +80,58 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *
     residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
 }
 
+// A layer's weights and gradients: one piece, or under expert parallelism the
+// dense piece and the experts' piece (model/param_access.h).
+static int split_layer(const LlamaModel *m, const ParamAccess *pa, int u) {
+    return llama_unit_n_pieces(m, u, pa->piece_max) == 2;
+}
+
+LayerWeights llama_layer_acquire(const LlamaModel *m, const ParamAccess *pa, int u) {
+    LayerWeights lw = {NULL, NULL};
+    if (split_layer(m, pa, u)) {
+        lw.w = pa->acquire_piece(pa->ctx, u, 0);
+        lw.experts = pa->acquire_piece(pa->ctx, u, 1);
+    } else {
+        lw.w = pa->acquire_params(pa->ctx, u);
+        if (m->E > 0) lw.experts = AT(lw.w, u, m->layer[u - 1].experts);
+    }
+    return lw;
+}
+
+void llama_layer_release(const LlamaModel *m, const ParamAccess *pa, int u) {
+    if (!split_layer(m, pa, u)) {
+        pa->release_params(pa->ctx, u);
+        return;
+    }
+    pa->release_piece(pa->ctx, u, 1);
+    pa->release_piece(pa->ctx, u, 0);
+}
+
+LayerGrads llama_layer_grads(const LlamaModel *m, const ParamAccess *pa, int u) {
+    LayerGrads lg = {NULL, NULL};
+    if (split_layer(m, pa, u)) {
+        lg.g = pa->piece_grads(pa->ctx, u, 0);
+        lg.experts = pa->piece_grads(pa->ctx, u, 1);
+    } else {
+        lg.g = pa->grads(pa->ctx, u);
+        if (m->E > 0) lg.experts = AT(lg.g, u, m->layer[u - 1].experts);
+    }
+    return lg;
+}
+
+void llama_layer_grads_done(const LlamaModel *m, const ParamAccess *pa, int u) {
+    if (!split_layer(m, pa, u)) {
+        pa->grads_done(pa->ctx, u);
+        return;
+    }
+    pa->piece_grads_done(pa->ctx, u, 1);
+    pa->piece_grads_done(pa->ctx, u, 0);
+}
+
 static void layer_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
     const int u = 1 + a->l0 + i;
-    llama_layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 0);
-    pa->release_params(pa->ctx, u);
+    llama_layer_forward_with(m, a, llama_layer_acquire(m, pa, u), i, 0);
+    llama_layer_release(m, pa, u);
 }
 
 // The load-balancing loss of the micro-batch's B sequences (model/moe.h), on the last
@@ -205,9 +254,11 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid, *dd = a->dbuf_d;
-    const float *w = pa->acquire_params(pa->ctx, u);
-    if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, w, i, 1);
-    float *g = pa->grads(pa->ctx, u);
+    const LayerWeights lw = llama_layer_acquire(m, pa, u);
+    const float *w = lw.w;
+    if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, lw, i, 1);
+    const LayerGrads lg = llama_layer_grads(m, pa, u);
+    float *g = lg.g;
     const LayerSaved s = layer_saved(m, a, i);
     const RingAttention ra = activations_ring(m, a);
 
@@ -230,7 +281,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         }
         const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);
         float *partial = tp->sp ? a->tp_partial : dd;  // (N, D)
-        moe_backward_experts(&md, &ms, &sc, partial, AT(g, u, lo->experts), X, AT(w, u, lo->experts));
+        moe_backward_experts(&md, &ms, &sc, partial, lg.experts, X, lw.experts);
         if (m->Fs > 0)  // the shared experts' gate|up: weight gradient, input gradient added
             matmul_backward(partial, AT(g, u, lo->gate_up), a->dgu, X, AT(w, u, lo->gate_up), N, D,
                             2 * m->Fsl, 1);
@@ -258,8 +309,8 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
                        a->tp_partial, N, D, QKV);
     tp_norm_backward(tp, dres, AT(g, u, lo->ln1), dd, s.x, AT(w, u, lo->ln1), s.ln1_rstd, a->tp_dw,
                      Nr, D);
-    pa->release_params(pa->ctx, u);
-    pa->grads_done(pa->ctx, u);
+    llama_layer_release(m, pa, u);
+    llama_layer_grads_done(m, pa, u);
 }
 
 // One head piece's backward: din(N, D) (+)= dlogits[:, r0:r1] @ head[r0:r1] and

@@ -14,8 +14,10 @@
 // and return its offset in the flat buffer. cols == 0 means a 1-D tensor. The
 // slice held here follows `split`: `parts` equal slices of the split dimension,
 // this rank's being number m->tp_rank; `valid_rows` < the slice for vocab padding.
-static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *name,
-                        int64_t rows, int64_t cols, SplitKind split) {
+// held == 0 (an expert another expert-parallel rank holds): listed with its global
+// shape, but nothing of it is here (no rows, no elements).
+static size_t add_param_held(LlamaModel *m, int *count, size_t *offset, const char *name,
+                             int64_t rows, int64_t cols, SplitKind split, int held) {
     int64_t lrows = rows, lcols = cols > 0 ? cols : 1, start = 0, valid = 0;
     const int tp = m->tp.size, tp_rank = m->tp.rank;
     if (split == SPLIT_ROWS) {
@@ -27,6 +29,7 @@ static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *n
         start = lcols * tp_rank;
         valid = lcols;
     }
+    if (!held) lrows = valid = 0;
     size_t at = *offset, numel = (size_t)lrows * (size_t)lcols;
     if (m->params) {
         ParamInfo *p = &m->params[*count];
@@ -43,10 +46,16 @@ static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *n
         p->offset = at;
         p->numel = numel;
         p->weight_decay = p->ndim >= 2;
+        p->expert = strstr(name, ".block_sparse_moe.experts.") != NULL;
     }
     (*count)++;
     *offset += numel;
     return at;
+}
+
+static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *name,
+                        int64_t rows, int64_t cols, SplitKind split) {
+    return add_param_held(m, count, offset, name, rows, cols, split, 1);
 }
 
 int64_t param_global_index(const ParamInfo *p, size_t e) {
@@ -77,20 +86,26 @@ static void layout_params(LlamaModel *m) {
         if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
             lo.gate_up = lo.down = 0;
             lo.router = LAYER_PARAM("block_sparse_moe.gate.weight", m->E, D, SPLIT_NONE);
-            for (int e = 0; e < m->E; e++) {  // w1, w3 adjacent (one fused gate|up GEMM), then w2
-#define EXPERT_PARAM(w, rows, cols, split) \
-    (snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w), \
-     add_param(m, &count, &off, name, rows, cols, split))
-                size_t w1 = EXPERT_PARAM("w1", F, D, SPLIT_ROWS);
-                if (e == 0) lo.experts = w1;
-                EXPERT_PARAM("w3", F, D, SPLIT_ROWS);
-                EXPERT_PARAM("w2", D, F, SPLIT_COLS);
-#undef EXPERT_PARAM
-            }
             if (m->Fs > 0) {  // shared experts: one SwiGLU of width Fs, tensor-split like the dense MLP
                 lo.gate_up = LAYER_PARAM("block_sparse_moe.shared_experts.gate_proj.weight", m->Fs, D, SPLIT_ROWS);
                 LAYER_PARAM("block_sparse_moe.shared_experts.up_proj.weight", m->Fs, D, SPLIT_ROWS);
                 lo.down = LAYER_PARAM("block_sparse_moe.shared_experts.down_proj.weight", D, m->Fs, SPLIT_COLS);
+            }
+            // The experts last, so that under expert parallelism the layer is its dense
+            // part then its experts (model/param_access.h: two pieces). This rank holds
+            // experts [e0, e0 + El) of its expert-parallel rank; the others are listed
+            // with nothing held.
+            const int El = m->E / m->ep.size, e0 = m->ep.rank * El;
+            lo.experts = off;
+            for (int e = 0; e < m->E; e++) {  // w1, w3 adjacent (one fused gate|up GEMM), then w2
+                const int held = e >= e0 && e < e0 + El;
+#define EXPERT_PARAM(w, rows, cols, split) \
+    (snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w), \
+     add_param_held(m, &count, &off, name, rows, cols, split, held))
+                EXPERT_PARAM("w1", F, D, SPLIT_ROWS);
+                EXPERT_PARAM("w3", F, D, SPLIT_ROWS);
+                EXPERT_PARAM("w2", D, F, SPLIT_COLS);
+#undef EXPERT_PARAM
             }
         } else {
             lo.router = lo.experts = 0;

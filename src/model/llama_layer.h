@@ -13,11 +13,30 @@
 // `base` (needs a LlamaModel *m in scope).
 #define AT(base, u, off) ((base) + ((off) - m->unit_lo[u]))
 
-// Forward of layer slot i with its unit's weights w. With `recompute` (full
+struct ParamAccess;
+
+// One layer's weights (or gradient destinations) as the model reaches them: w
+// addresses the unit (AT(w, u, off) for any tensor but the experts) and experts the
+// block of this rank's experts, which under expert parallelism is a piece of its
+// own that the engine may keep apart (model/param_access.h).
+typedef struct {
+    const float *w;        // unit u from unit_lo[u]
+    const float *experts;  // (El experts) this rank's experts, NULL without experts
+} LayerWeights;
+typedef struct {
+    float *g;        // unit u's gradients from unit_lo[u]
+    float *experts;  // (El experts) this rank's experts' gradients, NULL without experts
+} LayerGrads;
+LayerWeights llama_layer_acquire(const LlamaModel *m, const struct ParamAccess *pa, int u);
+void llama_layer_release(const LlamaModel *m, const struct ParamAccess *pa, int u);
+LayerGrads llama_layer_grads(const LlamaModel *m, const struct ParamAccess *pa, int u);
+void llama_layer_grads_done(const LlamaModel *m, const struct ParamAccess *pa, int u);
+
+// Forward of layer slot i with its unit's weights lw. With `recompute` (full
 // recomputation, from a backward) it stops once every buffer the backward reads is
 // rebuilt, before the layer output, which is kept (and for the last layer of a
 // stage may still be on its way to the next stage, so it must not be written).
-void llama_layer_forward_with(const LlamaModel *m, Activations *a, const float *w, int i, int recompute);
+void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights lw, int i, int recompute);
 
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
@@ -27,7 +46,6 @@ void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size
 // scattered into this rank's rows of the table, piece by piece, each piece handed
 // over when done; the fused backward passes the residual gradient, the split one
 // its stash.
-struct ParamAccess;
 void llama_embed_backward(const LlamaModel *m, const struct ParamAccess *pa, Activations *a,
                           const int32_t *tokens, const float *dout, int N);
 

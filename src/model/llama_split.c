@@ -50,8 +50,9 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid;
-    const float *w = pa->acquire_params(pa->ctx, u);
-    if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, w, i, 1);
+    const LayerWeights lw = llama_layer_acquire(m, pa, u);
+    const float *w = lw.w;
+    if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, lw, i, 1);
     const LayerSaved s = layer_saved(m, a, i);
     const RingAttention ra = activations_ring(m, a);
     const LayerStash k = layer_stash(m, a, st, &s, i);
@@ -72,7 +73,7 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
     tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
     tp_norm_backward_input(dres, k.d_ln1, s.x, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
-    pa->release_params(pa->ctx, u);
+    llama_layer_release(m, pa, u);
 }
 
 // The head's input half, piece by piece in the fused backward's order (the same
@@ -139,10 +140,10 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     if (m->recompute == RECOMPUTE_FULL) {  // the working set again, from the kept input
-        llama_layer_forward_with(m, a, pa->acquire_params(pa->ctx, u), i, 1);
-        pa->release_params(pa->ctx, u);
+        llama_layer_forward_with(m, a, llama_layer_acquire(m, pa, u), i, 1);
+        llama_layer_release(m, pa, u);
     }
-    float *g = pa->grads(pa->ctx, u);
+    float *g = llama_layer_grads(m, pa, u).g;
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
     tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, s.h, a->tp_full, N, Fl, D);
@@ -151,7 +152,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
     tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, s.ln1, a->tp_full, N, D, QKV);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln1), k.d_ln1, s.x, s.ln1_rstd, a->tp_dw, Nr, D);
-    pa->grads_done(pa->ctx, u);
+    llama_layer_grads_done(m, pa, u);
 }
 
 // The head's weight half, in the fused backward's order of pieces and hand-overs:

@@ -91,7 +91,7 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
     moe_group(s->start, s->slot_of, s->row_of, s->sel, N, E, K);
     moe_dispatch(sc->xg, x, s->slot_of, N, K, D);
     if (d->ep.size > 1) {  // the rows travel to the ranks of their experts and back
-        const int El = E / d->ep.size, e0 = d->ep.rank * El;
+        const int El = E / d->ep.size;  // experts and dexperts: this rank's El
         EpRoute rt = ep_route_at(&d->ep, El, moe_expert_rows(d), s->route);
         double t0 = now_seconds();
         ep_route(&d->ep, &rt, s->start, El);
@@ -101,9 +101,9 @@ void moe_forward(const MoeDims *d, const MoeSaved *s, const MoeScratch *sc, floa
             const size_t r0 = (size_t)rt.estart[e];
             const int n = rt.estart[e + 1] - rt.estart[e];
             if (n == 0) continue;
-            matmul_forward(s->gu + r0 * 2 * F, s->xe + r0 * D, expert_w13(d, experts, e0 + e), n, D, 2 * F);
+            matmul_forward(s->gu + r0 * 2 * F, s->xe + r0 * D, expert_w13(d, experts, e), n, D, 2 * F);
             swiglu_forward(s->h + r0 * F, s->gu + r0 * 2 * F, n, F);
-            matmul_forward(sc->ye + r0 * D, s->h + r0 * F, expert_w2(d, experts, e0 + e), n, F, D);
+            matmul_forward(sc->ye + r0 * D, s->h + r0 * F, expert_w2(d, experts, e), n, F, D);
         }
         t0 = now_seconds();
         ep_combine(&d->ep, &rt, sc->ye, s->y, sc->stage, D);
@@ -132,7 +132,7 @@ void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch 
                           float *dexperts, const float *x, const float *experts) {
     const int N = d->N, D = d->D, F = d->F, E = d->E, K = d->K;
     if (d->ep.size > 1) {  // output gradients along the dispatch path, input gradients back
-        const int El = E / d->ep.size, e0 = d->ep.rank * El;
+        const int El = E / d->ep.size;  // experts and dexperts: this rank's El
         const EpRoute rt = route_of(d, s);
         double t0 = now_seconds();
         ep_dispatch(&d->ep, &rt, sc->dy, sc->ye, sc->stage, D);
@@ -141,12 +141,12 @@ void moe_backward_experts(const MoeDims *d, const MoeSaved *s, const MoeScratch 
             const size_t r0 = (size_t)rt.estart[e];
             const int n = rt.estart[e + 1] - rt.estart[e];
             if (n == 0) continue;
-            float *dw13 = dexperts + (size_t)(e0 + e) * 3 * F * D, *dw2 = dw13 + (size_t)2 * F * D;
+            float *dw13 = dexperts + (size_t)e * 3 * F * D, *dw2 = dw13 + (size_t)2 * F * D;
             matmul_backward(sc->dh + r0 * F, dw2, sc->ye + r0 * D, s->h + r0 * F,
-                            expert_w2(d, experts, e0 + e), n, F, D, 0);
+                            expert_w2(d, experts, e), n, F, D, 0);
             swiglu_backward(sc->dgu + r0 * 2 * F, sc->dh + r0 * F, s->gu + r0 * 2 * F, n, F);
             matmul_backward(sc->ye + r0 * D, dw13, sc->dgu + r0 * 2 * F, s->xe + r0 * D,
-                            expert_w13(d, experts, e0 + e), n, D, 2 * F, 0);
+                            expert_w13(d, experts, e), n, D, 2 * F, 0);
         }
         t0 = now_seconds();
         ep_combine(&d->ep, &rt, sc->ye, sc->xg, sc->stage, D);  // each slot's input gradient, home

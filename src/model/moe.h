@@ -23,7 +23,9 @@
 //
 // Shapes: N tokens (B sequences of S), D hidden, F expert width (intermediate_size),
 // E experts, K experts per token. Weights (model/param_table.h): the router Wg (E, D),
-// then per expert e, contiguous: w1 (F, D) | w3 (F, D) | w2 (D, F).
+// then per expert e, contiguous: w1 (F, D) | w3 (F, D) | w2 (D, F). The `experts`
+// (and `dexperts`) pointers address the El = E/ep experts this rank holds, local
+// expert 0 first (expert ep.rank * El of the model).
 #ifndef FEMTOTRON_MOE_H
 #define FEMTOTRON_MOE_H
 
@@ -35,7 +37,7 @@
 typedef struct {
     int N, B, S;       // tokens = B sequences of S
     int D, F, E, K;    // hidden, expert width, experts, experts per token
-    ExpertParallel ep; // expert parallelism: this rank computes experts [rank*E/size, (rank+1)*E/size)
+    ExpertParallel ep; // expert parallelism: this rank holds and computes experts [rank*El, (rank+1)*El)
 } MoeDims;
 
 // Expert rows: R = N*K on one rank (the token slots themselves); under expert

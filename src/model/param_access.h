@@ -26,7 +26,11 @@
 // (ZeRO-2/3) then needs windows of that size. So an engine may ask for them in
 // pieces of at most piece_max elements: the embedding in runs of whole rows, the
 // final unit as its norm alone, then runs of whole head rows (at least one row
-// each). Layers are always one piece. piece_max 0: every unit is one piece.
+// each). A layer is one piece, except a mixture-of-experts layer under expert
+// parallelism: its dense part (norms, attention, router, shared experts), then its
+// experts (this rank's E/ep), two pieces whatever piece_max, because the engine
+// reduces them over different groups (engines/data_parallel.h). piece_max 0: every
+// other unit is one piece.
 // Piece k of unit u covers the flat range llama_unit_piece gives, and the model
 // hands each piece's gradients over (grads_done) once per use: a tied embedding
 // used by the embedding and by the head of one stage gets two calls per micro-batch.

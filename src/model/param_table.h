@@ -21,6 +21,7 @@
 //     model.layers.l.mlp.down_proj.weight           (D, F)
 //   a Mixtral (mixture-of-experts) layer has, in place of the three mlp tensors:
 //     model.layers.l.block_sparse_moe.gate.weight   (E, D)  the router
+//     shared experts (n_shared_experts > 0): ...shared_experts.gate_proj/up_proj/down_proj
 //     per expert e, contiguous (one fused w1|w3 GEMM):
 //       model.layers.l.block_sparse_moe.experts.e.w1.weight  (F, D)  gate
 //       model.layers.l.block_sparse_moe.experts.e.w3.weight  (F, D)  up
@@ -29,6 +30,10 @@
 //   lm_head.weight                                  (V, D)   only if not tied
 // With tensor parallelism a rank holds a slice of each matrix (SplitKind), so the
 // shapes above are global and its buffer holds the local slices, in the same order.
+// A mixture-of-experts layer lists its router and shared experts before its experts,
+// and with expert parallelism (parallel.ep) a rank holds E/ep of the experts: the
+// others stay in the table with their global shape and nothing held (local_shape[0]
+// 0, numel 0), so every rank's table names every tensor in the same order.
 #ifndef FEMTOTRON_PARAM_TABLE_H
 #define FEMTOTRON_PARAM_TABLE_H
 
@@ -57,6 +62,7 @@ typedef struct {
     size_t offset;              // first element in the flat buffer
     size_t numel;               // elements held by this rank (local_shape product)
     int weight_decay;           // 1 for matrices (ndim >= 2), 0 for norm weights
+    int expert;                 // 1 for a mixture-of-experts expert's tensor (w1, w3, w2)
 } ParamInfo;
 
 // Global element index (row-major in the global shape) of local element e of p,

@@ -10,7 +10,8 @@
 # to the first stage's, which is what both load; under zb-h1 too) and at 1 rank
 # within 1e-5; a checkpoint of the interleaved run also resumes under zb-h1. A
 # Mixtral saved at dp2 x tp2 SP ZeRO-3 resumes at 1 rank, at cp2 x tp2 ZeRO-1 and
-# at dp4 x ep4.
+# at dp4 x ep4; one saved at dp4 x ep2 ZeRO-3 (each rank holding half the experts)
+# resumes at 1 rank and at dp2 x tp2 x ep2.
 . "$(dirname "$0")/lib.sh"
 MPI=(mpirun --oversubscribe --allow-run-as-root)
 fortunes_data
@@ -42,7 +43,8 @@ PY
 resume_from() {  # resume_from SAVED_DIR NAME NP ARGS...: copy step 6 only, resume to 12
     local saved=$1 name=$2; shift 2
     mkdir -p "$tmp/ck_$name"
-    cp -r "$saved/step_0000006" "$tmp/ck_$name/"
+    cp -r "$saved/step_0000006" "$tmp/ck_$name/" 2>/dev/null ||
+        { echo "FAIL $name: no step 6 checkpoint in $saved to resume from"; fail=1; return 1; }
     train "$name" "$@" --checkpoint.dir "$tmp/ck_$name" --checkpoint.resume true &&
         compare "$name" "${REF:-full}" "${TOL:-1e-5}"
 }
@@ -103,4 +105,12 @@ train moe_save 4 "${M[@]}" --parallel.dp 2 --parallel.tp 2 --parallel.sequence_p
 REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_1rank 1 "${M[@]}"
 REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_cp2tp2z1 4 "${M[@]}" --parallel.cp 2 --parallel.tp 2 --parallel.zero 1
 REF=moe_full resume_from "$tmp/ck_moe" moe_dp2tp2z3_to_dp4ep4 4 "${M[@]}" --parallel.dp 4 --parallel.ep 4 --training.micro_batch_size 2
+# Saved with expert parallelism (dp4 x ep2 ZeRO-3: each rank holds 2 of the 4 experts,
+# ZeRO-sharded over the 2 ranks that hold the same ones), resumed at 1 rank and at
+# dp2 x tp2 x ep2 ZeRO-1.
+train moe_ep_save 4 "${M[@]}" --parallel.dp 4 --parallel.ep 2 --parallel.zero 3 --training.micro_batch_size 2 \
+    --checkpoint.dir "$tmp/ck_moe_ep" --checkpoint.every 6 && compare moe_ep_save moe_full
+REF=moe_full resume_from "$tmp/ck_moe_ep" moe_dp4ep2z3_to_1rank 1 "${M[@]}"
+REF=moe_full resume_from "$tmp/ck_moe_ep" moe_dp4ep2z3_to_dp2tp2ep2z1 4 "${M[@]}" --parallel.dp 2 --parallel.tp 2 \
+    --parallel.ep 2 --parallel.zero 1
 exit $fail
