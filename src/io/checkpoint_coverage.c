@@ -140,7 +140,7 @@ static void check_partition(const PieceTable *t, CkptKind kind, const LlamaModel
     }
     Range *r = rl.r;
     size_t k = rl.n;
-    qsort(r, k, sizeof *r, cmp_range);
+    if (k) qsort(r, k, sizeof *r, cmp_range);  // r is NULL when no rank gave a piece
     const char *kn = CKPT_KIND_NAMES[kind];
     char of[96] = "";  // which flat order, when there are several
     if (model->tp.size > 1 && model->ep.size > 1)
