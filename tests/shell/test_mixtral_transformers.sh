@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/shell/test_mixtral_transformers.sh — a femtotron Mixtral (mixture-of-experts)
-# checkpoint is a Hugging Face MixtralForCausalLM: transformers (build/tfenv) loads it
+# checkpoint, written by dp 2 x ep 2 ranks that each hold half the experts, is a
+# Hugging Face MixtralForCausalLM: transformers (build/tfenv) loads it
 # with no missing or unexpected weights, and on the checkpoint's weights the mean
 # cross-entropy of a batch and every parameter's gradient equal femtotron's
 # (build/tests/dump_grads, one rank) within 1e-5. The load-balancing loss is left out
@@ -20,9 +21,12 @@ model=(--model.hidden_size 48 --model.intermediate_size 64 --model.num_hidden_la
        --model.num_attention_heads 4 --model.num_key_value_heads 2 --model.num_local_experts 4
        --model.num_experts_per_tok 2)
 # Two training steps with the load-balancing loss on, so the checkpoint's weights are
-# trained ones (the router included), then saved with Hugging Face Mixtral names.
-"$FT" train --data.train "$tmp/data/train_*.bin" "${model[@]}" --model.output_router_logits true \
-    --training.seq_length 32 --training.micro_batch_size 2 --training.steps 2 --training.lr 3e-3 \
+# trained ones (the router included), then saved with Hugging Face Mixtral names, by
+# two ranks with expert parallelism (dp 2 x ep 2: each rank holds and writes 2 of the
+# 4 experts of every layer).
+mpirun --oversubscribe --allow-run-as-root -np 2 "$FT" train --data.train "$tmp/data/train_*.bin" "${model[@]}" \
+    --model.output_router_logits true --parallel.dp 2 --parallel.ep 2 \
+    --training.seq_length 32 --training.micro_batch_size 1 --training.steps 2 --training.lr 3e-3 \
     --training.peak_flops 1e10 --training.threads 1 --checkpoint.dir "$tmp/ck" >"$tmp/train.log" 2>&1 ||
     { failed "train: $(tail -2 "$tmp/train.log")"; exit 1; }
 grep -Eq '"model_type":\s*"mixtral"' "$tmp/ck/latest/config.json" &&
