@@ -201,20 +201,24 @@ static void print_sources(const char *what, const DataMixture *m, double positio
 int train_main(int argc, char **argv) {
     Config cfg;
     config_defaults(&cfg);
-    int i = 1;
+    int i = 1, n_files = 0;
+    char **files = xmalloc(sizeof(char *) * (size_t)(argc > 0 ? argc : 1), "config file list");  // (argc)
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             train_usage();
+            free(files);
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc) die("train: --config needs a file");
-            config_load_file(&cfg, argv[++i]);
+            files[n_files++] = argv[++i];
         } else {
             break;
         }
     }
-    train_configure(&cfg, argc - i, argv + i);  // keys, auto layout, validation: one message per error
+    // Files, keys, auto layout, validation: one message per error, not one per rank.
+    train_configure(&cfg, files, n_files, argc - i, argv + i);
+    free(files);
     comm_grid_init(&cfg.parallel);
     if (cfg.training.threads == 0) cfg.training.threads = comm_default_threads();
     ops_set_threads(cfg.training.threads);

@@ -11,6 +11,8 @@
 
 typedef struct {
     Config *cfg;
+    char **files;  // (n_files) --config files
+    int n_files;
     int argc;
     char **argv;
     int world, ranks_per_node;
@@ -20,6 +22,7 @@ typedef struct {
 // (or not) at the same die() with the same message.
 static void configure(void *ctx) {
     ConfigureJob *j = ctx;
+    for (int f = 0; f < j->n_files; f++) config_load_file(j->cfg, j->files[f]);
     config_apply_args(j->cfg, j->argc, j->argv);
     if (j->cfg->parallel.auto_layout) {  // the planner replaces the layout keys
         config_resolve_model(j->cfg);
@@ -30,9 +33,9 @@ static void configure(void *ctx) {
     config_check_backend(j->cfg, (Device)config_name_index(DEVICE_NAMES, ops_backend_name()), ops_has_bf16());
 }
 
-void train_configure(Config *cfg, int argc, char **argv) {
+void train_configure(Config *cfg, char **config_files, int n_files, int argc, char **argv) {
     // Collectives first: inside the try a rank might never reach them.
-    ConfigureJob job = {cfg, argc, argv, comm_world_size(), comm_local_size()};
+    ConfigureJob job = {cfg, config_files, n_files, argc, argv, comm_world_size(), comm_local_size()};
     char why[2048];
     const int ok = util_try(configure, &job, why, sizeof why);
     // Ranks can still disagree (a config file readable on one node only): the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/shell/test_messages.sh — one message per error under mpirun -np 4: a
-# configuration error (every rank finds it) is printed once, without a rank and
+# configuration error (every rank finds it, a --config file's included) is printed once, without a rank and
 # without Open MPI's MPI_ABORT banner, and the job exits non-zero; the numbers in a
 # message are the ones that failed (the micro-batch's 512 tokens, 256 per rank after
 # cp 2, not divisible by tp 3); an error only one rank meets (checkpoint.dir, checked
@@ -20,7 +20,7 @@ base=(--data.train "$tmp/data/train_*.bin" --training.threads 1 --training.peak_
 # which is the only error line and has no rank, and nothing says MPI_ABORT.
 once() {
     local name=$1 np=$2 want=$3; shift 3
-    timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$FT" train "${base[@]}" "$@" >"$tmp/out" 2>"$tmp/err"
+    timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$FT" train ${CFG:+--config "$CFG"} "${base[@]}" "$@" >"$tmp/out" 2>"$tmp/err"
     local rc=$? n all
     n=$(grep -Ec "$want" "$tmp/err"); all=$(grep -c 'error: ' "$tmp/err")
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && [ "$all" = 1 ] &&
@@ -33,6 +33,9 @@ once() {
 once "tp 3 on 4 ranks" 4 'parallel.dp \* tp \* pp \* cp = 1 \* 3 \* 1 \* 1 = 3, but the job has 4 ranks' --parallel.tp 3
 once "unknown key on 4 ranks" 4 'unknown key "training.lrr"' --parallel.dp 4 --training.lrr 1
 once "negative lr on 4 ranks" 4 'training.lr = -1' --parallel.dp 4 --training.lr -1
+echo '{"training": {"steps": 2,}}' >"$tmp/bad.json"
+CFG=$tmp/bad.json once "--config file with a JSON error on 4 ranks" 4 'invalid JSON at line 1, column 27' --parallel.dp 4
+CFG=$tmp/none.json once "--config file missing on 4 ranks" 4 'cannot read config file .*none.json' --parallel.dp 4
 once "tp 3 x cp 2 with SP" 6 "the micro-batch's 512 tokens .* split over parallel.cp = 2 leave 256 per rank, not divisible by parallel.tp = 3" \
     --parallel.tp 3 --parallel.cp 2 --parallel.sequence_parallel true --training.seq_length 64 --training.micro_batch_size 8
 once "tp 3 with SP, no cp" 3 "the micro-batch's 20 tokens \(training.micro_batch_size \* training.seq_length = 1 \* 20\) are not divisible by parallel.tp = 3" \
