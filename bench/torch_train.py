@@ -53,6 +53,11 @@ def parse_args():
     a("--seed", type=int, default=1234)
     a("--peak-flops", type=float, default=0.0, help="FLOP/s for MFU (0: MFU not reported)")
     a("--metrics", default="", help="JSON-lines metrics file")
+    a("--attention", choices=("plain", "sdpa"), default="plain",
+      help="plain: softmax(q k^T + mask) v in three ops; sdpa: F.scaled_dot_product_attention "
+           "(PyTorch >= 2.0's fused kernel, causal)")
+    a("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0; the first "
+      "steps compile, so keep them among the warm-up steps)")
     return p.parse_args()
 
 
@@ -77,6 +82,15 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 torch.set_num_threads(args.threads)
+if args.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+    sys.exit(f"--attention sdpa needs PyTorch >= 2.0 (this is {torch.__version__})")
+if args.compile and not hasattr(torch, "compile"):
+    sys.exit(f"--compile needs PyTorch >= 2.0 (this is {torch.__version__})")
+try:  # enable_gqa: PyTorch >= 2.5
+    import inspect  # noqa: E402
+    SDPA_GQA = "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+except (AttributeError, TypeError, ValueError):
+    SDPA_GQA = False
 
 
 # ---------------------------------------------------------------- data
@@ -138,6 +152,8 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask):
         B, S, _ = x.shape
         H, KV, hd = self.H, self.KV, self.hd
+        if args.attention == "sdpa":
+            return self.forward_sdpa(x, cos, sin)
         q, k, v = self.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
         q = q.view(B, S, H, hd).transpose(1, 2)                      # (B, H, S, hd)
         k = k.view(B, S, KV, hd).transpose(1, 2)                     # (B, KV, S, hd)
@@ -151,6 +167,25 @@ class Attention(nn.Module):
         scores = scores.masked_fill(mask, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v                       # (B, KV, rep*S, hd)
         return self.o(out.view(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd))
+
+    def forward_sdpa(self, x, cos, sin):
+        """The same attention through F.scaled_dot_product_attention (causal; grouped
+        query heads by enable_gqa where this PyTorch has it, else K/V repeated)."""
+        B, S, _ = x.shape
+        H, KV, hd = self.H, self.KV, self.hd
+        q, k, v = self.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
+        q = q.view(B, S, H, hd).transpose(1, 2)
+        k = k.view(B, S, KV, hd).transpose(1, 2)
+        v = v.view(B, S, KV, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if SDPA_GQA:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            rep = H // KV
+            out = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1),
+                                                 v.repeat_interleave(rep, dim=1), is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(B, S, H * hd))
 
 
 class MLP(nn.Module):
@@ -229,18 +264,21 @@ def main():
     model = Llama(a)
     data = Shards(a.data, a.seq)
     params = list(model.parameters())
+    run = torch.compile(model) if a.compile else model  # same parameters, compiled forward/backward
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     fpt, tokens = flops_per_token(a), a.batch * a.seq
-    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | "
+    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | attention {a.attention}"
+          f"{' (GQA in the kernel)' if a.attention == 'sdpa' and SDPA_GQA else ''} | "
+          f"{'torch.compile' if a.compile else 'eager'} | "
           f"{sum(p.numel() for p in params)} parameters | {fpt:.3g} model FLOPs/token", flush=True)
     metrics = open(a.metrics, "w") if a.metrics else None
     timed = []
     for step in range(1, a.steps + 1):
         t0 = time.perf_counter()
         inputs, targets = data.batch(step - 1, a.batch)
-        loss = model(inputs, targets)
+        loss = run(inputs, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(nn.utils.clip_grad_norm_(params, a.grad_clip)) if a.grad_clip > 0 else \
