@@ -297,7 +297,13 @@ sed 's/"max_position_embeddings": 64}/"max_position_embeddings": 64, "num_local_
 ep_rows=$(awk -F'\t' 'NR > 1 && $31 == 2' "$T/moe.tsv" | wc -l); ep4=$(awk -F'\t' 'NR > 1 && $31 == 4' "$T/moe.tsv" | wc -l)
 "$FT" plan --config "$T/moe.json" --gpus 4 --hardware this --profile "$T/prof.json" --layout dp=2,tp=2,ep=2 >"$T/moe.out" 2>&1
 read -r -a keys <<< "$(grep -A1 '^train it (Open MPI):' "$T/moe.out" | tail -1 | sed 's/^ *mpirun -np 4 .\/femtotron train //')"
+pred=$("$FT" plan --config "$T/moe.json" --gpus 4 --hardware this --profile "$T/prof.json" --layout dp=2,tp=2,ep=2 --tsv |
+    awk -F'\t' 'NR == 2 { print $19 }')
 if [ "$ep_rows" -gt 0 ] && [ "$ep4" -gt 0 ] && [ "${keys[${#keys[@]}-1]}" = 2 ] && [ "${keys[${#keys[@]}-2]}" = --parallel.ep ] &&
-   "${MPIRUN[@]}" -np 4 "$FT" train "${keys[@]}" --training.steps 1 >"$T/moecmd.out" 2>&1 && grep -q 'step     1/1' "$T/moecmd.out"; then
-    pass "own mixture of experts on 4 ranks: $ep_rows ep2 and $ep4 ep4 layouts offered; the printed dp2 tp2 ep2 command trains"
+   "${MPIRUN[@]}" -np 4 "$FT" train "${keys[@]}" --training.steps 1 --logging.verbose true >"$T/moecmd.out" 2>&1 &&
+   grep -q 'step     1/1' "$T/moecmd.out"; then
+    meas=$(grep -E '^memory bytes' "$T/moecmd.out" | awk '{ s = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i-1) != "(rank") s += $i; if (s > m) m = s } END { print m }')
+    if [ -n "$pred" ] && [ "$pred" = "$meas" ]; then
+        pass "own mixture of experts on 4 ranks: $ep_rows ep2 and $ep4 ep4 layouts offered; the printed dp2 tp2 ep2 command trains, its largest rank's $meas bytes as planned"
+    else fail "own MoE dp2 tp2 ep2: planned '$pred' bytes, measured '$meas': $(grep -E '^memory' "$T/moecmd.out" | tr '\n' ' ')"; fi
 else fail "own MoE: $ep_rows ep2 rows, $ep4 ep4 rows, keys '${keys[*]}': $(oneline "$T/moecmd.out" 2>/dev/null) $(head -c 300 "$T/moe.tsv")"; fi
