@@ -53,6 +53,35 @@ double plan_ep_alltoall_s(const PlanProblem *p, const PlanLayout *l, double byte
     return hardware_collective_s(&p->hw, COLL_ALLGATHER, ep, plan_ep_intra(p, l), bytes);
 }
 
+// Seconds of a GEMM of `flops` at the curve's rate for its size; its backward (input
+// and weight gradients, each as many FLOPs) as one call of twice the work, as
+// step_time.c prices them.
+static double gemm_s(const Hardware *hw, double flops) {
+    return flops > 0 ? flops / curve_rate(&hw->gemm, flops) : 0.0;
+}
+static double gemm_bwd_s(const Hardware *hw, double flops) { return gemm_s(hw, 2.0 * flops); }
+
+// One SwiGLU MLP of width f over `rows` rows: gate|up (D -> 2f) then down (f -> D).
+static void swiglu_s(const Hardware *hw, double rows, double D, double f, double *fwd, double *bwd) {
+    *fwd = gemm_s(hw, 2.0 * rows * D * 2.0 * f) + gemm_s(hw, 2.0 * rows * f * D);
+    *bwd = gemm_bwd_s(hw, 2.0 * rows * D * 2.0 * f) + gemm_bwd_s(hw, 2.0 * rows * f * D);
+}
+
+void plan_moe_gemm_delta(const PlanProblem *p, const PlanLayout *l, double N, double *fwd_s, double *bwd_s) {
+    const PlanModel *pm = &p->model;
+    const Hardware *hw = &p->hw;
+    *fwd_s = *bwd_s = 0.0;
+    if (pm->E == 0) return;
+    const double t = l->tp, D = pm->D, ep = plan_layout_ep(l), El = pm->E / ep;
+    const double rows = ep * N * pm->K / pm->E;  // per local expert, balanced routing
+    double charged_f, charged_b, shared_f, shared_b, expert_f, expert_b;
+    swiglu_s(hw, N, D, (pm->K * (double)pm->F + pm->Fs) / t, &charged_f, &charged_b);
+    swiglu_s(hw, N, D, pm->Fs / t, &shared_f, &shared_b);
+    swiglu_s(hw, rows, D, pm->F / t, &expert_f, &expert_b);
+    *fwd_s = shared_f + El * expert_f - charged_f;
+    *bwd_s = shared_b + El * expert_b - charged_b;
+}
+
 void plan_ep_layer_comm(const PlanProblem *p, const PlanLayout *l, double N, double *fwd_s, double *bwd_s) {
     const PlanModel *pm = &p->model;
     *fwd_s = *bwd_s = 0.0;

@@ -10,7 +10,8 @@
 //    the experts over the dp*cp/ep ranks that hold the same experts, the dense
 //    part over dp*cp);
 //  * computed: E/ep experts for ep times the tokens, load balanced on average, so
-//    the expert FLOPs of a rank are those of its own N tokens' k slots whatever ep;
+//    the expert FLOPs of a rank are those of its own N tokens' k slots whatever ep,
+//    in fewer, taller GEMMs (ep*N*k/E rows each);
 //  * exchanged: 4 all-to-all(v) per micro-batch (dispatch and combine, forward and
 //    backward), each sending and receiving (ep-1)/ep of N*k rows of D values, plus
 //    one small exchange of the row counts per forward;
@@ -42,6 +43,16 @@ int plan_ep_intra(const PlanProblem *p, const PlanLayout *l);
 // priced as one (hardware_collective_s, measured fits first) on the group's link.
 // 0 at ep = 1.
 double plan_ep_alltoall_s(const PlanProblem *p, const PlanLayout *l, double bytes);
+
+// The experts' GEMMs of one layer at their own sizes, for N tokens per rank.
+// step_time.c prices a mixture of experts' MLP as one dense SwiGLU MLP of the active
+// width (k*F + Fs)/tp; what runs is the shared experts' SwiGLU over the N tokens and,
+// for each of the rank's E/ep experts, gate|up and down over its rows: ep*N*k/E on
+// average (balanced routing), so expert parallelism makes fewer, taller GEMMs of the
+// same total FLOPs. *fwd_s and *bwd_s get (what runs) - (what the dense MLP of the
+// active width costs), each GEMM at the GEMM curve's rate for its own size: 0 on a
+// flat curve, negative when bigger GEMMs run faster. 0 for dense models.
+void plan_moe_gemm_delta(const PlanProblem *p, const PlanLayout *l, double N, double *fwd_s, double *bwd_s);
 
 // Exposed expert-parallel communication of one mixture-of-experts layer for one
 // micro-batch of N tokens per rank: forward = the counts' exchange + dispatch +

@@ -259,8 +259,13 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K) layers per virtual stage
     plan_split(p, l, layers);
     Cost lf = layer_fwd(&s), lb = layer_bwd(&s);
-    // Expert parallelism's all-to-alls per layer and micro-batch (the expert FLOPs
-    // of a rank do not change with ep: moe_cost.h); a re-run forward repeats them.
+    // A mixture of experts' GEMMs at their own sizes (plan/moe_cost.h).
+    double gemm_f, gemm_b;
+    plan_moe_gemm_delta(p, l, s.N, &gemm_f, &gemm_b);
+    lf.compute += gemm_f;
+    lb.compute += gemm_b;
+    // Expert parallelism's all-to-alls per layer and micro-batch; a re-run forward
+    // repeats them.
     double ep_f, ep_b;
     plan_ep_layer_comm(p, l, s.N, &ep_f, &ep_b);
     if (l->recompute == RECOMPUTE_FULL) ep_b += ep_f * (pp_schedule_splits(l->sched) ? 2 : 1);

@@ -2,8 +2,9 @@
 // against hand-written references: the bytes per parameter of the experts a rank
 // stores (E/ep of them, ZeRO over dp*cp/ep), the worst-case dispatch rows of
 // parallel_layers/expert_parallel.h, the alpha-beta cost of the all-to-alls on the
-// link the ep group crosses, and the search's rules (ep only for a mixture of
-// experts, only divisors of E that divide dp*cp, chosen when memory needs it).
+// link the ep group crosses, the experts' GEMMs at their own sizes, and the
+// search's rules (ep only for a mixture of experts, only divisors of E that divide
+// dp*cp, chosen when memory needs it).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,8 @@ static void test_memory(void) {
     PlanLayout l8 = layout(8, 1, 1, 3, 1, 8);
     PlanMemory m8 = plan_memory_mixed(&p, &l8);
     double want = 16 * ((psi - pe) / 8 + pe / 8);
-    CHECK(rel_diff(m8.params + m8.grads + m8.optimizer, want) < 1e-12, "ZeRO-3 ep8: model states %.4g = 16 x (dense/8 + experts/8) bytes",
+    CHECK(rel_diff(m8.params + m8.grads + m8.optimizer, want) < 1e-12,
+          "ZeRO-3 ep8: model states %.4g = 16 x (dense/8 + experts/8) bytes",
           m8.params + m8.grads + m8.optimizer);
     // Dispatch buffers: the staging rows and the local experts' outputs (model/moe.h
     // stage, ye), R = ep * N * min(k, E/ep) rows of D, bf16, once per rank; the
@@ -100,7 +102,8 @@ static void test_memory(void) {
 
 // The all-to-alls: on an alpha-beta link each moves (ep-1)/ep of N*k*D values in
 // ep-1 steps; four per layer and micro-batch (+ the counts' exchange), exposed;
-// slower across nodes than inside; the expert FLOPs per rank do not change.
+// slower across nodes than inside; the expert FLOPs per rank do not change (on a
+// flat GEMM curve, the time neither).
 static void test_time(void) {
     const double alpha = 2e-6, intra = 4e11, inter = 5e10;
     PlanProblem p = problem("mixtral-8x7b", 16, 4096, 64, ideal(1e15, alpha, intra, inter));
@@ -124,7 +127,8 @@ static void test_time(void) {
               "%s: forward %.4g ms = counts + dispatch + combine, backward %.4g ms = 2 all-to-alls of 7/8 x N k D",
               i ? "across nodes" : "inside a node", 1e3 * f, 1e3 * b);
         CHECK(f2 > f && b2 > b && rel_diff(b2 - b, 2 * 7.0 / 8 * N * pm->K * pm->D * 2 / bw) < 1e-12,
-              "%s: twice the tokens add their bytes' time (%.4g -> %.4g ms backward)", i ? "across nodes" : "inside a node",
+              "%s: twice the tokens add their bytes' time (%.4g -> %.4g ms backward)",
+              i ? "across nodes" : "inside a node",
               1e3 * b, 1e3 * b2);
     }
     double fi, bi, fa, ba;
@@ -139,7 +143,8 @@ static void test_time(void) {
     double want = in.micro * pm->L * (fi + bi);
     CHECK(rel_diff(t8.ep_comm, want) < 1e-9 && t1.ep_comm == 0,
           "step: ep_comm %.4g s = M x L x (forward + backward) exchanges; 0 at ep 1", t8.ep_comm);
-    CHECK(rel_diff(t8.compute, t1.compute) < 1e-12, "step: the expert compute per rank is that of ep 1 (%.4g s)",
+    CHECK(rel_diff(t8.compute, t1.compute) < 1e-12,
+          "step, flat GEMM curve: the expert compute per rank is that of ep 1 (%.4g s)",
           t8.compute);
     double sum = t8.compute + t8.tp_comm + t8.cp_comm + t8.pp_comm + t8.bubble + t8.dp_comm + t8.optimizer + t8.ep_comm;
     CHECK(rel_diff(sum, t8.total) < 1e-9, "step: the breakdown with ep sums to the step (%.6g = %.6g)", sum, t8.total);
@@ -147,8 +152,40 @@ static void test_time(void) {
     PlanLayout rc = in;
     rc.recompute = RECOMPUTE_FULL;
     StepTime tr = plan_step_time(&p, &rc);
-    CHECK(rel_diff(tr.ep_comm, in.micro * pm->L * (2 * fi + bi)) < 1e-9, "full recompute: %.4g s = M x L x (2 forward + backward)",
+    CHECK(rel_diff(tr.ep_comm, in.micro * pm->L * (2 * fi + bi)) < 1e-9,
+          "full recompute: %.4g s = M x L x (2 forward + backward)",
           tr.ep_comm);
+}
+
+// The experts' GEMMs at their own sizes: E/ep experts over ep*N*k/E rows each. On a
+// GEMM curve that rises with the size (small GEMMs slower), Qwen-MoE's 60 experts of
+// ~273 rows each at ep 1 cost more than the dense MLP of the active width, and
+// expert parallelism's taller GEMMs less; the step's compute moves by exactly M x L
+// x the per-expert GEMM times (forward, and backward at twice the work per call).
+static double curve_s(const Hardware *hw, double flops) { return flops / curve_rate(&hw->gemm, flops); }
+static double experts_s(const Hardware *hw, const PlanModel *pm, int ep, double N) {
+    const double r = ep * N * pm->K / pm->E, D = pm->D, F = pm->F, gu = 2 * r * D * 2 * F, down = 2 * r * F * D;
+    return pm->E / ep * (curve_s(hw, gu) + curve_s(hw, down) + curve_s(hw, 2 * gu) + curve_s(hw, 2 * down));
+}
+static void test_gemm_sizes(void) {
+    Hardware hw = ideal(1e15, 0, 1e30, 1e30);
+    RateCurve rising = {2, {1e8, 1e12}, {1e13, 1e15}};
+    hw.gemm = rising;
+    PlanProblem p = problem("qwen-moe-a2.7b", 16, 4096, 64, hw);
+    double c[3];
+    for (int i = 0; i < 3; i++) {
+        PlanLayout l = layout(16, 1, 1, 0, 4, 1 << i);
+        c[i] = plan_step_time(&p, &l).compute;
+    }
+    CHECK(c[0] > c[1] && c[1] > c[2],
+          "qwen-moe-a2.7b dp16, rising GEMM curve: compute %.4g > %.4g > %.4g s at ep 1, 2, 4",
+          c[0], c[1], c[2]);
+    const double ML = 4.0 * p.model.L;
+    double want2 = ML * (experts_s(&hw, &p.model, 2, 4096) - experts_s(&hw, &p.model, 1, 4096));
+    double want4 = ML * (experts_s(&hw, &p.model, 4, 4096) - experts_s(&hw, &p.model, 1, 4096));
+    CHECK(rel_diff(c[1] - c[0], want2) < 1e-9 && rel_diff(c[2] - c[0], want4) < 1e-9,
+          "compute(ep) - compute(ep 1) = M x L x (E/ep GEMMs of ep*N*k/E rows - E of N*k/E): %.4g, %.4g s",
+          want2, want4);
 }
 
 // What --layout and the search accept.
@@ -162,7 +199,8 @@ static void test_check(void) {
           "ep16 with 8 experts refused: %s", why);
     CHECK(!plan_layout_check(&p, &bad_dp, why, sizeof why) && strstr(why, "ep = 4 does not divide dp * cp = 2 * 1 = 2"),
           "ep4 over dp*cp = 2 refused: %s", why);
-    CHECK(!plan_layout_check(&p, &bad3, why, sizeof why) && strstr(why, "ep = 3 does not divide"), "ep3 refused: %s", why);
+    CHECK(!plan_layout_check(&p, &bad3, why, sizeof why) && strstr(why, "ep = 3 does not divide"),
+          "ep3 refused: %s", why);
     PlanLayout ok = layout(64, 1, 1, 1, 1, 8);
     CHECK(plan_layout_check(&p, &ok, why, sizeof why), "dp64 ep8 accepted");
     PlanProblem d = problem("smollm-135m", 8, 2048, 64, ideal(1e15, 0, 1e12, 1e11));
@@ -190,7 +228,8 @@ static void test_search(void) {
         snprintf(tag, sizeof tag, " ep%d ", ep);
         named &= ep > 1 ? strstr(name, tag) != NULL : strstr(name, " ep") == NULL;
     }
-    CHECK(seen[1] && seen[2] && seen[4] && seen[8], "mixtral-8x7b on 64 GPUs: the search tries ep 1, 2, 4 and 8 (%d layouts)", n);
+    CHECK(seen[1] && seen[2] && seen[4] && seen[8],
+          "mixtral-8x7b on 64 GPUs: the search tries ep 1, 2, 4 and 8 (%d layouts)", n);
     CHECK(rule, "every ep divides E = 8 and dp*cp");
     CHECK(named, "layout names carry \"epN\" exactly when ep > 1");
     // Pure data parallelism (dp 64): the fastest fitting layout takes ep 8, which
@@ -255,6 +294,7 @@ static void test_forced(void) {
 int main(void) {
     test_memory();
     test_time();
+    test_gemm_sizes();
     test_check();
     test_search();
     test_forced();
