@@ -5,6 +5,10 @@
 // fp32 master weights and both moments 12 bytes per parameter; ZeRO-1 divides
 // the 12 by N_d (the dp x cp group), ZeRO-2 also the gradients, ZeRO-3 also the
 // parameters: 2Ψ+2Ψ+12Ψ/N_d, 2Ψ+14Ψ/N_d, 16Ψ/N_d, Ψ = this rank's parameters.
+// Expert parallelism (plan/moe_cost.h) splits a mixture of experts' routed experts:
+// a rank stores Ψ_e/ep of them, sharded by ZeRO over the N_d/ep ranks that hold the
+// same experts, beside the dense Ψ_d sharded over N_d: e.g. ZeRO-1
+// 2Ψ_d+2Ψ_d+12Ψ_d/N_d + (2+2)Ψ_e/ep + 12Ψ_e/N_d.
 //
 // Activations follow Korthikanti et al. 2022 (16-bit values, s tokens per
 // sequence on this rank, b sequences, h width, a heads, t tensor ranks):
@@ -22,8 +26,11 @@
 //    divided by t (as Korthikanti's 10 + 24/t); with it everything is divided.
 //    A mixture of experts replaces 3f by k*(3f + h) + 3*Fs + E: each of a token's
 //    k slots keeps its expert's gate|up, SwiGLU output and output, plus the shared
-//    experts and the router's probabilities (expert parallelism's worst-case
-//    dispatch buffers are not counted here: ep is not searched on paper).
+//    experts and the router's probabilities. Under expert parallelism the rows a
+//    rank's experts compute are planned for the worst case, as femtotron plans them
+//    (dropless, parallel_layers/expert_parallel.h): R = ep*min(k, E/ep) rows per
+//    token instead of k keep gate|up and the SwiGLU output (R*3f), and the received
+//    rows themselves (R*h, not split by tp) are kept too.
 //    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 34*s*b*h, Korthikanti's
 //    constant. Selective drops the log-sum-exp (flash already stores no scores);
 //    full keeps the layer input 2*s*b*h (/t with sequence parallel) and one
@@ -38,11 +45,14 @@
 //    with sequence parallel; full recomputation adds gate|up's and q|k|v's).
 // Communication buffers: the gathered activation of TP (s*b*h), the ring
 // attention's double buffer of K|V and their gradients, two pipeline message
-// buffers per chunk, and with ZeRO-3 two gathered units.
+// buffers per chunk, with ZeRO-3 two gathered units, and under expert parallelism
+// the all-to-all staging rows and the local experts' outputs (model/moe.h: stage
+// and ye, R*s*b rows of h each, once per rank).
 #include <math.h>
 #include <stdlib.h>
 
 #include "engines/pipeline_schedule.h"
+#include "plan/moe_cost.h"
 #include "plan/plan.h"
 #include "plan/pipeline_sim.h"
 #include "util.h"
@@ -60,8 +70,11 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
     // The MLP keeps gate|up and the SwiGLU output (3f); a mixture of experts keeps
     // them for each of its k slots plus each slot's expert output (h) and the
     // token's router probabilities (E), and the shared experts' 3 * Fs.
-    const double mlp = pm->E > 0 ? pm->K * (3.0 * pm->F + h) + 3.0 * pm->Fs + pm->E : 3.0 * pm->F;
-    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + mlp) / t);
+    // Under expert parallelism gate|up and SwiGLU are kept for the worst-case rows
+    // (R per token), with the received rows themselves (R*h).
+    const double R = plan_ep_rows(pm, l, 1.0), recv = plan_layout_ep(l) > 1 ? R * h : 0.0;
+    const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 3.0 * pm->F;
+    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + mlp) / t + recv);
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
     return bytes;
 }
@@ -75,9 +88,12 @@ static double layer_working_bytes(const PlanModel *pm, const PlanLayout *l, doub
 
 PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     const PlanModel *pm = &p->model;
-    const int K = l->pp * l->v, ndp = l->dp * l->cp;
+    const int K = l->pp * l->v, ndp = l->dp * l->cp, ep = plan_layout_ep(l);
     const double s = (double)p->seq / l->cp, b = l->mbs, h = pm->D, t = l->tp;
-    const double embed = (double)pm->V * pm->D / t, layer = plan_layer_params(pm) / t;
+    // A layer's parameters on this rank: the dense part, and E/ep of its experts.
+    const double experts = plan_expert_params(pm) / t / ep;
+    const double dense = (plan_layer_params(pm) - plan_expert_params(pm)) / t;
+    const double embed = (double)pm->V * pm->D / t, layer = dense + experts;
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K)
     int *slots = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
     int *stash = xmalloc(sizeof(int) * (size_t)l->v, "plan slots");  // (v)
@@ -88,10 +104,11 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     for (int st = 0; st < l->pp; st++) {
         pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);
         pp_count_stash(acts, pp_schedule_actions(sched, l->micro, l->pp, st, l->v, acts), l->v, stash);
-        double psi = 0.0, act = 0.0;
+        double psi = 0.0, psi_e = 0.0, act = 0.0;  // dense and expert parameters
         for (int c = 0; c < l->v; c++) {
             int k = pp_virtual_of(sched, l->pp, st, c), first = k == 0, last = k == K - 1;
-            psi += layers[k] * layer + (first ? embed : 0) +
+            psi_e += layers[k] * experts;
+            psi += layers[k] * dense + (first ? embed : 0) +
                    (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
             act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);
             if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);
@@ -102,14 +119,16 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
         }
         if (l->recompute == RECOMPUTE_FULL) act += layer_working_bytes(pm, l, s, b);
         PlanMemory m;
-        m.params = 2.0 * psi / (l->zero == 3 ? ndp : 1);
-        m.grads = 2.0 * psi / (l->zero >= 2 ? ndp : 1);
-        m.optimizer = 12.0 * psi / (l->zero >= 1 ? ndp : 1);
+        const int nde = ndp / ep;  // ranks holding the same experts
+        m.params = 2.0 * psi / (l->zero == 3 ? ndp : 1) + 2.0 * psi_e / (l->zero == 3 ? nde : 1);
+        m.grads = 2.0 * psi / (l->zero >= 2 ? ndp : 1) + 2.0 * psi_e / (l->zero >= 2 ? nde : 1);
+        m.optimizer = 12.0 * psi / (l->zero >= 1 ? ndp : 1) + 12.0 * psi_e / (l->zero >= 1 ? nde : 1);
         m.activations = act;
         m.comm = (l->tp > 1 ? 2.0 * s * b * h : 0.0) +
                  (l->cp > 1 ? 2.0 * 2.0 * (2.0 * s * b * pm->KV * h / pm->H / t) * 2.0 : 0.0) +
                  (l->pp > 1 ? 2.0 * l->v * 2.0 * s * b * h * (l->sp ? 1 / t : 1) : 0.0) +
-                 (l->zero == 3 ? 2.0 * 2.0 * layer : 0.0);
+                 (l->zero == 3 ? 2.0 * 2.0 * layer : 0.0) +
+                 (ep > 1 ? 2.0 * 2.0 * plan_ep_rows(pm, l, s * b) * h : 0.0);
         m.total = m.params + m.grads + m.optimizer + m.activations + m.comm;
         if (m.total > worst.total) worst = m;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engines/pipeline_schedule.h"
+#include "plan/moe_cost.h"
 #include "util.h"
 
 void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
@@ -14,8 +15,10 @@ void plan_layout_name(const PlanLayout *l, char *buf, size_t n) {
     if (l->pp > 1)
         snprintf(sched, sizeof sched, " %s%s", pp_schedule_name(l->sched),
                  l->v > 1 ? (l->v == 2 ? "x2" : l->v == 3 ? "x3" : "x4+") : "");
-    snprintf(buf, n, "dp%d tp%d%s pp%d%s cp%d z%d mbs%d M%d rc:%s", l->dp, l->tp, l->sp ? "sp" : "", l->pp,
-             sched, l->cp, l->zero, l->mbs, l->micro, recompute_name(l->recompute));
+    char ep[16] = "";  // only under expert parallelism (mixture-of-experts models)
+    if (plan_layout_ep(l) > 1) snprintf(ep, sizeof ep, " ep%d", l->ep);
+    snprintf(buf, n, "dp%d tp%d%s pp%d%s cp%d%s z%d mbs%d M%d rc:%s", l->dp, l->tp, l->sp ? "sp" : "", l->pp,
+             sched, l->cp, ep, l->zero, l->mbs, l->micro, recompute_name(l->recompute));
 }
 
 // A search asks for the same split for every layout with the same pp*v (and
@@ -71,6 +74,7 @@ void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
     pc->sequence_parallel = l->sp;
     pc->pp_schedule = l->sched;
     pc->pp_virtual = l->v;
+    pc->ep = plan_layout_ep(l);
     if (!(p->base->parallel.pp == l->pp && p->base->parallel.pp_virtual == l->v)) pc->pp_layers[0] = '\0';
     c->training.micro_batch_size = l->mbs;
     c->training.grad_acc_steps = l->micro;
@@ -114,6 +118,13 @@ int plan_layout_check(const PlanProblem *p, const PlanLayout *l, char *why, size
         return util_try(check_layout, &k, why, n);
     }
 #define REFUSE(...) return snprintf(why, n, __VA_ARGS__), 0
+    // Expert parallelism: the trainer's own rules (config_validate.c, validate_moe).
+    const int ep = plan_layout_ep(l);
+    if (ep > 1 && pm->E == 0) REFUSE("ep = %d needs a mixture-of-experts model (this one is dense)", ep);
+    if (ep > 1 && (l->dp * l->cp) % ep)
+        REFUSE("ep = %d does not divide dp * cp = %d * %d = %d (expert-parallel ranks are taken from within "
+               "the data- and context-parallel group)", ep, l->dp, l->cp, l->dp * l->cp);
+    if (ep > 1 && pm->E % ep) REFUSE("ep = %d does not divide the %d experts per layer", ep, pm->E);
     if (pm->H % l->tp) REFUSE("%d attention heads do not split over tp = %d", pm->H, l->tp);
     if (pm->F % l->tp) REFUSE("intermediate size %d does not split over tp = %d", pm->F, l->tp);
     if (pm->KV % l->tp && l->tp % pm->KV)
@@ -151,7 +162,7 @@ static int cmp_result(const void *a, const void *b) {
 int plan_search(const PlanProblem *p, PlanResult **out) {
     int cap = 1024, n = 0;
     PlanResult *res = xmalloc(sizeof(PlanResult) * (size_t)cap, "plan results");
-    const int W = p->world;
+    const int W = p->world, E = p->model.E;
     for (int tp = 1; tp <= W; tp++) {
         if (W % tp) continue;
         for (int cp = 1; cp <= W / tp; cp++) {
@@ -166,19 +177,24 @@ int plan_search(const PlanProblem *p, PlanResult **out) {
                         if (pp == 1 && sched != PP_1F1B) continue;
                         for (int v = 1; v <= (sched == PP_INTERLEAVED ? 4 : 1); v *= 2) {
                             if (sched == PP_INTERLEAVED && v == 1) continue;
-                            for (int zero = 0; zero <= 3; zero++)
-                                for (int sp = 0; sp <= (tp > 1); sp++)
-                                    for (int rc = 0; rc < 3; rc++) {
-                                        PlanLayout l = {dp, tp, pp, cp, zero, sp, mbs, M,
-                                                        (PpSchedule)sched, v, (Recompute)rc};
-                                        if (!layout_valid(p, &l)) continue;
-                                        if (n == cap) {
-                                            cap *= 2;
-                                            res = realloc(res, sizeof(PlanResult) * (size_t)cap);
-                                            if (!res) die("out of memory for %d plan results", cap);
+                            // Expert parallelism (mixture of experts only): every
+                            // divisor of E that divides dp x cp, where its ranks live.
+                            for (int ep = 1; ep <= (E > 0 ? E : 1); ep++) {
+                                if ((E > 0 && E % ep) || (dp * cp) % ep) continue;
+                                for (int zero = 0; zero <= 3; zero++)
+                                    for (int sp = 0; sp <= (tp > 1); sp++)
+                                        for (int rc = 0; rc < 3; rc++) {
+                                            PlanLayout l = {dp, tp, pp, cp, zero, sp, mbs, M,
+                                                            (PpSchedule)sched, v, (Recompute)rc, ep};
+                                            if (!layout_valid(p, &l)) continue;
+                                            if (n == cap) {
+                                                cap *= 2;
+                                                res = realloc(res, sizeof(PlanResult) * (size_t)cap);
+                                                if (!res) die("out of memory for %d plan results", cap);
+                                            }
+                                            res[n++] = plan_evaluate(p, &l);
                                         }
-                                        res[n++] = plan_evaluate(p, &l);
-                                    }
+                            }
                         }
                     }
                 }
@@ -210,18 +226,20 @@ void plan_explain(const PlanProblem *p, const PlanResult *r, int n, char *buf, s
     plan_layout_name(&r[0].layout, win, sizeof win);
     const StepTime *t = &r[0].time;
     // The winner's biggest overhead beyond compute, and how it compares to the
-    // best layout of a different shape (another dp/tp/pp/cp split).
+    // best layout of a different shape (another dp/tp/pp/cp/ep split).
     const char *names[] = {"tensor-parallel communication", "context-parallel communication",
                            "pipeline sends", "the pipeline bubble", "data-parallel communication",
-                           "the optimizer"};
-    double parts[] = {t->tp_comm, t->cp_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer};
+                           "the optimizer", "expert-parallel all-to-alls"};
+    double parts[] = {t->tp_comm, t->cp_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer, t->ep_comm};
+    const int nparts = (int)(sizeof parts / sizeof parts[0]);
     int worst = 0;
-    for (int i = 1; i < 6; i++)
+    for (int i = 1; i < nparts; i++)
         if (parts[i] > parts[worst]) worst = i;
     int other = -1;
     for (int i = 1; i < n; i++) {
         const PlanLayout *a = &r[i].layout, *b = &r[0].layout;
-        if (r[i].fits && (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->cp != b->cp)) {
+        if (r[i].fits && (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->cp != b->cp ||
+                          plan_layout_ep(a) != plan_layout_ep(b))) {
             other = i;
             break;
         }
@@ -240,10 +258,10 @@ void plan_explain(const PlanProblem *p, const PlanResult *r, int n, char *buf, s
         char alt[128];
         plan_layout_name(&r[other].layout, alt, sizeof alt);
         const StepTime *o = &r[other].time;
-        double oparts[] = {o->tp_comm, o->cp_comm, o->pp_comm, o->bubble, o->dp_comm, o->optimizer};
+        double oparts[] = {o->tp_comm, o->cp_comm, o->pp_comm, o->bubble, o->dp_comm, o->optimizer, o->ep_comm};
         int why = 0;
         double best = -1e300;
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < nparts; i++)
             if (oparts[i] - parts[i] > best) {
                 best = oparts[i] - parts[i];
                 why = i;

@@ -19,6 +19,9 @@ typedef struct {
     PpSchedule sched;     // parallel.pp_schedule (config.h)
     int v;                // model chunks per pipeline rank (interleaved), else 1
     Recompute recompute;  // training.recompute (config.h)
+    int ep;               // expert parallelism (parallel.ep): ep ranks from within dp x cp
+                          // share a layer's experts, E/ep each (mixture of experts only;
+                          // 0 or 1: none; plan/moe_cost.h)
 } PlanLayout;
 
 // What the planner is asked about.
@@ -41,7 +44,7 @@ typedef struct {
 } PlanMemory;
 
 // Predicted seconds of one optimizer step, split so that
-//   total = compute + tp_comm + cp_comm + pp_comm + bubble + dp_comm + optimizer.
+//   total = compute + tp_comm + cp_comm + pp_comm + bubble + dp_comm + optimizer + ep_comm.
 typedef struct {
     double compute;   // forward + backward (+ recompute) kernels on the busiest pipeline rank
     double tp_comm;   // exposed tensor-parallel collectives
@@ -50,6 +53,7 @@ typedef struct {
     double bubble;    // pipeline idle time of the busiest rank
     double dp_comm;   // exposed gradient reduction and ZeRO gathers
     double optimizer; // AdamW, clipping, norm
+    double ep_comm;   // expert-parallel all-to-alls (dispatch, combine), exposed
     double total;
     double tokens_per_s_per_rank, mfu;
 } StepTime;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+#include "plan/moe_cost.h"
 #include "plan/plan_legend.h"
 #include "plan/plan_place.h"
 #include "ops/ops.h"
@@ -20,8 +21,9 @@ static void usage(void) {
     printf("usage: femtotron plan --model PRESET|HF_CONFIG --gpus N --hardware h100|h200|a100|this\n"
            "                      --seq-length S --global-batch-tokens T [options]\n"
            "       femtotron plan --config run.json [--gpus N] [--hardware this] [options]\n\n"
-           "Ranks every (dp, tp, pp, cp, ZeRO stage, micro-batch, schedule, recompute) layout by\n"
-           "predicted step time, with per-rank memory, and marks the layouts that do not fit.\n\n"
+           "Ranks every (dp, tp, pp, cp, ZeRO stage, micro-batch, schedule, recompute; for a mixture of\n"
+           "experts also ep) layout by predicted step time, with per-rank memory, and marks the layouts\n"
+           "that do not fit.\n\n"
            "  --model M               preset (");
     for (int i = 0; plan_model_preset_name(i); i++) printf("%s%s", i ? ", " : "", plan_model_preset_name(i));
     printf(")\n"
@@ -40,6 +42,7 @@ static void usage(void) {
            "  --top K                 rows to print (default 10)\n"
            "  --layout L              evaluate only this layout, e.g.\n"
            "                          dp=128,tp=8,pp=16,cp=1,zero=1,sp=1,mbs=1,sched=interleaved,v=2,recompute=none\n"
+           "                          (mixture of experts: ep=N, expert-parallel ranks from within dp*cp)\n"
            "  --tsv                   machine-readable rows (tab-separated, with a header)\n"
            "  --links FILE            place the chosen layout on the nodes measured by `femtotron bench links`\n"
            "                          (the profile's \"links\" matrix): which node holds which pipeline stage\n"
@@ -87,7 +90,8 @@ void plan_parse_layout(PlanLayout *l, const char *text) {
             else if (strcmp(k, "sp") == 0) l->sp = x;
             else if (strcmp(k, "mbs") == 0) l->mbs = x;
             else if (strcmp(k, "v") == 0) l->v = x;
-            else die("--layout: unknown key \"%s\" (dp, tp, pp, cp, zero, sp, mbs, sched, v, recompute)", k);
+            else if (strcmp(k, "ep") == 0) l->ep = x;
+            else die("--layout: unknown key \"%s\" (dp, tp, pp, cp, ep, zero, sp, mbs, sched, v, recompute)", k);
         }
     }
 }
@@ -96,21 +100,29 @@ void plan_parse_layout(PlanLayout *l, const char *text) {
 
 static double gib(double b) { return b / 1073741824.0; }
 
-static void print_header(int tsv) {
+// The TSV has every column always (ep = 1 and ep_s = 0 for a dense model, appended
+// last so that older readers' column numbers hold); the table shows the ep column
+// (the all-to-alls' share of the step) for mixture-of-experts models only.
+static void print_header(int tsv, int moe) {
     if (tsv) {
         printf("rank\tlayout\tdp\ttp\tpp\tcp\tzero\tsp\tmbs\tmicro\tsched\tv\trecompute\tparams_B\tgrads_B\t"
                "optimizer_B\tactivations_B\tcomm_B\ttotal_B\tfits\tstep_s\tcompute_s\ttp_s\tcp_s\tpp_s\t"
-               "bubble_s\tdp_s\toptimizer_s\ttokens_per_s_per_rank\tmfu\n");
+               "bubble_s\tdp_s\toptimizer_s\ttokens_per_s_per_rank\tmfu\tep\tep_s\n");
         return;
     }
-    printf("%4s  %-50s %7s %7s %7s %7s %7s %8s %4s | %9s %7s %6s %6s %6s %6s %6s %6s %10s %6s\n", "#",
+    const int w = moe ? 56 : 50;  // " epN" lengthens a mixture of experts' layout names
+    printf("%4s  %-*s %7s %7s %7s %7s %7s %8s %4s | %9s %7s %6s %6s %6s %6s %6s %6s", "#", w,
            "layout", "param", "grad", "optim", "activ", "comm", "total", "fit", "step s", "compute", "tp",
-           "cp", "pp", "bubble", "dp", "optim", "tok/s/rank", "MFU");
-    printf("%4s  %-50s %7s %7s %7s %7s %7s %8s %4s | %9s %7s %6s %6s %6s %6s %6s %6s %10s %6s\n", "", "",
-           "GiB", "GiB", "GiB", "GiB", "GiB", "GiB", "", "", "%", "%", "%", "%", "%", "%", "%", "", "");
+           "cp", "pp", "bubble", "dp", "optim");
+    if (moe) printf(" %6s", "ep");
+    printf(" %10s %6s\n", "tok/s/rank", "MFU");
+    printf("%4s  %-*s %7s %7s %7s %7s %7s %8s %4s | %9s %7s %6s %6s %6s %6s %6s %6s", "", w, "",
+           "GiB", "GiB", "GiB", "GiB", "GiB", "GiB", "", "", "%", "%", "%", "%", "%", "%", "%");
+    if (moe) printf(" %6s", "%");
+    printf(" %10s %6s\n", "", "");
 }
 
-static void print_row(int i, const PlanResult *r, int tsv) {
+static void print_row(int i, const PlanResult *r, int tsv, int moe) {
     char name[128];
     plan_layout_name(&r->layout, name, sizeof name);
     const PlanLayout *l = &r->layout;
@@ -118,21 +130,21 @@ static void print_row(int i, const PlanResult *r, int tsv) {
     const StepTime *t = &r->time;
     if (tsv) {
         printf("%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.6g\t"
-               "%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.4f\n",
+               "%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.4f\t%d\t%.6g\n",
                i, name, l->dp, l->tp, l->pp, l->cp, l->zero, l->sp, l->mbs, l->micro, pp_schedule_name(l->sched),
                l->v, recompute_name(l->recompute),
                m->params, m->grads, m->optimizer, m->activations, m->comm, m->total, r->fits, t->total, t->compute,
                t->tp_comm, t->cp_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer, t->tokens_per_s_per_rank,
-               t->mfu);
+               t->mfu, plan_layout_ep(l), t->ep_comm);
         return;
     }
     const double T = t->total / 100.0;
-    printf("%4d  %-50s %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f %4s | %9.4g %7.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f "
-           "%10.4g %5.1f%%\n",
-           i, name, gib(m->params), gib(m->grads), gib(m->optimizer), gib(m->activations), gib(m->comm),
-           gib(m->total), r->fits ? "yes" : "NO", t->total, t->compute / T, t->tp_comm / T, t->cp_comm / T,
-           t->pp_comm / T, t->bubble / T, t->dp_comm / T, t->optimizer / T, t->tokens_per_s_per_rank,
-           100.0 * t->mfu);
+    printf("%4d  %-*s %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f %4s | %9.4g %7.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f", i,
+           moe ? 56 : 50, name, gib(m->params), gib(m->grads), gib(m->optimizer), gib(m->activations),
+           gib(m->comm), gib(m->total), r->fits ? "yes" : "NO", t->total, t->compute / T, t->tp_comm / T,
+           t->cp_comm / T, t->pp_comm / T, t->bubble / T, t->dp_comm / T, t->optimizer / T);
+    if (moe) printf(" %6.1f", t->ep_comm / T);
+    printf(" %10.4g %5.1f%%\n", t->tokens_per_s_per_rank, 100.0 * t->mfu);
 }
 
 // ------------------------------------------------------------------ problem
@@ -271,7 +283,7 @@ int plan_main(int argc, char **argv) {
     Config base;
     PlanProblem p;
     build_problem(&p, &base, &a);
-    const int hd = p.model.D / p.model.H;
+    const int hd = p.model.D / p.model.H, moe = p.model.E > 0;
     if (p.hw.attn_head_dim > 0 && p.hw.attn_head_dim != hd)
         fprintf(stderr, "plan: note: the profile's attention curves are for head dim %d, the model's is %d: "
                         "attention times are off (run bench calibrate --head-dim %d for this model)\n",
@@ -287,13 +299,13 @@ int plan_main(int argc, char **argv) {
                p.global_seqs, p.mem_budget / 1073741824.0);
     }
     if (a.layout) {
-        PlanLayout l = {1, 1, 1, 1, 0, 0, 1, 0, PP_1F1B, 1, RECOMPUTE_NONE};
+        PlanLayout l = {1, 1, 1, 1, 0, 0, 1, 0, PP_1F1B, 1, RECOMPUTE_NONE, 1};
         if (a.config) {  // keys --layout leaves out keep the run config's values
             const ParallelConfig *pc = &base.parallel;
             l = (PlanLayout){pc->dp, pc->tp, pc->pp, pc->cp, pc->zero, pc->sequence_parallel,
                              base.training.micro_batch_size, 0, pc->pp_schedule, pc->pp_virtual,
-                             base.training.recompute};
-            l.dp = l.tp = l.pp = l.cp = 1;  // the grid comes from --layout (and --gpus)
+                             base.training.recompute, pc->ep};
+            l.dp = l.tp = l.pp = l.cp = l.ep = 1;  // the grid comes from --layout (and --gpus)
         }
         plan_parse_layout(&l, a.layout);
         if ((long long)l.dp * l.tp * l.pp * l.cp != p.world)
@@ -309,10 +321,10 @@ int plan_main(int argc, char **argv) {
         if (!plan_layout_check(&p, &l, why, sizeof why))
             die("plan: --layout %s cannot run: %s", a.layout, why);
         PlanResult r = plan_evaluate(&p, &l);
-        print_header(a.tsv);
-        print_row(1, &r, a.tsv);
+        print_header(a.tsv, moe);
+        print_row(1, &r, a.tsv, moe);
         if (!a.tsv) {
-            plan_print_legend();
+            plan_print_legend(moe);
             if (a.links) plan_place_print(&p, &r.layout, a.links, a.placement);
             plan_print_train_command(&p, &r.layout, a.config, a.links ? a.placement : NULL);
         }
@@ -321,11 +333,11 @@ int plan_main(int argc, char **argv) {
     PlanResult *res;
     int n = plan_search(&p, &res);
     if (n == 0) die("plan: no layout of %d ranks divides this model and batch", p.world);
-    print_header(a.tsv);
-    for (int i = 0; i < n && i < a.top; i++) print_row(i + 1, &res[i], a.tsv);
+    print_header(a.tsv, moe);
+    for (int i = 0; i < n && i < a.top; i++) print_row(i + 1, &res[i], a.tsv, moe);
     if (!a.tsv) {
         char why[1024];
-        plan_print_legend();
+        plan_print_legend(moe);
         plan_explain(&p, res, n, why, sizeof why);
         printf("\n%s\n", why);
         if (res[0].fits && a.links) plan_place_print(&p, &res[0].layout, a.links, a.placement);

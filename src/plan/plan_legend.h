@@ -5,12 +5,14 @@
 
 #include "plan/plan.h"
 
-// The legend of the table's layout labels (plan_layout_name) and columns.
-void plan_print_legend(void);
+// The legend of the table's layout labels (plan_layout_name) and columns; moe: the
+// model is a mixture of experts (the ep label and column are explained).
+void plan_print_legend(int moe);
 
 // The exact `mpirun` and `srun` commands that train layout l on p->world ranks:
 // every layout key the planner chose (dp, tp, pp, cp, ZeRO stage, sequence
-// parallelism, micro-batch, micro-batches per step, schedule, chunks, recompute),
+// parallelism, micro-batch, micro-batches per step, schedule, chunks, recompute,
+// and parallel.ep when expert parallelism is on),
 // after `--config CONFIG` (run.json when the plan had no config). With placed (a
 // file prefix, else NULL) the commands start the ranks on the placement's nodes:
 // mpirun --rankfile PLACED.rankfile, srun with SLURM_HOSTFILE=PLACED.hosts.

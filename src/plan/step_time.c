@@ -11,13 +11,16 @@
 //    compute, data-parallel buckets under the last backward (every backward with
 //    ZeRO-2/3, which reduce-scatter each micro-batch);
 //  * the pipeline: the trainer's own action lists replayed with these per-stage
-//    costs (plan/pipeline_sim.c), which gives the bubble of the chosen schedule.
+//    costs (plan/pipeline_sim.c), which gives the bubble of the chosen schedule;
+//  * expert parallelism: the all-to-alls of dispatch and combine, exposed, and the
+//    experts a rank no longer stores (plan/moe_cost.h).
 // The breakdown is reported for the busiest pipeline rank.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engines/pipeline_schedule.h"
+#include "plan/moe_cost.h"
 #include "plan/plan.h"
 #include "plan/pipeline_sim.h"
 #include "util.h"
@@ -184,11 +187,16 @@ static Cost embed_fwd(const Shape *s) {
     return c;
 }
 
-// Parameters one rank holds for virtual stage k (tensor-parallel share).
+// Parameters one rank holds for virtual stage k (tensor-parallel share; under
+// expert parallelism E/ep of each layer's experts). The gradient reduction and the
+// optimizer price them as one dp x cp group's, though the experts' share reduces
+// over the dp*cp/ep ranks that hold them (a ring's per-byte cost hardly depends on
+// its size; the optimizer's owned expert share is ep times this, a small term).
 static double stage_params(const PlanProblem *p, const PlanLayout *l, int layers, int first, int last) {
     const PlanModel *pm = &p->model;
     double embed = (double)pm->V * pm->D / l->tp;
-    return layers * plan_layer_params(pm) / l->tp + (first ? embed : 0) +
+    double layer = plan_layer_params(pm) - plan_expert_params(pm) * (1.0 - 1.0 / plan_layout_ep(l));
+    return layers * layer / l->tp + (first ? embed : 0) +
            (last ? (pm->tied && !first ? embed : 0) + (pm->tied ? 0 : embed) + pm->D : 0);
 }
 
@@ -251,6 +259,16 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K) layers per virtual stage
     plan_split(p, l, layers);
     Cost lf = layer_fwd(&s), lb = layer_bwd(&s);
+    // A mixture of experts' GEMMs at their own sizes (plan/moe_cost.h).
+    double gemm_f, gemm_b;
+    plan_moe_gemm_delta(p, l, s.N, &gemm_f, &gemm_b);
+    lf.compute += gemm_f;
+    lb.compute += gemm_b;
+    // Expert parallelism's all-to-alls per layer and micro-batch; a re-run forward
+    // repeats them.
+    double ep_f, ep_b;
+    plan_ep_layer_comm(p, l, s.N, &ep_f, &ep_b);
+    if (l->recompute == RECOMPUTE_FULL) ep_b += ep_f * (pp_schedule_splits(l->sched) ? 2 : 1);
     // Recomputation redoes part of the forward inside the backward.
     if (l->recompute == RECOMPUTE_FULL) {
         add(&lb, recompute_fwd(&s, lf), 1.0);
@@ -302,8 +320,8 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
             cb[k].dp += g;
         }
     for (int k = 0; k < K; k++) {
-        fwd[k] = cost_sum(cf[k]);
-        bwd[k] = cost_sum(cb[k]);
+        fwd[k] = cost_sum(cf[k]) + layers[k] * ep_f;
+        bwd[k] = cost_sum(cb[k]) + layers[k] * ep_b;
     }
     const PpSchedule sched = l->sched;
     double send = l->pp > 1 ? coll(&s, COLL_P2P, 2, s.pp_intra, s.Nr * s.D * s.bpv) : 0.0;
@@ -316,11 +334,12 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     memset(&t, 0, sizeof t);
     // Breakdown of the busiest rank's actions.
     Cost busy = {0, 0, 0, 0};
-    double last_bwd = 0.0;
+    double last_bwd = 0.0, busy_ep = 0.0;
     for (int c = 0; c < l->v; c++) {
         int k = pp_virtual_of(l->sched, l->pp, without.busiest, c);
         add(&busy, cf[k], M);
         add(&busy, cb[k], M);
+        busy_ep += M * layers[k] * (ep_f + ep_b);
         last_bwd += bwd[k];
     }
     // With processor sharing the busiest rank's actions take busy_wall wall seconds
@@ -330,6 +349,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     t.tp_comm = busy.tp * wall;
     t.cp_comm = busy.cp * wall;
     t.dp_comm = busy.dp * wall;
+    t.ep_comm = busy_ep * wall;
     t.bubble = without.makespan - without.busy_wall;
     t.pp_comm = with.makespan - without.makespan;
     // Gradient reduction over dp x cp: buckets of bucket_mb reduce under the last

@@ -105,18 +105,45 @@ cat >"$T/mixtral/config.json" <<'JSON'
  "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
  "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "hidden_act": "silu"}
 JSON
-"$FT" plan --model mixtral-8x7b --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --tsv --top 3 | cut -f2- | sed 1d >"$T/mpreset.tsv"
-"$FT" plan --model "$T/mixtral/config.json" --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --tsv --top 3 | cut -f2- | sed 1d >"$T/mhf.tsv"
-"$FT" plan --model mixtral-8x7b --gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 4194304 --top 1 >"$T/mixtral.out" 2>&1
+MOE=(--gpus 64 --hardware h100 --seq-length 4096 --global-batch-tokens 262144)  # 64 sequences: a quick search
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --tsv --top 3 | cut -f2- | sed 1d >"$T/mpreset.tsv"
+"$FT" plan --model "$T/mixtral/config.json" "${MOE[@]}" --tsv --top 3 | cut -f2- | sed 1d >"$T/mhf.tsv"
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --top 1 >"$T/mixtral.out" 2>&1
 if [ -s "$T/mpreset.tsv" ] && cmp -s "$T/mpreset.tsv" "$T/mhf.tsv" &&
    grep -q '46.7 B parameters, 12.9 B active per token: 8 experts, top-2' "$T/mixtral.out"; then
     pass "Mixtral-8x7B's config.json plans like the mixtral-8x7b preset (46.7 B parameters, 12.9 B active)"
 else fail "Mixtral config vs preset: $(head -c 300 "$T/mhf.tsv") $(head -1 "$T/mixtral.out")"; fi
 
-# TSV: 30 columns on every line.
+# Expert parallelism (a mixture of experts only): the search tries ep in the
+# divisors of E = 8 that divide dp*cp, the table shows an ep column and epN labels,
+# the legend says what they mean, and the command to train carries parallel.ep.
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --tsv --top 1000000 >"$T/ep.tsv"
+eps=$(awk -F'\t' 'NR > 1 { print $31 }' "$T/ep.tsv" | sort -n | uniq | tr '\n' ' ')
+badep=$(awk -F'\t' 'NR > 1 && (8 % $31 || ($3 * $6) % $31) { n++ } END { print n + 0 }' "$T/ep.tsv")
+if [ "$eps" = "1 2 4 8 " ] && [ "$badep" = 0 ]; then
+    pass "mixtral-8x7b on 64 GPUs: the search tries ep = $eps(each divides E = 8 and dp*cp)"
+else fail "mixtral ep search: ep values '$eps', $badep rows where ep divides neither E nor dp*cp"; fi
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --layout dp=64,ep=8,zero=1,recompute=full >"$T/ep.out" 2>&1
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --layout dp=64,ep=1,zero=1,recompute=full --tsv >"$T/ep1.tsv" 2>&1
+"$FT" plan --model mixtral-8x7b "${MOE[@]}" --layout dp=64,ep=8,zero=1,recompute=full --tsv >"$T/ep8.tsv" 2>&1
+p1=$(awk -F'\t' 'NR == 2 { print $14 }' "$T/ep1.tsv"); p8=$(awk -F'\t' 'NR == 2 { print $14 }' "$T/ep8.tsv")
+a2a=$(awk -F'\t' 'NR == 2 { print ($32 > 0) }' "$T/ep8.tsv")
+if grep -qE '^ +1  dp64 tp1 pp1 cp1 ep8 z1 ' "$T/ep.out" && grep -qE 'optim +ep +tok/s/rank' "$T/ep.out" &&
+   grep -q '^  epN = expert parallelism (parallel.ep)' "$T/ep.out" && grep -q '^  ep = expert-parallel all-to-alls' "$T/ep.out" &&
+   grep -A1 '^train it' "$T/ep.out" | grep -qE -- '--parallel.ep 8( |$)' && [ "$a2a" = 1 ] &&
+   awk -v a="$p1" -v b="$p8" 'BEGIN { exit !(a / b > 5) }'; then
+    pass "--layout dp=64,ep=8: labelled ep8, ep column and legend, --parallel.ep 8 to train; bf16 weights per rank $p8 B vs $p1 B at ep1"
+else fail "ep table: params $p1 -> $p8, all-to-all > 0: '$a2a': $(oneline "$T/ep.out")"; fi
+# A dense model never shows ep: no column, no label, no legend line.
+if grep -q 'wins at' "$T/p.out" && ! grep -qE ' ep[0-9]| ep +tok/s|^  epN' "$T/p.out"; then
+    pass "a dense model's table has no ep column, label or legend"
+else fail "dense table mentions ep: $(oneline "$T/p.out")"; fi
+
+# TSV: 32 columns on every line.
 "$FT" plan --model smollm-360m --gpus 16 --hardware a100 "${GPU[@]}" --tsv --top 20 >"$T/t.tsv"
-if awk -F'\t' 'NF != 30 { bad = 1 } END { exit bad || NR != 21 }' "$T/t.tsv"; then
-    pass "--tsv: header + 20 rows of 30 columns"
+if awk -F'\t' 'NF != 32 { bad = 1 } END { exit bad || NR != 21 }' "$T/t.tsv" &&
+   awk -F'\t' 'NR > 1 && ($31 != 1 || $32 != 0) { bad = 1 } END { exit bad }' "$T/t.tsv"; then
+    pass "--tsv: header + 20 rows of 32 columns (a dense model's ep = 1, ep_s = 0)"
 else fail "--tsv columns: $(head -c 300 "$T/t.tsv")"; fi
 
 # --- bad inputs: a clear message naming the problem ----------------------------
@@ -133,6 +160,9 @@ bad "batch not a multiple of the sequence" "not a multiple of the sequence lengt
 bad "missing profile" "bench calibrate" --model smollm-135m --gpus 2 --hardware this --profile "$T/none.json" "${GPU[@]}"
 bad "layout of the wrong size" "dp\*tp\*pp\*cp = 4, but --gpus is 8" --model smollm-135m --gpus 8 --hardware h100 "${GPU[@]}" --layout dp=2,tp=2
 bad "bad layout key" "unknown key \"foo\"" --model smollm-135m --gpus 8 --hardware h100 "${GPU[@]}" --layout foo=2
+bad "ep not dividing E" "cannot run: ep = 16 does not divide the 8 experts per layer" --model mixtral-8x7b "${MOE[@]}" --layout dp=64,ep=16
+bad "ep not dividing dp*cp" "cannot run: ep = 4 does not divide dp \\* cp = 2 \\* 1 = 2" --model mixtral-8x7b "${MOE[@]}" --layout dp=2,tp=8,pp=4,ep=4
+bad "ep on a dense model" "cannot run: ep = 2 needs a mixture-of-experts model" --model smollm-135m --gpus 8 --hardware h100 "${GPU[@]}" --layout dp=8,ep=2
 bad "unknown option" "unknown option \"--bogus\"" --model smollm-135m --gpus 8 --hardware h100 --bogus 1
 
 # --- femtotron's own runs: profile, exact memory, parallel.auto ----------------
@@ -209,7 +239,7 @@ done
 # --- the words: a legend for every label, a plain summary, the command to train --
 # Every label of the table's layout column is explained in the legend under it.
 "$FT" plan --config "$T/tied.json" --gpus 4 --hardware this --profile "$T/prof.json" --top 40 >"$T/words.out" 2>&1
-cat "$T/p.out" "$T/words.out" >"$T/both.out"
+cat "$T/p.out" "$T/words.out" "$T/ep.out" >"$T/both.out"
 missing=$(python3 - "$T/both.out" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -258,3 +288,22 @@ if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true 
     fail "parallel.auto with a 100 KiB budget trained"
 elif grep -q 'no layout of 2 ranks fits' "$T/auto2.out"; then pass "parallel.auto with a 100 KiB budget: $(grep -o 'no layout.*' "$T/auto2.out" | head -1 | cut -c1-120)"
 else fail "parallel.auto tiny budget: $(oneline "$T/auto2.out")"; fi
+
+# A mixture of experts of femtotron's own: plan offers ep layouts (the trainer's own
+# validation and memory plan), and the printed command of one trains.
+sed 's/"max_position_embeddings": 64}/"max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2}/' \
+    "$T/run.json" >"$T/moe.json"
+"$FT" plan --config "$T/moe.json" --gpus 4 --hardware this --profile "$T/prof.json" --tsv --top 10000 >"$T/moe.tsv" 2>&1
+ep_rows=$(awk -F'\t' 'NR > 1 && $31 == 2' "$T/moe.tsv" | wc -l); ep4=$(awk -F'\t' 'NR > 1 && $31 == 4' "$T/moe.tsv" | wc -l)
+"$FT" plan --config "$T/moe.json" --gpus 4 --hardware this --profile "$T/prof.json" --layout dp=2,tp=2,ep=2 >"$T/moe.out" 2>&1
+read -r -a keys <<< "$(grep -A1 '^train it (Open MPI):' "$T/moe.out" | tail -1 | sed 's/^ *mpirun -np 4 .\/femtotron train //')"
+pred=$("$FT" plan --config "$T/moe.json" --gpus 4 --hardware this --profile "$T/prof.json" --layout dp=2,tp=2,ep=2 --tsv |
+    awk -F'\t' 'NR == 2 { print $19 }')
+if [ "$ep_rows" -gt 0 ] && [ "$ep4" -gt 0 ] && [ "${keys[${#keys[@]}-1]}" = 2 ] && [ "${keys[${#keys[@]}-2]}" = --parallel.ep ] &&
+   "${MPIRUN[@]}" -np 4 "$FT" train "${keys[@]}" --training.steps 1 --logging.verbose true >"$T/moecmd.out" 2>&1 &&
+   grep -q 'step     1/1' "$T/moecmd.out"; then
+    meas=$(grep -E '^memory bytes' "$T/moecmd.out" | awk '{ s = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i-1) != "(rank") s += $i; if (s > m) m = s } END { print m }')
+    if [ -n "$pred" ] && [ "$pred" = "$meas" ]; then
+        pass "own mixture of experts on 4 ranks: $ep_rows ep2 and $ep4 ep4 layouts offered; the printed dp2 tp2 ep2 command trains, its largest rank's $meas bytes as planned"
+    else fail "own MoE dp2 tp2 ep2: planned '$pred' bytes, measured '$meas': $(grep -E '^memory' "$T/moecmd.out" | tr '\n' ' ')"; fi
+else fail "own MoE: $ep_rows ep2 rows, $ep4 ep4 rows, keys '${keys[*]}': $(oneline "$T/moecmd.out" 2>/dev/null) $(head -c 300 "$T/moe.tsv")"; fi

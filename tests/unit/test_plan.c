@@ -197,7 +197,7 @@ static void test_memory_formulas(void) {
     // on one rank; ZeRO-1/2/3 over N_d ranks.
     PlanProblem p = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     const double psi = plan_total_params(&p.model);
-    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     p.world = 1;
     PlanMemory m = plan_memory_mixed(&p, &one);
     CHECK(rel_diff(m.params, 2 * psi) < 1e-12 && rel_diff(m.grads, 2 * psi) < 1e-12 &&
@@ -205,7 +205,7 @@ static void test_memory_formulas(void) {
           "1 rank: params 2Ψ, grads 2Ψ, optimizer 12Ψ (Ψ = %.4g)", psi);
     p.world = 8;
     for (int z = 1; z <= 3; z++) {
-        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+        PlanLayout l = {8, 1, 1, 1, z, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
         PlanMemory mz = plan_memory_mixed(&p, &l);
         double want = z == 1 ? 4 * psi + 12 * psi / 8 : z == 2 ? 2 * psi + 14 * psi / 8 : 16 * psi / 8;
         CHECK(rel_diff(mz.params + mz.grads + mz.optimizer, want) < 1e-12, "ZeRO-%d dp8: model states %.4g = %.4g", z,
@@ -227,7 +227,7 @@ static void test_memory_formulas(void) {
         {8, 1, RECOMPUTE_FULL, 2 * s * b * h / 8},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), PP_1F1B, 1, rows[i].rc};
+        PlanLayout l = {8 / rows[i].tp, rows[i].tp, 1, 1, 0, rows[i].sp, 1, 4 / (8 / rows[i].tp), PP_1F1B, 1, rows[i].rc, 1};
         if (l.dp > 1) l.micro = 1;
         PlanMemory mg = plan_memory_mixed(&g, &l);
         double t = rows[i].tp, head = 2 * s * b * h * (rows[i].sp ? 1 / t : 1) + 4 * s * b * V / t;
@@ -238,7 +238,7 @@ static void test_memory_formulas(void) {
               mg.activations, want);
     }
     // Llama-3.1-8B's own layer count is Korthikanti's 34 s*b*h (+ the fp32 lse).
-    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, PP_1F1B, 1, RECOMPUTE_SELECTIVE};
+    PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, PP_1F1B, 1, RECOMPUTE_SELECTIVE, 1};
     PlanProblem p8 = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     PlanMemory m8 = plan_memory_mixed(&p8, &l8);
     double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
@@ -256,8 +256,8 @@ static void test_shared_cores(void) {
     PlanProblem own = problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
     two.hw.node_cores = 2;
     many.hw.node_cores = 8;
-    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, PP_1F1B, 1, RECOMPUTE_NONE};
-    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, PP_1F1B, 1, RECOMPUTE_NONE, 1};
+    PlanLayout dp8 = {8, 1, 1, 1, 1, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime a = plan_step_time(&own, &pp4), b = plan_step_time(&two, &pp4), c = plan_step_time(&many, &pp4);
     CHECK(b.total < 0.9 * a.total && c.total == a.total,
           "shared cores: dp2 x pp4 %.4f s < %.4f s unshared (8 cores: %.4f s)", b.total, a.total, c.total);
@@ -283,7 +283,7 @@ static void test_split_memo(void) {
                 int first[16];
                 for (int si = 0; si < 8; si++) {
                     p.seq = 256 << si;
-                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? PP_INTERLEAVED : PP_1F1B, v, RECOMPUTE_NONE};
+                    PlanLayout l = {1, 1, pp, 1, 0, 0, 1, 8, v > 1 ? PP_INTERLEAVED : PP_1F1B, v, RECOMPUTE_NONE, 1};
                     int got[16], again[16], want[16];
                     plan_split(&p, &l, got);    // a miss (the memo is too small for a round)
                     plan_split(&p, &l, again);  // a hit
@@ -304,7 +304,7 @@ static void test_step_time(void) {
     // On an ideal machine (every FLOP at the peak, free memory traffic and
     // communication) one rank's step is exactly the model FLOPs: MFU = 1.
     PlanProblem p = problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
-    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime t = plan_step_time(&p, &one);
     // plan_flops_per_token counts the causal attention as S (not S+1) per token.
     double attn_fix = 1.0 + 1.0 / 2048 * (6.0 * 32 * 2048 * 960 / plan_flops_per_token(&p.model, 2048));
@@ -326,15 +326,15 @@ static void test_step_time(void) {
     config_defaults(&base);
     base.parallel.overlap = false;
     q.base = &base;  // bucket size and overlap come from the run config
-    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout dp4 = {4, 1, 1, 1, 0, 0, 1, 2, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime td = plan_step_time(&q, &dp4);
     double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
     CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
     // The breakdown adds up.
     PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
-    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
+    PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
     StepTime tr = plan_step_time(&r, &l);
-    double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer;
+    double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer + tr.ep_comm;
     CHECK(rel_diff(sum, tr.total) < 1e-9, "breakdown sums to the step: %.6g = %.6g", sum, tr.total);
     test_shared_cores();
     test_split_memo();
@@ -389,7 +389,7 @@ static void test_moe(void) {
           "mixtral-8x7b: FLOPs per token = 6 x (attention + router + 2 experts + head) + attention core");
     PlanProblem dense = p;
     dense.model.E = dense.model.K = 0;
-    PlanLayout l = {8, 1, 1, 1, 1, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+    PlanLayout l = {8, 1, 1, 1, 1, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     double a_moe = plan_memory(&p, &l).activations, a_dense = plan_memory(&dense, &l).activations;
     // per layer, per token: k * (3F + D) + E values instead of 3F (2 bytes each)
     double extra = 2.0 * 2048 * pm->L * (pm->K * (3.0 * pm->F + D) + pm->E - 3.0 * pm->F);
