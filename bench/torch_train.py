@@ -86,11 +86,14 @@ if args.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
     sys.exit(f"--attention sdpa needs PyTorch >= 2.0 (this is {torch.__version__})")
 if args.compile and not hasattr(torch, "compile"):
     sys.exit(f"--compile needs PyTorch >= 2.0 (this is {torch.__version__})")
-try:  # enable_gqa: PyTorch >= 2.5
-    import inspect  # noqa: E402
-    SDPA_GQA = "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
-except (AttributeError, TypeError, ValueError):
-    SDPA_GQA = False
+SDPA_GQA = False  # enable_gqa (PyTorch >= 2.5): grouped query heads inside the kernel
+if args.attention == "sdpa":
+    try:
+        _q, _kv = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 1, 4)
+        F.scaled_dot_product_attention(_q, _kv, _kv, enable_gqa=True)
+        SDPA_GQA = True
+    except (TypeError, RuntimeError):
+        pass
 
 
 # ---------------------------------------------------------------- data
