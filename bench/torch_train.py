@@ -290,7 +290,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        loss = float(loss)
+        loss = loss.item()
         dt = time.perf_counter() - t0
         tps = tokens / dt
         mfu = fpt * tps / a.peak_flops if a.peak_flops > 0 else float("nan")

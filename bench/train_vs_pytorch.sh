@@ -124,11 +124,33 @@ done
 VERSIONS="debian $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 VERSIONS="$VERSIONS;pypi $("$TORCH2_PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 
+# Where femtotron's time goes: one more run of each config under `perf record`
+# (CPU samples of every thread, so OpenMP threads spinning at a barrier count),
+# summed by kind of op (bench/profile_ops.py). Skipped without perf.
+PROFILE="$SCRATCH/profile.md"
+: >"$PROFILE"
+if command -v perf >/dev/null && perf record -o /dev/null -q -- true 2>/dev/null; then
+    for c in $CONFIGS; do
+        echo "== $c: femtotron under perf record"
+        read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
+        perf record -q -F 499 -o "$SCRATCH/$c.perf" -- "$FEMTO" train --data.train "$DATA" \
+            --model.hidden_size "$H" --model.num_hidden_layers "$L" --model.num_attention_heads "$NH" \
+            --model.num_key_value_heads "$KV" --model.intermediate_size "$I" --model.vocab_size "$V" \
+            --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
+            --training.steps $((W + T)) --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
+            >/dev/null 2>&1
+        perf report -i "$SCRATCH/$c.perf" --stdio --sort dso,symbol 2>/dev/null |
+            python3 bench/profile_ops.py "$c" >>"$PROFILE"
+    done
+else
+    echo "(perf is not available here: no profile by op)"
+fi
+
 echo "== summary"
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 # How busy the shared machine was (others' work slows runs): 0 at start is quiet.
 LOAD="load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" VERSIONS="$VERSIONS" \
+CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" \
     CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
@@ -201,6 +223,15 @@ each thread count, ... per round; tok/s = tokens per step / the run's median tim
 users' load only slows a run down). MFU = model FLOPs/token (6 N_matmul + 6 L S D) x
 tok/s / GEMM peak.
 """
+prof = open(os.environ["PROFILE"]).read().strip()
+if prof:
+    md += """
+Where femtotron's time goes (`perf record` of one more run per config, CPU samples of every
+thread, start-up included; bench/profile_ops.py sorts the symbols into kinds of op):
+
+| config | kind | share of samples |
+|---|---|---|
+""" + prof + "\n"
 open(f"{out}/train_vs_pytorch.md", "w").write(md)
 open(f"{out}/train_vs_pytorch.dat", "w").write("# config femtotron best-pytorch\n" + "\n".join(plot) + "\n")
 print(md)

@@ -8,39 +8,14 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_fixture.h"
 #include "engines/pipeline_schedule.h"
 #include "plan/pipeline_sim.h"
 #include "plan/plan.h"
 
 // A machine where every kernel runs at exactly `rate` FLOP/s, memory traffic and
-// (optionally) communication cost nothing.
-static Hardware ideal(double rate, double alpha, double bw) {
-    Hardware hw;
-    memset(&hw, 0, sizeof hw);
-    strcpy(hw.name, "ideal");
-    hw.peak_flops = rate;
-    hw.mem_bytes = 1e15;
-    hw.mem_bw = 1e30;
-    hw.bytes_per_value = 2;
-    RateCurve flat = {2, {1.0, 1e30}, {rate, rate}};
-    hw.gemm = hw.attn_fwd = hw.attn_bwd = flat;
-    hw.intra_bw = hw.inter_bw = bw;
-    hw.intra_lat = hw.inter_lat = alpha;
-    hw.gpus_per_node = 8;
-    return hw;
-}
-
-static PlanProblem problem(const char *preset, int world, int seq, long long seqs, Hardware hw) {
-    PlanProblem p;
-    memset(&p, 0, sizeof p);
-    plan_model_resolve(&p.model, preset);
-    p.hw = hw;
-    p.world = world;
-    p.seq = seq;
-    p.global_seqs = seqs;
-    p.mem_budget = 80e9;
-    return p;
-}
+// (optionally) communication cost nothing: one bandwidth inside and between nodes.
+static Hardware ideal(double rate, double alpha, double bw) { return ideal_machine(rate, alpha, bw, bw); }
 
 static void test_bubble(void) {
     // Equal stages: forward f, backward 2f per chunk. The ideal step is M*v*(f+b)
@@ -195,7 +170,7 @@ static void test_zero_bubble_v(void) {
 static void test_memory_formulas(void) {
     // Model states, bf16 mixed precision (Playbook): 2 + 2 + 12 bytes per parameter
     // on one rank; ZeRO-1/2/3 over N_d ranks.
-    PlanProblem p = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    PlanProblem p = plan_problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     const double psi = plan_total_params(&p.model);
     PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 64, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     p.world = 1;
@@ -213,7 +188,7 @@ static void test_memory_formulas(void) {
     }
     // Activations of a GPT model (Korthikanti's own accounting), pp = 1, one
     // micro-batch: L * s*b*h*(34 + 5as/h) + the head's 2sbh + 4sbV.
-    PlanProblem g = problem("gpt-22b", 8, 2048, 4, ideal(1e15, 0, 1e12));
+    PlanProblem g = plan_problem("gpt-22b", 8, 2048, 4, ideal(1e15, 0, 1e12));
     const double s = 2048, b = 1, h = 6144, a = 64, L = 48, V = 51200;
     struct {
         int tp, sp;
@@ -239,7 +214,7 @@ static void test_memory_formulas(void) {
     }
     // Llama-3.1-8B's own layer count is Korthikanti's 34 s*b*h (+ the fp32 lse).
     PlanLayout l8 = {1, 8, 1, 1, 0, 1, 1, 64, PP_1F1B, 1, RECOMPUTE_SELECTIVE, 1};
-    PlanProblem p8 = problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
+    PlanProblem p8 = plan_problem("llama-3.1-8b", 8, 4096, 64, ideal(1e15, 0, 1e12));
     PlanMemory m8 = plan_memory_mixed(&p8, &l8);
     double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
     CHECK(rel_diff(m8.activations, 32 * 34 * sbh / 8 + head8) < 1e-12, "llama-3.1-8b selective: 34 sbh/t per layer");
@@ -253,7 +228,7 @@ static void test_shared_cores(void) {
     hw.bytes_per_value = 4;
     hw.calib_threads = 1;
     hw.calib_ranks = 8;
-    PlanProblem own = problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
+    PlanProblem own = plan_problem("smollm-135m", 8, 256, 16, hw), two = own, many = own;
     two.hw.node_cores = 2;
     many.hw.node_cores = 8;
     PlanLayout pp4 = {2, 1, 4, 1, 0, 0, 1, 4, PP_1F1B, 1, RECOMPUTE_NONE, 1};
@@ -274,7 +249,7 @@ static void test_shared_cores(void) {
 // SmolLM-135M's large vocabulary makes the head worth a varying number of layers
 // as the sequence grows, so the splits differ between sequence lengths.
 static void test_split_memo(void) {
-    PlanProblem p = problem("smollm-135m", 64, 2048, 64, ideal(1e14, 0, 1e30));
+    PlanProblem p = plan_problem("smollm-135m", 64, 2048, 64, ideal(1e14, 0, 1e30));
     const PlanModel *pm = &p.model;
     int bad = 0, asked = 0, differ = 0;
     for (int round = 0; round < 3; round++)
@@ -303,7 +278,7 @@ static void test_split_memo(void) {
 static void test_step_time(void) {
     // On an ideal machine (every FLOP at the peak, free memory traffic and
     // communication) one rank's step is exactly the model FLOPs: MFU = 1.
-    PlanProblem p = problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
+    PlanProblem p = plan_problem("smollm-360m", 1, 2048, 8, ideal(1e14, 0, 1e30));
     PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime t = plan_step_time(&p, &one);
     // plan_flops_per_token counts the causal attention as S (not S+1) per token.
@@ -321,7 +296,7 @@ static void test_step_time(void) {
     // Data parallel, ZeRO-0, reduction after backward: the exposed time is the ring
     // all-reduce of the fp32 gradients, 2(n-1)a + 2(n-1)/n * bytes / bw.
     const double alpha = 1e-5, bw = 1e9;
-    PlanProblem q = problem("smollm-135m", 4, 1024, 8, ideal(1e14, alpha, bw));
+    PlanProblem q = plan_problem("smollm-135m", 4, 1024, 8, ideal(1e14, alpha, bw));
     Config base;
     config_defaults(&base);
     base.parallel.overlap = false;
@@ -331,7 +306,7 @@ static void test_step_time(void) {
     double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
     CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
     // The breakdown adds up.
-    PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
+    PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
     StepTime tr = plan_step_time(&r, &l);
     double sum = tr.compute + tr.tp_comm + tr.cp_comm + tr.pp_comm + tr.bubble + tr.dp_comm + tr.optimizer + tr.ep_comm;
@@ -343,7 +318,7 @@ static void test_step_time(void) {
 static void test_search(void) {
     Hardware h100;
     hardware_builtin(&h100, "h100");
-    PlanProblem p = problem("llama-3.1-8b", 64, 4096, 256, h100);
+    PlanProblem p = plan_problem("llama-3.1-8b", 64, 4096, 256, h100);
     p.mem_budget = 70e9;
     PlanResult *res;
     int n = plan_search(&p, &res);
@@ -376,7 +351,7 @@ static void test_search(void) {
 // not the stored parameters; the activations of a top-k layer grow by k experts'
 // working sets over a dense layer of the same width.
 static void test_moe(void) {
-    PlanProblem p = problem("mixtral-8x7b", 8, 2048, 64, ideal(1e15, 0, 1e30));
+    PlanProblem p = plan_problem("mixtral-8x7b", 8, 2048, 64, ideal(1e15, 0, 1e30));
     double total = plan_total_params(&p.model), active = plan_active_params(&p.model);
     CHECK(fabs(total / 46.70e9 - 1) < 0.005 && fabs(active / 12.88e9 - 1) < 0.005,
           "mixtral-8x7b: %.2fB parameters, %.2fB active (published 46.7B, 12.9B)", total / 1e9, active / 1e9);

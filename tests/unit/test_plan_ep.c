@@ -10,39 +10,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_fixture.h"
 #include "plan/moe_cost.h"
 #include "plan/plan.h"
 
-// Every kernel at `rate` FLOP/s, free memory traffic; collectives at latency alpha
-// and bandwidth intra_bw inside a node of 8, inter_bw between nodes.
-static Hardware ideal(double rate, double alpha, double intra_bw, double inter_bw) {
-    Hardware hw;
-    memset(&hw, 0, sizeof hw);
-    strcpy(hw.name, "ideal");
-    hw.peak_flops = rate;
-    hw.mem_bytes = 1e15;
-    hw.mem_bw = 1e30;
-    hw.bytes_per_value = 2;
-    RateCurve flat = {2, {1.0, 1e30}, {rate, rate}};
-    hw.gemm = hw.attn_fwd = hw.attn_bwd = flat;
-    hw.intra_bw = intra_bw;
-    hw.inter_bw = inter_bw;
-    hw.intra_lat = hw.inter_lat = alpha;
-    hw.gpus_per_node = 8;
-    return hw;
-}
-
-static PlanProblem problem(const char *preset, int world, int seq, long long seqs, Hardware hw) {
-    PlanProblem p;
-    memset(&p, 0, sizeof p);
-    plan_model_resolve(&p.model, preset);
-    p.hw = hw;
-    p.world = world;
-    p.seq = seq;
-    p.global_seqs = seqs;
-    p.mem_budget = 80e9;
-    return p;
-}
 
 // A layout: dp x tp x pp x cp (pp = 1 unless given), ZeRO stage z, ep.
 static PlanLayout layout(int dp, int tp, int cp, int z, int micro, int ep) {
@@ -55,7 +26,7 @@ static PlanLayout layout(int dp, int tp, int cp, int z, int micro, int ep) {
 // ZeRO-1 the moments are already sharded over dp*cp (the experts' over dp*cp/ep
 // ranks that hold E/ep of them: the same share).
 static void test_memory(void) {
-    PlanProblem p = problem("mixtral-8x7b", 8, 4096, 8, ideal(1e15, 0, 1e12, 1e11));
+    PlanProblem p = plan_problem("mixtral-8x7b", 8, 4096, 8, ideal_machine(1e15, 0, 1e12, 1e11));
     const PlanModel *pm = &p.model;
     const double psi = plan_total_params(pm), pe = pm->L * plan_expert_params(pm);  // all experts
     CHECK(fabs(pe / 45.1e9 - 1) < 0.01, "mixtral-8x7b: %.2fB of its %.2fB parameters are routed experts", pe / 1e9,
@@ -106,7 +77,7 @@ static void test_memory(void) {
 // flat GEMM curve, the time neither).
 static void test_time(void) {
     const double alpha = 2e-6, intra = 4e11, inter = 5e10;
-    PlanProblem p = problem("mixtral-8x7b", 16, 4096, 64, ideal(1e15, alpha, intra, inter));
+    PlanProblem p = plan_problem("mixtral-8x7b", 16, 4096, 64, ideal_machine(1e15, alpha, intra, inter));
     const PlanModel *pm = &p.model;
     // dp 16, tp 1: ep 8 = dp indices 0..7 = ranks 0..7, one node.
     PlanLayout in = layout(16, 1, 1, 1, 4, 8);
@@ -168,10 +139,10 @@ static double experts_s(const Hardware *hw, const PlanModel *pm, int ep, double 
     return pm->E / ep * (curve_s(hw, gu) + curve_s(hw, down) + curve_s(hw, 2 * gu) + curve_s(hw, 2 * down));
 }
 static void test_gemm_sizes(void) {
-    Hardware hw = ideal(1e15, 0, 1e30, 1e30);
+    Hardware hw = ideal_machine(1e15, 0, 1e30, 1e30);
     RateCurve rising = {2, {1e8, 1e12}, {1e13, 1e15}};
     hw.gemm = rising;
-    PlanProblem p = problem("qwen-moe-a2.7b", 16, 4096, 64, hw);
+    PlanProblem p = plan_problem("qwen-moe-a2.7b", 16, 4096, 64, hw);
     double c[3];
     for (int i = 0; i < 3; i++) {
         PlanLayout l = layout(16, 1, 1, 0, 4, 1 << i);
@@ -190,7 +161,7 @@ static void test_gemm_sizes(void) {
 
 // What --layout and the search accept.
 static void test_check(void) {
-    PlanProblem p = problem("mixtral-8x7b", 64, 4096, 64, ideal(1e15, 0, 1e12, 1e11));
+    PlanProblem p = plan_problem("mixtral-8x7b", 64, 4096, 64, ideal_machine(1e15, 0, 1e12, 1e11));
     char why[512];
     PlanLayout bad_e = layout(64, 1, 1, 1, 1, 16), bad_dp = layout(2, 8, 1, 1, 32, 4), bad3 = layout(64, 1, 1, 1, 1, 3);
     bad_dp.pp = 4;
@@ -203,7 +174,7 @@ static void test_check(void) {
           "ep3 refused: %s", why);
     PlanLayout ok = layout(64, 1, 1, 1, 1, 8);
     CHECK(plan_layout_check(&p, &ok, why, sizeof why), "dp64 ep8 accepted");
-    PlanProblem d = problem("smollm-135m", 8, 2048, 64, ideal(1e15, 0, 1e12, 1e11));
+    PlanProblem d = plan_problem("smollm-135m", 8, 2048, 64, ideal_machine(1e15, 0, 1e12, 1e11));
     PlanLayout dense = layout(8, 1, 1, 1, 8, 2);
     CHECK(!plan_layout_check(&d, &dense, why, sizeof why) && strstr(why, "mixture-of-experts"),
           "ep2 on a dense model refused: %s", why);
@@ -214,7 +185,7 @@ static void test_check(void) {
 static void test_search(void) {
     Hardware h100;
     hardware_builtin(&h100, "h100");
-    PlanProblem p = problem("mixtral-8x7b", 64, 4096, 64, h100);
+    PlanProblem p = plan_problem("mixtral-8x7b", 64, 4096, 64, h100);
     PlanResult *res;
     int n = plan_search(&p, &res), seen[9] = {0}, rule = 1, named = 1;
     for (int i = 0; i < n; i++) {
@@ -242,7 +213,7 @@ static void test_search(void) {
     CHECK(best >= 0 && plan_layout_ep(&res[best].layout) == 8, "mixtral-8x7b on 64 H100s, dp 64: the fastest layout "
           "is %s (%.3g s)", w, best >= 0 ? res[best].time.total : 0.0);
     free(res);
-    PlanProblem d = problem("smollm-135m", 8, 2048, 64, h100);
+    PlanProblem d = plan_problem("smollm-135m", 8, 2048, 64, h100);
     n = plan_search(&d, &res);
     int none = n > 0;
     for (int i = 0; i < n; i++) none &= plan_layout_ep(&res[i].layout) == 1;
@@ -257,7 +228,7 @@ static void test_search(void) {
 static void test_forced(void) {
     Hardware h100;
     hardware_builtin(&h100, "h100");
-    PlanProblem p = problem("mixtral-8x7b", 8, 1023, 8, h100);
+    PlanProblem p = plan_problem("mixtral-8x7b", 8, 1023, 8, h100);
     PlanModel *pm = &p.model;
     pm->L = 1;
     pm->H = pm->KV = 1;
