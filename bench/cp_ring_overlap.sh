@@ -18,8 +18,15 @@
 # ring included) per rank, and the largest loss difference (the summation order of
 # dk|dv changed, so equal to fp32 rounding, not bit for bit).
 #
+# With LINK_MBIT set, cp 2 runs on two hosts built from network namespaces
+# (tests/shell/netns_hosts.sh) joined by a link shaped to LINK_MBIT Mbit/s each way,
+# one rank per host, Open MPI over TCP: a hop then costs what a network makes it
+# cost (2 MiB of k|v at 4096 tokens: about 42 ms at 400 Mbit/s) instead of a
+# shared-memory copy. Needs root for the namespaces; says so otherwise.
+#
 # Usage: BASELINE=/path/to/old/femtotron bench/cp_ring_overlap.sh
-#   (env: SEQ=8192 ROUNDS=3 STEPS=4 CP4=0). Output: bench/results/cp_ring_overlap.md.
+#   (env: SEQ=8192 ROUNDS=3 STEPS=4 CP4=0 LINK_MBIT=). Output:
+#   bench/results/cp_ring_overlap.md, or cp_ring_overlap_link.md with LINK_MBIT.
 . "$(dirname "$0")/lib.sh"
 bench_private_binary
 [ -n "${BASELINE:-}" ] && [ -x "$BASELINE" ] || { echo "set BASELINE to a femtotron binary built without the overlap"; exit 1; }
@@ -32,6 +39,19 @@ MPI=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 OUT="$TMP/rows.dat"
 : >"$OUT"
 cps="2"; [ "${CP4:-0}" = 1 ] && cps="2 4"
+LINK_MBIT=${LINK_MBIT:-}
+RESULT=cp_ring_overlap.md
+if [ -n "$LINK_MBIT" ]; then
+    tmp=$TMP
+    . tests/shell/netns_hosts.sh
+    link_rate() { echo "$LINK_MBIT"; }
+    trap 'netns_hosts_down; rm -rf "$TMP"' EXIT
+    netns_hosts_up 2 link_rate || { echo "no shaped link: $NETNS_WHY"; exit 1; }
+    MPI=("${NETNS_MPI[@]}" --map-by ppr:1:node)
+    FT=$(cd "$(dirname "$FT")" && pwd)/$(basename "$FT")
+    cps="2"
+    RESULT=cp_ring_overlap_link.md
+fi
 for round in $(seq 1 "$ROUNDS"); do
     for cp in $cps; do
         for which in baseline overlap; do
@@ -58,6 +78,8 @@ done
 {
     echo "# Ring-attention backward: the gradient hop overlapped with compute"
     echo
+    [ -n "$LINK_MBIT" ] && echo "cp 2 on two hosts (network namespaces) joined by a link shaped to $LINK_MBIT Mbit/s (htb), one rank each, Open MPI over TCP."
+    [ -n "$LINK_MBIT" ] && echo
     echo "bench/cp_ring_overlap.sh: the model of bench/cp.sh at $SEQ tokens, micro-batch 1, $STEPS steps"
     echo "(first dropped), threads 1, BASELINE (no overlap) and this binary alternating, $ROUNDS rounds."
     echo "backward ms: median duration of a micro-batch's stage backward (trace), ring included."
@@ -77,5 +99,5 @@ done
          END { for (k in keys) for (i = 6; i <= keys[k]; i++) { d = L["baseline", k, i] - L["overlap", k, i]; if (d < 0) d = -d
                                                                 r = d / L["baseline", k, i]; if (r > w) w = r }
                printf "Largest relative loss difference, overlap vs baseline, same cp and round: %.2g\n", w }' "$OUT"
-} >"$RES/cp_ring_overlap.md"
-cat "$RES/cp_ring_overlap.md"
+} >"$RES/$RESULT"
+cat "$RES/$RESULT"
