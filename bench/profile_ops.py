@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""profile_ops.py — where femtotron's time goes, by kind of op, from a `perf record`
-of a training run (bench/train_vs_pytorch.sh runs it on each config).
+"""profile_ops.py — where femtotron's step time goes, by kind of op, from `perf record`
+of two training runs of the same config that differ only in their number of steps
+(bench/train_vs_pytorch.sh runs them): the difference of the two profiles' sample
+counts is the extra steps alone, without start-up (initialisation, first touch of
+the planned buffers, data) and its page faults.
 
-Reads `perf report --stdio --sort dso,symbol` text on stdin and prints one Markdown
-table row per category, with the share of all samples: the matrix products
-(OpenBLAS), each family of femtotron's own kernels (attention, RMSNorm, SwiGLU,
-RoPE, cross-entropy and embedding, AdamW, other element-wise), the OpenMP runtime
-(threads waiting at the end of parallel regions), the kernel (page faults, thread
-switches) and the start-up (initialisation, RoPE tables, data). Usage:
-  perf report -i perf.data --stdio --sort dso,symbol | profile_ops.py CONFIG
+Reads two `perf report --stdio -n --sort dso,symbol` texts (the shorter run's file,
+then the longer one's) and prints one Markdown table row per category with its share
+of the extra steps' samples: the matrix products (OpenBLAS), each family of
+femtotron's own kernels (attention, RMSNorm, SwiGLU, RoPE, cross-entropy and
+embedding, AdamW, other element-wise), the OpenMP runtime (threads waiting at the
+end of parallel regions, or for the other thread of a GEMM), memset/memcpy and the
+operating system. Samples are CPU samples of every thread. Usage:
+  profile_ops.py CONFIG SHORT.txt LONG.txt
 """
 import re
 import sys
@@ -31,26 +35,35 @@ RULES = [
     ("other", r".", r"."),
 ]
 
-LINE = re.compile(r"^\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(\S+)")
+LINE = re.compile(r"^\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[[.k]\]\s+(\S+)")
 
 
-def main():
-    config = sys.argv[1] if len(sys.argv) > 1 else ""
-    share = {}
-    for line in sys.stdin:
+def categories(path):
+    """{category: samples} of one perf report."""
+    count = {}
+    for line in open(path):
         m = LINE.match(line)
         if not m:
             continue
-        pct, dso, sym = float(m.group(1)), m.group(2), m.group(3)
-        sym = sym.split("._omp_fn")[0]
+        n, dso, sym = int(m.group(1)), m.group(2), m.group(3).split("._omp_fn")[0]
         for cat, dre, sre in RULES:
             if re.search(dre, dso) and re.search(sre, sym):
-                share[cat] = share.get(cat, 0.0) + pct
+                count[cat] = count.get(cat, 0) + n
                 break
+    return count
+
+
+def main():
+    config, short, long = sys.argv[1], categories(sys.argv[2]), categories(sys.argv[3])
+    extra = {c: long.get(c, 0) - short.get(c, 0) for c in set(short) | set(long)}
+    total = sum(v for v in extra.values() if v > 0)
+    if total <= 0:
+        print(f"| {config} | (no samples in the extra steps) | |")
+        return
     order = [r[0] for r in RULES]
-    for cat in sorted(share, key=lambda c: (-share[c], order.index(c))):
-        if share[cat] >= 0.05:
-            print(f"| {config} | {cat} | {share[cat]:.1f}% |")
+    for cat in sorted(extra, key=lambda c: (-extra[c], order.index(c))):
+        if extra[cat] > 0 and 100.0 * extra[cat] / total >= 0.05:
+            print(f"| {config} | {cat} | {100.0 * extra[cat] / total:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -124,23 +124,27 @@ done
 VERSIONS="debian $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 VERSIONS="$VERSIONS;pypi $("$TORCH2_PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
 
-# Where femtotron's time goes: one more run of each config under `perf record`
-# (CPU samples of every thread, so OpenMP threads spinning at a barrier count),
-# summed by kind of op (bench/profile_ops.py). Skipped without perf.
+# Where femtotron's step time goes: two more runs of each config under `perf record`
+# (CPU samples of every thread, so OpenMP threads waiting at a barrier count), the
+# second with twice the timed steps; the difference of their profiles is those extra
+# steps alone, without start-up, summed by kind of op (bench/profile_ops.py).
+# Skipped without perf.
 PROFILE="$SCRATCH/profile.md"
 : >"$PROFILE"
 if command -v perf >/dev/null && perf record -o /dev/null -q -- true 2>/dev/null; then
     for c in $CONFIGS; do
-        echo "== $c: femtotron under perf record"
         read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
-        perf record -q -F 499 -o "$SCRATCH/$c.perf" -- "$FEMTO" train --data.train "$DATA" \
-            --model.hidden_size "$H" --model.num_hidden_layers "$L" --model.num_attention_heads "$NH" \
-            --model.num_key_value_heads "$KV" --model.intermediate_size "$I" --model.vocab_size "$V" \
-            --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
-            --training.steps $((W + T)) --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
-            >/dev/null 2>&1
-        perf report -i "$SCRATCH/$c.perf" --stdio --sort dso,symbol 2>/dev/null |
-            python3 bench/profile_ops.py "$c" >>"$PROFILE"
+        for steps in $((W + T)) $((W + 2 * T)); do
+            echo "== $c: femtotron under perf record, $steps steps"
+            perf record -q -F 499 -o "$SCRATCH/$c.$steps.perf" -- "$FEMTO" train --data.train "$DATA" \
+                --model.hidden_size "$H" --model.num_hidden_layers "$L" --model.num_attention_heads "$NH" \
+                --model.num_key_value_heads "$KV" --model.intermediate_size "$I" --model.vocab_size "$V" \
+                --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
+                --training.steps "$steps" --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
+                >/dev/null 2>&1
+            perf report -i "$SCRATCH/$c.$steps.perf" --stdio -n --sort dso,symbol >"$SCRATCH/$c.$steps.txt" 2>/dev/null
+        done
+        python3 bench/profile_ops.py "$c" "$SCRATCH/$c.$((W + T)).txt" "$SCRATCH/$c.$((W + 2 * T)).txt" >>"$PROFILE"
     done
 else
     echo "(perf is not available here: no profile by op)"
@@ -226,8 +230,9 @@ tok/s / GEMM peak.
 prof = open(os.environ["PROFILE"]).read().strip()
 if prof:
     md += """
-Where femtotron's time goes (`perf record` of one more run per config, CPU samples of every
-thread, start-up included; bench/profile_ops.py sorts the symbols into kinds of op):
+Where femtotron's step time goes (`perf record` of two more runs per config, the second with
+twice the timed steps: the difference is those steps alone, without start-up; CPU samples of
+every thread; bench/profile_ops.py sorts the symbols into kinds of op):
 
 | config | kind | share of samples |
 |---|---|---|
