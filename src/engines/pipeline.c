@@ -6,15 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines/pipeline_zb.h"
 #include "model/activation_plan.h"
 #include "ops/ops.h"
 #include "util.h"
 
 // ------------------------------------------------------------------- split
 
-static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+// layers(K): filled with the layers of each virtual stage.
+static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg, int *layers) {
     const int K = pp->n_virtual;
-    int *layers = xmalloc(sizeof(int) * (size_t)K, "split");  // (K) layers per virtual stage
     if (cfg->parallel.pp_layers[0])
         pp_parse_layers(cfg->parallel.pp_layers, K, layers);
     else
@@ -26,16 +27,25 @@ static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
         l += layers[k];
         pp->virt_units[k].u1 = k == K - 1 ? m->L + 1 : l;  // unit of the stage's last layer
     }
-    free(layers);
 }
 
 int pp_virtual_stage(const Pipeline *pp, int c) { return pp_virtual_of(pp->sched, pp->pp, pp->stage, c); }
 
 // ---------------------------------------------------------------- schedule
 
-static void build_schedule(Pipeline *pp, PpSchedule sched) {
+// The zero-bubble lists are built for parallel.pp_costs (engines/pipeline_zb.h):
+// numbers every rank reads from the same config (or computes from the same model),
+// so every rank builds the same lists.
+static void build_schedule(Pipeline *pp, const LlamaModel *m, const Config *cfg, const int *layers) {
+    const int K = pp->n_virtual;
+    double *f = xmalloc(sizeof(double) * 3 * (size_t)K, "schedule costs");  // (3, K): F, I, W per virtual stage
+    const PpShape sh = {m->D, m->H, m->KV, m->hd, 3, m->F, cfg->training.seq_length, m->V};
+    PpCosts costs = {f, f + K, f + 2 * K, 0.0};
+    const int given = pp_costs_of_spec(cfg->parallel.pp_costs, &sh, K, layers, f, f + K, f + 2 * K);
     pp->actions = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(pp->micros, pp->v), "schedule");
-    pp->n_actions = pp_schedule_actions(sched, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
+    pp->n_actions = pp_schedule_actions(pp->sched, pp->micros, pp->pp, pp->stage, pp->v, given ? &costs : NULL,
+                                        pp->actions);
+    free(f);
 }
 
 // Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
@@ -108,7 +118,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->B = tc->micro_batch_size;
     pp->S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens of each sequence
     pp->rows = llama_rows(m, pp->B * pp->S);
-    split_model(pp, m, cfg);
+    int *layers = xmalloc(sizeof(int) * (size_t)pp->n_virtual, "split");  // (K) layers per virtual stage
+    split_model(pp, m, cfg, layers);
     pp->held = xcalloc(sizeof(int) * (size_t)m->n_units, "held units");
     for (int c = 0; c < pp->v; c++) {
         StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
@@ -118,7 +129,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     // embedding, as a copy (held 2) kept equal to the first stage's by summing the
     // two gradients over the embedding group (engines/data_parallel.h).
     if (m->cfg.tie_word_embeddings && pp->held[m->L + 1] && !pp->held[0]) pp->held[0] = 2;
-    build_schedule(pp, cfg->parallel.pp_schedule);
+    build_schedule(pp, m, cfg, layers);
+    free(layers);
     count_slots(pp);
     choose_pool(pp, m);
     // Bookkeeping: per-chunk tables and the request lists (small, xmalloc).

@@ -93,11 +93,11 @@ static void test_bubble(void) {
     int slots[4];
     int ok = 1;
     for (int s = 0; s < 4; s++) {
-        pipeline_slots(PP_1F1B, 4, 1, 8, s, slots);
+        pipeline_slots(PP_1F1B, 4, 1, 8, s, NULL, slots);
         ok &= slots[0] == 4 - s;
     }
     CHECK(ok, "1f1b stage s holds pp - s micro-batches");
-    pipeline_slots(PP_AFAB, 4, 1, 8, 2, slots);
+    pipeline_slots(PP_AFAB, 4, 1, 8, 2, NULL, slots);
     CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
 }
 
@@ -125,7 +125,7 @@ static void test_zero_bubble(void) {
     int ok = 1, stash_ok = 1;
     for (int s = 0; s < 4; s++) {
         PpAction acts[PP_MAX_ACTIONS(8, 1)];
-        int n = pp_schedule_actions(PP_ZB_H1, 8, 4, s, 1, acts), slots[1], stash[1];
+        int n = pp_schedule_actions(PP_ZB_H1, 8, 4, s, 1, NULL, acts), slots[1], stash[1];
         pp_count_slots(acts, n, 1, slots);
         pp_count_stash(acts, n, 1, stash);
         ok &= slots[0] == 4 && n == 3 * 8;
@@ -135,14 +135,14 @@ static void test_zero_bubble(void) {
     CHECK(stash_ok, "zb-h1 P=4 M=8: rank s keeps s + 1 weight-gradient stashes (its W passes are s late)");
     int one[1];
     PpAction acts[PP_MAX_ACTIONS(8, 1)];
-    pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, acts), 1, one);
+    pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, NULL, acts), 1, one);
     CHECK(one[0] == 0, "1f1b keeps no stash (got %d)", one[0]);
     // The slots a pool shared by the chunks needs: interleaved holds Megatron's
     // warm-up + 1 = (P - s - 1)*2 + (v - 1)*P + 1 chunk-micro-batches at once.
     int joint_ok = 1;
     for (int s = 0; s < 4; s++) {
         PpAction ia[PP_MAX_ACTIONS(8, 2)];
-        int n = pp_schedule_actions(PP_INTERLEAVED, 8, 4, s, 2, ia);
+        int n = pp_schedule_actions(PP_INTERLEAVED, 8, 4, s, 2, NULL, ia);
         joint_ok &= pp_count_joint_slots(ia, n) == (4 - s - 1) * 2 + 4 + 1;
     }
     CHECK(joint_ok, "interleaved P=4 M=8 v=2: a shared slot pool needs Megatron's warm-up + 1 (11, 9, 7, 5) slots");
@@ -164,7 +164,7 @@ static void test_zero_bubble_v(void) {
         int mem_ok = 1, len_ok = 1;
         for (int s = 0; s < P; s++) {
             PpAction acts[PP_MAX_ACTIONS(16, 2)];
-            int n = pp_schedule_actions(PP_ZB_V, M, P, s, 2, acts), live = 0, peak = 0;
+            int n = pp_schedule_actions(PP_ZB_V, M, P, s, 2, NULL, acts), live = 0, peak = 0;
             for (int i = 0; i < n; i++) {
                 live += acts[i].op == PP_OP_F ? 1 : acts[i].op == PP_OP_W ? -1 : 0;
                 if (live > peak) peak = live;
