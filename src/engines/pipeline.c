@@ -42,9 +42,31 @@ static void build_schedule(Pipeline *pp, const LlamaModel *m, const Config *cfg,
     const PpShape sh = {m->D, m->H, m->KV, m->hd, 3, m->F, cfg->training.seq_length, m->V};
     PpCosts costs = {f, f + K, f + 2 * K, 0.0};
     const int given = pp_costs_of_spec(cfg->parallel.pp_costs, &sh, K, layers, f, f + K, f + 2 * K);
-    pp->actions = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(pp->micros, pp->v), "schedule");
-    pp->n_actions = pp_schedule_actions(pp->sched, pp->micros, pp->pp, pp->stage, pp->v, given ? &costs : NULL,
-                                        pp->actions);
+    const int P = pp->pp, M = pp->micros, room = PP_MAX_ACTIONS(M, pp->v);
+    pp->actions = xmalloc(sizeof(PpAction) * (size_t)room, "schedule");
+    if (!pp_schedule_splits(pp->sched)) {
+        pp->n_actions = pp_schedule_actions(pp->sched, M, P, pp->stage, pp->v, NULL, pp->actions);
+        free(f);
+        return;
+    }
+    // Every rank's lists, kept and unit-time, both replayed with the costs: the
+    // bubbles the start-up line reports (train_cmd.c); this rank keeps its row.
+    PpAction *all = xmalloc(sizeof(PpAction) * 2 * (size_t)room * P, "schedule");  // (2, P, room)
+    PpAction **rows = xmalloc(sizeof(PpAction *) * 2 * (size_t)P, "schedule");    // (2, P)
+    int *n = xmalloc(sizeof(int) * 2 * (size_t)P, "schedule");                     // (2, P)
+    for (int r = 0; r < 2 * P; r++) rows[r] = all + (size_t)r * room;
+    pp_schedule_all(pp->sched, M, P, pp->v, given ? &costs : NULL, rows, n);
+    pp_schedule_all(pp->sched, M, P, pp->v, NULL, rows + P, n + P);
+    double work;
+    const double kept = pp_zb_replay(pp->sched, M, P, pp->v, given ? &costs : NULL, rows, n, &work);
+    const double unit = pp_zb_replay(pp->sched, M, P, pp->v, given ? &costs : NULL, rows + P, n + P, NULL);
+    pp->zb_bubble = kept / work - 1.0;
+    pp->zb_unit_bubble = unit / work - 1.0;
+    pp->n_actions = n[pp->stage];
+    memcpy(pp->actions, rows[pp->stage], sizeof(PpAction) * (size_t)pp->n_actions);
+    free(all);
+    free(rows);
+    free(n);
     free(f);
 }
 

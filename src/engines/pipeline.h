@@ -32,6 +32,9 @@ typedef struct {
     int rows;                     // Nr: rows of the residual stream held here (llama_rows of B*S)
     int n_actions;
     PpAction *actions;            // (n_actions) this rank's step
+    // Zero-bubble schedules: the bubble (idle / busiest rank's pass time) of the
+    // lists kept and of the unit-time lists, both replayed with parallel.pp_costs.
+    double zb_bubble, zb_unit_bubble;
     // Activation slots: chunk c has n_slots[c] micro-batches in flight at most. With
     // several chunks per rank the chunks may instead share one pool of as many slots
     // as they hold at once together (pooled; pp_init takes it when it costs fewer

@@ -217,23 +217,52 @@ static double replay(PpSchedule sched, int M, int P, int v, const Ticks *t, PpAc
 }
 
 double pp_zb_replay(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction *const *lists,
-                    const int *n) {
+                    const int *n, double *busiest) {
     Ticks t;
     ticks_of(costs, P * v, &t);
     double span = replay(sched, M, P, v, &t, lists, n);
+    if (busiest) *busiest = 0.0;
+    for (int s = 0; busiest && s < P; s++) {
+        double work = 0.0;
+        for (int i = 0; i < n[s]; i++) work += cost_of(&t, lists[s][i].op, pp_virtual_of(sched, P, s, lists[s][i].chunk));
+        if (work > *busiest) *busiest = work;
+    }
     free(t.f);
     return span;
 }
 
 // ------------------------------------------------------------------- build
 
-#define CANDIDATES 3
+// Views of the costs the greedy also runs on: it is a heuristic, and a list built
+// for a simpler picture of the same costs is sometimes the shorter one under the
+// real costs. VIEW_STAGES: each stage's three passes equal (its mean: the stage
+// imbalance only); VIEW_PASSES: every stage the mean F, I and W over stages (the
+// pass ratios only); VIEW_NO_SEND: the costs without the message time.
+enum { VIEW_STAGES, VIEW_PASSES, VIEW_NO_SEND, N_VIEWS };
+
+static void view_of(const Ticks *t, int K, int kind, Ticks *out) {
+    out->f = xmalloc(sizeof(double) * 3 * (size_t)K, "zero-bubble costs");  // (3, K): f, i, w
+    out->i = out->f + K;
+    out->w = out->i + K;
+    out->send = kind == VIEW_NO_SEND ? 0.0 : t->send;
+    double mf = 0, mi = 0, mw = 0;
+    for (int k = 0; k < K; k++) mf += t->f[k] / K, mi += t->i[k] / K, mw += t->w[k] / K;
+    for (int k = 0; k < K; k++) {
+        const double stage = (double)llround((t->f[k] + t->i[k] + t->w[k]) / 3.0);
+        out->f[k] = kind == VIEW_STAGES ? stage : kind == VIEW_PASSES ? (double)llround(mf) : t->f[k];
+        out->i[k] = kind == VIEW_STAGES ? stage : kind == VIEW_PASSES ? (double)llround(mi) : t->i[k];
+        out->w[k] = kind == VIEW_STAGES ? stage : kind == VIEW_PASSES ? (double)llround(mw) : t->w[k];
+    }
+}
+
+// handcrafted zb-h1 + the greedy at unit cost, at the costs, and at each view.
+#define CANDIDATES (3 + N_VIEWS)
 
 double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n) {
     if (!pp_schedule_splits(sched)) die("pp_zb_build: %s is not a zero-bubble schedule", pp_schedule_name(sched));
     // At most v*P chunk-micro-batches in flight per rank: P whole micro-batches,
     // 1f1b's first stage (zb-h1: P, zb-v: 2P chunks of half a stage each).
-    const int K = P * v, room = PP_MAX_ACTIONS(M, v);
+    const int K = P * v, room = PP_MAX_ACTIONS(M, v), limit = v * P;
     Ticks t, unit;
     ticks_of(costs, K, &t);
     ticks_of(NULL, K, &unit);
@@ -245,17 +274,24 @@ double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, 
         cand[j] = xmalloc(sizeof(PpAction) * (size_t)room * P, "zb candidates");  // (P, room)
         for (int s = 0; s < P; s++) row[j * P + s] = cand[j] + (size_t)s * room;
     }
-    // Equal costs keep the unit-time lists; other costs add the greedy for them.
+    // Equal costs keep the unit-time lists (the first candidate); other costs add
+    // the greedy for them and for their views.
     int nc = 0;
     if (sched == PP_ZB_H1) {
         for (int s = 0; s < P; s++) len[s] = pp_zb_h1_handcrafted(M, P, s, row[s]);
-        nc = 1;
-        if (costs) greedy(sched, M, P, v, v * P, &unit, row + nc * P, len + nc * P), nc++;
-    } else {
-        greedy(sched, M, P, v, v * P, &unit, row, len);
-        nc = 1;
+        nc++;
     }
-    if (costs) greedy(sched, M, P, v, v * P, &t, row + nc * P, len + nc * P), nc++;
+    if (sched == PP_ZB_V || costs) greedy(sched, M, P, v, limit, &unit, row + nc * P, len + nc * P), nc++;
+    if (costs) {
+        greedy(sched, M, P, v, limit, &t, row + nc * P, len + nc * P), nc++;
+        for (int kind = 0; kind < N_VIEWS; kind++) {
+            if (kind == VIEW_NO_SEND && t.send == 0) continue;
+            Ticks view;
+            view_of(&t, K, kind, &view);
+            greedy(sched, M, P, v, limit, &view, row + nc * P, len + nc * P), nc++;
+            free(view.f);
+        }
+    }
     int best = 0;
     double span = replay(sched, M, P, v, &t, row, len);
     for (int j = 1; j < nc; j++) {

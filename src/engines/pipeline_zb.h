@@ -21,10 +21,12 @@
 // each replayed with the costs, the one with the shortest step kept (ties: the
 // first listed, so unit costs keep the unit-time lists):
 //   zb-h1: the handcrafted ZB-H1 list (pipeline_schedule.h), the greedy at unit
-//          cost, the greedy at the given costs, with at most P micro-batches in
-//          flight per rank (ZB-H1's and 1f1b's first stage's activation memory);
-//   zb-v:  the greedy at unit cost, the greedy at the given costs, at most 2P
-//          chunk-micro-batches per rank (the same memory: P whole micro-batches).
+//          cost, at the given costs and at views of them (each stage's passes
+//          equal; every stage the mean passes; no message time), with at most P
+//          micro-batches in flight per rank (ZB-H1's and 1f1b's first stage's
+//          activation memory);
+//   zb-v:  the same greedies, at most 2P chunk-micro-batches per rank (the same
+//          memory: P whole micro-batches).
 // The greedy replays all ranks in time: a rank that can start something takes an
 // I whose gradient has arrived (the chunk nearer the loss first), else a forward
 // whose input has arrived while it holds fewer than the limit, else its oldest
@@ -35,8 +37,9 @@ double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, 
 
 // Step of lists[P] (n[P] long) replayed with `costs` (NULL: unit) on dedicated
 // ranks, in ticks (the costs rounded as above); dies when the lists deadlock.
+// busiest (or NULL): the largest rank's pass time in ticks (the step without a bubble).
 double pp_zb_replay(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction *const *lists,
-                    const int *n);
+                    const int *n, double *busiest);
 
 // The shape the FLOP-predicted costs need: hidden D, H query and KV key/value heads
 // of hd, MLP of ffn_mats matrices (SwiGLU: 3) of width F, S tokens per sequence,

@@ -260,6 +260,11 @@ int train_main(int argc, char **argv) {
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
                cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
                cfg.parallel.pp_virtual);
+        if (pp_schedule_splits(cfg.parallel.pp_schedule) && cfg.parallel.pp > 1)
+            printf("%s lists built for parallel.pp_costs = %s: replayed bubble %.3f of the busiest rank's passes "
+                   "under those costs (the unit-time lists: %.3f)\n",
+                   pp_schedule_name(cfg.parallel.pp_schedule), cfg.parallel.pp_costs, t.rank.pipe.zb_bubble,
+                   t.rank.pipe.zb_unit_bubble);
         const DataParallel *dp = &t.rank.dp;
         if (dp->n_grad_windows > 0)
             printf("ZeRO-%d windows: %d gradient + %d parameter of %.2f MiB each (the largest bucket%s)%s\n",

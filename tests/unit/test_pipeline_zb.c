@@ -75,11 +75,11 @@ static void test_random_costs(void) {
             const PpCosts c = {f, i, w, trial % 3 ? uniform(0.0, 1.0) : 0.0};
             static Lists unit, costed;
             build(&unit, sched, P, M, NULL);
-            const double span = build(&costed, sched, P, M, &c), unit_span = pp_zb_replay(sched, M, P, v, &c, unit.l, unit.n);
+            const double span = build(&costed, sched, P, M, &c), unit_span = pp_zb_replay(sched, M, P, v, &c, unit.l, unit.n, NULL);
             int peak;
             form_ok &= well_formed(&costed, sched, P, M, &peak);
             mem_ok &= peak <= v * P;
-            better_ok &= span <= unit_span && span == pp_zb_replay(sched, M, P, v, &c, costed.l, costed.n);
+            better_ok &= span <= unit_span && span == pp_zb_replay(sched, M, P, v, &c, costed.l, costed.n, NULL);
             faster += span < unit_span;
             cases++;
         }
@@ -100,7 +100,7 @@ static void test_measured_costs(void) {
     static Lists unit, costed;
     build(&unit, PP_ZB_V, P, M, NULL);
     const double span = build(&costed, PP_ZB_V, P, M, &c), ideal = M * 2 * (18 + 20 + 16) * (PP_COST_TICKS / 20.0);
-    const double b_unit = pp_zb_replay(PP_ZB_V, M, P, 2, &c, unit.l, unit.n) / ideal - 1, b = span / ideal - 1;
+    const double b_unit = pp_zb_replay(PP_ZB_V, M, P, 2, &c, unit.l, unit.n, NULL) / ideal - 1, b = span / ideal - 1;
     CHECK(b < 0.6 * b_unit, "zb-v P=2 M=8 F/I/W 18/20/16 ms, send 1 ms: bubble %.3f with the costed lists, %.3f "
           "with the unit-time lists", b, b_unit);
     // Heavier end stages (rank 0 holds the embedding and the head under zb-v).
@@ -110,7 +110,7 @@ static void test_measured_costs(void) {
     const PpCosts e = {g, j, u, 0.0};
     static Lists unit4, costed4;
     build(&unit4, PP_ZB_V, 4, 16, NULL);
-    const double s4 = build(&costed4, PP_ZB_V, 4, 16, &e), u4 = pp_zb_replay(PP_ZB_V, 16, 4, 2, &e, unit4.l, unit4.n);
+    const double s4 = build(&costed4, PP_ZB_V, 4, 16, &e), u4 = pp_zb_replay(PP_ZB_V, 16, 4, 2, &e, unit4.l, unit4.n, NULL);
     CHECK(s4 < u4, "zb-v P=4 M=16, end stages 1.3x: costed lists %.0f ticks < unit-time lists %.0f", s4, u4);
 }
 
