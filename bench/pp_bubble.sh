@@ -241,6 +241,8 @@ done
                  $1, $2, $3, $4, $5, $6, $7, g($8), g($9), g($10), g($11), g($12), g($13), g($14), $15, $16, $17, $18, $19, $20 }' "$DAT"
 } >"$RES/pp_bubble.md"
 
+# One file per (pp, schedule, costs) series, so gnuplot joins each series' points.
+awk -v dir="$TMP" '!/^#/ { f = dir "/s_" $1 "_" $2 "_" $3 ".dat"; print > f }' "$DAT"
 gnuplot <<EOF
 set terminal pngcairo size 1300,560 noenhanced
 set output "$RES/pp_bubble.png"
@@ -251,22 +253,23 @@ set logscale x 2
 set grid
 set key top right font ",9"
 set yrange [0:*]
+s(p, name) = sprintf("$TMP/s_%d_%s.dat", p, name)
 do for [p=2:4:2] {
     set title (p == 2 ? "pp = 2 (2 ranks on 2 cores)" : "pp = 4 (4 ranks on 2 cores: measured includes time-sharing)")
     set xrange [p/1.3 : 4*p*1.3]
     set xtics (p, 2*p, 4*p)
     plot (p-1.0)/x with lines lw 2 lc rgb "gray30" dt 2 title "(p-1)/m", \
          (p-1.0)/(3*x) with lines lw 2 lc rgb "dark-green" dt 2 title "(p-1)/(3m) (zb-h1)", \
-         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$5 : 1/0):7 with points pt 2 ps 1.6 lc 2 title "1f1b schedule", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "unit" ? \$5 : 1/0):7 with points pt 4 ps 1.8 lc rgb "orange" title "zb-v schedule (unit lists)", \
-         "$DAT" using (\$1==p && strcol(2) eq "1f1b" ? \$5 : 1/0):12 with linespoints lw 2 pt 5 lc 2 title "1f1b measured (vs slowest)", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-h1" && strcol(3) eq "unit" ? \$5 : 1/0):12 with linespoints lw 2 pt 9 lc rgb "dark-green" title "zb-h1 measured, unit lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "unit" ? \$5 : 1/0):12 with linespoints lw 2 pt 5 lc rgb "orange" title "zb-v measured, unit lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "flops" ? \$5 : 1/0):12 with linespoints lw 2 pt 7 lc rgb "red" title "zb-v measured, flops lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "measured" ? \$5 : 1/0):12 with linespoints lw 2 pt 13 lc rgb "purple" title "zb-v measured, measured-cost lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "unit" ? \$5 : 1/0):9 with lines lw 1 lc rgb "orange" dt 3 title "zb-v replay at the unit run's costs, unit lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "flops" ? \$5 : 1/0):9 with lines lw 1 lc rgb "red" dt 3 title "zb-v replay at the unit run's costs, flops lists", \
-         "$DAT" using (\$1==p && strcol(2) eq "zb-v" && strcol(3) eq "measured" ? \$5 : 1/0):9 with lines lw 1 lc rgb "purple" dt 3 title "zb-v replay at the unit run's costs, measured-cost lists"
+         s(p, "1f1b_-") using 5:7 with points pt 2 ps 1.6 lc 2 title "1f1b schedule", \
+         s(p, "zb-v_unit") using 5:7 with points pt 4 ps 1.8 lc rgb "orange" title "zb-v schedule (unit lists)", \
+         s(p, "1f1b_-") using 5:12 with linespoints lw 2 pt 5 lc 2 title "1f1b measured (vs slowest)", \
+         s(p, "zb-h1_unit") using 5:12 with linespoints lw 2 pt 9 lc rgb "dark-green" title "zb-h1 measured", \
+         s(p, "zb-v_unit") using 5:12 with linespoints lw 2 pt 5 lc rgb "orange" title "zb-v measured, unit lists", \
+         s(p, "zb-v_flops") using 5:12 with linespoints lw 2 pt 7 lc rgb "red" title "zb-v measured, flops lists", \
+         s(p, "zb-v_measured") using 5:12 with linespoints lw 2 pt 13 lc rgb "purple" title "zb-v measured, measured-cost lists", \
+         s(p, "zb-v_unit") using 5:9 with lines lw 1 lc rgb "orange" dt 3 title "zb-v replay at the unit run's costs, unit lists", \
+         s(p, "zb-v_flops") using 5:9 with lines lw 1 lc rgb "red" dt 3 title "... flops lists", \
+         s(p, "zb-v_measured") using 5:9 with lines lw 1 lc rgb "purple" dt 3 title "... measured-cost lists"
 }
 unset multiplot
 EOF
