@@ -4,6 +4,7 @@
 // machine, the alpha-beta ring cost of the data-parallel reduction, and the
 // search's own invariants.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -330,6 +331,23 @@ static void test_step_time(void) {
     StepTime td = plan_step_time(&q, &dp4);
     double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
     CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
+    // Per-stage zero-bubble costs fit only the base config's stages: a candidate
+    // layout with other stages (or a schedule without split backwards) builds its
+    // lists for the predicted costs instead (config_validate would refuse them).
+    snprintf(base.parallel.pp_costs, sizeof base.parallel.pp_costs, "1:2:1,2:2:1,1:1:1,3:2:1");
+    base.parallel.pp = 2, base.parallel.pp_virtual = 2, base.parallel.pp_schedule = PP_ZB_V;
+    Config applied;
+    PlanLayout same = {2, 1, 2, 1, 0, 0, 1, 2, PP_ZB_V, 2, RECOMPUTE_NONE}, other = same;
+    plan_apply_layout(&q, &same, &applied);
+    int kept = !strcmp(applied.parallel.pp_costs, base.parallel.pp_costs);
+    other.pp = 4;
+    plan_apply_layout(&q, &other, &applied);
+    int dropped = !strcmp(applied.parallel.pp_costs, "flops");
+    other = same, other.sched = PP_INTERLEAVED;
+    plan_apply_layout(&q, &other, &applied);
+    dropped &= !strcmp(applied.parallel.pp_costs, "flops");
+    CHECK(kept && dropped, "plan_apply_layout keeps parallel.pp_costs triples for the base's zb-v stages and "
+          "predicts costs for pp 4 or interleaved");
     // The breakdown adds up.
     PlanProblem r = problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE};
