@@ -213,6 +213,12 @@ static void validate_moe(const Config *c) {
 static void validate_pp_costs(const ParallelConfig *p, int chunks) {
     const char *spec = p->pp_costs;
     if (!strcmp(spec, "flops") || !strcmp(spec, "unit")) return;
+    if (!strcmp(spec, "measure")) {
+        if (p->pp_schedule != PP_ZB_H1 && p->pp_schedule != PP_ZB_V)
+            die("parallel.pp_costs = \"measure\" times the passes to rebuild the zero-bubble schedules' lists "
+                "(zb-h1, zb-v), not parallel.pp_schedule \"%s\"", pp_schedule_name(p->pp_schedule));
+        return;
+    }
     if (p->pp_schedule != PP_ZB_H1 && p->pp_schedule != PP_ZB_V)
         die("parallel.pp_costs = \"%s\": per-stage costs shape only the zero-bubble schedules (zb-h1, zb-v), "
             "not parallel.pp_schedule \"%s\"", spec, pp_schedule_name(p->pp_schedule));
@@ -223,7 +229,7 @@ static void validate_pp_costs(const ParallelConfig *p, int chunks) {
             double x = strtod(q, &end);
             if (end == q || !(x > 0.0) || x > 1e300)
                 die("parallel.pp_costs = \"%s\": stage %d: expected three positive numbers F:I:W (forward, "
-                    "input-gradient and weight-gradient costs), or \"flops\" or \"unit\"", spec, n);
+                    "input-gradient and weight-gradient costs), or \"flops\", \"unit\" or \"measure\"", spec, n);
             if (j < 2 && *end != ':')
                 die("parallel.pp_costs = \"%s\": stage %d: expected F:I:W separated by ':'", spec, n);
             if (j == 2 && *end && *end != ',')

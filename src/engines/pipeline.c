@@ -64,10 +64,38 @@ static void build_schedule(Pipeline *pp, const LlamaModel *m, const Config *cfg,
     pp->zb_unit_bubble = unit / work - 1.0;
     pp->n_actions = n[pp->stage];
     memcpy(pp->actions, rows[pp->stage], sizeof(PpAction) * (size_t)pp->n_actions);
-    free(all);
+    // Every rank's kept lists stay (pp_adopt_measured_costs rebuilds them
+    // together): the first P rows of `all` and entries of n.
+    pp->all_actions = all;
+    pp->all_n = n;
     free(rows);
-    free(n);
     free(f);
+}
+
+int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_before, double *bubble_after) {
+    const int P = pp->pp, v = pp->v, K = P * v, M = pp->micros, room = PP_MAX_ACTIONS(M, v);
+    // This rank's mean passes at its virtual stages, 0 elsewhere; the max over the
+    // world gives every rank the same (K, 3) costs (the slowest replica of a stage).
+    for (int i = 0; i < 3 * K; i++) costs_ms[i] = 0.0;
+    for (int c = 0; c < v; c++)
+        for (int op = 0; op < 3; op++) {
+            const int i = c * 3 + op;
+            costs_ms[op * K + pp_virtual_stage(pp, c)] = pp->pass_n[i] ? 1e3 * pp->pass_s[i] / pp->pass_n[i] : 0.0;
+        }
+    group_allreduce_max_f64(GROUP_WORLD, costs_ms, (size_t)3 * K);
+    for (int i = 0; i < 3 * K; i++)
+        if (!(costs_ms[i] > 0.0)) die("parallel.pp_costs = \"measure\": a pass was not timed (a schedule bug)");
+    const PpCosts costs = {costs_ms, costs_ms + K, costs_ms + 2 * K, 0.0};
+    PpAction **rows = xmalloc(sizeof(PpAction *) * (size_t)P, "schedule");  // (P)
+    for (int r = 0; r < P; r++) rows[r] = pp->all_actions + (size_t)r * room;
+    double work;
+    *bubble_before = pp_zb_replay(pp->sched, M, P, v, &costs, rows, pp->all_n, &work) / work - 1.0;
+    const int changed = pp_zb_rebuild(pp->sched, M, P, v, &costs, rows, pp->all_n);
+    *bubble_after = pp_zb_replay(pp->sched, M, P, v, &costs, rows, pp->all_n, &work) / work - 1.0;
+    pp->n_actions = pp->all_n[pp->stage];
+    memcpy(pp->actions, rows[pp->stage], sizeof(PpAction) * (size_t)pp->n_actions);
+    free(rows);
+    return changed;
 }
 
 // Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
@@ -177,6 +205,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
         pp->stash_busy[c] = xcalloc(sizeof(int) * (size_t)(pp->n_stash[c] + 1), "stashes");
     }
     pp->slot_chunk = xcalloc(sizeof(int) * ms, "slot shapes");                 // (max slots)
+    pp->pass_s = xcalloc(sizeof(double) * 3 * v, "pass times");               // (v, 3)
+    pp->pass_n = xcalloc(sizeof(int) * 3 * v, "pass times");                  // (v, 3)
     pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
     pp->stash_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "stash map");  // (v, M)
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
@@ -285,6 +315,10 @@ void pp_free(Pipeline *pp) {
         buf_free(pp->grad_recv[c]);
     }
     free(pp->slot_chunk);
+    free(pp->pass_s);
+    free(pp->pass_n);
+    free(pp->all_actions);
+    free(pp->all_n);
     free(pp->acts);
     free(pp->slot_busy);
     free(pp->tokens);

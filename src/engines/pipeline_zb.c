@@ -255,25 +255,19 @@ static void view_of(const Ticks *t, int K, int kind, Ticks *out) {
     }
 }
 
-// handcrafted zb-h1 + the greedy at unit cost, at the costs, and at each view.
-#define CANDIDATES (3 + N_VIEWS)
+// handcrafted zb-h1 + the greedy at unit cost, at the costs, and at each view;
+// pp_zb_rebuild adds the lists in use.
+#define CANDIDATES (4 + N_VIEWS)
 
-double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n) {
-    if (!pp_schedule_splits(sched)) die("pp_zb_build: %s is not a zero-bubble schedule", pp_schedule_name(sched));
+// The candidate lists for costs t (pp_zb_build says which) into row[j*P + s],
+// len[j*P + s] from candidate j = 0 on; returns how many.
+static int candidates(PpSchedule sched, int M, int P, int v, const PpCosts *costs, const Ticks *t, PpAction **row,
+                      int *len) {
     // At most v*P chunk-micro-batches in flight per rank: P whole micro-batches,
     // 1f1b's first stage (zb-h1: P, zb-v: 2P chunks of half a stage each).
-    const int K = P * v, room = PP_MAX_ACTIONS(M, v), limit = v * P;
-    Ticks t, unit;
-    ticks_of(costs, K, &t);
+    const int K = P * v, limit = v * P;
+    Ticks unit;
     ticks_of(NULL, K, &unit);
-    // Candidate lists: cand[j] holds P lists of `room` actions, back to back.
-    PpAction *cand[CANDIDATES];
-    PpAction **row = xmalloc(sizeof(PpAction *) * (size_t)CANDIDATES * P, "zb candidates");  // (CANDIDATES, P)
-    int *len = xmalloc(sizeof(int) * (size_t)CANDIDATES * P, "zb candidates");                // (CANDIDATES, P)
-    for (int j = 0; j < CANDIDATES; j++) {
-        cand[j] = xmalloc(sizeof(PpAction) * (size_t)room * P, "zb candidates");  // (P, room)
-        for (int s = 0; s < P; s++) row[j * P + s] = cand[j] + (size_t)s * room;
-    }
     // Equal costs keep the unit-time lists (the first candidate); other costs add
     // the greedy for them and for their views.
     int nc = 0;
@@ -283,31 +277,114 @@ double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, 
     }
     if (sched == PP_ZB_V || costs) greedy(sched, M, P, v, limit, &unit, row + nc * P, len + nc * P), nc++;
     if (costs) {
-        greedy(sched, M, P, v, limit, &t, row + nc * P, len + nc * P), nc++;
+        greedy(sched, M, P, v, limit, t, row + nc * P, len + nc * P), nc++;
         for (int kind = 0; kind < N_VIEWS; kind++) {
-            if (kind == VIEW_NO_SEND && t.send == 0) continue;
+            if (kind == VIEW_NO_SEND && t->send == 0) continue;
             Ticks view;
-            view_of(&t, K, kind, &view);
+            view_of(t, K, kind, &view);
             greedy(sched, M, P, v, limit, &view, row + nc * P, len + nc * P), nc++;
             free(view.f);
         }
     }
-    int best = 0;
-    double span = replay(sched, M, P, v, &t, row, len);
-    for (int j = 1; j < nc; j++) {
-        double sj = replay(sched, M, P, v, &t, row + j * P, len + j * P);
-        if (sj < span) span = sj, best = j;
+    free(unit.f);
+    return nc;
+}
+
+// Room for CANDIDATES candidates of P lists each: cand (CANDIDATES, P, room) actions,
+// row (CANDIDATES, P) pointers into it, len (CANDIDATES, P).
+typedef struct {
+    PpAction *cand;
+    PpAction **row;
+    int *len;
+} Pool;
+
+static Pool pool_new(int P, int room) {
+    Pool q;
+    q.cand = xmalloc(sizeof(PpAction) * (size_t)CANDIDATES * P * room, "zb candidates");  // (CANDIDATES, P, room)
+    q.row = xmalloc(sizeof(PpAction *) * (size_t)CANDIDATES * P, "zb candidates");        // (CANDIDATES, P)
+    q.len = xmalloc(sizeof(int) * (size_t)CANDIDATES * P, "zb candidates");               // (CANDIDATES, P)
+    for (int j = 0; j < CANDIDATES * P; j++) q.row[j] = q.cand + (size_t)j * room;
+    return q;
+}
+static void pool_free(Pool *q) {
+    free(q->cand);
+    free(q->row);
+    free(q->len);
+}
+
+// Whether candidate lists need no more memory than `cur` on any rank: no more
+// activation slots per chunk or together, no more weight-gradient stashes per chunk.
+static int within(PpAction *const *cand, const int *cn, PpAction *const *cur, const int *n, int P, int v) {
+    int a[2], b[2], ok = 1;
+    for (int s = 0; s < P && ok; s++) {
+        pp_count_slots(cand[s], cn[s], v, a);
+        pp_count_slots(cur[s], n[s], v, b);
+        for (int c = 0; c < v; c++) ok &= a[c] <= b[c];
+        pp_count_stash(cand[s], cn[s], v, a);
+        pp_count_stash(cur[s], n[s], v, b);
+        for (int c = 0; c < v; c++) ok &= a[c] <= b[c];
+        ok &= pp_count_joint_slots(cand[s], cn[s]) <= pp_count_joint_slots(cur[s], n[s]);
+    }
+    return ok;
+}
+
+// The shortest of candidates 0..nc-1 under t (ties: the lower index) that, when
+// `cap` is given, fits within cap's memory; copied into lists/n. Returns its step.
+static double keep_best(PpSchedule sched, int M, int P, int v, const Ticks *t, const Pool *q, int nc,
+                        PpAction *const *cap, const int *cap_n, PpAction **lists, int *n) {
+    int best = -1;
+    double span = 0.0;
+    for (int j = 0; j < nc; j++) {
+        if (cap && !within(q->row + j * P, q->len + j * P, cap, cap_n, P, v)) continue;
+        double sj = replay(sched, M, P, v, t, q->row + j * P, q->len + j * P);
+        if (best < 0 || sj < span) span = sj, best = j;
     }
     for (int s = 0; s < P; s++) {
-        n[s] = len[best * P + s];
-        memcpy(lists[s], row[best * P + s], sizeof(PpAction) * (size_t)n[s]);
+        n[s] = q->len[best * P + s];
+        memcpy(lists[s], q->row[best * P + s], sizeof(PpAction) * (size_t)n[s]);
     }
-    for (int j = 0; j < CANDIDATES; j++) free(cand[j]);
-    free(row);
-    free(len);
-    free(t.f);
-    free(unit.f);
     return span;
+}
+
+double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n) {
+    if (!pp_schedule_splits(sched)) die("pp_zb_build: %s is not a zero-bubble schedule", pp_schedule_name(sched));
+    Ticks t;
+    ticks_of(costs, P * v, &t);
+    Pool q = pool_new(P, PP_MAX_ACTIONS(M, v));
+    const int nc = candidates(sched, M, P, v, costs, &t, q.row, q.len);
+    const double span = keep_best(sched, M, P, v, &t, &q, nc, NULL, NULL, lists, n);
+    pool_free(&q);
+    free(t.f);
+    return span;
+}
+
+int pp_zb_rebuild(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n) {
+    Ticks t;
+    ticks_of(costs, P * v, &t);
+    Pool q = pool_new(P, PP_MAX_ACTIONS(M, v));
+    for (int s = 0; s < P; s++) {  // candidate 0: the lists in use (always fits, wins ties)
+        q.len[s] = n[s];
+        memcpy(q.row[s], lists[s], sizeof(PpAction) * (size_t)n[s]);
+    }
+    const int nc = 1 + candidates(sched, M, P, v, costs, &t, q.row + P, q.len + P);
+    PpAction **cur = xmalloc(sizeof(PpAction *) * (size_t)P, "zb rebuild");  // (P) the lists in use, kept aside
+    int *cur_n = xmalloc(sizeof(int) * (size_t)P, "zb rebuild");              // (P)
+    for (int s = 0; s < P; s++) {
+        cur[s] = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "zb rebuild");
+        cur_n[s] = n[s];
+        memcpy(cur[s], lists[s], sizeof(PpAction) * (size_t)n[s]);
+    }
+    keep_best(sched, M, P, v, &t, &q, nc, cur, cur_n, lists, n);
+    int changed = 0;
+    for (int s = 0; s < P; s++) {
+        changed |= n[s] != cur_n[s] || memcmp(lists[s], cur[s], sizeof(PpAction) * (size_t)n[s]);
+        free(cur[s]);
+    }
+    free(cur);
+    free(cur_n);
+    pool_free(&q);
+    free(t.f);
+    return changed;
 }
 
 // ------------------------------------------------------------------- costs
@@ -329,7 +406,7 @@ void pp_flop_costs(const PpShape *sh, int K, const int *layers, double *f, doubl
 int pp_costs_of_spec(const char *spec, const PpShape *sh, int K, const int *layers, double *f, double *i,
                      double *w) {
     if (!strcmp(spec, "unit")) return 0;
-    if (!strcmp(spec, "flops")) {
+    if (!strcmp(spec, "flops") || !strcmp(spec, "measure")) {
         pp_flop_costs(sh, K, layers, f, i, w);
         return 1;
     }

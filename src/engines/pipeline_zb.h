@@ -35,6 +35,14 @@
 // whatever the real times. Returns the kept lists' replayed step in ticks.
 double pp_zb_build(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n);
 
+// lists[P], n[P] in: every rank's lists in use; out: the shortest under `costs`
+// among them and pp_zb_build's candidates for `costs` that need no more memory on
+// any rank (activation slots per chunk and together, weight-gradient stashes per
+// chunk) than the lists in use, which win ties. Returns 1 when the lists changed.
+// What parallel.pp_costs = "measure" runs once the passes are timed: the memory
+// was planned for the lists in use and stays as it is.
+int pp_zb_rebuild(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n);
+
 // Step of lists[P] (n[P] long) replayed with `costs` (NULL: unit) on dedicated
 // ranks, in ticks (the costs rounded as above); dies when the lists deadlock.
 // busiest (or NULL): the largest rank's pass time in ticks (the step without a bubble).
@@ -56,8 +64,9 @@ typedef struct {
 void pp_flop_costs(const PpShape *sh, int K, const int *layers, double *f, double *i, double *w);
 
 // The costs `spec` (parallel.pp_costs, validated by config_validate) asks for:
-// "unit" -> 0 (use NULL), "flops" -> pp_flop_costs, else K triples "f:i:w" in any
-// one unit (e.g. measured milliseconds) -> f, i, w (K each); returns 1 then.
+// "unit" -> 0 (use NULL), "flops" or "measure" (its first lists) -> pp_flop_costs,
+// else K triples "f:i:w" in any one unit (e.g. measured milliseconds) -> f, i, w
+// (K each); returns 1 then.
 int pp_costs_of_spec(const char *spec, const PpShape *sh, int K, const int *layers, double *f, double *i,
                      double *w);
 

@@ -90,6 +90,47 @@ static void test_random_costs(void) {
           "under the same costs, faster in %d of %d cases", faster, cases);
 }
 
+// pp_costs = "measure": lists rebuilt for measured costs within the memory of
+// the lists in use: well formed, no more slots (per chunk, together) or stashes
+// on any rank, never slower than the lists in use under the costs; some change.
+static void test_rebuild(void) {
+    int form_ok = 1, mem_ok = 1, better_ok = 1, changed = 0, cases = 0;
+    for (int trial = 0; trial < 60; trial++)
+        for (int sc = 0; sc < 2; sc++) {
+            const PpSchedule sched = sc ? PP_ZB_V : PP_ZB_H1;
+            const int v = sc ? 2 : 1, P = 2 + trial % 4, M = P + (trial * 5) % 13, K = P * v;
+            double f[2 * MAXP], i[2 * MAXP], w[2 * MAXP];
+            for (int k = 0; k < K; k++) {
+                const double stage = uniform(1.0, 2.0);
+                f[k] = stage, i[k] = stage * uniform(0.8, 1.4), w[k] = stage * uniform(0.5, 1.2);
+            }
+            const PpCosts c = {f, i, w, 0.0};
+            static Lists cur, now;
+            build(&cur, sched, P, M, trial % 2 ? NULL : &c);  // the lists in use: unit-time or for these costs
+            build(&now, sched, P, M, trial % 2 ? NULL : &c);
+            const int ch = pp_zb_rebuild(sched, M, P, v, &c, now.l, now.n);
+            int peak;
+            form_ok &= well_formed(&now, sched, P, M, &peak);
+            for (int r = 0; r < P; r++) {
+                int a[2], b[2];
+                pp_count_slots(now.l[r], now.n[r], v, a);
+                pp_count_slots(cur.l[r], cur.n[r], v, b);
+                for (int q = 0; q < v; q++) mem_ok &= a[q] <= b[q];
+                pp_count_stash(now.l[r], now.n[r], v, a);
+                pp_count_stash(cur.l[r], cur.n[r], v, b);
+                for (int q = 0; q < v; q++) mem_ok &= a[q] <= b[q];
+                mem_ok &= pp_count_joint_slots(now.l[r], now.n[r]) <= pp_count_joint_slots(cur.l[r], cur.n[r]);
+            }
+            better_ok &= pp_zb_replay(sched, M, P, v, &c, now.l, now.n, NULL) <=
+                         pp_zb_replay(sched, M, P, v, &c, cur.l, cur.n, NULL);
+            changed += ch;
+            cases++;
+        }
+    CHECK(form_ok && mem_ok && better_ok && changed > 0,
+          "rebuild for measured costs, %d cases: well formed, no more slots or stashes on any rank than the lists "
+          "in use, never slower under the costs; %d rebuilt", cases, changed);
+}
+
 // The bench's stages (bench/results/pp_bubble.md: F, I, W of about 18, 20, 16 ms
 // per chunk, a message ~1 ms): zb-v's replayed bubble roughly halves at M = 8.
 static void test_measured_costs(void) {
@@ -160,6 +201,7 @@ static void test_flop_costs(void) {
 int main(void) {
     test_random_costs();
     test_measured_costs();
+    test_rebuild();
     test_deterministic();
     test_flop_costs();
     return check_summary();
