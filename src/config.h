@@ -163,6 +163,7 @@ typedef struct {
     PpSchedule pp_schedule;  // pipeline schedule
     int pp_virtual;      // model chunks per pipeline rank (interleaved schedule)
     char pp_layers[CFG_PATH_MAX];    // "" (balanced) or layers per (virtual) stage, "3,3,2"
+    char pp_costs[CFG_PATH_MAX];     // zero-bubble lists' per-pass costs: "flops", "unit" or "f:i:w,..." per stage
     bool auto_layout;    // parallel.auto: the planner picks dp/tp/pp/cp/zero/... for the world size
     double memory_gb;    // per-rank memory budget of the planner (0 = this machine's RAM / ranks)
     char profile[CFG_PATH_MAX];  // "" or a hardware profile JSON from `femtotron bench`

@@ -176,6 +176,11 @@ const KeyDef CFG_KEYS[] = {
     KEY(parallel, pp_virtual, KT_INT, "1", "model chunks per pipeline rank (interleaved schedule; 1 otherwise)"),
     KEY(parallel, pp_layers, KT_STRING, "",
         "layers per (virtual) pipeline stage, e.g. \"3,3,2\" (\"\" = balance estimated cost)"),
+    KEY(parallel, pp_costs, KT_STRING, "flops",
+        "per-pass costs the zero-bubble schedules (zb-h1, zb-v) build their lists for: \"flops\" (predicted "
+        "from the model), \"unit\" (equal F, I, W), \"measure\" (flops, then rebuilt within the planned memory "
+        "for the passes timed in the run's second step, agreed over all ranks) or F:I:W per (virtual) stage, "
+        "e.g. measured ms \"18:20:16,19:21:16\""),
     {"parallel", "auto", KT_BOOL, offsetof(Config, parallel.auto_layout), "false", NULL,
      "let the planner choose dp, tp, pp, cp, zero, micro-batch, schedule and recompute for the "
      "world size (explicit layout keys are replaced; the choice is printed)", NULL},

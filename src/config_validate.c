@@ -208,6 +208,40 @@ static void validate_moe(const Config *c) {
             pp_schedule_name(p->pp_schedule), m->num_local_experts);
 }
 
+// parallel.pp_costs: "flops", "unit", or one "F:I:W" triple of positive numbers
+// per virtual stage (engines/pipeline_zb.h: pp_costs_of_spec reads it).
+static void validate_pp_costs(const ParallelConfig *p, int chunks) {
+    const char *spec = p->pp_costs;
+    if (!strcmp(spec, "flops") || !strcmp(spec, "unit")) return;
+    if (!strcmp(spec, "measure")) {
+        if (p->pp_schedule != PP_ZB_H1 && p->pp_schedule != PP_ZB_V)
+            die("parallel.pp_costs = \"measure\" times the passes to rebuild the zero-bubble schedules' lists "
+                "(zb-h1, zb-v), not parallel.pp_schedule \"%s\"", pp_schedule_name(p->pp_schedule));
+        return;
+    }
+    if (p->pp_schedule != PP_ZB_H1 && p->pp_schedule != PP_ZB_V)
+        die("parallel.pp_costs = \"%s\": per-stage costs shape only the zero-bubble schedules (zb-h1, zb-v), "
+            "not parallel.pp_schedule \"%s\"", spec, pp_schedule_name(p->pp_schedule));
+    int n = 0;
+    for (const char *q = spec; *q; n++) {
+        for (int j = 0; j < 3; j++) {
+            char *end;
+            double x = strtod(q, &end);
+            if (end == q || !(x > 0.0) || x > 1e300)
+                die("parallel.pp_costs = \"%s\": stage %d: expected three positive numbers F:I:W (forward, "
+                    "input-gradient and weight-gradient costs), or \"flops\", \"unit\" or \"measure\"", spec, n);
+            if (j < 2 && *end != ':')
+                die("parallel.pp_costs = \"%s\": stage %d: expected F:I:W separated by ':'", spec, n);
+            if (j == 2 && *end && *end != ',')
+                die("parallel.pp_costs = \"%s\": unexpected '%c' after stage %d's costs", spec, *end, n);
+            q = *end ? end + 1 : end;
+        }
+    }
+    if (n != chunks)
+        die("parallel.pp_costs = \"%s\" gives costs of %d stages; expected %d (parallel.pp * parallel.pp_virtual)",
+            spec, n, chunks);
+}
+
 static void validate_pipeline(const Config *c) {
     const ParallelConfig *p = &c->parallel;
     int chunks = p->pp * p->pp_virtual, L = c->model.num_hidden_layers;
@@ -218,6 +252,7 @@ static void validate_pipeline(const Config *c) {
         die("parallel.pp_schedule \"interleaved\" needs the micro-batches per step "
             "(training.grad_acc_steps = %d) to be a multiple of parallel.pp = %d",
             c->training.grad_acc_steps, p->pp);
+    validate_pp_costs(p, chunks);
     if (!p->pp_layers[0]) return;
     int n = 0, sum = 0;
     for (const char *q = p->pp_layers; *q;) {

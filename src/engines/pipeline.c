@@ -6,15 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines/pipeline_zb.h"
 #include "model/activation_plan.h"
 #include "ops/ops.h"
 #include "util.h"
 
 // ------------------------------------------------------------------- split
 
-static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
+// layers(K): filled with the layers of each virtual stage.
+static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg, int *layers) {
     const int K = pp->n_virtual;
-    int *layers = xmalloc(sizeof(int) * (size_t)K, "split");  // (K) layers per virtual stage
     if (cfg->parallel.pp_layers[0])
         pp_parse_layers(cfg->parallel.pp_layers, K, layers);
     else
@@ -26,16 +27,75 @@ static void split_model(Pipeline *pp, const LlamaModel *m, const Config *cfg) {
         l += layers[k];
         pp->virt_units[k].u1 = k == K - 1 ? m->L + 1 : l;  // unit of the stage's last layer
     }
-    free(layers);
 }
 
 int pp_virtual_stage(const Pipeline *pp, int c) { return pp_virtual_of(pp->sched, pp->pp, pp->stage, c); }
 
 // ---------------------------------------------------------------- schedule
 
-static void build_schedule(Pipeline *pp, PpSchedule sched) {
-    pp->actions = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(pp->micros, pp->v), "schedule");
-    pp->n_actions = pp_schedule_actions(sched, pp->micros, pp->pp, pp->stage, pp->v, pp->actions);
+// The zero-bubble lists are built for parallel.pp_costs (engines/pipeline_zb.h):
+// numbers every rank reads from the same config (or computes from the same model),
+// so every rank builds the same lists.
+static void build_schedule(Pipeline *pp, const LlamaModel *m, const Config *cfg, const int *layers) {
+    const int K = pp->n_virtual;
+    double *f = xmalloc(sizeof(double) * 3 * (size_t)K, "schedule costs");  // (3, K): F, I, W per virtual stage
+    const PpShape sh = {m->D, m->H, m->KV, m->hd, 3, m->F, cfg->training.seq_length, m->V};
+    PpCosts costs = {f, f + K, f + 2 * K, 0.0};
+    const int given = pp_costs_of_spec(cfg->parallel.pp_costs, &sh, K, layers, f, f + K, f + 2 * K);
+    const int P = pp->pp, M = pp->micros, room = PP_MAX_ACTIONS(M, pp->v);
+    pp->actions = xmalloc(sizeof(PpAction) * (size_t)room, "schedule");
+    if (!pp_schedule_splits(pp->sched)) {
+        pp->n_actions = pp_schedule_actions(pp->sched, M, P, pp->stage, pp->v, NULL, pp->actions);
+        free(f);
+        return;
+    }
+    // Every rank's lists, kept and unit-time, both replayed with the costs: the
+    // bubbles the start-up line reports (train_cmd.c); this rank keeps its row.
+    PpAction *all = xmalloc(sizeof(PpAction) * 2 * (size_t)room * P, "schedule");  // (2, P, room)
+    PpAction **rows = xmalloc(sizeof(PpAction *) * 2 * (size_t)P, "schedule");    // (2, P)
+    int *n = xmalloc(sizeof(int) * 2 * (size_t)P, "schedule");                     // (2, P)
+    for (int r = 0; r < 2 * P; r++) rows[r] = all + (size_t)r * room;
+    pp_schedule_all(pp->sched, M, P, pp->v, given ? &costs : NULL, rows, n);
+    pp_schedule_all(pp->sched, M, P, pp->v, NULL, rows + P, n + P);
+    double work;
+    const double kept = pp_zb_replay(pp->sched, M, P, pp->v, given ? &costs : NULL, rows, n, &work);
+    const double unit = pp_zb_replay(pp->sched, M, P, pp->v, given ? &costs : NULL, rows + P, n + P, NULL);
+    pp->zb_bubble = kept / work - 1.0;
+    pp->zb_unit_bubble = unit / work - 1.0;
+    pp->n_actions = n[pp->stage];
+    memcpy(pp->actions, rows[pp->stage], sizeof(PpAction) * (size_t)pp->n_actions);
+    // Every rank's kept lists stay (pp_adopt_measured_costs rebuilds them
+    // together): the first P rows of `all` and entries of n.
+    pp->all_actions = all;
+    pp->all_n = n;
+    free(rows);
+    free(f);
+}
+
+int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_before, double *bubble_after) {
+    const int P = pp->pp, v = pp->v, K = P * v, M = pp->micros, room = PP_MAX_ACTIONS(M, v);
+    // This rank's mean passes at its virtual stages, 0 elsewhere; the max over the
+    // world gives every rank the same (K, 3) costs (the slowest replica of a stage).
+    for (int i = 0; i < 3 * K; i++) costs_ms[i] = 0.0;
+    for (int c = 0; c < v; c++)
+        for (int op = 0; op < 3; op++) {
+            const int i = c * 3 + op;
+            costs_ms[op * K + pp_virtual_stage(pp, c)] = pp->pass_n[i] ? 1e3 * pp->pass_s[i] / pp->pass_n[i] : 0.0;
+        }
+    group_allreduce_max_f64(GROUP_WORLD, costs_ms, (size_t)3 * K);
+    for (int i = 0; i < 3 * K; i++)
+        if (!(costs_ms[i] > 0.0)) die("parallel.pp_costs = \"measure\": a pass was not timed (a schedule bug)");
+    const PpCosts costs = {costs_ms, costs_ms + K, costs_ms + 2 * K, 0.0};
+    PpAction **rows = xmalloc(sizeof(PpAction *) * (size_t)P, "schedule");  // (P)
+    for (int r = 0; r < P; r++) rows[r] = pp->all_actions + (size_t)r * room;
+    double work;
+    *bubble_before = pp_zb_replay(pp->sched, M, P, v, &costs, rows, pp->all_n, &work) / work - 1.0;
+    const int changed = pp_zb_rebuild(pp->sched, M, P, v, &costs, rows, pp->all_n);
+    *bubble_after = pp_zb_replay(pp->sched, M, P, v, &costs, rows, pp->all_n, &work) / work - 1.0;
+    pp->n_actions = pp->all_n[pp->stage];
+    memcpy(pp->actions, rows[pp->stage], sizeof(PpAction) * (size_t)pp->n_actions);
+    free(rows);
+    return changed;
 }
 
 // Micro-batches of each chunk in flight at once (forwarded, not yet backwarded):
@@ -108,7 +168,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     pp->B = tc->micro_batch_size;
     pp->S = tc->seq_length / cfg->parallel.cp;  // this rank's tokens of each sequence
     pp->rows = llama_rows(m, pp->B * pp->S);
-    split_model(pp, m, cfg);
+    int *layers = xmalloc(sizeof(int) * (size_t)pp->n_virtual, "split");  // (K) layers per virtual stage
+    split_model(pp, m, cfg, layers);
     pp->held = xcalloc(sizeof(int) * (size_t)m->n_units, "held units");
     for (int c = 0; c < pp->v; c++) {
         StageUnits su = pp->virt_units[pp_virtual_stage(pp, c)];
@@ -118,7 +179,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
     // embedding, as a copy (held 2) kept equal to the first stage's by summing the
     // two gradients over the embedding group (engines/data_parallel.h).
     if (m->cfg.tie_word_embeddings && pp->held[m->L + 1] && !pp->held[0]) pp->held[0] = 2;
-    build_schedule(pp, cfg->parallel.pp_schedule);
+    build_schedule(pp, m, cfg, layers);
+    free(layers);
     count_slots(pp);
     choose_pool(pp, m);
     // Bookkeeping: per-chunk tables and the request lists (small, xmalloc).
@@ -143,6 +205,8 @@ static void plan_stage(Pipeline *pp, const LlamaModel *m, const Config *cfg, int
         pp->stash_busy[c] = xcalloc(sizeof(int) * (size_t)(pp->n_stash[c] + 1), "stashes");
     }
     pp->slot_chunk = xcalloc(sizeof(int) * ms, "slot shapes");                 // (max slots)
+    pp->pass_s = xcalloc(sizeof(double) * 3 * v, "pass times");               // (v, 3)
+    pp->pass_n = xcalloc(sizeof(int) * 3 * v, "pass times");                  // (v, 3)
     pp->slot_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "slot map");  // (v, M)
     pp->stash_of = xmalloc(sizeof(int) * v * (size_t)pp->micros, "stash map");  // (v, M)
     pp->act_send = xmalloc(sizeof(CommRequest) * v * ms, "requests");         // (v, max slots)
@@ -251,6 +315,10 @@ void pp_free(Pipeline *pp) {
         buf_free(pp->grad_recv[c]);
     }
     free(pp->slot_chunk);
+    free(pp->pass_s);
+    free(pp->pass_n);
+    free(pp->all_actions);
+    free(pp->all_n);
     free(pp->acts);
     free(pp->slot_busy);
     free(pp->tokens);

@@ -32,6 +32,13 @@ typedef struct {
     int rows;                     // Nr: rows of the residual stream held here (llama_rows of B*S)
     int n_actions;
     PpAction *actions;            // (n_actions) this rank's step
+    // Zero-bubble schedules: the bubble (idle / busiest rank's pass time) of the
+    // lists kept and of the unit-time lists, both replayed with parallel.pp_costs.
+    double zb_bubble, zb_unit_bubble;
+    PpAction *all_actions;        // (2, pp, 3*M*v): [0] every rank's list (zero-bubble schedules; rebuilt together)
+    int *all_n;                   // (2, pp): [0] their lengths
+    double *pass_s;               // (v, 3) seconds of this rank's F, I (or B), W passes per chunk in the last step
+    int *pass_n;                  // (v, 3) how many
     // Activation slots: chunk c has n_slots[c] micro-batches in flight at most. With
     // several chunks per rank the chunks may instead share one pool of as many slots
     // as they hold at once together (pooled; pp_init takes it when it costs fewer
@@ -92,6 +99,15 @@ typedef struct {
     // Trace hook: an event [t0, t1) named `what` for (chunk, micro); may be NULL.
     void (*trace)(void *ctx, const char *what, int chunk, int micro, double t0, double t1);
 } PpCallbacks;
+
+// parallel.pp_costs = "measure", after a training step, on every rank at once
+// (collective over the world): each virtual stage's mean F, I, W of that step,
+// the largest over the ranks holding it (every rank then has the same numbers),
+// and the zero-bubble lists rebuilt for them within the planned memory
+// (engines/pipeline_zb.h: pp_zb_rebuild). costs_ms (3 * pp * v: F of every
+// virtual stage, then I, then W) receives the agreed costs; returns 1 when the
+// lists changed, and the replayed bubbles under those costs before and after.
+int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_before, double *bubble_after);
 
 // Run one step's actions (forwards, backwards, split backwards' halves); returns the sum of the cross-entropy over
 // this rank's last-stage micro-batches (0 elsewhere).

@@ -66,6 +66,14 @@ static void trace(const Exec *x, const char *what, int c, int micro, double t0) 
     if (x->cb->trace) x->cb->trace(x->cb->ctx, what, c, micro, t0, now_seconds());
 }
 
+// A training pass of chunk c ended: its time goes to the step's pass timers
+// (op 0 F, 1 I or B, 2 W; parallel.pp_costs = "measure" reads them), then the trace.
+static void pass_done(const Exec *x, const char *what, int op, int c, int micro, double t0) {
+    x->pp->pass_s[c * 3 + op] += now_seconds() - t0;
+    x->pp->pass_n[c * 3 + op]++;
+    trace(x, what, c, micro, t0);
+}
+
 // Make sure the message an action waits for has a receive posted (and, for a
 // forward, that the micro-batch has an activation slot). Looking ahead, a forward
 // whose slot is still in use by the current action is left for its own turn.
@@ -124,7 +132,10 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     t0 = now_seconds();
     double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads);
     if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
-    trace(x, want_grads ? "forward" : "validation", c, micro, t0);
+    if (want_grads)
+        pass_done(x, "forward", 0, c, micro, t0);
+    else
+        trace(x, "validation", c, micro, t0);
     if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0) {
         pp->act_send[slot_index(pp, c, slot)] = group_isend_f32(
             GROUP_PP, llama_stage_output(x->m, a), x->nd, rank_of_virtual(pp, vs + 1), 2 * vs);
@@ -180,10 +191,10 @@ static void run_backward(Exec *x, const PpAction *act) {
     const float *dx_in;
     if (act->op == PP_OP_I) {
         dx_in = llama_stage_backward_input(x->m, x->pa, a, dx_out, take_stash(pp, c, act->micro));
-        trace(x, "backward-input", c, act->micro, t0);
+        pass_done(x, "backward-input", 1, c, act->micro, t0);
     } else {
         dx_in = llama_stage_backward(x->m, x->pa, a, pp->tokens[c] + (size_t)slot * bs, dx_out);
-        trace(x, "backward", c, act->micro, t0);
+        pass_done(x, "backward", 1, c, act->micro, t0);
     }
     const int prev = vs > 0 ? local_chunk(pp, vs - 1) : -1;
     if (prev >= 0) {  // the previous virtual stage is here: where its receive would land
@@ -213,7 +224,7 @@ static void run_weight(Exec *x, const PpAction *act) {
     double t0 = now_seconds();
     llama_stage_backward_weight(x->m, x->pa, &pp->acts[c][slot], pp->tokens[c] + (size_t)slot * bs,
                                 &pp->stash[c][*stash_p]);
-    trace(x, "backward-weight", c, act->micro, t0);
+    pass_done(x, "backward-weight", 2, c, act->micro, t0);
     pp->stash_busy[c][*stash_p] = 0;
     *stash_p = -1;
     free_slot(pp, c, act->micro);
@@ -244,6 +255,7 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
                    float grad_scale) {
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
+    for (int i = 0; i < 3 * pp->v; i++) pp->pass_s[i] = 0.0, pp->pass_n[i] = 0;
     double loss = 0.0;
     pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include "engines/pipeline_zb.h"
 #include "util.h"
 
 // ------------------------------------------------------------------ split
@@ -75,7 +76,8 @@ static void push(ActionList *l, PpOp op, int chunk, int micro) {
 // (the later ranks no longer make the earlier ones wait a W each), and the owed W
 // passes run where 1f1b's last ranks sat idle in the cool-down. In flight on rank
 // s: P - s - 1 + 1 forwards before the first I, plus s whose W is owed: P.
-static void zb_h1(ActionList *l, int M, int P, int s) {
+int pp_zb_h1_handcrafted(int M, int P, int s, PpAction *out) {
+    ActionList list = {out, 0}, *l = &list;
     const int warm = P - s - 1 < M ? P - s - 1 : M;
     int w = 0;  // next micro-batch whose W is owed
     for (int i = 0; i < warm; i++) push(l, PP_OP_F, 0, i);
@@ -85,6 +87,7 @@ static void zb_h1(ActionList *l, int M, int P, int s) {
         if (i >= s) push(l, PP_OP_W, 0, w++);
     }
     while (w < M) push(l, PP_OP_W, 0, w++);
+    return l->n;
 }
 
 int pp_schedule_splits(PpSchedule sched) { return sched == PP_ZB_H1 || sched == PP_ZB_V; }
@@ -102,98 +105,29 @@ int pp_chunk_of_virtual(PpSchedule sched, int P, int k) {
     return k / P;
 }
 
-// ZB-V (Qi et al. 2023): every rank's list from one greedy replay of all P ranks
-// in unit time (F, I and W of a chunk 1 each), so that every rank derives the same
-// lists. Events are taken in order of start time (ties: the lower rank); a rank,
-// when it can start something, takes by priority an I whose output gradient has
-// arrived (chunk 1 first: it is the one nearer the loss), else a forward whose
-// input has arrived while it holds fewer than 2P chunk-micro-batches (chunk 1
-// first), else its oldest owed W. An action waits only for what the executor's
-// messages make it wait for, so the lists run without deadlock whatever the real
-// times; each chunk's forwards, I and W run in micro-batch order (the message
-// order, and 1f1b's order of gradient accumulation).
-typedef struct {
-    double free;          // when the rank is next idle
-    int next_f[2], next_i[2];
-    int live;             // chunk-micro-batches forwarded, W not yet run
-    int *wq, wq_head, wq_tail;  // (2M) owed W passes, as c * M + m, oldest first
-} VRank;
-
-static void zb_v(ActionList *l, int M, int P, int s) {
-    const int K = 2 * P, limit = 2 * P;
-    double *done_f = xmalloc(sizeof(double) * (size_t)K * M, "zb-v replay");  // (K, M) end times, -1 before
-    double *done_b = xmalloc(sizeof(double) * (size_t)K * M, "zb-v replay");  // (K, M) end of B/I
-    VRank *rk = xcalloc(sizeof(VRank) * (size_t)P, "zb-v replay");            // (P)
-    for (size_t i = 0; i < (size_t)K * M; i++) done_f[i] = done_b[i] = -1.0;
-    for (int r = 0; r < P; r++) rk[r].wq = xmalloc(sizeof(int) * (size_t)(2 * M), "zb-v replay");
-#define DF(k, m) done_f[(size_t)(k) * M + (m)]
-#define DB(k, m) done_b[(size_t)(k) * M + (m)]
-    for (int left = 6 * M * P; left > 0; left--) {
-        int best_r = -1, best_op = 0, best_c = 0;
-        double best_t = 0.0;
-        for (int r = 0; r < P; r++) {
-            VRank *q = &rk[r];
-            // Candidates (start time, op, chunk) in priority order: I, F, W.
-            double t[5];
-            int op[5], ch[5], n = 0;
-            for (int c = 1; c >= 0; c--) {
-                int k = pp_virtual_of(PP_ZB_V, P, r, c), m = q->next_i[c];
-                if (m >= M || DF(k, m) < 0) continue;
-                double in = k == K - 1 ? DF(k, m) : DB(k + 1, m);
-                if (in < 0) continue;
-                t[n] = in > q->free ? in : q->free, op[n] = PP_OP_I, ch[n++] = c;
-            }
-            for (int c = 1; c >= 0; c--) {
-                int k = pp_virtual_of(PP_ZB_V, P, r, c), m = q->next_f[c];
-                if (m >= M || q->live >= limit) continue;
-                double in = k == 0 ? 0.0 : DF(k - 1, m);
-                if (in < 0) continue;
-                t[n] = in > q->free ? in : q->free, op[n] = PP_OP_F, ch[n++] = c;
-            }
-            if (q->wq_head < q->wq_tail) t[n] = q->free, op[n] = PP_OP_W, ch[n++] = q->wq[q->wq_head] / M;
-            // What this rank starts next: the first candidate that can start at once,
-            // else the earliest.
-            int pick = -1;
-            for (int i = 0; i < n && pick < 0; i++)
-                if (t[i] <= q->free) pick = i;
-            if (pick < 0 && n > 0) {
-                pick = 0;
-                for (int i = 1; i < n; i++)
-                    if (t[i] < t[pick]) pick = i;
-            }
-            if (pick >= 0 && (best_r < 0 || t[pick] < best_t))
-                best_r = r, best_t = t[pick], best_op = op[pick], best_c = ch[pick];
-        }
-        if (best_r < 0) die("zb-v schedule: the replay stalled (P %d, M %d): a schedule bug", P, M);
-        VRank *q = &rk[best_r];
-        const int k = pp_virtual_of(PP_ZB_V, P, best_r, best_c);
-        int m;
-        if (best_op == PP_OP_F) {
-            m = q->next_f[best_c]++;
-            DF(k, m) = best_t + 1.0;
-            q->live++;
-        } else if (best_op == PP_OP_I) {
-            m = q->next_i[best_c]++;
-            DB(k, m) = best_t + 1.0;
-            q->wq[q->wq_tail++] = best_c * M + m;
-        } else {
-            m = q->wq[q->wq_head++] % M;
-            q->live--;
-        }
-        q->free = best_t + 1.0;
-        if (best_r == s) push(l, (PpOp)best_op, best_c, m);
+void pp_schedule_all(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n) {
+    if (pp_schedule_splits(sched)) {
+        pp_zb_build(sched, M, P, v, costs, lists, n);
+        return;
     }
-#undef DF
-#undef DB
-    for (int r = 0; r < P; r++) free(rk[r].wq);
-    free(rk);
-    free(done_f);
-    free(done_b);
+    for (int s = 0; s < P; s++) n[s] = pp_schedule_actions(sched, M, P, s, v, costs, lists[s]);
 }
 
-int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *out) {
+int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, const PpCosts *costs, PpAction *out) {
     ActionList l = {out, 0};
-    if (sched == PP_AFAB) {
+    if (pp_schedule_splits(sched)) {
+        // The zero-bubble lists of all ranks come from one build (pipeline_zb.h).
+        PpAction **lists = xmalloc(sizeof(PpAction *) * (size_t)P, "schedule");  // (P)
+        int *n = xmalloc(sizeof(int) * (size_t)P, "schedule");                    // (P)
+        for (int r = 0; r < P; r++)
+            lists[r] = r == s ? out : xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "schedule");
+        pp_zb_build(sched, M, P, v, costs, lists, n);
+        for (int r = 0; r < P; r++)
+            if (r != s) free(lists[r]);
+        l.n = n[s];
+        free(lists);
+        free(n);
+    } else if (sched == PP_AFAB) {
         for (int i = 0; i < M; i++) push(&l, PP_OP_F, 0, i);
         for (int i = 0; i < M; i++) push(&l, PP_OP_B, 0, i);
     } else if (sched == PP_1F1B) {
@@ -204,10 +138,6 @@ int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *
             push(&l, PP_OP_B, 0, i);
         }
         for (int i = M - warm; i < M; i++) push(&l, PP_OP_B, 0, i);
-    } else if (sched == PP_ZB_H1) {
-        zb_h1(&l, M, P, s);
-    } else if (sched == PP_ZB_V) {
-        zb_v(&l, M, P, s);
     } else {  // interleaved (Narayanan et al. 2021, as scheduled by Megatron-LM)
         const int total = M * v, group = P * v;
         int warm = M == P ? total : (P - s - 1) * 2 + (v - 1) * P;

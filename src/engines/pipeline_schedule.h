@@ -28,11 +28,13 @@
 //               times TF, TB, TW per stage the bubble is (P-1)(TF + TB - TW)
 //               against 1f1b's (P-1)(TF + TB + TW): a third of it when equal.
 //   zb-v        two chunks per rank in a V (above), backwards split into I and W,
-//               the list of every rank made by a greedy replay in unit time
-//               (Qi et al. 2023, ZB-V): each rank runs, as soon as it can, an I
-//               if one is ready, else a forward if it holds fewer than 2P
-//               chunk-micro-batches (1f1b's first stage: P whole micro-batches),
-//               else an owed W. The bubble is near zero (a few chunk passes).
+//               the list of every rank made by a greedy replay (Qi et al. 2023,
+//               ZB-V): each rank runs, as soon as it can, an I if one is ready,
+//               else a forward if it holds fewer than 2P chunk-micro-batches
+//               (1f1b's first stage: P whole micro-batches), else an owed W. The
+//               bubble is near zero (a few chunk passes).
+// The zero-bubble lists are built for per-pass costs (PpCosts below; equal costs
+// when none are given): engines/pipeline_zb.h says how.
 #ifndef FEMTOTRON_PIPELINE_SCHEDULE_H
 #define FEMTOTRON_PIPELINE_SCHEDULE_H
 
@@ -51,6 +53,18 @@ typedef struct {
     int micro;    // micro-batch index in the step
 } PpAction;
 
+// Per-pass costs of each virtual stage k (K = P * v entries each, in any one unit:
+// seconds, FLOPs, ticks), what the zero-bubble builders schedule with: f[k] a
+// micro-batch's forward, i[k] its input-gradient half I (the whole backward less
+// w[k]), w[k] its weight-gradient half W; send the time of one message between
+// neighbouring stages on different ranks. Every rank must pass the same numbers
+// (the config's or the planner's, never a rank-local timing): every rank builds
+// every rank's list and keeps its own.
+typedef struct {
+    const double *f, *i, *w;  // (K) each
+    double send;
+} PpCosts;
+
 // Room an action list needs: 3 actions per (chunk, micro-batch) at most.
 #define PP_MAX_ACTIONS(M, v) (3 * (M) * (v))
 
@@ -66,7 +80,13 @@ void pp_balanced_split(int L, double layer, int D, int V, int K, int *layers);
 void pp_parse_layers(const char *spec, int K, int *layers);
 // The action list of pipeline rank s (of P, v chunks each) for M micro-batches
 // under `sched`, written to out (room for PP_MAX_ACTIONS(M, v)); returns its length.
-int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, PpAction *out);
+// costs (or NULL: equal) shape the zero-bubble lists only.
+int pp_schedule_actions(PpSchedule sched, int M, int P, int s, int v, const PpCosts *costs, PpAction *out);
+// Every rank's list at once: lists[P] (each room for PP_MAX_ACTIONS(M, v)), n[P].
+void pp_schedule_all(PpSchedule sched, int M, int P, int v, const PpCosts *costs, PpAction **lists, int *n);
+// ZB-H1's handcrafted list of rank s (Qi et al. 2023; engines/pipeline_zb.c may
+// prefer a greedy one for unequal costs); returns its length.
+int pp_zb_h1_handcrafted(int M, int P, int s, PpAction *out);
 // slots(v): most micro-batches of chunk c in flight at once in actions(n) (from
 // its F to its B or W; at least 1): the activation slots the chunk needs.
 void pp_count_slots(const PpAction *actions, int n, int v, int *slots);

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 
 #include "engines/pipeline_schedule.h"
+#include "engines/pipeline_zb.h"
 #include "plan/moe_cost.h"
 #include "plan/plan.h"
 #include "plan/pipeline_sim.h"
@@ -100,10 +101,16 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(l->micro, l->v), "plan slots");
     plan_split(p, l, layers);
     const PpSchedule sched = l->sched;
+    // The zero-bubble lists for the costs the trainer's default parallel.pp_costs
+    // ("flops") predicts from the model (engines/pipeline_zb.h).
+    double *fiw = xmalloc(sizeof(double) * 3 * (size_t)K, "plan costs");  // (3, K): F, I, W per stage
+    const PpShape sh = {pm->D, pm->H, pm->KV, plan_head_dim(pm), pm->ffn_mats, pm->F, p->seq, pm->V};
+    pp_flop_costs(&sh, K, layers, fiw, fiw + K, fiw + 2 * K);
+    const PpCosts costs = {fiw, fiw + K, fiw + 2 * K, 0.0};
     PlanMemory worst = {0, 0, 0, 0, 0, 0};
     for (int st = 0; st < l->pp; st++) {
-        pipeline_slots(sched, l->pp, l->v, l->micro, st, slots);
-        pp_count_stash(acts, pp_schedule_actions(sched, l->micro, l->pp, st, l->v, acts), l->v, stash);
+        pipeline_slots(sched, l->pp, l->v, l->micro, st, &costs, slots);
+        pp_count_stash(acts, pp_schedule_actions(sched, l->micro, l->pp, st, l->v, &costs, acts), l->v, stash);
         double psi = 0.0, psi_e = 0.0, act = 0.0;  // dense and expert parameters
         for (int c = 0; c < l->v; c++) {
             int k = pp_virtual_of(sched, l->pp, st, c), first = k == 0, last = k == K - 1;
@@ -136,5 +143,6 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
     free(slots);
     free(stash);
     free(acts);
+    free(fiw);
     return worst;
 }

@@ -151,10 +151,19 @@ PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *f
     r.done_b = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
     r.done_w = xmalloc(sizeof(double) * (size_t)r.K * M, "pipeline replay");
     for (size_t i = 0; i < (size_t)r.K * M; i++) r.done_f[i] = r.done_b[i] = r.done_w[i] = -1.0;
-    for (int s = 0; s < P; s++) {
-        r.acts[s] = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "pipeline replay");
-        r.n[s] = pp_schedule_actions(sched, M, P, s, v, r.acts[s]);
+    for (int s = 0; s < P; s++) r.acts[s] = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "pipeline replay");
+    // The zero-bubble lists are built for the costs replayed here (the planner's
+    // predicted passes: what parallel.pp_costs given these numbers would run).
+    double *iw = xmalloc(sizeof(double) * 2 * (size_t)r.K, "pipeline replay");  // (2, K): I and W per stage
+    for (int k = 0; k < r.K; k++) {
+        iw[r.K + k] = wgt ? wgt[k] : 0.5 * bwd[k];
+        iw[k] = bwd[k] - iw[r.K + k];
     }
+    int positive = 1;
+    for (int k = 0; k < r.K; k++) positive &= fwd[k] > 0 && iw[k] > 0 && iw[r.K + k] > 0;
+    const PpCosts costs = {fwd, iw, iw + r.K, send_s};
+    pp_schedule_all(sched, M, P, v, positive ? &costs : NULL, r.acts, r.n);
+    free(iw);
     PipeSim out = {speed ? replay_shared(&r, speed) : replay_dedicated(&r), 0.0, 0.0, 0};
     for (int s = 0; s < P; s++) {
         if (r.next[s] < r.n[s]) die("pipeline replay: schedule %s deadlocks at rank %d", pp_schedule_name(sched), s);
@@ -176,9 +185,9 @@ PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *f
     return out;
 }
 
-void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, int *slots) {
+void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, const PpCosts *costs, int *slots) {
     PpAction *acts = xmalloc(sizeof(PpAction) * (size_t)PP_MAX_ACTIONS(M, v), "pipeline slots");  // (3Mv)
-    int na = pp_schedule_actions(sched, M, P, s, v, acts);
+    int na = pp_schedule_actions(sched, M, P, s, v, costs, acts);
     pp_count_slots(acts, na, v, slots);
     free(acts);
 }

@@ -14,6 +14,7 @@
 #define FEMTOTRON_PIPELINE_SIM_H
 
 #include "config.h"
+#include "engines/pipeline_schedule.h"
 
 typedef struct {
     double makespan;       // s from the first forward to the last backward
@@ -28,12 +29,15 @@ typedef struct {
 // schedules: its I takes bwd[k] - wgt[k]); send_s: seconds of one activation (or gradient)
 // message between neighbouring stages; speed (P+1 entries, or NULL for 1): the
 // rate factor of each computing rank while speed's index of them compute. Busy
-// times stay nominal (fwd/bwd sums).
+// times stay nominal (fwd/bwd sums). The zero-bubble schedules' lists are built for
+// these costs (fwd, bwd - wgt, wgt, send_s: engines/pipeline_zb.h), as the trainer
+// builds them for parallel.pp_costs.
 PipeSim pipeline_simulate(PpSchedule sched, int P, int v, int M, const double *fwd,
                           const double *bwd, const double *wgt, double send_s, const double *speed);
 
 // Most micro-batches chunk c of pipeline rank s holds at once under the schedule
-// (what the trainer allocates activation slots for): slots[c] for c < v.
-void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, int *slots);
+// (what the trainer allocates activation slots for): slots[c] for c < v; costs
+// (or NULL) as the trainer's (engines/pipeline_schedule.h: PpCosts).
+void pipeline_slots(PpSchedule sched, int P, int v, int M, int s, const PpCosts *costs, int *slots);
 
 #endif

@@ -76,6 +76,12 @@ void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
     pc->pp_virtual = l->v;
     pc->ep = plan_layout_ep(l);
     if (!(p->base->parallel.pp == l->pp && p->base->parallel.pp_virtual == l->v)) pc->pp_layers[0] = '\0';
+    // Per-stage costs (F:I:W triples) fit only the base config's stages and a
+    // zero-bubble schedule; another layout builds its lists for the predicted ones.
+    const int triples = strcmp(pc->pp_costs, "flops") && strcmp(pc->pp_costs, "unit");
+    if (triples && !(p->base->parallel.pp == l->pp && p->base->parallel.pp_virtual == l->v &&
+                     pp_schedule_splits(l->sched)))
+        snprintf(pc->pp_costs, sizeof pc->pp_costs, "flops");
     c->training.micro_batch_size = l->mbs;
     c->training.grad_acc_steps = l->micro;
     c->training.global_batch_size = (int)p->global_seqs;

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -33,12 +34,18 @@ int trace_enabled(void) { return trace_file != NULL; }
 
 void trace_event(const char *name, double t0, double t1, int step, int chunk, int micro) {
     if (!trace_file) return;
+    // The process's CPU time when the event is written (its end), in microseconds:
+    // the CPU a rank got between two consecutive events against their wall time
+    // tells a pass that computed from one that waited for a core another process
+    // held (bench/pp_bubble.sh reads it).
+    struct timespec cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
     // Timestamps in microseconds; one process, one track per rank.
     fprintf(trace_file,
             "%s{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f, "
-            "\"args\": {\"step\": %d, \"chunk\": %d, \"micro\": %d}}",
+            "\"args\": {\"step\": %d, \"chunk\": %d, \"micro\": %d, \"cpu_us\": %.1f}}",
             first_event ? "" : ",\n", name, comm_world_rank(), 1e6 * (t0 - origin),
-            1e6 * (t1 - t0), step, chunk, micro);
+            1e6 * (t1 - t0), step, chunk, micro, 1e6 * (double)cpu.tv_sec + 1e-3 * (double)cpu.tv_nsec);
     first_event = 0;
 }
 

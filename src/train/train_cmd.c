@@ -264,6 +264,11 @@ int train_main(int argc, char **argv) {
                world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.tp,
                cfg.parallel.zero, t.rank.dp.n_buckets, pp_schedule_name(cfg.parallel.pp_schedule),
                cfg.parallel.pp_virtual);
+        if (pp_schedule_splits(cfg.parallel.pp_schedule) && cfg.parallel.pp > 1)
+            printf("%s lists built for parallel.pp_costs = %s: replayed bubble %.3f of the busiest rank's passes "
+                   "under those costs (the unit-time lists: %.3f)\n",
+                   pp_schedule_name(cfg.parallel.pp_schedule), cfg.parallel.pp_costs, t.rank.pipe.zb_bubble,
+                   t.rank.pipe.zb_unit_bubble);
         const DataParallel *dp = &t.rank.dp;
         if (dp->n_grad_windows > 0)
             printf("ZeRO-%d windows: %d gradient + %d parameter of %.2f MiB each (the largest bucket%s)%s\n",
@@ -296,10 +301,28 @@ int train_main(int argc, char **argv) {
     trace_open(cfg.logging.trace, now_seconds());
     int exit_code = 0;
     if (rank0) progress_loop(&progress, t.state.step, tc->steps);
+    int run_steps = 0;  // steps of this run (a resumed run counts from its own start)
     while (t.state.step < tc->steps) {
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
         double dt = now_seconds() - t0;
+        // parallel.pp_costs = "measure": the passes of the run's second step (the
+        // first warms caches and pages) become the zero-bubble lists' costs, the
+        // same on every rank; every rank takes part, at the same step.
+        if (++run_steps == 2 && !strcmp(cfg.parallel.pp_costs, "measure") && cfg.parallel.pp > 1) {
+            double *ms = xmalloc(sizeof(double) * 3 * (size_t)cfg.parallel.pp * cfg.parallel.pp_virtual, "costs");
+            double before, after;
+            const int changed = pp_adopt_measured_costs(&t.rank.pipe, ms, &before, &after);
+            if (rank0) {
+                const int K = cfg.parallel.pp * cfg.parallel.pp_virtual;
+                printf("%s lists %s for the passes measured in step %d (F:I:W ms per virtual stage", 
+                       pp_schedule_name(cfg.parallel.pp_schedule), changed ? "rebuilt" : "kept", r.step);
+                for (int k = 0; k < K; k++) printf("%s%.2f:%.2f:%.2f", k ? "," : " ", ms[k], ms[K + k], ms[2 * K + k]);
+                printf("): replayed bubble %.3f -> %.3f\n", before, after);
+                fflush(stdout);
+            }
+            free(ms);
+        }
         if (r.skipped && rank0) warn("step %d: non-finite loss or gradient norm, update skipped", r.step);
         double val = NAN;
         if (cfg.logging.val_every > 0 && r.step % cfg.logging.val_every == 0)

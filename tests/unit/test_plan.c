@@ -4,6 +4,7 @@
 // machine, the alpha-beta ring cost of the data-parallel reduction, and the
 // search's own invariants.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,11 +69,11 @@ static void test_bubble(void) {
     int slots[4];
     int ok = 1;
     for (int s = 0; s < 4; s++) {
-        pipeline_slots(PP_1F1B, 4, 1, 8, s, slots);
+        pipeline_slots(PP_1F1B, 4, 1, 8, s, NULL, slots);
         ok &= slots[0] == 4 - s;
     }
     CHECK(ok, "1f1b stage s holds pp - s micro-batches");
-    pipeline_slots(PP_AFAB, 4, 1, 8, 2, slots);
+    pipeline_slots(PP_AFAB, 4, 1, 8, 2, NULL, slots);
     CHECK(slots[0] == 8, "afab holds all %d micro-batches (got %d)", 8, slots[0]);
 }
 
@@ -100,7 +101,7 @@ static void test_zero_bubble(void) {
     int ok = 1, stash_ok = 1;
     for (int s = 0; s < 4; s++) {
         PpAction acts[PP_MAX_ACTIONS(8, 1)];
-        int n = pp_schedule_actions(PP_ZB_H1, 8, 4, s, 1, acts), slots[1], stash[1];
+        int n = pp_schedule_actions(PP_ZB_H1, 8, 4, s, 1, NULL, acts), slots[1], stash[1];
         pp_count_slots(acts, n, 1, slots);
         pp_count_stash(acts, n, 1, stash);
         ok &= slots[0] == 4 && n == 3 * 8;
@@ -110,14 +111,14 @@ static void test_zero_bubble(void) {
     CHECK(stash_ok, "zb-h1 P=4 M=8: rank s keeps s + 1 weight-gradient stashes (its W passes are s late)");
     int one[1];
     PpAction acts[PP_MAX_ACTIONS(8, 1)];
-    pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, acts), 1, one);
+    pp_count_stash(acts, pp_schedule_actions(PP_1F1B, 8, 4, 0, 1, NULL, acts), 1, one);
     CHECK(one[0] == 0, "1f1b keeps no stash (got %d)", one[0]);
     // The slots a pool shared by the chunks needs: interleaved holds Megatron's
     // warm-up + 1 = (P - s - 1)*2 + (v - 1)*P + 1 chunk-micro-batches at once.
     int joint_ok = 1;
     for (int s = 0; s < 4; s++) {
         PpAction ia[PP_MAX_ACTIONS(8, 2)];
-        int n = pp_schedule_actions(PP_INTERLEAVED, 8, 4, s, 2, ia);
+        int n = pp_schedule_actions(PP_INTERLEAVED, 8, 4, s, 2, NULL, ia);
         joint_ok &= pp_count_joint_slots(ia, n) == (4 - s - 1) * 2 + 4 + 1;
     }
     CHECK(joint_ok, "interleaved P=4 M=8 v=2: a shared slot pool needs Megatron's warm-up + 1 (11, 9, 7, 5) slots");
@@ -139,7 +140,7 @@ static void test_zero_bubble_v(void) {
         int mem_ok = 1, len_ok = 1;
         for (int s = 0; s < P; s++) {
             PpAction acts[PP_MAX_ACTIONS(16, 2)];
-            int n = pp_schedule_actions(PP_ZB_V, M, P, s, 2, acts), live = 0, peak = 0;
+            int n = pp_schedule_actions(PP_ZB_V, M, P, s, 2, NULL, acts), live = 0, peak = 0;
             for (int i = 0; i < n; i++) {
                 live += acts[i].op == PP_OP_F ? 1 : acts[i].op == PP_OP_W ? -1 : 0;
                 if (live > peak) peak = live;
@@ -305,6 +306,23 @@ static void test_step_time(void) {
     StepTime td = plan_step_time(&q, &dp4);
     double bytes = plan_total_params(&q.model) * 4, want = 2 * 3 * alpha + 2 * 3.0 / 4 * bytes / bw;
     CHECK(rel_diff(td.dp_comm, want) < 1e-9, "dp4 all-reduce: %.6g s = ring formula %.6g s", td.dp_comm, want);
+    // Per-stage zero-bubble costs fit only the base config's stages: a candidate
+    // layout with other stages (or a schedule without split backwards) builds its
+    // lists for the predicted costs instead (config_validate would refuse them).
+    snprintf(base.parallel.pp_costs, sizeof base.parallel.pp_costs, "1:2:1,2:2:1,1:1:1,3:2:1");
+    base.parallel.pp = 2, base.parallel.pp_virtual = 2, base.parallel.pp_schedule = PP_ZB_V;
+    Config applied;
+    PlanLayout same = {2, 1, 2, 1, 0, 0, 1, 2, PP_ZB_V, 2, RECOMPUTE_NONE, 1}, other = same;
+    plan_apply_layout(&q, &same, &applied);
+    int kept = !strcmp(applied.parallel.pp_costs, base.parallel.pp_costs);
+    other.pp = 4;
+    plan_apply_layout(&q, &other, &applied);
+    int dropped = !strcmp(applied.parallel.pp_costs, "flops");
+    other = same, other.sched = PP_INTERLEAVED;
+    plan_apply_layout(&q, &other, &applied);
+    dropped &= !strcmp(applied.parallel.pp_costs, "flops");
+    CHECK(kept && dropped, "plan_apply_layout keeps parallel.pp_costs triples for the base's zb-v stages and "
+          "predicts costs for pp 4 or interleaved");
     // The breakdown adds up.
     PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
