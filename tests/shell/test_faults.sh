@@ -223,10 +223,10 @@ fi
 
 # ---------------------------------------------------------------- e. start-up errors
 printf '{ "training": { "lr": 1e-3, }\n' > "$tmp/broken.json"
-# Configuration errors (keys, auto layout, validation: train/train_configure.c) are
-# every rank's error: one line without a rank, no MPI_ABORT banner. Errors before
-# that (a config file) or after it (the data loader finding no shard) are still each
-# rank's own: one line per rank, one text.
+# Configuration errors (config files, keys, auto layout, validation:
+# train/train_configure.c) are every rank's error: one line without a rank, no
+# MPI_ABORT banner. Errors after that (the data loader finding no shard) are still
+# each rank's own: one line per rank, one text.
 e_case() {  # e_case NAME once|per-rank EXPECTED_REGEX ARGS...
     local name=$1 mode=$2 want=$3; shift 3
     local t0 rc dt lines per texts ok=0
@@ -259,6 +259,6 @@ e_case "unknown key" once 'training.lrr' "${base[@]}" --parallel.dp 2 --training
 e_case "zero 4" once 'parallel.zero' "${base[@]}" --parallel.dp 2 --parallel.zero 4
 e_case "batch not divisible" once 'training.global_batch_size' "${base[@]}" --parallel.dp 2 --training.global_batch_size 3
 e_case "missing data" per-rank 'no token file' "${base[@]}" --parallel.dp 2 --data.train "$tmp/none_*.bin"
-e_case "invalid JSON config" per-rank 'broken.json' --config "$tmp/broken.json" "${base[@]}" --parallel.dp 2
+e_case "invalid JSON config" once 'broken.json' --config "$tmp/broken.json" "${base[@]}" --parallel.dp 2
 
 exit $fail
