@@ -112,6 +112,25 @@ double placement_cost(const PlaceProblem *p, const LinkMatrix *m, const int *nod
     return c;
 }
 
+void placement_bottlenecks(const PlaceProblem *p, const LinkMatrix *m, const int *node, double bw[DIMS],
+                           double lat[DIMS]) {
+    Hops h;
+    hops_build(p, slots_of(p, m), &h);
+    for (int d = 0; d < DIMS; d++) {
+        bw[d] = lat[d] = 0.0;
+        double worst = -1.0;
+        for (int i = 0; i < h.n[d]; i++) {
+            const int x = node[h.a[d][i]], y = node[h.b[d][i]];
+            const size_t xy = (size_t)x * m->n + y, yx = (size_t)y * m->n + x;
+            double b = fmin(m->bw[xy], m->bw[yx]), l = fmax(m->lat[xy], m->lat[yx]);
+            // A dimension that moves nothing (bytes and steps 0) still names its slowest link.
+            double t = p->bytes[d] > 0 || p->steps[d] > 0 ? hop_s(p, m, d, x, y) : 1.0 / b;
+            if (t > worst) worst = t, bw[d] = b, lat[d] = l;
+        }
+    }
+    hops_free(&h);
+}
+
 // The slowest direction of the link x <-> y (bytes/s).
 static double link_bw(const LinkMatrix *m, int x, int y) {
     return fmin(m->bw[(size_t)x * m->n + y], m->bw[(size_t)y * m->n + x]);
