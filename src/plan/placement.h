@@ -61,6 +61,9 @@ double placement_search(const PlaceProblem *p, const LinkMatrix *m, int *node);
 // Which dimensions cross nodes depends on the grid alone, not on node[].
 void placement_bottlenecks(const PlaceProblem *p, const LinkMatrix *m, const int *node, double bw[DIMS],
                            double lat[DIMS]);
+// The search's start, which depends on the links alone: the greedy chain
+// (node (m->n) out).
+void placement_chain(const LinkMatrix *m, int *node);
 // Every permutation (n <= 9); node(n) out; returns the optimum.
 double placement_brute(const PlaceProblem *p, const LinkMatrix *m, int *node);
 

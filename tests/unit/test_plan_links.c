@@ -102,6 +102,7 @@ static void test_slow_pair(void) {
     PlanLayout dp4 = {4, 8, 1, 1, 0, 1, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
     StepTime u = plan_step_time(&p, &dp4);
     set_link(&m, 0, 1, slow, 0.0);
+    plan_place_forget();  // the matrix changed in place
     StepTime s = plan_step_time(&p, &dp4);
     double want = u.dp_comm * (bw / slow - 1);
     CHECK(u.dp_comm > 0 && fabs((s.total - u.total) / want - 1) < 1e-9,
@@ -110,8 +111,7 @@ static void test_slow_pair(void) {
     p.placed = around;  // the ring 0-2-1-3-0 never uses 0-1
     StepTime r = plan_step_time(&p, &dp4);
     CHECK(rel_diff(r.total, u.total) < 1e-12, "the ring placed around the slow pair costs what uniform links do");
-    p.placed = NULL;  // plan --links: the search's placement (of this matrix as it is now)
-    plan_place_forget();
+    p.placed = NULL;  // plan --links: the search's placement
     double cost = plan_place_nodes(&p, &dp4, node);
     StepTime f = plan_step_time(&p, &dp4);
     int uses01 = 0;
@@ -124,8 +124,10 @@ static void test_slow_pair(void) {
     p.placed = order;
     PlanLayout dp2pp2 = {2, 8, 2, 1, 0, 1, 1, 16, PP_1F1B, 1, RECOMPUTE_NONE};
     set_link(&m, 0, 1, bw, 0.0);
+    plan_place_forget();
     StepTime u2 = plan_step_time(&p, &dp2pp2);
     set_link(&m, 0, 1, slow, 0.0);
+    plan_place_forget();  // the matrix changed in place
     StepTime s2 = plan_step_time(&p, &dp2pp2);
     CHECK(rel_diff(s2.dp_comm, u2.dp_comm) < 1e-12 && s2.pp_comm > 2 * u2.pp_comm && u2.pp_comm > 0,
           "dp 2 x pp 2: the slow pair slows the pipeline sends (%.4g -> %.4g s), not the gradients (%.4g s)",
@@ -133,13 +135,36 @@ static void test_slow_pair(void) {
     // cp 4 x tp 8 (dp 1): the gradient group is the cp ring, 0-1-2-3-0.
     PlanLayout cp4 = {1, 8, 1, 4, 0, 1, 1, 32, PP_1F1B, 1, RECOMPUTE_NONE};
     set_link(&m, 0, 1, bw, 0.0);
+    plan_place_forget();
     StepTime u3 = plan_step_time(&p, &cp4);
     set_link(&m, 0, 1, slow, 0.0);
+    plan_place_forget();  // the matrix changed in place
     StepTime s3 = plan_step_time(&p, &cp4);
     CHECK(u3.dp_comm > 0 && fabs(s3.dp_comm / u3.dp_comm - bw / slow) < 1e-9 && s3.cp_comm > u3.cp_comm,
           "cp 4: the gradient ring over dp x cp crosses the slow pair too (%.4g -> %.4g s), and the K|V hops",
           u3.dp_comm, s3.dp_comm);
     links_free(&m);
+}
+
+// Over 64 nodes a search per layout would cost seconds each: every row is priced
+// on the greedy chain (placement_chain), one placement for all layouts.
+static void test_many_nodes(void) {
+    Hardware h100;
+    hardware_builtin(&h100, "h100");
+    PlanProblem p = problem("llama-3.1-8b", 8 * 80, 4096, 640, h100);
+    LinkMatrix m;
+    links_init(&m, 80);
+    for (int i = 0; i < 80; i++)  // two racks, interleaved in node order
+        for (int j = 0; j < 80; j++)
+            if (i != j) set_link(&m, i, j, i % 2 == j % 2 ? 45e9 : 6e9, 1e-5);
+    p.links = &m;
+    int node[80], chain[80];
+    PlanLayout dp80 = {80, 8, 1, 1, 1, 1, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE};
+    plan_place_nodes(&p, &dp80, node);
+    placement_chain(&m, chain);
+    CHECK(memcmp(node, chain, sizeof node) == 0, "80 nodes: the row's placement is the greedy chain");
+    links_free(&m);
+    plan_place_forget();
 }
 
 // train --parallel.auto: the job's node slots (ranks in blocks of ranks_per_node)
@@ -173,6 +198,7 @@ static void test_auto_nodes(void) {
 int main(void) {
     test_uniform_unchanged();
     test_slow_pair();
+    test_many_nodes();
     test_auto_nodes();
     return check_summary();
 }
