@@ -124,11 +124,9 @@ else failed "links_shaped: placement '${h[*]}': $(tr '\n' ' ' <"$tmp/plan.out" |
 # on this shared 2-core machine a step is only ever slowed, by other work taking
 # the cores and by TCP's pacing. Traced (logging.trace), the node-order
 # all-reduce's wait is 0.41 s at best, the link time predicted, and 0.42-0.48 s
-# at the median; forward, backward and optimizer take 1.3-1.7x longer placed
-# than in node order (ranks spinning in short waits share the cores with the
-# ranks computing). So the median-step saving moved with the machine's load
-# (-11% to +30% over 9 runs, the old bound was 25%), the fastest-step saving
-# stayed within -10% to +3%; both are printed.
+# at the median. So the median-step saving moves with the machine's load (-11%
+# to +30% over 9 runs before the yield below; the old bound was 25%), the
+# fastest-step saving much less; both are printed.
 # Open MPI's non-blocking all-reduce is asked for its ring (libnbc algorithm 1),
 # the collective the planner prices; its default for 2 ranks here is a reduce then
 # a broadcast, one direction at a time, twice the ring's time on these links.
@@ -156,7 +154,12 @@ step_stats() {
         awk '{ v[NR] = $1 } END { if (NR == 0) print "nan nan"
               else print v[1] / 1000, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }'
 }
-ring=(--mca coll_libnbc_iallreduce_algorithm 1)
+# The four hosts share this machine's cores, but each has one slot, so Open MPI
+# spins in every wait: mpi_yield_when_idle makes a waiting rank give its core to
+# the ranks computing (without it the placed run's forward, backward and
+# optimizer took 1.3-1.7x longer than in node order, and the median-step error
+# ranged -11% to +30%).
+ring=(--mca coll_libnbc_iallreduce_algorithm 1 --mca mpi_yield_when_idle 1)
 # Two rounds, interleaved (order, placed, order, placed): a whole run can be
 # slowed by other work on the machine.
 for round in 1 2; do
