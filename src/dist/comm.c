@@ -114,6 +114,16 @@ int comm_node_leader(void) {
     return leader;
 }
 
+void comm_host_names(char (*names)[64]) {
+    char me[64] = {0};
+    if (gethostname(me, sizeof me - 1) != 0) snprintf(me, sizeof me, "rank%d", comm_world_rank());
+    if (!mpi_up) {
+        memcpy(names[0], me, sizeof me);
+        return;
+    }
+    MPI_Allgather(me, (int)sizeof me, MPI_CHAR, names, (int)sizeof me, MPI_CHAR, MPI_COMM_WORLD);
+}
+
 void comm_abort(int code) {
     fflush(stdout);
     fflush(stderr);

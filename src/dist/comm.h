@@ -56,6 +56,10 @@ int comm_local_size(void);
 // World rank of the lowest rank of this job on this node: the node's leader, which
 // does what is done once per node (the MFU peak, bench/run_peak.h). Collective.
 int comm_node_leader(void);
+// Every rank's host name (gethostname, at most 63 characters), in world rank
+// order: names (world size, 64). Collective over the world: train's parallel.auto
+// maps the job's nodes onto a measured link matrix by name (plan/plan_auto.h).
+void comm_host_names(char (*names)[64]);
 
 // Threads per rank when none are configured: the cores this rank may run on.
 // When the launcher bound the rank to some cores (mpirun binds small jobs to one

@@ -73,6 +73,18 @@ void links_load(LinkMatrix *m, const char *path) {
     cJSON_Delete(root);
 }
 
+int links_present(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fclose(f);
+    char *text = read_text_file(path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    int has = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "links"));
+    cJSON_Delete(root);
+    return has;
+}
+
 static cJSON *square_json(const double *a, int n) {
     cJSON *rows = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {

@@ -112,6 +112,25 @@ double placement_cost(const PlaceProblem *p, const LinkMatrix *m, const int *nod
     return c;
 }
 
+void placement_bottlenecks(const PlaceProblem *p, const LinkMatrix *m, const int *node, double bw[DIMS],
+                           double lat[DIMS]) {
+    Hops h;
+    hops_build(p, slots_of(p, m), &h);
+    for (int d = 0; d < DIMS; d++) {
+        bw[d] = lat[d] = 0.0;
+        double worst = -1.0;
+        for (int i = 0; i < h.n[d]; i++) {
+            const int x = node[h.a[d][i]], y = node[h.b[d][i]];
+            const size_t xy = (size_t)x * m->n + y, yx = (size_t)y * m->n + x;
+            double b = fmin(m->bw[xy], m->bw[yx]), l = fmax(m->lat[xy], m->lat[yx]);
+            // A dimension that moves nothing (bytes and steps 0) still names its slowest link.
+            double t = p->bytes[d] > 0 || p->steps[d] > 0 ? hop_s(p, m, d, x, y) : 1.0 / b;
+            if (t > worst) worst = t, bw[d] = b, lat[d] = l;
+        }
+    }
+    hops_free(&h);
+}
+
 // The slowest direction of the link x <-> y (bytes/s).
 static double link_bw(const LinkMatrix *m, int x, int y) {
     return fmin(m->bw[(size_t)x * m->n + y], m->bw[(size_t)y * m->n + x]);
@@ -155,29 +174,34 @@ static double local_search(const PlaceProblem *p, const LinkMatrix *m, const Hop
     return cost;
 }
 
+void placement_chain(const LinkMatrix *m, int *node) {
+    const int n = m->n;
+    int *used = xcalloc(sizeof(int) * (size_t)n, "placement");  // (n)
+    // The fastest link's two ends first, then the unplaced node with the fastest
+    // link to the chain's last node.
+    int x0 = 0, y0 = n > 1 ? 1 : 0;
+    for (int x = 0; x < n; x++)
+        for (int y = x + 1; y < n; y++)
+            if (link_bw(m, x, y) > link_bw(m, x0, y0)) x0 = x, y0 = y;
+    node[0] = x0;
+    used[x0] = 1;
+    for (int s = 1; s < n; s++) {
+        int best = -1;
+        for (int y = 0; y < n; y++)
+            if (!used[y] && (best < 0 || link_bw(m, node[s - 1], y) > link_bw(m, node[s - 1], best))) best = y;
+        if (s == 1 && !used[y0]) best = y0;
+        node[s] = best;
+        used[best] = 1;
+    }
+    free(used);
+}
+
 double placement_search(const PlaceProblem *p, const LinkMatrix *m, int *node) {
     const int n = slots_of(p, m);
     Hops h;
     hops_build(p, n, &h);
     int *cur = xmalloc(sizeof(int) * (size_t)n, "placement");   // (n) the order being improved
-    int *used = xcalloc(sizeof(int) * (size_t)n, "placement");  // (n)
-    // Greedy chain: the fastest link's two ends first, then the unplaced node with
-    // the fastest link to the chain's last node.
-    int x0 = 0, y0 = n > 1 ? 1 : 0;
-    for (int x = 0; x < n; x++)
-        for (int y = x + 1; y < n; y++)
-            if (link_bw(m, x, y) > link_bw(m, x0, y0)) x0 = x, y0 = y;
-    cur[0] = x0;
-    used[x0] = 1;
-    for (int s = 1; s < n; s++) {
-        int best = -1;
-        for (int y = 0; y < n; y++)
-            if (!used[y] && (best < 0 || link_bw(m, cur[s - 1], y) > link_bw(m, cur[s - 1], best))) best = y;
-        if (s == 1 && !used[y0]) best = y0;
-        cur[s] = best;
-        used[best] = 1;
-    }
-    free(used);
+    placement_chain(m, cur);
     // Local search from the chain and, up to 64 nodes, from 7 random orders too
     // (cheap there, and the swap landscape has plateaus); the best result wins.
     unsigned long long rng = 0x9E3779B97F4A7C15ull;

@@ -39,6 +39,9 @@ void links_free(LinkMatrix *m);
 // JSON: {"links": {"nodes": [..], "bw": [[..]..], "lat": [[..]..]}} inside a
 // hardware profile. Load dies naming the file and the problem.
 void links_load(LinkMatrix *m, const char *path);
+// 1 when the profile at path holds a "links" object (0 when it has none, or is
+// missing or not JSON: hardware_load reports those).
+int links_present(const char *path);
 // Writes the "links" object into the profile at path (created when missing,
 // other keys kept).
 void links_save(const LinkMatrix *m, const char *path);
@@ -51,6 +54,16 @@ double placement_cost(const PlaceProblem *p, const LinkMatrix *m, const int *nod
 // pairs up to 256 nodes; beyond, a fixed budget of random pairs, so the search
 // is O(n^2) at most). node(n) out; returns its cost.
 double placement_search(const PlaceProblem *p, const LinkMatrix *m, int *node);
+// The link each dimension's collectives are priced on in placement node[]: the
+// slowest of its hops between nodes (by that dimension's steps*lat + bytes/bw,
+// the slower direction of each link; by bandwidth alone when the dimension moves
+// nothing). bw[d] = 0 and lat[d] = 0 when no hop of dimension d leaves a node.
+// Which dimensions cross nodes depends on the grid alone, not on node[].
+void placement_bottlenecks(const PlaceProblem *p, const LinkMatrix *m, const int *node, double bw[DIMS],
+                           double lat[DIMS]);
+// The search's start, which depends on the links alone: the greedy chain
+// (node (m->n) out).
+void placement_chain(const LinkMatrix *m, int *node);
 // Every permutation (n <= 9); node(n) out; returns the optimum.
 double placement_brute(const PlaceProblem *p, const LinkMatrix *m, int *node);
 

@@ -7,6 +7,7 @@
 
 #include "model/llama.h"
 #include "plan/hardware.h"
+#include "plan/placement.h"
 #include "plan/plan_model.h"
 
 // One candidate layout. Micro-batches per step = global sequences / (dp * mbs).
@@ -35,6 +36,14 @@ typedef struct {
     // femtotron's own runs (hw.bytes_per_value == 4): the run config the layouts
     // are applied to, so memory comes from the trainer's own allocation plan.
     const Config *base;
+    // Measured links between the job's nodes (plan --links; a profile's "links"
+    // under train --parallel.auto), or NULL: collectives between nodes are then
+    // priced by link class (hardware.h). With links, a layout's collectives are
+    // priced on the links its groups cross (plan/plan_place.h): in placed when
+    // given (slot -> matrix node: where the job's ranks already run), else in the
+    // placement the search finds for that layout.
+    const LinkMatrix *links;
+    const int *placed;    // (links->n) or NULL
 } PlanProblem;
 
 // Per-rank memory of the most loaded rank, by category (bytes).

@@ -283,6 +283,16 @@ int plan_main(int argc, char **argv) {
     Config base;
     PlanProblem p;
     build_problem(&p, &base, &a);
+    // Measured links: every layout's collectives are priced on its placement's links.
+    LinkMatrix links;
+    if (a.links) {
+        links_load(&links, a.links);
+        const int g = p.hw.gpus_per_node;
+        if (p.world % g || p.world / g != links.n)
+            die("plan --links %s: the layout's %d ranks fill %d nodes of %d GPUs (--gpus-per-node), the link matrix "
+                "has %d nodes", a.links, p.world, p.world / g, g, links.n);
+        p.links = &links;
+    }
     const int hd = p.model.D / p.model.H, moe = p.model.E > 0;
     if (p.hw.attn_head_dim > 0 && p.hw.attn_head_dim != hd)
         fprintf(stderr, "plan: note: the profile's attention curves are for head dim %d, the model's is %d: "
@@ -328,6 +338,7 @@ int plan_main(int argc, char **argv) {
             if (a.links) plan_place_print(&p, &r.layout, a.links, a.placement);
             plan_print_train_command(&p, &r.layout, a.config, a.links ? a.placement : NULL);
         }
+        if (a.links) links_free(&links), plan_place_forget();
         return 0;
     }
     PlanResult *res;
@@ -344,5 +355,6 @@ int plan_main(int argc, char **argv) {
         if (res[0].fits) plan_print_train_command(&p, &res[0].layout, a.config, a.links ? a.placement : NULL);
     }
     free(res);
+    if (a.links) links_free(&links), plan_place_forget();
     return 0;
 }

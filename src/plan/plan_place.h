@@ -19,6 +19,26 @@
 //    of the rank's parameters (an all-reduce without ZeRO moves the same).
 void plan_place_problem(const PlanProblem *p, const PlanLayout *l, PlaceProblem *out);
 
+// Node slot -> matrix node for layout l on p->links (node (p->links->n) out):
+// p->placed when set, else placement_search's answer (the last few problems are
+// memoized: a layout search asks for the same problem for every ZeRO stage and
+// recompute setting). Returns the placement's cost (placement_cost). Dies with a
+// clear message when the layout does not fill the matrix's nodes.
+double plan_place_nodes(const PlanProblem *p, const PlanLayout *l, int *node);
+// Drop the memoized placements: after changing or freeing a matrix that was
+// searched (the memo knows a matrix by its arrays, not by their contents).
+void plan_place_forget(void);
+
+// The links layout l's collectives are priced on (p->links set), per dimension:
+// the bottleneck of its hops between nodes in plan_place_nodes' placement
+// (placement_bottlenecks), bw 0 where its groups stay inside nodes. DIM_DP is the
+// gradient group (dp x cp ranks): the slower of the dp and cp bottlenecks for the
+// gradient's bytes, as its ring crosses both.
+typedef struct {
+    double bw[DIMS], lat[DIMS];
+} PlacedLinks;
+void plan_place_links(const PlanProblem *p, const PlanLayout *l, PlacedLinks *out);
+
 // Loads the link matrix from links_path, places l on it, prints the link time in
 // node order and placed, and writes PREFIX.rankfile and PREFIX.hosts. Dies with
 // a clear message when the layout does not fill the matrix's nodes.

@@ -5,7 +5,9 @@
 //    attention core at the attention curves' rate, elementwise kernels (norms,
 //    RoPE, SwiGLU, residual adds, loss) at the memory bandwidth;
 //  * communication: each collective at its alpha-beta cost on its group and link
-//    class (hardware_collective_s), exposed except where femtotron overlaps it:
+//    class (hardware_collective_s) or, with measured links (p->links), on the
+//    slowest link its group crosses in the layout's placement (a ring is as slow
+//    as its slowest hop; plan/plan_place.h), exposed except where femtotron overlaps it:
 //    the input-gradient reduction of a column-parallel block runs under its weight
 //    gradient GEMM, each forward ring-attention hop under the previous block's
 //    compute, data-parallel buckets under the last backward (every backward with
@@ -22,6 +24,7 @@
 #include "engines/pipeline_schedule.h"
 #include "plan/moe_cost.h"
 #include "plan/plan.h"
+#include "plan/plan_place.h"
 #include "plan/pipeline_sim.h"
 #include "util.h"
 
@@ -46,8 +49,14 @@ typedef struct {
     double B, S, N, Nr;             // sequences, full sequence, local tokens, residual rows
     double D, hd, Hl, KVl, Fl, Vl;  // local widths
     double bpv;                     // bytes per activation value
+    // Where each group's collectives run: LINK_INTER / LINK_INTRA (the link class,
+    // hardware_collective_s's intra_node), or LINK_PLACED + d: on dimension d's
+    // bottleneck link in the placement, priced by link_hw[d].
     int tp_intra, cp_intra, pp_intra, dp_intra;
+    Hardware link_hw[DIMS];         // hw with the inter-node class replaced by dimension d's link
 } Shape;
+
+enum { LINK_INTER = 0, LINK_INTRA = 1, LINK_PLACED = 2 };
 
 static double gemm_s(const Shape *s, double flops) { return flops / curve_rate(&s->hw->gemm, flops); }
 // Backward of a GEMM: input and weight gradients, each as many FLOPs as the forward.
@@ -56,7 +65,33 @@ static double gemm_bwd_s(const Shape *s, double flops) {
 }
 static double elementwise_s(const Shape *s, double values) { return values * s->bpv / s->hw->mem_bw; }
 static double coll(const Shape *s, CollKind k, int ranks, int intra, double bytes) {
+    if (intra >= LINK_PLACED) return hardware_collective_s(&s->link_hw[intra - LINK_PLACED], k, ranks, 0, bytes);
     return hardware_collective_s(s->hw, k, ranks, intra, bytes);
+}
+
+// Measured links (p->links): each dimension whose groups cross nodes in the
+// layout's placement is priced as a ring over its bottleneck link (bw, lat), the
+// profile's inter-node class and fits replaced by that link; a dimension inside
+// nodes keeps the intra class. A uniform matrix at the class's bandwidth and
+// latency prices as the class does (when the profile has no inter-node fits).
+static void place_links(const PlanProblem *p, Shape *s) {
+    PlacedLinks pl;
+    plan_place_links(p, s->l, &pl);
+    int *intra[DIMS] = {&s->tp_intra, &s->cp_intra, &s->pp_intra, &s->dp_intra};
+    for (int d = 0; d < DIMS; d++) {
+        if (!(pl.bw[d] > 0)) {
+            *intra[d] = LINK_INTRA;
+            continue;
+        }
+        Hardware *h = &s->link_hw[d];
+        *h = *s->hw;
+        h->inter_bw = pl.bw[d];
+        h->inter_lat = pl.lat[d];
+        h->n_coll = 0;  // fits of the inter-node class do not describe this link
+        for (int i = 0; i < s->hw->n_coll; i++)
+            if (s->hw->coll[i].intra_node) h->coll[h->n_coll++] = s->hw->coll[i];
+        *intra[d] = LINK_PLACED + d;
+    }
 }
 
 // Causal attention of this rank's tokens: forward FLOPs 4*B*Hl*hd*S(S+1)/2 over the
@@ -254,6 +289,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     // The gradient group (dp x cp): inside a node when the whole grid fits, or
     // when it is only the cp group (dp = 1).
     s.dp_intra = fits_node(hw, (long)l->tp * l->cp * l->pp * l->dp) || (l->dp == 1 && s.cp_intra);
+    if (p->links) place_links(p, &s);
 
     const int K = l->pp * l->v, M = l->micro;
     int *layers = xmalloc(sizeof(int) * (size_t)K, "plan split");  // (K) layers per virtual stage

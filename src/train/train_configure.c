@@ -3,6 +3,7 @@
 #include "train/train_configure.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "dist/comm.h"
 #include "ops/ops.h"
@@ -16,6 +17,7 @@ typedef struct {
     int argc;
     char **argv;
     int world, ranks_per_node;
+    char (*hosts)[64];  // (world, 64) every rank's host name: parallel.auto's links
 } ConfigureJob;
 
 // Deterministic: no collective, no rank-dependent input, so that every rank dies
@@ -26,7 +28,7 @@ static void configure(void *ctx) {
     config_apply_args(j->cfg, j->argc, j->argv);
     if (j->cfg->parallel.auto_layout) {  // the planner replaces the layout keys
         config_resolve_model(j->cfg);
-        plan_auto_layout(j->cfg, j->world, j->ranks_per_node);
+        plan_auto_layout(j->cfg, j->world, j->ranks_per_node, (const char (*)[64])j->hosts);
     }
     config_validate(j->cfg, j->world);
     // training.device and precision against what this binary was built with.
@@ -35,9 +37,12 @@ static void configure(void *ctx) {
 
 void train_configure(Config *cfg, char **config_files, int n_files, int argc, char **argv) {
     // Collectives first: inside the try a rank might never reach them.
-    ConfigureJob job = {cfg, config_files, n_files, argc, argv, comm_world_size(), comm_local_size()};
+    ConfigureJob job = {cfg, config_files, n_files, argc, argv, comm_world_size(), comm_local_size(), NULL};
+    job.hosts = xcalloc(sizeof *job.hosts * (size_t)job.world, "host names");  // (world, 64)
+    comm_host_names(job.hosts);
     char why[2048];
     const int ok = util_try(configure, &job, why, sizeof why);
+    free(job.hosts);
     // Ranks can still disagree (a config file readable on one node only): the
     // lowest failing rank speaks, named unless it is rank 0, and nobody waits.
     const int first = comm_lowest_failed(!ok);

@@ -12,7 +12,8 @@
 # `plan --links` on the measured matrix, 4 nodes of 1 rank, dp 2 x pp 2: the
 # placement must pair the fast links into the data-parallel rings, and training
 # on it must be faster than in node order by the margin the planner predicted
-# (within 25%: see below).
+# (within 15%, on the fastest steps: see below). Last, train --parallel.auto
+# with the measured links in its profile prices the layouts where its ranks run.
 # Without the privilege to make namespaces or shape links it says so in one line
 # and checks nothing.
 . "$(dirname "$0")/lib.sh"
@@ -117,11 +118,15 @@ else failed "links_shaped: placement '${h[*]}': $(tr '\n' ' ' <"$tmp/plan.out" |
 # data-parallel all-reduce is what the links decide), in the profile's node order
 # (the dp pairs h1,h3 and h2,h4 on the slow links) and on the placement's rankfile.
 # The placement's predicted saving (link time in node order less placed) must be
-# the measured one (median step time in order less placed, steps 3-16 of two runs
-# each) within 25%.
-# The issue asks 15%: over 7 runs on this shared 2-core machine the error was
-# -5.8% to +4.7% in six and +19.2% in one (TCP on shaped links and other work
-# moving single steps), so 15% would fail about one run in seven.
+# the measured one within 15%: the fastest step in node order less the fastest
+# placed (steps 3-16 of two runs each). The fastest step, because the prediction
+# is of an uncontended step: bench links keeps the best of its repetitions, and
+# on this shared 2-core machine a step is only ever slowed, by other work taking
+# the cores and by TCP's pacing. Traced (logging.trace), the node-order
+# all-reduce's wait is 0.41 s at best, the link time predicted, and 0.42-0.48 s
+# at the median. So the median-step saving moves with the machine's load (-11%
+# to +30% over 9 runs before the yield below; the old bound was 25%), the
+# fastest-step saving much less; both are printed.
 # Open MPI's non-blocking all-reduce is asked for its ring (libnbc algorithm 1),
 # the collective the planner prices; its default for 2 ranks here is a reduce then
 # a broadcast, one direction at a time, twice the ring's time on these links.
@@ -143,27 +148,65 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$FT" bench cali
 line=$(grep '^placement on 4 measured nodes' "$tmp/small.out")
 p_order=$(echo "$line" | sed -n 's/.* \([0-9.e+-]*\) s per step in the profile.s node order.*/\1/p')
 p_placed=$(echo "$line" | sed -n 's/.*, \([0-9.e+-]*\) s placed.*/\1/p')
-median_step() {  # median step_ms of steps 3.. of the metrics files given, in seconds
+# The fastest and the median step_ms of steps 3.. of the metrics files given, in seconds.
+step_stats() {
     sed -nE 's/.*"step": ([0-9]+),.*"step_ms": ([0-9.]+).*/\1 \2/p' "$@" | awk '$1 >= 3 { print $2 }' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }'
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "nan nan"
+              else print v[1] / 1000, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }'
 }
-ring=(--mca coll_libnbc_iallreduce_algorithm 1)
-# Two rounds, interleaved (order, placed, order, placed), and each configuration's
-# median over the steps of both rounds: a step on the 100 Mbit/s links varies by
-# +-15% with TCP's pacing, and a whole run can be slowed by other work on the
-# machine (one CI run measured +31% from a single slow node-order run).
+# The four hosts share this machine's cores, but each has one slot, so Open MPI
+# spins in every wait: mpi_yield_when_idle makes a waiting rank give its core to
+# the ranks computing (without it the placed run's forward, backward and
+# optimizer took 1.3-1.7x longer than in node order, and the median-step error
+# ranged -11% to +30%).
+ring=(--mca coll_libnbc_iallreduce_algorithm 1 --mca mpi_yield_when_idle 1)
+# Two rounds, interleaved (order, placed, order, placed): a whole run can be
+# slowed by other work on the machine.
 for round in 1 2; do
     "${CLUSTER[@]}" "${ring[@]}" --map-by ppr:1:node "$FTA" train --config "$tmp/run.json" \
         --logging.metrics "$tmp/order$round.jsonl" >"$tmp/order.log" 2>&1
     "${CLUSTER[@]}" "${ring[@]}" --rankfile "$tmp/small.rankfile" "$FTA" train --config "$tmp/run.json" \
         --logging.metrics "$tmp/placed$round.jsonl" >"$tmp/placed.log" 2>&1
 done
-m_order=$(median_step "$tmp"/order[12].jsonl); m_placed=$(median_step "$tmp"/placed[12].jsonl)
-verdict=$(awk -v po="$p_order" -v pp="$p_placed" -v mo="$m_order" -v mp="$m_placed" 'BEGIN {
-    p = po - pp; m = mo - mp; e = p > 0 ? (m - p) / p : 9
-    printf "%s predicted saving %.3f s (%.3f -> %.3f s of link time), measured %.3f s (step %.3f -> %.3f s), %+.1f%%",
-        (p > 0 && e <= 0.25 && e >= -0.25) ? "ok" : "bad", p, po, pp, m, mo, mp, 100 * e }')
+read -r f_order m_order <<< "$(step_stats "$tmp"/order[12].jsonl)"
+read -r f_placed m_placed <<< "$(step_stats "$tmp"/placed[12].jsonl)"
+verdict=$(awk -v po="$p_order" -v pp="$p_placed" -v fo="$f_order" -v fp="$f_placed" -v mo="$m_order" -v mp="$m_placed" 'BEGIN {
+    p = po - pp; f = fo - fp; m = mo - mp; e = p > 0 ? (f - p) / p : 9
+    printf "%s predicted saving %.3f s (%.3f -> %.3f s of link time), measured %.3f s (fastest step %.3f -> %.3f s), %+.1f%%; median steps %.3f -> %.3f s, %+.1f%%",
+        (p > 0 && e <= 0.15 && e >= -0.15) ? "ok" : "bad", p, po, pp, f, fo, fp, 100 * e, mo, mp, (p > 0 ? 100 * (m - p) / p : 0) }')
 if [ "${verdict%% *}" = ok ]; then
     pass "links_shaped: the placement trains faster by the margin it predicted: ${verdict#* }"
 else failed "links_shaped: trained placement vs node order: ${verdict#* } $(tail -2 "$tmp/placed.log" | tr '\n' ' ' | cut -c1-200)"; fi
+
+# train --parallel.auto on the 4 hosts with a profile that holds the measured links
+# (bench calibrate's profile and the links bench links measured): it prices every
+# layout on the links where its ranks run (rank i on host i+1, the matrix's node
+# order) and says so, and its predicted step is plan's for that layout in node
+# order on the same links.
+/usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['links'] = json.load(open(sys.argv[2]))['links']; json.dump(p, open(sys.argv[3], 'w'))" \
+    "$tmp/prof.json" "$tmp/links.json" "$tmp/prof_links.json"
+"${CLUSTER[@]}" --map-by ppr:1:node "$FTA" train --config "$tmp/run.json" --parallel.auto true \
+    --parallel.profile "$tmp/prof_links.json" --training.steps 2 >"$tmp/auto.log" 2>&1
+auto=$(grep '^parallel.auto:' "$tmp/auto.log" | head -1)
+chosen=$(echo "$auto" | sed 's/^parallel.auto: //; s/ (predicted.*//')
+a_step=$(echo "$auto" | sed -n 's/.*(predicted \([0-9.e+-]*\) s per step.*/\1/p')
+# The layout's name as plan --layout keys: dp2 tp1 pp2 1f1b cp1 z0 mbs2 M2 rc:none.
+keys=$(echo "$chosen" | awk '{ for (i = 1; i <= NF; i++) { t = $i
+    if (t ~ /^dp[0-9]+$/) o = o "dp=" substr(t, 3)
+    else if (t ~ /^tp[0-9]+(sp)?$/) { sp = t ~ /sp$/; sub(/sp$/, "", t); o = o ",tp=" substr(t, 3) ",sp=" sp }
+    else if (t ~ /^pp[0-9]+$/) o = o ",pp=" substr(t, 3)
+    else if (t ~ /^cp[0-9]+$/) o = o ",cp=" substr(t, 3)
+    else if (t ~ /^z[0-9]$/) o = o ",zero=" substr(t, 2)
+    else if (t ~ /^mbs[0-9]+$/) o = o ",mbs=" substr(t, 4)
+    else if (t ~ /^rc:/) o = o ",recompute=" substr(t, 4)
+    else if (t ~ /^interleavedx/) { v = substr(t, 13); sub(/\+/, "", v); o = o ",sched=interleaved,v=" v }
+    else if (t !~ /^M[0-9]+$/) o = o ",sched=" t }
+    print o }')
+"$FT" plan --config "$tmp/run.json" --gpus 4 --gpus-per-node 1 --hardware this --profile "$tmp/prof_links.json" \
+    --layout "$keys" --links "$tmp/prof_links.json" --placement "$tmp/auto" >"$tmp/auto_plan.out" 2>&1
+p_step=$(grep 'predicted step' "$tmp/auto_plan.out" | sed -n 's/.*: \([0-9.e+-]*\) s in node order.*/\1/p')
+if echo "$auto" | grep -q 'collectives on the measured links of nodes h1 h2 h3 h4)' && grep -q 'step     2/2' "$tmp/auto.log" &&
+   [ -n "$a_step" ] && [ "$a_step" = "$p_step" ]; then
+    pass "links_shaped: train --parallel.auto prices on the measured links where its ranks run: '$chosen', predicted $a_step s = plan --links in node order ($keys)"
+else failed "links_shaped: parallel.auto: '$auto', plan in node order '$p_step' ($keys): $(tail -3 "$tmp/auto.log" | tr '\n' ' ' | cut -c1-300)"; fi
 exit $fail

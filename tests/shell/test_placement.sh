@@ -42,6 +42,16 @@ placed=$(echo "$line" | sed -n 's/.*, \([0-9.e+-]*\) s placed.*/\1/p')
 if [ -n "$order" ] && [ -n "$placed" ] && awk -v a="$placed" -v b="$order" 'BEGIN { exit !(a < 0.5 * b) }'; then
     pass "placement on two racks: $(echo "$line" | grep -o 'communication.*')"
 else failed "placement line: $(tr '\n' ' ' <"$tmp/p.out" | cut -c1-400)"; fi
+# The table prices the layout's collectives on the links they cross in that
+# placement: its step is the placement line's "placed" prediction, and node order
+# (dp rings across the racks) predicts a slower step.
+pred=$(grep -A1 '^placement on 16 measured nodes' "$tmp/p.out" | grep 'predicted step')
+s_order=$(echo "$pred" | sed -n 's/.*: \([0-9.e+-]*\) s in node order.*/\1/p')
+s_placed=$(echo "$pred" | sed -n 's/.*, \([0-9.e+-]*\) s placed.*/\1/p')
+s_row=$(awk -F'|' '/^ +1  dp4 tp8/ { split($2, a, " "); print a[1] }' "$tmp/p.out")
+if [ -n "$s_row" ] && [ "$s_row" = "$s_placed" ] && awk -v a="$s_placed" -v b="$s_order" 'BEGIN { exit !(a < b) }'; then
+    pass "the table's step ($s_row s) is the placed prediction; node order predicts $s_order s"
+else failed "table vs placement line: row '$s_row', $pred"; fi
 # Rank r's host is line r+1 of the host list; node slot s holds ranks 8s..8s+7; the
 # dp ring of pipeline stage k is slots k, k+4, k+8, k+12 (grid order dp-pp-cp-tp).
 if [ "$(wc -l <"$tmp/place.hosts")" = 128 ] && [ "$(sort "$tmp/place.hosts" | uniq -c | awk '$1 != 8' | wc -l)" = 0 ] &&

@@ -200,14 +200,22 @@ meas=$(grep -E '^memory bytes' "$T/v.out" | awk '{ s = 0; for (i = 1; i <= NF; i
 if [ -n "$pred" ] && [ "$pred" = "$meas" ]; then pass "plan --layout dp=2,zero=1: $pred bytes = the largest rank's measured total"
 else fail "own-run memory: predicted '$pred', measured '$meas': $(grep -E '^memory' "$T/v.out" | tr '\n' ' ')"; fi
 
-# parallel.auto trains with the layout `plan` ranks first.
+# parallel.auto trains with the layout `plan` ranks first. The profile also holds
+# links that bench links measured between 2 ranks of this host: they describe 2
+# nodes, the job runs on 1, so the start-up line says they are not used and why
+# (test_links_shaped.sh trains on hosts the matrix names).
+cp "$T/prof.json" "$T/prof_links.json"
+"${MPIRUN[@]}" -np 2 "$FT" bench links --output "$T/prof_links.json" --bytes 65536 >/dev/null 2>&1
 first=$("$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --top 1 --tsv | awk -F'\t' 'NR == 2 { print $2 }')
-if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof.json" \
+if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof_links.json" \
         >"$T/auto.out" 2>&1; then
     chosen=$(grep '^parallel.auto:' "$T/auto.out" | sed 's/^parallel.auto: //; s/ (predicted.*//')
     if [ -n "$chosen" ] && [ "$chosen" = "$first" ] && grep -q 'step     4/4' "$T/auto.out"; then
         pass "train --parallel.auto: chose '$chosen' (plan's first row) and trained 4 steps"
     else fail "parallel.auto chose '$chosen', plan ranks first '$first': $(oneline "$T/auto.out")"; fi
+    if grep '^parallel.auto:' "$T/auto.out" | grep -q 'by link class: the profile.s measured links are not used (the profile.s links matrix describes 2 nodes, this job runs on 1 node)'; then
+        pass "parallel.auto with a 2-node links matrix on 1 node: $(grep -o 'by link class.*' "$T/auto.out" | head -1)"
+    else fail "parallel.auto links note: $(grep '^parallel.auto:' "$T/auto.out")"; fi
 else fail "parallel.auto run: $(oneline "$T/auto.out")"; fi
 
 # One rule book: plan offers only layouts train accepts, and refuses the others with
