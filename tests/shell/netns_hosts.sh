@@ -1,5 +1,6 @@
 # tests/shell/netns_hosts.sh — hosts built on this machine from network namespaces,
-# for tests and benchmarks that need links with a chosen bandwidth (sourced, not run).
+# for tests and benchmarks that need links with a chosen bandwidth (sourced, not run:
+# tests/shell/test_links_shaped.sh, bench/cp_ring_overlap.sh with LINK_MBIT).
 #
 #   netns_hosts_up N RATE_FN   make hosts h1..hN: one namespace each, joined by veth
 #                              links to a bridge, each with its own address and host

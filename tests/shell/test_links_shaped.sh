@@ -17,61 +17,15 @@
 # Without the privilege to make namespaces or shape links it says so in one line
 # and checks nothing.
 . "$(dirname "$0")/lib.sh"
-id=$$
-BR=ftl$id
-NS=(ftl${id}a ftl${id}b ftl${id}c ftl${id}d)
-if ! ip netns add "${NS[0]}" 2>/dev/null; then
-    echo "SKIP links_shaped: cannot create network namespaces here (needs root or CAP_NET_ADMIN and iproute2)"
-    exit 0
-fi
-cleanup() {
-    for ns in "${NS[@]}"; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-        ip netns del "$ns" 2>/dev/null
-        ip link del "${ns}r" 2>/dev/null
-    done
-    ip link del "$BR" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-NET=10.78.$((id % 200))
-for ns in "${NS[@]:1}"; do ip netns add "$ns" || { failed "links_shaped: cannot add namespace $ns"; exit 1; }; done
-ip link add "$BR" type bridge && ip addr add "$NET.254/24" dev "$BR" && ip link set "$BR" up ||
-    { failed "links_shaped: cannot build the bridge"; exit 1; }
-for h in 1 2 3 4; do
-    ns=${NS[$((h - 1))]}
-    ip link add "${ns}r" type veth peer name eth0 netns "$ns" && ip link set "${ns}r" master "$BR" up &&
-        ip netns exec "$ns" ip addr add "$NET.$h/24" dev eth0 && ip netns exec "$ns" ip link set eth0 up &&
-        ip netns exec "$ns" ip link set lo up || { failed "links_shaped: cannot wire host $h"; exit 1; }
-done
+. "$(dirname "$0")/netns_hosts.sh"
 # Shaped rate (Mbit/s) from host i to host j.
 rate() { if { [ "$1" -le 2 ] && [ "$2" -le 2 ]; } || { [ "$1" -ge 3 ] && [ "$2" -ge 3 ]; }; then echo 400; else echo 100; fi; }
-for i in 1 2 3 4; do
-    ns=${NS[$((i - 1))]}
-    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 99 2>"$tmp/tc.err"; then
-        echo "SKIP links_shaped: cannot shape links with tc here: $(head -1 "$tmp/tc.err")"
-        exit 0
-    fi
-    ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:99 htb rate 10gbit 2>/dev/null
-    for j in 1 2 3 4; do
-        [ "$i" = "$j" ] && continue
-        r=$(rate "$i" "$j")
-        ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:$j htb rate ${r}mbit ceil ${r}mbit burst 64k cburst 64k 2>/dev/null &&
-            ip netns exec "$ns" tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst "$NET.$j/32" flowid 1:$j ||
-            { failed "links_shaped: cannot shape $i -> $j"; exit 1; }
-    done
-done
-cat >"$tmp/agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case \$host in h1) ns=${NS[0]} ;; h2) ns=${NS[1]} ;; h3) ns=${NS[2]} ;; h4) ns=${NS[3]} ;; *) echo "agent: unknown host \$host" >&2; exit 1 ;; esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host; \$*"
-EOF
-chmod +x "$tmp/agent"
-printf 'h1 slots=1\nh2 slots=1\nh3 slots=1\nh4 slots=1\n' >"$tmp/hosts"
-CLUSTER=(mpirun --allow-run-as-root --oversubscribe --hostfile "$tmp/hosts" -np 4
-         --bind-to none --mca plm_rsh_agent "$tmp/agent" --mca btl tcp,self
-         --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24")
+trap 'netns_hosts_down; rm -rf "$tmp"' EXIT
+if ! netns_hosts_up 4 rate; then
+    echo "SKIP links_shaped: $NETNS_WHY"
+    exit 0
+fi
+CLUSTER=("${NETNS_MPI[@]}" -np 4)
 FTA=$(cd "$(dirname "$FT")" && pwd)/$(basename "$FT")
 t0=$(date +%s.%N)
 if ! timeout 300 "${CLUSTER[@]}" --map-by ppr:1:node "$FTA" bench links --output "$tmp/links.json" --bytes 2097152 --reps 5 >"$tmp/bench.log" 2>&1; then

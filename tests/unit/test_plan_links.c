@@ -10,21 +10,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_fixture.h"
 #include "plan/plan.h"
 #include "plan/plan_auto.h"
 #include "plan/plan_place.h"
-
-static PlanProblem problem(const char *preset, int world, int seq, long long seqs, Hardware hw) {
-    PlanProblem p;
-    memset(&p, 0, sizeof p);
-    plan_model_resolve(&p.model, preset);
-    p.hw = hw;
-    p.world = world;
-    p.seq = seq;
-    p.global_seqs = seqs;
-    p.mem_budget = 80e9;
-    return p;
-}
 
 static void set_link(LinkMatrix *m, int i, int j, double bw, double lat) {
     m->bw[(size_t)i * m->n + j] = m->bw[(size_t)j * m->n + i] = bw;
@@ -43,7 +32,7 @@ static void uniform(LinkMatrix *m, double bw, double lat) {
 static void test_uniform_unchanged(void) {
     Hardware h100;
     hardware_builtin(&h100, "h100");
-    PlanProblem p = problem("llama-3.1-8b", 32, 4096, 128, h100);
+    PlanProblem p = plan_problem("llama-3.1-8b", 32, 4096, 128, h100);
     LinkMatrix m;
     links_init(&m, 4);
     uniform(&m, h100.inter_bw, h100.inter_lat);
@@ -90,7 +79,7 @@ static Hardware comm_only(double bw) {
 
 static void test_slow_pair(void) {
     const double bw = 1e10, slow = 1e9;  // the pair 0-1 at a tenth of the others
-    PlanProblem p = problem("llama-3.1-8b", 32, 4096, 32, comm_only(bw));
+    PlanProblem p = plan_problem("llama-3.1-8b", 32, 4096, 32, comm_only(bw));
     LinkMatrix m;
     links_init(&m, 4);
     uniform(&m, bw, 0.0);
@@ -151,7 +140,7 @@ static void test_slow_pair(void) {
 static void test_many_nodes(void) {
     Hardware h100;
     hardware_builtin(&h100, "h100");
-    PlanProblem p = problem("llama-3.1-8b", 8 * 80, 4096, 640, h100);
+    PlanProblem p = plan_problem("llama-3.1-8b", 8 * 80, 4096, 640, h100);
     LinkMatrix m;
     links_init(&m, 80);
     for (int i = 0; i < 80; i++)  // two racks, interleaved in node order
