@@ -6,9 +6,21 @@ OPT      ?= -O3 -march=native
 CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fopenmp -Isrc -I/usr/include/cjson $(EXTRA_CFLAGS)
 # OpenBLAS, OpenMP flavour: it shares our OpenMP thread pool, and a BLAS call made
 # inside an OpenMP parallel region runs single-threaded instead of oversubscribing.
+# `make BLAS=blis build-blis/femtotron` links BLIS instead (Debian's
+# libblis-openmp-dev, through its CBLAS layer) into build-blis/, leaving ./femtotron
+# alone; bench/blas.sh compares the two.
+BLAS     ?= openblas
+ifeq ($(BLAS),blis)
+BLASDIR  := /usr/lib/x86_64-linux-gnu/blis-openmp
+BLASLIB  := -lblis
+CFLAGS   += -DFEMTOTRON_BLIS
+BUILD    ?= build-blis
+else
 BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLASLIB  := -lopenblas
+endif
 # zlib and libzstd: `prepare` reads gzip and zstd inputs (src/data/decompress.c).
-LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lcjson -lz -lzstd -lm -fopenmp $(EXTRA_LDFLAGS)
+LDLIBS   := -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) $(BLASLIB) -lcjson -lz -lzstd -lm -fopenmp $(EXTRA_LDFLAGS)
 
 SRC      := $(shell find src -name '*.c' ! -name main.c | sort)
 # BUILD: where objects go (tests/shell/test_sanitizers.sh builds into build-asan).
@@ -111,4 +123,4 @@ fuzz: femtotron fuzzers
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz build-cuda femtotron femtotron-cuda
+	rm -rf build build-asan build-fuzz build-cuda build-blis femtotron femtotron-cuda

@@ -4,7 +4,6 @@
 #include "bench/run_peak.h"
 
 #include <cJSON.h>
-#include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +47,7 @@ static void machine_identity(Machine *m) {
     }
     if (f) fclose(f);
     m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    const char *cfg = openblas_get_config();
-    snprintf(m->blas, sizeof m->blas, "%s", cfg ? cfg : "unknown");
+    snprintf(m->blas, sizeof m->blas, "%s", ops_blas_name());
 }
 
 static void cache_dir(char *dir, size_t size) {

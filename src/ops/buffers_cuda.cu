@@ -110,6 +110,13 @@ extern "C" void ops_init(int local_rank) {
 
 extern "C" const char *ops_backend_name(void) { return "cuda"; }
 
+// The host's CPU matrix products (the MFU peak of this first backend) are OpenBLAS's.
+extern "C" char *openblas_get_config(void);
+extern "C" const char *ops_blas_name(void) {
+    const char *cfg = openblas_get_config();
+    return cfg ? cfg : "OpenBLAS (unknown build)";
+}
+
 extern "C" int ops_has_bf16(void) { return 0; }
 
 // The kernels ignore it; the host code around them (initialisation, data loading,

@@ -4,19 +4,37 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/fast_exp.h"
 #include "ops/ops.h"
 #include "util.h"
 
-// OpenBLAS extension (declared in its cblas.h on some builds only).
+// The BLAS's own thread count: OpenBLAS's extension (declared in its cblas.h on some
+// builds only), or BLIS's (make BLAS=blis).
+#ifdef FEMTOTRON_BLIS
+void bli_thread_set_num_threads(long num_threads);
+const char *bli_info_get_version_str(void);
+#define blas_set_threads(n) bli_thread_set_num_threads(n)
+const char *ops_blas_name(void) {
+    static char name[64];
+    snprintf(name, sizeof name, "BLIS %s", bli_info_get_version_str());
+    return name;
+}
+#else
 void openblas_set_num_threads(int num_threads);
+#define blas_set_threads(n) openblas_set_num_threads(n)
+const char *ops_blas_name(void) {
+    const char *cfg = openblas_get_config();
+    return cfg ? cfg : "OpenBLAS (unknown build)";
+}
+#endif
 
 void ops_set_threads(int threads) {
     if (threads < 1) threads = 1;
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    blas_set_threads(threads);
 }
 
 // ---------------------------------------------------------------- linear layers
