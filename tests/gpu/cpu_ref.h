@@ -56,6 +56,7 @@
 #define scale_inplace cpu_scale_inplace
 #define adamw_update cpu_adamw_update
 #define ops_set_threads cpu_ops_set_threads
+#define ops_blas_name cpu_ops_blas_name
 
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
@@ -110,6 +111,7 @@
 #undef scale_inplace
 #undef adamw_update
 #undef ops_set_threads
+#undef ops_blas_name
 #undef FEMTOTRON_OPS_H
 #include "ops/ops.h"
 
