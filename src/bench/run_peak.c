@@ -47,7 +47,7 @@ static void machine_identity(Machine *m) {
     }
     if (f) fclose(f);
     m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(m->blas, sizeof m->blas, "%s", ops_blas_name());
+    ops_blas_name(m->blas, sizeof m->blas);
 }
 
 static void cache_dir(char *dir, size_t size) {

@@ -112,9 +112,9 @@ extern "C" const char *ops_backend_name(void) { return "cuda"; }
 
 // The host's CPU matrix products (the MFU peak of this first backend) are OpenBLAS's.
 extern "C" char *openblas_get_config(void);
-extern "C" const char *ops_blas_name(void) {
+extern "C" void ops_blas_name(char *out, size_t size) {
     const char *cfg = openblas_get_config();
-    return cfg ? cfg : "OpenBLAS (unknown build)";
+    snprintf(out, size, "%s", cfg ? cfg : "OpenBLAS (unknown build)");
 }
 
 extern "C" int ops_has_bf16(void) { return 0; }

@@ -17,17 +17,13 @@
 void bli_thread_set_num_threads(long num_threads);
 const char *bli_info_get_version_str(void);
 #define blas_set_threads(n) bli_thread_set_num_threads(n)
-const char *ops_blas_name(void) {
-    static char name[64];
-    snprintf(name, sizeof name, "BLIS %s", bli_info_get_version_str());
-    return name;
-}
+void ops_blas_name(char *out, size_t size) { snprintf(out, size, "BLIS %s", bli_info_get_version_str()); }
 #else
 void openblas_set_num_threads(int num_threads);
 #define blas_set_threads(n) openblas_set_num_threads(n)
-const char *ops_blas_name(void) {
+void ops_blas_name(char *out, size_t size) {
     const char *cfg = openblas_get_config();
-    return cfg ? cfg : "OpenBLAS (unknown build)";
+    snprintf(out, size, "%s", cfg ? cfg : "OpenBLAS (unknown build)");
 }
 #endif
 

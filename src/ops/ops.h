@@ -26,9 +26,9 @@ void ops_init(int local_rank);
 // "cpu" or "cuda": the training.device this binary runs (config_check_backend).
 const char *ops_backend_name(void);
 // The BLAS this binary runs its CPU matrix products with, as it describes itself
-// (OpenBLAS's build configuration, or BLIS and its version): the node peak's cache
-// key (bench/run_peak.c).
-const char *ops_blas_name(void);
+// (OpenBLAS's build configuration, or BLIS and its version), into out (size bytes):
+// the node peak's cache key (bench/run_peak.c).
+void ops_blas_name(char *out, size_t size);
 // 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
 int ops_has_bf16(void);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
