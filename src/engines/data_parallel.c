@@ -20,12 +20,6 @@
 #define DP_GRAD_WINDOWS 2
 #define DP_MAX_WINDOWS 4  // expert parallelism: one more of each (two pieces per layer)
 
-// A mixture-of-experts layer's experts under expert parallelism: piece 1 of a layer
-// unit that comes in two pieces (model/param_access.h).
-static int is_expert_piece(const LlamaModel *m, int u, int k) {
-    return m->E > 0 && m->ep.size > 1 && u >= 1 && u <= m->L && k == 1;
-}
-
 // ------------------------------------------------------------------ buckets
 
 // The pieces this rank holds, in flat order (model/param_access.h): every held unit
@@ -68,7 +62,7 @@ static void make_pieces(DataParallel *dp, double bucket_mb, const int *held) {
             llama_unit_piece(m, u, dp->piece_max, k, &lo, &hi);
             dp->piece_unit[p] = u;
             dp->piece_uses[p] = u == 0 && both ? 2 : 1;
-            dp->piece_expert[p] = is_expert_piece(m, u, k);
+            dp->piece_expert[p] = k == 1 && llama_unit_split_experts(m, u);  // the experts' piece
             dp->piece_glo[p] = lo;
             dp->piece_len[p] = hi - lo;
             dp->piece_local[p] = local;

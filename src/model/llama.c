@@ -82,13 +82,10 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 
 // A layer's weights and gradients: one piece, or under expert parallelism the
 // dense piece and the experts' piece (model/param_access.h).
-static int split_layer(const LlamaModel *m, const ParamAccess *pa, int u) {
-    return llama_unit_n_pieces(m, u, pa->piece_max) == 2;
-}
 
 LayerWeights llama_layer_acquire(const LlamaModel *m, const ParamAccess *pa, int u) {
     LayerWeights lw = {NULL, NULL};
-    if (split_layer(m, pa, u)) {
+    if (llama_unit_split_experts(m, u)) {
         lw.w = pa->acquire_piece(pa->ctx, u, 0);
         lw.experts = pa->acquire_piece(pa->ctx, u, 1);
     } else {
@@ -99,7 +96,7 @@ LayerWeights llama_layer_acquire(const LlamaModel *m, const ParamAccess *pa, int
 }
 
 void llama_layer_release(const LlamaModel *m, const ParamAccess *pa, int u) {
-    if (!split_layer(m, pa, u)) {
+    if (!llama_unit_split_experts(m, u)) {
         pa->release_params(pa->ctx, u);
         return;
     }
@@ -109,7 +106,7 @@ void llama_layer_release(const LlamaModel *m, const ParamAccess *pa, int u) {
 
 LayerGrads llama_layer_grads(const LlamaModel *m, const ParamAccess *pa, int u) {
     LayerGrads lg = {NULL, NULL};
-    if (split_layer(m, pa, u)) {
+    if (llama_unit_split_experts(m, u)) {
         lg.g = pa->piece_grads(pa->ctx, u, 0);
         lg.experts = pa->piece_grads(pa->ctx, u, 1);
     } else {
@@ -120,7 +117,7 @@ LayerGrads llama_layer_grads(const LlamaModel *m, const ParamAccess *pa, int u) 
 }
 
 void llama_layer_grads_done(const LlamaModel *m, const ParamAccess *pa, int u) {
-    if (!split_layer(m, pa, u)) {
+    if (!llama_unit_split_experts(m, u)) {
         pa->grads_done(pa->ctx, u);
         return;
     }

@@ -14,10 +14,11 @@
 // and return its offset in the flat buffer. cols == 0 means a 1-D tensor. The
 // slice held here follows `split`: `parts` equal slices of the split dimension,
 // this rank's being number m->tp_rank; `valid_rows` < the slice for vocab padding.
-// held == 0 (an expert another expert-parallel rank holds): listed with its global
-// shape, but nothing of it is here (no rows, no elements).
-static size_t add_param_held(LlamaModel *m, int *count, size_t *offset, const char *name,
-                             int64_t rows, int64_t cols, SplitKind split, int held) {
+// expert: one of a mixture-of-experts expert's tensors; held == 0 (an expert
+// another expert-parallel rank holds): listed with its global shape, but nothing of
+// it is here (no rows, no elements).
+static size_t add_param_ex(LlamaModel *m, int *count, size_t *offset, const char *name, int64_t rows,
+                           int64_t cols, SplitKind split, int expert, int held) {
     int64_t lrows = rows, lcols = cols > 0 ? cols : 1, start = 0, valid = 0;
     const int tp = m->tp.size, tp_rank = m->tp.rank;
     if (split == SPLIT_ROWS) {
@@ -46,7 +47,7 @@ static size_t add_param_held(LlamaModel *m, int *count, size_t *offset, const ch
         p->offset = at;
         p->numel = numel;
         p->weight_decay = p->ndim >= 2;
-        p->expert = strstr(name, ".block_sparse_moe.experts.") != NULL;
+        p->expert = expert;
     }
     (*count)++;
     *offset += numel;
@@ -55,7 +56,7 @@ static size_t add_param_held(LlamaModel *m, int *count, size_t *offset, const ch
 
 static size_t add_param(LlamaModel *m, int *count, size_t *offset, const char *name,
                         int64_t rows, int64_t cols, SplitKind split) {
-    return add_param_held(m, count, offset, name, rows, cols, split, 1);
+    return add_param_ex(m, count, offset, name, rows, cols, split, 0, 1);
 }
 
 int64_t param_global_index(const ParamInfo *p, size_t e) {
@@ -101,7 +102,7 @@ static void layout_params(LlamaModel *m) {
                 const int held = e >= e0 && e < e0 + El;
 #define EXPERT_PARAM(w, rows, cols, split) \
     (snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w), \
-     add_param_held(m, &count, &off, name, rows, cols, split, held))
+     add_param_ex(m, &count, &off, name, rows, cols, split, 1, held))
                 EXPERT_PARAM("w1", F, D, SPLIT_ROWS);
                 EXPERT_PARAM("w3", F, D, SPLIT_ROWS);
                 EXPERT_PARAM("w2", D, F, SPLIT_COLS);

@@ -46,15 +46,13 @@ ParamAccess param_access_whole(WholeBuffers *wb) {
 
 // ------------------------------------------------------------------ pieces
 
-// A decoder layer of a mixture of experts under expert parallelism: its dense part,
-// then its experts (model/llama_build.c puts them last).
-static int expert_split_layer(const LlamaModel *m, int u) {
+int llama_unit_split_experts(const LlamaModel *m, int u) {
     return m->E > 0 && m->ep.size > 1 && u >= 1 && u <= m->L;
 }
 
 int llama_unit_n_pieces(const LlamaModel *m, int u, size_t piece_max) {
     const size_t size = m->unit_lo[u + 1] - m->unit_lo[u], D = (size_t)m->D;
-    if (expert_split_layer(m, u)) return 2;
+    if (llama_unit_split_experts(m, u)) return 2;
     if (piece_max == 0 || size <= piece_max || (u != 0 && u != m->L + 1)) return 1;
     const size_t per = piece_max / D > 0 ? piece_max / D : 1;  // rows per piece
     if (u == 0) return (int)((size / D + per - 1) / per);
@@ -63,7 +61,7 @@ int llama_unit_n_pieces(const LlamaModel *m, int u, size_t piece_max) {
 
 void llama_unit_piece(const LlamaModel *m, int u, size_t piece_max, int k, size_t *lo, size_t *hi) {
     const size_t start = m->unit_lo[u], end = m->unit_lo[u + 1], D = (size_t)m->D;
-    if (expert_split_layer(m, u)) {  // the dense part, then the experts
+    if (llama_unit_split_experts(m, u)) {  // the dense part, then the experts
         const size_t experts = m->layer[u - 1].experts;
         *lo = k == 0 ? start : experts;
         *hi = k == 0 ? experts : end;

@@ -35,6 +35,9 @@
 // hands each piece's gradients over (grads_done) once per use: a tied embedding
 // used by the embedding and by the head of one stage gets two calls per micro-batch.
 int llama_unit_n_pieces(const LlamaModel *m, int u, size_t piece_max);
+// 1 when unit u is a mixture-of-experts layer under expert parallelism: piece 0 its
+// dense part, piece 1 its experts (model/llama_build.c puts them last).
+int llama_unit_split_experts(const LlamaModel *m, int u);
 void llama_unit_piece(const LlamaModel *m, int u, size_t piece_max, int k, size_t *lo, size_t *hi);
 
 // Pointers returned for unit u address element unit_lo[u] of the flat order, those
