@@ -51,22 +51,23 @@ hd, N, R = D // H, B * S, B * H * S
 r16 = lambda n: (n + 15) // 16 * 16           # the plan keeps every buffer 64-byte aligned
 # One layer's buffers in floats (1 rank: N tokens, all heads local).
 layer = {"ln1": N * D, "ln1_rstd": N, "qkv": N * (H + 2 * KV) * hd, "lse": R, "attn": N * H * hd,
-         "resid_mid": N * D, "ln2": N * D, "ln2_rstd": N, "gu": 2 * N * F, "mlp_h": N * F}
+         "ln2": N * D, "ln2_rstd": N, "gu": 2 * N * F, "mlp_h": N * F}
 def predicted(mode):
     kept = {k: L for k in layer}                 # layer slots of each buffer
     if mode == "selective": kept["lse"] = 1      # one layer's lse, in the scratch
     if mode == "full": kept = {k: 1 for k in layer}  # one layer's working set, in the scratch
-    f = r16((L + 1) * N * D)                     # resid: each layer's input + the stage output
+    f = r16(((L + 1) if mode == "full" else 1) * N * D)  # resid: each layer's input + the output (full), else the stream
     f += sum(r16(kept[k] * n) for k, n in layer.items())
     f += 2 * r16(S * hd // 2)                    # RoPE cos, sin
-    f += r16(N * D) + r16(N) + r16(N * V)        # final norm (+ rstd), logits
+    f += 2 * r16(N * D) + r16(N) + r16(N * V)    # final norm (output, xhat, rstd), logits
+    f += 2 * r16(N * D)                          # resid_mid, normed (scratch)
     f += 2 * r16(N * D) + r16(N * (H + 2 * KV) * hd) + 3 * r16(R)  # dresid, dbuf_d, dqkv, att_m/l/rowdot
     f += r16(T * 2 * 64 * 64)                    # attention tiles per thread
     f += r16(2 * N * F) + r16(N * max(F, H * hd))  # dgu, dbuf_i
     f += 2 * S                                   # token positions, (cp + 1, S) ints
     return 4 * f + 2 * 4 * N + 2 * 4 * N         # + tokens, targets of the slot and of the trainer
 def per_layer(mode):                             # bytes kept per layer (the README formula)
-    n = N * D + sum(layer.values())
+    n = sum(layer.values())                      # the stream is kept once, not per layer
     if mode == "selective": n -= R
     if mode == "full": n = N * D
     return 4 * n

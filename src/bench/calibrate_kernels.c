@@ -201,10 +201,10 @@ typedef struct {
 static void layer_elems_call(const void *p) {
     const LayerElems *e = p;
     const size_t nd = (size_t)e->N * e->D;
-    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    rmsnorm_forward(e->y, NULL, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
     residual_forward(e->y, e->y, e->x, nd);
     rope_forward(e->qkv, e->cos_t, e->sin_t, 1, e->N, e->H, e->KV, e->hd);
-    rmsnorm_forward(e->y, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
+    rmsnorm_forward(e->y, NULL, e->rstd, e->x, e->w, e->N, e->D, 1e-5f);
     swiglu_forward(e->h, e->gu, e->N, e->F);
     residual_forward(e->y, e->y, e->x, nd);
 }

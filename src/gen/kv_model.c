@@ -98,7 +98,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
         float *kc = km->k_cache + (size_t)l * km->T * kvr;  // (T, KV*hd) of layer l
         float *vc = km->v_cache + (size_t)l * km->T * kvr;
         // attention block
-        rmsnorm_forward(km->h, km->rstd, km->x, P + lo->ln1, n, D, eps);
+        rmsnorm_forward(km->h, NULL, km->rstd, km->x, P + lo->ln1, n, D, eps);
         matmul_forward(km->qkv, km->h, P + lo->qkv, n, D, qkv_dim);
         rope_forward(km->qkv, km->cos_t, km->sin_t, 1, n, H, KV, hd);
         for (int t = 0; t < n; t++) {
@@ -110,7 +110,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
         matmul_forward(km->tmp, km->att, P + lo->o, n, H * hd, D);
         residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
         // MLP block (or Mixtral's sparse block, model/moe.h, plus its shared experts)
-        rmsnorm_forward(km->h, km->rstd, km->x, P + lo->ln2, n, D, eps);
+        rmsnorm_forward(km->h, NULL, km->rstd, km->x, P + lo->ln2, n, D, eps);
         if (m->E > 0) {
             const MoeDims md = {n, 1, n, D, F, m->E, m->K, {1, 0}};
             const MoeSaved ms = moe_saved_at(&md, km->moe);
@@ -131,7 +131,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     }
     // Only the last token's logits are needed.
     const float *last = km->x + (size_t)(n - 1) * D;
-    rmsnorm_forward(km->h, km->rstd, last, P + m->final_norm, 1, D, eps);
+    rmsnorm_forward(km->h, NULL, km->rstd, last, P + m->final_norm, 1, D, eps);
     matmul_forward(km->logits, km->h, P + m->head, 1, D, m->V);
     km->pos += n;
 }

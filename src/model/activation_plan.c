@@ -15,7 +15,8 @@
 // Scratch buffers are planned only when with_scratch is set.
 // Recomputation (m->recompute) decides how many layer slots the saved buffers have:
 // nl (one per layer), or one working layer that belongs to the shared scratch — the
-// lse under selective, everything but the residual stream under full.
+// lse under selective, everything but the residual stream under full, which alone
+// keeps the stream per layer (model/activations.h).
 static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *a,
                                 int with_scratch) {
     const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D, Fl = m->Fl;
@@ -26,6 +27,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t tps = with_scratch && m->tp.size > 1 ? 1 : 0;
     const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
     const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
+    const size_t nres = m->recompute == RECOMPUTE_FULL ? nl + 1 : 1;  // slots of the stream
     // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
     // moe, and its backward uses moe_scr; gu / mlp_h / dgu then hold the shared experts.
     // The shared experts (E > 0, Fs > 0) use the dense MLP's buffers at their width.
@@ -39,13 +41,14 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         size_t n;
     } plan[] = {
         {&a->cos_t, S * half},          {&a->sin_t, S * half},
-        {&a->resid, (nl + 1) * Nr * D}, {&a->ln1, nk * Nr * D},
+        {&a->resid, nres * Nr * D},     {&a->ln1, nk * Nr * D},
         {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
         {&a->lse, nlse * R},            {&a->attn, nk * N * A},
-        {&a->resid_mid, nk * Nr * D},   {&a->ln2, nk * Nr * D},
+        {&a->resid_mid, scr * Nr * D},  {&a->ln2, nk * Nr * D},
         {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fd},
         {&a->mlp_h, nk * N * Fd},       {&a->lnf, head * Nr * D},
-        {&a->lnf_rstd, head * Nr},      {&a->logits, head * N * (size_t)m->Vl},
+        {&a->lnf_rstd, head * Nr},      {&a->lnf_xhat, head * Nr * D},
+        {&a->logits, head * N * (size_t)m->Vl}, {&a->normed, scr * Nr * D},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
         {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
         {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
@@ -94,6 +97,8 @@ size_t activations_alloc_bytes(const LlamaModel *m, StageUnits su, int B, int S,
 // Point a's scratch buffers (and the working layer recomputation keeps there) at
 // the slot that owns them.
 static void share_scratch_of(Activations *a, const LlamaModel *m, const Activations *share_scratch) {
+    a->resid_mid = share_scratch->resid_mid;
+    a->normed = share_scratch->normed;
     a->dresid = share_scratch->dresid;
     a->dbuf_d = share_scratch->dbuf_d;
     a->dqkv = share_scratch->dqkv;
@@ -115,7 +120,6 @@ static void share_scratch_of(Activations *a, const LlamaModel *m, const Activati
         a->ln1_rstd = share_scratch->ln1_rstd;
         a->qkv = share_scratch->qkv;
         a->attn = share_scratch->attn;
-        a->resid_mid = share_scratch->resid_mid;
         a->ln2 = share_scratch->ln2;
         a->ln2_rstd = share_scratch->ln2_rstd;
         a->gu = share_scratch->gu;
@@ -191,7 +195,7 @@ static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, We
     } plan[] = {
         {&st->d_down, nl * Nr * D}, {&st->dgu, own * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
         {&st->d_o, nl * Nr * D},    {&st->dqkv, own * N * QKV},   {&st->d_ln1, nl * Nr * D},
-        {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
+        {&st->norm_w, nl * 2 * D},  {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},
     };
     size_t total = 0;

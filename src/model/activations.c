@@ -8,19 +8,20 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
     const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->E > 0 ? (size_t)m->Fsl : (size_t)m->Fl;
     const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
     const size_t kl = m->recompute == RECOMPUTE_NONE ? (size_t)i : 0;   // slot of lse
+    const size_t kx = m->recompute == RECOMPUTE_FULL ? (size_t)i : 0;   // slot of the stream
     LayerSaved s = {
-        .x = a->resid + (size_t)i * Nr * D,
+        .x = a->resid + kx * Nr * D,
         .ln1 = a->ln1 + k * Nr * D,
         .ln1_rstd = a->ln1_rstd + k * Nr,
         .qkv = a->qkv + k * N * QKV,
         .lse = a->lse + kl * R,
         .attn = a->attn + k * N * A,
-        .mid = a->resid_mid + k * Nr * D,
+        .mid = a->resid_mid,
         .ln2 = a->ln2 + k * Nr * D,
         .ln2_rstd = a->ln2_rstd + k * Nr,
         .gu = a->gu + k * N * 2 * Fl,
         .h = a->mlp_h + k * N * Fl,
-        .out = a->resid + (size_t)(i + 1) * Nr * D,
+        .out = a->resid + (kx + (m->recompute == RECOMPUTE_FULL)) * Nr * D,
     };
     return s;
 }

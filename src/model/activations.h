@@ -14,11 +14,17 @@
 // with sequence parallel (else N); with context parallelism S is this rank's share
 // of each sequence (seq_length / cp, two zigzag chunks).
 // Recomputation (LlamaModel.recompute) sets how many layer slots are kept:
-//   none       every layer buffer below, nk = nlse = nl
+//   none       every layer buffer below, nk = nlse = nl, the residual stream once
+//              (nres = 1: updated in place, no layer's backward reads it)
 //   selective  all but lse (nlse = 1): one layer's lse in the shared scratch, rebuilt
 //              by re-running the layer's attention in its backward
-//   full       only resid (nk = nlse = 1): ln1 .. mlp_h are ONE layer's working set in
-//              the shared scratch, rebuilt by re-running the layer forward in its backward
+//   full       only resid, per layer (nres = nl + 1; nk = nlse = 1): ln1 .. mlp_h are
+//              ONE layer's working set in the shared scratch, rebuilt by re-running
+//              the layer forward in its backward
+// A norm keeps one (Nr, D) tensor: its normalized input xhat = x * rstd, from which
+// its backward computes (ops.h: rmsnorm_backward) and the product after it gets its
+// input w * xhat again (rmsnorm_rebuild, into `normed`); neither the norm's input
+// nor its output is kept. The residual after attention is a forward working buffer.
 // Buffers with a single slot belong to the scratch: the micro-batches share them.
 #ifndef FEMTOTRON_ACTIVATIONS_H
 #define FEMTOTRON_ACTIVATIONS_H
@@ -32,18 +38,22 @@ typedef struct Activations {
     int has_embed, has_head; // first / last stage
     float *arena;            // one allocation holding every buffer this struct owns
     float *cos_t, *sin_t;    // (S, hd/2) RoPE tables
-    float *resid;            // (nl+1, Nr, D) residual stream entering each layer; slot nl = output
-    float *ln1, *ln1_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *resid;            // (nres, Nr, D) residual stream: full recomputation: entering each
+                             // layer, slot nl the output; else one slot, in place (the stage
+                             // input, then each layer's output, the stage output at the end)
+    float *ln1, *ln1_rstd;   // (nk, Nr, D), (nk, Nr) first norm's xhat and rstd
     float *qkv;              // (nk, N, (Hl+2KVl)*hd) after RoPE
     float *lse;              // (nlse, B, Hl, S) log-sum-exp of each attention row
     float *attn;             // (nk, N, A) attention output (o_proj input)
-    float *resid_mid;        // (nk, Nr, D) residual after attention
-    float *ln2, *ln2_rstd;   // (nk, Nr, D), (nk, Nr)
+    float *ln2, *ln2_rstd;   // (nk, Nr, D), (nk, Nr) second norm's xhat and rstd
     float *gu;               // (nk, N, 2Fl) gate|up pre-activations
     float *mlp_h;            // (nk, N, Fl) silu(gate)*up (down_proj input)
-    float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only
+    float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd
+    float *lnf_xhat;         // (Nr, D) last stage only: the final norm's xhat
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
-    // backward scratch (shared between in-flight micro-batches)
+    // scratch (shared between in-flight micro-batches)
+    float *resid_mid;        // (Nr, D) forward: the residual after attention
+    float *normed;           // (Nr, D) a norm's output w * xhat (forward, rebuilt in backward)
     float *dresid;           // (Nr, D) gradient of the residual stream
     float *dbuf_d;           // (Nr, D) a block's input gradient before the residual add
     float *dqkv;             // (N, (Hl+2KVl)*hd)
@@ -89,6 +99,9 @@ typedef struct WeightGradStash {
     float *d_o;              // (nl, Nr, D) gradient of o_proj's output
     float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output, RoPE undone (full)
     float *d_ln1;            // (nl, Nr, D) gradient of the first norm's output
+    float *norm_w;           // (nl, 2, D) the layer's two norm weights, copied by the input half:
+                             // the weight half rebuilds the products' inputs w * xhat from them
+                             // without acquiring the layer again
     float *d_lnf;            // (Nr, D) last stage: gradient of the final norm's output
     float *d_embed;          // (Nr, D) first stage: gradient of the embedding's output
     size_t bytes;            // bytes of the arena
@@ -96,15 +109,16 @@ typedef struct WeightGradStash {
 
 // The buffers layer slot i's backward reads, written by its forward: the layer's own
 // slots, or the one working layer in the shared scratch for what recomputation
-// drops. The residual stream is kept per layer always.
+// drops. x and out are one buffer (the stream, in place) unless under full
+// recomputation, which keeps every layer's input.
 typedef struct {
     float *x;                 // (Nr, D) layer input
-    float *ln1, *ln1_rstd;    // (Nr, D), (Nr)
+    float *ln1, *ln1_rstd;    // (Nr, D), (Nr) xhat and rstd
     float *qkv;               // (N, (Hl+2KVl)*hd) local heads, after RoPE
     float *lse;               // (B, Hl, S)
     float *attn;              // (N, A)
-    float *mid;               // (Nr, D) residual after attention
-    float *ln2, *ln2_rstd;    // (Nr, D), (Nr)
+    float *mid;               // (Nr, D) residual after attention (scratch: forward only)
+    float *ln2, *ln2_rstd;    // (Nr, D), (Nr) xhat and rstd
     float *gu;                // (N, 2Fl)
     float *h;                 // (N, Fl)
     float *out;               // (Nr, D) layer output (the next layer's input)

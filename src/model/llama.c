@@ -19,7 +19,8 @@
 
 // Address of the tensor at flat offset `off` inside unit u, whose data starts at `base`.
 float *llama_stage_output(const LlamaModel *m, Activations *a) {
-    return a->resid + (size_t)a->nl * llama_rows(m, a->B * a->S) * m->D;
+    const size_t slot = m->recompute == RECOMPUTE_FULL ? (size_t)a->nl : 0;  // model/activations.h: resid
+    return a->resid + slot * llama_rows(m, a->B * a->S) * m->D;
 }
 
 // --------------------------------------------------------------------- forward
@@ -40,13 +41,16 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     const LayerSaved s = layer_saved(m, a, i);
     const RingAttention ra = activations_ring(m, a);
 
-    rmsnorm_forward(s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-    tp_column_forward(tp, s.qkv, s.ln1, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+    // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
+    // the input of the product after it. Without full recomputation s.x and s.out
+    // are the one stream buffer: x is last read by the residual add into mid.
+    rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+    tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
     rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
-    rmsnorm_forward(s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
         // Tensor parallel as a dense MLP: every rank routes every token (the router is
         // replicated, so the routing is the same everywhere) and holds an Fl-wide
@@ -54,7 +58,7 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         const MoeDims md = activations_moe_dims(m, a);
         const MoeSaved ms = activations_moe_saved(m, a, i);
         const MoeScratch sc = activations_moe_scratch(m, a);
-        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);  // (N, D)
+        const float *X = tp_gather(tp, a->normed, a->tp_full, N, D);  // (N, D)
         float *partial = recompute ? NULL : tp->sp ? a->tp_partial : s.out;  // (N, D)
         moe_forward(&md, &ms, &sc, partial, X, AT(w, u, lo->router), lw.experts);
         if (m->Fs > 0) {  // shared experts, in the dense MLP's buffers: gate|up, SwiGLU ...
@@ -73,7 +77,7 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
         return;
     }
-    tp_column_forward(tp, s.gu, s.ln2, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
+    tp_column_forward(tp, s.gu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
     swiglu_forward(s.h, s.gu, N, Fl);
     if (recompute) return;
     tp_row_forward(tp, s.out, s.h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);     // down
@@ -204,8 +208,8 @@ static void head_forward(const LlamaModel *m, const ParamAccess *pa, Activations
     size_t lo, hi;
     llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
     const float *wf = pa->acquire_piece(pa->ctx, uf, 0);
-    rmsnorm_forward(a->lnf, a->lnf_rstd, llama_stage_output(m, a), wf + (m->final_norm - lo), Nr, m->D,
-                    (float)m->cfg.rms_norm_eps);
+    rmsnorm_forward(a->lnf, a->lnf_xhat, a->lnf_rstd, llama_stage_output(m, a), wf + (m->final_norm - lo), Nr,
+                    m->D, (float)m->cfg.rms_norm_eps);
     const float *x_full = tp_gather(&m->tp, a->lnf, a->tp_full, N, m->D);  // (N, D)
     if (uh == uf) head_piece_forward(m, a, x_full, wf, hoff, lo, hi, N);
     pa->release_piece(pa->ctx, uf, 0);
@@ -276,7 +280,8 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
             matmul_backward(a->dbuf_i, AT(g, u, lo->down), G, s.h, AT(w, u, lo->down), N, m->Fsl, D, 0);
             swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, m->Fsl);
         }
-        const float *X = tp_gather(tp, s.ln2, a->tp_full, N, D);
+        rmsnorm_rebuild(a->normed, s.ln2, AT(w, u, lo->ln2), Nr, D);
+        const float *X = tp_gather(tp, a->normed, a->tp_full, N, D);
         float *partial = tp->sp ? a->tp_partial : dd;  // (N, D)
         moe_backward_experts(&md, &ms, &sc, partial, lg.experts, X, lw.experts);
         if (m->Fs > 0)  // the shared experts' gate|up: weight gradient, input gradient added
@@ -291,10 +296,11 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
                         N, Fl, D);
         swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
-        tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, s.ln2, AT(w, u, lo->gate_up),
+        rmsnorm_rebuild(a->normed, s.ln2, AT(w, u, lo->ln2), Nr, D);
+        tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up),
                            a->tp_full, a->tp_partial, N, D, 2 * Fl);
     }
-    tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
+    tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
     tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->o), dres, s.attn, AT(w, u, lo->o), a->tp_full, N, A,
@@ -302,9 +308,10 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
     rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, s.ln1, AT(w, u, lo->qkv), a->tp_full,
+    rmsnorm_rebuild(a->normed, s.ln1, AT(w, u, lo->ln1), Nr, D);
+    tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
                        a->tp_partial, N, D, QKV);
-    tp_norm_backward(tp, dres, AT(g, u, lo->ln1), dd, s.x, AT(w, u, lo->ln1), s.ln1_rstd, a->tp_dw,
+    tp_norm_backward(tp, dres, AT(g, u, lo->ln1), dd, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, a->tp_dw,
                      Nr, D);
     llama_layer_release(m, pa, u);
     llama_layer_grads_done(m, pa, u);
@@ -359,8 +366,8 @@ static void head_backward(const LlamaModel *m, const ParamAccess *pa, Activation
     tp_reduce_finish(&r);
     float *dres = a->dresid;  // (Nr, D)
     zero_f32(dres, (size_t)Nr * D);
-    tp_norm_backward(tp, dres, gf + (m->final_norm - lo), a->dbuf_d, llama_stage_output(m, a),
-                     wf + (m->final_norm - lo), a->lnf_rstd, a->tp_dw, Nr, D);
+    tp_norm_backward(tp, dres, gf + (m->final_norm - lo), a->dbuf_d, a->lnf_xhat, wf + (m->final_norm - lo),
+                     a->lnf_rstd, a->tp_dw, Nr, D);
     pa->release_piece(pa->ctx, uf, 0);
     pa->piece_grads_done(pa->ctx, uf, 0);
 }

@@ -3,9 +3,10 @@
 // gradients, what nobody waits for, run later in a pipeline bubble). It is the fused
 // backward of model/llama.c cut along one line: every linear layer y = x W^T has
 // dx = dy W (B) and dW += dy^T x (W); every norm has its input gradient (B) and its
-// weight gradient sum(dy * x * rstd) (W). B keeps each dy in the stash
-// (model/activations.h: WeightGradStash); x and rstd are the forward's activations,
-// still held. The kernels and their arguments are those of the fused backward, so
+// weight gradient sum(dy * xhat) (W). B keeps each dy in the stash
+// (model/activations.h: WeightGradStash), and the layer's norm weights, from which W
+// rebuilds the products' inputs w * xhat; xhat and the rest are the forward's
+// activations, still held. The kernels and their arguments are those of the fused backward, so
 // B then W gives its gradients bit for bit (tests/unit/test_split_backward.c).
 #include "model/activations.h"
 #include "model/llama.h"
@@ -21,7 +22,7 @@
 // (Nr, D) gradients. Under full recomputation gu and qkv are the shared working
 // layer, rebuilt by every layer's recomputation: there the stash holds them too.
 typedef struct {
-    float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1;  // shapes: WeightGradStash, one layer
+    float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
 } LayerStash;
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
@@ -30,7 +31,8 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, k = (size_t)i;
     const int own = m->recompute == RECOMPUTE_FULL;
     LayerStash ls = {st->d_down + k * Nr * D, own ? st->dgu + k * N * 2 * m->Fl : s->gu, st->d_ln2 + k * Nr * D,
-                     st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D};
+                     st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D,
+                     st->norm_w + k * 2 * D};
     return ls;
 }
 
@@ -63,7 +65,7 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
     copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
     tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
-    tp_norm_backward_input(dres, k.d_ln2, s.mid, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
+    tp_norm_backward_input(dres, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
@@ -72,7 +74,9 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
     tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
-    tp_norm_backward_input(dres, k.d_ln1, s.x, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
+    tp_norm_backward_input(dres, k.d_ln1, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
+    copy_f32(k.norm_w, AT(w, u, lo->ln1), (size_t)D);  // for W's rebuilt product inputs
+    copy_f32(k.norm_w + D, AT(w, u, lo->ln2), (size_t)D);
     llama_layer_release(m, pa, u);
 }
 
@@ -110,8 +114,7 @@ static void head_backward_input(const LlamaModel *m, const ParamAccess *pa, Acti
     if (uh == uf) head_piece_input(m, a, wf, hoff, lo, hi, N, din, &first);
     tp_reduce(tp, din, st->d_lnf, N, D);
     zero_f32(a->dresid, (size_t)Nr * D);
-    tp_norm_backward_input(a->dresid, st->d_lnf, llama_stage_output(m, a), wf + (m->final_norm - lo),
-                           a->lnf_rstd, Nr, D);
+    tp_norm_backward_input(a->dresid, st->d_lnf, a->lnf_xhat, wf + (m->final_norm - lo), a->lnf_rstd, Nr, D);
     pa->release_piece(pa->ctx, uf, 0);
 }
 
@@ -147,11 +150,13 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
     tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, s.h, a->tp_full, N, Fl, D);
-    tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, s.ln2, a->tp_full, N, D, 2 * Fl);
-    tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.mid, s.ln2_rstd, a->tp_dw, Nr, D);
+    rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
+    tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
+    tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
     tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
-    tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, s.ln1, a->tp_full, N, D, QKV);
-    tp_norm_backward_weight(tp, AT(g, u, lo->ln1), k.d_ln1, s.x, s.ln1_rstd, a->tp_dw, Nr, D);
+    rmsnorm_rebuild(a->normed, s.ln1, k.norm_w, Nr, D);
+    tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, a->normed, a->tp_full, N, D, QKV);
+    tp_norm_backward_weight(tp, AT(g, u, lo->ln1), k.d_ln1, s.ln1, a->tp_dw, Nr, D);
     llama_layer_grads_done(m, pa, u);
 }
 
@@ -184,8 +189,7 @@ static void head_backward_weight(const LlamaModel *m, const ParamAccess *pa, Act
     llama_unit_piece(m, uf, pa->piece_max, 0, &lo, &hi);
     float *gf = pa->piece_grads(pa->ctx, uf, 0);
     if (uh == uf) head_piece_weight(m, a, x_full, gf, hoff, lo, hi, N);
-    tp_norm_backward_weight(tp, gf + (m->final_norm - lo), st->d_lnf, llama_stage_output(m, a), a->lnf_rstd,
-                            a->tp_dw, Nr, D);
+    tp_norm_backward_weight(tp, gf + (m->final_norm - lo), st->d_lnf, a->lnf_xhat, a->tp_dw, Nr, D);
     pa->piece_grads_done(pa->ctx, uf, 0);
 }
 

@@ -135,47 +135,58 @@ void embedding_backward_range(float *dtable, const float *dout, const int32_t *t
 
 // ---------------------------------------------------------------------- RMSNorm
 
-void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int N, int D,
+void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, const float *weight, int N, int D,
                      float eps) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * D;
-        float *y = out + (size_t)n * D;
+        float *y = out + (size_t)n * D, *xh = xhat ? xhat + (size_t)n * D : NULL;
         float ss = 0.0f;
         for (int i = 0; i < D; i++) ss += x[i] * x[i];
         float r = 1.0f / sqrtf(ss / (float)D + eps);
         rstd[n] = r;
+        if (xh)
+            for (int i = 0; i < D; i++) xh[i] = x[i] * r;
         for (int i = 0; i < D; i++) y[i] = weight[i] * (x[i] * r);
     }
 }
 
-void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
+void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *xh = xhat + (size_t)n * D;
+        float *y = out + (size_t)n * D;
+        for (int i = 0; i < D; i++) y[i] = weight[i] * xh[i];
+    }
+}
+
+void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
                       const float *weight, const float *rstd, int N, int D) {
-    // y_i = w_i x_i r,  r = (mean(x^2) + eps)^(-1/2),  dr/dx_j = -r^3 x_j / D
-    // dx_j = r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i)
+    // y_i = w_i xh_i, xh_i = x_i r, r = (mean(x^2) + eps)^(-1/2), dr/dx_j = -r^3 x_j / D
+    // dx_j = r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i) = r (w_j dy_j - xh_j c),
+    // c = sum_i(w_i dy_i xh_i) / D: x enters only through xh.
     // Either half may be skipped (din or dweight NULL: the split backward of a
     // zero-bubble schedule); each half is the same loop either way, so the bits are too.
     if (din) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
-            const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
+            const float *xh = xhat + (size_t)n * D, *dy = dout + (size_t)n * D;
             float *dx = din + (size_t)n * D;
             float r = rstd[n], dot = 0.0f;
-            for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * x[i];
-            float c = r * r * r * dot / (float)D;
-            for (int i = 0; i < D; i++) dx[i] += r * weight[i] * dy[i] - c * x[i];
+            for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * xh[i];
+            float c = dot / (float)D;
+            for (int i = 0; i < D; i++) dx[i] += r * (weight[i] * dy[i] - c * xh[i]);
         }
     }
-    // dw_i = sum_n dy_i x_i r_n: split over columns so threads never share an output.
+    // dw_i = sum_n dy_i xh_i: split over columns so threads never share an output.
     if (!dweight) return;
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)D * id / nt), c1 = (int)((long)D * (id + 1) / nt);
         for (int n = 0; n < N; n++) {
-            const float *x = in + (size_t)n * D, *dy = dout + (size_t)n * D;
-            float r = rstd[n];
-            for (int i = c0; i < c1; i++) dweight[i] += dy[i] * x[i] * r;
+            const float *xh = xhat + (size_t)n * D, *dy = dout + (size_t)n * D;
+            for (int i = c0; i < c1; i++) dweight[i] += dy[i] * xh[i];
         }
     }
 }

@@ -93,57 +93,74 @@ extern "C" void embedding_backward_range(float *dtable, const float *dout, const
 
 // ---------------------------------------------------------------------- RMSNorm
 
-// One block per row: ss = sum x^2 (fixed tree), rstd = 1/sqrt(ss/D + eps), y = w x rstd.
-__global__ void k_rmsnorm(float *out, float *rstd, const float *in, const float *weight, int D, float eps) {
+// One block per row: ss = sum x^2 (fixed tree), rstd = 1/sqrt(ss/D + eps),
+// xhat = x rstd (kept when xhat is not NULL), y = w xhat.
+__global__ void k_rmsnorm(float *out, float *xhat, float *rstd, const float *in, const float *weight, int D,
+                          float eps) {
     __shared__ float sh[ROW_THREADS];
     const float *x = in + (size_t)blockIdx.x * D;
-    float *y = out + (size_t)blockIdx.x * D;
+    float *y = out + (size_t)blockIdx.x * D, *xh = xhat ? xhat + (size_t)blockIdx.x * D : NULL;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < D; i += ROW_THREADS) ss += x[i] * x[i];
     ss = block_sum(ss, sh);
     float r = 1.0f / sqrtf(ss / (float)D + eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-    for (int i = threadIdx.x; i < D; i += ROW_THREADS) y[i] = weight[i] * (x[i] * r);
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) {
+        float v = x[i] * r;
+        if (xh) xh[i] = v;
+        y[i] = weight[i] * v;
+    }
 }
 
-// dx_j += r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i)   (ops/cpu.c derives it)
-__global__ void k_rmsnorm_back_dx(float *din, const float *dout, const float *in, const float *weight,
+__global__ void k_rmsnorm_rebuild(float *out, const float *xhat, const float *weight, size_t n, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = weight[i % (size_t)D] * xhat[i];
+}
+
+// dx_j += r (w_j dy_j - xh_j sum_i(w_i dy_i xh_i) / D)   (ops/cpu.c derives it)
+__global__ void k_rmsnorm_back_dx(float *din, const float *dout, const float *xhat, const float *weight,
                                   const float *rstd, int D) {
     __shared__ float sh[ROW_THREADS];
     const size_t off = (size_t)blockIdx.x * D;
-    const float *x = in + off, *dy = dout + off;
+    const float *xh = xhat + off, *dy = dout + off;
     float *dx = din + off;
     float r = rstd[blockIdx.x], dot = 0.0f;
-    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dot += weight[i] * dy[i] * x[i];
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dot += weight[i] * dy[i] * xh[i];
     dot = block_sum(dot, sh);
-    float c = r * r * r * dot / (float)D;
-    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dx[i] += r * weight[i] * dy[i] - c * x[i];
+    float c = dot / (float)D;
+    for (int i = threadIdx.x; i < D; i += ROW_THREADS) dx[i] += r * (weight[i] * dy[i] - c * xh[i]);
 }
 
-// dw_i += sum_n dy_i x_i r_n: one thread per column, rows in order.
-__global__ void k_rmsnorm_back_dw(float *dweight, const float *dout, const float *in, const float *rstd, int N,
-                                  int D) {
+// dw_i += sum_n dy_i xh_i: one thread per column, rows in order.
+__global__ void k_rmsnorm_back_dw(float *dweight, const float *dout, const float *xhat, int N, int D) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= D) return;
     float acc = dweight[i];
-    for (int n = 0; n < N; n++) acc += dout[(size_t)n * D + i] * in[(size_t)n * D + i] * rstd[n];
+    for (int n = 0; n < N; n++) acc += dout[(size_t)n * D + i] * xhat[(size_t)n * D + i];
     dweight[i] = acc;
 }
 
-extern "C" void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int N, int D,
-                                float eps) {
+extern "C" void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, const float *weight, int N,
+                                int D, float eps) {
     if (N <= 0) return;
-    k_rmsnorm<<<N, ROW_THREADS, 0, cuda_stream()>>>(out, rstd, in, weight, D, eps);
+    k_rmsnorm<<<N, ROW_THREADS, 0, cuda_stream()>>>(out, xhat, rstd, in, weight, D, eps);
     cuda_done("rmsnorm_forward");
 }
 
-extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,
-                                 const float *rstd, int N, int D) {
+extern "C" void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, int D) {
+    const size_t n = (size_t)N * D;
+    if (n == 0) return;
+    k_rmsnorm_rebuild<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(out, xhat, weight, n, D);
+    cuda_done("rmsnorm_rebuild");
+}
+
+extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
+                                 const float *weight, const float *rstd, int N, int D) {
     if (N <= 0) return;
     // Either half may be skipped (ops.h: din or dweight NULL, the split backward).
-    if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, in, weight, rstd, D);
+    if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, xhat, weight, rstd, D);
     if (dweight)
-        k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, in, rstd, N, D);
+        k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, xhat, N, D);
     cuda_done("rmsnorm_backward");
 }
 

@@ -106,12 +106,19 @@ void embedding_backward_range(float *dtable, const float *dout, const int32_t *t
 
 // ---- RMSNorm (Hugging Face LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps)) ----
 
-// out(N, D), rstd(N) = 1/sqrt(mean(x^2)+eps) saved for backward
-void rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight,
+// out(N, D) = w * xhat, xhat = x * rstd, rstd(N) = 1/sqrt(mean(x^2)+eps) saved for
+// backward; xhat(N, D) too unless NULL. A layer keeps xhat and rstd only (one
+// (N, D) tensor per norm, not its input and its output): the backward needs x
+// only through xhat, and the product after the norm needs out = w * xhat, which
+// rmsnorm_rebuild makes again bit for bit.
+void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, const float *weight,
                      int N, int D, float eps);
-// din(N, D) += dx;  dweight(D) += sum_n dout * x * rstd. Either may be NULL (that
-// gradient not wanted; dweight alone does not read weight).
-void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
+// out(N, D) = w * xhat: the forward's output again from its kept xhat.
+void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, int D);
+// din(N, D) += dx = rstd * (w*dout - xhat * mean(w*dout*xhat));  dweight(D) += sum_n
+// dout * xhat. Either may be NULL (that gradient not wanted; dweight alone reads
+// neither weight nor rstd).
+void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
                       const float *weight, const float *rstd, int N, int D);
 
 // ---- residual ----

@@ -96,9 +96,9 @@ static void norm_dw_finish(const TensorParallel *tp, float *dweight, float *dw_s
 }
 
 void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
-                      const float *in, const float *weight, const float *rstd, float *dw_scratch,
+                      const float *xhat, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D) {
-    rmsnorm_backward(din, norm_dw_target(tp, dweight, dw_scratch, D), dout, in, weight, rstd, Nr, D);
+    rmsnorm_backward(din, norm_dw_target(tp, dweight, dw_scratch, D), dout, xhat, weight, rstd, Nr, D);
     norm_dw_finish(tp, dweight, dw_scratch, D);
 }
 
@@ -126,14 +126,14 @@ void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *do
     matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);
 }
 
-void tp_norm_backward_input(float *din, const float *dout, const float *in, const float *weight,
+void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D) {
-    rmsnorm_backward(din, NULL, dout, in, weight, rstd, Nr, D);
+    rmsnorm_backward(din, NULL, dout, xhat, weight, rstd, Nr, D);
 }
 
-void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *in,
-                             const float *rstd, float *dw_scratch, int Nr, int D) {
-    rmsnorm_backward(NULL, norm_dw_target(tp, dweight, dw_scratch, D), dout, in, NULL, rstd, Nr, D);
+void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *xhat,
+                             float *dw_scratch, int Nr, int D) {
+    rmsnorm_backward(NULL, norm_dw_target(tp, dweight, dw_scratch, D), dout, xhat, NULL, NULL, Nr, D);
     norm_dw_finish(tp, dweight, dw_scratch, D);
 }
 

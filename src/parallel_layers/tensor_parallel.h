@@ -90,11 +90,12 @@ void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const 
 void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
                      const float *x, const float *w, float *full, int N, int in_local, int D);
 
-// RMSNorm backward with a replicated weight: din(Nr, D) += ..., dweight(D) += ...
+// RMSNorm backward with a replicated weight, from the forward's kept xhat(Nr, D) and
+// rstd(Nr) (ops.h: rmsnorm_backward): din(Nr, D) += ..., dweight(D) += ...
 // With sequence parallel each rank sees only its token shard, so the weight's
 // contribution is summed over the group (into dw_scratch(D)) before it joins dweight.
 void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
-                      const float *in, const float *weight, const float *rstd, float *dw_scratch,
+                      const float *xhat, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D);
 
 // ---- the same backwards split in two (zero-bubble pipeline schedules) ----
@@ -118,11 +119,12 @@ void tp_row_backward_input(const TensorParallel *tp, float *din, const float *do
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D);
 // din(Nr, D) += the norm's input gradient (no communication).
-void tp_norm_backward_input(float *din, const float *dout, const float *in, const float *weight,
+void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D);
-// dweight(D) += the norm weight's gradient, summed over the group under sequence parallel.
-void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *in,
-                             const float *rstd, float *dw_scratch, int Nr, int D);
+// dweight(D) += the norm weight's gradient sum(dout * xhat), summed over the group
+// under sequence parallel.
+void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *xhat,
+                             float *dw_scratch, int Nr, int D);
 
 // ---- vocab-parallel embedding and loss ----
 

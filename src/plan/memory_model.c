@@ -17,13 +17,17 @@
 //    TP + sequence parallel everything divided by t. Selective recomputation
 //    drops the 5*a*s/h term (scores, softmax, dropout mask); full keeps 2*s*b*h.
 //  * Llama models with a flash-style attention kernel: the same bookkeeping for
-//    their layer: what backward reads is x and the norm output before
-//    attention (2 of width h), q|k|v (h*(1 + 2*kv/a)), the attention output
-//    (h), x and the norm output before the MLP (2h), gate and up (2f) and the
-//    SwiGLU output (f), i.e. 2*s*b*(6h + 2h*kv/a + 3f) bytes, plus the fp32
-//    log-sum-exp per row and head (4*s*b*a). Without sequence parallel the four
-//    h-wide norm inputs/outputs are replicated over the tensor group, the rest is
-//    divided by t (as Korthikanti's 10 + 24/t); with it everything is divided.
+//    their layer, what its backward reads: each of the two norms keeps its
+//    normalized input xhat = x*rstd (h) and rstd (fp32 per row), which is all its
+//    backward needs, and the product after it rebuilds its input w*xhat from it
+//    elementwise (model/activations.h: neither the norm's input x nor its output
+//    is kept, as Korthikanti's and Megatron's layers keep both); q|k|v
+//    (h*(1 + 2*kv/a)), the attention output (h), gate and up (2f) and the SwiGLU
+//    output (f), i.e. 2*s*b*(4h + 2h*kv/a + 3f) + 8*s*b bytes, plus the fp32
+//    log-sum-exp per row and head (4*s*b*a). The residual stream is kept once per
+//    micro-batch and chunk (2*s*b*h), not per layer: no backward reads it. Without
+//    sequence parallel the h-wide xhat's, rstd's and stream are replicated over the
+//    tensor group, the rest is divided by t; with it everything is divided.
 //    A mixture of experts replaces 3f by k*(3f + h) + 3*Fs + E: each of a token's
 //    k slots keeps its expert's gate|up, SwiGLU output and output, plus the shared
 //    experts and the router's probabilities. Under expert parallelism the rows a
@@ -31,10 +35,10 @@
 //    (dropless, parallel_layers/expert_parallel.h): R = ep*min(k, E/ep) rows per
 //    token instead of k keep gate|up and the SwiGLU output (R*3f), and the received
 //    rows themselves (R*h, not split by tp) are kept too.
-//    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 34*s*b*h, Korthikanti's
-//    constant. Selective drops the log-sum-exp (flash already stores no scores);
-//    full keeps the layer input 2*s*b*h (/t with sequence parallel) and one
-//    layer's working set.
+//    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 30*s*b*h (+ 8*s*b), where a
+//    layer keeping x and the norm output would hold Korthikanti's 34. Selective
+//    drops the log-sum-exp (flash already stores no scores); full keeps the layer
+//    input 2*s*b*h (/t with sequence parallel) and one layer's working set.
 //  * The last stage keeps its final norm input (2*s*b*h) and the fp32 logits of
 //    its vocabulary shard (4*s*b*V/t) for the cross-entropy backward.
 //  * Pipeline: a rank holds as many micro-batches of each chunk as its schedule
@@ -75,7 +79,7 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
     // (R per token), with the received rows themselves (R*h).
     const double R = plan_ep_rows(pm, l, 1.0), recv = plan_layout_ep(l) > 1 ? R * h : 0.0;
     const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 3.0 * pm->F;
-    double bytes = 2.0 * s * b * (4.0 * h * rep + (qkv + a * hd + mlp) / t + recv);
+    double bytes = 2.0 * s * b * (2.0 * h * rep + (qkv + a * hd + mlp) / t + recv) + 2.0 * 4.0 * s * b * rep;
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
     return bytes;
 }
@@ -118,6 +122,8 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
             psi += layers[k] * dense + (first ? embed : 0) +
                    (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
             act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);
+            if (pm->flash && l->recompute != RECOMPUTE_FULL)  // the stream, once per micro-batch
+                act += slots[c] * 2.0 * s * b * h * (l->sp ? 1 / t : 1);
             if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);
             double keep = 4.0 * 2.0 * s * b * h * (l->sp ? 1 / t : 1);  // bf16 output gradients
             if (l->recompute == RECOMPUTE_FULL)

@@ -195,21 +195,21 @@ static void test_sp_norm(void) {
     float *w = seeded("norm.w", (size_t)D, 0.2, 1.0);
     float *dY = seeded("norm.dy", (size_t)N * D, 1.0, 0.0);
     float *Y = zeros((size_t)N * D), *rstd = zeros((size_t)N), *dX = zeros((size_t)N * D);
-    float *dw = zeros((size_t)D);
-    rmsnorm_forward(Y, rstd, X, w, N, D, 1e-5f);
-    rmsnorm_backward(dX, dw, dY, X, w, rstd, N, D);
+    float *dw = zeros((size_t)D), *XH = zeros((size_t)N * D), *xh = zeros((size_t)Nr * D);
+    rmsnorm_forward(Y, XH, rstd, X, w, N, D, 1e-5f);
+    rmsnorm_backward(dX, dw, dY, XH, w, rstd, N, D);
     float *y = zeros((size_t)Nr * D), *r = zeros((size_t)Nr), *dx = zeros((size_t)Nr * D);
     float *dwl = zeros((size_t)D), *dw_scratch = zeros((size_t)D);
     const float *xs = X + (size_t)n0 * D;
-    rmsnorm_forward(y, r, xs, w, Nr, D, 1e-5f);
-    tp_norm_backward(&tp, dx, dwl, dY + (size_t)n0 * D, xs, w, r, dw_scratch, Nr, D);
+    rmsnorm_forward(y, xh, r, xs, w, Nr, D, 1e-5f);
+    tp_norm_backward(&tp, dx, dwl, dY + (size_t)n0 * D, xh, w, r, dw_scratch, Nr, D);
     double e = max_err(y, D, Y + (size_t)n0 * D, D, Nr, D);
     double e2 = max_err(dx, D, dX + (size_t)n0 * D, D, Nr, D);
     report(fmax(e, e2), TOL, "sequence-parallel rmsnorm: output and input gradient on the token shard");
     report(max_err(dwl, D, dw, D, 1, D), TOL,
            "sequence-parallel rmsnorm: tp_norm_backward weight gradient = full weight gradient");
     free(X), free(w), free(dY), free(Y), free(rstd), free(dX), free(dw), free(y), free(r), free(dx);
-    free(dwl), free(dw_scratch);
+    free(dwl), free(dw_scratch), free(XH), free(xh);
 }
 
 // ----------------------------------------------------------- vocab parallel

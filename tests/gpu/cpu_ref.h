@@ -32,6 +32,7 @@
 #define embedding_backward_range cpu_embedding_backward_range
 #define rmsnorm_forward cpu_rmsnorm_forward
 #define rmsnorm_backward cpu_rmsnorm_backward
+#define rmsnorm_rebuild cpu_rmsnorm_rebuild
 #define residual_forward cpu_residual_forward
 #define rope_tables cpu_rope_tables
 #define rope_tables_at cpu_rope_tables_at
@@ -87,6 +88,7 @@
 #undef embedding_backward_range
 #undef rmsnorm_forward
 #undef rmsnorm_backward
+#undef rmsnorm_rebuild
 #undef residual_forward
 #undef rope_tables
 #undef rope_tables_at

@@ -189,13 +189,17 @@ static void test_norm_residual_swiglu(void) {
     const int N = 29, D = 300, F = 130;
     Pair x = pair_fill((size_t)N * D, 2.0f), w = pair_fill(D, 1.0f), y = pair_fill((size_t)N * D, 1.0f);
     Pair rstd = pair_fill(N, 1.0f), dy = pair_fill((size_t)N * D, 1.0f), dx = pair_fill((size_t)N * D, 1.0f);
-    Pair dw = pair_fill(D, 1.0f);
-    rmsnorm_forward(y.d, rstd.d, x.d, w.d, N, D, 1e-5f);
-    cpu_rmsnorm_forward(y.h, rstd.h, x.h, w.h, N, D, 1e-5f);
+    Pair dw = pair_fill(D, 1.0f), xh = pair_fill((size_t)N * D, 1.0f), yb = pair_fill((size_t)N * D, 1.0f);
+    rmsnorm_forward(y.d, xh.d, rstd.d, x.d, w.d, N, D, 1e-5f);
+    cpu_rmsnorm_forward(y.h, xh.h, rstd.h, x.h, w.h, N, D, 1e-5f);
     expect_close("rmsnorm_forward out", y);
+    expect_close("rmsnorm_forward xhat", xh);
     expect_close("rmsnorm_forward rstd", rstd);
-    rmsnorm_backward(dx.d, dw.d, dy.d, x.d, w.d, rstd.d, N, D);
-    cpu_rmsnorm_backward(dx.h, dw.h, dy.h, x.h, w.h, rstd.h, N, D);
+    rmsnorm_rebuild(yb.d, xh.d, w.d, N, D);
+    cpu_rmsnorm_rebuild(yb.h, xh.h, w.h, N, D);
+    expect_close("rmsnorm_rebuild out", yb);
+    rmsnorm_backward(dx.d, dw.d, dy.d, xh.d, w.d, rstd.d, N, D);
+    cpu_rmsnorm_backward(dx.h, dw.h, dy.h, xh.h, w.h, rstd.h, N, D);
     expect_close("rmsnorm_backward din (+=)", dx);
     expect_close("rmsnorm_backward dweight (+=)", dw);
     residual_forward(y.d, y.d, x.d, y.n);  // out aliases a
@@ -210,6 +214,7 @@ static void test_norm_residual_swiglu(void) {
     cpu_swiglu_backward(dgu.h, d.h, gu.h, N, F);
     expect_close("swiglu_backward", dgu);
     pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx), pair_free(dw);
+    pair_free(xh), pair_free(yb);
     pair_free(gu), pair_free(o), pair_free(d), pair_free(dgu);
 }
 

@@ -59,9 +59,10 @@ fi
 # all nl = L layers; AFAB keeps M micro-batches' saved buffers (slots), and ONE set of
 # scratch buffers shared by them. Per layer and slot (N = B*S tokens, fp32):
 #   lse (B, H, S); ln1 (N, D) + rstd (N); qkv (N, (H+2KV)*hd); attn (N, H*hd);
-#   resid_mid (N, D); ln2 (N, D) + rstd (N); gate|up (N, 2F); mlp_h (N, F).
+#   ln2 (N, D) + rstd (N); gate|up (N, 2F); mlp_h (N, F).
 # selective drops the per-layer lse of every slot and adds one layer's lse to the
-# scratch; full drops every buffer above but keeps resid, and adds one layer of each.
+# scratch; full drops every buffer above, adds one layer of each, and keeps the
+# residual stream per layer (L + 1 slots of (N, D)) where the others keep one.
 read -r exp_sel exp_full <<<"$(awk -v D=$D -v F=$F -v L=$L -v H=$H -v KV=$KV -v S=$S -v B=$B -v M=$M '
     function r16(n) { return int((n + 15) / 16) * 16 }
     BEGIN {
@@ -70,11 +71,11 @@ read -r exp_sel exp_full <<<"$(awk -v D=$D -v F=$F -v L=$L -v H=$H -v KV=$KV -v 
         n[2] = N * D; n[3] = N                    # ln1, ln1_rstd
         n[4] = N * (H + 2 * KV) * hd              # qkv
         n[5] = N * H * hd                         # attn
-        n[6] = N * D                              # resid_mid
-        n[7] = N * D; n[8] = N                    # ln2, ln2_rstd
-        n[9] = N * 2 * F; n[10] = N * F           # gate|up, mlp_h
+        n[6] = N * D; n[7] = N                    # ln2, ln2_rstd
+        n[8] = N * 2 * F; n[9] = N * F            # gate|up, mlp_h
         sel = 4 * (M * r16(L * n[1]) - r16(n[1]))
-        for (k = 1; k <= 10; k++) full += 4 * (M * r16(L * n[k]) - r16(n[k]))
+        for (k = 1; k <= 9; k++) full += 4 * (M * r16(L * n[k]) - r16(n[k]))
+        full -= 4 * M * (r16((L + 1) * N * D) - r16(N * D))  # the stream per layer
         printf "%d %d\n", sel, full
     }')"
 echo "activation bytes: none $none, selective $sel (predicted drop $exp_sel), full $full (predicted drop $exp_full)"
@@ -85,6 +86,6 @@ else
 fi
 [ $((none - sel)) -eq "$exp_sel" ] && pass "selective saves exactly $exp_sel bytes (the per-layer lse of $M slots, less one layer's)" ||
     failed "selective saves $((none - sel)) bytes, predicted $exp_sel"
-[ $((none - full)) -eq "$exp_full" ] && pass "full saves exactly $exp_full bytes (all but resid, less one layer's working set)" ||
+[ $((none - full)) -eq "$exp_full" ] && pass "full saves exactly $exp_full bytes (all but the stream, less one layer's working set and the stream's other layers)" ||
     failed "full saves $((none - full)) bytes, predicted $exp_full"
 exit $fail

@@ -443,13 +443,22 @@ static void test_rmsnorm(void) {
         size_t nx = (size_t)N * D;
         float eps = epss[k];
         rng_seed(20 + k);
-        float *in = fnew(nx), *w = fnew(D), *out = fnew(nx), *rstd = fnew(N), *R = fnew(nx);
+        float *in = fnew(nx), *w = fnew(D), *out = fnew(nx), *rstd = fnew(N), *R = fnew(nx), *xh = fnew(nx);
+        float *out2 = fnew(nx), *rstd2 = fnew(N), *again = fnew(nx);
         fill(in, nx, -1, 1);
         for (int d = 0; d < D; d++) in[3 * D + d] *= 30.0f;  // rows of different scale
         for (int d = 0; d < D; d++) in[4 * D + d] *= 0.05f;
         fill(w, D, 0.5f, 1.5f);
         fill(R, nx, -1, 1);
-        rmsnorm_forward(out, rstd, in, w, N, D, eps);
+        rmsnorm_forward(out, xh, rstd, in, w, N, D, eps);
+        rmsnorm_forward(out2, NULL, rstd2, in, w, N, D, eps);
+        CHECK(!memcmp(out, out2, nx * sizeof(float)) && !memcmp(rstd, rstd2, N * sizeof(float)),
+              "rmsnorm_forward eps=%g: the same output and rstd with and without xhat kept", eps);
+        double exh = 0.0;
+        for (size_t q = 0; q < nx; q++) exh = fmax(exh, fabs((double)xh[q] - (double)in[q] * rstd[q / D]));
+        CHECK(exh < 1e-6, "rmsnorm_forward eps=%g keeps xhat = x * rstd (max err %.2e)", eps, exh);
+        rmsnorm_rebuild(again, xh, w, N, D);
+        CHECK(!memcmp(again, out, nx * sizeof(float)), "rmsnorm_rebuild eps=%g: w * xhat is the forward's output bit for bit", eps);
         rms_ctx c = {to_d(in, nx), to_d(w, D), to_d(R, nx), dnew(nx), N, D, (double)eps};
         double *ref = dnew(nx), *rref = dnew(N);
         rmsnorm_d(ref, rref, c.in, c.w, N, D, c.eps);
@@ -467,7 +476,7 @@ static void test_rmsnorm(void) {
         fill(dw0, D, -1, 1);
         memcpy(din, din0, nx * sizeof(float));
         memcpy(dw, dw0, D * sizeof(float));
-        rmsnorm_backward(din, dw, R, in, w, rstd, N, D);
+        rmsnorm_backward(din, dw, R, xh, w, rstd, N, D);
         double e1 = nerr(added(din, din0, nx), gin, nx);
         CHECK(e1 < TOL_BWD, "rmsnorm_backward eps=%g din += vs FD, pre-filled buffer (err %.2e)", eps, e1);
         double e2 = nerr(added(dw, dw0, D), gw, D);

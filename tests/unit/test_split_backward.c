@@ -186,12 +186,14 @@ int main(void) {
         llama_build(&m, &mc, shard);
         StageUnits one = {1, 1}, two = {1, 2};
         size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
-        size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D +
+        // + the layer's two norm weights (2 D), from which W rebuilds the products'
+        // inputs (multiples of 16 floats here, so no rounding between layers)
+        size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D +
                                             (size_t)full * N * (2 * m.Fl + (m.H + 2 * m.KV) * m.hd));
-        CHECK(b1 == per_layer && b2 == 2 * per_layer,
+        CHECK(m.D % 8 == 0 && b1 == per_layer && b2 == 2 * per_layer,
               "stash of one layer%s = %zu bytes, of two layers twice that (%zu, %zu)",
-              full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients", per_layer, b1,
-              b2);
+              full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients + 2 norm weights",
+              per_layer, b1, b2);
         llama_free(&m);
     }
     return check_summary();
