@@ -72,16 +72,18 @@ else fail "Megatron-LM rows: '$mae' (rows, mean absolute error %), want 8 rows w
 llama=$(while read -r gpus dp cp seq pub tokens; do
     "$FT" plan --model llama-3.1-405b --gpus "$gpus" --hardware h100 --seq-length "$seq" --global-batch-tokens "$tokens" \
         --layout "dp=$dp,tp=8,pp=16,cp=$cp,sp=1,mbs=1,zero=1,sched=interleaved,v=2,recompute=none" --tsv --top 1 |
-        awk -F'\t' -v p="$pub" 'NR == 2 { printf "%.1f/%s ", 100 * $30, p }'
+        awk -F'\t' -v p="$pub" 'NR == 2 { printf "%.1f/%s/%s/%.1f ", 100 * $30, p, $20, $19 / 2^30 }'
 done <<'ROWS'
 16384 128 1 8192 41 16777216
 16384 8 16 131072 38 16777216
 8192 64 1 8192 43 8388608
 ROWS
 )
-if [ "$(echo "$llama" | wc -w)" = 3 ] && echo "$llama" | tr ' ' '\n' | awk -F/ 'NF == 2 { d = $1 - $2; if (d < -5 || d > 5) bad = 1 } END { exit bad }'; then
-    pass "Llama-3.1-405B published layouts within 5 MFU points (predicted/published): $llama"
-else fail "Llama-3.1-405B MFU (predicted/published): '$llama', want each within 5 points"; fi
+# ... and each fits the H100's budget, as it did Meta's GPUs (a layer keeps one
+# tensor per norm and the residual stream once: plan/memory_model.c).
+if [ "$(echo "$llama" | wc -w)" = 3 ] && echo "$llama" | tr ' ' '\n' | awk -F/ 'NF == 4 { d = $1 - $2; if (d < -5 || d > 5 || $3 != 1) bad = 1 } END { exit bad }'; then
+    pass "Llama-3.1-405B published layouts within 5 MFU points and within the 80 GB budget (predicted/published/fits/GiB): $llama"
+else fail "Llama-3.1-405B (predicted/published MFU/fits/GiB): '$llama', want each within 5 points and fitting"; fi
 
 # A Hugging Face config.json gives the same model as the preset.
 mkdir -p "$T/smol"
