@@ -1,0 +1,38 @@
+// bench/tools/sgemm_alone.c — the rate of one sgemm shape run alone, warm, best of
+// `reps` after one untimed call (bench/gemm_in_situ.sh): usage sgemm_alone M N K TA TB [reps], row-major,
+// TA/TB 'N' or 'T' as the model calls them (ops/cpu.c: matmul_forward / _backward).
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static float *filled(size_t n) {
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);  // as buf_alloc aligns
+    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    return p;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) return 2;
+    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), reps = argc > 6 ? atoi(argv[6]) : 10;
+    const int ta = argv[4][0] == 'T', tb = argv[5][0] == 'T';
+    float *A = filled((size_t)M * K), *B = filled((size_t)K * N), *C = filled((size_t)M * N);  // (M,K) (K,N) (M,N)
+    double best = 1e30;
+    for (int r = -1; r < reps; r++) {  // r = -1: OpenBLAS's threads and buffers start
+        double t = now();
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+                    A, ta ? M : K, B, tb ? K : N, 0.0f, C, N);
+        t = now() - t;
+        if (r >= 0 && t < best) best = t;
+    }
+    printf("%.1f\n", 2.0 * M * N * K / best / 1e9);
+    free(A), free(B), free(C);
+    return 0;
+}
