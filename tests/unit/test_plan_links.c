@@ -77,6 +77,14 @@ static Hardware comm_only(double bw) {
     return hw;
 }
 
+// The step of layout l with the pair 0-1 at bandwidth bw (the matrix changes in
+// place, so the placement cache is dropped first).
+static StepTime step_with_pair01(const PlanProblem *p, LinkMatrix *m, const PlanLayout *l, double bw) {
+    set_link(m, 0, 1, bw, 0.0);
+    plan_place_forget();
+    return plan_step_time(p, l);
+}
+
 static void test_slow_pair(void) {
     const double bw = 1e10, slow = 1e9;  // the pair 0-1 at a tenth of the others
     PlanProblem p = plan_problem("llama-3.1-8b", 32, 4096, 32, comm_only(bw));
@@ -112,23 +120,15 @@ static void test_slow_pair(void) {
     // and {2,3}: in node order the slow pair carries the pipeline, not the gradients.
     p.placed = order;
     PlanLayout dp2pp2 = {2, 8, 2, 1, 0, 1, 1, 16, PP_1F1B, 1, RECOMPUTE_NONE, 1};
-    set_link(&m, 0, 1, bw, 0.0);
-    plan_place_forget();
-    StepTime u2 = plan_step_time(&p, &dp2pp2);
-    set_link(&m, 0, 1, slow, 0.0);
-    plan_place_forget();  // the matrix changed in place
-    StepTime s2 = plan_step_time(&p, &dp2pp2);
+    StepTime u2 = step_with_pair01(&p, &m, &dp2pp2, bw);
+    StepTime s2 = step_with_pair01(&p, &m, &dp2pp2, slow);
     CHECK(rel_diff(s2.dp_comm, u2.dp_comm) < 1e-12 && s2.pp_comm > 2 * u2.pp_comm && u2.pp_comm > 0,
           "dp 2 x pp 2: the slow pair slows the pipeline sends (%.4g -> %.4g s), not the gradients (%.4g s)",
           u2.pp_comm, s2.pp_comm, s2.dp_comm);
     // cp 4 x tp 8 (dp 1): the gradient group is the cp ring, 0-1-2-3-0.
     PlanLayout cp4 = {1, 8, 1, 4, 0, 1, 1, 32, PP_1F1B, 1, RECOMPUTE_NONE, 1};
-    set_link(&m, 0, 1, bw, 0.0);
-    plan_place_forget();
-    StepTime u3 = plan_step_time(&p, &cp4);
-    set_link(&m, 0, 1, slow, 0.0);
-    plan_place_forget();  // the matrix changed in place
-    StepTime s3 = plan_step_time(&p, &cp4);
+    StepTime u3 = step_with_pair01(&p, &m, &cp4, bw);
+    StepTime s3 = step_with_pair01(&p, &m, &cp4, slow);
     CHECK(u3.dp_comm > 0 && fabs(s3.dp_comm / u3.dp_comm - bw / slow) < 1e-9 && s3.cp_comm > u3.cp_comm,
           "cp 4: the gradient ring over dp x cp crosses the slow pair too (%.4g -> %.4g s), and the K|V hops",
           u3.dp_comm, s3.dp_comm);
