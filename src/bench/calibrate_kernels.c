@@ -157,7 +157,7 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
     float *lse = xmalloc(S * H * sizeof(float), "calibration lse");                    // (1, H, S)
     float *m = xmalloc(S * H * sizeof(float), "calibration m");                        // (1, H, S)
     float *l = xmalloc(S * H * sizeof(float), "calibration l");                        // (1, H, S)
-    float *scratch = xmalloc(attention_scratch_floats() * sizeof(float), "calibration attention scratch");
+    float *scratch = xmalloc(attention_scratch_floats(hd) * sizeof(float), "calibration attention scratch");
     int *pos = xmalloc(S * sizeof(int), "calibration positions");  // (S)
     for (int i = 0; i < Smax; i++) pos[i] = i;
     calib_fill_random(qkv, S * ld, 7);

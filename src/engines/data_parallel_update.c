@@ -45,16 +45,18 @@ double dp_grad_norm(DataParallel *dp) {
 }
 
 // AdamW over the GLOBAL flat range [lo, hi), tensor by tensor (weight decay
-// depends on the tensor), with the four local buffers addressed relative to lo.
+// depends on the tensor), with the four local buffers addressed relative to lo, on
+// the gradients times clip (the clipping coefficient, or 1).
 static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
-                        float *mom1, float *mom2, float lr, const TrainingConfig *tc, int step) {
+                        float *mom1, float *mom2, float clip, float lr, const TrainingConfig *tc,
+                        int step) {
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *pi = &m->params[i];
         size_t a = pi->offset > lo ? pi->offset : lo;
         size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
         if (a >= b) continue;
         size_t o = a - lo;
-        adamw_update(p + o, g + o, mom1 + o, mom2 + o, b - a, lr, (float)tc->beta1,
+        adamw_update(p + o, g + o, mom1 + o, mom2 + o, b - a, clip, lr, (float)tc->beta1,
                      (float)tc->beta2, (float)tc->eps, pi->weight_decay ? (float)tc->weight_decay : 0.0f,
                      step);
     }
@@ -63,26 +65,23 @@ static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, con
 void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
                         int step) {
     const LlamaModel *m = dp->model;
+    // torch.nn.utils.clip_grad_norm_ scales the gradients by clip_coef when it is
+    // below 1; AdamW reads each gradient once anyway, so it applies the factor.
+    const float clip = clip_coef < 1.0 ? (float)clip_coef : 1.0f;
     if (dp->zero == 0) {
-        if (clip_coef < 1.0) scale_inplace(dp->grads, dp->n_elements, (float)clip_coef);
         for (int k = 0; k < dp->n_buckets; k++) {
             const Bucket *b = &dp->buckets[k];
             adamw_range(m, b->glo, b->glo + (b->hi - b->lo), dp->params + b->lo, dp->grads + b->lo,
-                        dp->m + b->lo, dp->v + b->lo, lr, tc, step);
+                        dp->m + b->lo, dp->v + b->lo, clip, lr, tc, step);
         }
         return;
     }
-    if (clip_coef < 1.0)
-        for (int k = 0; k < dp->n_buckets; k++) {
-            const Bucket *b = &dp->buckets[k];
-            scale_inplace(dp_owned_grads(dp, b), b->own_hi - b->own_lo, (float)clip_coef);
-        }
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         float *p = dp->zero == 3 ? dp->params + b->shard_off : dp->params + b->own_lo;
         adamw_range(m, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo), p,
                     dp_owned_grads(dp, b),
-                    dp->m + b->shard_off, dp->v + b->shard_off, lr, tc, step);
+                    dp->m + b->shard_off, dp->v + b->shard_off, clip, lr, tc, step);
     }
     if (dp->zero == 3) return;  // parameters stay sharded until a unit is used
     // ZeRO-1/2: every rank updated its own part in place; gather the rest.

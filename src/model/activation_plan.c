@@ -52,7 +52,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
         {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
         {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
-        {&a->att_scratch, scr * attention_scratch_floats()}, {&a->ring, scr * ring},
+        {&a->att_scratch, scr * attention_scratch_floats(m->hd)}, {&a->ring, scr * ring},
         {&a->dgu, scr * N * 2 * Fd},    {&a->dbuf_i, scr * N * (Fd > A ? Fd : A)},
         {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
         {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},

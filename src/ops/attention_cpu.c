@@ -11,16 +11,96 @@
 
 // -------------------------------------------------------------------- attention
 //
-// Per (sequence b, head h), queries in tiles of ATT_T rows against keys in tiles of
-// ATT_T columns. Positions inside a block increase (a context-parallel rank's two
-// zigzag chunks are stored in order), so once a key tile starts after the last
-// query of the query tile, every later key tile is masked too. Threads take whole
-// (b, h) pairs (forward) or (b, kv head) pairs (backward, because a kv head's
-// gradient sums over the query heads of its group) and call single-threaded BLAS.
+// Per (sequence b, head h), keys in chunks of up to ATT_KC, and against each chunk
+// the query tiles of ATT_T rows that see any of it. Positions inside a block
+// increase (a context-parallel rank's two zigzag chunks are stored in order), so
+// the keys a query sees are a prefix of the block, found by binary search: a tile
+// multiplies only the keys its last query sees, and a row's visible keys are a
+// prefix of each chunk. The only computed-then-masked scores are the triangle
+// above the diagonal in a tile's last chunk (at most ATT_T x ATT_T / 2 per tile).
+//
+// Why the copies. q, k and v are columns of the fused qkv rows, (H + 2 KV) * hd
+// floats apart (4 KiB in the small config: every row of a tile falls in the same
+// L1 set), and OpenBLAS multiplies products this small without packing them, so
+// it reads those strided rows directly: scores Q K^T ran at 66 GFLOP/s per thread
+// against 113 on contiguous operands. Each chunk's K^T and V (and, backward, K and
+// V^T) are copied into contiguous per-thread scratch once per (sequence, head,
+// chunk), each query tile once per chunk: the copies move hd floats per key or
+// query against 4 hd (forward) to 10 hd (backward) FLOPs per score, and make every
+// product an NN or TN one (the transposed-B kernel is the slowest of the three).
+// ATT_KC = 128 keeps the tile products (32 x 128 x hd and the like) on OpenBLAS's
+// small-matrix kernels, which on the EPYC here run at 110-115 GFLOP/s per thread
+// against 90-95 for the packed path a 256- or 512-key chunk takes; ATT_T = 32
+// halves the masked triangle of 64-row tiles (a quarter of the scores computed at
+// sequence 256) for products that run as fast. Together with the copies the
+// attention of the bench configs runs 1.3x (small) and 1.2x (gpt2) faster than
+// with 64 x 64 tiles read in place (bench/README.md, gemm_in_situ).
+// Threads take whole (b, h) pairs (forward) or (b, kv head) pairs (backward,
+// because a kv head's gradient sums over the query heads of its group) and call
+// single-threaded BLAS.
 
-#define ATT_T 64
+#define ATT_T 32    // query rows per tile
+#define ATT_KC 128  // keys per chunk (the online softmax rescales once per chunk)
 
-size_t attention_scratch_floats(void) { return (size_t)omp_get_max_threads() * 2 * ATT_T * ATT_T; }
+// Per thread, forward: kt (hd, KC), vc (KC, hd), qc (T, hd), sc (T, KC);
+// backward: kt, vt (hd, KC), kc, dkc, dvc (KC, hd), qc, doc (T, hd), p, ds (T, KC).
+static size_t att_thread_floats(int hd) {
+    return 5 * (size_t)hd * ATT_KC + 2 * (size_t)ATT_T * hd + 2 * (size_t)ATT_T * ATT_KC;
+}
+
+size_t attention_scratch_floats(int hd) { return (size_t)omp_get_max_threads() * att_thread_floats(hd); }
+
+// How many of the keys kpos[0..n) a query at position qp sees: kpos increases, so
+// they are the first ones, up to the first key after qp.
+static int visible_keys(const int *kpos, int n, int qp) {
+    int lo = 0, hi = n;  // kpos[0..lo) <= qp < kpos[hi..n)
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (kpos[mid] <= qp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// The first query tile (a multiple of ATT_T) with a query that sees key position kp.
+static int first_tile_seeing(const int *qpos, int Sq, int kp) {
+    int lo = 0, hi = Sq;  // first query with qpos >= kp
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (qpos[mid] < kp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo / ATT_T * ATT_T;
+}
+
+// dst(rows, hd) = the rows of src(rows, ld): a strided block made contiguous.
+static void copy_rows(float *dst, const float *src, int ld, int rows, int hd) {
+    for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * hd, src + (size_t)r * ld, sizeof(float) * hd);
+}
+
+// dst(hd, ATT_KC) = transpose of the rows of src(rows, ld), rows <= ATT_KC. Eight
+// source rows at a time: with ld a multiple of 1 KiB their lines share an L1 set,
+// and eight fit its ways (row by row, or all rows per column, ran 1.4x slower).
+static void copy_rows_transposed(float *dst, const float *src, int ld, int rows, int hd) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        const int r1 = r0 + 8 < rows ? r0 + 8 : rows;
+        for (int d = 0; d < hd; d++)
+            for (int r = r0; r < r1; r++) dst[(size_t)d * ATT_KC + r] = src[(size_t)r * ld + d];
+    }
+}
+
+// dst(rows, ld) += src(rows, hd)
+static void add_rows(float *dst, int ld, const float *src, int rows, int hd) {
+    for (int r = 0; r < rows; r++) {
+        float *drow = dst + (size_t)r * ld;
+        const float *srow = src + (size_t)r * hd;
+        for (int d = 0; d < hd; d++) drow[d] += srow[d];
+    }
+}
 
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
     memset(o, 0, sizeof(float) * (size_t)B * Sq * H * hd);
@@ -36,41 +116,46 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                              float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+    // keys any query of the block sees (a prefix)
+    const int kend = Sq > 0 ? visible_keys(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            float *sc = scratch + (size_t)omp_get_thread_num() * 2 * ATT_T * ATT_T;  // (T, T)
+            float *kt = scratch + (size_t)omp_get_thread_num() * att_thread_floats(hd);  // (hd, KC)
+            float *vc = kt + (size_t)hd * ATT_KC;                                          // (KC, hd)
+            float *qc = vc + (size_t)ATT_KC * hd;                                          // (T, hd)
+            float *sc = qc + (size_t)ATT_T * hd;                                           // (T, KC)
             const int g = h / group;
             const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
             const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
             const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
             float *ob = o + (size_t)b * Sq * ldo + (size_t)h * hd;
             float *mb = m + ((size_t)b * H + h) * Sq, *lb = l + ((size_t)b * H + h) * Sq;
-            for (int i0 = 0; i0 < Sq; i0 += ATT_T) {
-                const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
-                for (int j0 = 0; j0 < Sk; j0 += ATT_T) {
-                    const int j1 = j0 + ATT_T < Sk ? j0 + ATT_T : Sk, nk = j1 - j0;
-                    if (kpos[j0] > qpos[i1 - 1]) break;  // this and later key tiles are masked
-                    const int masked = kpos[j1 - 1] > qpos[i0];
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mq, nk, hd, scale,
-                                qb + (size_t)i0 * ldq, ldq, kb + (size_t)j0 * ldkv, ldkv, 0.0f, sc,
-                                ATT_T);
+            for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
+                const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
+                copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                copy_rows(vc, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
+                    const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
+                    const int nkt = visible_keys(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
+                    copy_rows(qc, qb + (size_t)i0 * ldq, ldq, mq, hd);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd,
+                                kt, ATT_KC, 0.0f, sc, ATT_KC);
                     for (int r = 0; r < mq; r++) {
-                        float *srow = sc + (size_t)r * ATT_T, rmax = -INFINITY;
-                        const int qp = qpos[i0 + r];
-                        for (int c = 0; c < nk; c++) {
-                            if (masked && kpos[j0 + c] > qp) srow[c] = -INFINITY;
-                            rmax = srow[c] > rmax ? srow[c] : rmax;
-                        }
-                        float *orow = ob + (size_t)(i0 + r) * ldo;
-                        if (rmax == -INFINITY) {  // nothing visible in this tile for this row
-                            for (int c = 0; c < nk; c++) srow[c] = 0.0f;
-                            continue;
-                        }
+                        float *srow = sc + (size_t)r * ATT_KC, rmax = -INFINITY;
+                        const int nv = visible_keys(kpos + j0, nkt, qpos[i0 + r]);
+                        for (int c = nv; c < nkt; c++) srow[c] = 0.0f;  // masked: no weight
+                        if (nv == 0) continue;  // nothing visible in this chunk for this row
+                        // (simd reductions: a plain loop would take the max, and add the
+                        // sum below, one element at a time, in order)
+#pragma omp simd reduction(max : rmax)
+                        for (int c = 0; c < nv; c++) rmax = srow[c] > rmax ? srow[c] : rmax;
                         // Online softmax: rescale what was accumulated under the old max.
+                        float *orow = ob + (size_t)(i0 + r) * ldo;
                         float mnew = mb[i0 + r] > rmax ? mb[i0 + r] : rmax;
                         float alpha = fast_expf(mb[i0 + r] - mnew), sum = 0.0f;
-                        for (int c = 0; c < nk; c++) {
+#pragma omp simd reduction(+ : sum)
+                        for (int c = 0; c < nv; c++) {
                             srow[c] = fast_expf(srow[c] - mnew);
                             sum += srow[c];
                         }
@@ -78,8 +163,8 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         mb[i0 + r] = mnew;
                         for (int d = 0; d < hd; d++) orow[d] *= alpha;
                     }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nk, 1.0f, sc,
-                                ATT_T, vb + (size_t)j0 * ldkv, ldkv, 1.0f, ob + (size_t)i0 * ldo, ldo);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nkt, 1.0f, sc,
+                                ATT_KC, vc, hd, 1.0f, ob + (size_t)i0 * ldo, ldo);
                 }
             }
         }
@@ -107,6 +192,7 @@ void attention_rowdot(float *rowdot, const float *dout, const float *out, int B,
             for (int h = 0; h < H; h++) {
                 size_t off = ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
                 float s = 0.0f;
+#pragma omp simd reduction(+ : s)
                 for (int d = 0; d < hd; d++) s += dout[off + d] * out[off + d];
                 rowdot[((size_t)b * H + h) * Sq + i] = s;
             }
@@ -118,55 +204,71 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                               int Sq, int Sk, int H, int KV, int hd, float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+    const int kend = Sq > 0 ? visible_keys(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
-            float *P = scratch + (size_t)omp_get_thread_num() * 2 * ATT_T * ATT_T;  // (T, T)
-            float *dS = P + ATT_T * ATT_T;                                           // (T, T)
+            float *kt = scratch + (size_t)omp_get_thread_num() * att_thread_floats(hd);  // (hd, KC)
+            float *vt = kt + (size_t)hd * ATT_KC;                                          // (hd, KC)
+            float *kc = vt + (size_t)hd * ATT_KC;                                          // (KC, hd)
+            float *dkc = kc + (size_t)ATT_KC * hd;                                         // (KC, hd)
+            float *dvc = dkc + (size_t)ATT_KC * hd;                                        // (KC, hd)
+            float *qc = dvc + (size_t)ATT_KC * hd;                                         // (T, hd)
+            float *doc = qc + (size_t)ATT_T * hd;                                          // (T, hd)
+            float *P = doc + (size_t)ATT_T * hd;                                           // (T, KC)
+            float *dS = P + (size_t)ATT_T * ATT_KC;                                        // (T, KC)
             const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
             const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
             float *dkb = dkv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
             float *dvb = dkv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
-                float *dqb = dq + (size_t)b * Sq * ldq + (size_t)h * hd;
-                const float *dob = dout + (size_t)b * Sq * ldo + (size_t)h * hd;
-                const float *lb = lse + ((size_t)b * H + h) * Sq, *rb = rowdot + ((size_t)b * H + h) * Sq;
-                for (int i0 = 0; i0 < Sq; i0 += ATT_T) {
-                    const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
-                    for (int j0 = 0; j0 < Sk; j0 += ATT_T) {
-                        const int j1 = j0 + ATT_T < Sk ? j0 + ATT_T : Sk, nk = j1 - j0;
-                        if (kpos[j0] > qpos[i1 - 1]) break;
-                        const int masked = kpos[j1 - 1] > qpos[i0];
-                        // Recompute the tile's probabilities from the saved log-sum-exp.
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mq, nk, hd, scale,
-                                    qb + (size_t)i0 * ldq, ldq, kb + (size_t)j0 * ldkv, ldkv, 0.0f,
-                                    P, ATT_T);
+            for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
+                const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
+                copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                copy_rows_transposed(vt, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                copy_rows(kc, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
+                memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
+                    float *dqb = dq + (size_t)b * Sq * ldq + (size_t)h * hd;
+                    const float *dob = dout + (size_t)b * Sq * ldo + (size_t)h * hd;
+                    const float *lb = lse + ((size_t)b * H + h) * Sq;
+                    const float *rb = rowdot + ((size_t)b * H + h) * Sq;
+                    for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
+                        const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
+                        const int nkt = visible_keys(kpos + j0, nk, qpos[i1 - 1]);
+                        copy_rows(qc, qb + (size_t)i0 * ldq, ldq, mq, hd);
+                        copy_rows(doc, dob + (size_t)i0 * ldo, ldo, mq, hd);
+                        // Recompute the chunk's probabilities from the saved log-sum-exp.
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc,
+                                    hd, kt, ATT_KC, 0.0f, P, ATT_KC);
                         for (int r = 0; r < mq; r++) {
-                            float *prow = P + (size_t)r * ATT_T;
-                            const int qp = qpos[i0 + r];
+                            float *prow = P + (size_t)r * ATT_KC;
+                            const int nv = visible_keys(kpos + j0, nkt, qpos[i0 + r]);
                             const float lse_r = lb[i0 + r];
-                            for (int c = 0; c < nk; c++)
-                                prow[c] = (masked && kpos[j0 + c] > qp) ? 0.0f : fast_expf(prow[c] - lse_r);
+                            for (int c = 0; c < nv; c++) prow[c] = fast_expf(prow[c] - lse_r);
+                            for (int c = nv; c < nkt; c++) prow[c] = 0.0f;
                         }
                         // dP = dO V^T, then dS = P (dP - rowdot) / sqrt(hd)
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mq, nk, hd, 1.0f,
-                                    dob + (size_t)i0 * ldo, ldo, vb + (size_t)j0 * ldkv, ldkv, 0.0f,
-                                    dS, ATT_T);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, 1.0f, doc,
+                                    hd, vt, ATT_KC, 0.0f, dS, ATT_KC);
                         for (int r = 0; r < mq; r++) {
-                            const float *prow = P + (size_t)r * ATT_T;
-                            float *drow = dS + (size_t)r * ATT_T, dr = rb[i0 + r];
-                            for (int c = 0; c < nk; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
+                            const float *prow = P + (size_t)r * ATT_KC;
+                            float *drow = dS + (size_t)r * ATT_KC, dr = rb[i0 + r];
+                            for (int c = 0; c < nkt; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
                         }
-                        // dQ += dS K ; dK += dS^T Q ; dV += P^T dO
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nk, 1.0f, dS,
-                                    ATT_T, kb + (size_t)j0 * ldkv, ldkv, 1.0f, dqb + (size_t)i0 * ldq, ldq);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, mq, 1.0f, dS,
-                                    ATT_T, qb + (size_t)i0 * ldq, ldq, 1.0f, dkb + (size_t)j0 * ldkv, ldkv);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, mq, 1.0f, P,
-                                    ATT_T, dob + (size_t)i0 * ldo, ldo, 1.0f, dvb + (size_t)j0 * ldkv, ldkv);
+                        // dQ += dS K ; dK += dS^T Q ; dV += P^T dO (the last two into the
+                        // chunk's contiguous sums, added to dkv once per chunk)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nkt, 1.0f, dS,
+                                    ATT_KC, kc, hd, 1.0f, dqb + (size_t)i0 * ldq, ldq);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nkt, hd, mq, 1.0f, dS,
+                                    ATT_KC, qc, hd, 1.0f, dkc, hd);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nkt, hd, mq, 1.0f, P,
+                                    ATT_KC, doc, hd, 1.0f, dvc, hd);
                     }
                 }
+                add_rows(dkb + (size_t)j0 * ldkv, ldkv, dkc, nk, hd);
+                add_rows(dvb + (size_t)j0 * ldkv, ldkv, dvc, nk, hd);
             }
         }
 }

@@ -20,7 +20,10 @@ extern "C" {
 #define ATT_MAX_HD 256
 #define THREADS 128
 
-extern "C" size_t attention_scratch_floats(void) { return 0; }  // no per-thread tiles in memory
+extern "C" size_t attention_scratch_floats(int hd) {
+    (void)hd;
+    return 0;
+}  // no per-thread tiles in memory
 
 __global__ void k_att_init(float *o, float *m, float *l, size_t n_o, size_t n_row) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_o; i += (size_t)gridDim.x * blockDim.x) {

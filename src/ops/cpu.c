@@ -363,13 +363,9 @@ double sum_squares(const float *x, size_t n) {
     return s;
 }
 
-void scale_inplace(float *x, size_t n, float s) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
-void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t) {
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                  float grad_scale, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t) {
     // Bias corrections in double, as PyTorch computes them in Python floats.
     const float bc1 = (float)(1.0 - pow(beta1, t));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
@@ -377,7 +373,7 @@ void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
     const float decay = 1.0f - lr * weight_decay;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;

@@ -157,22 +157,12 @@ extern "C" double sum_squares(const float *x, size_t n) {
     return host_sum(partial, SQ_BLOCKS);
 }
 
-__global__ void k_scale(float *x, size_t n, float s) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
-
-extern "C" void scale_inplace(float *x, size_t n, float s) {
-    if (n == 0) return;
-    k_scale<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(x, n, s);
-    cuda_done("scale_inplace");
-}
 
 // PyTorch's AdamW (ops.h), the bias corrections computed on the host in double.
-__global__ void k_adamw(float *param, const float *grad, float *m, float *v, size_t n, float beta1, float beta2,
-                        float eps, float decay, float step_size, float bc2_sqrt) {
+__global__ void k_adamw(float *param, const float *grad, float *m, float *v, size_t n, float grad_scale,
+                        float beta1, float beta2, float eps, float decay, float step_size, float bc2_sqrt) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i];
+        float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -182,12 +172,12 @@ __global__ void k_adamw(float *param, const float *grad, float *m, float *v, siz
     }
 }
 
-extern "C" void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, int t) {
+extern "C" void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float grad_scale,
+                             float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (n == 0) return;
     const float bc1 = (float)(1.0 - pow(beta1, t));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
-    k_adamw<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(param, grad, m, v, n, beta1, beta2, eps,
+    k_adamw<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(param, grad, m, v, n, grad_scale, beta1, beta2, eps,
                                                                     1.0f - lr * weight_decay, lr / bc1, bc2_sqrt);
     cuda_done("adamw_update");
 }

@@ -159,8 +159,9 @@ void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
 // a key/value block kv(B*Sk, ldkv) holds key head g at column koff + g*hd and value
 // head g at voff + g*hd. o(B*Sq, H*hd); m, l, lse, rowdot: (B, H, Sq).
 
-// Floats of scratch the two block kernels need (per-thread tiles).
-size_t attention_scratch_floats(void);
+// Floats of scratch the two block kernels need for head dimension hd (per-thread
+// tiles and contiguous copies of the key/value chunks).
+size_t attention_scratch_floats(int hd);
 
 // Start a row block: o = 0, m = -inf, l = 0.
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd);
@@ -276,15 +277,16 @@ double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int
 
 // Sum of squares of x(n), accumulated in double.
 double sum_squares(const float *x, size_t n);
-// x(n) *= s
-void scale_inplace(float *x, size_t n, float s);
-
-// One AdamW step with PyTorch semantics on n elements (t = step number from 1):
+// One AdamW step with PyTorch semantics on n elements (t = step number from 1), on
+// the gradient g = grad_scale * grad (the clipping coefficient, applied here instead
+// of in a pass of its own over the gradients; 1 = no clipping; the same float
+// product either way):
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * wd * p                                    (decoupled weight decay)
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+                  float grad_scale, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t);
 
 // ---- threads ----
 void ops_set_threads(int threads);  // OpenMP and BLAS threads for this rank

@@ -54,7 +54,6 @@
 #define ce_shard_sums cpu_ce_shard_sums
 #define ce_shard_finish cpu_ce_shard_finish
 #define sum_squares cpu_sum_squares
-#define scale_inplace cpu_scale_inplace
 #define adamw_update cpu_adamw_update
 #define ops_set_threads cpu_ops_set_threads
 #define ops_blas_name cpu_ops_blas_name
@@ -110,7 +109,6 @@
 #undef ce_shard_sums
 #undef ce_shard_finish
 #undef sum_squares
-#undef scale_inplace
 #undef adamw_update
 #undef ops_set_threads
 #undef ops_blas_name
