@@ -1,6 +1,9 @@
 // ops/cpu.c — CPU kernels: every matrix product through BLAS (OpenBLAS sgemm),
 // every elementwise/row-wise loop through OpenMP. Shapes and semantics are in ops.h;
-// the attention kernels are in ops/attention_cpu.c.
+// the attention kernels are in ops/attention_cpu.c. Row sums and maxima carry
+// `omp simd reduction`: without it GCC keeps a float sum in source order (one add
+// per element, each waiting for the last: a 4-cycle chain) and a max not vectorized
+// at all, which made the norms' and the loss's reductions their slowest part.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -142,6 +145,7 @@ void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, cons
         const float *x = in + (size_t)n * D;
         float *y = out + (size_t)n * D, *xh = xhat ? xhat + (size_t)n * D : NULL;
         float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
         for (int i = 0; i < D; i++) ss += x[i] * x[i];
         float r = 1.0f / sqrtf(ss / (float)D + eps);
         rstd[n] = r;
@@ -173,6 +177,7 @@ void rmsnorm_backward(float *din, float *dweight, const float *dout, const float
             const float *xh = xhat + (size_t)n * D, *dy = dout + (size_t)n * D;
             float *dx = din + (size_t)n * D;
             float r = rstd[n], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
             for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * xh[i];
             float c = dot / (float)D;
             for (int i = 0; i < D; i++) dx[i] += r * (weight[i] * dy[i] - c * xh[i]);
@@ -285,8 +290,10 @@ double cross_entropy_forward_backward(float *logits, const int32_t *targets, int
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * V;
         float mx = x[0];
+#pragma omp simd reduction(max : mx)
         for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         float target_logit = x[targets[n]], sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) {
             x[j] = fast_expf(x[j] - mx);
             sum += x[j];
@@ -307,7 +314,9 @@ double cross_entropy_forward(const float *logits, const int32_t *targets, int N,
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         float mx = x[0], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
         for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) sum += fast_expf(x[j] - mx);
         loss += (double)logf(sum) + (double)mx - (double)x[targets[n]];
     }
@@ -319,6 +328,7 @@ void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax) 
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;
         float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
         for (int j = 0; j < valid; j++) mx = x[j] > mx ? x[j] : mx;
         rowmax[n] = mx;
     }
@@ -329,8 +339,9 @@ void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, i
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;
-        float sum = 0.0f;
-        for (int j = 0; j < valid; j++) sum += fast_expf(x[j] - rowmax[n]);
+        float sum = 0.0f, mx = rowmax[n];
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < valid; j++) sum += fast_expf(x[j] - mx);
         sumexp[n] = sum;
         int t = targets[n] - v0;
         tlogit[n] = t >= 0 && t < valid ? x[t] : 0.0f;
