@@ -3,7 +3,8 @@
 # inside a training step (an LD_PRELOAD shim times every call, bench/tools/sgemm_rates.c)
 # next to the same shape run alone, warm, best of 10 (bench/tools/sgemm_alone.c), for the
 # gpt2 config of bench/train_vs_pytorch.sh. The attention's tile products (under 2e8
-# FLOPs each, one thread each inside OpenMP regions) are one row, in thread-seconds.
+# FLOPs each, one thread each inside OpenMP regions) are one row, in thread-seconds,
+# and the attention kernels are timed alone too (bench/tools/attention_alone.c).
 #
 # Output: bench/results/gemm_in_situ.md. Usage: bench/gemm_in_situ.sh (~2 min)
 . "$(dirname "$0")/lib.sh"
@@ -13,6 +14,10 @@ OUT=$RES/gemm_in_situ.md
 STEPS=${STEPS:-4}
 cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_rates.so" -ldl
 cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" -lopenblas
+# the attention kernels alone, on the same shapes (build/ops is what ./femtotron links)
+OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o \
+    -o "$TMP/attention_alone" -L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas -lm
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin" \
@@ -45,4 +50,5 @@ done <"$TMP/rates.txt"
 awk '$1 == "sgemm" { f += 2 * $2 * $3 * $4 * $6; s += $7 }
      $1 == "sgemm_small" { printf "\nAttention tiles: %d calls, %.2f thread-seconds, %.1f GFLOP/s per thread.\n", $2, $3, $4 / $3 / 1e9 }
      END { printf "Large products: %.2f s at %.1f GFLOP/s over all shapes.\n", s, f / s / 1e9 }' "$TMP/rates.txt" >>"$OUT"
+echo "Attention kernels alone (forward + backward of one layer, B 4, S 512, 12/4 heads of 64, 2 threads, best of 5; GFLOP/s of the causal FLOPs): $(OMP_NUM_THREADS=2 "$TMP/attention_alone" 4 512 12 4 64 5)." >>"$OUT"
 cat "$OUT"

@@ -33,8 +33,8 @@
 // against 90-95 for the packed path a 256- or 512-key chunk takes; ATT_T = 32
 // halves the masked triangle of 64-row tiles (a quarter of the scores computed at
 // sequence 256) for products that run as fast. Together with the copies the
-// attention of the bench configs runs 1.3x (small) and 1.2x (gpt2) faster than
-// with 64 x 64 tiles read in place (bench/README.md, gemm_in_situ).
+// attention of the bench configs runs 1.37x (small) and 1.32x (gpt2) faster than
+// with 64 x 64 tiles read in place (bench/tools/attention_alone.c; bench/README.md).
 // Threads take whole (b, h) pairs (forward) or (b, kv head) pairs (backward,
 // because a kv head's gradient sums over the query heads of its group) and call
 // single-threaded BLAS.
