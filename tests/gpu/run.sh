@@ -3,11 +3,13 @@
 # driver (make cuda), then runs tests/gpu/gpu_ops.c, every op of ops.h on the GPU
 # against the CPU op on seeded random inputs (fp32 within 1e-5 relative max-norm),
 # and tests/gpu/train_parity.sh (training on the GPU against the CPU: one rank,
-# determinism, the memory line, two ranks sharing the GPU). Ends on
-# "N passed, N failed" over both (exit 1 on a failure). Where there is no nvcc or no
+# determinism, the memory line, two ranks sharing the GPU), and tests/gpu/layouts.sh
+# (every layout issue 14 lists, ranks sharing the GPU, fp32 within 1e-5 of the CPU's
+# one rank, memory per rank as predicted). Ends on "N passed, N failed" over all
+# three (exit 1 on a failure). Where there is no nvcc or no
 # NVIDIA GPU it says so and exits 0: nothing ran. The rest of issue 14's GPU list
-# (every layout over staged collectives, NCCL, bf16, resume across devices) is not
-# here yet: docs/DESIGN.md, invariant 6: the backend boundary.
+# (NCCL, bf16, resume across devices) is not here yet: docs/DESIGN.md, invariant 6:
+# the backend boundary.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -31,6 +33,9 @@ rc=${PIPESTATUS[0]}
 bash tests/gpu/train_parity.sh | tee -a "$log"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL train_parity.sh exited with status $rc" | tee -a "$log"
+bash tests/gpu/layouts.sh | tee -a "$log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL layouts.sh exited with status $rc" | tee -a "$log"
 p=$(grep -c '^PASS ' "$log")
 f=$(grep -c '^FAIL ' "$log")
 rm -f "$log"

@@ -6,7 +6,8 @@
 # fails nvcc's flags; the binary holds sm_80 and sm_90a code; where there is no GPU
 # it stops at once saying so; the GPU driver's comparisons work (built against the
 # CPU kernels, the CPU against itself, and a wrong value caught), and so does
-# tests/gpu/train_parity.sh (the CPU binary in the GPU's place); the CPU binary
+# tests/gpu/train_parity.sh and tests/gpu/layouts.sh (the CPU binary in the GPU's
+# place); the CPU binary
 # refuses training.device cuda and precision bf16, naming what to build. Where nvcc
 # is absent it prints SKIP and passes: nothing CUDA can be checked there.
 . "$(dirname "$0")/lib.sh"
@@ -99,5 +100,21 @@ if GPU_BIN=$FT GPU_ARGS= PLAN_MEMORY=build/tests/plan_memory_main bash tests/gpu
     pass "tests/gpu/train_parity.sh with the CPU binary in the GPU's place: 5 checks pass"
 else
     failed "tests/gpu/train_parity.sh with the CPU binary: $(grep -v '^PASS' "$tmp/tp.log" | head -5)"
+fi
+
+# 7. tests/gpu/layouts.sh's wiring (CPU references, the rows' extra arguments, the
+# predictor), with the CPU binary in the GPU's place on two of its rows; and a row
+# argument the binary refuses must fail the row, not pass unseen.
+if GPU_BIN=$FT GPU_ARGS="--training.device cpu" PLAN_MEMORY=build/tests/plan_memory_main LAYOUTS='^(dp2_zero3|tp2_cp2_pp2)$' \
+    bash tests/gpu/layouts.sh >"$tmp/lay.log" 2>&1 && [ "$(grep -c '^PASS ' "$tmp/lay.log")" -eq 4 ]; then
+    pass "tests/gpu/layouts.sh with the CPU binary in the GPU's place: dp2_zero3 and tp2_cp2_pp2 and their memory lines pass"
+else
+    failed "tests/gpu/layouts.sh with the CPU binary: $(grep -v '^PASS' "$tmp/lay.log" | head -5)"
+fi
+if ! GPU_BIN=$FT GPU_ARGS="--training.device cuda" PLAN_MEMORY=build/tests/plan_memory_main LAYOUTS='^dp2_zero1$' \
+    bash tests/gpu/layouts.sh >"$tmp/lay2.log" 2>&1 && grep -q '^FAIL dp2_zero1: exited' "$tmp/lay2.log"; then
+    pass "tests/gpu/layouts.sh: a row its binary refuses (device cuda on the CPU build) fails"
+else
+    failed "tests/gpu/layouts.sh with a refused row argument: $(head -5 "$tmp/lay2.log")"
 fi
 exit $fail

@@ -11,7 +11,11 @@
 # usage: bash tests/shell/test_parity.sh [LAYOUT_FILE [NAME_REGEX]]
 #   LAYOUT_FILE  default tests/shell/parity_layouts.txt (its header documents the format)
 #   NAME_REGEX   only rows whose name matches (grep -E), e.g. 'zero3|tied'
-# environment: FEMTOTRON (binary, default ./femtotron), MPIRUN (launcher, default
+# environment: FEMTOTRON (binary, default ./femtotron), REF_FEMTOTRON (the binary of
+#   the 1-rank references and of `prepare`, default FEMTOTRON), ROW_ARGS (arguments
+#   added to every row's run but not to its reference or the predictor, e.g.
+#   "--training.device cuda --training.precision fp32": tests/gpu/layouts.sh runs the
+#   rows on the GPU against CPU references), MPIRUN (launcher, default
 #   "mpirun --oversubscribe --allow-run-as-root"), PARITY_TIMEOUT (s per run,
 #   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory),
 #   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main).
@@ -22,6 +26,8 @@ cd "$(dirname "$0")/../.." || exit 1
 layouts=${1:-tests/shell/parity_layouts.txt}
 filter=${2:-}
 FEMTOTRON=${FEMTOTRON:-./femtotron}
+REF_FEMTOTRON=${REF_FEMTOTRON:-$FEMTOTRON}
+read -r -a ROW_ARGS <<< "${ROW_ARGS:-}"
 read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 TIMEOUT=${PARITY_TIMEOUT:-120}
 TOL=${PARITY_TOL:-1e-5}
@@ -36,6 +42,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
 failed() { echo "FAIL $*"; fail=1; }
 
 [ -x "$FEMTOTRON" ] || { failed "setup: $FEMTOTRON not built (run make)"; exit 1; }
+[ -x "$REF_FEMTOTRON" ] || { failed "setup: $REF_FEMTOTRON not built (run make)"; exit 1; }
 [ -r "$layouts" ] || { failed "setup: cannot read layout file $layouts"; exit 1; }
 [ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
 [ -x "$PLAN_MEMORY" ] || { failed "setup: $PLAN_MEMORY not built (run make $PLAN_MEMORY)"; exit 1; }
@@ -44,7 +51,7 @@ failed() { echo "FAIL $*"; fail=1; }
 # A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
 # the training data must not change when the code does.
 cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
-"$FEMTOTRON" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 \
+"$REF_FEMTOTRON" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 \
     >"$tmp/prepare.log" 2>&1 || { failed "setup: prepare corpus"; cat "$tmp/prepare.log"; exit 1; }
 
 # The problem every row solves: tiny model, 8 sequences x 32 tokens per step, a
@@ -58,11 +65,11 @@ common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
         --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
         --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
 
-# run_layout NP LOG METRICS ARGS... -> exit status of the job (124 = timed out)
+# run_layout BIN NP LOG METRICS ARGS... -> exit status of the job (124 = timed out)
 # (logging.verbose: every rank prints its "memory bytes (rank R): ..." line for check_memory)
 run_layout() {
-    local np=$1 log=$2 metrics=$3; shift 3
-    timeout -k 10 "$TIMEOUT" "${MPIRUN[@]}" -np "$np" "$FEMTOTRON" train "${common[@]}" "$@" \
+    local bin=$1 np=$2 log=$3 metrics=$4; shift 4
+    timeout -k 10 "$TIMEOUT" "${MPIRUN[@]}" -np "$np" "$bin" train "${common[@]}" "$@" \
         --logging.verbose true --logging.metrics "$metrics" >"$log" 2>&1
 }
 
@@ -169,7 +176,7 @@ for i in "${!names[@]}"; do
     ref_of[$key]=$ref
     read -r -a margs <<< "${key#k:}"
     t0=$(now)
-    run_layout 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}"
+    run_layout "$REF_FEMTOTRON" 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}"
     rc=$?
     if [ $rc -eq 0 ] && [ "$(grep -c '"loss":' "$ref.jsonl")" -eq $STEPS ]; then
         ref_ok[$key]=1
@@ -198,7 +205,7 @@ for i in "${!names[@]}"; do
     if [ "${ref_ok[$key]}" != 1 ]; then failed "$name: its 1-rank reference run failed"; continue; fi
     log="$tmp/$name.log"; metrics="$tmp/$name.jsonl"
     t0=$(now)
-    run_layout "$np" "$log" "$metrics" "${rest[@]}" "${margs[@]}"
+    run_layout "$FEMTOTRON" "$np" "$log" "$metrics" "${rest[@]}" "${margs[@]}" "${ROW_ARGS[@]}"
     rc=$?
     dt=$(since "$t0")
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
