@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# bench/gpu_vs_pytorch.sh — femtotron against PyTorch on one GPU (issue 21, items 1 and 5):
+# trains the SmolLM-1.7B, SmolLM-360M and Llama-3.2-1B shapes (sequence 2048, tied
+# embeddings) with ./femtotron-cuda (training.device cuda, precision bf16) and with
+# bench/torch_train.py (bf16 autocast with fp32 master weights; eager + fused SDPA +
+# fused AdamW, and torch.compile), same model, batch and data, and writes
+# bench/results/gpu_vs_pytorch.md: tokens/s, MFU by femtotron's formula and by
+# picotron's, peak memory, the ratio, femtotron's step split (logging.trace), the
+# GPU and software versions and the load. See bench/README.md.
+#
+# Made to finish inside one 10-minute call on an H100: 3 warm-up + 5 timed steps
+# per run (torch.compile 2 more warm-up steps for its compilation), a time budget
+# for the whole script (BUDGET_S) that skips what no longer fits (the table says so),
+# and a time limit per run. Where nvidia-smi lists no GPU, or there is no
+# ./femtotron-cuda, or its libraries are missing, it says so in one line and exits 0.
+#
+# Environment knobs (defaults in brackets):
+#   SHAPES ["smollm-1.7b smollm-360m llama-3.2-1b"]   ROUNDS [1]
+#   SYSTEMS ["femtotron eager compile"] (also: eager-fp32, PyTorch eager in fp32)
+#   MB_1P7B [4]  MB_360M [8]  MB_1B [4]   micro-batch per shape; halved on out of memory
+#   WARMUP [3]  TIMED [5]  COMPILE_SCOPE [layers] (torch_train.py --compile-scope)
+#   BUDGET_S [510] the whole script   FEMTO_TIMEOUT [150] EAGER_TIMEOUT [120] COMPILE_TIMEOUT [200]
+#   PRECISION [bf16] femtotron's training.precision (falls back to fp32, with a note,
+#             while the CUDA build refuses bf16)   PEAK_FLOPS [989e12] (H100 SXM bf16 dense)
+#   FEMTOTRON_CUDA [./femtotron-cuda]   PLAN_MEMORY [build-cuda/tests/plan_memory_main]
+#   TORCH_PYTHON [the first of python3, build/torch2env/bin/python whose torch sees a GPU]
+#   FEMTO_LAUNCH [""] a launcher before femtotron's command (e.g. "mpirun --allow-run-as-root -np 1")
+#   GPU [0]   HEADROOM_MIB [3072]   BUILD [0] (1: `make cuda` first)   FORCE_FEMTO [0]
+#   RES [bench/results]   SCRATCH [a fresh mktemp -d, removed at the end]
+#   REPORT_ONLY [0] (1: rebuild the report from SCRATCH's runs; no GPU needed)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+T0=$(date +%s)
+RES=${RES:-bench/results}
+FTC=${FEMTOTRON_CUDA:-./femtotron-cuda}
+PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
+SHAPES=${SHAPES:-"smollm-1.7b smollm-360m llama-3.2-1b"}
+SYSTEMS=${SYSTEMS:-"femtotron eager compile"}
+ROUNDS=${ROUNDS:-1}
+WARMUP=${WARMUP:-3}
+TIMED=${TIMED:-5}
+COMPILE_SCOPE=${COMPILE_SCOPE:-layers}
+BUDGET_S=${BUDGET_S:-510}
+FEMTO_TIMEOUT=${FEMTO_TIMEOUT:-150}
+EAGER_TIMEOUT=${EAGER_TIMEOUT:-120}
+COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-200}
+PRECISION=${PRECISION:-bf16}
+PEAK_FLOPS=${PEAK_FLOPS:-989e12}
+GPU=${GPU:-0}
+HEADROOM_MIB=${HEADROOM_MIB:-3072}
+REPORT_ONLY=${REPORT_ONLY:-0}
+
+# Shapes: hidden layers heads kv_heads intermediate vocab seq micro_batch (all tied).
+declare -A SHAPE=(
+    [smollm-1.7b]="2048 24 32 32 8192 49152 2048 ${MB_1P7B:-4}"
+    [smollm-360m]="960 32 15 5 2560 49152 2048 ${MB_360M:-8}"
+    [llama-3.2-1b]="2048 16 32 8 8192 128256 2048 ${MB_1B:-4}"
+)
+for s in $SHAPES; do
+    [[ -n ${SHAPE[$s]:-} ]] || { echo "gpu_vs_pytorch.sh: unknown shape $s (known: ${!SHAPE[*]})" >&2; exit 2; }
+done
+
+if [[ $REPORT_ONLY != 1 ]]; then
+    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+        echo "SKIP no NVIDIA GPU here (nvidia-smi lists none): bench/gpu_vs_pytorch.sh did not run"
+        exit 0
+    fi
+    if [[ ${BUILD:-0} == 1 ]]; then
+        echo "== make cuda"
+        make -s -j"$(nproc)" cuda >/dev/null || echo "WARNING: make cuda failed" >&2
+    fi
+    if [[ ! -x $FTC ]]; then
+        echo "SKIP no $FTC (build it with \`make cuda\`, or BUILD=1): bench/gpu_vs_pytorch.sh did not run"
+        exit 0
+    fi
+    missing=$(ldd "$FTC" 2>/dev/null | awk '/not found/ {printf "%s%s", sep, $1; sep=", "}')
+    if [[ -n $missing ]]; then
+        echo "SKIP $FTC cannot start here, missing libraries: $missing (rebuild it on this machine with \`make cuda\`): bench/gpu_vs_pytorch.sh did not run"
+        exit 0
+    fi
+fi
+
+mkdir -p "$RES"
+if [[ -n ${SCRATCH:-} ]]; then mkdir -p "$SCRATCH"; else
+    [[ $REPORT_ONLY == 1 ]] && { echo "REPORT_ONLY=1 needs SCRATCH (the runs of an earlier run)" >&2; exit 2; }
+    SCRATCH=$(mktemp -d /tmp/gpu_vs_pytorch.XXXXXX)
+    trap 'rm -rf "$SCRATCH"' EXIT
+fi
+RUNS=$SCRATCH/runs
+mkdir -p "$RUNS"
+NOTES=$RUNS/notes.txt
+note() { echo "NOTE: $*"; echo "$*" >>"$NOTES"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+remaining() { echo $((BUDGET_S - $(elapsed))); }
+say() { echo "== [$(elapsed) s] $*"; }
+
+write_report() {
+    python3 bench/gpu_vs_pytorch_report.py "$RUNS" "$RES/gpu_vs_pytorch.md" &&
+        tar -C "$SCRATCH" -czf "$RES/gpu_vs_pytorch_runs.tar.gz" runs &&
+        echo "wrote $RES/gpu_vs_pytorch.md and $RES/gpu_vs_pytorch_runs.tar.gz (every run's log, metrics, trace)"
+}
+if [[ $REPORT_ONLY == 1 ]]; then write_report; exit $?; fi
+
+export CUDA_VISIBLE_DEVICES=$GPU
+smi() { nvidia-smi -i "$GPU" "$@" 2>/dev/null; }
+
+# ------------------------------------------------------------ versions and load
+say "GPU and software"
+TORCH_PY=
+for py in ${TORCH_PYTHON:-} python3 build/torch2env/bin/python; do
+    if "$py" -c 'import sys, numpy, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        TORCH_PY=$py; break
+    fi
+done
+[[ -n $TORCH_PY ]] || note "no Python here has a PyTorch that sees the GPU (tried ${TORCH_PYTHON:-} python3 build/torch2env/bin/python): the PyTorch rows are left out"
+{
+    echo "date=$(date '+%Y-%m-%d %H:%M %Z')"
+    echo "gpu=$(smi --query-gpu=name,memory.total --format=csv,noheader)"
+    echo "driver=$(smi --query-gpu=driver_version --format=csv,noheader)"
+    echo "cuda_driver=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -n 1 | sed 's/.*: *//')"
+    echo "clocks=$(smi --query-gpu=clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv,noheader)"
+    echo "nvcc=$( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+    echo "cublaslt=$(basename "$(readlink -f "$(ldd "$FTC" 2>/dev/null | awk '/libcublasLt/ {print $3}')")" 2>/dev/null)"
+    if rev=$(git rev-parse --short HEAD 2>/dev/null); then
+        git diff --quiet HEAD -- src Makefile 2>/dev/null || rev="$rev (src modified)"
+    else rev=unknown; fi
+    echo "femtotron_rev=$rev"
+    if [[ -n $TORCH_PY ]]; then
+        "$TORCH_PY" - <<'EOF'
+import torch
+nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
+nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl
+print(f"torch={torch.__version__}")
+print(f"torch_cuda={torch.version.cuda}")
+print(f"cudnn={torch.backends.cudnn.version()}")
+print(f"nccl={nccl}")
+try:
+    import triton
+    print(f"triton={triton.__version__}")
+except ImportError:
+    print("triton=none")
+EOF
+    fi
+    echo "cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1) ($(nproc) cores)"
+    echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "gpu_apps_start=$(smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tr '\n' ';')"
+    echo "gpu_util_start=$(smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
+    echo "peak_flops=$PEAK_FLOPS"
+    echo "warmup=$WARMUP"
+    echo "timed=$TIMED"
+    echo "compile_scope=$COMPILE_SCOPE"
+    echo "shapes=$SHAPES"
+    echo "systems=$SYSTEMS"
+    for s in $SHAPES; do echo "shape_$s=${SHAPE[$s]}"; done
+} >"$RUNS/env.txt"
+sed 's/^/   /' "$RUNS/env.txt"
+
+# ------------------------------------------------------------ data
+# Byte-level tokens (< 257) from Debian's fortunes, as train_vs_pytorch.sh, or this
+# repository's sources where fortunes is not installed; model.vocab_size is set to
+# the model's (49152, 128256): the embedding and head cost what the full vocabulary
+# costs, only ids above 256 are never seen, which does not change the work of a step.
+say "data"
+mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' 2>/dev/null | sort)
+SPLIT=(--split-on %)
+if ((${#TEXTS[@]})); then CORPUS="Debian's fortunes (/usr/share/games/fortunes)"; else
+    SPLIT=()
+    mapfile -t TEXTS < <(find src tests docs bench README.md -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.md' -o -name '*.py' -o -name '*.sh' \) 2>/dev/null | sort)
+    CORPUS="this repository's sources and docs (fortunes is not installed here)"
+fi
+echo "corpus=$CORPUS" >>"$RUNS/env.txt"
+PREP=$FTC
+./femtotron --help >/dev/null 2>&1 && PREP=./femtotron
+if ! "$PREP" prepare --input "${TEXTS[@]}" "${SPLIT[@]}" --output "$SCRATCH/data" --val-fraction 0 --force >"$RUNS/prepare.log" 2>&1; then
+    echo "FAIL femtotron prepare: $(tail -n 3 "$RUNS/prepare.log")"; exit 1
+fi
+tail -n 1 "$RUNS/prepare.log"
+DATA="$SCRATCH/data/train_*.bin"
+
+# ------------------------------------------------------------ runs
+shape_fields() { read -r D L NH KV I V S _ <<<"${SHAPE[$1]}"; }
+
+femto_args() {  # shape B steps -> FARGS
+    shape_fields "$1"
+    FARGS=(--data.train "$DATA" --model.hidden_size "$D" --model.num_hidden_layers "$L"
+           --model.num_attention_heads "$NH" --model.num_key_value_heads "$KV"
+           --model.intermediate_size "$I" --model.vocab_size "$V" --model.tie_word_embeddings true
+           --model.max_position_embeddings "$S" --training.seq_length "$S"
+           --training.micro_batch_size "$2" --training.steps "$3" --training.threads "$(nproc)"
+           --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS")
+}
+
+# femtotron's planned buffers (params + grads + optimizer + activations + comm) in
+# MiB from the CUDA build's predictor, which equals the run's start-up memory line
+# (tests/gpu/train_parity.sh checks it); empty when it cannot tell.
+femto_predict_mib() {  # shape B
+    [[ -x $PLAN_MEMORY ]] || return 0
+    femto_args "$1" "$2" 1
+    "$PLAN_MEMORY" --world 1 "${FARGS[@]}" 2>/dev/null |
+        awk '/^memory bytes/ {printf "%d\n", ($6 + $8 + $10 + $12 + $14) / 1048576}'
+}
+
+# One run. Writes RUNS/NAME.{log,jsonl,mem,meta} (NAME = shape.system.round); sets STATUS:
+# ok | oom | timeout | failed | skipped | bf16-refused.
+run_one() {  # shape system round B
+    local shape=$1 sys=$2 r=$3 B=$4 name="$1.$2.$3" W=$WARMUP cap rc t1 t2 poll base need free
+    local log=$RUNS/$name.log met=$RUNS/$name.jsonl
+    local -a cmd
+    rm -f "$RUNS/$name".*
+    shape_fields "$shape"
+    case $sys in
+        femtotron) cap=$FEMTO_TIMEOUT ;;
+        compile) cap=$COMPILE_TIMEOUT; W=$((WARMUP + 2)) ;;
+        *) cap=$EAGER_TIMEOUT ;;
+    esac
+    local left=$(($(remaining) - 15))
+    ((left < cap)) && cap=$left
+    meta() { echo "$1=$2" >>"$RUNS/$name.meta"; }
+    meta shape "$shape"; meta system "$sys"; meta round "$r"; meta batch "$B"; meta warmup "$W"
+    meta fields "${SHAPE[$shape]}"; meta timed "$TIMED"
+    if ((cap < 20)); then
+        STATUS=skipped; meta status skipped; meta why "out of the time budget (BUDGET_S=$BUDGET_S)"
+        say "$shape $sys: skipped, out of the time budget"; return
+    fi
+    if [[ $sys == femtotron ]]; then
+        meta precision "$PRECISION"
+        need=$(femto_predict_mib "$shape" "$B")
+        free=$(smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1)
+        if [[ -z $need ]]; then
+            if [[ ${FORCE_FEMTO:-0} != 1 ]]; then
+                STATUS=skipped; meta status skipped
+                meta why "no memory predictor $PLAN_MEMORY (make cuda builds it): not run, since managed memory beyond the free GPU memory can hang the GPU (FORCE_FEMTO=1 runs it anyway)"
+                say "$shape femtotron: skipped, no $PLAN_MEMORY"; return
+            fi
+        elif ((need + HEADROOM_MIB > free)); then
+            STATUS=oom; meta status oom
+            meta why "predicted $need MiB of planned buffers + $HEADROOM_MIB MiB headroom > $free MiB free"
+            say "$shape femtotron B=$B: predicted $need MiB + $HEADROOM_MIB headroom > $free MiB free"; return
+        fi
+        meta predicted_mib "${need:-}"
+        femto_args "$shape" "$B" $((W + TIMED))
+        # shellcheck disable=SC2206
+        cmd=(${FEMTO_LAUNCH:-} "$FTC" train "${FARGS[@]}" --logging.metrics "$met" --logging.trace "$RUNS/$name.trace.json")
+    else
+        if [[ -z $TORCH_PY ]]; then STATUS=skipped; meta status skipped; meta why "no PyTorch with CUDA"; return; fi
+        local dtype=bf16
+        [[ $sys == eager-fp32 ]] && dtype=fp32
+        meta precision "$dtype"
+        cmd=("$TORCH_PY" bench/torch_train.py --device cuda --dtype "$dtype" --fused-adamw --tie-embeddings
+             --attention sdpa --data "$DATA" --hidden "$D" --layers "$L" --heads "$NH" --kv-heads "$KV"
+             --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" --steps $((W + TIMED))
+             --warmup-steps "$W" --peak-flops "$PEAK_FLOPS" --metrics "$met")
+        [[ $sys == compile ]] && cmd+=(--compile --compile-scope "$COMPILE_SCOPE")
+    fi
+    say "$shape $sys round $r: micro-batch $B, $W + $TIMED steps, limit ${cap} s (load $(cut -d' ' -f1 /proc/loadavg))"
+    base=$(smi --query-gpu=memory.used --format=csv,noheader,nounits | head -n 1)
+    meta mem_base_mib "$base"
+    # nvidia-smi itself in the background (not through the smi function, whose subshell
+    # would outlive a kill of $! with nvidia-smi still running under it)
+    nvidia-smi -i "$GPU" --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$RUNS/$name.mem" 2>/dev/null &
+    poll=$!
+    t1=$(date +%s.%N)
+    PYTHONUNBUFFERED=1 timeout -k 10 "$cap" "${cmd[@]}" >"$log" 2>&1
+    rc=$?
+    t2=$(date +%s.%N)
+    kill "$poll" 2>/dev/null; wait "$poll" 2>/dev/null
+    meta rc "$rc"; meta wall_s "$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1f", b - a}')"
+    grep -E '^(step|median|peak GPU|memory \(rank)' "$log" | tail -n 3 | sed 's/^/   /'
+    if ((rc == 0)); then STATUS=ok
+    elif grep -q 'no bf16 kernels' "$log"; then STATUS=bf16-refused
+    elif ((rc == 124 || rc == 137)); then STATUS=timeout
+    elif ((rc == 3)) || grep -qiE 'out of memory|OutOfMemoryError' "$log"; then STATUS=oom
+    else STATUS=failed; fi
+    meta status "$STATUS"
+    if [[ $STATUS == timeout ]]; then
+        meta why "stopped at its ${cap} s limit after $(grep -c '^step' "$log") of $((W + TIMED)) steps"
+        echo "   timeout: stopped at its ${cap} s limit after $(grep -c '^step' "$log") of $((W + TIMED)) steps"
+    elif [[ $STATUS != ok ]]; then
+        meta why "$(grep -v '^ *$' "$log" | tail -n 1 | cut -c1-300)"
+        echo "   $STATUS (exit $rc): $(grep -v '^ *$' "$log" | tail -n 1 | cut -c1-300)"
+    fi
+}
+
+declare -A MB
+for s in $SHAPES; do MB[$s]=$(awk '{print $8}' <<<"${SHAPE[$s]}"); done
+for r in $(seq 1 "$ROUNDS"); do
+    for shape in $SHAPES; do
+        while :; do  # until every system has run at one micro-batch
+            redo=0
+            for sys in $SYSTEMS; do
+                run_one "$shape" "$sys" "$r" "${MB[$shape]}"
+                if [[ $STATUS == bf16-refused ]]; then
+                    note "femtotron refused training.precision bf16 (\"this build has no bf16 kernels yet\"): femtotron ran in fp32 (no TF32), PyTorch in bf16 autocast; the ratio is not like for like"
+                    PRECISION=fp32
+                    run_one "$shape" "$sys" "$r" "${MB[$shape]}"
+                fi
+                if [[ $STATUS == oom ]]; then
+                    if ((MB[$shape] > 1)); then
+                        note "$shape: $sys ran out of GPU memory at micro-batch ${MB[$shape]}; every system of $shape runs at $((MB[$shape] / 2))"
+                        MB[$shape]=$((MB[$shape] / 2)); redo=1; break
+                    fi
+                    note "$shape: $sys ran out of GPU memory at micro-batch 1"
+                fi
+            done
+            ((redo)) || break
+        done
+    done
+done
+echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RUNS/env.txt"
+echo "femto_precision_end=$PRECISION" >>"$RUNS/env.txt"
+say "report"
+write_report
