@@ -3,7 +3,10 @@
 CC       ?= mpicc
 CC       := mpicc
 OPT      ?= -O3 -march=native
-CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fopenmp -Isrc -I/usr/include/cjson $(EXTRA_CFLAGS)
+# -fno-math-errno: nothing here reads errno after a math call, and without it GCC
+# keeps sqrtf behind an errno check, so loops that take a square root (AdamW's
+# update) stay scalar: AdamW over 33.5M parameters took 156 ms instead of 21.
+CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp -Isrc -I/usr/include/cjson $(EXTRA_CFLAGS)
 # OpenBLAS, OpenMP flavour: it shares our OpenMP thread pool, and a BLAS call made
 # inside an OpenMP parallel region runs single-threaded instead of oversubscribing.
 # `make BLAS=blis build-blis/femtotron` links BLIS instead (Debian's
@@ -42,7 +45,7 @@ femtotron: $(BUILD)/main.o $(OBJ)
 $(BUILD)/femtotron: $(BUILD)/main.o $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: src/%.c $(shell find src -name '*.h')
+$(BUILD)/%.o: src/%.c $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
