@@ -16,7 +16,7 @@ cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_
 cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" -lopenblas
 # the attention kernels alone, on the same shapes (build/ops is what ./femtotron links)
 OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
-cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o \
+cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o build/ops/buffers_cpu.o \
     -o "$TMP/attention_alone" -L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas -lm
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)

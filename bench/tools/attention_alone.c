@@ -3,7 +3,8 @@
 // KV key/value heads of hd, on seeded random q, k, v, best of R runs, in ms and in
 // GFLOP/s of the causal FLOPs (forward 4 hd S(S+1)/2 per head and sequence: scores
 // and values; backward 10 hd S(S+1)/2: scores recomputed, dP, dQ, dK, dV).
-// Threads: OMP_NUM_THREADS. Built by bench/gemm_in_situ.sh against build/ops.
+// Threads: OMP_NUM_THREADS. Built by bench/gemm_in_situ.sh against build/ops
+// (attention_cpu.o and buffers_cpu.o, whose copy_rows_f32 it uses).
 //   attention_alone B S H KV hd R  ->  "attention fwd F ms bwd G ms total T GFLOP/s"
 #include <omp.h>
 #include <stdio.h>

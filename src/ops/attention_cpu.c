@@ -50,13 +50,13 @@ static size_t att_thread_floats(int hd) {
 
 size_t attention_scratch_floats(int hd) { return (size_t)omp_get_max_threads() * att_thread_floats(hd); }
 
-// How many of the keys kpos[0..n) a query at position qp sees: kpos increases, so
-// they are the first ones, up to the first key after qp.
-static int visible_keys(const int *kpos, int n, int qp) {
-    int lo = 0, hi = n;  // kpos[0..lo) <= qp < kpos[hi..n)
+// How many of the positions pos[0..n) are <= p: pos increases, so they are the
+// first ones. With key positions, the keys a query at position p sees.
+static int count_at_most(const int *pos, int n, int p) {
+    int lo = 0, hi = n;  // pos[0..lo) <= p < pos[hi..n)
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        if (kpos[mid] <= qp)
+        if (pos[mid] <= p)
             lo = mid + 1;
         else
             hi = mid;
@@ -64,22 +64,10 @@ static int visible_keys(const int *kpos, int n, int qp) {
     return lo;
 }
 
-// The first query tile (a multiple of ATT_T) with a query that sees key position kp.
+// The first query tile (a multiple of ATT_T) with a query that sees key position kp:
+// the tile of the first query not before kp.
 static int first_tile_seeing(const int *qpos, int Sq, int kp) {
-    int lo = 0, hi = Sq;  // first query with qpos >= kp
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (qpos[mid] < kp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo / ATT_T * ATT_T;
-}
-
-// dst(rows, hd) = the rows of src(rows, ld): a strided block made contiguous.
-static void copy_rows(float *dst, const float *src, int ld, int rows, int hd) {
-    for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * hd, src + (size_t)r * ld, sizeof(float) * hd);
+    return count_at_most(qpos, Sq, kp - 1) / ATT_T * ATT_T;
 }
 
 // dst(hd, ATT_KC) = transpose of the rows of src(rows, ld), rows <= ATT_KC. Eight
@@ -117,7 +105,7 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     // keys any query of the block sees (a prefix)
-    const int kend = Sq > 0 ? visible_keys(kpos, Sk, qpos[Sq - 1]) : 0;
+    const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -134,16 +122,16 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
             for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                copy_rows(vc, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                copy_rows_f32(vc, hd, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                     const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
-                    const int nkt = visible_keys(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
-                    copy_rows(qc, qb + (size_t)i0 * ldq, ldq, mq, hd);
+                    const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
+                    copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd,
                                 kt, ATT_KC, 0.0f, sc, ATT_KC);
                     for (int r = 0; r < mq; r++) {
                         float *srow = sc + (size_t)r * ATT_KC, rmax = -INFINITY;
-                        const int nv = visible_keys(kpos + j0, nkt, qpos[i0 + r]);
+                        const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
                         for (int c = nv; c < nkt; c++) srow[c] = 0.0f;  // masked: no weight
                         if (nv == 0) continue;  // nothing visible in this chunk for this row
                         // (simd reductions: a plain loop would take the max, and add the
@@ -204,7 +192,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                               int Sq, int Sk, int H, int KV, int hd, float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int kend = Sq > 0 ? visible_keys(kpos, Sk, qpos[Sq - 1]) : 0;
+    const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
@@ -225,7 +213,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_transposed(vt, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                copy_rows(kc, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                copy_rows_f32(kc, hd, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
                 memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
@@ -236,15 +224,15 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                     const float *rb = rowdot + ((size_t)b * H + h) * Sq;
                     for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                         const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
-                        const int nkt = visible_keys(kpos + j0, nk, qpos[i1 - 1]);
-                        copy_rows(qc, qb + (size_t)i0 * ldq, ldq, mq, hd);
-                        copy_rows(doc, dob + (size_t)i0 * ldo, ldo, mq, hd);
+                        const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);
+                        copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
+                        copy_rows_f32(doc, hd, dob + (size_t)i0 * ldo, ldo, mq, hd);
                         // Recompute the chunk's probabilities from the saved log-sum-exp.
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc,
                                     hd, kt, ATT_KC, 0.0f, P, ATT_KC);
                         for (int r = 0; r < mq; r++) {
                             float *prow = P + (size_t)r * ATT_KC;
-                            const int nv = visible_keys(kpos + j0, nkt, qpos[i0 + r]);
+                            const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
                             const float lse_r = lb[i0 + r];
                             for (int c = 0; c < nv; c++) prow[c] = fast_expf(prow[c] - lse_r);
                             for (int c = nv; c < nkt; c++) prow[c] = 0.0f;
