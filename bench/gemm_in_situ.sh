@@ -2,16 +2,23 @@
 # bench/gemm_in_situ.sh — where issue 21's CPU MFU gap lives: each sgemm shape's rate
 # inside a training step (an LD_PRELOAD shim times every call, bench/tools/sgemm_rates.c)
 # next to the same shape run alone, warm, best of 10 (bench/tools/sgemm_alone.c), for the
-# gpt2 config of bench/train_vs_pytorch.sh. The attention's tile products (under 2e8
+# gpt2 (default) or small config of bench/train_vs_pytorch.sh (CONFIG=small). The attention's tile products (under 2e8
 # FLOPs each, one thread each inside OpenMP regions) are one row, in thread-seconds,
 # and the attention kernels are timed alone too (bench/tools/attention_alone.c).
 #
-# Output: bench/results/gemm_in_situ.md. Usage: bench/gemm_in_situ.sh (~2 min)
+# Output: bench/results/gemm_in_situ.md (gemm_in_situ_small.md for CONFIG=small).
+# Usage: [CONFIG=small] bench/gemm_in_situ.sh (~2 min)
 . "$(dirname "$0")/lib.sh"
 bench_private_binary
 bench_corpus
-OUT=$RES/gemm_in_situ.md
+CONFIG=${CONFIG:-gpt2}
 STEPS=${STEPS:-4}
+# hidden layers heads kv_heads intermediate vocab seq micro_batch (as train_vs_pytorch.sh)
+case $CONFIG in
+    gpt2)  OUT=$RES/gemm_in_situ.md;       read -r D L H KV F V S B <<<"768 12 12 4 2048 32768 512 4" ;;
+    small) OUT=$RES/gemm_in_situ_small.md; read -r D L H KV F V S B <<<"512 8 8 4 1536 8192 256 8" ;;
+    *) echo "gemm_in_situ.sh: CONFIG=$CONFIG: give gpt2 or small" >&2; exit 2 ;;
+esac
 cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_rates.so" -ldl
 cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" -lopenblas
 # the attention kernels alone, on the same shapes (build/ops is what ./femtotron links)
@@ -21,13 +28,13 @@ cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin" \
-    --model.hidden_size 768 --model.num_hidden_layers 12 --model.num_attention_heads 12 \
-    --model.num_key_value_heads 4 --model.intermediate_size 2048 --model.vocab_size 32768 \
-    --model.max_position_embeddings 512 --training.seq_length 512 --training.micro_batch_size 4 \
+    --model.hidden_size "$D" --model.num_hidden_layers "$L" --model.num_attention_heads "$H" \
+    --model.num_key_value_heads "$KV" --model.intermediate_size "$F" --model.vocab_size "$V" \
+    --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
     --training.grad_acc_steps 1 --training.threads 2 --training.steps "$STEPS" \
     --training.peak_flops "${PEAK}e9" --logging.metrics "$TMP/m.jsonl" >"$TMP/train.log" 2>"$TMP/rates.txt"
 {
-echo "# sgemm in a training step vs alone (gpt2 config, 1 rank x 2 threads)"
+echo "# sgemm in a training step vs alone ($CONFIG config, 1 rank x 2 threads)"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC') · GEMM peak $PEAK GFLOP/s (\`bench peak --threads 2\`) · load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
 echo
@@ -50,5 +57,5 @@ done <"$TMP/rates.txt"
 awk '$1 == "sgemm" { f += 2 * $2 * $3 * $4 * $6; s += $7 }
      $1 == "sgemm_small" { printf "\nAttention tiles: %d calls, %.2f thread-seconds, %.1f GFLOP/s per thread.\n", $2, $3, $4 / $3 / 1e9 }
      END { printf "Large products: %.2f s at %.1f GFLOP/s over all shapes.\n", s, f / s / 1e9 }' "$TMP/rates.txt" >>"$OUT"
-echo "Attention kernels alone (forward + backward of one layer, B 4, S 512, 12/4 heads of 64, 2 threads, best of 5; GFLOP/s of the causal FLOPs): $(OMP_NUM_THREADS=2 "$TMP/attention_alone" 4 512 12 4 64 5)." >>"$OUT"
+echo "Attention kernels alone (forward + backward of one layer, B $B, S $S, $H/$KV heads of $((D / H)), 2 threads, best of 5; GFLOP/s of the causal FLOPs): $(OMP_NUM_THREADS=2 "$TMP/attention_alone" "$B" "$S" "$H" "$KV" $((D / H)) 5)." >>"$OUT"
 cat "$OUT"
