@@ -153,8 +153,8 @@ const KeyDef CFG_KEYS[] = {
     EKEY(training, device, DEVICE_NAMES, "cpu",
          "where the step runs: cpu (./femtotron, make) or cuda (./femtotron-cuda, make cuda; in progress)"),
     EKEY(training, precision, PRECISION_NAMES, "auto",
-         "fp32 or bf16 (matrix operands and activations in bf16, fp32 master weights; cuda only); "
-         "auto = bf16 on cuda, fp32 on cpu"),
+         "fp32 or bf16 (cuda only: matrix-product operands rounded to bf16, their sums and every other "
+         "op in fp32); auto = bf16 on cuda, fp32 on cpu"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),

@@ -20,6 +20,14 @@ extern "C" {
 #define ATT_MAX_HD 256
 #define THREADS 128
 
+// Blocks for one thread per row (the kernels below have no grid-stride loop): fatal
+// beyond cuda_blocks' cap (65535 * 32 blocks, 268M rows, far above any B*H*S).
+static unsigned row_blocks(size_t rows, const char *what) {
+    if (rows > (size_t)65535u * 32u * THREADS) die("%s: %zu attention rows exceed the grid (at most %zu)", what, rows,
+                                                  (size_t)65535u * 32u * THREADS);
+    return cuda_blocks(rows, THREADS);
+}
+
 extern "C" size_t attention_scratch_floats(int hd) {
     (void)hd;
     return 0;
@@ -85,7 +93,7 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0 || Sk == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
-    k_att_fwd<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp,
+    k_att_fwd<<<row_blocks(rows, "attention_block_forward"), THREADS, 0, cuda_stream()>>>(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp,
                                                                         B, Sq, Sk, H, KV, hd, 1.0f / sqrtf((float)hd));
     cuda_done("attention_block_forward");
 }
@@ -105,7 +113,7 @@ extern "C" void attention_block_finish(float *o, float *lse, const float *m, con
                                        int hd) {
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0) return;
-    k_att_finish<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(o, lse, m, l, B, Sq, H, hd);
+    k_att_finish<<<row_blocks(rows, "attention_block_finish"), THREADS, 0, cuda_stream()>>>(o, lse, m, l, B, Sq, H, hd);
     cuda_done("attention_block_finish");
 }
 
@@ -123,7 +131,7 @@ __global__ void k_rowdot(float *rowdot, const float *dout, const float *out, int
 extern "C" void attention_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H, int hd) {
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0) return;
-    k_rowdot<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_stream()>>>(rowdot, dout, out, B, Sq, H, hd);
+    k_rowdot<<<row_blocks(rows, "attention_rowdot"), THREADS, 0, cuda_stream()>>>(rowdot, dout, out, B, Sq, H, hd);
     cuda_done("attention_rowdot");
 }
 
@@ -207,9 +215,9 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
     const float scale = 1.0f / sqrtf((float)hd);
     size_t qrows = (size_t)B * H * Sq, krows = (size_t)B * KV * Sk;
-    k_att_bwd_dq<<<cuda_blocks(qrows, THREADS), THREADS, 0, cuda_stream()>>>(
+    k_att_bwd_dq<<<row_blocks(qrows, "attention_block_backward"), THREADS, 0, cuda_stream()>>>(
         dq, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd, scale);
-    k_att_bwd_dkv<<<cuda_blocks(krows, THREADS), THREADS, 0, cuda_stream()>>>(
+    k_att_bwd_dkv<<<row_blocks(krows, "attention_block_backward"), THREADS, 0, cuda_stream()>>>(
         dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd, scale);
     cuda_done("attention_block_backward");
 }

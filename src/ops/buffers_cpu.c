@@ -6,12 +6,16 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "util.h"
 
 void ops_init(int local_rank) { (void)local_rank; }
 
 const char *ops_backend_name(void) { return "cpu"; }
 
 int ops_has_bf16(void) { return 0; }
+void ops_set_matmul_bf16(int on) {
+    if (on) die("the CPU build has no bf16 matrix products (training.precision = bf16 needs ./femtotron-cuda)");
+}
 
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
 

@@ -117,7 +117,8 @@ extern "C" void ops_blas_name(char *out, size_t size) {
     snprintf(out, size, "%s", cfg ? cfg : "OpenBLAS (unknown build)");
 }
 
-extern "C" int ops_has_bf16(void) { return 0; }
+// bf16 matrix products (ops/matmul_cuda.cu); the other ops compute in fp32 either way.
+extern "C" int ops_has_bf16(void) { return 1; }
 
 // The kernels ignore it; the host code around them (initialisation, data loading,
 // checkpoint integrity, the CPU peak) still uses OpenMP and BLAS threads.

@@ -113,8 +113,9 @@ __global__ void k_rmsnorm(float *out, float *xhat, float *rstd, const float *in,
 }
 
 __global__ void k_rmsnorm_rebuild(float *out, const float *xhat, const float *weight, size_t n, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = weight[i % (size_t)D] * xhat[i];
+    const size_t stride = (size_t)gridDim.x * blockDim.x;  // cuda_blocks caps the grid
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = weight[i % (size_t)D] * xhat[i];
 }
 
 // dx_j += r (w_j dy_j - xh_j sum_i(w_i dy_i xh_i) / D)   (ops/cpu.c derives it)

@@ -2,6 +2,17 @@
 // fp32 compute (CUBLAS_COMPUTE_32F: no TF32, so the CPU's sgemm is matched to fp32
 // rounding, not to TF32's 10-bit mantissa).
 //
+// bf16 products (ops_set_matmul_bf16, training.precision = bf16): each fp32
+// operand is first rounded to bf16 (nearest, ties to even) into a contiguous copy
+// owned by this file, and cuBLASLt multiplies the copies on tensor cores, still
+// with CUBLAS_COMPUTE_32F and fp32 C and D: the product of two bf16 values is
+// exact in fp32 (8 + 8 significant bits), so the result is the fp32 product of the
+// rounded operands up to the order of the fp32 sums, which is what the GPU test
+// checks (tests/gpu/gpu_ops.c). Outputs, weight-gradient accumulation (beta = 1)
+// and everything outside the products stay fp32. The copies cost a pass over each
+// operand per product; keeping the bf16 weight copy from the optimizer step and
+// writing activations in bf16 is issue 21's.
+//
 // Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
 // column-major, X^T (c x r, ld). So row-major C = A op(B) is column-major
 // C^T = op(B)^T A^T, and each product below is written in that form.
@@ -12,6 +23,7 @@
 // add into the output in place (split-K with atomics, no fixed order) are
 // excluded.
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <string.h>
 
 #include "ops/cuda_common.cuh"
@@ -33,6 +45,7 @@ extern "C" {
 
 typedef struct {
     int m, n, k, lda, ldb, ldc, ta, tb, align_a, align_b, align_c, beta_nonzero;
+    int bf16;  // A and B are bf16 (C and D fp32 either way)
 } PlanKey;
 
 typedef struct {
@@ -45,7 +58,18 @@ typedef struct {
 static cublasLtHandle_t g_lt;
 static void *g_workspace;
 static Plan g_plans[MAX_PLANS];
-static int g_nplans;
+static int g_nplans;      // slots filled
+static int g_next_evict;  // once all are: the slot a new shape takes (round robin)
+static int g_bf16;  // ops_set_matmul_bf16
+
+// The bf16 copies of the operands: three slots, because matmul_backward reads dout
+// in both of its products, `in` in the weight gradient's and the weight in din's.
+// Each grows the first time a larger operand is seen (like cuda_scratch: outside
+// the plan). slot 0: dout or the forward's weight; 1: in; 2: the backward's weight.
+static __nv_bfloat16 *g_half[3];
+static size_t g_half_n[3];
+
+extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
 
 void cuda_matmul_init(void) {
     CUBLAS_CHECK(cublasLtCreate(&g_lt));
@@ -65,8 +89,22 @@ static int alignment(const void *p) {
 static Plan *plan_for(const PlanKey *key) {
     for (int i = 0; i < g_nplans; i++)
         if (!memcmp(&g_plans[i].key, key, sizeof *key)) return &g_plans[i];
-    if (g_nplans == MAX_PLANS) die("matmul: more than %d matrix-product shapes in one run", MAX_PLANS);
-    Plan *p = &g_plans[g_nplans];
+    // A new shape. Mixture-of-experts runs make new ones every step (an expert's row
+    // count and its rows' alignment follow the routing), so when every slot is taken
+    // the oldest plan is dropped (round robin). Dropping one changes no result: the
+    // heuristic is a fixed function of the key, so the shape gets the same
+    // algorithm back the next time it is seen.
+    Plan *p;
+    if (g_nplans < MAX_PLANS) {
+        p = &g_plans[g_nplans++];
+    } else {
+        p = &g_plans[g_next_evict];
+        g_next_evict = (g_next_evict + 1) % MAX_PLANS;
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->c);
+        cublasLtMatmulDescDestroy(p->desc);
+    }
     memset(p, 0, sizeof *p);
     p->key = *key;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -74,9 +112,10 @@ static Plan *plan_for(const PlanKey *key) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     // Stored shapes (before the transposes): A is m x k or k x m, B is k x n or n x k.
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, key->ta ? key->k : key->m,
+    const cudaDataType_t ab = key->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, ab, key->ta ? key->k : key->m,
                                             key->ta ? key->m : key->k, key->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, key->tb ? key->n : key->k,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, key->tb ? key->n : key->k,
                                             key->tb ? key->k : key->n, key->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key->m, key->n, key->ldc));
     cublasLtMatmulPreference_t pref;
@@ -96,26 +135,62 @@ static Plan *plan_for(const PlanKey *key) {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1)
-        die("cuBLASLt has no fp32 algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
-            "status %d)", key->m, key->n, key->k, key->ta, key->tb, key->align_a, key->align_b, key->align_c, (int)st);
+        die("cuBLASLt has no %s algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
+            "status %d)", key->bf16 ? "bf16-operand" : "fp32", key->m, key->n, key->k, key->ta, key->tb, key->align_a,
+            key->align_b, key->align_c, (int)st);
     p->algo = res.algo;
-    g_nplans++;
     return p;
 }
 
-// Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place.
-static void gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc, const char *what) {
+// dst's `lines` runs of `len` bf16 values, ld_dst apart = src's `lines` runs of
+// `len` floats, ld apart, each rounded to the nearest bf16 (ties to even); the
+// padding between runs is left as it is (no product reads it).
+__global__ static void k_round_bf16(__nv_bfloat16 *dst, const float *src, size_t lines, size_t len, size_t ld,
+                                    size_t ld_dst) {
+    const size_t n = lines * len, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[(i / len) * ld_dst + i % len] = __float2bfloat16_rn(src[(i / len) * ld + i % len]);
+}
+
+// An operand as the product reads it: the fp32 matrix itself, or (bf16 products)
+// its bf16 copy in `slot`. A column-major operand of `len` rows and `lines`
+// columns with leading dimension ld (a row-major one: `lines` rows of `len`); the
+// copy's leading dimension is len rounded up to a multiple of 8, so every column
+// starts 16-byte aligned (an odd width, such as a 257-token vocabulary, would
+// otherwise leave only 2-byte aligned columns to cuBLASLt's kernels).
+typedef struct {
+    const void *p;
+    int ld;
+} Operand;
+
+static Operand operand(int slot, const float *x, int lines, int len, int ld) {
+    if (!g_bf16) return Operand{x, ld};
+    const size_t ld16 = ((size_t)len + 7) / 8 * 8, n = (size_t)lines * ld16;
+    if (n > g_half_n[slot]) {
+        CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // the old copy may still be read
+        if (g_half[slot]) CUDA_CHECK(cudaFree(g_half[slot]));
+        CUDA_CHECK(cudaMalloc(&g_half[slot], n * sizeof(__nv_bfloat16)));
+        g_half_n[slot] = n;
+    }
+    k_round_bf16<<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(g_half[slot], x, (size_t)lines,
+                                                                                   (size_t)len, (size_t)ld, ld16);
+    return Operand{g_half[slot], (int)ld16};
+}
+
+// Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place; A and B fp32,
+// or both bf16 copies (g_bf16).
+static void gemm(int ta, int tb, int m, int n, int k, Operand A, Operand B, float beta, float *C, int ldc,
+                 const char *what) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {  // an empty sum: D = beta D
         if (beta == 0.0f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * 4, 0, (size_t)m * 4, (size_t)n, cuda_stream()));
         cuda_done(what);
         return;
     }
-    PlanKey key = {m, n, k, lda, ldb, ldc, ta, tb, alignment(A), alignment(B), alignment(C), beta != 0.0f};
+    PlanKey key = {m, n, k, A.ld, B.ld, ldc, ta, tb, alignment(A.p), alignment(B.p), alignment(C), beta != 0.0f, g_bf16};
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 g_workspace, WORKSPACE_BYTES, cuda_stream()));
     cuda_done(what);
 }
@@ -124,7 +199,8 @@ extern "C" void matmul_forward_ld(float *out, int ld_out, const float *in, const
                                   int out_dim) {
     // out^T (out_dim x N) = W (out_dim x in_dim) in^T: W is stored column-major as
     // W^T (in_dim x out_dim, ld in_dim), so A = W^T transposed; in^T is in as stored.
-    gemm(1, 0, out_dim, N, in_dim, weight, in_dim, in, in_dim, 0.0f, out, ld_out, "matmul_forward");
+    gemm(1, 0, out_dim, N, in_dim, operand(0, weight, out_dim, in_dim, in_dim), operand(1, in, N, in_dim, in_dim), 0.0f,
+         out, ld_out, "matmul_forward");
 }
 
 extern "C" void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim, int out_dim) {
@@ -133,13 +209,17 @@ extern "C" void matmul_forward(float *out, const float *in, const float *weight,
 
 extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                                    const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (!din && !dweight) return;
+    const Operand d = operand(0, dout, N, out_dim, ld_dout);  // dout^T (out_dim x N), read by both
     // dW (out, in) += dout^T in  <=>  dW^T (in x out) += in^T dout: in^T is in as
     // stored (in_dim x N), dout as stored is dout^T (out_dim x N), transposed.
-    if (dweight) gemm(0, 1, in_dim, out_dim, N, in, in_dim, dout, ld_dout, 1.0f, dweight, in_dim, "matmul_backward dW");
+    if (dweight)
+        gemm(0, 1, in_dim, out_dim, N, operand(1, in, N, in_dim, in_dim), d, 1.0f, dweight, in_dim,
+             "matmul_backward dW");
     // din (N, in) (+)= dout W  <=>  din^T (in x N) = W^T dout^T, both as stored.
     if (din)
-        gemm(0, 0, in_dim, N, out_dim, weight, in_dim, dout, ld_dout, accumulate_din ? 1.0f : 0.0f, din, in_dim,
-             "matmul_backward din");
+        gemm(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, accumulate_din ? 1.0f : 0.0f,
+             din, in_dim, "matmul_backward din");
 }
 
 extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,

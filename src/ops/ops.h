@@ -31,6 +31,13 @@ const char *ops_backend_name(void);
 void ops_blas_name(char *out, size_t size);
 // 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
 int ops_has_bf16(void);
+// The matrix products' precision from now on (training.precision; main.c's
+// train command sets it once, before step 1): 0 = fp32 operands and fp32 sums
+// (the default, and the CPU's only mode); 1 = bf16 operands, each fp32 input
+// rounded to the nearest bf16 (ties to even) as the product reads it, the
+// products summed in fp32 into fp32 outputs, which is what tensor cores do with
+// bf16 inputs. Every other op stays fp32. Fatal where ops_has_bf16() is 0.
+void ops_set_matmul_bf16(int on);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
 // scalars a step reads back). CPU: memcpy. Both wait until the copy is done.

@@ -46,7 +46,12 @@ void train_configure(Config *cfg, char **config_files, int n_files, int argc, ch
     // Ranks can still disagree (a config file readable on one node only): the
     // lowest failing rank speaks, named unless it is rank 0, and nobody waits.
     const int first = comm_lowest_failed(!ok);
-    if (first < 0) return;
+    if (first < 0) {
+        // bf16 matrix products from here on (training.precision, resolved and checked
+        // against this binary above; the other ops stay fp32: ops.h).
+        ops_set_matmul_bf16(cfg->training.precision == PRECISION_BF16);
+        return;
+    }
     if (first == comm_world_rank()) {
         if (first == 0) fprintf(stderr, "femtotron: error: %s\n", why);
         else fprintf(stderr, "femtotron: rank %d: error: %s\n", first, why);

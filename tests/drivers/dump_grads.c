@@ -3,6 +3,9 @@
 // writes every parameter gradient under its Hugging Face name, so an independent
 // implementation (tests/reference/llama_torch.py) can compare tensor by tensor.
 //
+// Built against either backend: build/tests/dump_grads (CPU), and
+// build-cuda/tests/dump_grads (`make cuda`, the CUDA kernels: tests/gpu/reference.sh).
+//
 // usage: dump_grads --config RUN.json [--section.key value ...] --out GRADS.safetensors
 // prints: loss <mean loss of the step, 17 significant digits>
 //         aux <the step's mean load-balancing loss> (mixture of experts with the loss on)
@@ -20,6 +23,7 @@
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
+    ops_init(comm_launched_local_rank());  // the CUDA build: fatal, saying so, without a GPU
     Config cfg;
     config_defaults(&cfg);
     const char *out = NULL;
@@ -34,6 +38,8 @@ int main(int argc, char **argv) {
     if (!out) die("dump_grads: --out FILE is required");
     config_apply_args(&cfg, n_rest, rest);
     config_validate(&cfg, comm_world_size());
+    config_check_backend(&cfg, (Device)config_name_index(DEVICE_NAMES, ops_backend_name()), ops_has_bf16());
+    ops_set_matmul_bf16(cfg.training.precision == PRECISION_BF16);
     comm_grid_init(&cfg.parallel);
     ops_set_threads(cfg.training.threads > 0 ? cfg.training.threads : 1);
 

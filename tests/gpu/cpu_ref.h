@@ -11,6 +11,7 @@
 #define ops_init cpu_ops_init
 #define ops_backend_name cpu_ops_backend_name
 #define ops_has_bf16 cpu_ops_has_bf16
+#define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
 #define ops_upload cpu_ops_upload
 #define ops_download cpu_ops_download
 #define ops_sync cpu_ops_sync
@@ -66,6 +67,7 @@
 #undef ops_init
 #undef ops_backend_name
 #undef ops_has_bf16
+#undef ops_set_matmul_bf16
 #undef ops_upload
 #undef ops_download
 #undef ops_sync

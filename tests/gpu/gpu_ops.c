@@ -6,7 +6,9 @@
 // ulps of the largest entry, far above the rounding of sums of <= a few hundred
 // terms and far below any indexing or formula error). Also: repeated runs of the
 // order-sensitive ops are bit-identical (issue 14's determinism), planned buffers
-// are counted, host <-> buffer copies round-trip. Ends on "N passed, N failed".
+// are counted, host <-> buffer copies round-trip; the bf16 products equal the
+// fp32 products of bf16-rounded operands (test_matmul_bf16). Ends on "N passed,
+// N failed".
 #include "cpu_ref.h"  // first: the CPU kernels as cpu_*, then ops.h for the CUDA ones
 
 #include <math.h>
@@ -152,7 +154,93 @@ static void test_matmul(void) {
     CHECK(!memcmp(a1, a2, dw.n * sizeof(float)), "matmul_backward dweight twice: bit-identical");
     free(a1);
     free(a2);
+    // More shapes than the backend keeps plans for (256; mixture-of-experts runs
+    // make new ones every step): every one still computes, and so does the first
+    // shape again after its plan was dropped.
+    Pair xs = pair_fill((size_t)300 * in, 1.0f), ys = pair_fill((size_t)300 * out, 1.0f);  // (300, in), (300, out)
+    double worst = 0.0;
+    for (int n = 1; n <= 300; n++) {
+        matmul_forward(ys.d, xs.d, w.d, n, in, out);
+        cpu_matmul_forward(ys.h, xs.h, w.h, n, in, out);
+        worst = fmax(worst, pair_diff(ys));
+    }
+    matmul_forward(ys.d, xs.d, w.d, N, in, out);
+    cpu_matmul_forward(ys.h, xs.h, w.h, N, in, out);
+    worst = fmax(worst, pair_diff(ys));
+    CHECK(worst <= TOL, "matmul_forward over 300 shapes (more than the plan cache holds), rel. max-norm %.2e <= %.0e",
+          worst, TOL);
+    pair_free(xs), pair_free(ys);
     pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dw), pair_free(dx);
+}
+
+// x rounded to the nearest bf16, ties to even, as a float (the GPU's
+// __float2bfloat16_rn; the inputs here are finite): add half an ulp of bf16, less
+// one unless the kept part is odd, then cut the low 16 bits.
+static float round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float *rounded_copy(Pair p) {  // (p.n) the host side rounded to bf16
+    float *r = xmalloc((p.n ? p.n : 1) * sizeof(float), "bf16-rounded operand");
+    for (size_t i = 0; i < p.n; i++) r[i] = round_bf16(p.h[i]);
+    return r;
+}
+
+// bf16 products (ops_set_matmul_bf16(1), training.precision = bf16): the GPU
+// rounds each operand to bf16 and sums the products in fp32. A product of two bf16
+// values is exact in fp32, so the result is the CPU's fp32 product of the rounded
+// operands up to the order (and the tensor cores' rounding) of sums of at most 96
+// terms: within TOL, the same 1e-5 as fp32. And it is NOT the fp32 product of the
+// unrounded operands: rounding each input moves it by up to 2^-9 relative, so the
+// two differ by ~1e-3 relative, far above TOL (the flag does something). Run with
+// an odd output width too (the main job's 257-token vocabulary: bf16 copies whose
+// columns would not be 16-byte aligned without padding).
+static void test_matmul_bf16(int N, int in, int out, int ld) {
+    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f);
+    Pair y = pair_fill((size_t)N * out, 1.0f), ywide = pair_fill((size_t)N * ld, 1.0f);
+    Pair dy = pair_fill((size_t)N * out, 1.0f), dywide = pair_fill((size_t)N * ld, 1.0f);  // douts, both sides equal
+    float *xr = rounded_copy(x), *wr = rounded_copy(w), *dyr = rounded_copy(dy), *dywr = rounded_copy(dywide);
+    ops_set_matmul_bf16(1);
+    matmul_forward(y.d, x.d, w.d, N, in, out);
+    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);  // the unrounded fp32 product first
+    double off = pair_diff(y);
+    CHECK(off > 20 * TOL, "bf16 matmul_forward differs from the unrounded fp32 product (rel. %.2e > %.0e)", off,
+          20 * TOL);
+    cpu_matmul_forward(y.h, xr, wr, N, in, out);
+    expect_close("bf16 matmul_forward (vs rounded operands)", y);
+    matmul_forward_ld(ywide.d + 7, ld, x.d, w.d, N, in, out);
+    cpu_matmul_forward_ld(ywide.h + 7, ld, xr, wr, N, in, out);
+    expect_close("bf16 matmul_forward_ld (offset 7)", ywide);
+    Pair dw = pair_fill((size_t)out * in, 1.0f), dx = pair_fill((size_t)N * in, 1.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, acc);
+        cpu_matmul_backward(dx.h, dw.h, dyr, xr, wr, N, in, out, acc);
+        expect_close(acc ? "bf16 matmul_backward din (accumulate)" : "bf16 matmul_backward din (overwrite)", dx);
+        expect_close("bf16 matmul_backward dweight (+= in fp32)", dw);
+    }
+    matmul_backward_ld(dx.d, dw.d, dywide.d + 7, ld, x.d, w.d, N, in, out, 1);
+    cpu_matmul_backward_ld(dx.h, dw.h, dywr + 7, ld, xr, wr, N, in, out, 1);
+    expect_close("bf16 matmul_backward_ld din", dx);
+    expect_close("bf16 matmul_backward_ld dweight", dw);
+    float *a1 = xmalloc(dw.n * sizeof(float), "a1"), *a2 = xmalloc(dw.n * sizeof(float), "a2");
+    for (int r = 0; r < 2; r++) {
+        zero_f32(dw.d, dw.n);
+        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, 0);
+        ops_download(r ? a2 : a1, dw.d, dw.n * sizeof(float));
+    }
+    CHECK(!memcmp(a1, a2, dw.n * sizeof(float)), "bf16 matmul_backward dweight twice: bit-identical");
+    ops_set_matmul_bf16(0);
+    matmul_forward(y.d, x.d, w.d, N, in, out);  // and back to fp32 products
+    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);
+    expect_close("matmul_forward in fp32 again after bf16", y);
+    free(a1), free(a2), free(xr), free(wr), free(dyr), free(dywr);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dy), pair_free(dywide), pair_free(dw),
+        pair_free(dx);
 }
 
 static void test_embedding(void) {
@@ -243,7 +331,8 @@ static void test_rope(void) {
 }
 
 static void test_attention(void) {
-    const int B = 2, S = 70, H = 4, KV = 2, hd = 16, ld = (H + 2 * KV) * hd;  // S > one CPU tile (64)
+    // S above the CPU kernel's 128-key chunk and 32-query tile (several of each)
+    const int B = 2, S = 150, H = 4, KV = 2, hd = 16, ld = (H + 2 * KV) * hd;
     float *scratch = xmalloc((cpu_attention_scratch_floats(hd) + 1) * sizeof(float), "cpu attention scratch");
     float *gscratch = buf_alloc(MEM_ACTIVATIONS, attention_scratch_floats(hd) * sizeof(float), "gpu scratch");
     int *pos_h = xmalloc(S * sizeof(int), "pos");
@@ -261,20 +350,28 @@ static void test_attention(void) {
     cpu_attention_backward(dqkv.h, rowdot.h, dout.h, qkv.h, out.h, lse.h, pos_h, B, S, H, KV, hd, scratch);
     expect_close("attention_backward dqkv", dqkv);
     expect_close("attention_backward rowdot", rowdot);
-    // A ring step: queries at positions 40..109 against a key block at 0..69 (partly
-    // visible), keys and values in their own (B*Sk, 2*KV*hd) buffer; positions from
-    // plain host memory (staged).
-    const int Sk = 70, ldkv = 2 * KV * hd;
+    // Ring steps: queries at positions 40..189 against a key block at 0..69 (partly
+    // visible), then one of Sk2 = 50 keys at 150..199 (Sk != Sq; rows before
+    // position 150 see none of it: fully masked there), keys and values in their own
+    // (B*Sk, 2*KV*hd) buffers; positions from plain host memory (staged).
+    const int Sk = 70, Sk2 = 50, ldkv = 2 * KV * hd;
     int *qpos = xmalloc(S * sizeof(int), "qpos"), *kpos = xmalloc(Sk * sizeof(int), "kpos");
+    int *kpos2 = xmalloc(Sk2 * sizeof(int), "kpos2");
     for (int p = 0; p < S; p++) qpos[p] = 40 + p;
     for (int p = 0; p < Sk; p++) kpos[p] = p;
+    for (int p = 0; p < Sk2; p++) kpos2[p] = 150 + p;
     Pair kv = pair_fill((size_t)B * Sk * ldkv, 1.0f), dkv = pair_fill(kv.n, 1.0f), dq = pair_fill(qkv.n, 1.0f);
+    Pair kv2 = pair_fill((size_t)B * Sk2 * ldkv, 1.0f), dkv2 = pair_fill(kv2.n, 1.0f);
     attention_block_init(out.d, m.d, l.d, B, S, H, hd);
     cpu_attention_block_init(out.h, m.h, l.h, B, S, H, hd);
-    for (int pass = 0; pass < 2; pass++) {  // two blocks folded in: the running max rescales
+    for (int pass = 0; pass < 2; pass++) {  // the same block twice: the running max rescales
         attention_block_forward(out.d, m.d, l.d, qkv.d, ld, kv.d, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, gscratch);
         cpu_attention_block_forward(out.h, m.h, l.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, scratch);
     }
+    attention_block_forward(out.d, m.d, l.d, qkv.d, ld, kv2.d, ldkv, 0, KV * hd, qpos, kpos2, B, S, Sk2, H, KV, hd,
+                            gscratch);
+    cpu_attention_block_forward(out.h, m.h, l.h, qkv.h, ld, kv2.h, ldkv, 0, KV * hd, qpos, kpos2, B, S, Sk2, H, KV, hd,
+                                scratch);
     expect_close("attention_block_forward m", m);
     expect_close("attention_block_forward l", l);
     attention_block_finish(out.d, lse.d, m.d, l.d, B, S, H, hd);
@@ -288,10 +385,16 @@ static void test_attention(void) {
     cpu_attention_block_backward(dq.h, dkv.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos, B, S, Sk, H, KV, hd, scratch);
     expect_close("attention_block_backward dq (+=)", dq);
     expect_close("attention_block_backward dkv (+=)", dkv);
-    free(scratch), free(pos_h), free(qpos), free(kpos);
+    attention_block_backward(dq.d, dkv2.d, qkv.d, ld, kv2.d, ldkv, 0, KV * hd, dout.d, lse.d, rowdot.d, qpos, kpos2, B, S,
+                             Sk2, H, KV, hd, gscratch);
+    cpu_attention_block_backward(dq.h, dkv2.h, qkv.h, ld, kv2.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos2,
+                                 B, S, Sk2, H, KV, hd, scratch);
+    expect_close("attention_block_backward, Sk != Sq, masked rows: dq", dq);
+    expect_close("attention_block_backward, Sk != Sq, masked rows: dkv", dkv2);
+    free(scratch), free(pos_h), free(qpos), free(kpos), free(kpos2);
     buf_free(gscratch), buf_free(pos);
     pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l), pair_free(dout), pair_free(dqkv);
-    pair_free(rowdot), pair_free(kv), pair_free(dkv), pair_free(dq);
+    pair_free(rowdot), pair_free(kv), pair_free(dkv), pair_free(dq), pair_free(kv2), pair_free(dkv2);
 }
 
 static void test_cross_entropy(void) {
@@ -350,6 +453,11 @@ int main(void) {
     CHECK(!strcmp(cpu_ops_backend_name(), "cpu"), "the %s backend against the cpu one", ops_backend_name());
     test_buffers();
     test_matmul();
+    if (ops_has_bf16()) {
+        test_matmul_bf16(37, 96, 80, 130);
+        test_matmul_bf16(29, 64, 257, 301);
+    }
+    else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());
     test_embedding();
     test_norm_residual_swiglu();
     test_rope();

@@ -36,8 +36,13 @@ import safetensors_np  # noqa: E402
 
 torch.set_num_threads(1)
 
-FEMTOTRON = os.path.join(ROOT, "femtotron")
-DUMP_GRADS = os.path.join(ROOT, "build", "tests", "dump_grads")
+# The binaries under test, and training keys added to every run config: the CPU
+# build by default; tests/gpu/reference.sh points them at the CUDA build
+# (REFTEST_BIN=./femtotron-cuda, REFTEST_DUMP_GRADS=build-cuda/tests/dump_grads,
+# REFTEST_TRAINING='{"device": "cuda", "precision": "fp32"}').
+FEMTOTRON = os.path.join(ROOT, os.environ.get("REFTEST_BIN", "femtotron"))
+DUMP_GRADS = os.path.join(ROOT, os.environ.get("REFTEST_DUMP_GRADS", os.path.join("build", "tests", "dump_grads")))
+EXTRA_TRAINING = json.loads(os.environ.get("REFTEST_TRAINING", "{}"))
 
 LOSS_TOL = 1e-5
 GRAD_TOL = 1e-5
@@ -133,7 +138,7 @@ def make_run(tmp, tag, tied, shard, extra=None):
     cfg, weights = make_model_dir(model_dir, tied, seed=11 if not tied else 12, extra=extra)
     run = {"model": {"from": model_dir},
            "data": {"train": shard},
-           "training": dict(TRAINING),
+           "training": dict(TRAINING, **EXTRA_TRAINING),
            "logging": {"metrics": os.path.join(tmp, f"metrics_{tag}.jsonl"), "every": 1},
            "checkpoint": {"dir": os.path.join(tmp, f"ckpt_{tag}"), "every": 5}}
     run_path = os.path.join(tmp, f"run_{tag}.json")

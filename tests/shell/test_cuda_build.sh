@@ -6,8 +6,8 @@
 # fails nvcc's flags; the binary holds sm_80 and sm_90a code; where there is no GPU
 # it stops at once saying so; the GPU driver's comparisons work (built against the
 # CPU kernels, the CPU against itself, and a wrong value caught), and so does
-# tests/gpu/train_parity.sh and tests/gpu/layouts.sh (the CPU binary in the GPU's
-# place); the CPU binary
+# tests/gpu/train_parity.sh, layouts.sh, bf16_main_job.sh and resume_devices.sh
+# (the CPU binary in the GPU's place); the CPU binary
 # refuses training.device cuda and precision bf16, naming what to build. Where nvcc
 # is absent it prints SKIP and passes: nothing CUDA can be checked there.
 . "$(dirname "$0")/lib.sh"
@@ -116,5 +116,46 @@ if ! GPU_BIN=$FT GPU_ARGS="--training.device cuda" PLAN_MEMORY=build/tests/plan_
     pass "tests/gpu/layouts.sh: a row its binary refuses (device cuda on the CPU build) fails"
 else
     failed "tests/gpu/layouts.sh with a refused row argument: $(head -5 "$tmp/lay2.log")"
+fi
+
+# 8. tests/gpu/bf16_main_job.sh's wiring on the CPU binary, 20 steps: a second run
+# that differs a little (lr 1% higher in place of bf16) passes both checks; a second
+# run identical to the first fails the "precision reached the products" one.
+if GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS="--training.lr 0.00101" STEPS=20 \
+    bash tests/gpu/bf16_main_job.sh >"$tmp/bf.log" 2>&1 && [ "$(grep -c '^PASS ' "$tmp/bf.log")" -eq 2 ]; then
+    pass "tests/gpu/bf16_main_job.sh with the CPU binary, a 1% lr change in bf16's place: $(grep -m1 '^PASS' "$tmp/bf.log" | cut -c6-)"
+else
+    failed "tests/gpu/bf16_main_job.sh with the CPU binary: $(grep -v '^PASS' "$tmp/bf.log" | head -5)"
+fi
+if ! GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS= STEPS=20 bash tests/gpu/bf16_main_job.sh >"$tmp/bf2.log" 2>&1 &&
+    grep -q '^FAIL the bf16 run logged the same losses' "$tmp/bf2.log"; then
+    pass "tests/gpu/bf16_main_job.sh: a 'bf16' run identical to the fp32 one fails"
+else
+    failed "tests/gpu/bf16_main_job.sh with two identical runs: $(head -5 "$tmp/bf2.log")"
+fi
+
+# 9. tests/gpu/resume_devices.sh's wiring on the CPU binary alone (every "device" the
+# CPU: each resume must still land on the uninterrupted curve, 4 PASS lines).
+if GPU_BIN=$FT GPU_ARGS= BF16_ARGS= bash tests/gpu/resume_devices.sh >"$tmp/rd.log" 2>&1 &&
+    [ "$(grep -c '^PASS ' "$tmp/rd.log")" -eq 4 ]; then
+    pass "tests/gpu/resume_devices.sh with the CPU binary in the GPU's place: 4 resumes on the uninterrupted curve"
+else
+    failed "tests/gpu/resume_devices.sh with the CPU binary: $(grep -v '^PASS' "$tmp/rd.log" | head -5)"
+fi
+
+# 10. tests/gpu/reference.sh's wiring: with the CPU binaries in its place it passes
+# (the PyTorch reference test, unchanged); the training keys it adds reach every run
+# (device cuda, refused by the CPU binaries, fails it).
+if GPU_BIN=$FT GPU_DUMP_GRADS=build/tests/dump_grads GPU_TRAINING='{"device": "cpu", "precision": "fp32"}' \
+    bash tests/gpu/reference.sh >"$tmp/ref.log" 2>&1 && ! grep -q '^FAIL' "$tmp/ref.log"; then
+    pass "tests/gpu/reference.sh with the CPU binaries in the GPU's place: $(tail -1 "$tmp/ref.log" | tr -d '#')"
+else
+    failed "tests/gpu/reference.sh with the CPU binaries: $(grep '^FAIL' "$tmp/ref.log" | head -3) $(tail -2 "$tmp/ref.log")"
+fi
+if ! GPU_BIN=$FT GPU_DUMP_GRADS=build/tests/dump_grads GPU_TRAINING='{"device": "cuda"}' \
+    bash tests/gpu/reference.sh >"$tmp/ref2.log" 2>&1 && grep -q '^FAIL.*training.device = cuda' "$tmp/ref2.log"; then
+    pass "tests/gpu/reference.sh: its training keys reach the runs (device cuda on the CPU binaries fails)"
+else
+    failed "tests/gpu/reference.sh with device cuda on the CPU binaries: $(head -3 "$tmp/ref2.log")"
 fi
 exit $fail

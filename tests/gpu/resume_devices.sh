@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# tests/gpu/resume_devices.sh — issue 14's resume across devices, run by
+# tests/gpu/run.sh: a checkpoint written on the GPU resumes on the CPU and one
+# written on the CPU resumes on the GPU, the losses going on as the uninterrupted
+# run's. The tiny parity model (tests/gpu/train_parity.sh's problem), 10 steps, a
+# checkpoint at step 5; each resume gets the step-5 checkpoint alone in a fresh
+# directory and trains steps 6..10:
+#   1. GPU fp32 -> CPU: steps 6..10 within 1e-5 (relative loss) of the CPU's
+#      uninterrupted run;
+#   2. CPU -> GPU fp32: the same;
+#   3. GPU bf16 -> CPU: within BF16_TOL of the uninterrupted GPU bf16 run (steps
+#      6..10 then differ by the precision alone);
+#   4. CPU -> GPU bf16: within BF16_TOL of the CPU's uninterrupted run.
+# BF16_TOL (default 1e-2) is provisional: issue 14 sets it from the measured spread
+# of one-rank gradient-accumulation splits once bf16 has run; the worst difference
+# is always printed. Prints PASS/FAIL lines; exit 1 on a failure.
+# Environment: GPU_BIN (default ./femtotron-cuda), GPU_ARGS (default
+# "--training.device cuda --training.precision fp32"), BF16_ARGS (default
+# "--training.device cuda --training.precision bf16"). GPU_BIN=./femtotron
+# GPU_ARGS= BF16_ARGS= checks the script on the CPU alone (tests/shell/test_cuda_build.sh).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CPU_BIN=${CPU_BIN:-./femtotron}
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+read -r -a GPU_ARGS <<<"${GPU_ARGS---training.device cuda --training.precision fp32}"
+read -r -a BF16_ARGS <<<"${BF16_ARGS---training.device cuda --training.precision bf16}"
+BF16_TOL=${BF16_TOL:-1e-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+failed() { echo "FAIL $*"; fail=1; }
+
+cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
+"$CPU_BIN" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||
+    { failed "prepare corpus: $(tail -3 "$tmp/prepare.log")"; exit 1; }
+common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
+        --model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
+        --model.num_attention_heads 4 --model.num_key_value_heads 2
+        --training.seq_length 32 --training.global_batch_size 8 --training.steps 10
+        --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
+        --training.threads 1 --training.peak_flops 1e10 --training.seed 1234 --checkpoint.every 5)
+
+# train NAME BIN ARGS...: 10 steps (or 6..10 when resuming), metrics in $tmp/NAME.jsonl,
+# checkpoints in $tmp/ck_NAME
+train() {
+    local name=$1 bin=$2; shift 2
+    mkdir -p "$tmp/ck_$name"
+    timeout -k 10 300 "$bin" train "${common[@]}" --checkpoint.dir "$tmp/ck_$name" "$@" \
+        --logging.metrics "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+        { failed "$name: exit $?: $(tail -3 "$tmp/$name.log")"; return 1; }
+}
+
+# resume SAVED NAME REF TOL BIN ARGS...: step 5 of run SAVED alone, resumed by BIN,
+# steps 6..10 against run REF
+resume() {
+    local saved=$1 name=$2 ref=$3 tol=$4 bin=$5; shift 5
+    mkdir -p "$tmp/ck_$name"
+    cp -r "$tmp/ck_$saved/step_0000005" "$tmp/ck_$name/" 2>/dev/null ||
+        { failed "$name: no step-5 checkpoint from $saved"; return 1; }
+    train "$name" "$bin" "$@" --checkpoint.resume true || return 1
+    /usr/bin/python3 - "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$name" "$tol" <<'PY'
+import json, sys
+steps = lambda path: {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "event" not in r and "loss" in r}
+ref, got, name, tol = steps(sys.argv[1]), steps(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+if sorted(got) != list(range(6, 11)):
+    print("FAIL %s: resumed steps %s, expected 6..10" % (name, sorted(got))); sys.exit(1)
+worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in got)
+print("%s %s: steps 6..10 worst relative loss difference %.3g (<= %g)" % ("PASS" if worst <= tol else "FAIL", name, worst, tol))
+sys.exit(0 if worst <= tol else 1)
+PY
+    [ $? -eq 0 ] || fail=1
+}
+
+train cpu "$CPU_BIN" || exit 1
+if train gpu "$GPU_BIN" "${GPU_ARGS[@]}"; then
+    resume gpu gpu_to_cpu cpu 1e-5 "$CPU_BIN"
+fi
+resume cpu cpu_to_gpu cpu 1e-5 "$GPU_BIN" "${GPU_ARGS[@]}"
+if train gpu_bf16 "$GPU_BIN" "${BF16_ARGS[@]}"; then
+    resume gpu_bf16 bf16_gpu_to_cpu gpu_bf16 "$BF16_TOL" "$CPU_BIN"
+fi
+resume cpu cpu_to_gpu_bf16 cpu "$BF16_TOL" "$GPU_BIN" "${BF16_ARGS[@]}"
+exit $fail
