@@ -75,11 +75,15 @@ NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CUDA_BUILD ?= build-cuda
 NVCCFLAGS  := -std=c++17 -O3 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
-CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
+# The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
+# absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
+               $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
-              $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu))
-cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads
+              $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
+cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads \
+      $(CUDA_BUILD)/tests/nccl_ops
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
 nvcc-flags:
 	@echo $(NVCCFLAGS)
@@ -87,11 +91,16 @@ nvcc-flags:
 femtotron-cuda: $(BUILD)/main.o $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
 
-$(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.h')
+$(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 $(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(CUDA_OBJ)
+	@mkdir -p $(CUDA_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+
+# NCCL's collectives on one GPU (tests/gpu/nccl.sh).
+$(CUDA_BUILD)/tests/nccl_ops: tests/gpu/nccl_ops.c $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 

@@ -39,6 +39,9 @@ typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
 // training.precision: auto resolves at validation to bf16 on cuda and fp32 on cpu.
 typedef enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 } Precision;
+// parallel.comm: what carries the collectives of buffers (dist/comm.c): auto = NCCL
+// where the binary has it and every rank of a node has a GPU of its own, else MPI.
+typedef enum { COMM_AUTO, COMM_NCCL, COMM_MPI } CommLibrary;
 
 extern const char *const RECOMPUTE_NAMES[];    // "none", "selective", "full", NULL
 extern const char *const PP_SCHEDULE_NAMES[];  // "afab", "1f1b", "interleaved", "zb-h1", "zb-v", NULL
@@ -49,6 +52,7 @@ extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", 
 extern const char *const CKPT_DTYPE_NAMES[];   // "fp32", "bf16", NULL
 extern const char *const DEVICE_NAMES[];       // "cpu", "cuda", NULL
 extern const char *const PRECISION_NAMES[];    // "auto", "fp32", "bf16", NULL
+extern const char *const COMM_NAMES[];         // "auto", "nccl", "mpi", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
 const char *rank_order_name(RankOrder o);
@@ -160,6 +164,7 @@ typedef struct {
     double bucket_mb;    // data-parallel gradient bucket size in MiB
     bool overlap;        // reduce gradient buckets during backward (false: after it)
     double timeout_s;    // abort the job when a collective takes longer than this
+    CommLibrary comm;    // NCCL or MPI for the collectives of buffers (auto: see CommLibrary)
     PpSchedule pp_schedule;  // pipeline schedule
     int pp_virtual;      // model chunks per pipeline rank (interleaved schedule)
     char pp_layers[CFG_PATH_MAX];    // "" (balanced) or layers per (virtual) stage, "3,3,2"

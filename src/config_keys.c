@@ -37,6 +37,7 @@ const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
 const char *const CKPT_DTYPE_NAMES[] = {"fp32", "bf16", NULL};
 const char *const DEVICE_NAMES[] = {"cpu", "cuda", NULL};
 const char *const PRECISION_NAMES[] = {"auto", "fp32", "bf16", NULL};
+const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
                    sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
                    sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int) &&
@@ -190,6 +191,9 @@ const KeyDef CFG_KEYS[] = {
         "hardware profile JSON written by `femtotron bench calibrate`; parallel.auto needs one (it does "
         "not calibrate at start)"),
     KEY(parallel, timeout_s, KT_DOUBLE, "300", "abort the job when a collective has not finished after this many seconds"),
+    EKEY(parallel, comm, COMM_NAMES, "auto",
+         "collectives of buffers: nccl (the CUDA build, one rank per GPU), mpi, or auto (nccl where every rank "
+         "of a node has a GPU of its own, else mpi)"),
 
     KEY(checkpoint, dir, KT_STRING, "", "checkpoint directory (\"\" = no checkpoints)"),
     KEY(checkpoint, every, KT_INT, "0", "save every N steps (0 = only at the end)"),

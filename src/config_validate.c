@@ -87,6 +87,9 @@ void config_check_backend(const Config *c, Device backend, int bf16_ready) {
     if (t->device != backend)
         die("training.device = %s, but this is the CUDA build (./femtotron-cuda): run ./femtotron "
             "(`make`) for the CPU, or set training.device = cuda", device_name(t->device));
+    if (c->parallel.comm == COMM_NCCL && backend == DEVICE_CPU)
+        die("parallel.comm = nccl: this is the CPU build (./femtotron), which has no NCCL; build ./femtotron-cuda "
+            "with `make cuda`, or set parallel.comm = mpi or auto");
     if (t->precision == PRECISION_BF16 && !bf16_ready)
         die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels yet "
             "(issue 14); set training.precision = fp32");

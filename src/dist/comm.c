@@ -1,5 +1,7 @@
 // dist/comm.c — MPI: the world, the dp x pp x cp x tp grid and its groups, and the
-// collectives, every one of them guarded by the parallel.timeout_s watchdog.
+// collectives, every one of them guarded by the parallel.timeout_s watchdog. The
+// fp32 collectives of GPU buffers go through NCCL instead where parallel.comm
+// says so (dist/device_comm.h; the CUDA build).
 #define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT (and POSIX clocks)
 #include "dist/comm.h"
 
@@ -12,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/device_comm.h"
 #include "dist/grid.h"
 #include "util.h"
 
@@ -22,10 +25,17 @@ static MPI_Comm groups[GROUP_COUNT];
 static int groups_up = 0;   // the grid's groups (GROUP_DP .. GROUP_EMBED) exist
 static int bench_up = 0;    // GROUP_BENCH was split off (comm_bench_group)
 static double timeout_s = 300.0;
+static int device_comm = 0;  // parallel.comm resolved to NCCL (comm_grid_init)
+static int use_device_comm(const ParallelConfig *p);
 
 #define MAX_REQUESTS 256
 static MPI_Request requests[MAX_REQUESTS];
 static const char *request_group[MAX_REQUESTS];
+// A request carried by the device library: its event (>= 0) while in flight,
+// REQ_DEVICE_DONE once finished, REQ_MPI for an MPI request.
+#define REQ_MPI (-1)
+#define REQ_DEVICE_DONE (-2)
+static int request_event[MAX_REQUESTS];
 // Per-request count/displacement arrays for the uneven (v) collectives: they must
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
@@ -40,7 +50,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     mpi_up = 1;
     for (int i = 0; i < GROUP_COUNT; i++) groups[i] = MPI_COMM_WORLD;
-    for (int i = 0; i < MAX_REQUESTS; i++) requests[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < MAX_REQUESTS; i++) requests[i] = MPI_REQUEST_NULL, request_event[i] = REQ_MPI;
     size_t n = (size_t)MAX_REQUESTS * (size_t)comm_world_size();
     slot_counts = xcalloc(n * sizeof(int), "collective counts");
     slot_displs = xcalloc(n * sizeof(int), "collective displacements");
@@ -49,6 +59,8 @@ void comm_init(int *argc, char ***argv) {
 
 void comm_finalize(void) {
     if (!mpi_up) return;
+    if (device_comm) devcomm_finalize();
+    device_comm = 0;
     if (groups_up)
         for (int i = 1; i <= GROUP_EDP; i++) MPI_Comm_free(&groups[i]);
     if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
@@ -173,6 +185,44 @@ void comm_grid_init(const ParallelConfig *p) {
     for (int i = 1; i <= GROUP_EDP; i++)
         MPI_Comm_split(MPI_COMM_WORLD, colour[i], key[i], &groups[i]);
     groups_up = 1;
+    device_comm = use_device_comm(p);
+    if (!device_comm) return;
+    // One NCCL communicator per group of more than one rank, in group order on every
+    // rank (each member joins its group's at the same step); its rank 0 makes the id.
+    _Static_assert(GROUP_COUNT <= DEVCOMM_MAX_GROUPS, "device_comm.h holds a communicator per group");
+    for (int i = 1; i <= GROUP_EDP; i++) {
+        if (group_size((GroupId)i) == 1) continue;
+        unsigned char id[DEVCOMM_ID_BYTES];
+        if (group_rank((GroupId)i) == 0) devcomm_unique_id(id);
+        MPI_Bcast(id, DEVCOMM_ID_BYTES, MPI_BYTE, 0, groups[i]);
+        devcomm_group_init(i, GROUP_NAMES[i], id, group_rank((GroupId)i), group_size((GroupId)i), timeout_s);
+    }
+}
+
+// parallel.comm: NCCL for the collectives of GPU buffers, or MPI. NCCL refuses two
+// ranks of one communicator on one GPU, and a rank takes GPU (node-local rank % GPUs)
+// (ops_init): every rank has its own GPU iff no node runs more ranks than it has
+// GPUs. Collective over the world, so that every rank decides alike.
+static int use_device_comm(const ParallelConfig *p) {
+    if (p->comm == COMM_MPI) return 0;
+    if (!devcomm_available()) {
+        if (p->comm == COMM_NCCL)
+            die("parallel.comm = nccl: this binary has no NCCL (it is the CPU build); build ./femtotron-cuda with "
+                "`make cuda`, or set parallel.comm = mpi or auto");
+        return 0;
+    }
+    const int gpus = devcomm_gpu_count(), local = comm_local_size();
+    int crowded = local > gpus;  // some GPU of this node holds two ranks
+    MPI_Allreduce(MPI_IN_PLACE, &crowded, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!crowded) return 1;
+    if (p->comm == COMM_NCCL)
+        die("parallel.comm = nccl: ranks share GPUs (a node runs more ranks than it has GPUs; here %d ranks, %d "
+            "GPUs), and NCCL refuses two ranks of one communicator on one GPU: run one rank per GPU, or set "
+            "parallel.comm = mpi or auto (MPI through host-visible memory)", local, gpus);
+    if (comm_world_rank() == 0)
+        fprintf(stderr, "femtotron: note: parallel.comm = auto: ranks share GPUs (%d ranks and %d GPUs on a node), "
+                        "so collectives go over MPI through host-visible memory, not NCCL\n", local, gpus);
+    return 0;
 }
 
 void comm_bench_group(int size) {
@@ -209,8 +259,15 @@ static CommRequest take_slot(GroupId g) {
     die("more than %d communication requests in flight", MAX_REQUESTS);
 }
 
+// The device request of slot i: 1 once finished.
+static int device_done(int i, const char *what) {
+    if (request_event[i] >= 0 && devcomm_event_test(request_event[i], what)) request_event[i] = REQ_DEVICE_DONE;
+    return request_event[i] == REQ_DEVICE_DONE;
+}
+
 int comm_test(CommRequest *r) {
     if (r->slot < 0) return 1;
+    if (request_event[r->slot] != REQ_MPI) return device_done(r->slot, "a collective");
     int done = 0;
     MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
     return done;
@@ -224,15 +281,20 @@ void comm_wait(CommRequest *r, const char *what) {
     double deadline = now_seconds() + timeout_s;
     int done = 0;
     struct timespec nap = {0, 20000};  // 20 us between polls
+    const int device = request_event[r->slot] != REQ_MPI;
     for (long polls = 0;; polls++) {
-        MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
+        if (device) done = device_done(r->slot, what);
+        else MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
         if (done) break;
-        if ((polls & 255) == 0 && now_seconds() > deadline)
+        if ((polls & 255) == 0 && now_seconds() > deadline) {
+            if (device) devcomm_abort_all();  // NCCL's kernels would spin on the GPU for ever
             die("%s on the %s group has not finished after parallel.timeout_s = %g s; another "
                 "rank is probably stuck or dead — aborting the job",
                 what, request_group[r->slot], timeout_s);
+        }
         if (polls > 1000) nanosleep(&nap, NULL);
     }
+    request_event[r->slot] = REQ_MPI;
     request_group[r->slot] = NULL;
     r->slot = -1;
 }
@@ -242,8 +304,22 @@ void comm_wait(CommRequest *r, const char *what) {
 // MPI counts are int: big buffers go through in pieces of at most INT_MAX/2 elements.
 #define MAX_PIECE ((size_t)(INT_MAX / 2))
 
+// 1 when this collective goes through the device library: NCCL chosen, the group
+// has a communicator, and the buffer is GPU (or managed) memory.
+static int on_device(GroupId g, const void *buf) {
+    return device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf);
+}
+
+// A request for a collective the device library enqueued (event ev).
+static CommRequest device_request(GroupId g, int ev) {
+    CommRequest r = take_slot(g);
+    request_event[r.slot] = ev;
+    return r;
+}
+
 CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
     if (n > MAX_PIECE) die("all-reduce of %zu elements exceeds the per-call limit", n);
+    if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, 0));
     CommRequest r = take_slot(g);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
@@ -251,6 +327,7 @@ CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
 
 CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (chunk > MAX_PIECE) die("reduce-scatter of %zu elements per rank exceeds the per-call limit", chunk);
+    if (on_device(g, in) && on_device(g, out)) return device_request(g, devcomm_reduce_scatter_f32((int)g, in, out, chunk));
     CommRequest r = take_slot(g);
     MPI_Ireduce_scatter_block(in, out, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
@@ -258,6 +335,7 @@ CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, si
 
 CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk) {
     if (chunk > MAX_PIECE) die("all-gather of %zu elements per rank exceeds the per-call limit", chunk);
+    if (on_device(g, buf)) return device_request(g, devcomm_allgather_f32((int)g, buf, chunk));
     CommRequest r = take_slot(g);
     MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, MPI_FLOAT, groups[g],
                    &requests[r.slot]);
@@ -286,6 +364,8 @@ static void split_counts(CommRequest r, GroupId g, size_t len) {
 }
 
 CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len) {
+    if (on_device(g, out) && (!in || on_device(g, in)))
+        return device_request(g, devcomm_reduce_scatter_split_f32((int)g, in, out, len));
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
     MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, slot_counts + (size_t)r.slot * comm_world_size(), MPI_FLOAT,
@@ -294,6 +374,7 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
 }
 
 CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
+    if (on_device(g, buf)) return device_request(g, devcomm_allgather_split_f32((int)g, buf, len));
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
     size_t base = (size_t)r.slot * comm_world_size();
@@ -352,6 +433,11 @@ void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n) {
 void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("all-reduce (max) of %zu floats exceeds the per-call limit", n);
+    if (on_device(g, buf)) {
+        CommRequest d = device_request(g, devcomm_allreduce_f32((int)g, buf, n, 1));
+        comm_wait(&d, "all-reduce (max)");
+        return;
+    }
     CommRequest r = take_slot(g);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-reduce (max)");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — the GPU tests, one command: builds the CUDA binary and the GPU
-# driver (make cuda), then runs tests/gpu/gpu_ops.c, every op of ops.h on the GPU
+# drivers (make cuda; PREBUILT=1 skips that, for binaries scripts/gpu_bundle.sh
+# packed), then runs tests/gpu/gpu_ops.c, every op of ops.h on the GPU
 # against the CPU op on seeded random inputs (fp32 within 1e-5 relative max-norm),
 # and tests/gpu/train_parity.sh (training on the GPU against the CPU: one rank,
 # determinism, the memory line, two ranks sharing the GPU), and tests/gpu/layouts.sh
@@ -8,11 +9,12 @@
 # one rank, memory per rank as predicted), and tests/gpu/bf16_main_job.sh (the
 # README main job's 500 steps in bf16: final validation loss within 1% of fp32),
 # tests/gpu/reference.sh (the float64 PyTorch reference test against the CUDA
-# build) and tests/gpu/resume_devices.sh (GPU checkpoints resumed on the CPU and
-# the other way round, fp32 and bf16). Ends on "N passed, N failed" over all six
-# (exit 1 on a failure). Where there is no nvcc or no NVIDIA GPU it says so and
-# exits 0: nothing ran. The rest of issue 14's GPU list (NCCL) is not here yet:
-# docs/DESIGN.md, invariant 6: the backend boundary.
+# build), tests/gpu/resume_devices.sh (GPU checkpoints resumed on the CPU and the
+# other way round, fp32 and bf16) and tests/gpu/nccl.sh (parallel.comm: NCCL's
+# collectives and watchdog on one GPU, the refusal of two ranks on one GPU, auto's
+# fallback to MPI). Ends on "N passed, N failed" over all seven (exit 1 on a
+# failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
+# nothing ran.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -27,27 +29,26 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
     exit 0
 fi
 nvidia-smi -L
-make -s -j"$(nproc)" cuda >/dev/null || { echo "FAIL make cuda"; echo "0 passed, 1 failed"; exit 1; }
-make -s -j"$(nproc)" femtotron build/tests/plan_memory_main >/dev/null || { echo "FAIL make"; echo "0 passed, 1 failed"; exit 1; }
+# PREBUILT=1: the binaries came built (scripts/gpu_bundle.sh, for a machine without
+# MPI or femtotron's libraries): no make.
+if [ "${PREBUILT:-0}" != 1 ]; then
+    make -s -j"$(nproc)" cuda >/dev/null || { echo "FAIL make cuda"; echo "0 passed, 1 failed"; exit 1; }
+    make -s -j"$(nproc)" femtotron build/tests/plan_memory_main build/tests/dump_grads >/dev/null ||
+        { echo "FAIL make"; echo "0 passed, 1 failed"; exit 1; }
+fi
 log=$(mktemp)
 ./build-cuda/tests/gpu_ops | tee "$log"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL gpu_ops exited with status $rc" | tee -a "$log"
-bash tests/gpu/train_parity.sh | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL train_parity.sh exited with status $rc" | tee -a "$log"
-bash tests/gpu/layouts.sh | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL layouts.sh exited with status $rc" | tee -a "$log"
-bash tests/gpu/bf16_main_job.sh | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL bf16_main_job.sh exited with status $rc" | tee -a "$log"
-bash tests/gpu/reference.sh | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL reference.sh exited with status $rc" | tee -a "$log"
-bash tests/gpu/resume_devices.sh | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL resume_devices.sh exited with status $rc" | tee -a "$log"
+# Each script prints PASS/FAIL lines; one that fails without a FAIL line of its own
+# (a crash) gets one here.
+for t in train_parity layouts bf16_main_job reference resume_devices nccl; do
+    bash "tests/gpu/$t.sh" | tee "$log.part"
+    rc=${PIPESTATUS[0]}
+    cat "$log.part" >>"$log"
+    [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log.part" || echo "FAIL $t.sh exited with status $rc" | tee -a "$log"
+done
+rm -f "$log.part"
 p=$(grep -c '^PASS ' "$log")
 f=$(grep -c '^FAIL ' "$log")
 rm -f "$log"

@@ -26,15 +26,9 @@ fail=0
 failed() { echo "FAIL $*"; fail=1; }
 [ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
 
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
-"$CPU_BIN" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||
-    { failed "prepare corpus: $(tail -3 "$tmp/prepare.log")"; exit 1; }
-common=(--data.train "$tmp/data/train_*.bin" --data.shuffle true
-        --model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
-        --model.num_attention_heads 4 --model.num_key_value_heads 2
-        --training.seq_length 32 --training.global_batch_size 8 --training.steps 10
-        --training.lr 2e-3 --training.min_lr 3e-5 --training.warmup_steps 2
-        --training.threads 1 --training.peak_flops 1e10 --training.seed 1234)
+. tests/gpu/lib.sh
+parity_corpus
+common=("${PARITY[@]}")
 
 # run NAME NP BIN ARGS...: train, metrics in $tmp/NAME.jsonl, output in $tmp/NAME.log
 run() {

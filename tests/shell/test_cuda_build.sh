@@ -37,7 +37,7 @@ fi
 # 1. A fresh build of the CUDA objects (the C objects are the CPU build's).
 t0=$SECONDS
 if make -s NVCC="$NVCC" CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
-    n=$(ls src/ops/*.cu | wc -l)
+    n=$(ls src/ops/*.cu src/dist/*.cu | wc -l)
     pass "make cuda: $n .cu files compiled by nvcc and linked into ./femtotron-cuda and the GPU driver ($((SECONDS - t0)) s)"
 else
     failed "make cuda: $(tail -20 "$tmp/make.log")"
@@ -58,7 +58,7 @@ fi
 # Each cubin of each .cu object keeps the ptxas options it was built with
 # ("-arch sm_90a -m 64 -Werror"; read with strings: cuobjdump is not in every
 # toolkit install).
-n_cu=$(ls src/ops/*.cu | wc -l)
+n_cu=$(ls src/ops/*.cu src/dist/*.cu | wc -l)
 n80=$(strings -a ./femtotron-cuda | grep -c -- '-arch sm_80 ')
 n90=$(strings -a ./femtotron-cuda | grep -c -- '-arch sm_90a ')
 if [ "$n80" -eq "$n_cu" ] && [ "$n90" -eq "$n_cu" ]; then
@@ -66,11 +66,11 @@ if [ "$n80" -eq "$n_cu" ] && [ "$n90" -eq "$n_cu" ]; then
 else
     failed "femtotron-cuda: sm_80 code from $n80 and sm_90a from $n90 of $n_cu .cu files"
 fi
-libs=$(ldd ./femtotron-cuda | grep -o 'lib\(cudart\|cublasLt\)[^ ]*' | sort -u | tr '\n' ' ')
-if grep -q cudart <<<"$libs" && grep -q cublasLt <<<"$libs"; then
+libs=$(ldd ./femtotron-cuda | grep -o 'lib\(cudart\|cublasLt\|nccl\)[^ ]*' | sort -u | tr '\n' ' ')
+if grep -q cudart <<<"$libs" && grep -q cublasLt <<<"$libs" && grep -q nccl <<<"$libs"; then
     pass "femtotron-cuda links $libs"
 else
-    failed "femtotron-cuda does not link cudart and cublasLt: $(ldd ./femtotron-cuda)"
+    failed "femtotron-cuda does not link cudart, cublasLt and NCCL: $(ldd ./femtotron-cuda)"
 fi
 
 # 4. No GPU here: the binary says so at once and fails.
@@ -142,6 +142,12 @@ if GPU_BIN=$FT GPU_ARGS= BF16_ARGS= bash tests/gpu/resume_devices.sh >"$tmp/rd.l
 else
     failed "tests/gpu/resume_devices.sh with the CPU binary: $(grep -v '^PASS' "$tmp/rd.log" | head -5)"
 fi
+
+# Every GPU script parses (tests/gpu/nccl.sh needs the CUDA build's nccl_ops and a GPU
+# to run at all).
+bad=$(for f in tests/gpu/*.sh; do bash -n "$f" 2>&1 || echo "$f"; done)
+if [ -z "$bad" ]; then pass "the $(ls tests/gpu/*.sh | wc -l) scripts of tests/gpu parse (bash -n)"
+else failed "a script of tests/gpu does not parse: $bad"; fi
 
 # 10. tests/gpu/reference.sh's wiring: with the CPU binaries in its place it passes
 # (the PyTorch reference test, unchanged); the training keys it adds reach every run

@@ -379,6 +379,7 @@ static void test_enums(void) {
         {"parallel.order", RANK_ORDER_NAMES, offsetof(Config, parallel.order)},
         {"training.device", DEVICE_NAMES, offsetof(Config, training.device)},
         {"training.precision", PRECISION_NAMES, offsetof(Config, training.precision)},
+        {"parallel.comm", COMM_NAMES, offsetof(Config, parallel.comm)},
     };
     for (size_t k = 0; k < sizeof e / sizeof e[0]; k++) {
         int ok = 1, n = 0;
@@ -442,6 +443,16 @@ static void test_device(void) {
     expect_fail("bf16 without bf16 kernels", (Case){.args = "--training.device cuda", .world = 1, .backend = 2},
                 "training.precision = bf16|no bf16 kernels|training.precision = fp32");
     expect_fail("device gpu", (Case){.args = "--training.device gpu"}, "training.device|\"cpu\" or \"cuda\"");
+    // parallel.comm: NCCL exists in the CUDA build only; mpi and auto run anywhere.
+    CHECK(c.parallel.comm == COMM_AUTO, "parallel.comm defaults to auto");
+    Case ok_mpi = {.args = "--parallel.comm mpi --training.precision fp32", .world = 1, .backend = 1};
+    Case ok_nccl = {.args = "--parallel.comm nccl --training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
+    CHECK(run_captured(run_case_void, &ok_mpi, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_nccl, 2, err, sizeof err) == 0,
+          "parallel.comm mpi on the CPU build and nccl on the CUDA build pass");
+    expect_fail("nccl on the CPU build", (Case){.args = "--parallel.comm nccl", .world = 1, .backend = 1},
+                "parallel.comm = nccl|CPU build|make cuda|parallel.comm = mpi");
+    expect_fail("comm gloo", (Case){.args = "--parallel.comm gloo"}, "parallel.comm|\"nccl\"");
     expect_fail("precision fp16", (Case){.args = "--training.precision fp16"}, "training.precision|\"bf16\"");
 }
 

@@ -1,0 +1,68 @@
+// dist/device_comm.h — the collectives library for buffers in GPU memory (NCCL),
+// used by dist/comm.c alone (docs/DESIGN.md, invariant 4: communication in one
+// place). One implementation per binary, chosen at link time as ops/ is:
+// dist/device_comm_none.c in ./femtotron (no library: every collective is MPI's)
+// and dist/device_comm_nccl.cu in ./femtotron-cuda (NCCL).
+//
+// What goes through it (parallel.comm = nccl, or auto with a GPU per rank): the
+// fp32 sums, maxima, reduce-scatters and all-gathers of the grid's groups
+// (tensor-parallel partial sums, gradient buckets, ZeRO, cross-entropy statistics),
+// on buffers the library can address. Point-to-point traffic (pipeline
+// activations, the ring's K/V blocks), all-to-all(v) and the host-side scalars
+// stay on MPI: NCCL's send and receive on one stream need grouping the schedules
+// do not have yet (issue 14).
+//
+// Ordering: each group has its own stream (collectives of one group keep their
+// order, as every member issues them in the same order; different groups never
+// wait on each other's queue). The CUDA ops finish before they return
+// (ops/cuda_common.cuh), so a buffer is complete when its collective is enqueued;
+// completion is an event the host polls (comm_test / comm_wait), which also
+// watches NCCL's asynchronous errors and parallel.timeout_s.
+#ifndef FEMTOTRON_DEVICE_COMM_H
+#define FEMTOTRON_DEVICE_COMM_H
+
+#include <stddef.h>
+
+#define DEVCOMM_ID_BYTES 128  // ncclUniqueId
+#define DEVCOMM_MAX_GROUPS 16  // >= GROUP_COUNT (dist/comm.h)
+
+// 1 when this binary has a device collectives library, else 0.
+int devcomm_available(void);
+// GPUs this process sees (0 without the library).
+int devcomm_gpu_count(void);
+
+// A fresh unique id for a new communicator (its rank 0 calls this; comm.c
+// broadcasts it to the others over MPI).
+void devcomm_unique_id(unsigned char id[DEVCOMM_ID_BYTES]);
+// Create group `slot`'s communicator: `size` ranks, this one `rank`, from id.
+// Every member calls it; it waits at most timeout_s for the others, then dies
+// naming the group (`name`).
+void devcomm_group_init(int slot, const char *name, const unsigned char id[DEVCOMM_ID_BYTES], int rank, int size,
+                        double timeout_s);
+// 1 when group `slot` has a communicator.
+int devcomm_group_ready(int slot);
+// Destroy every communicator (comm_finalize).
+void devcomm_finalize(void);
+// 1 when p is memory the library can read and write (device or managed memory),
+// 0 for plain host memory (which then goes through MPI).
+int devcomm_usable(const void *p);
+
+// Enqueue one collective on group `slot` and return an event number for
+// devcomm_event_test (>= 0). n, chunk, len in floats. Sums and maxima in fp32.
+int devcomm_allreduce_f32(int slot, float *buf, size_t n, int max);            // in place
+int devcomm_reduce_scatter_f32(int slot, const float *in, float *out, size_t chunk);
+int devcomm_allgather_f32(int slot, float *buf, size_t chunk);                  // in place
+// The uneven splits of dist/comm.h (part r of len: comm_split_part): the sum of
+// in(len) -> out(part of this rank); in == NULL: in place from out(len), the part
+// landing at out's start. And buf(len): every rank's part -> everyone's whole buf.
+int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len);
+int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
+
+// 1 when the collective behind event ev has finished (the event is then free
+// again), 0 while it runs; fatal, naming `what` and the group, on an NCCL error.
+int devcomm_event_test(int ev, const char *what);
+// Abort every communicator (a collective passed parallel.timeout_s): the caller
+// dies next with its message.
+void devcomm_abort_all(void);
+
+#endif

@@ -1,0 +1,246 @@
+// dist/device_comm_nccl.cu — dist/device_comm.h over NCCL, linked into
+// ./femtotron-cuda (host code only; nvcc compiles it with the CUDA kernels so
+// that the CPU build needs no CUDA headers). See device_comm.h for what goes
+// through it and the ordering rules.
+//
+// Communicators are non-blocking (ncclConfig_t.blocking = 0): no NCCL call can
+// hang the host. A call may return ncclInProgress while NCCL enqueues in the
+// background; settle() polls ncclCommGetAsyncError until it is done, bounded by
+// parallel.timeout_s, so that a dead or stuck peer ends the job with a message
+// naming the operation and the group (after ncclCommAbort) instead of a hang.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "dist/device_comm.h"
+#include "util.h"
+}
+
+static_assert(sizeof(ncclUniqueId) == DEVCOMM_ID_BYTES, "DEVCOMM_ID_BYTES must be ncclUniqueId's size");
+
+#define MAX_EVENTS 256
+
+typedef struct {
+    ncclComm_t comm;  // NULL until devcomm_group_init
+    cudaStream_t stream;
+    const char *name;
+    int rank, size;
+    float *scratch;  // (scratch_n) the in-place split reduce-scatter's copy of its input
+    size_t scratch_n;
+} Group;
+
+static Group g_groups[DEVCOMM_MAX_GROUPS];
+static cudaEvent_t g_events[MAX_EVENTS];  // created on first use, reused
+static int g_event_group[MAX_EVENTS];     // group slot + 1 while in flight, 0 when free
+static double g_timeout_s = 300.0;
+
+#define CUDA_OK(call)                                                                                   \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) die("CUDA error in %s (%s:%d): %s", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    } while (0)
+
+static Group *group(int slot) {
+    if (slot < 0 || slot >= DEVCOMM_MAX_GROUPS || !g_groups[slot].comm)
+        die("device collectives: group %d has no NCCL communicator", slot);
+    return &g_groups[slot];
+}
+
+static void check(ncclResult_t r, Group *g, const char *what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    die("NCCL error in %s on the %s group: %s (%s)", what, g->name, ncclGetErrorString(r),
+        g->comm ? ncclGetLastError(g->comm) : "");
+}
+
+// Wait until the communicator has no call in progress (see the top of the file).
+static void settle(Group *g, const char *what) {
+    const double deadline = now_seconds() + g_timeout_s;
+    struct timespec nap = {0, 20000};  // 20 us
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(g->comm, &st);
+        if (r != ncclSuccess) check(r, g, what);
+        if (st != ncclInProgress) {
+            check(st, g, what);
+            return;
+        }
+        if (now_seconds() > deadline) {
+            devcomm_abort_all();
+            die("%s on the %s group: NCCL has not finished enqueuing after parallel.timeout_s = %g s; another "
+                "rank is probably stuck or dead — aborting the job", what, g->name, g_timeout_s);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+// An event after the group's last enqueued collective: the request comm.c polls.
+static int record(int slot) {
+    Group *g = group(slot);
+    for (int i = 0; i < MAX_EVENTS; i++) {
+        if (g_event_group[i]) continue;
+        if (!g_events[i]) CUDA_OK(cudaEventCreateWithFlags(&g_events[i], cudaEventDisableTiming));
+        CUDA_OK(cudaEventRecord(g_events[i], g->stream));
+        g_event_group[i] = slot + 1;
+        return i;
+    }
+    die("more than %d NCCL collectives in flight", MAX_EVENTS);
+}
+
+extern "C" int devcomm_available(void) { return 1; }
+
+extern "C" int devcomm_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void devcomm_unique_id(unsigned char id[DEVCOMM_ID_BYTES]) {
+    ncclUniqueId uid;
+    ncclResult_t r = ncclGetUniqueId(&uid);
+    if (r != ncclSuccess) die("NCCL: ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    memcpy(id, &uid, sizeof uid);
+}
+
+extern "C" void devcomm_group_init(int slot, const char *name, const unsigned char id[DEVCOMM_ID_BYTES], int rank,
+                                   int size, double timeout_s) {
+    if (slot < 0 || slot >= DEVCOMM_MAX_GROUPS) die("device collectives: group slot %d out of range", slot);
+    Group *g = &g_groups[slot];
+    if (g->comm) die("device collectives: the %s group's communicator exists already", name);
+    g->name = name;
+    g->rank = rank;
+    g->size = size;
+    g_timeout_s = timeout_s;
+    ncclUniqueId uid;
+    memcpy(&uid, id, sizeof uid);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    ncclResult_t r = ncclCommInitRankConfig(&g->comm, size, uid, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+        die("NCCL: creating the %s group's communicator (%d ranks, this one %d) failed: %s", name, size, rank,
+            ncclGetErrorString(r));
+    settle(g, "creating the communicator");
+}
+
+extern "C" int devcomm_group_ready(int slot) {
+    return slot >= 0 && slot < DEVCOMM_MAX_GROUPS && g_groups[slot].comm != NULL;
+}
+
+extern "C" void devcomm_finalize(void) {
+    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++) {
+        Group *g = &g_groups[s];
+        if (!g->comm) continue;
+        check(ncclCommFinalize(g->comm), g, "finalising the communicator");
+        settle(g, "finalising the communicator");
+        ncclCommDestroy(g->comm);
+        g->comm = NULL;
+        cudaStreamDestroy(g->stream);
+        if (g->scratch) cudaFree(g->scratch);
+        g->scratch = NULL;
+        g->scratch_n = 0;
+    }
+}
+
+extern "C" int devcomm_usable(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();  // plain host memory may leave an error behind
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+extern "C" void devcomm_abort_all(void) {
+    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++)
+        if (g_groups[s].comm) {
+            ncclCommAbort(g_groups[s].comm);
+            g_groups[s].comm = NULL;
+        }
+}
+
+extern "C" int devcomm_allreduce_f32(int slot, float *buf, size_t n, int max) {
+    Group *g = group(slot);
+    check(ncclAllReduce(buf, buf, n, ncclFloat32, max ? ncclMax : ncclSum, g->comm, g->stream), g, "all-reduce");
+    settle(g, "all-reduce");
+    return record(slot);
+}
+
+extern "C" int devcomm_reduce_scatter_f32(int slot, const float *in, float *out, size_t chunk) {
+    Group *g = group(slot);
+    check(ncclReduceScatter(in, out, chunk, ncclFloat32, ncclSum, g->comm, g->stream), g, "reduce-scatter");
+    settle(g, "reduce-scatter");
+    return record(slot);
+}
+
+extern "C" int devcomm_allgather_f32(int slot, float *buf, size_t chunk) {
+    Group *g = group(slot);
+    // In place: this rank's chunk already sits at buf + rank * chunk.
+    check(ncclAllGather(buf + (size_t)g->rank * chunk, buf, chunk, ncclFloat32, g->comm, g->stream), g, "all-gather");
+    settle(g, "all-gather");
+    return record(slot);
+}
+
+// Part r of len split over `size` ranks (dist/comm.h's comm_split_part): [r*chunk,
+// min((r+1)*chunk, len)), chunk = ceil(len / size).
+static size_t part_len(size_t len, int size, int r, size_t *start) {
+    const size_t chunk = (len + (size_t)size - 1) / (size_t)size, lo = (size_t)r * chunk;
+    *start = lo < len ? lo : len;
+    return lo >= len ? 0 : (len - lo < chunk ? len - lo : chunk);
+}
+
+// Uneven parts: one ncclReduce per part, rooted at its owner, in one group call.
+extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len) {
+    Group *g = group(slot);
+    const float *src = in;
+    if (!src) {  // in place: the part lands at out's start, which other parts read: copy the input first
+        if (len > g->scratch_n) {
+            CUDA_OK(cudaStreamSynchronize(g->stream));
+            if (g->scratch) CUDA_OK(cudaFree(g->scratch));
+            CUDA_OK(cudaMalloc(&g->scratch, len * sizeof(float)));
+            g->scratch_n = len;
+        }
+        CUDA_OK(cudaMemcpyAsync(g->scratch, out, len * sizeof(float), cudaMemcpyDefault, g->stream));
+        src = g->scratch;
+    }
+    check(ncclGroupStart(), g, "reduce-scatter (uneven)");
+    for (int r = 0; r < g->size; r++) {
+        size_t start, n = part_len(len, g->size, r, &start);
+        if (n) check(ncclReduce(src + start, out, n, ncclFloat32, ncclSum, r, g->comm, g->stream), g,
+                     "reduce-scatter (uneven)");
+    }
+    check(ncclGroupEnd(), g, "reduce-scatter (uneven)");
+    settle(g, "reduce-scatter (uneven)");
+    return record(slot);
+}
+
+// Uneven parts: one in-place ncclBroadcast per part, rooted at its owner.
+extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
+    Group *g = group(slot);
+    check(ncclGroupStart(), g, "all-gather (uneven)");
+    for (int r = 0; r < g->size; r++) {
+        size_t start, n = part_len(len, g->size, r, &start);
+        if (n) check(ncclBroadcast(buf + start, buf + start, n, ncclFloat32, r, g->comm, g->stream), g,
+                     "all-gather (uneven)");
+    }
+    check(ncclGroupEnd(), g, "all-gather (uneven)");
+    settle(g, "all-gather (uneven)");
+    return record(slot);
+}
+
+extern "C" int devcomm_event_test(int ev, const char *what) {
+    if (ev < 0 || ev >= MAX_EVENTS || !g_event_group[ev]) die("device collectives: event %d is not in flight", ev);
+    Group *g = group(g_event_group[ev] - 1);
+    ncclResult_t st = ncclSuccess;
+    check(ncclCommGetAsyncError(g->comm, &st), g, what);
+    check(st, g, what);
+    cudaError_t e = cudaEventQuery(g_events[ev]);
+    if (e == cudaErrorNotReady) return 0;
+    if (e != cudaSuccess) die("CUDA error while %s ran on the %s group: %s", what, g->name, cudaGetErrorString(e));
+    g_event_group[ev] = 0;
+    return 1;
+}

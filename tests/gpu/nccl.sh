@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/gpu/nccl.sh — parallel.comm on a machine with one GPU, run by
+# tests/gpu/run.sh:
+#   1. build-cuda/tests/nccl_ops: NCCL's collectives through dist/device_comm.h on
+#      a one-rank communicator, and its watchdog on a peer that never joins;
+#   2. one rank with parallel.comm = nccl trains the parity problem equal to the
+#      CPU's one rank within 1e-5 (the key is accepted; one rank has no peers);
+#   3. two ranks on the one GPU with parallel.comm = nccl are refused, saying NCCL
+#      refuses two ranks on one GPU;
+#   4. two ranks with parallel.comm = auto say so in a note and run over MPI.
+# Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CPU_BIN=${CPU_BIN:-./femtotron}
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+failed() { echo "FAIL $*"; fail=1; }
+
+./build-cuda/tests/nccl_ops >"$tmp/ops.log" 2>&1
+rc=$?
+grep -E '^(PASS|FAIL) ' "$tmp/ops.log"
+[ "$rc" -eq 0 ] || grep -q '^FAIL ' "$tmp/ops.log" || failed "nccl_ops exited with status $rc: $(tail -3 "$tmp/ops.log")"
+
+. tests/gpu/lib.sh
+parity_corpus
+common=("${PARITY[@]}" --training.steps 5)
+gpu=(--training.device cuda --training.precision fp32)
+"$CPU_BIN" train "${common[@]}" --logging.metrics "$tmp/cpu.jsonl" >"$tmp/cpu.log" 2>&1 ||
+    { failed "CPU reference run: $(tail -3 "$tmp/cpu.log")"; exit 1; }
+if timeout -k 10 300 "${MPIRUN[@]}" -np 1 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.comm nccl \
+    --logging.metrics "$tmp/nccl1.jsonl" >"$tmp/nccl1.log" 2>&1; then
+    if r=$(/usr/bin/python3 - "$tmp/cpu.jsonl" "$tmp/nccl1.jsonl" <<'PY'
+import json, sys
+steps = lambda p: [r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "event" not in r]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print("%d steps, worst relative loss difference %.3g" % (len(b), worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+    ); then echo "PASS one rank with parallel.comm = nccl equals the CPU: $r"
+    else failed "one rank with parallel.comm = nccl against the CPU: $r"; fi
+else
+    failed "one rank with parallel.comm = nccl: $(tail -3 "$tmp/nccl1.log")"
+fi
+if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.dp 2 \
+    --parallel.comm nccl >"$tmp/nccl2.log" 2>&1; then
+    failed "two ranks on one GPU with parallel.comm = nccl ran; NCCL should have been refused"
+elif grep -q "parallel.comm = nccl: ranks share GPUs" "$tmp/nccl2.log"; then
+    echo "PASS two ranks on one GPU with parallel.comm = nccl are refused: $(grep -m1 -o 'ranks share GPUs[^;]*' "$tmp/nccl2.log")"
+else
+    failed "two ranks with parallel.comm = nccl failed without the expected message: $(grep -m2 error "$tmp/nccl2.log")"
+fi
+if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.dp 2 \
+    >"$tmp/auto2.log" 2>&1 && grep -q "note: parallel.comm = auto: ranks share GPUs" "$tmp/auto2.log"; then
+    echo "PASS two ranks on one GPU with parallel.comm = auto run over MPI, saying so"
+else
+    failed "two ranks with parallel.comm = auto: $(grep -m3 -E 'error|note' "$tmp/auto2.log")"
+fi
+exit $fail
