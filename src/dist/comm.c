@@ -287,7 +287,8 @@ void comm_wait(CommRequest *r, const char *what) {
         else MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
         if (done) break;
         if ((polls & 255) == 0 && now_seconds() > deadline) {
-            if (device) devcomm_abort_all();  // NCCL's kernels would spin on the GPU for ever
+            // die() ends the job (MPI_Abort), which also ends NCCL's kernels; no
+            // ncclCommAbort first: it can block, and the message must come out.
             die("%s on the %s group has not finished after parallel.timeout_s = %g s; another "
                 "rank is probably stuck or dead — aborting the job",
                 what, request_group[r->slot], timeout_s);
@@ -327,7 +328,9 @@ CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
 
 CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (chunk > MAX_PIECE) die("reduce-scatter of %zu elements per rank exceeds the per-call limit", chunk);
-    if (on_device(g, in) && on_device(g, out)) return device_request(g, devcomm_reduce_scatter_f32((int)g, in, out, chunk));
+    // Decided on the whole input (every rank passes a full-length one), never on this
+    // rank's part: all members must take the same library.
+    if (on_device(g, in)) return device_request(g, devcomm_reduce_scatter_f32((int)g, in, out, chunk));
     CommRequest r = take_slot(g);
     MPI_Ireduce_scatter_block(in, out, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
@@ -364,7 +367,9 @@ static void split_counts(CommRequest r, GroupId g, size_t len) {
 }
 
 CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *out, size_t len) {
-    if (on_device(g, out) && (!in || on_device(g, in)))
+    // Decided on the full-length buffer (in, else out), never on this rank's part,
+    // which may be empty and point past its allocation: all members must agree.
+    if (on_device(g, in ? (const void *)in : (const void *)out))
         return device_request(g, devcomm_reduce_scatter_split_f32((int)g, in, out, len));
     CommRequest r = take_slot(g);
     split_counts(r, g, len);

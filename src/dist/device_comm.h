@@ -17,7 +17,9 @@
 // wait on each other's queue). The CUDA ops finish before they return
 // (ops/cuda_common.cuh), so a buffer is complete when its collective is enqueued;
 // completion is an event the host polls (comm_test / comm_wait), which also
-// watches NCCL's asynchronous errors and parallel.timeout_s.
+// watches NCCL's asynchronous errors and parallel.timeout_s. Every member of a
+// group must take the same library for one collective: comm.c decides on the
+// full-length buffer, never on a rank's own (possibly empty) part.
 #ifndef FEMTOTRON_DEVICE_COMM_H
 #define FEMTOTRON_DEVICE_COMM_H
 
@@ -61,8 +63,8 @@ int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
 // 1 when the collective behind event ev has finished (the event is then free
 // again), 0 while it runs; fatal, naming `what` and the group, on an NCCL error.
 int devcomm_event_test(int ev, const char *what);
-// Abort every communicator (a collective passed parallel.timeout_s): the caller
-// dies next with its message.
+// Abort every communicator. Not on the timeout paths (ncclCommAbort can block
+// before the message is out; die() ending the job ends NCCL's work too).
 void devcomm_abort_all(void);
 
 #endif

@@ -66,8 +66,7 @@ static void settle(Group *g, const char *what) {
             check(st, g, what);
             return;
         }
-        if (now_seconds() > deadline) {
-            devcomm_abort_all();
+        if (now_seconds() > deadline) {  // die() ends the job, NCCL's threads with it
             die("%s on the %s group: NCCL has not finished enqueuing after parallel.timeout_s = %g s; another "
                 "rank is probably stuck or dead — aborting the job", what, g->name, g_timeout_s);
         }

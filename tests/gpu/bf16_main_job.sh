@@ -12,7 +12,8 @@
 # Environment: GPU_BIN (default ./femtotron-cuda), DEVICE_ARGS (default
 # "--training.device cuda"), FP32_ARGS / BF16_ARGS (default "--training.precision
 # fp32" / "... bf16"), STEPS (default the config's 500; the last validation is at
-# STEPS), MPIRUN. GPU_BIN=./femtotron DEVICE_ARGS= BF16_ARGS="--training.lr 0.00101"
+# STEPS), MPIRUN, FORTUNES_DIR (the corpus; default /usr/share/games/fortunes),
+# PYTHON (default python3). GPU_BIN=./femtotron DEVICE_ARGS= BF16_ARGS="--training.lr 0.00101"
 # STEPS=20 checks the script on the CPU alone (tests/shell/test_cuda_build.sh does).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 failed() { echo "FAIL $*"; fail=1; }
 
-mapfile -t texts < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
+mapfile -t texts < <(find "${FORTUNES_DIR:-/usr/share/games/fortunes}" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$CPU_BIN" prepare --input "${texts[@]}" --split-on % --output "$tmp/data" >"$tmp/prepare.log" 2>&1 ||
     { failed "prepare the fortunes corpus: $(tail -3 "$tmp/prepare.log")"; exit 1; }
 
@@ -45,7 +46,7 @@ run() {
 
 run fp32 "${FP32_ARGS[@]}" || exit 1
 run bf16 "${BF16_ARGS[@]}" || exit 1
-/usr/bin/python3 - "$tmp/fp32.jsonl" "$tmp/bf16.jsonl" <<'PY'
+"${PYTHON:-python3}" - "$tmp/fp32.jsonl" "$tmp/bf16.jsonl" <<'PY'
 import json, sys
 def recs(p):
     return [r for r in map(json.loads, open(p)) if "loss" in r]

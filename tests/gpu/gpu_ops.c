@@ -194,7 +194,7 @@ static float *rounded_copy(Pair p) {  // (p.n) the host side rounded to bf16
 // bf16 products (ops_set_matmul_bf16(1), training.precision = bf16): the GPU
 // rounds each operand to bf16 and sums the products in fp32. A product of two bf16
 // values is exact in fp32, so the result is the CPU's fp32 product of the rounded
-// operands up to the order (and the tensor cores' rounding) of sums of at most 96
+// operands up to the order (and the tensor cores' rounding) of sums of at most 257
 // terms: within TOL, the same 1e-5 as fp32. And it is NOT the fp32 product of the
 // unrounded operands: rounding each input moves it by up to 2^-9 relative, so the
 // two differ by ~1e-3 relative, far above TOL (the flag does something). Run with

@@ -2,9 +2,13 @@
 # of tests/shell/test_parity.sh (a tiny model, 8 sequences of 32 tokens, 10 steps):
 # parity_corpus prepares its corpus into $tmp/data with $CPU_BIN (fatal through
 # the script's `failed` when that fails); PARITY holds its training keys. Needs
-# tmp, CPU_BIN and failed from the script.
+# tmp, CPU_BIN and failed from the script. FORTUNES_DIR (default Debian's
+# /usr/share/games/fortunes; gpu-bundle/env.sh points it at the bundle's copy) is
+# where the fortunes corpus is; PYTHON the python3 the comparisons run with.
+FORTUNES=${FORTUNES_DIR:-/usr/share/games/fortunes}
+PYTHON=${PYTHON:-python3}
 parity_corpus() {
-    cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
+    cat "$FORTUNES"/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
     "$CPU_BIN" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||
         { failed "prepare corpus: $(tail -3 "$tmp/prepare.log")"; exit 1; }
 }

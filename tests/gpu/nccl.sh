@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 failed() { echo "FAIL $*"; fail=1; }
 
-./build-cuda/tests/nccl_ops >"$tmp/ops.log" 2>&1
+timeout -k 10 300 ./build-cuda/tests/nccl_ops >"$tmp/ops.log" 2>&1  # a hung collective fails, not blocks
 rc=$?
 grep -E '^(PASS|FAIL) ' "$tmp/ops.log"
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$tmp/ops.log" || failed "nccl_ops exited with status $rc: $(tail -3 "$tmp/ops.log")"
@@ -32,7 +32,7 @@ gpu=(--training.device cuda --training.precision fp32)
     { failed "CPU reference run: $(tail -3 "$tmp/cpu.log")"; exit 1; }
 if timeout -k 10 300 "${MPIRUN[@]}" -np 1 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.comm nccl \
     --logging.metrics "$tmp/nccl1.jsonl" >"$tmp/nccl1.log" 2>&1; then
-    if r=$(/usr/bin/python3 - "$tmp/cpu.jsonl" "$tmp/nccl1.jsonl" <<'PY'
+    if r=$("$PYTHON" - "$tmp/cpu.jsonl" "$tmp/nccl1.jsonl" <<'PY'
 import json, sys
 steps = lambda p: [r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "event" not in r]
 a, b = steps(sys.argv[1]), steps(sys.argv[2])

@@ -20,10 +20,11 @@
 
 #define N 1000
 
-// Poll an event to completion (the collectives are local: it cannot take long).
+// Poll an event to completion (the collectives are local: 60 s means a hang).
 static void finish(int ev) {
-    while (!devcomm_event_test(ev, "a test collective")) {
-    }
+    const double deadline = now_seconds() + 60.0;
+    while (!devcomm_event_test(ev, "a test collective"))
+        if (now_seconds() > deadline) die("nccl_ops: a one-rank collective has not finished after 60 s");
 }
 
 // x (n) on the device equals want (n) on the host, bit for bit.
@@ -85,8 +86,9 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "timeout -k 5 60 %s --stalled-peer 3 2>&1", argv[0]);  // a hang fails, not blocks
     double t0 = now_seconds();
     FILE *p = popen(cmd, "r");
-    char out[4096] = {0};
-    size_t len = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    static char out[1 << 16];  // all of the child's output (NCCL may log before the message)
+    size_t len = 0, got;
+    while (p && len < sizeof out - 1 && (got = fread(out + len, 1, sizeof out - 1 - len, p)) > 0) len += got;
     out[len] = '\0';
     int status = p ? pclose(p) : -1;
     double took = now_seconds() - t0;

@@ -52,7 +52,7 @@ resume() {
     cp -r "$tmp/ck_$saved/step_0000005" "$tmp/ck_$name/" 2>/dev/null ||
         { failed "$name: no step-5 checkpoint from $saved"; return 1; }
     train "$name" "$bin" "$@" --checkpoint.resume true || return 1
-    /usr/bin/python3 - "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$name" "$tol" <<'PY'
+    "$PYTHON" - "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$name" "$tol" <<'PY'
 import json, sys
 steps = lambda path: {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "event" not in r and "loss" in r}
 ref, got, name, tol = steps(sys.argv[1]), steps(sys.argv[2]), sys.argv[3], float(sys.argv[4])

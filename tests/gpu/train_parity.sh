@@ -40,7 +40,7 @@ run() {
 
 # compare A B TOL: every step's loss and grad_norm of B within TOL of A (0: equal bits)
 compare() {
-    /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+    "$PYTHON" - "$1" "$2" "$3" <<'PY'
 import json, sys
 def steps(p):
     return [r for r in map(json.loads, open(p)) if "loss" in r and "grad_norm" in r]

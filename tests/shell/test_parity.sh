@@ -50,7 +50,9 @@ failed() { echo "FAIL $*"; fail=1; }
 # Corpus: this repository's C sources as bytes (deterministic text).
 # A fixed corpus (Debian's fortunes package, installed by scripts/install_deps.sh):
 # the training data must not change when the code does.
-cat /usr/share/games/fortunes/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
+# FORTUNES_DIR: where the corpus is on a machine without the package (gpu-bundle/env.sh).
+FORTUNES=${FORTUNES_DIR:-/usr/share/games/fortunes}
+cat "$FORTUNES"/{computers,science,literature,wisdom,linux} > "$tmp/corpus.txt"
 "$REF_FEMTOTRON" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 \
     >"$tmp/prepare.log" 2>&1 || { failed "setup: prepare corpus"; cat "$tmp/prepare.log"; exit 1; }
 
