@@ -199,10 +199,33 @@ void comm_grid_init(const ParallelConfig *p) {
     }
 }
 
+// A GPU that two ranks of this node run on (its PCI bus id into shared), or 0
+// when every rank of the node has its own. Collective over the node.
+static int gpu_shared_on_node(char shared[DEVCOMM_GPU_ID_BYTES]) {
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    int n = 1;
+    MPI_Comm_size(local, &n);
+    char me[DEVCOMM_GPU_ID_BYTES] = {0};
+    devcomm_gpu_id(me);
+    char (*ids)[DEVCOMM_GPU_ID_BYTES] = xcalloc((size_t)n * DEVCOMM_GPU_ID_BYTES, "GPU ids");  // (n, 64)
+    MPI_Allgather(me, DEVCOMM_GPU_ID_BYTES, MPI_CHAR, ids, DEVCOMM_GPU_ID_BYTES, MPI_CHAR, local);
+    MPI_Comm_free(&local);
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        for (int j = i + 1; j < n && !found; j++)
+            if (!strncmp(ids[i], ids[j], DEVCOMM_GPU_ID_BYTES)) {
+                snprintf(shared, DEVCOMM_GPU_ID_BYTES, "%s", ids[i]);
+                found = 1;
+            }
+    free(ids);
+    return found;
+}
+
 // parallel.comm: NCCL for the collectives of GPU buffers, or MPI. NCCL refuses two
-// ranks of one communicator on one GPU, and a rank takes GPU (node-local rank % GPUs)
-// (ops_init): every rank has its own GPU iff no node runs more ranks than it has
-// GPUs. Collective over the world, so that every rank decides alike.
+// ranks of one communicator on one GPU: NCCL only when no two ranks of a node run on
+// the same GPU (compared by PCI bus id, so CUDA_VISIBLE_DEVICES per rank counts as
+// the distinct GPUs it is). Collective over the world, so that every rank decides alike.
 static int use_device_comm(const ParallelConfig *p) {
     if (p->comm == COMM_MPI) return 0;
     if (!devcomm_available()) {
@@ -211,17 +234,19 @@ static int use_device_comm(const ParallelConfig *p) {
                 "`make cuda`, or set parallel.comm = mpi or auto");
         return 0;
     }
-    const int gpus = devcomm_gpu_count(), local = comm_local_size();
-    int crowded = local > gpus;  // some GPU of this node holds two ranks
+    char gpu[DEVCOMM_GPU_ID_BYTES] = {0};
+    const int here = gpu_shared_on_node(gpu);
+    int crowded = here;  // some node runs two ranks on one GPU
     MPI_Allreduce(MPI_IN_PLACE, &crowded, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (!crowded) return 1;
+    const char *where = here ? gpu : "a GPU of another node";
     if (p->comm == COMM_NCCL)
-        die("parallel.comm = nccl: ranks share GPUs (a node runs more ranks than it has GPUs; here %d ranks, %d "
-            "GPUs), and NCCL refuses two ranks of one communicator on one GPU: run one rank per GPU, or set "
-            "parallel.comm = mpi or auto (MPI through host-visible memory)", local, gpus);
+        die("parallel.comm = nccl: ranks share GPUs (two ranks run on %s), and NCCL refuses two ranks of one "
+            "communicator on one GPU: run one rank per GPU, or set parallel.comm = mpi or auto (MPI through "
+            "host-visible memory)", where);
     if (comm_world_rank() == 0)
-        fprintf(stderr, "femtotron: note: parallel.comm = auto: ranks share GPUs (%d ranks and %d GPUs on a node), "
-                        "so collectives go over MPI through host-visible memory, not NCCL\n", local, gpus);
+        fprintf(stderr, "femtotron: note: parallel.comm = auto: ranks share GPUs (two ranks run on %s), so "
+                        "collectives go over MPI through host-visible memory, not NCCL\n", where);
     return 0;
 }
 

@@ -32,6 +32,11 @@
 int devcomm_available(void);
 // GPUs this process sees (0 without the library).
 int devcomm_gpu_count(void);
+// The PCI bus id of the GPU this process runs on ("0000:1b:00.0"), into id: the
+// same physical GPU gives the same string in every process of a node, whatever
+// CUDA_VISIBLE_DEVICES each one sees. "" without the library.
+#define DEVCOMM_GPU_ID_BYTES 64
+void devcomm_gpu_id(char id[DEVCOMM_GPU_ID_BYTES]);
 
 // A fresh unique id for a new communicator (its rank 0 calls this; comm.c
 // broadcasts it to the others over MPI).

@@ -98,6 +98,12 @@ extern "C" int devcomm_gpu_count(void) {
     return n;
 }
 
+extern "C" void devcomm_gpu_id(char id[DEVCOMM_GPU_ID_BYTES]) {
+    int dev = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetPCIBusId(id, DEVCOMM_GPU_ID_BYTES, dev));
+}
+
 extern "C" void devcomm_unique_id(unsigned char id[DEVCOMM_ID_BYTES]) {
     ncclUniqueId uid;
     ncclResult_t r = ncclGetUniqueId(&uid);

@@ -8,6 +8,7 @@
 
 int devcomm_available(void) { return 0; }
 int devcomm_gpu_count(void) { return 0; }
+void devcomm_gpu_id(char id[DEVCOMM_GPU_ID_BYTES]) { id[0] = '\0'; }
 int devcomm_group_ready(int slot) {
     (void)slot;
     return 0;

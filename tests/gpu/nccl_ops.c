@@ -47,6 +47,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(devcomm_available() && devcomm_gpu_count() >= 1, "NCCL is linked and sees %d GPU(s)", devcomm_gpu_count());
+    char gpu[DEVCOMM_GPU_ID_BYTES];
+    devcomm_gpu_id(gpu);
+    CHECK(strlen(gpu) > 4 && strchr(gpu, ':'), "this process's GPU has a PCI bus id: %s", gpu);
     unsigned char id[DEVCOMM_ID_BYTES];
     devcomm_unique_id(id);
     devcomm_group_init(1, "one rank", id, 0, 1, 60.0);
