@@ -1,6 +1,6 @@
 // dist/device_comm.h — the collectives library for buffers in GPU memory (NCCL),
-// used by dist/comm.c alone (docs/DESIGN.md, invariant 4: communication in one
-// place). One implementation per binary, chosen at link time as ops/ is:
+// used by dist/comm.c and dist/comm_device.c alone (docs/DESIGN.md, invariant 4:
+// communication in one place). One implementation per binary, chosen at link time as ops/ is:
 // dist/device_comm_none.c in ./femtotron (no library: every collective is MPI's)
 // and dist/device_comm_nccl.cu in ./femtotron-cuda (NCCL).
 //

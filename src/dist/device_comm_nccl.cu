@@ -14,6 +14,7 @@
 #include <time.h>
 
 extern "C" {
+#include "dist/comm.h"  // comm_split_chunk, comm_split_part: the uneven parts
 #include "dist/device_comm.h"
 #include "util.h"
 }
@@ -190,14 +191,6 @@ extern "C" int devcomm_allgather_f32(int slot, float *buf, size_t chunk) {
     return record(slot);
 }
 
-// Part r of len split over `size` ranks (dist/comm.h's comm_split_part): [r*chunk,
-// min((r+1)*chunk, len)), chunk = ceil(len / size).
-static size_t part_len(size_t len, int size, int r, size_t *start) {
-    const size_t chunk = (len + (size_t)size - 1) / (size_t)size, lo = (size_t)r * chunk;
-    *start = lo < len ? lo : len;
-    return lo >= len ? 0 : (len - lo < chunk ? len - lo : chunk);
-}
-
 // Uneven parts: one ncclReduce per part, rooted at its owner, in one group call.
 extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len) {
     Group *g = group(slot);
@@ -212,10 +205,11 @@ extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float
         CUDA_OK(cudaMemcpyAsync(g->scratch, out, len * sizeof(float), cudaMemcpyDefault, g->stream));
         src = g->scratch;
     }
+    const size_t chunk = comm_split_chunk(len, g->size);  // part r starts at r * chunk
     check(ncclGroupStart(), g, "reduce-scatter (uneven)");
     for (int r = 0; r < g->size; r++) {
-        size_t start, n = part_len(len, g->size, r, &start);
-        if (n) check(ncclReduce(src + start, out, n, ncclFloat32, ncclSum, r, g->comm, g->stream), g,
+        const size_t n = comm_split_part(len, g->size, r);
+        if (n) check(ncclReduce(src + (size_t)r * chunk, out, n, ncclFloat32, ncclSum, r, g->comm, g->stream), g,
                      "reduce-scatter (uneven)");
     }
     check(ncclGroupEnd(), g, "reduce-scatter (uneven)");
@@ -226,10 +220,11 @@ extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float
 // Uneven parts: one in-place ncclBroadcast per part, rooted at its owner.
 extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
     Group *g = group(slot);
+    const size_t chunk = comm_split_chunk(len, g->size);
     check(ncclGroupStart(), g, "all-gather (uneven)");
     for (int r = 0; r < g->size; r++) {
-        size_t start, n = part_len(len, g->size, r, &start);
-        if (n) check(ncclBroadcast(buf + start, buf + start, n, ncclFloat32, r, g->comm, g->stream), g,
+        const size_t n = comm_split_part(len, g->size, r);
+        if (n) check(ncclBroadcast(buf + (size_t)r * chunk, buf + (size_t)r * chunk, n, ncclFloat32, r, g->comm, g->stream), g,
                      "all-gather (uneven)");
     }
     check(ncclGroupEnd(), g, "all-gather (uneven)");

@@ -21,10 +21,10 @@ extern "C" {
 #define THREADS 128
 
 // Blocks for one thread per row (the kernels below have no grid-stride loop): fatal
-// beyond cuda_blocks' cap (65535 * 32 blocks, 268M rows, far above any B*H*S).
+// beyond cuda_blocks' cap (268M rows, far above any B*H*S).
 static unsigned row_blocks(size_t rows, const char *what) {
-    if (rows > (size_t)65535u * 32u * THREADS) die("%s: %zu attention rows exceed the grid (at most %zu)", what, rows,
-                                                  (size_t)65535u * 32u * THREADS);
+    const size_t most = CUDA_MAX_BLOCKS * THREADS;
+    if (rows > most) die("%s: %zu attention rows exceed the grid (at most %zu)", what, rows, most);
     return cuda_blocks(rows, THREADS);
 }
 
@@ -93,8 +93,8 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0 || Sk == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
-    k_att_fwd<<<row_blocks(rows, "attention_block_forward"), THREADS, 0, cuda_stream()>>>(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp,
-                                                                        B, Sq, Sk, H, KV, hd, 1.0f / sqrtf((float)hd));
+    k_att_fwd<<<row_blocks(rows, "attention_block_forward"), THREADS, 0, cuda_stream()>>>(
+        o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd, 1.0f / sqrtf((float)hd));
     cuda_done("attention_block_forward");
 }
 

@@ -44,10 +44,14 @@ void *cuda_scratch2(size_t bytes);
 // (token ids or positions the caller holds in plain host memory).
 const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot);
 
+// The most blocks cuda_blocks gives one launch: kernels that take more elements
+// than CUDA_MAX_BLOCKS * threads loop over them (grid-stride).
+#define CUDA_MAX_BLOCKS ((size_t)65535u * 32u)
+
 // Blocks for n independent elements, `threads` per block.
 static inline unsigned cuda_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;
-    return (unsigned)(b < 1 ? 1 : (b > 65535u * 32u ? 65535u * 32u : b));
+    return (unsigned)(b < 1 ? 1 : (b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b));
 }
 
 #endif

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../unit/check.h"
+#include "io/safetensors.h"
 #include "util.h"
 
 #define TOL 1e-5
@@ -174,13 +175,9 @@ static void test_matmul(void) {
 }
 
 // x rounded to the nearest bf16, ties to even, as a float (the GPU's
-// __float2bfloat16_rn; the inputs here are finite): add half an ulp of bf16, less
-// one unless the kept part is odd, then cut the low 16 bits.
+// __float2bfloat16_rn): the checkpoint writer's rounding, widened back.
 static float round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
+    uint32_t u = (uint32_t)st_f32_to_bf16(x) << 16;
     memcpy(&x, &u, sizeof x);
     return x;
 }
