@@ -33,7 +33,7 @@ OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
 # all build into $(BUILD)/tests; tests/README.md describes the kinds.
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
-            $(BUILD)/tests/plan_memory_main
+            $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu
 
 .PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags
 all: femtotron
@@ -52,6 +52,13 @@ $(BUILD)/%.o: src/%.c $(shell find src -name '*.h') Makefile
 $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.h
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(OBJ) $(LDLIBS)
+
+# The CUDA backend's tensor-core attention kernels run on CPU threads (tests/emu):
+# C++, built by the host compiler, no CUDA toolkit needed.
+CXX ?= g++
+$(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh
+	@mkdir -p $(BUILD)/tests
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Isrc -Itests/emu -o $@ $<
 
 $(BUILD)/tests/%: tests/drivers/%.c $(OBJ)
 	@mkdir -p $(BUILD)/tests
@@ -95,7 +102,7 @@ $(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(CUDA_OBJ)
+$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 
@@ -112,7 +119,7 @@ $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads: $(CUDA_BUIL
 
 # The same driver against the CPU kernels: the CPU compared with itself, a check of
 # the driver on machines without a GPU (tests/shell/test_cuda_build.sh).
-$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h $(OBJ)
+$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(OBJ)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(OBJ) $(LDLIBS)
 

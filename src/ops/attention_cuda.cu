@@ -1,9 +1,14 @@
-// ops/attention_cuda.cu — the attention kernels of ops.h on the GPU, fp32: causal
+// ops/attention_cuda.cu — the attention kernels of ops.h on the GPU: causal
 // grouped-query attention with an online softmax, block by block (a block of keys
 // may come from another context-parallel rank), the forward saving only the
 // log-sum-exp and the backward recomputing probabilities from it.
 //
-// A simple correct kernel, not a fast one (speed is issue 21): one thread per query
+// Two implementations of the forward and backward blocks. With bf16 products
+// (training.precision = bf16) and a head dimension of 16, 32, 64 or 128, the
+// tensor-core kernels of ops/flash_attention.cuh. Otherwise (fp32, the precision
+// the 1e-5 parity tests run in) the fp32 kernels below.
+//
+// The fp32 kernels are simple and correct, not fast: one thread per query
 // row (b, h, i) walks the visible keys in order, keeping its row of o in registers
 // (hd <= ATT_MAX_HD); the backward's key/value gradients take one thread per key
 // row (b, g, j), which walks the query heads of its group and the queries in
@@ -12,6 +17,7 @@
 #include <math.h>
 
 #include "ops/cuda_common.cuh"
+#include "ops/flash_attention.cuh"
 
 extern "C" {
 #include "ops/ops.h"
@@ -85,6 +91,14 @@ static void check_hd(int hd, const char *what) {
     if (hd > ATT_MAX_HD) die("%s: head dim %d exceeds the CUDA kernel's %d", what, hd, ATT_MAX_HD);
 }
 
+// The tensor-core kernels take this block (bf16 products, a head dimension they
+// have); their grid's y is B * H (at most 65535).
+static bool use_flash(int B, int H, int hd, const char *what) {
+    if (!cuda_bf16_products() || !flash::head_dim_ok(hd)) return false;
+    if ((size_t)B * H > 65535u) die("%s: %d sequences x %d heads exceed the attention grid (65535)", what, B, H);
+    return true;
+}
+
 extern "C" void attention_block_forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv,
                                         int ldkv, int koff, int voff, const int *qpos, const int *kpos, int B, int Sq,
                                         int Sk, int H, int KV, int hd, float *scratch) {
@@ -93,6 +107,11 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0 || Sk == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
+    if (use_flash(B, H, hd, "attention_block_forward")) {
+        flash::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd);
+        cuda_done("attention_block_forward (tensor cores)");
+        return;
+    }
     k_att_fwd<<<row_blocks(rows, "attention_block_forward"), THREADS, 0, cuda_stream()>>>(
         o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd, 1.0f / sqrtf((float)hd));
     cuda_done("attention_block_forward");
@@ -213,6 +232,11 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     check_hd(hd, "attention_block_backward");
     if ((size_t)B * Sq * Sk * H == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
+    if (use_flash(B, H, hd, "attention_block_backward")) {
+        flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
+        cuda_done("attention_block_backward (tensor cores)");
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)hd);
     size_t qrows = (size_t)B * H * Sq, krows = (size_t)B * KV * Sk;
     k_att_bwd_dq<<<row_blocks(qrows, "attention_block_backward"), THREADS, 0, cuda_stream()>>>(

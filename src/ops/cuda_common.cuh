@@ -44,6 +44,10 @@ void *cuda_scratch2(size_t bytes);
 // (token ids or positions the caller holds in plain host memory).
 const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot);
 
+// 1 while products read bf16 operands (ops_set_matmul_bf16): the matrix products
+// (ops/matmul_cuda.cu) and attention's products (ops/flash_attention.cuh).
+int cuda_bf16_products(void);
+
 // The most blocks cuda_blocks gives one launch: kernels that take more elements
 // than CUDA_MAX_BLOCKS * threads loop over them (grid-stride).
 #define CUDA_MAX_BLOCKS ((size_t)65535u * 32u)

@@ -70,6 +70,7 @@ static __nv_bfloat16 *g_half[3];
 static size_t g_half_n[3];
 
 extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
+int cuda_bf16_products(void) { return g_bf16; }
 
 void cuda_matmul_init(void) {
     CUBLAS_CHECK(cublasLtCreate(&g_lt));

@@ -36,7 +36,9 @@ int ops_has_bf16(void);
 // (the default, and the CPU's only mode); 1 = bf16 operands, each fp32 input
 // rounded to the nearest bf16 (ties to even) as the product reads it, the
 // products summed in fp32 into fp32 outputs, which is what tensor cores do with
-// bf16 inputs. Every other op stays fp32. Fatal where ops_has_bf16() is 0.
+// bf16 inputs. Attention's products follow it too (ops/flash_attention.cuh:
+// Q, K, V, dO, P and dS rounded to bf16, the softmax and every sum in fp32).
+// Every other op stays fp32. Fatal where ops_has_bf16() is 0.
 void ops_set_matmul_bf16(int on);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the

@@ -7,7 +7,8 @@
 // terms and far below any indexing or formula error). Also: repeated runs of the
 // order-sensitive ops are bit-identical (issue 14's determinism), planned buffers
 // are counted, host <-> buffer copies round-trip; the bf16 products equal the
-// fp32 products of bf16-rounded operands (test_matmul_bf16). Ends on "N passed,
+// fp32 products of bf16-rounded operands and the tensor-core attention is within
+// bf16's tolerance of the CPU's fp32 attention (bf16_checks.h). Ends on "N passed,
 // N failed".
 #include "cpu_ref.h"  // first: the CPU kernels as cpu_*, then ops.h for the CUDA ones
 
@@ -174,71 +175,7 @@ static void test_matmul(void) {
     pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dw), pair_free(dx);
 }
 
-// x rounded to the nearest bf16, ties to even, as a float (the GPU's
-// __float2bfloat16_rn): the checkpoint writer's rounding, widened back.
-static float round_bf16(float x) {
-    uint32_t u = (uint32_t)st_f32_to_bf16(x) << 16;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static float *rounded_copy(Pair p) {  // (p.n) the host side rounded to bf16
-    float *r = xmalloc((p.n ? p.n : 1) * sizeof(float), "bf16-rounded operand");
-    for (size_t i = 0; i < p.n; i++) r[i] = round_bf16(p.h[i]);
-    return r;
-}
-
-// bf16 products (ops_set_matmul_bf16(1), training.precision = bf16): the GPU
-// rounds each operand to bf16 and sums the products in fp32. A product of two bf16
-// values is exact in fp32, so the result is the CPU's fp32 product of the rounded
-// operands up to the order (and the tensor cores' rounding) of sums of at most 257
-// terms: within TOL, the same 1e-5 as fp32. And it is NOT the fp32 product of the
-// unrounded operands: rounding each input moves it by up to 2^-9 relative, so the
-// two differ by ~1e-3 relative, far above TOL (the flag does something). Run with
-// an odd output width too (the main job's 257-token vocabulary: bf16 copies whose
-// columns would not be 16-byte aligned without padding).
-static void test_matmul_bf16(int N, int in, int out, int ld) {
-    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f);
-    Pair y = pair_fill((size_t)N * out, 1.0f), ywide = pair_fill((size_t)N * ld, 1.0f);
-    Pair dy = pair_fill((size_t)N * out, 1.0f), dywide = pair_fill((size_t)N * ld, 1.0f);  // douts, both sides equal
-    float *xr = rounded_copy(x), *wr = rounded_copy(w), *dyr = rounded_copy(dy), *dywr = rounded_copy(dywide);
-    ops_set_matmul_bf16(1);
-    matmul_forward(y.d, x.d, w.d, N, in, out);
-    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);  // the unrounded fp32 product first
-    double off = pair_diff(y);
-    CHECK(off > 20 * TOL, "bf16 matmul_forward differs from the unrounded fp32 product (rel. %.2e > %.0e)", off,
-          20 * TOL);
-    cpu_matmul_forward(y.h, xr, wr, N, in, out);
-    expect_close("bf16 matmul_forward (vs rounded operands)", y);
-    matmul_forward_ld(ywide.d + 7, ld, x.d, w.d, N, in, out);
-    cpu_matmul_forward_ld(ywide.h + 7, ld, xr, wr, N, in, out);
-    expect_close("bf16 matmul_forward_ld (offset 7)", ywide);
-    Pair dw = pair_fill((size_t)out * in, 1.0f), dx = pair_fill((size_t)N * in, 1.0f);
-    for (int acc = 0; acc < 2; acc++) {
-        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, acc);
-        cpu_matmul_backward(dx.h, dw.h, dyr, xr, wr, N, in, out, acc);
-        expect_close(acc ? "bf16 matmul_backward din (accumulate)" : "bf16 matmul_backward din (overwrite)", dx);
-        expect_close("bf16 matmul_backward dweight (+= in fp32)", dw);
-    }
-    matmul_backward_ld(dx.d, dw.d, dywide.d + 7, ld, x.d, w.d, N, in, out, 1);
-    cpu_matmul_backward_ld(dx.h, dw.h, dywr + 7, ld, xr, wr, N, in, out, 1);
-    expect_close("bf16 matmul_backward_ld din", dx);
-    expect_close("bf16 matmul_backward_ld dweight", dw);
-    float *a1 = xmalloc(dw.n * sizeof(float), "a1"), *a2 = xmalloc(dw.n * sizeof(float), "a2");
-    for (int r = 0; r < 2; r++) {
-        zero_f32(dw.d, dw.n);
-        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, 0);
-        ops_download(r ? a2 : a1, dw.d, dw.n * sizeof(float));
-    }
-    CHECK(!memcmp(a1, a2, dw.n * sizeof(float)), "bf16 matmul_backward dweight twice: bit-identical");
-    ops_set_matmul_bf16(0);
-    matmul_forward(y.d, x.d, w.d, N, in, out);  // and back to fp32 products
-    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);
-    expect_close("matmul_forward in fp32 again after bf16", y);
-    free(a1), free(a2), free(xr), free(wr), free(dyr), free(dywr);
-    pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dy), pair_free(dywide), pair_free(dw),
-        pair_free(dx);
-}
+#include "bf16_checks.h"  // the bf16 products (matmul and attention), with the helpers above
 
 static void test_embedding(void) {
     const int N = 50, D = 72, V = 30;  // repeated ids: the scatter adds
@@ -453,6 +390,8 @@ int main(void) {
     if (ops_has_bf16()) {
         test_matmul_bf16(37, 96, 80, 130);
         test_matmul_bf16(29, 64, 257, 301);
+        test_attention_bf16(64);
+        test_attention_bf16(128);
     }
     else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());
     test_embedding();

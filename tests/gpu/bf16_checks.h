@@ -1,0 +1,184 @@
+// tests/gpu/bf16_checks.h — gpu_ops.c's checks of bf16 products
+// (ops_set_matmul_bf16(1), training.precision = bf16): the matrix products and the
+// tensor-core attention (ops/flash_attention.cuh). Included once, by gpu_ops.c,
+// after its helpers (Pair, expect_close, TOL): one translation unit, so the
+// PASS/FAIL counts of check.h are one.
+#ifndef FEMTOTRON_GPU_BF16_CHECKS_H
+#define FEMTOTRON_GPU_BF16_CHECKS_H
+
+// x rounded to the nearest bf16, ties to even, as a float (the GPU's
+// __float2bfloat16_rn): the checkpoint writer's rounding, widened back.
+static float round_bf16(float x) {
+    uint32_t u = (uint32_t)st_f32_to_bf16(x) << 16;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float *rounded_copy(Pair p) {  // (p.n) the host side rounded to bf16
+    float *r = xmalloc((p.n ? p.n : 1) * sizeof(float), "bf16-rounded operand");
+    for (size_t i = 0; i < p.n; i++) r[i] = round_bf16(p.h[i]);
+    return r;
+}
+
+// bf16 products (ops_set_matmul_bf16(1), training.precision = bf16): the GPU
+// rounds each operand to bf16 and sums the products in fp32. A product of two bf16
+// values is exact in fp32, so the result is the CPU's fp32 product of the rounded
+// operands up to the order (and the tensor cores' rounding) of sums of at most 257
+// terms: within TOL, the same 1e-5 as fp32. And it is NOT the fp32 product of the
+// unrounded operands: rounding each input moves it by up to 2^-9 relative, so the
+// two differ by ~1e-3 relative, far above TOL (the flag does something). Run with
+// an odd output width too (the main job's 257-token vocabulary: bf16 copies whose
+// columns would not be 16-byte aligned without padding).
+static void test_matmul_bf16(int N, int in, int out, int ld) {
+    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f);
+    Pair y = pair_fill((size_t)N * out, 1.0f), ywide = pair_fill((size_t)N * ld, 1.0f);
+    Pair dy = pair_fill((size_t)N * out, 1.0f), dywide = pair_fill((size_t)N * ld, 1.0f);  // douts, both sides equal
+    float *xr = rounded_copy(x), *wr = rounded_copy(w), *dyr = rounded_copy(dy), *dywr = rounded_copy(dywide);
+    ops_set_matmul_bf16(1);
+    matmul_forward(y.d, x.d, w.d, N, in, out);
+    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);  // the unrounded fp32 product first
+    double off = pair_diff(y);
+    CHECK(off > 20 * TOL, "bf16 matmul_forward differs from the unrounded fp32 product (rel. %.2e > %.0e)", off,
+          20 * TOL);
+    cpu_matmul_forward(y.h, xr, wr, N, in, out);
+    expect_close("bf16 matmul_forward (vs rounded operands)", y);
+    matmul_forward_ld(ywide.d + 7, ld, x.d, w.d, N, in, out);
+    cpu_matmul_forward_ld(ywide.h + 7, ld, xr, wr, N, in, out);
+    expect_close("bf16 matmul_forward_ld (offset 7)", ywide);
+    Pair dw = pair_fill((size_t)out * in, 1.0f), dx = pair_fill((size_t)N * in, 1.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, acc);
+        cpu_matmul_backward(dx.h, dw.h, dyr, xr, wr, N, in, out, acc);
+        expect_close(acc ? "bf16 matmul_backward din (accumulate)" : "bf16 matmul_backward din (overwrite)", dx);
+        expect_close("bf16 matmul_backward dweight (+= in fp32)", dw);
+    }
+    matmul_backward_ld(dx.d, dw.d, dywide.d + 7, ld, x.d, w.d, N, in, out, 1);
+    cpu_matmul_backward_ld(dx.h, dw.h, dywr + 7, ld, xr, wr, N, in, out, 1);
+    expect_close("bf16 matmul_backward_ld din", dx);
+    expect_close("bf16 matmul_backward_ld dweight", dw);
+    float *a1 = xmalloc(dw.n * sizeof(float), "a1"), *a2 = xmalloc(dw.n * sizeof(float), "a2");
+    for (int r = 0; r < 2; r++) {
+        zero_f32(dw.d, dw.n);
+        matmul_backward(dx.d, dw.d, dy.d, x.d, w.d, N, in, out, 0);
+        ops_download(r ? a2 : a1, dw.d, dw.n * sizeof(float));
+    }
+    CHECK(!memcmp(a1, a2, dw.n * sizeof(float)), "bf16 matmul_backward dweight twice: bit-identical");
+    ops_set_matmul_bf16(0);
+    matmul_forward(y.d, x.d, w.d, N, in, out);  // and back to fp32 products
+    cpu_matmul_forward(y.h, x.h, w.h, N, in, out);
+    expect_close("matmul_forward in fp32 again after bf16", y);
+    free(a1), free(a2), free(xr), free(wr), free(dyr), free(dywr);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dy), pair_free(dywide), pair_free(dw),
+        pair_free(dx);
+}
+
+// Attention with bf16 products: the tensor-core kernels round Q, K, V, dO, P and
+// dS to bf16 and keep the softmax and every sum in fp32. Against the CPU's fp32
+// attention on the same (unrounded) inputs they differ by the bf16 rounding: the
+// same kernels run on CPU threads (tests/emu/test_flash_emu.cpp) differ from an
+// fp64 attention of the unrounded inputs by at most 5.7e-3 (max-norm, relative to
+// the largest value, over four shapes), so BF16_ATT_TOL = 2e-2 leaves 3.5x room;
+// an indexing or mask error moves whole rows, O(0.1) and more. The rounding must
+// show (the tensor-core path ran: more than 1e-4 from the GPU's fp32 kernels), and
+// two runs must give the same bits (no atomics).
+#define BF16_ATT_TOL 2e-2
+
+static void expect_bf16_close(const char *what, Pair p) {
+    double e = pair_diff(p);
+    CHECK(e <= BF16_ATT_TOL, "%-44s rel. max-norm %.2e <= %.0e (%zu values)", what, e, BF16_ATT_TOL, p.n);
+}
+
+static int same_bits(const float *dev, size_t n, const float *before) {  // the buffer still holds `before`
+    float *now = xmalloc((n ? n : 1) * sizeof(float), "bf16 attention rerun");
+    ops_download(now, dev, n * sizeof(float));
+    int same = !memcmp(now, before, n * sizeof(float));
+    free(now);
+    return same;
+}
+
+static void test_attention_bf16(int hd) {
+    const int B = 2, S = 150, H = 4, KV = 2, ld = (H + 2 * KV) * hd;
+    char what[96];
+    float *scratch = xmalloc((cpu_attention_scratch_floats(hd) + 1) * sizeof(float), "cpu attention scratch");
+    int *pos_h = xmalloc(S * sizeof(int), "pos");
+    for (int p = 0; p < S; p++) pos_h[p] = p;
+    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
+    ops_upload(pos, pos_h, S * sizeof(int));
+    Pair qkv = pair_fill((size_t)B * S * ld, 1.5f), out = pair_fill((size_t)B * S * H * hd, 1.0f);
+    Pair lse = pair_fill((size_t)B * H * S, 1.0f), m = pair_fill(lse.n, 1.0f), l = pair_fill(lse.n, 1.0f);
+    Pair dout = pair_fill(out.n, 1.0f), dqkv = pair_fill(qkv.n, 1.0f), rowdot = pair_fill(lse.n, 1.0f);
+    float *fp32_out = xmalloc(out.n * sizeof(float), "fp32 attention out");
+
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);  // fp32 kernels first
+    ops_download(fp32_out, out.d, out.n * sizeof(float));
+    ops_set_matmul_bf16(1);
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);
+    cpu_attention_forward(out.h, lse.h, m.h, l.h, qkv.h, pos_h, B, S, H, KV, hd, scratch);
+    float *gpu_out = xmalloc(out.n * sizeof(float), "bf16 attention out");
+    ops_download(gpu_out, out.d, out.n * sizeof(float));
+    double moved = 0.0, big = 0.0;
+    for (size_t i = 0; i < out.n; i++) {
+        moved = fmax(moved, fabs((double)gpu_out[i] - fp32_out[i]));
+        big = fmax(big, fabs((double)fp32_out[i]));
+    }
+    CHECK(moved > 1e-4 * big, "bf16 attention (hd %d) differs from the fp32 kernels' (rel. %.2e > 1e-4): tensor cores ran",
+          hd, moved / big);
+    snprintf(what, sizeof what, "bf16 attention_forward out (hd %d)", hd);
+    expect_bf16_close(what, out);
+    snprintf(what, sizeof what, "bf16 attention_forward lse (hd %d)", hd);
+    expect_bf16_close(what, lse);
+    attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, NULL);
+    cpu_attention_backward(dqkv.h, rowdot.h, dout.h, qkv.h, out.h, lse.h, pos_h, B, S, H, KV, hd, scratch);
+    snprintf(what, sizeof what, "bf16 attention_backward dqkv (hd %d)", hd);
+    expect_bf16_close(what, dqkv);
+    float *first = xmalloc(dqkv.n * sizeof(float), "first dqkv");
+    ops_download(first, dqkv.d, dqkv.n * sizeof(float));
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);
+    attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, NULL);
+    CHECK(same_bits(out.d, out.n, gpu_out) && same_bits(dqkv.d, dqkv.n, first),
+          "bf16 attention (hd %d) twice: out and dqkv bit-identical", hd);
+
+    // Ring steps: queries at 40..189 against keys at 0..69 in their own buffer
+    // (Sk != Sq; every query sees some of them), then keys at 150..199 (rows
+    // before position 150 see none of them: fully masked).
+    const int Sk = 70, Sk2 = 50, ldkv = 2 * KV * hd;
+    int qpos[150], kpos[70], kpos2[50];
+    for (int p = 0; p < S; p++) qpos[p] = 40 + p;
+    for (int p = 0; p < Sk; p++) kpos[p] = p;
+    for (int p = 0; p < Sk2; p++) kpos2[p] = 150 + p;
+    Pair kv = pair_fill((size_t)B * Sk * ldkv, 1.5f), kv2 = pair_fill((size_t)B * Sk2 * ldkv, 1.5f);
+    Pair dkv = pair_fill(kv.n, 1.0f), dkv2 = pair_fill(kv2.n, 1.0f), dq = pair_fill(qkv.n, 1.0f);
+    attention_block_init(out.d, m.d, l.d, B, S, H, hd);
+    cpu_attention_block_init(out.h, m.h, l.h, B, S, H, hd);
+    attention_block_forward(out.d, m.d, l.d, qkv.d, ld, kv.d, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, NULL);
+    cpu_attention_block_forward(out.h, m.h, l.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, qpos, kpos, B, S, Sk, H, KV, hd, scratch);
+    attention_block_forward(out.d, m.d, l.d, qkv.d, ld, kv2.d, ldkv, 0, KV * hd, qpos, kpos2, B, S, Sk2, H, KV, hd, NULL);
+    cpu_attention_block_forward(out.h, m.h, l.h, qkv.h, ld, kv2.h, ldkv, 0, KV * hd, qpos, kpos2, B, S, Sk2, H, KV, hd,
+                                scratch);
+    attention_block_finish(out.d, lse.d, m.d, l.d, B, S, H, hd);
+    cpu_attention_block_finish(out.h, lse.h, m.h, l.h, B, S, H, hd);
+    snprintf(what, sizeof what, "bf16 ring blocks out (hd %d)", hd);
+    expect_bf16_close(what, out);
+    attention_rowdot(rowdot.d, dout.d, out.d, B, S, H, hd);
+    cpu_attention_rowdot(rowdot.h, dout.h, out.h, B, S, H, hd);
+    attention_block_backward(dq.d, dkv.d, qkv.d, ld, kv.d, ldkv, 0, KV * hd, dout.d, lse.d, rowdot.d, qpos, kpos, B, S,
+                             Sk, H, KV, hd, NULL);
+    cpu_attention_block_backward(dq.h, dkv.h, qkv.h, ld, kv.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos, B,
+                                 S, Sk, H, KV, hd, scratch);
+    attention_block_backward(dq.d, dkv2.d, qkv.d, ld, kv2.d, ldkv, 0, KV * hd, dout.d, lse.d, rowdot.d, qpos, kpos2, B,
+                             S, Sk2, H, KV, hd, NULL);
+    cpu_attention_block_backward(dq.h, dkv2.h, qkv.h, ld, kv2.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos2,
+                                 B, S, Sk2, H, KV, hd, scratch);
+    snprintf(what, sizeof what, "bf16 ring blocks dq (+=, hd %d)", hd);
+    expect_bf16_close(what, dq);
+    snprintf(what, sizeof what, "bf16 ring blocks dkv, dkv2 (+=, hd %d)", hd);
+    double e = fmax(pair_diff(dkv), pair_diff(dkv2));
+    CHECK(e <= BF16_ATT_TOL, "%-44s rel. max-norm %.2e <= %.0e", what, e, BF16_ATT_TOL);
+    ops_set_matmul_bf16(0);
+    free(scratch), free(pos_h), free(fp32_out), free(gpu_out), free(first);
+    buf_free(pos);
+    pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l), pair_free(dout), pair_free(dqkv);
+    pair_free(rowdot), pair_free(kv), pair_free(kv2), pair_free(dkv), pair_free(dkv2), pair_free(dq);
+}
+
+#endif
