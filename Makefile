@@ -35,7 +35,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu
 
-.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags
+.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags emu
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)
@@ -58,7 +58,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.
 CXX ?= g++
 $(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh
 	@mkdir -p $(BUILD)/tests
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Isrc -Itests/emu -o $@ $<
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 
 $(BUILD)/tests/%: tests/drivers/%.c $(OBJ)
 	@mkdir -p $(BUILD)/tests
@@ -117,6 +117,33 @@ $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads: $(CUDA_BUIL
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 
+# The CUDA backend on the CPU (tests/emu): src/ops/*.cu rewritten by
+# tests/emu/cu2cpp.py and compiled by the host compiler against tests/emu/include
+# (CUDA, cuBLASLt, bf16 and WMMA emulated on the host; NCCL absent: the CPU build's
+# dist/device_comm_none.c). `make emu` builds $(EMU_BUILD)/femtotron-cuda and the
+# GPU test drivers from it, so tests/shell/test_cuda_emu.sh runs the GPU tests in
+# CI. The kernels run as written, block by block: slow, for small shapes.
+EMU_BUILD ?= build-emu
+EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu/include
+EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) $(BUILD)/dist/device_comm_none.o \
+             $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu))
+EMU_LIBS  := -lstdc++
+emu: $(EMU_BUILD)/femtotron-cuda $(EMU_BUILD)/tests/gpu_ops $(EMU_BUILD)/tests/plan_memory_main \
+     $(EMU_BUILD)/tests/dump_grads
+$(EMU_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(wildcard tests/emu/*.h tests/emu/include/*.h) \
+                  tests/emu/cu2cpp.py $(shell find src -name '*.h') Makefile
+	@mkdir -p $(dir $@)
+	python3 tests/emu/cu2cpp.py $< > $(@:.o=.cpp)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $(@:.o=.cpp)
+$(EMU_BUILD)/femtotron-cuda: $(BUILD)/main.o $(EMU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(EMU_LIBS)
+$(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(EMU_OBJ)
+	@mkdir -p $(EMU_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
+$(EMU_BUILD)/tests/plan_memory_main $(EMU_BUILD)/tests/dump_grads: $(EMU_BUILD)/tests/%: tests/drivers/%.c $(EMU_OBJ)
+	@mkdir -p $(EMU_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
+
 # The same driver against the CPU kernels: the CPU compared with itself, a check of
 # the driver on machines without a GPU (tests/shell/test_cuda_build.sh).
 $(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(OBJ)
@@ -143,4 +170,4 @@ fuzz: femtotron fuzzers
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz build-cuda build-blis femtotron femtotron-cuda
+	rm -rf build build-asan build-fuzz build-cuda build-emu build-blis femtotron femtotron-cuda

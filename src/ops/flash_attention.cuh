@@ -43,15 +43,18 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 #define FLASH_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-#define FLASH_LAUNCH(kernel, grid, smem, ...)                                      \
-    do {                                                                           \
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem))); \
-        kernel<<<grid, flash::THREADS, smem, cuda_stream()>>>(__VA_ARGS__);        \
-    } while (0)
+#define FLASH_KERNEL_CALL(kernel, grid, smem) kernel<<<grid, flash::THREADS, smem, cuda_stream()>>>
 #else
 #define FLASH_SMEM(name) unsigned char *name = emu_dynamic_smem()
-#define FLASH_LAUNCH(kernel, grid, smem, ...) emu_launch(grid, dim3(flash::THREADS), smem, kernel, __VA_ARGS__)
+#define FLASH_KERNEL_CALL(kernel, grid, smem) emu_kernel_call(kernel, grid, dim3(flash::THREADS), smem)
 #endif
+// Above 48 KiB of dynamic shared memory a kernel must be allowed it first; a
+// failure of either call is left for cudaGetLastError (the caller's check).
+#define FLASH_LAUNCH(kernel, grid, smem, ...)                                                              \
+    do {                                                                                                   \
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)) == cudaSuccess) \
+            FLASH_KERNEL_CALL(kernel, grid, smem)(__VA_ARGS__);                                            \
+    } while (0)
 
 namespace flash {
 

@@ -1,35 +1,47 @@
-// tests/emu/cuda_emu.h — the small part of CUDA that src/ops/flash_attention.cuh
-// uses, run on the host, so the tensor-core attention kernels are tested on
-// machines without a GPU (tests/emu/test_flash_emu.cpp, in CI).
+// tests/emu/cuda_emu.h — the part of CUDA that femtotron's CUDA backend uses, run
+// on the host, so its kernels and the host code around them are tested on
+// machines without a GPU (in CI): the kernels' language (qualifiers, thread and
+// block indices, __syncthreads, __syncwarp, static and dynamic shared memory,
+// bf16, WMMA fragments), the launch, and the runtime calls of src/ops/*.cu.
+// cuBLASLt is tests/emu/cublaslt_emu.h; tests/emu/include/ puts both where the
+// .cu files include <cuda_runtime.h>, <cublasLt.h>, <cuda_bf16.h> and <mma.h>;
+// tests/emu/cu2cpp.py rewrites the `<<<...>>>` launches into emu_kernel_call.
 //
-// Each CUDA thread of a block is a host thread; __syncthreads and __syncwarp are
-// barriers over the block's and the warp's threads; dynamic shared memory is one
-// buffer per block, filled with NaN bytes before the launch so a read of what no
-// thread wrote shows up. Blocks run one after another.
+// Threads. A block's threads are user-level contexts on the calling thread, run in index order; a barrier suspends the thread and the scheduler
+// resumes the waiting threads once every live thread of the block (__syncthreads)
+// or of the warp (__syncwarp) has arrived, or fails naming the deadlock. A kernel
+// whose first block never reaches a barrier runs its later blocks as plain calls.
+// Blocks run one after another, so a function-level static is the block's shared
+// memory (__shared__ is `static`); dynamic shared memory is one buffer per block,
+// filled with NaN bytes before each block, as is cudaMalloc'd memory, so a read of
+// what no thread wrote shows up.
 //
-// WMMA fragments (nvcuda::wmma, m16n16k16, bf16 operands, fp32 accumulators) are
-// per-thread objects in CUDA whose element layout is unspecified; here every
-// thread holds the whole 16x16 tile, computes what the warp computes, and only the
-// warp's lane 0 stores it (a lane that reads the stored tile before __syncwarp
-// reads stale bytes, as on a GPU). The documented constraints are checked: a
-// pointer 256-bit aligned, ldm a multiple of 16 bytes, all 32 lanes of the warp
-// calling the collective operation.
+// WMMA (m16n16k16, bf16 operands, fp32 accumulators): a fragment holds the whole
+// 16x16 tile (a GPU spreads it over the warp in an unspecified layout, which the
+// kernels must not rely on: they never touch its elements), and lane 0 does each
+// operation for the warp. The documented rules are checked: the pointer 256-bit
+// aligned, ldm a multiple of 16 bytes, every lane of the warp making the same calls.
 //
-// What this cannot check: register pressure, shared-memory bank conflicts, speed,
-// and anything the hardware does differently from the documentation. The same
-// kernels compiled by nvcc are compared with the CPU ops on a GPU (tests/gpu/gpu_ops.c).
+// Launch checks as on sm_90: at most 1024 threads, grid y and z at most 65535,
+// dynamic shared memory above 48 KiB only after cudaFuncSetAttribute allowed it and
+// never above 227 KiB; a bad launch leaves its error for cudaGetLastError.
+//
+// What it cannot check: the order of memory accesses between the lanes of a warp
+// (only lane 0 touches WMMA tiles here), timing and races between blocks (they do not overlap
+// here), register and shared-memory limits beyond the above, speed, and anything
+// the hardware does differently from its documentation.
 #ifndef FEMTOTRON_CUDA_EMU_H
 #define FEMTOTRON_CUDA_EMU_H
 
-#include <pthread.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
-#include <cmath>
 #include <functional>
-#include <thread>
+#include <map>
 #include <type_traits>
 #include <vector>
 
@@ -39,9 +51,12 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
 
-static inline void emu_fail(const char *what) {
+[[noreturn]] inline void emu_fail(const char *what) {
     fprintf(stderr, "cuda_emu: %s\n", what);
+    fflush(stderr);
     abort();
 }
 
@@ -49,48 +64,385 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-// Per thread: its index and its block's; per launch: the shapes.
-static thread_local dim3 threadIdx, blockIdx;
-static dim3 blockDim, gridDim;
-
-// The running block's barriers and shared memory.
-struct EmuBlock {
-    pthread_barrier_t all;                 // __syncthreads
-    std::vector<pthread_barrier_t> warps;  // __syncwarp, one per warp
-    unsigned char *smem = nullptr;
-    size_t smem_bytes = 0;
+// ---------------------------------------------------------------- runtime types
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidPitchValue = 12,
+    cudaErrorNoDevice = 100,
+} cudaError_t;
+typedef cudaError_t cudaError;
+struct EmuStream;
+typedef EmuStream *cudaStream_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                      cudaMemcpyDefault };
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
+struct cudaPointerAttributes {
+    cudaMemoryType type;
+    int device;
+    void *devicePointer, *hostPointer;
 };
-static EmuBlock *emu_block;
+enum cudaDeviceAttr { cudaDevAttrConcurrentManagedAccess = 89 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+#define cudaStreamNonBlocking 0x01
+#define cudaMemAttachGlobal 0x01
 
-static inline void __syncthreads() { pthread_barrier_wait(&emu_block->all); }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask is not emulated");
-    pthread_barrier_wait(&emu_block->warps[threadIdx.x / 32]);
+namespace emu {
+inline cudaError_t sticky = cudaSuccess;  // the last launch's error (cudaGetLastError)
+inline std::map<uintptr_t, size_t> allocations;  // cudaMalloc'd ranges: start -> bytes
+inline std::map<const void *, int> smem_allowed;  // cudaFuncSetAttribute's dynamic shared memory
+inline std::map<const void *, bool> barrier_free;  // kernels whose first block used no barrier
+
+// ---- the block scheduler ----
+// Context switches: on x86-64 a few instructions (the callee-saved registers, the
+// stack pointer, MXCSR and the x87 control word), since ucontext's swapcontext
+// makes a system call each time and a block of 256 threads meeting at 8 barriers
+// switches 4,000 times; elsewhere ucontext.
+enum State { NEW, READY, WAIT_BLOCK, WAIT_WARP, DONE };
+constexpr size_t STACK_BYTES = 256 * 1024;
+#if defined(__x86_64__)
+extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
+asm(".text\n.weak emu_ctx_switch\n.type emu_ctx_switch,@function\nemu_ctx_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "subq $8, %rsp\nstmxcsr (%rsp)\nfnstcw 4(%rsp)\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "ldmxcsr (%rsp)\nfldcw 4(%rsp)\naddq $8, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n");
+struct Context {
+    void *sp = nullptr;
+};
+inline void switch_to(Context *save, Context *load) { emu_ctx_switch(&save->sp, load->sp); }
+// A fresh context that starts in entry() (which never returns) on the stack.
+inline void make_context(Context *c, char *stack, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)stack + STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)(top - 72);  // after the switch pops 64 bytes, rsp = top - 8, as after a call
+    uint32_t csr[2] = {__builtin_ia32_stmxcsr(), 0};
+    unsigned short cw;
+    __asm__ volatile("fnstcw %0" : "=m"(cw));
+    csr[1] = cw;
+    memcpy(&sp[0], csr, 8);
+    for (int i = 1; i <= 6; i++) sp[i] = nullptr;  // r15 r14 r13 r12 rbx rbp
+    sp[7] = (void *)entry;                          // where the switch's ret goes
+    sp[8] = nullptr;                                // entry's return address: it never returns
+    c->sp = sp;
 }
-static inline unsigned char *emu_dynamic_smem() { return emu_block->smem; }
+#else
+struct Context {
+    ucontext_t uc;
+};
+inline void switch_to(Context *save, Context *load) { swapcontext(&save->uc, &load->uc); }
+inline void make_context(Context *c, char *stack, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = STACK_BYTES;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+struct Thread {
+    Context ctx;
+    char *stack = nullptr;
+    State state = NEW;
+};
+inline Context scheduler;
+inline std::vector<Thread> threads;
+inline std::vector<char *> free_stacks;
+inline unsigned current;
+inline std::vector<uint64_t> collective_calls;  // WMMA calls per thread of the running block
+inline const std::function<void()> *body;
+inline bool direct, used_barrier;
+inline unsigned char *smem;
 
-// ---- bf16 (cuda_bf16.h): round to nearest, ties to even; NaN stays NaN ----
+inline void barrier(State kind) {
+    if (direct)
+        emu_fail("a kernel reached a barrier in a later block but in none of its first block's threads; "
+                 "run it without the plain-call shortcut (not emulated)");
+    used_barrier = true;
+    Thread &t = threads[current];
+    t.state = kind;
+    switch_to(&t.ctx, &scheduler);
+}
+
+// A thread's start: run the kernel, then back to the scheduler for good.
+inline void entry() {
+    (*body)();
+    threads[current].state = DONE;
+    switch_to(&threads[current].ctx, &scheduler);
+    emu_fail("a finished thread was resumed");
+}
+
+// One block of n threads (n a multiple of 32).
+inline void check_collectives(unsigned n);
+inline void run_block(unsigned n) {
+    collective_calls.assign(n, 0);
+    if (direct) {
+        for (unsigned t = 0; t < n; t++) {
+            threadIdx = dim3(t);
+            (*body)();
+        }
+        check_collectives(n);
+        return;
+    }
+    threads.assign(n, Thread());
+    unsigned live = n;
+    for (;;) {
+        for (unsigned t = 0; t < n; t++) {
+            Thread &th = threads[t];
+            if (th.state != NEW && th.state != READY) continue;
+            if (th.state == NEW) {
+                if (free_stacks.empty()) free_stacks.push_back((char *)malloc(STACK_BYTES));
+                th.stack = free_stacks.back();
+                free_stacks.pop_back();
+                make_context(&th.ctx, th.stack, entry);
+            }
+            th.state = READY;
+            current = t;
+            threadIdx = dim3(t);
+            switch_to(&scheduler, &th.ctx);
+            if (th.state == DONE) {
+                free_stacks.push_back(th.stack);
+                th.stack = nullptr;
+                live--;
+            }
+        }
+        if (live == 0) {
+            check_collectives(n);
+            return;
+        }
+        // Everyone live waits: release the block barrier, or the warps whose live
+        // lanes all wait at theirs.
+        bool released = false;
+        unsigned at_block = 0;
+        for (auto &th : threads) at_block += th.state == WAIT_BLOCK;
+        if (at_block == live) {
+            for (auto &th : threads)
+                if (th.state == WAIT_BLOCK) th.state = READY;
+            released = true;
+        } else {
+            for (unsigned w = 0; w < n / 32; w++) {
+                unsigned wlive = 0, wwait = 0;
+                for (unsigned l = 0; l < 32; l++) {
+                    State s = threads[w * 32 + l].state;
+                    wlive += s != DONE;
+                    wwait += s == WAIT_WARP;
+                }
+                if (wlive && wwait == wlive) {
+                    for (unsigned l = 0; l < 32; l++) threads[w * 32 + l].state = READY;
+                    released = true;
+                }
+            }
+        }
+        if (!released) {
+            fprintf(stderr, "cuda_emu: deadlock in block (%u,%u,%u): %u threads live, %u at __syncthreads, the "
+                    "rest at __syncwarp with part of their warp elsewhere or exited\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, live, at_block);
+            abort();
+        }
+    }
+}
+
+// WMMA operations are warp-collective: every lane of a warp makes the same calls.
+inline void check_collectives(unsigned n) {
+    for (unsigned t = 0; t < n; t++)
+        if (collective_calls[t] != collective_calls[t - t % 32]) {
+            fprintf(stderr, "cuda_emu: block (%u,%u,%u): lane %u of warp %u made %llu WMMA calls, lane 0 %llu: a "
+                    "collective operation called from divergent code\n", blockIdx.x, blockIdx.y, blockIdx.z, t % 32,
+                    t / 32, (unsigned long long)collective_calls[t], (unsigned long long)collective_calls[t - t % 32]);
+            abort();
+        }
+}
+
+inline void launch(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {
+    const unsigned nthreads = block.x * block.y * block.z;
+    const auto allowed = smem_allowed.find(kernel);
+    if (nthreads == 0 || nthreads > 1024 || block.y != 1 || block.z != 1 || grid.x == 0 || grid.y == 0 ||
+        grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
+        sticky = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (nthreads % 32) emu_fail("blocks of whole warps only are emulated");
+    if (smem_bytes > 227 * 1024 ||
+        (smem_bytes > 48 * 1024 && (allowed == smem_allowed.end() || (size_t)allowed->second < smem_bytes))) {
+        sticky = cudaErrorInvalidValue;  // too much dynamic shared memory for this kernel
+        return;
+    }
+    gridDim = grid;
+    blockDim = block;
+    std::vector<unsigned char> mem(smem_bytes + 128);
+    smem = mem.data() + (128 - (uintptr_t)mem.data() % 128) % 128;
+    body = &fn;
+    const auto known = barrier_free.find(kernel);
+    direct = known != barrier_free.end() && known->second;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx = dim3(bx, by, bz);
+                memset(smem, 0xff, smem_bytes);  // NaN floats: unwritten shared memory shows
+                used_barrier = false;
+                run_block(nthreads);
+                if (!direct && !used_barrier) {
+                    barrier_free[kernel] = true;
+                    direct = true;
+                } else if (!direct) {
+                    barrier_free[kernel] = false;
+                }
+            }
+    body = nullptr;
+}
+}  // namespace emu
+
+inline void __syncthreads() { emu::barrier(emu::WAIT_BLOCK); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask is not emulated");
+    emu::barrier(emu::WAIT_WARP);
+}
+inline unsigned char *emu_dynamic_smem() { return emu::smem; }
+
+// kernel<<<grid, block, smem, stream>>>(args...) is emu_kernel_call(kernel, grid,
+// block, smem, stream)(args...) (tests/emu/cu2cpp.py).
+template <class... P>
+struct EmuCall {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t smem;
+    template <class... A>
+    void operator()(A... args) const {
+        void (*k)(P...) = kernel;
+        const std::function<void()> fn = [=]() { k(args...); };
+        emu::launch((const void *)k, grid, block, smem, fn);
+    }
+};
+template <class... P>
+inline EmuCall<P...> emu_kernel_call(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0,
+                                     cudaStream_t stream = nullptr) {
+    (void)stream;  // one stream: every launch runs to completion in order
+    return EmuCall<P...>{kernel, grid, block, smem};
+}
+
+// ---------------------------------------------------------------- runtime calls
+inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    }
+    return "unknown error";
+}
+inline cudaError_t cudaGetLastError() {
+    cudaError_t e = emu::sticky;
+    emu::sticky = cudaSuccess;
+    return e;
+}
+// CUDA_EMU_DEVICES=0 plays a machine without a GPU.
+inline cudaError_t cudaGetDeviceCount(int *n) {
+    const char *s = getenv("CUDA_EMU_DEVICES");
+    *n = s ? atoi(s) : 1;
+    return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) {
+    *v = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = (cudaStream_t)(uintptr_t)1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+template <class K>
+inline cudaError_t cudaFuncSetAttribute(K *kernel, cudaFuncAttribute, int value) {
+    emu::smem_allowed[(const void *)kernel] = value;
+    return cudaSuccess;
+}
+
+inline void *emu_alloc(size_t bytes) {
+    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (p) {
+        memset(p, 0xff, bytes);  // uninitialised device memory reads as NaN
+        emu::allocations[(uintptr_t)p] = bytes;
+    }
+    return p;
+}
+inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = emu_alloc(bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <class T>
+inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+inline cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    if (!emu::allocations.erase((uintptr_t)p)) return cudaErrorInvalidValue;
+    free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    auto it = emu::allocations.upper_bound((uintptr_t)p);
+    if (it != emu::allocations.begin()) {
+        --it;
+        if ((uintptr_t)p < it->first + it->second) a->type = cudaMemoryTypeManaged;
+    }
+    return cudaSuccess;
+}
+// cudaMemcpy's ranges must not overlap (undefined on a GPU): refused here.
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t = nullptr) {
+    const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (bytes && d < s + bytes && s < d + bytes && d != s) return cudaErrorInvalidValue;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
+    return cudaMemcpyAsync(dst, src, bytes, k);
+}
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t = nullptr) {
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes); }
+inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                     size_t height, cudaMemcpyKind, cudaStream_t = nullptr) {
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
+                                     cudaStream_t = nullptr) {
+    if (width > pitch) return cudaErrorInvalidPitchValue;
+    for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- bf16 (cuda_bf16.h)
+// Round to nearest, ties to even; NaN stays NaN.
 struct __nv_bfloat16 {
     uint16_t bits;
 };
-static inline __nv_bfloat16 __float2bfloat16(float f) {
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     __nv_bfloat16 r;
-    if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (uint16_t)((u >> 16) | 0x40u);
     else r.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     return r;
 }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
-static inline float __bfloat162float(__nv_bfloat16 b) {
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline float __bfloat162float(__nv_bfloat16 b) {
     uint32_t u = (uint32_t)b.bits << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-// ---- WMMA, m16n16k16 only ----
+// ---------------------------------------------------------------- WMMA (mma.h)
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -106,103 +458,71 @@ struct fragment {
     T e[16 * 16];  // the whole tile, row-major: e[r * 16 + c]
 };
 
-// Every lane of the warp calls a collective operation; a call from a diverged warp
-// (not all 32 lanes) deadlocks a GPU or corrupts the tile, so it is fatal here. The
-// check is a warp barrier on entry: a missing lane hangs the barrier, which the
-// test's watchdog reports.
-static inline void emu_collective(const void *p, unsigned ldm, size_t elem) {
+// A collective operation: counted for every lane (run_block checks that the lanes
+// of a warp made the same number of calls); only lane 0 does the work, since all
+// lanes pass the same arguments and hold the same tiles, and only lane 0's tiles
+// are ever stored.
+inline bool lane0_of_collective() {
+    emu::collective_calls[threadIdx.x]++;
+    return threadIdx.x % 32 == 0;
+}
+inline bool collective(const void *p, unsigned ldm, size_t elem) {
+    if (!lane0_of_collective()) return false;
     if ((uintptr_t)p % 32) emu_fail("wmma pointer not 256-bit aligned");
     if ((ldm * elem) % 16) emu_fail("wmma ldm not a multiple of 16 bytes");
-    __syncwarp();
+    return true;
 }
-static inline bool emu_lane0() { return threadIdx.x % 32 == 0; }
-
 template <class L>
-static inline size_t emu_at(int r, int c, unsigned ldm) {  // element (r, c) of a tile in memory
+inline size_t at(int r, int c, unsigned ldm) {
     return std::is_same<L, row_major>::value ? (size_t)r * ldm + c : (size_t)c * ldm + r;
 }
 
 template <class Use, class L>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p,
-                                    unsigned ldm) {
-    emu_collective(p, ldm, 2);
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p, unsigned ldm) {
+    if (!collective(p, ldm, 2)) return;
     for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.e[r * 16 + c] = p[emu_at<L>(r, c, ldm)];
-    __syncwarp();
+        for (int c = 0; c < 16; c++) f.e[r * 16 + c] = p[at<L>(r, c, ldm)];
 }
-static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
-                                    layout_t layout) {
-    emu_collective(p, ldm, 4);
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                             layout_t layout) {
+    if (!collective(p, ldm, 4)) return;
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.e[r * 16 + c] = layout == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
-    __syncwarp();
 }
-static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
-                                     layout_t layout) {
-    emu_collective(p, ldm, 4);
-    if (emu_lane0())
-        for (int r = 0; r < 16; r++)
-            for (int c = 0; c < 16; c++)
-                (layout == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) = f.e[r * 16 + c];
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                              layout_t layout) {
+    if (!collective(p, ldm, 4)) return;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            (layout == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) = f.e[r * 16 + c];
 }
 template <class Use, class T, class L>
-static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
     for (int i = 0; i < 256; i++) f.e[i] = v;
 }
-// d = a b + c: the products of bf16 values are exact in fp32, summed in fp32 (the
-// tensor core's order of the 16 terms is unspecified; here it is k = 0..15).
+// d = a b + c: products of bf16 values are exact in fp32, summed in fp32 (the
+// tensor core's order of the 16 terms is unspecified; here k = 0..15).
 template <class LA, class LB>
-static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-                            const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
-                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
-                            const fragment<accumulator, 16, 16, 16, float> &c) {
-    __syncwarp();
-    float out[256];
-    for (int r = 0; r < 16; r++)
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    if (!lane0_of_collective()) return;
+    float bt[256], out[256];  // b transposed, for a row-by-row inner loop; out: d may be c
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 16; n++) bt[n * 16 + k] = __bfloat162float(b.e[k * 16 + n]);
+    for (int r = 0; r < 16; r++) {
+        float ar[16];
+        for (int k = 0; k < 16; k++) ar[k] = __bfloat162float(a.e[r * 16 + k]);
         for (int n = 0; n < 16; n++) {
             float s = c.e[r * 16 + n];
-            for (int k = 0; k < 16; k++) s += __bfloat162float(a.e[r * 16 + k]) * __bfloat162float(b.e[k * 16 + n]);
+            for (int k = 0; k < 16; k++) s += ar[k] * bt[n * 16 + k];
             out[r * 16 + n] = s;
         }
+    }
     memcpy(d.e, out, sizeof out);
 }
 }  // namespace wmma
 }  // namespace nvcuda
-
-// kernel<<<grid, block, smem>>>(args...): block by block, each block's threads
-// started together and joined; 1-D blocks of whole warps only.
-template <class... P, class... A>
-static void emu_launch(dim3 grid, dim3 block, size_t smem, void (*kernel)(P...), A... args) {
-    if (block.y != 1 || block.z != 1 || block.x % 32 || block.x == 0) emu_fail("blocks must be 1-D whole warps");
-    if (smem > 227 * 1024) emu_fail("dynamic shared memory above the 227 KiB an sm_90 block can have");
-    gridDim = grid;
-    blockDim = block;
-    std::vector<unsigned char> mem(smem + 128);
-    unsigned char *base = mem.data() + (128 - (uintptr_t)mem.data() % 128) % 128;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                EmuBlock blk;
-                pthread_barrier_init(&blk.all, nullptr, block.x);
-                blk.warps.resize(block.x / 32);
-                for (auto &w : blk.warps) pthread_barrier_init(&w, nullptr, 32);
-                memset(base, 0xff, smem);  // NaN floats: unwritten shared memory is visible
-                blk.smem = base;
-                blk.smem_bytes = smem;
-                emu_block = &blk;
-                std::vector<std::thread> threads;
-                for (unsigned t = 0; t < block.x; t++)
-                    threads.emplace_back([=]() {
-                        threadIdx = dim3(t, 0, 0);
-                        blockIdx = dim3(bx, by, bz);
-                        kernel(args...);
-                    });
-                for (auto &th : threads) th.join();
-                pthread_barrier_destroy(&blk.all);
-                for (auto &w : blk.warps) pthread_barrier_destroy(&w);
-            }
-    emu_block = nullptr;
-}
 
 #endif

@@ -1,5 +1,5 @@
 // tests/emu/test_flash_emu.cpp — the tensor-core attention kernels of
-// src/ops/flash_attention.cuh, run on CPU threads under tests/emu/cuda_emu.h,
+// src/ops/flash_attention.cuh, run on the CPU under tests/emu/cuda_emu.h,
 // against a naive fp64 attention: forward, the ring's block-by-block folding
 // (Sk != Sq, zigzag positions, rows that see no key), and the backward's
 // accumulation into dq and dkv, at every head dimension the kernels take.
@@ -52,6 +52,16 @@ static double rel_err(const std::vector<float> &a, const std::vector<double> &b)
         s = std::max(s, std::fabs(b[i]));
     }
     return s > 0 ? d / s : d;
+}
+
+// A launch the emulator refused (its configuration, or shared memory the kernel
+// was not allowed) is fatal: the figures after it would mean nothing.
+static void launched_ok(const char *name, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        printf("FAIL %s: the %s launch failed: %s\n", name, what, cudaGetErrorString(e));
+        exit(1);
+    }
 }
 
 // One attention problem: queries of one block, keys and values of another (as a
@@ -179,6 +189,7 @@ static void run_case(const char *name, Problem p, int splits) {
             std::copy_n(&p.kv[((size_t)b * p.Sk + j0) * p.ldkv], (size_t)n * p.ldkv, &blk[(size_t)b * n * p.ldkv]);
         flash::forward(o.data(), m.data(), l.data(), p.q.data(), p.ldq, blk.data(), p.ldkv, p.koff, p.voff,
                        p.qpos.data(), p.kpos.data() + j0, p.B, p.Sq, n, p.H, p.KV, hd);
+        launched_ok(name, "forward");
     }
     block_finish(p, o, lse, m, l);
     const double eo = rel_err(o, ref.out), eo_fp32 = rel_err(o, unrounded.out);
@@ -208,6 +219,7 @@ static void run_case(const char *name, Problem p, int splits) {
         flash::backward(dq.data(), self ? dq.data() : dblk.data(), p.q.data(), p.ldq, self ? p.q.data() : blk.data(),
                         p.ldkv, p.koff, p.voff, p.dout.data(), lse_f.data(), rd_f.data(), p.qpos.data(),
                         p.kpos.data() + j0, p.B, p.Sq, n, p.H, p.KV, hd);
+        launched_ok(name, "backward");
         if (self) dkv = dq;
         else
             for (int b = 0; b < p.B; b++)
@@ -242,7 +254,7 @@ static void run_case(const char *name, Problem p, int splits) {
 }
 
 static void on_alarm(int) {
-    static const char msg[] = "FAIL test_flash_emu: timed out (a barrier no thread reached: a diverged warp?)\n";
+    static const char msg[] = "FAIL test_flash_emu: timed out (an emulated kernel that never ends?)\n";
     (void)!write(1, msg, sizeof msg - 1);
     _exit(1);
 }
