@@ -6,13 +6,15 @@
 # and tests/gpu/train_parity.sh (training on the GPU against the CPU: one rank,
 # determinism, the memory line, two ranks sharing the GPU), and tests/gpu/layouts.sh
 # (every layout issue 14 lists, ranks sharing the GPU, fp32 within 1e-5 of the CPU's
-# one rank, memory per rank as predicted), and tests/gpu/bf16_main_job.sh (the
+# one rank, memory per rank as predicted), tests/gpu/layouts_bf16.sh (the same
+# layouts in bf16 against one rank in bf16, within 4x the measured spread of one
+# rank's gradient-accumulation splits), and tests/gpu/bf16_main_job.sh (the
 # README main job's 500 steps in bf16: final validation loss within 1% of fp32),
 # tests/gpu/reference.sh (the float64 PyTorch reference test against the CUDA
 # build), tests/gpu/resume_devices.sh (GPU checkpoints resumed on the CPU and the
 # other way round, fp32 and bf16) and tests/gpu/nccl.sh (parallel.comm: NCCL's
 # collectives and watchdog on one GPU, the refusal of two ranks on one GPU, auto's
-# fallback to MPI). Ends on "N passed, N failed" over all seven (exit 1 on a
+# fallback to MPI). Ends on "N passed, N failed" over all eight (exit 1 on a
 # failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
 # nothing ran.
 set -u
@@ -42,7 +44,7 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL gpu_ops exited with status $rc" | tee -a "$log"
 # Each script prints PASS/FAIL lines; one that fails without a FAIL line of its own
 # (a crash) gets one here.
-for t in train_parity layouts bf16_main_job reference resume_devices nccl; do
+for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices nccl; do
     bash "tests/gpu/$t.sh" | tee "$log.part"
     rc=${PIPESTATUS[0]}
     cat "$log.part" >>"$log"

@@ -15,7 +15,9 @@
 #   the 1-rank references and of `prepare`, default FEMTOTRON), ROW_ARGS (arguments
 #   added to every row's run but not to its reference or the predictor, e.g.
 #   "--training.device cuda --training.precision fp32": tests/gpu/layouts.sh runs the
-#   rows on the GPU against CPU references), MPIRUN (launcher, default
+#   rows on the GPU against CPU references), REF_ARGS (arguments added to the
+#   1-rank reference runs only, e.g. the device and bf16 precision when the
+#   references run on the GPU too: tests/gpu/layouts_bf16.sh), MPIRUN (launcher, default
 #   "mpirun --oversubscribe --allow-run-as-root"), PARITY_TIMEOUT (s per run,
 #   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory),
 #   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main).
@@ -28,6 +30,7 @@ filter=${2:-}
 FEMTOTRON=${FEMTOTRON:-./femtotron}
 REF_FEMTOTRON=${REF_FEMTOTRON:-$FEMTOTRON}
 read -r -a ROW_ARGS <<< "${ROW_ARGS:-}"
+read -r -a REF_ARGS <<< "${REF_ARGS:-}"
 read -r -a MPIRUN <<< "${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 TIMEOUT=${PARITY_TIMEOUT:-120}
 TOL=${PARITY_TOL:-1e-5}
@@ -178,7 +181,7 @@ for i in "${!names[@]}"; do
     ref_of[$key]=$ref
     read -r -a margs <<< "${key#k:}"
     t0=$(now)
-    run_layout "$REF_FEMTOTRON" 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}"
+    run_layout "$REF_FEMTOTRON" 1 "$ref.log" "$ref.jsonl" --training.micro_batch_size 8 "${margs[@]}" "${REF_ARGS[@]}"
     rc=$?
     if [ $rc -eq 0 ] && [ "$(grep -c '"loss":' "$ref.jsonl")" -eq $STEPS ]; then
         ref_ok[$key]=1

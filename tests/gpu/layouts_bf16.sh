@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/gpu/layouts_bf16.sh — issue 14's layouts in bf16, ranks sharing the GPU,
+# against one rank in bf16 on the GPU, within a tolerance measured first:
+#   1. the spread: the parity problem (tests/shell/test_parity.sh's 12 steps) in bf16
+#      on one rank with the global batch of 8 split into micro-batches 2 x 4 and
+#      1 x 8 instead of 8 x 1, for each model the selected rows train (2 and 4 layers). The numbers are the same up to the order of fp32
+#      sums (gradient accumulation), which bf16's rounding of the next step's
+#      operands then amplifies; the worst relative loss or gradient-norm difference
+#      over the steps of every split is the spread S.
+#   2. the tolerance: 4 S (a layout changes the order of the same fp32 sums, as the
+#      splits do, and the ring's tiles; 4x leaves room for layouts that reorder more
+#      than a split; an indexing error moves the loss by far more). Printed, with S.
+#   3. the rows of tests/gpu/layouts.sh, in bf16, within that tolerance of the
+#      one-rank bf16 run (and the memory line per rank, as in fp32).
+# Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
+# build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
+BF16="--training.device cuda --training.precision bf16"
+DEFAULT='^(dp2_zero[0-3]|tp2_sp|pp2_afab_m8|pp2_1f1b_m8|pp2_int_m4|zb_pp2_m4|zbv_pp2_m4|cp2|dp2_tp2_pp2|tp2_cp2_pp2|recompute_(sel|full)_tp2_cp2_pp2)$'
+parity() {  # parity TOL REGEX: test_parity.sh's rows on the GPU binary, bf16 references
+    FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
+        PARITY_TOL=$1 bash tests/shell/test_parity.sh tests/shell/parity_layouts.txt "$2"
+}
+
+# The splits, for every model the selected rows train (a row's third field: the
+# pipeline rows use 4 layers), in a layout file of their own.
+regex=${LAYOUTS:-$DEFAULT}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+awk -F'|' -v re="$regex" '/^[[:space:]]*#/ || NF < 2 { next }
+    { name = $1; gsub(/[[:space:]]/, "", name); m = (NF >= 3 ? $3 : ""); gsub(/^[[:space:]]+|[[:space:]]+$/, "", m)
+      if (name ~ re && !(m in seen)) { seen[m] = 1; k++
+          printf "split%d_b2_a4 | -np 1 --training.micro_batch_size 2 --training.grad_acc_steps 4 | %s\n", k, m
+          printf "split%d_b1_a8 | -np 1 --training.micro_batch_size 1 --training.grad_acc_steps 8 | %s\n", k, m } }' \
+    tests/shell/parity_layouts.txt >"$tmp/splits.txt"
+nsplit=$(wc -l <"$tmp/splits.txt")
+out=$(FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY PARITY_TOL=1 \
+    bash tests/shell/test_parity.sh "$tmp/splits.txt" ".")
+spread=$(printf '%s\n' "$out" | awk -v want="$nsplit" '/^PASS split/ {
+    for (i = 1; i <= NF; i++) if ($i ~ /^(worst_rel_diff|grad_norm_rel_diff)=/) { split($i, kv, "="); if (kv[2] + 0 > s) s = kv[2] + 0 }
+    n++ } END { if (n == want && n > 0) printf "%.3g", s }')
+if [ -z "$spread" ]; then
+    echo "FAIL bf16 spread: not every gradient-accumulation split ran:"
+    printf '%s\n' "$out" | grep -v '^PASS ' | tail -5
+    exit 1
+fi
+if awk -v s="$spread" 'BEGIN { exit !(s > 0) }'; then
+    echo "PASS bf16 spread of one rank's gradient-accumulation splits (2x4, 1x8 vs 8x1; $((nsplit / 2)) models): $spread (not 0: the splits reorder sums)"
+else
+    echo "FAIL bf16 spread is 0: the splits gave identical numbers, so it says nothing about order (bf16 not on?)"
+    exit 1
+fi
+tol=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 4 * s }')
+echo "bf16 layout tolerance: 4 x $spread = $tol"
+parity "$tol" "$regex" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
+exit "${PIPESTATUS[0]}"
