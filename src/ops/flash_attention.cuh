@@ -275,6 +275,21 @@ __device__ __forceinline__ void pair_grad(bool visible, float s, float dp, float
     *ds = *p * (dp - rowdot) * scale;
 }
 
+// The backward's view of query rows [i0, i0 + 64) of head h: Q and dO rounded to
+// bf16, and the rows' lse and rowdot (0 past Sq; those rows see no key).
+template <int HD>
+__device__ void load_query_tile(bf16 *qs, bf16 *dos, float *lse_s, float *rd_s, const float *q, int ldq,
+                                const float *dout, const float *lse, const float *rowdot, int b, int h, int i0,
+                                int Sq, int H) {
+    const size_t srow0 = ((size_t)b * H + h) * Sq;
+    load_rows_bf16<HD>(qs, q + (size_t)b * Sq * ldq + (size_t)h * HD, ldq, i0, Sq);
+    load_rows_bf16<HD>(dos, dout + (size_t)b * Sq * H * HD + (size_t)h * HD, (size_t)H * HD, i0, Sq);
+    for (int r = threadIdx.x; r < BQ; r += THREADS) {
+        lse_s[r] = i0 + r < Sq ? lse[srow0 + i0 + r] : 0.0f;
+        rd_s[r] = i0 + r < Sq ? rowdot[srow0 + i0 + r] : 0.0f;
+    }
+}
+
 // ---- backward, dQ += dS K over one block of keys ----
 // grid (ceil(Sq / 64), B * H); dq (B*Sq, ldq) at column h*HD.
 template <int HD>
@@ -295,14 +310,8 @@ __global__ void __launch_bounds__(THREADS)
 
     const int tid = threadIdx.x, lane = tid % 32, r0 = 16 * (tid / 32);
     const int i0 = blockIdx.x * BQ, b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
-    const size_t srow0 = ((size_t)b * H + h) * Sq;
 
-    load_rows_bf16<HD>(qs, q + (size_t)b * Sq * ldq + (size_t)h * HD, ldq, i0, Sq);
-    load_rows_bf16<HD>(dos, dout + (size_t)b * Sq * H * HD + (size_t)h * HD, (size_t)H * HD, i0, Sq);
-    for (int r = tid; r < BQ; r += THREADS) {
-        lse_s[r] = i0 + r < Sq ? lse[srow0 + i0 + r] : 0.0f;
-        rd_s[r] = i0 + r < Sq ? rowdot[srow0 + i0 + r] : 0.0f;
-    }
+    load_query_tile<HD>(qs, dos, lse_s, rd_s, q, ldq, dout, lse, rowdot, b, h, i0, Sq, H);
     load_pos(qp, qpos, i0, Sq, INT_MIN);
     __syncthreads();
     const int qmax = max_of(qp);
@@ -384,13 +393,7 @@ __global__ void __launch_bounds__(THREADS)
             load_pos(qp, qpos, i0, Sq, INT_MIN);
             __syncthreads();
             if (max_of(qp) < kmin) continue;  // no query of the tile sees any key of the block
-            const size_t srow0 = ((size_t)b * H + h) * Sq;
-            load_rows_bf16<HD>(qs, q + (size_t)b * Sq * ldq + (size_t)h * HD, ldq, i0, Sq);
-            load_rows_bf16<HD>(dos, dout + (size_t)b * Sq * H * HD + (size_t)h * HD, (size_t)H * HD, i0, Sq);
-            for (int c = tid; c < BQ; c += THREADS) {
-                lse_s[c] = i0 + c < Sq ? lse[srow0 + i0 + c] : 0.0f;
-                rd_s[c] = i0 + c < Sq ? rowdot[srow0 + i0 + c] : 0.0f;
-            }
+            load_query_tile<HD>(qs, dos, lse_s, rd_s, q, ldq, dout, lse, rowdot, b, h, i0, Sq, H);
             __syncthreads();
 
             warp_abt<BQ, HD>(st + r0 * LDS, LDS, ks + r0 * L::LDH, L::LDH, qs, L::LDH);
