@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "ops/ops.h"
+
 void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) {
     memset(r, 0, sizeof *r);
     r->at = at;
@@ -16,12 +18,21 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     pp_init(&r->pipe, &r->model, cfg, at.pp, plan_only);
     const ParallelConfig *p = &cfg->parallel;
     dp_init(&r->dp, &r->model, p, r->pipe.held, p->dp * p->cp, grid_dpcp_index(p, at), plan_only);
+    // bf16 products read a bf16 copy of the weights, rounded once per step, not once
+    // per product (ops.h). Not under ZeRO-3: its weights are gathered into windows
+    // for each use, and rounded there.
+    if (cfg->training.precision == PRECISION_BF16 && p->zero < 3) {
+        r->bf16_weights = buf_take(plan_only, MEM_PARAMS, 2 * r->dp.n_elements, "bf16 weight copy");
+        if (!plan_only) ops_keep_bf16_weights(r->dp.params, r->dp.n_elements, r->bf16_weights);
+    }
     if (cfg->checkpoint.async && cfg->checkpoint.dir[0])
         r->snapshot = buf_take(plan_only, MEM_SNAPSHOT, sizeof(float) * dp_save_elements(&r->dp),
                                "checkpoint snapshot");
 }
 
 void rank_free(Rank *r) {
+    if (r->bf16_weights) ops_keep_bf16_weights(NULL, 0, NULL);
+    buf_free(r->bf16_weights);
     pp_free(&r->pipe);
     dp_free(&r->dp);
     buf_free(r->full_tokens);

@@ -26,6 +26,8 @@ typedef struct {
     int32_t *full_targets;     // (B*seq_length) context-parallel split (MEM_ACTIVATIONS)
     float *snapshot;           // checkpoint.async: (dp_save_elements) the checkpoint pieces'
                                // copy the background writer reads (MEM_SNAPSHOT), else NULL
+    void *bf16_weights;        // bf16 products: (dp.n_elements) bf16 copy of the parameters
+                               // (MEM_PARAMS, ops_keep_bf16_weights); NULL under ZeRO-3 or fp32
 } Rank;
 
 // Build rank `at` of the run cfg (validated by config_validate): allocating every

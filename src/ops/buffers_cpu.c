@@ -17,6 +17,12 @@ void ops_set_matmul_bf16(int on) {
     if (on) die("the CPU build has no bf16 matrix products (training.precision = bf16 needs ./femtotron-cuda)");
 }
 
+void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
+    (void)weights;
+    if (n || copy) die("the CPU build has no bf16 products, so no bf16 copy of the weights to keep");
+}
+void ops_bf16_weights_changed(void) {}  // nothing kept
+
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
 
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes) { memcpy(dst_host, src_buffer, bytes); }

@@ -164,8 +164,60 @@ typedef struct {
     int ld;
 } Operand;
 
+// The bf16 copy of the weights (ops_keep_bf16_weights): g_w_copy mirrors the
+// arena [g_w, g_w + g_w_n) element for element; a weight operand's slice of it is
+// rounded once per generation (ops_bf16_weights_changed bumps g_w_gen) and then
+// read by every product until the next. g_rounded records which slices (start,
+// length) hold the current generation: a few hundred tensors a rank, searched in
+// order; when full, slots are reused round robin (a slice rounded twice gets the
+// same values, so reuse changes no result).
+#define MAX_ROUNDED 4096
+typedef struct {
+    const float *p;
+    size_t n;
+    unsigned gen;
+} Rounded;
+static const float *g_w;         // (g_w_n) the arena, NULL when none is kept
+static size_t g_w_n;
+static __nv_bfloat16 *g_w_copy;  // (g_w_n) its bf16 copy, a planned buffer
+static unsigned g_w_gen = 1;
+static Rounded g_rounded[MAX_ROUNDED];
+static int g_nrounded, g_next_rounded;
+
+extern "C" void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
+    g_w = n ? weights : NULL;
+    g_w_n = n;
+    g_w_copy = (__nv_bfloat16 *)copy;
+    g_nrounded = g_next_rounded = 0;
+}
+extern "C" void ops_bf16_weights_changed(void) { g_w_gen++; }
+
+// The kept copy of the contiguous weight x (n values), rounded now if this
+// generation has not rounded it yet; NULL when x is not in the arena.
+static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
+    if (!g_w || x < g_w || x + n > g_w + g_w_n) return NULL;
+    __nv_bfloat16 *c = g_w_copy + (x - g_w);
+    Rounded *r = NULL;
+    for (int i = 0; i < g_nrounded && !r; i++)
+        if (g_rounded[i].p == x && g_rounded[i].n == n) r = &g_rounded[i];
+    if (r && r->gen == g_w_gen) return c;
+    if (!r) {
+        r = &g_rounded[g_nrounded < MAX_ROUNDED ? g_nrounded++ : g_next_rounded];
+        if (g_nrounded == MAX_ROUNDED) g_next_rounded = (g_next_rounded + 1) % MAX_ROUNDED;
+        r->p = x;
+        r->n = n;
+    }
+    k_round_bf16<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
+    r->gen = g_w_gen;
+    return c;
+}
+
 static Operand operand(int slot, const float *x, int lines, int len, int ld) {
     if (!g_bf16) return Operand{x, ld};
+    if (ld == len) {  // a contiguous weight in the arena: its kept copy
+        const __nv_bfloat16 *kept = kept_copy(x, (size_t)lines * len);
+        if (kept) return Operand{kept, ld};
+    }
     const size_t ld16 = ((size_t)len + 7) / 8 * 8, n = (size_t)lines * ld16;
     if (n > g_half_n[slot]) {
         CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // the old copy may still be read

@@ -40,6 +40,17 @@ int ops_has_bf16(void);
 // Q, K, V, dO, P and dS rounded to bf16, the softmax and every sum in fp32).
 // Every other op stays fp32. Fatal where ops_has_bf16() is 0.
 void ops_set_matmul_bf16(int on);
+// The bf16 copy of the weights (bf16 products): `weights` (n) is the arena of this
+// rank's parameters and `copy` a planned buffer of n bf16 values (2n bytes). From
+// now on a product whose weight operand lies in the arena reads its bf16 copy at
+// the same offset, rounded the first time after each ops_bf16_weights_changed(),
+// instead of rounding the weight for every product (forward and backward, every
+// micro-batch). NULL, 0, NULL forgets the arena. Fatal where ops_has_bf16() is 0.
+void ops_keep_bf16_weights(const float *weights, size_t n, void *copy);
+// The weights may have changed (an optimizer step, a load): every copy is stale.
+// The trainer says so before each step and each validation; nothing writes the
+// weights while a step runs (ZeRO-3's gathered weights are outside the arena).
+void ops_bf16_weights_changed(void);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
 // scalars a step reads back). CPU: memcpy. Both wait until the copy is done.

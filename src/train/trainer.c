@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dist/comm.h"
+#include "ops/ops.h"
 #include "train/schedule.h"
 #include "train/trace.h"
 #include "util.h"
@@ -105,6 +106,7 @@ double trainer_compute_grads(Trainer *t, int step) {
 StepResult trainer_step(Trainer *t) {
     const TrainingConfig *tc = &t->cfg.training;
     StepResult r = {0};
+    ops_bf16_weights_changed();  // the last update or a load wrote the weights since
     r.step = t->state.step + 1;
     r.loss = trainer_compute_grads(t, t->state.step);
     r.aux_loss = t->aux_loss;
@@ -148,6 +150,7 @@ StepResult trainer_step(Trainer *t) {
 double trainer_validate(Trainer *t) {
     const TrainingConfig *tc = &t->cfg.training;
     const int nb = t->cfg.logging.val_batches;
+    ops_bf16_weights_changed();  // the step just taken updated the weights
     PpCallbacks cb = {t, fill_batch, trace_enabled() ? trace_cb : NULL};
     // Every data-parallel rank evaluates the same fixed batches (ZeRO-3 gathers
     // are collective, so all ranks must run the same forwards).

@@ -72,6 +72,51 @@ static void test_matmul_bf16(int N, int in, int out, int ld) {
         pair_free(dx);
 }
 
+// The bf16 copy of the weights (ops_keep_bf16_weights): a product whose weight
+// lies in the kept arena reads its bf16 copy, rounded once per generation. So the
+// product equals the CPU's product of the rounded operands (exact, as above); new
+// weights written without ops_bf16_weights_changed() are not seen (the copy is
+// kept: the trainer says "changed" before every step and validation), and after
+// it they are; the backward's din reads the copy too.
+static float *rounded_range(const float *h, size_t n) {  // (n) h rounded to bf16
+    float *r = xmalloc((n ? n : 1) * sizeof(float), "bf16-rounded weights");
+    for (size_t i = 0; i < n; i++) r[i] = round_bf16(h[i]);
+    return r;
+}
+
+static void test_kept_weights(void) {
+    const int N = 24, in = 64, out = 48;
+    const size_t off = 40, nw = (size_t)out * in, n = off + nw + 16;  // the weight inside the arena
+    Pair arena = pair_fill(n, 0.1f), x = pair_fill((size_t)N * in, 1.0f), y = pair_fill((size_t)N * out, 1.0f);
+    Pair dy = pair_fill((size_t)N * out, 1.0f), dx = pair_fill((size_t)N * in, 1.0f), dw = pair_fill(nw, 1.0f);
+    void *copy = buf_alloc(MEM_PARAMS, 2 * n, "bf16 weight copy");
+    float *xr = rounded_copy(x), *dyr = rounded_copy(dy), *old_wr = rounded_range(arena.h + off, nw);
+    const float *w = arena.d + off;
+    ops_set_matmul_bf16(1);
+    ops_keep_bf16_weights(arena.d, n, copy);
+    matmul_forward(y.d, x.d, w, N, in, out);
+    cpu_matmul_forward(y.h, xr, old_wr, N, in, out);
+    expect_close("kept bf16 weights: matmul_forward", y);
+    for (size_t i = 0; i < n; i++) arena.h[i] = urand() * 0.1f;  // new weights, nobody says so
+    ops_upload(arena.d, arena.h, n * sizeof(float));
+    float *new_wr = rounded_range(arena.h + off, nw);
+    matmul_forward(y.d, x.d, w, N, in, out);
+    expect_close("kept bf16 weights: new weights unseen until ops_bf16_weights_changed", y);
+    ops_bf16_weights_changed();
+    matmul_forward(y.d, x.d, w, N, in, out);
+    cpu_matmul_forward(y.h, xr, new_wr, N, in, out);
+    expect_close("kept bf16 weights: seen after ops_bf16_weights_changed", y);
+    matmul_backward(dx.d, dw.d, dy.d, x.d, w, N, in, out, 0);
+    cpu_matmul_backward(dx.h, dw.h, dyr, xr, new_wr, N, in, out, 0);
+    expect_close("kept bf16 weights: matmul_backward din", dx);
+    expect_close("kept bf16 weights: matmul_backward dweight", dw);
+    ops_keep_bf16_weights(NULL, 0, NULL);
+    ops_set_matmul_bf16(0);
+    free(xr), free(dyr), free(old_wr), free(new_wr);
+    buf_free(copy);
+    pair_free(arena), pair_free(x), pair_free(y), pair_free(dy), pair_free(dx), pair_free(dw);
+}
+
 // Attention with bf16 products: the tensor-core kernels round Q, K, V, dO, P and
 // dS to bf16 and keep the softmax and every sum in fp32. Against the CPU's fp32
 // attention on the same (unrounded) inputs they differ by the bf16 rounding: the

@@ -12,6 +12,8 @@
 #define ops_backend_name cpu_ops_backend_name
 #define ops_has_bf16 cpu_ops_has_bf16
 #define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
+#define ops_keep_bf16_weights cpu_ops_keep_bf16_weights
+#define ops_bf16_weights_changed cpu_ops_bf16_weights_changed
 #define ops_upload cpu_ops_upload
 #define ops_download cpu_ops_download
 #define ops_sync cpu_ops_sync
@@ -68,6 +70,8 @@
 #undef ops_backend_name
 #undef ops_has_bf16
 #undef ops_set_matmul_bf16
+#undef ops_keep_bf16_weights
+#undef ops_bf16_weights_changed
 #undef ops_upload
 #undef ops_download
 #undef ops_sync

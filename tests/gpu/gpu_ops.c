@@ -390,6 +390,7 @@ int main(void) {
     if (ops_has_bf16()) {
         test_matmul_bf16(37, 96, 80, 130);
         test_matmul_bf16(29, 64, 257, 301);
+        test_kept_weights();
         test_attention_bf16(64);
         test_attention_bf16(128);
     }

@@ -11,7 +11,11 @@
 #      splits do, and the ring's tiles; 4x leaves room for layouts that reorder more
 #      than a split; an indexing error moves the loss by far more). Printed, with S.
 #   3. the rows of tests/gpu/layouts.sh, in bf16, within that tolerance of the
-#      one-rank bf16 run (and the memory line per rank, as in fp32).
+#      one-rank bf16 run (and the memory line per rank, as in fp32, the bf16 copy of
+#      the weights included);
+#   4. the bf16 copy of the weights changes no bit: dp 2 ZeRO-1, whose products read
+#      it, trains the losses of ZeRO-3, whose gathered weights are rounded for every
+#      product.
 # Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
 # build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh).
 set -u
@@ -56,4 +60,29 @@ fi
 tol=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 4 * s }')
 echo "bf16 layout tolerance: 4 x $spread = $tol"
 parity "$tol" "$regex" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+
+# 4. The kept bf16 copy of the weights changes no bit: dp 2 with ZeRO-1 (products
+#    read the copy, rounded once per step) against ZeRO-3 (gathered weights, rounded
+#    for every product): every step's loss bit for bit. (Not the gradient norm: the
+#    two stages group its double sum of squares differently, a last-bit difference
+#    in fp32 as well.)
+CPU_BIN=$GPU_BIN
+failed() { echo "FAIL $*"; rc=1; }
+. tests/gpu/lib.sh
+parity_corpus
+read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
+for z in 1 3; do
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${PARITY[@]}" $BF16 --parallel.dp 2 --parallel.zero $z \
+        --training.micro_batch_size 4 --logging.metrics "$tmp/zero$z.jsonl" >"$tmp/zero$z.log" 2>&1 ||
+        failed "bf16 dp2 ZeRO-$z run: $(tail -3 "$tmp/zero$z.log")"
+done
+if [ -s "$tmp/zero1.jsonl" ] && [ -s "$tmp/zero3.jsonl" ]; then
+    a=$(grep -o '"loss": [^,}]*' "$tmp/zero1.jsonl"); b=$(grep -o '"loss": [^,}]*' "$tmp/zero3.jsonl")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then
+        echo "PASS bf16 weight copy changes no bit: dp2 ZeRO-1 (kept copy) = ZeRO-3 (rounded per product), $(printf '%s\n' "$a" | wc -l) losses"
+    else
+        failed "bf16 weight copy: dp2 ZeRO-1 and ZeRO-3 differ: $(diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head -3 | tr '\n' ' ')"
+    fi
+fi
+exit "$rc"

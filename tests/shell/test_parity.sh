@@ -13,7 +13,7 @@
 #   NAME_REGEX   only rows whose name matches (grep -E), e.g. 'zero3|tied'
 # environment: FEMTOTRON (binary, default ./femtotron), REF_FEMTOTRON (the binary of
 #   the 1-rank references and of `prepare`, default FEMTOTRON), ROW_ARGS (arguments
-#   added to every row's run but not to its reference or the predictor, e.g.
+#   added to every row's run and its memory prediction but not to its reference, e.g.
 #   "--training.device cuda --training.precision fp32": tests/gpu/layouts.sh runs the
 #   rows on the GPU against CPU references), REF_ARGS (arguments added to the
 #   1-rank reference runs only, e.g. the device and bf16 precision when the
@@ -219,7 +219,7 @@ for i in "${!names[@]}"; do
     if [ $rc -ne 0 ]; then
         failed "$name: exited with status $rc ($np ranks, $dt)"; grep -v '^step ' "$log" | tail -n 8 | sed 's/^/    /'; continue
     fi
-    check_memory "$name" "$np" "$log" "${rest[@]}" "${margs[@]}"
+    check_memory "$name" "$np" "$log" "${rest[@]}" "${margs[@]}" "${ROW_ARGS[@]}"
     [ -f "$metrics" ] || { failed "$name: no metrics file written"; continue; }
     if res=$(compare "$ref.jsonl" "$metrics"); then
         echo "PASS $name $res ($np ranks, $dt)"
