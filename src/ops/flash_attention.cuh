@@ -48,12 +48,15 @@
 #define FLASH_SMEM(name) unsigned char *name = emu_dynamic_smem()
 #define FLASH_KERNEL_CALL(kernel, grid, smem) emu_kernel_call(kernel, grid, dim3(flash::THREADS), smem)
 #endif
-// Above 48 KiB of dynamic shared memory a kernel must be allowed it first; a
-// failure of either call is left for cudaGetLastError (the caller's check).
-#define FLASH_LAUNCH(kernel, grid, smem, ...)                                                              \
-    do {                                                                                                   \
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)) == cudaSuccess) \
-            FLASH_KERNEL_CALL(kernel, grid, smem)(__VA_ARGS__);                                            \
+// Above 48 KiB of dynamic shared memory a kernel must be allowed it first, once
+// (each kernel has one fixed size: the static is per instantiation); a failure of
+// either call is left for cudaGetLastError (the caller's check).
+#define FLASH_LAUNCH(kernel, grid, smem, ...)                                                               \
+    do {                                                                                                    \
+        static bool allowed_ = false;                                                                       \
+        if (!allowed_)                                                                                      \
+            allowed_ = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)) == cudaSuccess; \
+        if (allowed_) FLASH_KERNEL_CALL(kernel, grid, smem)(__VA_ARGS__);                                   \
     } while (0)
 
 namespace flash {

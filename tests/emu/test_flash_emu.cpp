@@ -13,21 +13,13 @@
 // figure tests/gpu/gpu_ops.c allows between the GPU kernels and the CPU's fp32 ops.
 #include "cuda_emu.h"
 #include "ops/flash_attention.cuh"
+#include "../unit/check.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-static int passes, failures;
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        printf((cond) ? "PASS " : "FAIL ");                                     \
-        printf(__VA_ARGS__);                                                    \
-        printf("\n");                                                           \
-        fflush(stdout);                                                         \
-        ((cond) ? passes : failures)++;                                         \
-    } while (0)
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float urand() {  // uniform in [-1, 1)
@@ -287,6 +279,5 @@ int main() {
         for (int j = 0; j < 90; j++) p.kpos.push_back(j);
         run_case("hd 16, every key visible, three key blocks", p, 3);
     }
-    printf("%d passed, %d failed\n", passes, failures);
-    return failures ? 1 : 0;
+    return check_summary();
 }

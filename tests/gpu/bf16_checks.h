@@ -14,11 +14,12 @@ static float round_bf16(float x) {
     return x;
 }
 
-static float *rounded_copy(Pair p) {  // (p.n) the host side rounded to bf16
-    float *r = xmalloc((p.n ? p.n : 1) * sizeof(float), "bf16-rounded operand");
-    for (size_t i = 0; i < p.n; i++) r[i] = round_bf16(p.h[i]);
+static float *rounded_range(const float *h, size_t n) {  // (n) h rounded to bf16
+    float *r = xmalloc((n ? n : 1) * sizeof(float), "bf16-rounded operand");
+    for (size_t i = 0; i < n; i++) r[i] = round_bf16(h[i]);
     return r;
 }
+static float *rounded_copy(Pair p) { return rounded_range(p.h, p.n); }  // (p.n) the host side rounded
 
 // bf16 products (ops_set_matmul_bf16(1), training.precision = bf16): the GPU
 // rounds each operand to bf16 and sums the products in fp32. A product of two bf16
@@ -78,12 +79,6 @@ static void test_matmul_bf16(int N, int in, int out, int ld) {
 // weights written without ops_bf16_weights_changed() are not seen (the copy is
 // kept: the trainer says "changed" before every step and validation), and after
 // it they are; the backward's din reads the copy too.
-static float *rounded_range(const float *h, size_t n) {  // (n) h rounded to bf16
-    float *r = xmalloc((n ? n : 1) * sizeof(float), "bf16-rounded weights");
-    for (size_t i = 0; i < n; i++) r[i] = round_bf16(h[i]);
-    return r;
-}
-
 static void test_kept_weights(void) {
     const int N = 24, in = 64, out = 48;
     const size_t off = 40, nw = (size_t)out * in, n = off + nw + 16;  // the weight inside the arena
