@@ -41,8 +41,18 @@ static int request_event[MAX_REQUESTS];
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
 
+static void (*buffer_sync)(void);  // comm_set_buffer_sync: the device's queue, NULL on the CPU
+
 static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding",
                                                      "ep", "edp", "bench"};
+
+void comm_set_buffer_sync(void (*sync)(void)) { buffer_sync = sync; }
+
+// Before MPI or NCCL touches a buffer, or the host copies one: the device has
+// finished every op queued so far (comm.h, comm_set_buffer_sync).
+static void buffers_ready(void) {
+    if (buffer_sync) buffer_sync();
+}
 
 void comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -223,6 +233,12 @@ static CommRequest take_slot(GroupId g) {
     die("more than %d communication requests in flight", MAX_REQUESTS);
 }
 
+// A slot for an MPI request on buffers: after the device has finished with them.
+static CommRequest mpi_slot(GroupId g) {
+    buffers_ready();
+    return take_slot(g);
+}
+
 // The device request of slot i: 1 once finished.
 static int device_done(int i, const char *what) {
     if (request_event[i] >= 0 && devcomm_event_test(request_event[i], what)) request_event[i] = REQ_DEVICE_DONE;
@@ -270,8 +286,11 @@ void comm_wait(CommRequest *r, const char *what) {
 #define MAX_PIECE ((size_t)(INT_MAX / 2))
 
 // 1 when this collective goes through the device library: NCCL chosen, the group
-// has a communicator, and the buffer is GPU (or managed) memory.
+// has a communicator, and the buffer is GPU (or managed) memory. Either way the
+// device has then finished the ops queued on the buffers (buffers_ready): NCCL's
+// stream and MPI's host access come after them.
 static int on_device(GroupId g, const void *buf) {
+    buffers_ready();
     return device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf);
 }
 
@@ -354,14 +373,14 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
 
 CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag) {
     if (n > MAX_PIECE) die("send of %zu elements exceeds the per-call limit", n);
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Isend(buf, (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
     return r;
 }
 
 CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag) {
     if (n > MAX_PIECE) die("receive of %zu elements exceeds the per-call limit", n);
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Irecv(buf, (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
     return r;
 }
@@ -378,7 +397,7 @@ void group_allreduce_sum_f32(GroupId g, float *buf, size_t n) {
 static void allreduce_f64(GroupId g, double *buf, size_t n, MPI_Op op, const char *what) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("%s of %zu doubles exceeds the per-call limit", what, n);
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, op, groups[g], &requests[r.slot]);
     comm_wait(&r, what);
 }
@@ -394,7 +413,7 @@ void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
 void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("all-reduce of %zu 64-bit integers exceeds the per-call limit", n);
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_UINT64_T, MPI_SUM, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-reduce");
 }
@@ -420,6 +439,7 @@ void group_allgather_f32(GroupId g, float *buf, size_t chunk) {
 
 void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (!mpi_up || group_size(g) == 1) {
+        buffers_ready();
         if (out != in) memcpy(out, in, chunk * sizeof(float));
         return;
     }
@@ -429,10 +449,11 @@ void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chu
 
 void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count) {
     if (!mpi_up || group_size(g) == 1) {
+        buffers_ready();
         memcpy(recv, send, sizeof(int32_t) * (size_t)count);
         return;
     }
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Ialltoall(send, count, MPI_INT32_T, recv, count, MPI_INT32_T, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-to-all");
 }
@@ -440,10 +461,11 @@ void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count
 void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, const int *send_displs,
                          float *recv, const int *recv_counts, const int *recv_displs) {
     if (!mpi_up || group_size(g) == 1) {
+        buffers_ready();
         memcpy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
         return;
     }
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
                    groups[g], &requests[r.slot]);
     comm_wait(&r, "all-to-all(v)");
@@ -451,7 +473,7 @@ void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, c
 
 void group_barrier(GroupId g) {
     if (!mpi_up || group_size(g) == 1) return;
-    CommRequest r = take_slot(g);
+    CommRequest r = take_slot(g);  // no buffer
     MPI_Ibarrier(groups[g], &requests[r.slot]);
     comm_wait(&r, "barrier");
 }
@@ -459,7 +481,7 @@ void group_barrier(GroupId g) {
 void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root) {
     if (!mpi_up || group_size(g) == 1) return;
     if (bytes > MAX_PIECE) die("broadcast of %zu bytes exceeds the per-call limit", bytes);
-    CommRequest r = take_slot(g);
+    CommRequest r = mpi_slot(g);
     MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
     comm_wait(&r, "broadcast");
 }

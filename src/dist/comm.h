@@ -37,6 +37,14 @@ typedef enum {
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 
+// How the host waits for the device's queued work (ops_sync), installed by a
+// backend whose ops return before they finish (the CUDA one, at ops_init; an
+// upward edge, docs/DESIGN.md). MPI reads and writes buffers in host memory, so
+// every collective waits for it before MPI (or NCCL) touches a buffer: what the
+// ops queued on the buffer is then complete, and none of them is still to read
+// what MPI will write. NULL (the CPU backend): nothing to wait for.
+void comm_set_buffer_sync(void (*sync)(void));
+
 // The ranks an MPI launcher (mpirun, mpiexec, srun) started and this process's
 // place among them, read from the launcher's environment (Open MPI's
 // OMPI_COMM_WORLD_SIZE/RANK, MPICH's and Slurm's PMI_SIZE/RANK) without starting

@@ -14,8 +14,9 @@
 //
 // Ordering: each group has its own stream (collectives of one group keep their
 // order, as every member issues them in the same order; different groups never
-// wait on each other's queue). The CUDA ops finish before they return
-// (ops/cuda_common.cuh), so a buffer is complete when its collective is enqueued;
+// wait on each other's queue). comm.c waits for the ops queued on the compute
+// stream before it enqueues a collective (comm_set_buffer_sync), so a buffer is
+// complete when its collective is enqueued;
 // completion is an event the host polls (comm_test / comm_wait), which also
 // watches NCCL's asynchronous errors and parallel.timeout_s. Every member of a
 // group must take the same library for one collective: comm.c decides on the

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "model/init.h"
+#include "ops/ops.h"
 #include "util.h"
 
 // Global range of a local range inside bucket b.
@@ -17,6 +18,7 @@ void dp_init_params(DataParallel *dp, uint64_t seed, const char *hf_dir) {
     const int from_hf = hf_dir && hf_dir[0];
     CkptPiece *pieces = xmalloc(sizeof(CkptPiece) * (size_t)(dp->n_buckets + 1), "pieces");
     int np = 0;
+    ops_sync();  // the host writes the parameters: no op may still use them
     // Stage 0-2 hold every held unit whole, stage 3 only the own parts; either way
     // each piece is drawn by global index (or read from the Hugging Face files).
     for (int k = 0; k < dp->n_buckets; k++) {

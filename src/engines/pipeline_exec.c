@@ -111,7 +111,12 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
-    if (vs == 0 || vs == pp->n_virtual - 1) x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
+    if (vs == 0 || vs == pp->n_virtual - 1) {
+        // The host writes the slot's ids: the ops of the micro-batch that used the
+        // slot before (the embedding's backward reads its ids) must have finished.
+        ops_sync();
+        x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
+    }
     double t0 = now_seconds();
     const int stats = want_grads && x->m->moe_aux;  // the load-balancing statistics travel too
     const size_t n_stats = 2 * (size_t)a->B * x->m->E;   // (2, B, E) counts and probability sums

@@ -15,6 +15,7 @@
 #include "ops/cuda_common.cuh"
 
 extern "C" {
+#include "dist/comm.h"  // comm_set_buffer_sync
 #include "ops/ops.h"
 }
 
@@ -31,8 +32,6 @@ cudaStream_t cuda_stream(void) { return g_stream; }
 void cuda_done(const char *what) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) die("CUDA kernel launch failed in %s: %s", what, cudaGetErrorString(e));
-    e = cudaStreamSynchronize(g_stream);
-    if (e != cudaSuccess) die("CUDA error while running %s: %s", what, cudaGetErrorString(e));
 }
 
 // Grow a device buffer to at least `bytes` (contents are not kept).
@@ -105,6 +104,7 @@ extern "C" void ops_init(int local_rank) {
             "(Linux, Pascal or newer): run the CPU build (./femtotron) here", dev);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     util_set_buf_allocator(managed_alloc_zeroed, managed_free);
+    comm_set_buffer_sync(ops_sync);  // ops return before they finish: MPI waits for them
     cuda_matmul_init();
 }
 

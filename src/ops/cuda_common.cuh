@@ -4,11 +4,13 @@
 // of ops/ only; the layers above see ops.h alone (docs/DESIGN.md, invariant 6:
 // the backend boundary).
 //
-// Ordering rule of this first (fp32, correctness-first) backend: every op runs on
-// one stream and waits for it before returning (cuda_done). Planned buffers are
-// CUDA managed memory (ops/buffers_cuda.cu), so host code that still reads them
-// directly (io/, the data loader, the trainer's scalars) sees finished results.
-// Removing that wait is issue 21's (speed); docs/DESIGN.md lists the host readers.
+// Ordering rule: every op is queued on one stream and returns at once (cuda_done
+// checks the launch only). Planned buffers are CUDA managed memory
+// (ops/buffers_cuda.cu); host code that reads or writes them directly waits for
+// the stream first (ops_sync): the collectives (dist/comm.c, through
+// comm_set_buffer_sync), the pipeline before filling a slot's token ids, the
+// scalars returned to the host, the host-run MoE ops, checkpoints and
+// initialisation (docs/DESIGN.md lists them).
 #ifndef FEMTOTRON_CUDA_COMMON_CUH
 #define FEMTOTRON_CUDA_COMMON_CUH
 
@@ -30,8 +32,8 @@ extern "C" {
 
 // The stream every op runs on (created by ops_init).
 cudaStream_t cuda_stream(void);
-// After a kernel launch: fatal on a launch error, then wait for the stream (see the
-// ordering rule above). `what` names the op in the message.
+// After a kernel launch: fatal on a launch error (see the ordering rule above; an
+// error while the kernel runs shows at the next wait). `what` names the op.
 void cuda_done(const char *what);
 // A device scratch buffer of at least `bytes`, owned by the backend, reused by every
 // op that needs one (row losses, reduction partials, staged ids). It grows only in

@@ -3,12 +3,16 @@
 // backwards. The expert products themselves are ordinary BLAS GEMMs, one per expert
 // over its contiguous block of grouped rows (model/moe.c). Every loop is per token
 // (or per row) with a fixed summation order, so results never depend on threads.
+// The CUDA build links these as they are and runs them on the host over managed
+// memory: each starts with ops_sync() (the device's queued ops on its buffers
+// finish first; nothing to wait for on the CPU).
 #include <math.h>
 #include <string.h>
 
 #include "ops/ops.h"
 
 void moe_route(float *probs, int32_t *sel, float *wts, int N, int E, int K) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         float *p = probs + (size_t)t * E;  // (E) logits in, probabilities out
@@ -41,6 +45,7 @@ void moe_route(float *probs, int32_t *sel, float *wts, int N, int E, int K) {
 
 void moe_group(int32_t *start, int32_t *slot_of, int32_t *row_of, const int32_t *sel, int N, int E,
                int K) {
+    ops_sync();
     // Counting sort of the N*K slots by expert, stable (tokens stay in order):
     // start[e + 1] counts expert e, a prefix sum makes it the first row of e + 1.
     const size_t n = (size_t)N * K;
@@ -59,6 +64,7 @@ void moe_group(int32_t *start, int32_t *slot_of, int32_t *row_of, const int32_t 
 }
 
 void moe_dispatch(float *xg, const float *x, const int32_t *slot_of, int N, int K, int D) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < (size_t)N * K; r++)
         memcpy(xg + r * D, x + (size_t)(slot_of[r] / K) * D, sizeof(float) * (size_t)D);
@@ -66,6 +72,7 @@ void moe_dispatch(float *xg, const float *x, const int32_t *slot_of, int N, int 
 
 void moe_combine(float *out, const float *y, const float *wts, const int32_t *row_of, int N, int K,
                  int D) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         float *o = out + (size_t)t * D;
@@ -80,6 +87,7 @@ void moe_combine(float *out, const float *y, const float *wts, const int32_t *ro
 
 void moe_combine_backward(float *dy, float *dwts, const float *dout, const float *y,
                           const float *wts, const int32_t *row_of, int N, int K, int D) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         const float *g = dout + (size_t)t * D;
@@ -98,6 +106,7 @@ void moe_combine_backward(float *dy, float *dwts, const float *dout, const float
 }
 
 void moe_dispatch_backward(float *dx, const float *dxg, const int32_t *row_of, int N, int K, int D) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         float *o = dx + (size_t)t * D;
@@ -110,6 +119,7 @@ void moe_dispatch_backward(float *dx, const float *dxg, const int32_t *row_of, i
 
 void moe_route_stats(float *count, float *psum, const float *probs, const int32_t *sel, int B, int S,
                      int E, int K) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++) {
         float *c = count + (size_t)b * E, *ps = psum + (size_t)b * E;
@@ -123,6 +133,7 @@ void moe_route_stats(float *count, float *psum, const float *probs, const int32_
 
 void moe_route_backward(float *dlogits, const float *probs, const int32_t *sel, const float *wts,
                         const float *dwts, const float *aux_g, int N, int S, int E, int K) {
+    ops_sync();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         const float *p = probs + (size_t)t * E;
@@ -145,6 +156,7 @@ void moe_route_backward(float *dlogits, const float *probs, const int32_t *sel, 
 
 double moe_aux_loss(float *aux_g, const float *count, const float *psum, int B, int E, double T,
                     float g_scale) {
+    ops_sync();
     double total = 0.0;
     for (int b = 0; b < B; b++) {
         double aux = 0.0;

@@ -56,7 +56,9 @@ void ops_bf16_weights_changed(void);
 // scalars a step reads back). CPU: memcpy. Both wait until the copy is done.
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes);
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes);
-// Wait until every op issued so far has finished (CPU: nothing to wait for).
+// Wait until every op issued so far has finished (CPU: nothing to wait for). The
+// CUDA ops return before they finish: host code that reads or writes a buffer's
+// contents itself (not through an op) calls this first.
 void ops_sync(void);
 
 // ---- buffers: moving and clearing contents ----

@@ -51,6 +51,7 @@ void checkpointer_save(Trainer *t) {
     const int n = dp_save_pieces(&t->rank.dp, c->pieces);
     double t0 = now_seconds();
     if (!c->async) {
+        ops_sync();  // the host reads the pieces: the last update must have finished
         checkpoint_save_pieces(dir, &t->cfg, &t->rank.model, c->pieces, n, &t->state);
         report(t, t->state.step, now_seconds() - t0, "");
         return;
@@ -64,6 +65,7 @@ void checkpointer_save(Trainer *t) {
         copy_f32(c->snap[i].data, c->pieces[i].data, c->pieces[i].hi - c->pieces[i].lo);
         at += c->pieces[i].hi - c->pieces[i].lo;
     }
+    ops_sync();  // the snapshot's copies have finished before the host reads them
     checkpoint_save_begin(&c->save, dir, &t->cfg, &t->rank.model, c->snap, n, &t->state);
     c->t_begin = t0;
     c->in_flight = 1;

@@ -169,5 +169,6 @@ double trainer_validate(Trainer *t) {
 
 void trainer_load(Trainer *t, const char *ckpt_dir) {
     int np = dp_load_pieces(&t->rank.dp, t->pieces);
+    ops_sync();  // the host writes the pieces: no op may still read or write them
     checkpoint_load_pieces(ckpt_dir, &t->rank.model, t->pieces, np, &t->state);
 }

@@ -140,7 +140,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 
 // An operand as fp32 for sgemm: itself, or its bf16 values widened into `tmp`
 // (same layout: cols columns of ld values).
-inline const float *emu_lt_f32(const void *p, cublasLtMatrixLayout_t l, std::vector<float> &tmp) {
+inline const float *emu_lt_f32(const void *p, const EmuLtLayout *l, std::vector<float> &tmp) {
     if (l->type == CUDA_R_32F) return (const float *)p;
     tmp.resize((size_t)l->ld * l->cols);
     for (size_t c = 0; c < l->cols; c++)
@@ -160,17 +160,23 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if (algo && (uintptr_t)ptrs[i] % algo->data[i]) return CUBLAS_STATUS_INVALID_VALUE;
-    const float be = *(const float *)beta;
-    float *d = (float *)D;
-    if (C != D && be != 0.0f)  // D = C first, then D = alpha AB + beta D
-        for (uint64_t j = 0; j < n; j++)
-            for (uint64_t i = 0; i < m; i++) d[i + j * ld->ld] = ((const float *)C)[i + j * lc->ld];
-    std::vector<float> ta, tb;
-    const float *a = emu_lt_f32(A, la, ta), *b = emu_lt_f32(B, lb, tb);
-    // sgemm with beta = 0 writes D without reading it (NaN there does not spread).
-    cblas_sgemm(CblasColMajor, desc->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                desc->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, *(const float *)alpha, a,
-                (int)la->ld, b, (int)lb->ld, be, d, (int)ld->ld);
+    // Queued on the stream (tests/emu/cuda_emu.h): alpha, beta, the descriptor and
+    // the layouts as they are now (the caller may change or destroy them after).
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const EmuLtDesc dd = *desc;
+    const EmuLtLayout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
+    emu::enqueue([=]() {
+        float *d = (float *)D;
+        if (C != D && be != 0.0f)  // D = C first, then D = alpha AB + beta D
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++) d[i + j * d_l.ld] = ((const float *)C)[i + j * c_l.ld];
+        std::vector<float> ta, tb;
+        const float *a = emu_lt_f32(A, &a_l, ta), *b = emu_lt_f32(B, &b_l, tb);
+        // sgemm with beta = 0 writes D without reading it (NaN there does not spread).
+        cblas_sgemm(CblasColMajor, dd.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    dd.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, al, a, (int)a_l.ld, b,
+                    (int)b_l.ld, be, d, (int)d_l.ld);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -22,6 +22,15 @@
 // operation for the warp. The documented rules are checked: the pointer 256-bit
 // aligned, ldm a multiple of 16 bytes, every lane of the warp making the same calls.
 //
+// Streams. Work is queued, not run: a launch, a cuBLASLt product, an async copy
+// or memset between device (or managed) memory runs when the host next waits
+// (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree, a copy into plain host
+// memory, which CUDA completes before returning), all streams in the order the
+// host issued the work. So host code that reads a buffer an op has not finished
+// sees the old contents, as it may on a GPU, instead of the answer: a missing wait
+// fails the tests. A copy out of plain host memory reads it when issued (CUDA
+// stages pageable memory then). CUDA_EMU_SYNC=1 runs everything at once.
+//
 // Launch checks as on sm_90: at most 1024 threads, grid y and z at most 65535,
 // dynamic shared memory above 48 KiB only after cudaFuncSetAttribute allowed it and
 // never above 227 KiB; a bad launch leaves its error for cudaGetLastError.
@@ -97,6 +106,33 @@ inline cudaError_t sticky = cudaSuccess;  // the last launch's error (cudaGetLas
 inline std::map<uintptr_t, size_t> allocations;  // cudaMalloc'd ranges: start -> bytes
 inline std::map<const void *, int> smem_allowed;  // cudaFuncSetAttribute's dynamic shared memory
 inline std::map<const void *, bool> barrier_free;  // kernels whose first block used no barrier
+
+// ---- the streams: work queued until the host waits (see the top) ----
+inline std::vector<std::function<void()>> queued;
+inline bool running_queue;  // flush() is running queued work
+inline bool sync_mode() {
+    static const int on = getenv("CUDA_EMU_SYNC") && atoi(getenv("CUDA_EMU_SYNC")) != 0;
+    return on;
+}
+inline void enqueue(std::function<void()> work) {
+    if (sync_mode() || running_queue) work();
+    else queued.push_back(std::move(work));
+}
+// Run every queued piece of work, in issue order.
+inline void flush() {
+    if (running_queue) return;
+    running_queue = true;
+    for (size_t i = 0; i < queued.size(); i++) queued[i]();
+    queued.clear();
+    running_queue = false;
+}
+// 1 when [p, p + bytes) lies in one cudaMalloc'd (device or managed) allocation.
+inline bool device_memory(const void *p, size_t bytes) {
+    auto it = allocations.upper_bound((uintptr_t)p);
+    if (it == allocations.begin()) return false;
+    --it;
+    return (uintptr_t)p >= it->first && (uintptr_t)p + bytes <= it->first + it->second;
+}
 
 // ---- the block scheduler ----
 // Context switches: on x86-64 a few instructions (the callee-saved registers, the
@@ -257,20 +293,27 @@ inline void check_collectives(unsigned n) {
         }
 }
 
-inline void launch(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {
+// The launch checks: false (and the error left for cudaGetLastError) when refused.
+inline bool launch_ok(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes) {
     const unsigned nthreads = block.x * block.y * block.z;
     const auto allowed = smem_allowed.find(kernel);
     if (nthreads == 0 || nthreads > 1024 || block.y != 1 || block.z != 1 || grid.x == 0 || grid.y == 0 ||
         grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
         sticky = cudaErrorInvalidConfiguration;
-        return;
+        return false;
     }
     if (nthreads % 32) emu_fail("blocks of whole warps only are emulated");
     if (smem_bytes > 227 * 1024 ||
         (smem_bytes > 48 * 1024 && (allowed == smem_allowed.end() || (size_t)allowed->second < smem_bytes))) {
         sticky = cudaErrorInvalidValue;  // too much dynamic shared memory for this kernel
-        return;
+        return false;
     }
+    return true;
+}
+
+// Run a checked launch: every block, one after another.
+inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {
+    const unsigned nthreads = block.x * block.y * block.z;
     gridDim = grid;
     blockDim = block;
     std::vector<unsigned char> mem(smem_bytes + 128);
@@ -313,14 +356,19 @@ struct EmuCall {
     template <class... A>
     void operator()(A... args) const {
         void (*k)(P...) = kernel;
-        const std::function<void()> fn = [=]() { k(args...); };
-        emu::launch((const void *)k, grid, block, smem, fn);
+        if (!emu::launch_ok((const void *)k, grid, block, smem)) return;
+        const dim3 g = grid, b = block;
+        const size_t sm = smem;
+        emu::enqueue([=]() {  // the arguments as they were at the launch
+            const std::function<void()> fn = [=]() { k(args...); };
+            emu::run_launch((const void *)k, g, b, sm, fn);
+        });
     }
 };
 template <class... P>
 inline EmuCall<P...> emu_kernel_call(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0,
                                      cudaStream_t stream = nullptr) {
-    (void)stream;  // one stream: every launch runs to completion in order
+    (void)stream;  // every stream's work goes into one queue, in issue order
     return EmuCall<P...>{kernel, grid, block, smem};
 }
 
@@ -356,7 +404,14 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
     *s = (cudaStream_t)(uintptr_t)1;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    emu::flush();
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+    emu::flush();
+    return cudaSuccess;
+}
 template <class K>
 inline cudaError_t cudaFuncSetAttribute(K *kernel, cudaFuncAttribute, int value) {
     emu::smem_allowed[(const void *)kernel] = value;
@@ -380,6 +435,7 @@ inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)
 inline cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
 inline cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    emu::flush();  // cudaFree waits for the device
     if (!emu::allocations.erase((uintptr_t)p)) return cudaErrorInvalidValue;
     free(p);
     return cudaSuccess;
@@ -394,30 +450,64 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void
     return cudaSuccess;
 }
 // cudaMemcpy's ranges must not overlap (undefined on a GPU): refused here.
+// Between device (or managed) ranges the copy is queued; out of plain host memory
+// the source is read now (CUDA stages pageable memory before returning) and the
+// copy queued; into plain host memory everything queued runs first and the copy is
+// done on return (CUDA completes those before returning).
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t = nullptr) {
     const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (bytes && d < s + bytes && s < d + bytes && d != s) return cudaErrorInvalidValue;
-    if (bytes) memmove(dst, src, bytes);
+    if (bytes == 0) return cudaSuccess;
+    if (!emu::device_memory(dst, bytes)) {
+        emu::flush();
+        memmove(dst, src, bytes);
+    } else if (!emu::device_memory(src, bytes)) {
+        std::vector<unsigned char> staged((const unsigned char *)src, (const unsigned char *)src + bytes);
+        emu::enqueue([=]() { memcpy(dst, staged.data(), bytes); });
+    } else {
+        emu::enqueue([=]() { memmove(dst, src, bytes); });
+    }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
-    return cudaMemcpyAsync(dst, src, bytes, k);
+    emu::flush();
+    const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k);
+    emu::flush();
+    return e;
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t = nullptr) {
-    memset(p, v, bytes);
+    emu::enqueue([=]() { memset(p, v, bytes); });
     return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes); }
+inline cudaError_t cudaMemset(void *p, int v, size_t bytes) {
+    cudaMemsetAsync(p, v, bytes);
+    emu::flush();
+    return cudaSuccess;
+}
+// 2D copies: between device ranges queued; with plain host memory on either side
+// done now, after the queue (the copy_rows_f32 callers pass planned buffers).
 inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                      size_t height, cudaMemcpyKind, cudaStream_t = nullptr) {
     if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
-    for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    if (height == 0 || width == 0) return cudaSuccess;
+    auto copy = [=]() {
+        for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    };
+    const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    if (emu::device_memory(dst, dspan) && emu::device_memory(src, sspan)) {
+        emu::enqueue(copy);
+    } else {
+        emu::flush();
+        copy();
+    }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
                                      cudaStream_t = nullptr) {
     if (width > pitch) return cudaErrorInvalidPitchValue;
-    for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+    emu::enqueue([=]() {
+        for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+    });
     return cudaSuccess;
 }
 

@@ -47,9 +47,11 @@ static double rel_err(const std::vector<float> &a, const std::vector<double> &b)
 }
 
 // A launch the emulator refused (its configuration, or shared memory the kernel
-// was not allowed) is fatal: the figures after it would mean nothing.
+// was not allowed) is fatal: the figures after it would mean nothing. Then wait
+// for the queued kernels (the emulator runs them when the host waits).
 static void launched_ok(const char *name, const char *what) {
     cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         printf("FAIL %s: the %s launch failed: %s\n", name, what, cudaGetErrorString(e));
         exit(1);
