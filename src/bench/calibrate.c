@@ -64,7 +64,7 @@
 
 static void calibrate_usage(void) {
     printf("usage: [mpirun -np N] femtotron bench calibrate [--output FILE] [--threads T]\n"
-           "                                                [--head-dim HD] [--quick]\n"
+           "                                                [--head-dim HD] [--precision P] [--quick]\n"
            "  Measures the hardware profile the planner uses, on every rank at once: GEMM and\n"
            "  attention rate curves, memory bandwidth, GEMM peak, and alpha-beta fits of\n"
            "  all-reduce, reduce-scatter, all-gather and p2p on groups of 2, 4, ... ranks.\n"
@@ -72,6 +72,8 @@ static void calibrate_usage(void) {
            "  --threads T    threads per rank (default: the cores bound to the rank, else\n"
            "                 the node's cores divided among its ranks)\n"
            "  --head-dim HD  head dim of the attention curves (default 64; use the model's)\n"
+           "  --precision P  fp32 or bf16 matrix products (training.precision; default bf16\n"
+           "                 on the CUDA build, fp32, the only one, on the CPU build)\n"
            "  --quick        smaller shapes and messages (a few seconds)\n");
 }
 
@@ -100,11 +102,14 @@ static void print_curve(const char *name, const char *per, const RateCurve *c) {
 }
 
 static void print_summary(const Hardware *hw, const char *path, double seconds) {
-    printf("calibrated %d rank%s x %d thread%s (%d on this node) in %.1f s\n", hw->calib_ranks,
-           hw->calib_ranks == 1 ? "" : "s", hw->calib_threads, hw->calib_threads == 1 ? "" : "s",
-           hw->gpus_per_node, seconds);
-    printf("cores     %d on the node, %d rank%s x %d thread%s on them\n", hw->node_cores, hw->gpus_per_node,
-           hw->gpus_per_node == 1 ? "" : "s", hw->calib_threads, hw->calib_threads == 1 ? "" : "s");
+    printf("calibrated %d rank%s x %d thread%s (%d on this node) in %.1f s, %s matrix products\n",
+           hw->calib_ranks, hw->calib_ranks == 1 ? "" : "s", hw->calib_threads, hw->calib_threads == 1 ? "" : "s",
+           hw->gpus_per_node, seconds, hw->precision);
+    char device[256];
+    if (ops_device(device, sizeof device) > 0) printf("device    %s\n", device);
+    if (hw->node_cores > 0)
+        printf("cores     %d on the node, %d rank%s x %d thread%s on them\n", hw->node_cores, hw->gpus_per_node,
+               hw->gpus_per_node == 1 ? "" : "s", hw->calib_threads, hw->calib_threads == 1 ? "" : "s");
     printf("peak      %.1f GFLOP/s per rank\n", hw->peak_flops / 1e9);
     print_curve("gemm", "call", &hw->gemm);
     print_curve("attn_fwd", "(seq,head)", &hw->attn_fwd);
@@ -137,7 +142,8 @@ static int parse_int(const char *s, const char *opt) {
 int bench_calibrate_main(int argc, char **argv) {
     const char *output = "profile.json";
     int threads = 0;
-    CalibOpts o = {0, 0.06, 64};
+    CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0};
+    const char *precision = ops_has_bf16() ? "bf16" : "fp32";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             if (comm_world_rank() == 0) calibrate_usage();
@@ -145,17 +151,24 @@ int bench_calibrate_main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--quick") == 0) {
             o.quick = 1;
         } else if (strcmp(argv[i], "--output") == 0 || strcmp(argv[i], "--threads") == 0 ||
-                   strcmp(argv[i], "--head-dim") == 0) {
+                   strcmp(argv[i], "--head-dim") == 0 || strcmp(argv[i], "--precision") == 0) {
             if (i + 1 >= argc) die("bench calibrate: %s needs a value", argv[i]);
             if (strcmp(argv[i], "--output") == 0) output = argv[i + 1];
+            else if (strcmp(argv[i], "--precision") == 0) precision = argv[i + 1];
             else if (strcmp(argv[i], "--threads") == 0) threads = parse_int(argv[i + 1], argv[i]);
             else o.head_dim = parse_int(argv[i + 1], argv[i]);
             i++;
         } else {
             die("bench calibrate: unknown option \"%s\" (options: --output FILE, --threads T, --head-dim HD, "
-                "--quick)", argv[i]);
+                "--precision P, --quick)", argv[i]);
         }
     }
+    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        die("bench calibrate: --precision must be fp32 or bf16 (got \"%s\")", precision);
+    if (!strcmp(precision, "bf16") && !ops_has_bf16())
+        die("bench calibrate: --precision bf16 needs bf16 kernels, which the CPU build has not: run it with "
+            "./femtotron-cuda (make cuda) on a GPU, or measure fp32");
+    ops_set_matmul_bf16(!strcmp(precision, "bf16"));  // products and attention's, as in training
     if (o.quick) o.target_s = 0.03;
     if (comm_world_rank() == 0) check_writable(output);
     double t0 = now_seconds();
@@ -175,13 +188,15 @@ int bench_calibrate_main(int argc, char **argv) {
     hw.gpus_per_node = local;
     hw.calib_ranks = ws;
     hw.calib_threads = threads;
-    hw.node_cores = (int)cores;
+    hw.node_cores = o.gpu ? 0 : (int)cores;  // a GPU rank's speed does not depend on the host's cores
+    snprintf(hw.precision, sizeof hw.precision, "%s", precision);
     hw.attn_head_dim = o.head_dim;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     hw.mem_bytes = (double)pages * (double)page / local;
+    if (o.gpu) hw.mem_bytes = (double)ops_device_memory();  // per rank: its GPU's (ranks sharing one: less)
 
     group_barrier(GROUP_WORLD);
-    double peak = bench_gemm_peak(o.quick ? 1024 : 2048, o.quick ? 0.3 : 1.0);
+    double peak = bench_gemm_peak(o.quick ? 1024 : o.gpu ? 8192 : 2048, o.quick ? 0.3 : 1.0);
     calib_world_median(&peak, &hw.peak_flops, 1);
     calib_measure_gemm(&hw.gemm, &o);
     for (int i = 0; i < hw.gemm.n; i++)

@@ -78,7 +78,7 @@ void calib_measure_collectives(Hardware *hw, const CalibOpts *o) {
     size_t sizes[MAX_SIZES];
     int ns = 0;
     for (size_t b = 4096; b <= max_bytes && ns < MAX_SIZES; b *= 4) sizes[ns++] = b;
-    float *x = xmalloc(max_bytes, "calibration message"), *y = xmalloc(max_bytes, "calibration message");
+    float *x = calib_alloc(max_bytes, "calibration message"), *y = calib_alloc(max_bytes, "calibration message");
     // Zeros: repeated sums in place stay finite (the values do not change the speed).
     memset(x, 0, max_bytes);
     memset(y, 0, max_bytes);
@@ -115,8 +115,8 @@ void calib_measure_collectives(Hardware *hw, const CalibOpts *o) {
     CollFit *f = &hw->coll[hw->n_coll++];
     *f = (CollFit){COLL_P2P, 2, intra, 0, 0};
     fit_alpha_beta(bytes, t, ns, &f->alpha, &f->beta);
-    free(x);
-    free(y);
+    buf_free(x);
+    buf_free(y);
     // The ring fallback from the largest all-reduce: t = 2(n-1) lat + 2(n-1)/n B/bw.
     for (int i = 0; i < hw->n_coll; i++) {
         const CollFit *a = &hw->coll[i];

@@ -15,10 +15,17 @@
 
 // ----------------------------------------------------------------- GEMM
 
-static const int GEMM_TOKENS[] = {64, 256, 1024, 4096};
-static const int GEMM_DIMS[][2] = {{256, 256}, {256, 768}, {512, 1536}, {1024, 1024}, {1024, 4096}, {2048, 2048}};
+// The last token count and the last two shapes only on a GPU (o->gpu), where a
+// 4096 x 2048 x 2048 product takes about 50 us and a 1-2B model's (2048 wide,
+// MLP 8192, 8k+ tokens per micro-batch) are larger still; on a CPU they would
+// take seconds each.
+static const int GEMM_TOKENS[] = {64, 256, 1024, 4096, 16384};
+static const int GEMM_DIMS[][2] = {{256, 256},   {256, 768},   {512, 1536}, {1024, 1024},
+                                   {1024, 4096}, {2048, 2048}, {2048, 8192}, {4096, 4096}};
 #define N_TOKENS ((int)(sizeof GEMM_TOKENS / sizeof GEMM_TOKENS[0]))
 #define N_DIMS ((int)(sizeof GEMM_DIMS / sizeof GEMM_DIMS[0]))
+#define N_GPU_ONLY_TOKENS 1
+#define N_GPU_ONLY_DIMS 2
 #define MAX_GEMM_POINTS (2 * N_TOKENS * N_DIMS)
 
 // Operands come from memory, not cache, as in a training step, where a layer's
@@ -81,7 +88,8 @@ static size_t pool_floats(size_t largest, int quick) {
 }
 
 void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
-    int nt = o->quick ? N_TOKENS - 1 : N_TOKENS, nd = o->quick ? N_DIMS - 1 : N_DIMS;
+    int nt = N_TOKENS - (o->gpu ? 0 : N_GPU_ONLY_TOKENS), nd = N_DIMS - (o->gpu ? 0 : N_GPU_ONLY_DIMS);
+    if (o->quick) nt = N_TOKENS - N_GPU_ONLY_TOKENS - 1, nd = N_DIMS - N_GPU_ONLY_DIMS - 1;
     size_t largest = 0;  // floats one side of a backward call takes, rounded up
     for (int i = 0; i < nt; i++)
         for (int j = 0; j < nd; j++) {
@@ -90,8 +98,8 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
             if (need > largest) largest = need;
         }
     GemmPool pool = {NULL, NULL, pool_floats(largest, o->quick), 0, 0};
-    pool.src = xmalloc(pool.pool * sizeof(float), "calibration GEMM operands");  // (pool)
-    pool.dst = xmalloc(pool.pool * sizeof(float), "calibration GEMM results");   // (pool)
+    pool.src = calib_alloc(pool.pool * sizeof(float), "calibration GEMM operands");  // (pool)
+    pool.dst = calib_alloc(pool.pool * sizeof(float), "calibration GEMM results");   // (pool)
     calib_fill_random(pool.src, pool.pool, 1);
     memset(pool.dst, 0, pool.pool * sizeof(float));  // touch every page before timing
     int n = 0;
@@ -108,8 +116,8 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
             work[n] = 2 * f;
             rate[n++] = 2 * f / bwd_s;
         }
-    free(pool.src);
-    free(pool.dst);
+    buf_free(pool.src);
+    buf_free(pool.dst);
     double med[MAX_GEMM_POINTS];
     calib_world_median(rate, med, n);
     CalibPoint p[MAX_GEMM_POINTS];
@@ -150,15 +158,15 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
     const int H = ATT_HEADS, hd = o->head_dim, ns = o->quick ? N_SEQ - 1 : N_SEQ;
     const int Smax = ATT_SEQ[ns - 1];
     const size_t ld = (size_t)3 * H * hd, S = (size_t)Smax;
-    float *qkv = xmalloc(S * ld * sizeof(float), "calibration qkv");                  // (S, 3*H*hd)
-    float *dqkv = xmalloc(S * ld * sizeof(float), "calibration dqkv");                // (S, 3*H*hd)
-    float *out = xmalloc(S * H * hd * sizeof(float), "calibration attention out");    // (S, H*hd)
-    float *dout = xmalloc(S * H * hd * sizeof(float), "calibration attention dout");  // (S, H*hd)
-    float *lse = xmalloc(S * H * sizeof(float), "calibration lse");                    // (1, H, S)
-    float *m = xmalloc(S * H * sizeof(float), "calibration m");                        // (1, H, S)
-    float *l = xmalloc(S * H * sizeof(float), "calibration l");                        // (1, H, S)
-    float *scratch = xmalloc(attention_scratch_floats(hd) * sizeof(float), "calibration attention scratch");
-    int *pos = xmalloc(S * sizeof(int), "calibration positions");  // (S)
+    float *qkv = calib_alloc(S * ld * sizeof(float), "calibration qkv");                  // (S, 3*H*hd)
+    float *dqkv = calib_alloc(S * ld * sizeof(float), "calibration dqkv");                // (S, 3*H*hd)
+    float *out = calib_alloc(S * H * hd * sizeof(float), "calibration attention out");    // (S, H*hd)
+    float *dout = calib_alloc(S * H * hd * sizeof(float), "calibration attention dout");  // (S, H*hd)
+    float *lse = calib_alloc(S * H * sizeof(float), "calibration lse");                    // (1, H, S)
+    float *m = calib_alloc(S * H * sizeof(float), "calibration m");                        // (1, H, S)
+    float *l = calib_alloc(S * H * sizeof(float), "calibration l");                        // (1, H, S)
+    float *scratch = calib_alloc(attention_scratch_floats(hd) * sizeof(float), "calibration attention scratch");
+    int *pos = calib_alloc(S * sizeof(int), "calibration positions");  // (S)
     for (int i = 0; i < Smax; i++) pos[i] = i;
     calib_fill_random(qkv, S * ld, 7);
     calib_fill_random(dout, S * H * hd, 8);
@@ -172,7 +180,8 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
         rf[s] = H * work[s] / fwd_s;
         rb[s] = 2 * H * work[s] / bwd_s;
     }
-    free(qkv), free(dqkv), free(out), free(dout), free(lse), free(m), free(l), free(scratch), free(pos);
+    buf_free(qkv), buf_free(dqkv), buf_free(out), buf_free(dout), buf_free(lse), buf_free(m), buf_free(l);
+    buf_free(scratch), buf_free(pos);
     double med[N_SEQ];
     CalibPoint p[N_SEQ];
     calib_world_median(rf, med, ns);
@@ -212,15 +221,15 @@ static void layer_elems_call(const void *p) {
 double calib_measure_mem_bw(const CalibOpts *o) {
     LayerElems e = {4096, 512, 8, 4, 64, 1536, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     const size_t N = (size_t)e.N, qkvw = (size_t)(e.H + 2 * e.KV) * e.hd;
-    e.x = xmalloc(N * e.D * sizeof(float), "calibration x");                     // (N, D)
-    e.y = xmalloc(N * e.D * sizeof(float), "calibration y");                     // (N, D)
-    e.rstd = xmalloc(N * sizeof(float), "calibration rstd");                     // (N)
-    e.w = xmalloc((size_t)e.D * sizeof(float), "calibration norm weight");       // (D)
-    e.qkv = xmalloc(N * qkvw * sizeof(float), "calibration qkv");                // (N, (H+2KV)*hd)
-    e.cos_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
-    e.sin_t = xmalloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
-    e.gu = xmalloc(N * 2 * e.F * sizeof(float), "calibration gate|up");          // (N, 2F)
-    e.h = xmalloc(N * e.F * sizeof(float), "calibration swiglu");                // (N, F)
+    e.x = calib_alloc(N * e.D * sizeof(float), "calibration x");                     // (N, D)
+    e.y = calib_alloc(N * e.D * sizeof(float), "calibration y");                     // (N, D)
+    e.rstd = calib_alloc(N * sizeof(float), "calibration rstd");                     // (N)
+    e.w = calib_alloc((size_t)e.D * sizeof(float), "calibration norm weight");       // (D)
+    e.qkv = calib_alloc(N * qkvw * sizeof(float), "calibration qkv");                // (N, (H+2KV)*hd)
+    e.cos_t = calib_alloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.sin_t = calib_alloc(N * e.hd / 2 * sizeof(float), "calibration rope");         // (N, hd/2)
+    e.gu = calib_alloc(N * 2 * e.F * sizeof(float), "calibration gate|up");          // (N, 2F)
+    e.h = calib_alloc(N * e.F * sizeof(float), "calibration swiglu");                // (N, F)
     calib_fill_random(e.x, N * e.D, 1);
     calib_fill_random(e.w, (size_t)e.D, 2);
     calib_fill_random(e.qkv, N * qkvw, 3);
@@ -231,7 +240,8 @@ double calib_measure_mem_bw(const CalibOpts *o) {
     free(freq);
     double values = 10.0 * N * e.D + 2.0 * N * (e.H + e.KV) * e.hd + 3.0 * N * e.F;
     double bw = values * sizeof(float) / calib_time_call((CalibCall){layer_elems_call, &e}, o), med;
-    free(e.x), free(e.y), free(e.rstd), free(e.w), free(e.qkv), free(e.cos_t), free(e.sin_t), free(e.gu), free(e.h);
+    buf_free(e.x), buf_free(e.y), buf_free(e.rstd), buf_free(e.w), buf_free(e.qkv), buf_free(e.cos_t);
+    buf_free(e.sin_t), buf_free(e.gu), buf_free(e.h);
     calib_world_median(&bw, &med, 1);
     return med;
 }

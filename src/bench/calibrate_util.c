@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dist/comm.h"
+#include "ops/ops.h"
 #include "util.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -18,6 +19,8 @@ double calib_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+void *calib_alloc(size_t bytes, const char *what) { return buf_alloc(MEM_ACTIVATIONS, bytes, what); }
 
 void calib_world_median(const double *x, double *out, int k) {
     int ws = comm_world_size(), me = comm_world_rank();
@@ -54,6 +57,7 @@ double calib_time_call(CalibCall c, const CalibOpts *o) {
     group_barrier(GROUP_WORLD);
     double t0 = now_seconds();
     c.fn(c.ctx);
+    ops_sync();  // a GPU's ops return before they finish: a batch ends when they have
     group_barrier(GROUP_WORLD);
     double warm = now_seconds() - t0;  // calib_agree_reps takes the maximum over ranks
     CalibOpts per_batch = *o;
@@ -66,6 +70,7 @@ double calib_time_call(CalibCall c, const CalibOpts *o) {
         group_barrier(GROUP_WORLD);
         t0 = now_seconds();
         for (int i = 0; i < calls; i++) c.fn(c.ctx);
+        ops_sync();
         group_barrier(GROUP_WORLD);
         double dt = (now_seconds() - t0) / calls;
         group_allreduce_max_f64(GROUP_WORLD, &dt, 1);

@@ -13,6 +13,7 @@ typedef struct {
     int quick;        // smaller shapes and messages, shorter batches
     double target_s;  // seconds of repeats per measurement (after the warm-up)
     int head_dim;     // head dim of the attention curves (the model's)
+    int gpu;          // the ops run on a GPU: larger GEMM shapes
 } CalibOpts;
 
 // A call to time: fn(ctx).
@@ -21,6 +22,9 @@ typedef struct {
     const void *ctx;
 } CalibCall;
 
+// A zeroed buffer the backend's ops can use (device memory on a GPU; the host
+// can address it too); free with buf_free.
+void *calib_alloc(size_t bytes, const char *what);
 // Median of v(n) (sorts v).
 double calib_median(double *v, int n);
 // x(k) on every rank -> out(k) = per index the median over the world's ranks.

@@ -169,6 +169,45 @@ static double node_per_core(int threads, char *how, size_t how_size) {
     return per_core;
 }
 
+// The datasheet's dense bf16 peak of a GPU this rank runs on, by its name (the
+// planner's built-in profiles, plan/hardware.c), or 0 for a GPU not in the table.
+// The PCIe and NVL parts of the H100 and H200 run at lower clocks and power than
+// the SXM ones the table describes: not matched.
+static double datasheet_peak(const char *device, char *which, size_t size) {
+    static const char *const KNOWN[][2] = {{"H100", "h100"}, {"H200", "h200"}, {"A100", "a100"}};
+    if (strstr(device, "PCIe") || strstr(device, "NVL")) return 0.0;
+    for (size_t i = 0; i < sizeof KNOWN / sizeof KNOWN[0]; i++) {
+        Hardware hw;
+        if (strstr(device, KNOWN[i][0]) && hardware_builtin(&hw, KNOWN[i][1])) {
+            snprintf(which, size, "%s", KNOWN[i][1]);
+            return hw.peak_flops;
+        }
+    }
+    return 0.0;
+}
+
+// Case 4 (run_peak.h): a GPU's peak, shared by the ranks that run on one GPU.
+static void gpu_peak(RunPeak *r) {
+    char device[256], which[16] = "";
+    const int gpus = ops_device(device, sizeof device), ranks_here = comm_local_size();
+    double per_gpu = datasheet_peak(device, which, sizeof which);
+    char how[512];
+    if (per_gpu > 0) {
+        snprintf(how, sizeof how, "the %s datasheet's dense bf16 peak (the planner's %s profile)", device, which);
+    } else {
+        // Every rank measures its own GPU's product in the run's precision (no
+        // cache: one product of 4096^3 takes milliseconds on a GPU).
+        per_gpu = bench_gemm_peak(4096, 0.5);
+        snprintf(how, sizeof how, "measured on %s (a 4096-cube product of the run's precision; the table of "
+                 "datasheet peaks knows H100, H200 and A100 SXM parts only)", device);
+    }
+    // Ranks sharing GPUs (more ranks than GPUs on the node) share their peaks.
+    const double share = ranks_here > gpus ? (double)gpus / ranks_here : 1.0;
+    r->per_rank = per_gpu * share;
+    snprintf(r->source, sizeof r->source, "GPU peak %.1f TFLOP/s: %s; %d rank%s on %d GPU%s here", per_gpu / 1e12,
+             how, ranks_here, ranks_here == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s");
+}
+
 RunPeak run_peak(const Config *cfg, int threads) {
     RunPeak r = {0};
     const int world = comm_world_size(), rank = comm_world_rank();
@@ -184,6 +223,8 @@ RunPeak run_peak(const Config *cfg, int threads) {
                      "%d ranks x %d threads", cfg->parallel.profile, hw.calib_ranks, hw.calib_threads);
         else
             snprintf(r.source, sizeof r.source, "parallel.profile %s (datasheet)", cfg->parallel.profile);
+    } else if (ops_device(NULL, 0) > 0) {
+        gpu_peak(&r);
     } else {
         // The leader measures or reads the cache while the node's other ranks wait
         // in a barrier that sleeps (dist/comm.c, comm_wait), then every rank reads

@@ -12,6 +12,12 @@ void ops_init(int local_rank) { (void)local_rank; }
 
 const char *ops_backend_name(void) { return "cpu"; }
 
+int ops_device(char *name, size_t size) {
+    if (size) name[0] = '\0';
+    return 0;
+}
+size_t ops_device_memory(void) { return 0; }
+
 int ops_has_bf16(void) { return 0; }
 void ops_set_matmul_bf16(int on) {
     if (on) die("the CPU build has no bf16 matrix products (training.precision = bf16 needs ./femtotron-cuda)");

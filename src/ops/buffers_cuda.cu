@@ -110,7 +110,23 @@ extern "C" void ops_init(int local_rank) {
 
 extern "C" const char *ops_backend_name(void) { return "cuda"; }
 
-// The host's CPU matrix products (the MFU peak of this first backend) are OpenBLAS's.
+extern "C" int ops_device(char *name, size_t size) {
+    int dev = 0, count = 0;
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    if (size) snprintf(name, size, "%s", p.name);
+    return count;
+}
+
+extern "C" size_t ops_device_memory(void) {
+    size_t free_b = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    return total;
+}
+
+// The host's BLAS (OpenBLAS): what host code around the kernels multiplies with.
 extern "C" char *openblas_get_config(void);
 extern "C" void ops_blas_name(char *out, size_t size) {
     const char *cfg = openblas_get_config();

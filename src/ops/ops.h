@@ -29,6 +29,12 @@ const char *ops_backend_name(void);
 // (OpenBLAS's build configuration, or BLIS and its version), into out (size bytes):
 // the node peak's cache key (bench/run_peak.c).
 void ops_blas_name(char *out, size_t size);
+// The devices the ops run on: how many this node has (0: the CPU backend) and,
+// into name (size bytes), the one this rank uses as it names itself ("NVIDIA H100
+// 80GB HBM3"; "" on the CPU). The MFU peak of a GPU run (bench/run_peak.c).
+int ops_device(char *name, size_t size);
+// Bytes of memory of this rank's device (0 on the CPU: buffers are host memory).
+size_t ops_device_memory(void);
 // 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
 int ops_has_bf16(void);
 // The matrix products' precision from now on (training.precision; main.c's

@@ -83,6 +83,7 @@ int hardware_builtin(Hardware *hw, const char *name) {
         hw->mem_bytes = b->mem;
         hw->mem_bw = b->mem_bw;
         hw->bytes_per_value = 2;
+        snprintf(hw->precision, sizeof hw->precision, "bf16");
         fill_curve(&hw->gemm, GEMM_WORK, GEMM_FRAC, COUNT(GEMM_WORK), b->peak);
         fill_curve(&hw->attn_fwd, ATTN_WORK, ATTN_FWD_FRAC, COUNT(ATTN_WORK), b->peak);
         fill_curve(&hw->attn_bwd, ATTN_WORK, ATTN_BWD_FRAC, COUNT(ATTN_WORK), b->peak);
@@ -211,6 +212,7 @@ void hardware_save(const Hardware *hw, const char *path) {
     add_num(o, "calib_threads", hw->calib_threads);
     add_num(o, "node_cores", hw->node_cores);
     add_num(o, "attn_head_dim", hw->attn_head_dim);
+    cJSON_AddStringToObject(o, "precision", hw->precision[0] ? hw->precision : "fp32");
     cJSON_AddItemToObject(o, "gemm", curve_json(&hw->gemm));
     cJSON_AddItemToObject(o, "attn_fwd", curve_json(&hw->attn_fwd));
     cJSON_AddItemToObject(o, "attn_bwd", curve_json(&hw->attn_bwd));
@@ -368,6 +370,11 @@ void hardware_load(Hardware *hw, const char *path) {
             "`femtotron bench calibrate` again)", path);
     hw->node_cores = get_int(root, "node_cores", path, "", 0);
     hw->attn_head_dim = get_int(root, "attn_head_dim", path, "", 0);
+    // Profiles from before the key measured fp32 products.
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(root, "precision");
+    if (prec && !(cJSON_IsString(prec) && (!strcmp(prec->valuestring, "fp32") || !strcmp(prec->valuestring, "bf16"))))
+        die("hardware profile %s: key \"precision\" must be \"fp32\" or \"bf16\"", path);
+    snprintf(hw->precision, sizeof hw->precision, "%s", prec ? prec->valuestring : "fp32");
     load_curve(&hw->gemm, root, "gemm", path);
     load_curve(&hw->attn_fwd, root, "attn_fwd", path);
     load_curve(&hw->attn_bwd, root, "attn_bwd", path);

@@ -66,6 +66,9 @@ typedef struct {
     // ranks get while all compute, and a rank computing while others wait (a
     // pipeline bubble) runs faster: plan/step_time.c.
     int node_cores;
+    // The matrix products' precision the curves were measured in ("fp32", "bf16":
+    // bench calibrate --precision; the built-in datasheet profiles are bf16).
+    char precision[8];
 } Hardware;
 
 // Fill hw with a built-in profile ("h100", "h200", "a100"); returns 0 when the

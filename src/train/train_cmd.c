@@ -236,7 +236,7 @@ int train_main(int argc, char **argv) {
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
     const TrainingConfig *tc = &cfg.training;
     // MFU denominator: the peak of every rank together (bench/run_peak.h).
-    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0]) {
+    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0] && ops_device(NULL, 0) == 0) {
         printf("finding the GEMM peak for MFU (cached per node; training.peak_flops skips this) ...\n");
         fflush(stdout);
     }

@@ -396,6 +396,27 @@ inline cudaError_t cudaGetDeviceCount(int *n) {
     return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+// The emulated device is an H100 SXM, as its launch limits are sm_90's;
+// CUDA_EMU_DEVICE_NAME names it otherwise (a GPU no table knows, say).
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+};
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    const char *n = getenv("CUDA_EMU_DEVICE_NAME");
+    snprintf(p->name, sizeof p->name, "%s", n && n[0] ? n : "NVIDIA H100 80GB HBM3 (cuda_emu)");
+    p->totalGlobalMem = (size_t)81559 << 20;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    *total = (size_t)81559 << 20;  // an H100's 80 GiB (less the driver's reserve)
+    *free_b = *total;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) {
     *v = 1;
     return cudaSuccess;

@@ -11,6 +11,8 @@
 #define ops_init cpu_ops_init
 #define ops_backend_name cpu_ops_backend_name
 #define ops_has_bf16 cpu_ops_has_bf16
+#define ops_device cpu_ops_device
+#define ops_device_memory cpu_ops_device_memory
 #define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
 #define ops_keep_bf16_weights cpu_ops_keep_bf16_weights
 #define ops_bf16_weights_changed cpu_ops_bf16_weights_changed
@@ -69,6 +71,8 @@
 #undef ops_init
 #undef ops_backend_name
 #undef ops_has_bf16
+#undef ops_device
+#undef ops_device_memory
 #undef ops_set_matmul_bf16
 #undef ops_keep_bf16_weights
 #undef ops_bf16_weights_changed

@@ -12,10 +12,12 @@
 # README main job's 500 steps in bf16: final validation loss within 1% of fp32),
 # tests/gpu/reference.sh (the float64 PyTorch reference test against the CUDA
 # build), tests/gpu/resume_devices.sh (GPU checkpoints resumed on the CPU and the
-# other way round, fp32 and bf16) and tests/gpu/nccl.sh (parallel.comm: NCCL's
-# collectives and watchdog on one GPU, the refusal of two ranks on one GPU, auto's
-# fallback to MPI). Ends on "N passed, N failed" over all eight (exit 1 on a
-# failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
+# other way round, fp32 and bf16), tests/gpu/calibrate.sh (`bench calibrate` on
+# the GPU in bf16 and fp32, `plan --hardware this` with its profile, two ranks'
+# collectives, training's MFU peak from the GPU's datasheet) and tests/gpu/nccl.sh
+# (parallel.comm: NCCL's collectives and watchdog on one GPU, the refusal of two
+# ranks on one GPU, auto's fallback to MPI). Ends on "N passed, N failed" over all
+# nine (exit 1 on a failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
 # nothing ran.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -44,7 +46,7 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL gpu_ops exited with status $rc" | tee -a "$log"
 # Each script prints PASS/FAIL lines; one that fails without a FAIL line of its own
 # (a crash) gets one here.
-for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices nccl; do
+for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices calibrate nccl; do
     bash "tests/gpu/$t.sh" | tee "$log.part"
     rc=${PIPESTATUS[0]}
     cat "$log.part" >>"$log"

@@ -125,6 +125,14 @@ expect_fail "--bogus" '"--bogus"' --bogus
 expect_fail "--threads zero" '--threads needs a positive integer (got "0")' --threads 0
 expect_fail "--output without a value" '--output needs a value' --output
 expect_fail "--head-dim not a number" '--head-dim needs a positive integer (got "x")' --head-dim x
+expect_fail "--precision fp16" '--precision must be fp32 or bf16 (got "fp16")' --precision fp16
+expect_fail "--precision bf16 on the CPU build" '--precision bf16 needs bf16 kernels, which the CPU build has not' \
+    --precision bf16 --quick --output "$tmp/bf.json"
+if [ -f "$tmp/p1.json" ]; then
+    p=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["precision"])' "$tmp/p1.json")
+    [ "$p" = fp32 ] && pass "the CPU build's profile records fp32 products" ||
+        failed "the CPU build's profile records precision $p"
+fi
 expect_fail "an output in a missing directory" "$tmp/nodir/p.json" --quick --output "$tmp/nodir/p.json"
 out=$("$FT" bench --help 2>&1)
 grep -q "bench calibrate" <<<"$out" && pass "bench --help documents calibrate" ||

@@ -16,6 +16,9 @@
 #     gradient-accumulation splits), and the bf16 weight copy changing no loss bit;
 #   - tests/gpu/resume_devices.sh: checkpoints across the two builds, fp32 and bf16;
 #   - tests/gpu/reference.sh: the float64 PyTorch reference test against the build;
+#   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
+#     planned with, two ranks' collectives, training's MFU peak from the datasheet
+#     of the H100 the emulation says it is, or measured for a GPU no table knows;
 #   - a build that sees no device stops at once and says so.
 # Not here: NCCL (tests/gpu/nccl.sh; the emulated build links the CPU's
 # dist/device_comm_none.c) and the main job's 500 bf16 steps (too slow emulated).
@@ -50,6 +53,7 @@ LAYOUTS='^(dp2_zero3|tp2_cp2_pp2)$' part layouts bash tests/gpu/layouts.sh
 LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
+part calibrate bash tests/gpu/calibrate.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
 rc=$?

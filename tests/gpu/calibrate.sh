@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/gpu/calibrate.sh — `femtotron bench calibrate` and the MFU peak on the CUDA
+# build (issue 14: a hardware profile of the GPU for `--hardware this`; issue 21:
+# MFU against the datasheet peak), run by tests/gpu/run.sh:
+#   1. one rank, --quick, bf16 (the CUDA build's default): exit 0, a profile whose
+#      precision is bf16, node_cores 0 (a GPU rank does not share host cores),
+#      mem_bytes the device's memory, a GEMM curve, and the device named;
+#   2. the same in fp32: precision fp32; on a real GPU (not the emulation) the
+#      bf16 GEMM peak above the fp32 one (tensor cores);
+#   3. `femtotron plan --hardware this` ranks layouts with the bf16 profile;
+#   4. two ranks sharing the GPU (collectives over MPI through host memory):
+#      collective fits in the profile;
+#   5. a training run without training.peak_flops takes its MFU peak from the
+#      GPU: the datasheet's for an H100/H200/A100 SXM, else measured; with
+#      CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table knows is measured.
+# Prints PASS/FAIL lines; exit 1 on a failure. Environment: GPU_BIN (default
+# ./femtotron-cuda), CPU_BIN (./femtotron), MPIRUN.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CPU_BIN=${CPU_BIN:-./femtotron}
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+failed() { echo "FAIL $*"; fail=1; }
+. tests/gpu/lib.sh
+
+# key FILE EXPR: a python expression over the profile d, printed.
+key() { "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+calibrate() {  # NAME ARGS...: one rank's quick calibration into $tmp/NAME.json
+    local name=$1; shift
+    timeout -k 10 300 "$GPU_BIN" bench calibrate --quick --output "$tmp/$name.json" "$@" >"$tmp/$name.log" 2>&1
+}
+
+if calibrate bf16; then
+    read -r prec cores mem points peak fastest <<<"$(key "$tmp/bf16.json" \
+        "d['precision'], d['node_cores'], int(d['mem_bytes']), len(d['gemm']['work']), d['peak_flops'], max(d['gemm']['rate'] + d['attn_fwd']['rate'] + d['attn_bwd']['rate'])")"
+    device=$(sed -n 's/^device *//p' "$tmp/bf16.log")
+    # No rate above what the device can do (2 PFLOP/s: twice an H100's dense bf16
+    # peak; 5 TFLOP/s for the emulation's host): a timing that does not wait for the
+    # GPU's queued work reports far more.
+    limit=2e15
+    grep -q cuda_emu <<<"$device" && limit=5e12
+    if ! awk -v r="$fastest" -v l="$limit" 'BEGIN{exit !(r < l)}'; then
+        failed "calibrate bf16: a rate of $fastest FLOP/s, above the device's possible $limit: the timing does not wait for the GPU"
+    elif [ "$prec" = bf16 ] && [ "$cores" = 0 ] && [ "$mem" -gt 1000000000 ] && [ "$points" -ge 8 ] && [ -n "$device" ]; then
+        echo "PASS calibrate on $device: bf16 profile, $points GEMM points, peak $(awk -v p="$peak" 'BEGIN{printf "%.1f", p/1e12}') TFLOP/s, memory $mem B"
+    else
+        failed "calibrate bf16 profile: precision $prec node_cores $cores mem_bytes $mem gemm points $points device '$device'"
+    fi
+else
+    failed "calibrate bf16 exited with an error: $(tail -3 "$tmp/bf16.log")"
+fi
+
+if calibrate fp32 --precision fp32; then
+    read -r prec peak32 <<<"$(key "$tmp/fp32.json" "d['precision'], d['peak_flops']")"
+    if [ "$prec" != fp32 ]; then
+        failed "calibrate --precision fp32 wrote precision $prec"
+    elif grep -q cuda_emu "$tmp/bf16.log" || [ ! -f "$tmp/bf16.json" ]; then
+        echo "PASS calibrate --precision fp32 writes an fp32 profile (emulated: the peaks are not compared)"
+    else
+        peak16=$(key "$tmp/bf16.json" "d['peak_flops']")
+        if awk -v a="$peak16" -v b="$peak32" 'BEGIN{exit !(a > 2 * b)}'; then
+            echo "PASS bf16 GEMM peak $peak16 above twice the fp32 one $peak32 (tensor cores)"
+        else
+            failed "bf16 GEMM peak $peak16 is not above twice the fp32 one $peak32: are the bf16 products on tensor cores?"
+        fi
+    fi
+else
+    failed "calibrate --precision fp32 exited with an error: $(tail -3 "$tmp/fp32.log")"
+fi
+
+if [ -f "$tmp/bf16.json" ] && "$CPU_BIN" plan --model smollm-360m --gpus 1 --hardware this --profile "$tmp/bf16.json" \
+    --seq-length 2048 --global-batch-tokens 16384 >"$tmp/plan.log" 2>&1 && grep -qE '^ +1 +dp1 tp1' "$tmp/plan.log"; then
+    echo "PASS femtotron plan --hardware this ranks layouts with the GPU's profile"
+else
+    failed "plan with the GPU's profile: $(tail -3 "$tmp/plan.log" 2>/dev/null)"
+fi
+
+if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" bench calibrate --quick --precision fp32 \
+    --output "$tmp/two.json" >"$tmp/two.log" 2>&1; then
+    n=$(key "$tmp/two.json" "len(d.get('collectives', []))")
+    if [ "$n" -ge 4 ]; then echo "PASS calibrate on 2 ranks sharing the GPU: $n collective fits"
+    else failed "calibrate on 2 ranks: $n collective fits in the profile (expected all-reduce, reduce-scatter, all-gather, p2p)"; fi
+else
+    failed "calibrate on 2 ranks exited with an error: $(tail -3 "$tmp/two.log")"
+fi
+
+# 5. The MFU peak of a training run on the GPU.
+parity_corpus
+train_peak() {  # NAME: the MFU peak line of a 2-step run (no training.peak_flops)
+    local args=() a
+    for a in "${PARITY[@]}"; do [ "$a" = --training.peak_flops ] || [ "$a" = 1e10 ] || args+=("$a"); done
+    timeout -k 10 300 "$GPU_BIN" train "${args[@]}" --training.steps 2 --training.device cuda \
+        --training.precision bf16 >"$tmp/$1.log" 2>&1 && grep '^MFU peak' "$tmp/$1.log"
+}
+line=$(train_peak known)
+if [ -n "$line" ] && { printf '%s' "$line" | grep -q 'datasheet' || ! grep -qE 'H100|H200|A100' <<<"$device"; }; then
+    echo "PASS training's MFU peak on $device: ${line#MFU peak: }"
+else
+    failed "training's MFU peak on ${device:-the GPU}: '${line:-no MFU peak line}' $(tail -2 "$tmp/known.log")"
+fi
+if grep -q cuda_emu <<<"${device:-}"; then
+    line=$(CUDA_EMU_DEVICE_NAME="Emulated GPU" train_peak unknown)
+    if printf '%s' "$line" | grep -q 'measured on Emulated GPU'; then
+        echo "PASS a GPU no table knows: its peak is measured (${line#MFU peak: })"
+    else
+        failed "a GPU no table knows: '${line:-no MFU peak line}' $(tail -2 "$tmp/unknown.log")"
+    fi
+fi
+exit "$fail"
