@@ -108,6 +108,7 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     if (rows == 0 || Sk == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
     if (use_flash(B, H, hd, "attention_block_forward")) {
+        cuda_profile_open();  // flash_attention.cuh launches on cuda_stream() only when not emulated
         flash::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd);
         cuda_done("attention_block_forward (tensor cores)");
         return;
@@ -233,6 +234,7 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     if ((size_t)B * Sq * Sk * H == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
     if (use_flash(B, H, hd, "attention_block_backward")) {
+        cuda_profile_open();  // as in the forward
         flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
         cuda_done("attention_block_backward (tensor cores)");
         return;

@@ -27,11 +27,17 @@ static size_t g_ints_n[3];
 
 void cuda_matmul_init(void);  // ops/matmul_cuda.cu
 
-cudaStream_t cuda_stream(void) { return g_stream; }
+cudaStream_t cuda_stream_raw(void) { return g_stream; }
+
+cudaStream_t cuda_stream(void) {
+    cuda_profile_open();
+    return g_stream;
+}
 
 void cuda_done(const char *what) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) die("CUDA kernel launch failed in %s: %s", what, cudaGetErrorString(e));
+    cuda_profile_close(what);
 }
 
 // Grow a device buffer to at least `bytes` (contents are not kept).
@@ -57,7 +63,7 @@ const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot) {
     cudaGetLastError();  // an unregistered host pointer may leave an error behind
     size_t bytes = n * sizeof(int32_t);
     void *d = grow((void **)&g_ints[slot], &g_ints_n[slot], bytes);
-    CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, cuda_stream()));
     return (const int32_t *)d;
 }
 
@@ -147,23 +153,26 @@ extern "C" void ops_set_threads(int threads) {
 
 extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) {
     if (bytes == 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_upload");
 }
 
 extern "C" void ops_download(void *dst_host, const void *src_buffer, size_t bytes) {
     if (bytes == 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst_host, src_buffer, bytes, cudaMemcpyDefault, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst_host, src_buffer, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_download");
 }
 
-extern "C" void ops_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+extern "C" void ops_sync(void) {
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    cuda_profile_close("sync");
+}
 
 // ------------------------------------------------------------------- buffer ops
 
 extern "C" void copy_f32(float *dst, const float *src, size_t n) {
     if (n == 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cuda_stream()));
     cuda_done("copy_f32");
 }
 
@@ -171,14 +180,14 @@ extern "C" void copy_f32(float *dst, const float *src, size_t n) {
 extern "C" void move_f32(float *dst, const float *src, size_t n) {
     if (n == 0 || dst == src) return;
     float *tmp = (float *)cuda_scratch(n * sizeof(float));  // (n)
-    CUDA_CHECK(cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyDefault, g_stream));
-    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, n * sizeof(float), cudaMemcpyDefault, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyDefault, cuda_stream()));
+    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, n * sizeof(float), cudaMemcpyDefault, cuda_stream()));
     cuda_done("move_f32");
 }
 
 extern "C" void zero_f32(float *x, size_t n) {
     if (n == 0) return;
-    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), g_stream));
+    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream()));
     cuda_done("zero_f32");
 }
 
@@ -186,7 +195,7 @@ extern "C" void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_
                               size_t cols) {
     if (rows == 0 || cols == 0) return;
     CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float),
-                                 cols * sizeof(float), rows, cudaMemcpyDefault, g_stream));
+                                 cols * sizeof(float), rows, cudaMemcpyDefault, cuda_stream()));
     cuda_done("copy_rows_f32");
 }
 
@@ -205,13 +214,13 @@ __global__ static void k_scatter_rows(float *dst, const float *src, const int32_
 extern "C" void gather_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
     if (n == 0 || cols == 0) return;
     const int32_t *d = cuda_device_ints(idx, n, 0);
-    k_gather_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, g_stream>>>(dst, src, d, n, cols);
+    k_gather_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, cuda_stream()>>>(dst, src, d, n, cols);
     cuda_done("gather_rows_f32");
 }
 
 extern "C" void scatter_rows_f32(float *dst, const float *src, const int32_t *idx, size_t n, size_t cols) {
     if (n == 0 || cols == 0) return;
     const int32_t *d = cuda_device_ints(idx, n, 0);
-    k_scatter_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, g_stream>>>(dst, src, d, n, cols);
+    k_scatter_rows<<<(unsigned)((n * cols + 255) / 256), 256, 0, cuda_stream()>>>(dst, src, d, n, cols);
     cuda_done("scatter_rows_f32");
 }

@@ -30,8 +30,16 @@ extern "C" {
             die("CUDA error in %s (%s:%d): %s", #call, __FILE__, __LINE__, cudaGetErrorString(err_)); \
     } while (0)
 
-// The stream every op runs on (created by ops_init).
+// The stream every op runs on (created by ops_init). An op's first call opens its
+// time in the profile (FEMTOTRON_CUDA_PROFILE, ops/op_profile_cuda.cu).
 cudaStream_t cuda_stream(void);
+// The same stream, without the profile's hook.
+cudaStream_t cuda_stream_raw(void);
+// The profile (ops/op_profile_cuda.cu): an op opens at its first use of the stream
+// and closes, waiting for its kernels, at cuda_done (what: its name, which sets its
+// kind) or ops_sync ("sync"). No-ops unless FEMTOTRON_CUDA_PROFILE is set.
+void cuda_profile_open(void);
+void cuda_profile_close(const char *what);
 // After a kernel launch: fatal on a launch error (see the ordering rule above; an
 // error while the kernel runs shows at the next wait). `what` names the op.
 void cuda_done(const char *what);

@@ -20,7 +20,7 @@ extern "C" {
 static double host_sum(const double *dev, size_t n) {
     double *h = (double *)xmalloc(n * sizeof(double), "row sums");  // (n)
     CUDA_CHECK(cudaMemcpyAsync(h, dev, n * sizeof(double), cudaMemcpyDeviceToHost, cuda_stream()));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    ops_sync();
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += h[i];
     free(h);

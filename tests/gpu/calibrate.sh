@@ -12,7 +12,10 @@
 #      collective fits in the profile;
 #   5. a training run without training.peak_flops takes its MFU peak from the
 #      GPU: the datasheet's for an H100/H200/A100 SXM, else measured; with
-#      CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table knows is measured.
+#      CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table knows is measured;
+#   6. FEMTOTRON_CUDA_PROFILE=1: the run's op time by kind (issue 21's step split)
+#      on stderr at exit, every kind of a training step present, the kinds and the
+#      host adding up to the wall time; nothing without it.
 # Prints PASS/FAIL lines; exit 1 on a failure. Environment: GPU_BIN (default
 # ./femtotron-cuda), CPU_BIN (./femtotron), MPIRUN.
 set -u
@@ -109,5 +112,30 @@ if grep -q cuda_emu <<<"${device:-}"; then
     else
         failed "a GPU no table knows: '${line:-no MFU peak line}' $(tail -2 "$tmp/unknown.log")"
     fi
+fi
+
+# 6. The op-time profile (ops/op_profile_cuda.cu).
+profile_line() { grep '^femtotron: cuda profile:' "$tmp/$1.log"; }
+if FEMTOTRON_CUDA_PROFILE=1 train_peak profiled >/dev/null; then
+    line=$(profile_line profiled)
+    if "$PYTHON" - "$line" <<'PY'; then
+import re, sys
+line = sys.argv[1]
+wall = float(re.search(r"wall ([0-9.]+) s", line).group(1))
+kinds = {m[0]: (float(m[1]), int(m[2])) for m in re.findall(r"; ([a-z -]+) ([0-9.]+) s \([0-9.]+%, (\d+)\)", line)}
+host = float(re.search(r"; host (-?[0-9.]+) s", line).group(1))
+need = ["matrix products", "attention", "element-wise", "optimizer"]
+ok = all(kinds.get(k, (0, 0))[1] > 0 for k in need) and abs(sum(v[0] for v in kinds.values()) + host - wall) < 0.01 \
+    and host >= -0.01
+sys.exit(0 if ok else 1)
+PY
+        echo "PASS FEMTOTRON_CUDA_PROFILE=1: ${line#femtotron: cuda profile: }"
+    else
+        failed "the op profile: '$line' (every kind of a step with calls, the kinds and host adding up to the wall)"
+    fi
+    profile_line known >/dev/null && failed "a run without FEMTOTRON_CUDA_PROFILE printed a profile" ||
+        echo "PASS no profile without FEMTOTRON_CUDA_PROFILE"
+else
+    failed "a run with FEMTOTRON_CUDA_PROFILE=1 failed: $(tail -2 "$tmp/profiled.log")"
 fi
 exit "$fail"
