@@ -6,7 +6,10 @@
 # fused AdamW, and torch.compile), same model, batch and data, and writes
 # bench/results/gpu_vs_pytorch.md: tokens/s, MFU by femtotron's formula and by
 # picotron's, peak memory, the ratio, femtotron's step split (logging.trace), the
-# GPU and software versions and the load. See bench/README.md.
+# GPU and software versions and the load; with the GPU's profile (`bench calibrate`,
+# CALIBRATE=1) the planner's predicted step next to the measured one (issue 21, item
+# 4), and femtotron's op time by kind from a short FEMTOTRON_CUDA_PROFILE=1 run per
+# shape (system "profile": issue 21's step split). See bench/README.md.
 #
 # Made to finish inside one 10-minute call on an H100: 3 warm-up + 5 timed steps
 # per run (torch.compile 2 more warm-up steps for its compilation), a time budget
@@ -16,7 +19,10 @@
 #
 # Environment knobs (defaults in brackets):
 #   SHAPES ["smollm-1.7b smollm-360m llama-3.2-1b"]   ROUNDS [1]
-#   SYSTEMS ["femtotron eager compile"] (also: eager-fp32, PyTorch eager in fp32)
+#   SYSTEMS ["femtotron eager compile profile"] (also: eager-fp32, PyTorch eager in fp32;
+#           profile: femtotron with FEMTOTRON_CUDA_PROFILE=1 for PROFILE_STEPS [3] steps)
+#   CALIBRATE [1] `bench calibrate` first (CALIBRATE_TIMEOUT [90] s) and the planner's
+#             prediction of each femtotron run (plan --config --hardware this)
 #   MB_1P7B [4]  MB_360M [8]  MB_1B [4]   micro-batch per shape; halved on out of memory
 #   WARMUP [3]  TIMED [5]  COMPILE_SCOPE [layers] (torch_train.py --compile-scope)
 #   BUDGET_S [510] the whole script   FEMTO_TIMEOUT [150] EAGER_TIMEOUT [120] COMPILE_TIMEOUT [200]
@@ -36,7 +42,10 @@ RES=${RES:-bench/results}
 FTC=${FEMTOTRON_CUDA:-./femtotron-cuda}
 PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
 SHAPES=${SHAPES:-"smollm-1.7b smollm-360m llama-3.2-1b"}
-SYSTEMS=${SYSTEMS:-"femtotron eager compile"}
+SYSTEMS=${SYSTEMS:-"femtotron eager compile profile"}
+PROFILE_STEPS=${PROFILE_STEPS:-3}
+CALIBRATE=${CALIBRATE:-1}
+CALIBRATE_TIMEOUT=${CALIBRATE_TIMEOUT:-90}
 ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-3}
 TIMED=${TIMED:-5}
@@ -150,6 +159,8 @@ EOF
     echo "warmup=$WARMUP"
     echo "timed=$TIMED"
     echo "compile_scope=$COMPILE_SCOPE"
+    echo "profile_steps=$PROFILE_STEPS"
+    echo "precision_calibrated=$PRECISION"
     echo "shapes=$SHAPES"
     echo "systems=$SYSTEMS"
     for s in $SHAPES; do echo "shape_$s=${SHAPE[$s]}"; done
@@ -178,6 +189,21 @@ fi
 tail -n 1 "$RUNS/prepare.log"
 DATA="$SCRATCH/data/train_*.bin"
 
+# ------------------------------------------------------------ the GPU's profile
+# For the planner's prediction of each femtotron run (issue 21, item 4): the
+# profile of this GPU in femtotron's precision, head dim 64 (every shape's).
+PROFILE_JSON=$RUNS/profile.json
+if [[ $CALIBRATE == 1 ]]; then
+    say "bench calibrate (limit ${CALIBRATE_TIMEOUT} s)"
+    if timeout -k 10 "$CALIBRATE_TIMEOUT" "$FTC" bench calibrate --precision "$PRECISION" --head-dim 64 \
+        --output "$PROFILE_JSON" >"$RUNS/calibrate.log" 2>&1; then
+        sed 's/^/   /' "$RUNS/calibrate.log"
+    else
+        note "bench calibrate failed or ran past ${CALIBRATE_TIMEOUT} s: no planner predictions ($(tail -n 1 "$RUNS/calibrate.log" | cut -c1-200))"
+        rm -f "$PROFILE_JSON"
+    fi
+fi
+
 # ------------------------------------------------------------ runs
 shape_fields() { read -r D L NH KV I V S _ <<<"${SHAPE[$1]}"; }
 
@@ -189,6 +215,35 @@ femto_args() {  # shape B steps -> FARGS
            --model.max_position_embeddings "$S" --training.seq_length "$S"
            --training.micro_batch_size "$2" --training.steps "$3" --training.threads "$(nproc)"
            --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS")
+}
+
+# The run config of femto_args (FARGS) as JSON, for `plan --config`.
+femto_config() {  # shape B steps out.json
+    femto_args "$1" "$2" "$3"
+    python3 - "$4" "${FARGS[@]}" <<'PY'
+import json, sys
+out, args, cfg = sys.argv[1], sys.argv[2:], {}
+for k, v in zip(args[::2], args[1::2]):
+    sec, key = k[2:].split(".", 1)
+    for conv in (int, float):
+        try:
+            v = conv(v); break
+        except ValueError:
+            pass
+    if v in ("true", "false"): v = v == "true"
+    cfg.setdefault(sec, {})[key] = v
+json.dump(cfg, open(out, "w"), indent=1)
+PY
+}
+
+# The planner's step time (s) for a femtotron run of shape at micro-batch B on this
+# GPU's profile; empty when there is no profile or the planner fails.
+femto_predict_step() {  # shape B name
+    [[ -f $PROFILE_JSON ]] || return 0
+    femto_config "$1" "$2" 1 "$RUNS/$3.run.json"
+    "$FTC" plan --config "$RUNS/$3.run.json" --gpus 1 --hardware this --profile "$PROFILE_JSON" \
+        --layout "dp=1,mbs=$2" --tsv 2>"$RUNS/$3.plan.err" |
+        awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "step_s") c = i } NR == 2 && c { print $c }'
 }
 
 # femtotron's planned buffers (params + grads + optimizer + activations + comm) in
@@ -210,7 +265,7 @@ run_one() {  # shape system round B
     rm -f "$RUNS/$name".*
     shape_fields "$shape"
     case $sys in
-        femtotron) cap=$FEMTO_TIMEOUT ;;
+        femtotron|profile) cap=$FEMTO_TIMEOUT ;;
         compile) cap=$COMPILE_TIMEOUT; W=$((WARMUP + 2)) ;;
         *) cap=$EAGER_TIMEOUT ;;
     esac
@@ -223,7 +278,7 @@ run_one() {  # shape system round B
         STATUS=skipped; meta status skipped; meta why "out of the time budget (BUDGET_S=$BUDGET_S)"
         say "$shape $sys: skipped, out of the time budget"; return
     fi
-    if [[ $sys == femtotron ]]; then
+    if [[ $sys == femtotron || $sys == profile ]]; then
         meta precision "$PRECISION"
         need=$(femto_predict_mib "$shape" "$B")
         free=$(smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1)
@@ -239,9 +294,16 @@ run_one() {  # shape system round B
             say "$shape femtotron B=$B: predicted $need MiB + $HEADROOM_MIB headroom > $free MiB free"; return
         fi
         meta predicted_mib "${need:-}"
-        femto_args "$shape" "$B" $((W + TIMED))
-        # shellcheck disable=SC2206
-        cmd=(${FEMTO_LAUNCH:-} "$FTC" train "${FARGS[@]}" --logging.metrics "$met" --logging.trace "$RUNS/$name.trace.json")
+        if [[ $sys == profile ]]; then  # a short run, every op waited for and timed by kind
+            femto_args "$shape" "$B" "$PROFILE_STEPS"
+            # shellcheck disable=SC2206
+            cmd=(env FEMTOTRON_CUDA_PROFILE=1 ${FEMTO_LAUNCH:-} "$FTC" train "${FARGS[@]}" --logging.metrics "$met")
+        else
+            meta predicted_step_s "$(femto_predict_step "$shape" "$B" "$name")"
+            femto_args "$shape" "$B" $((W + TIMED))
+            # shellcheck disable=SC2206
+            cmd=(${FEMTO_LAUNCH:-} "$FTC" train "${FARGS[@]}" --logging.metrics "$met" --logging.trace "$RUNS/$name.trace.json")
+        fi
     else
         if [[ -z $TORCH_PY ]]; then STATUS=skipped; meta status skipped; meta why "no PyTorch with CUDA"; return; fi
         local dtype=bf16
@@ -266,6 +328,7 @@ run_one() {  # shape system round B
     t2=$(date +%s.%N)
     kill "$poll" 2>/dev/null; wait "$poll" 2>/dev/null
     meta rc "$rc"; meta wall_s "$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1f", b - a}')"
+    [[ $sys == profile ]] && meta op_profile "$(sed -n 's/^femtotron: cuda profile: //p' "$log" | tail -n 1)"
     grep -E '^(step|median|peak GPU|memory \(rank)' "$log" | tail -n 3 | sed 's/^/   /'
     if ((rc == 0)); then STATUS=ok
     elif grep -q 'no bf16 kernels' "$log"; then STATUS=bf16-refused

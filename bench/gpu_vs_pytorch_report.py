@@ -144,10 +144,11 @@ def main():
     systems = env.get("systems", "").split()
     systems += [m["system"] for m in metas if m.get("system") and m["system"] not in systems]
     systems = [s for s in ORDER if s in systems] + [s for s in systems if s not in ORDER]
+    systems = [s for s in systems if s != "profile"]  # its own table (op_profile_rows)
     notes = [l.strip() for l in open(os.path.join(runs_dir, "notes.txt"))] \
         if os.path.exists(os.path.join(runs_dir, "notes.txt")) else []
 
-    head, rows, split_rows, shape_lines = [], [], [], []
+    head, rows, split_rows, shape_lines, plan_rows, prof_rows = [], [], [], [], [], []
     for shape in shapes:
         fields = [int(x) for x in env.get(f"shape_{shape}", "").split()]
         if len(fields) < 8:
@@ -168,6 +169,23 @@ def main():
             if len(runs) > 1:  # every round's figure beside the best
                 best[sys_]["rounds"] = "/".join(f"{r['tps']:.0f}" if "tps" in r else r["status"] for r in runs)
         ft = best.get("femtotron", {})
+        pred = ft.get("meta", {}).get("predicted_step_s", "") if ft else ""
+        if pred and "ms" in ft:
+            err = float(pred) / (ft["ms"] / 1e3) - 1
+            plan_rows.append(f"| {shape} | {ft['meta'].get('batch', '')} | {float(pred):.3f} | {ft['ms'] / 1e3:.3f} "
+                             f"| {100 * err:+.1f}% |")
+        for p in sorted(glob.glob(os.path.join(runs_dir, f"{shape}.profile.*.meta")))[-1:]:
+            pm = read_kv(p)
+            line = pm.get("op_profile", "")
+            kinds = dict(re.findall(r"; ([a-z -]+) [0-9.]+ s \(([0-9.]+)%", line))
+            host = re.search(r"; host -?[0-9.]+ s \((-?[0-9.]+)%\)", line)
+            if not line:
+                prof_rows.append(f"| {shape} | {pm.get('status', '?')}: {pm.get('why', '').replace('|', '/')} "
+                                 f"| | | | | | | |")
+                continue
+            cells = " | ".join(kinds.get(k, "") for k in
+                               ["matrix products", "attention", "element-wise", "optimizer", "copies", "waits"])
+            prof_rows.append(f"| {shape} | {pm.get('batch', '')} | {cells} | {host.group(1) if host else ''} |")
         for sys_ in systems:
             r = best.get(sys_)
             if r is None:
@@ -245,16 +263,31 @@ Every run (the best round of each):
 """ + "\n".join(rows) + f"""
 
 femtotron's step split (`logging.trace`, median over the timed steps, ms; the CUDA backend
-synchronises after every kernel, so a phase's host wall time is its kernels' time plus the gaps
-between launches; rest = step time − the phases: data, loss and norm reductions, host work):
+queues its kernels and the host waits only where it reads results (each micro-batch's loss,
+the gradient norm, collectives), so a phase's host wall time holds whatever kernels the host
+waited for in it; rest = step time − the phases: data, loss and norm reductions, host work):
 
 | shape | precision | forward | backward | reduce-wait | optimizer | rest | step |
 |---|---|---|---|---|---|---|---|
 """ + "\n".join(split_rows) + f"""
 
-Not measured: the split by kind of kernel (matrix products, attention, element-wise kernels)
-that issue 21 asks for: `./femtotron-cuda` has no per-kernel timing (no CUDA events or NVTX
-ranges per op); a profiler (Nsight Systems, ncu) would have to give it.
+femtotron's time by kind of op (`FEMTOTRON_CUDA_PROFILE=1`, a separate run of the same shape and
+micro-batch for {env.get('profile_steps', '?')} steps, start-up and the first step's cuBLASLt
+heuristics included; % of the wall time from the first op to the end; each op waited for, from its
+first launch to the end of its last kernel; host = the rest: launches between ops, data, MPI,
+bookkeeping):
+
+| shape | micro-batch | matrix products % | attention % | element-wise % | optimizer % | copies % | waits % | host % |
+|---|---|---|---|---|---|---|---|---|
+""" + "\n".join(prof_rows) + f"""
+
+The planner's step time for femtotron's run (`femtotron plan --config RUN --gpus 1 --hardware this
+--layout dp=1,mbs=B` with the profile `bench calibrate --precision {env.get('precision_calibrated', '?')}` measured on this
+GPU at the start of the run; issue 21's target: within 10%):
+
+| shape | micro-batch | predicted step s | measured step s (median) | error |
+|---|---|---|---|---|
+""" + "\n".join(plan_rows) + f"""
 
 Shapes (bf16 runs; femtotron: `training.device cuda`, `training.precision` as in the table,
 `model.tie_word_embeddings true`; PyTorch: bench/torch_train.py `--device cuda --dtype bf16
