@@ -15,7 +15,7 @@
 // Tiles. A block of 128 threads (4 warps) takes 64 query rows of one (batch, head)
 // (forward, dQ) or 64 key rows of one (batch, key-value group) (dK, dV); each warp
 // owns 16 of those rows. The other side walks in tiles of 64, staged through shared
-// memory in bf16. Scores go through shared memory in fp32, so one lane per row runs
+// memory in bf16. Scores go through shared memory in fp32, so plain lanes run
 // the softmax on plain floats: the WMMA fragments' element layout is never relied
 // on (m16n16k16 tiles, nvcuda::wmma).
 //
@@ -89,8 +89,9 @@ struct Smem {
     static constexpr size_t score = al((size_t)BQ * LDS * 4);      // (64, 64) fp32
     static constexpr size_t prob = al((size_t)BQ * LDP * 2);       // (64, 64) bf16
     static constexpr size_t stats = al((size_t)(3 * BQ + BK) * 4); // 2 fp32 and 1 int per row, 1 int per key
-    // forward: q, k, v, scores, p, o, stats
-    static constexpr size_t fwd = 3 * half_tile + score + prob + f32_tile + stats;
+    static constexpr size_t softmax = al((size_t)4 * BQ * 4);      // forward: 2 partial maxima, alpha, m per row
+    // forward: q, k, v, scores, p, o, stats, the softmax's per-row values
+    static constexpr size_t fwd = 3 * half_tile + score + prob + f32_tile + stats + softmax;
     // dQ: q, dout, k, v, scores, dP (dQ's staging at the end), dS, stats
     static constexpr size_t dq = 4 * half_tile + 2 * score + prob + stats;
     // dK/dV: k, v, q, dout, S^T, dP^T (dK's and dV's staging at the end, over q to
@@ -196,6 +197,8 @@ __global__ void __launch_bounds__(THREADS)
     float *os = cv.take<float>(L::f32_tile);  // (64, HD) the output rows
     float *mrow = cv.take<float>(L::stats), *lrow = mrow + BQ;
     int *qp = (int *)(lrow + BQ), *kp = qp + BQ;
+    // (64, 2) each row's two partial maxima, (64) its rescale alpha and new maximum
+    float *part = cv.take<float>(L::softmax), *alpha_s = part + 2 * BQ, *mnew_s = alpha_s + BQ;
 
     const int tid = threadIdx.x, lane = tid % 32, r0 = 16 * (tid / 32);
     const int i0 = blockIdx.x * BQ, b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
@@ -226,27 +229,43 @@ __global__ void __launch_bounds__(THREADS)
 
         warp_abt<BK, HD>(ss + r0 * LDS, LDS, qs + r0 * L::LDH, L::LDH, ks, L::LDH);
         __syncwarp();
-        if (lane < 16) {  // one lane per row: the online softmax
-            const int r = r0 + lane, qpr = qp[r];
-            const float *srow = ss + r * LDS;
-            bf16 *prow = ps + r * LDP;
+        // The online softmax of the warp's 16 rows, its element-wise parts spread
+        // over all 32 lanes (consecutive lanes on consecutive columns), its row
+        // sums one lane per row in column order, so that the result does not
+        // depend on the spreading. 1. Each row's maximum of its visible scores,
+        // two lanes per row over half the columns each (a maximum is exact in any
+        // order).
+        {
+            const int r = r0 + lane % 16, c0 = (lane / 16) * (BK / 2), qpr = qp[r];
             float mx = -INFINITY;
-            for (int c = 0; c < BK; c++)
-                if (kp[c] <= qpr) mx = fmaxf(mx, srow[c] * scale);
-            if (mx == -INFINITY) {  // nothing visible in this tile: P = 0, (o, m, l) unchanged
-                for (int c = 0; c < BK; c++) prow[c] = to_bf16(0.0f);
-            } else {
-                const float mnew = fmaxf(mrow[r], mx), alpha = expf(mrow[r] - mnew);
-                float sum = 0.0f;
-                for (int c = 0; c < BK; c++) {
-                    const float p = kp[c] <= qpr ? rounded(expf(srow[c] * scale - mnew)) : 0.0f;
-                    prow[c] = to_bf16(p);
-                    sum += p;
-                }
-                lrow[r] = lrow[r] * alpha + sum;
-                mrow[r] = mnew;
-                for (int d = 0; d < HD; d++) os[r * L::LDF + d] *= alpha;
-            }
+            for (int c = c0; c < c0 + BK / 2; c++)
+                if (kp[c] <= qpr) mx = fmaxf(mx, ss[r * LDS + c] * scale);
+            part[2 * r + lane / 16] = mx;
+        }
+        __syncwarp();
+        if (lane < 16) {  // 2. the row's new maximum and the rescale of its old (o, l)
+            const int r = r0 + lane;
+            const float mx = fmaxf(part[2 * r], part[2 * r + 1]);
+            // nothing visible in this tile: P = 0, (o, m, l) unchanged (alpha 1)
+            mnew_s[r] = mx == -INFINITY ? mrow[r] : fmaxf(mrow[r], mx);
+            alpha_s[r] = mx == -INFINITY ? 1.0f : expf(mrow[r] - mnew_s[r]);
+        }
+        __syncwarp();
+        for (int e = lane; e < 16 * BK; e += 32) {  // 3. P, rounded to bf16; 0 where not visible
+            const int r = r0 + e / BK, c = e % BK;
+            ps[r * LDP + c] = to_bf16(kp[c] <= qp[r] ? expf(ss[r * LDS + c] * scale - mnew_s[r]) : 0.0f);
+        }
+        for (int e = lane; e < 16 * HD; e += 32) {  // 4. o's rows rescaled
+            const int r = r0 + e / HD, d = e % HD;
+            os[r * L::LDF + d] *= alpha_s[r];
+        }
+        __syncwarp();
+        if (lane < 16) {  // 5. l from the rounded P, in column order (O / l is then a convex combination)
+            const int r = r0 + lane;
+            float sum = 0.0f;
+            for (int c = 0; c < BK; c++) sum += __bfloat162float(ps[r * LDP + c]);
+            lrow[r] = lrow[r] * alpha_s[r] + sum;
+            mrow[r] = mnew_s[r];
         }
         __syncwarp();
         Acc acc[HD / 16];
@@ -334,13 +353,11 @@ __global__ void __launch_bounds__(THREADS)
         warp_abt<BK, HD>(ss + r0 * LDS, LDS, qs + r0 * L::LDH, L::LDH, ks, L::LDH);
         warp_abt<BK, HD>(dps + r0 * LDS, LDS, dos + r0 * L::LDH, L::LDH, vs, L::LDH);
         __syncwarp();
-        if (lane < 16) {
-            const int r = r0 + lane;
-            for (int c = 0; c < BK; c++) {
-                float p, ds;
-                pair_grad(kp[c] <= qp[r], ss[r * LDS + c], dps[r * LDS + c], lse_s[r], rd_s[r], scale, &p, &ds);
-                dss[r * LDP + c] = to_bf16(ds);
-            }
+        for (int e = lane; e < 16 * BK; e += 32) {  // dS of the warp's rows, consecutive lanes on consecutive columns
+            const int r = r0 + e / BK, c = e % BK;
+            float p, ds;
+            pair_grad(kp[c] <= qp[r], ss[r * LDS + c], dps[r * LDS + c], lse_s[r], rd_s[r], scale, &p, &ds);
+            dss[r * LDP + c] = to_bf16(ds);
         }
         __syncwarp();
         warp_ab<HD, BK>(acc, dss + r0 * LDP, LDP, ks, L::LDH);
@@ -402,14 +419,12 @@ __global__ void __launch_bounds__(THREADS)
             warp_abt<BQ, HD>(st + r0 * LDS, LDS, ks + r0 * L::LDH, L::LDH, qs, L::LDH);
             warp_abt<BQ, HD>(dpt + r0 * LDS, LDS, vs + r0 * L::LDH, L::LDH, dos, L::LDH);
             __syncwarp();
-            if (lane < 16) {
-                const int r = r0 + lane, kpr = kp[r];
-                for (int c = 0; c < BQ; c++) {
-                    float p, ds;
-                    pair_grad(kpr <= qp[c], st[r * LDS + c], dpt[r * LDS + c], lse_s[c], rd_s[c], scale, &p, &ds);
-                    pt[r * LDP + c] = to_bf16(p);
-                    dst[r * LDP + c] = to_bf16(ds);
-                }
+            for (int e = lane; e < 16 * BQ; e += 32) {  // P^T and dS^T of the warp's keys, lanes along the queries
+                const int r = r0 + e / BQ, c = e % BQ;
+                float p, ds;
+                pair_grad(kp[r] <= qp[c], st[r * LDS + c], dpt[r * LDS + c], lse_s[c], rd_s[c], scale, &p, &ds);
+                pt[r * LDP + c] = to_bf16(p);
+                dst[r * LDP + c] = to_bf16(ds);
             }
             __syncwarp();
             warp_ab<HD, BQ>(dv, pt + r0 * LDP, LDP, dos, L::LDH);
