@@ -59,6 +59,13 @@
         if (allowed_) FLASH_KERNEL_CALL(kernel, grid, smem)(__VA_ARGS__);                                   \
     } while (0)
 
+// nvcc's loop unrolling hint (the host compiler of the emulation has none).
+#ifdef CUDA_EMU
+#define FLASH_UNROLL4
+#else
+#define FLASH_UNROLL4 _Pragma("unroll 4")
+#endif
+
 namespace flash {
 
 using namespace nvcuda;
@@ -419,6 +426,7 @@ __global__ void __launch_bounds__(THREADS)
             warp_abt<BQ, HD>(st + r0 * LDS, LDS, ks + r0 * L::LDH, L::LDH, qs, L::LDH);
             warp_abt<BQ, HD>(dpt + r0 * LDS, LDS, vs + r0 * L::LDH, L::LDH, dos, L::LDH);
             __syncwarp();
+            FLASH_UNROLL4
             for (int e = lane; e < 16 * BQ; e += 32) {  // P^T and dS^T of the warp's keys, lanes along the queries
                 const int r = r0 + e / BQ, c = e % BQ;
                 float p, ds;
