@@ -119,17 +119,18 @@ $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads: $(CUDA_BUIL
 
 # The CUDA backend on the CPU (tests/emu): src/ops/*.cu rewritten by
 # tests/emu/cu2cpp.py and compiled by the host compiler against tests/emu/include
-# (CUDA, cuBLASLt, bf16 and WMMA emulated on the host; NCCL absent: the CPU build's
-# dist/device_comm_none.c). `make emu` builds $(EMU_BUILD)/femtotron-cuda and the
+# (CUDA, cuBLASLt, bf16 and WMMA emulated on the host; NCCL over MPI,
+# tests/emu/nccl_emu.h). `make emu` builds $(EMU_BUILD)/femtotron-cuda and the
 # GPU test drivers from it, so tests/shell/test_cuda_emu.sh runs the GPU tests in
 # CI. The kernels run as written, block by block: slow, for small shapes.
 EMU_BUILD ?= build-emu
-EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu/include
-EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) $(BUILD)/dist/device_comm_none.o \
-             $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu))
+EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu/include \
+                $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
+             $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
 EMU_LIBS  := -lstdc++
 emu: $(EMU_BUILD)/femtotron-cuda $(EMU_BUILD)/tests/gpu_ops $(EMU_BUILD)/tests/plan_memory_main \
-     $(EMU_BUILD)/tests/dump_grads
+     $(EMU_BUILD)/tests/dump_grads $(EMU_BUILD)/tests/nccl_ops
 $(EMU_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(wildcard tests/emu/*.h tests/emu/include/*.h) \
                   tests/emu/cu2cpp.py $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
@@ -141,6 +142,9 @@ $(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
 $(EMU_BUILD)/tests/plan_memory_main $(EMU_BUILD)/tests/dump_grads: $(EMU_BUILD)/tests/%: tests/drivers/%.c $(EMU_OBJ)
+	@mkdir -p $(EMU_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
+$(EMU_BUILD)/tests/nccl_ops: tests/gpu/nccl_ops.c $(EMU_OBJ)
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
 

@@ -82,6 +82,7 @@ typedef enum {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidPitchValue = 12,
+    cudaErrorNotReady = 600,
     cudaErrorNoDevice = 100,
 } cudaError_t;
 typedef cudaError_t cudaError;
@@ -381,6 +382,7 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidPitchValue: return "invalid pitch argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
@@ -395,9 +397,24 @@ inline cudaError_t cudaGetDeviceCount(int *n) {
     *n = s ? atoi(s) : 1;
     return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
-inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+namespace emu {
+inline int device;  // cudaSetDevice's
+}
+inline cudaError_t cudaSetDevice(int d) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return cudaErrorInvalidValue;
+    emu::device = d;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = emu::device;
+    return cudaSuccess;
+}
+// CUDA_EMU_DEVICES=N plays N GPUs, with the bus ids 0000:01:00.0 .. (so ranks of
+// one node that take different devices count as having GPUs of their own).
+inline cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
+    snprintf(id, (size_t)len, "0000:%02x:00.0", d + 1);
     return cudaSuccess;
 }
 // The emulated device is an H100 SXM, as its launch limits are sm_90's;
@@ -424,6 +441,27 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) {
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
     *s = (cudaStream_t)(uintptr_t)1;
     return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+// Events: recorded into the queue; a query runs the queue first (so every event
+// completes when asked, as the device would eventually).
+struct EmuEvent {
+    bool done = true;
+};
+typedef EmuEvent *cudaEvent_t;
+#define cudaEventDisableTiming 0x02
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new EmuEvent;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+    e->done = false;
+    emu::enqueue([e]() { e->done = true; });
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    emu::flush();
+    return e->done ? cudaSuccess : cudaErrorNotReady;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
     emu::flush();

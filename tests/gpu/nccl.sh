@@ -7,8 +7,14 @@
 #      CPU's one rank within 1e-5 (the key is accepted; one rank has no peers);
 #   3. two ranks on the one GPU with parallel.comm = nccl are refused, saying NCCL
 #      refuses two ranks on one GPU;
-#   4. two ranks with parallel.comm = auto say so in a note and run over MPI.
-# Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda).
+#   4. two ranks with parallel.comm = auto say so in a note and run over MPI;
+#   5. where there are GPUs enough for a rank each (GPUS, default nvidia-smi's
+#      count; the emulation plays CUDA_EMU_DEVICES of them), layouts of several
+#      ranks with parallel.comm = nccl against the CPU's one rank within 1e-5
+#      (tests/gpu/layouts.sh: NCCL_LAYOUTS, default ZeRO-3 over 4 ranks with uneven
+#      buckets and tp2 x cp2 x pp2); skipped, saying so, on one GPU.
+# Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda),
+# NCCL_OPS (default ./build-cuda/tests/nccl_ops).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 CPU_BIN=${CPU_BIN:-./femtotron}
@@ -19,7 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 failed() { echo "FAIL $*"; fail=1; }
 
-timeout -k 10 300 ./build-cuda/tests/nccl_ops >"$tmp/ops.log" 2>&1  # a hung collective fails, not blocks
+timeout -k 10 300 "${NCCL_OPS:-./build-cuda/tests/nccl_ops}" >"$tmp/ops.log" 2>&1  # a hung collective fails, not blocks
 rc=$?
 grep -E '^(PASS|FAIL) ' "$tmp/ops.log"
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$tmp/ops.log" || failed "nccl_ops exited with status $rc: $(tail -3 "$tmp/ops.log")"
@@ -45,7 +51,9 @@ PY
 else
     failed "one rank with parallel.comm = nccl: $(tail -3 "$tmp/nccl1.log")"
 fi
-if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.dp 2 \
+# Two ranks on one GPU (CUDA_EMU_DEVICES: the emulation's GPU count; a GPU ignores it).
+two=(--parallel.dp 2 --training.micro_batch_size 4)
+if CUDA_EMU_DEVICES=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" "${two[@]}" \
     --parallel.comm nccl >"$tmp/nccl2.log" 2>&1; then
     failed "two ranks on one GPU with parallel.comm = nccl ran; NCCL should have been refused"
 elif grep -q "parallel.comm = nccl: ranks share GPUs" "$tmp/nccl2.log"; then
@@ -53,10 +61,24 @@ elif grep -q "parallel.comm = nccl: ranks share GPUs" "$tmp/nccl2.log"; then
 else
     failed "two ranks with parallel.comm = nccl failed without the expected message: $(grep -m2 error "$tmp/nccl2.log")"
 fi
-if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" --parallel.dp 2 \
+if CUDA_EMU_DEVICES=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" "${gpu[@]}" "${two[@]}" \
     >"$tmp/auto2.log" 2>&1 && grep -q "note: parallel.comm = auto: ranks share GPUs" "$tmp/auto2.log"; then
     echo "PASS two ranks on one GPU with parallel.comm = auto run over MPI, saying so"
 else
     failed "two ranks with parallel.comm = auto: $(grep -m3 -E 'error|note' "$tmp/auto2.log")"
+fi
+# 5. Several ranks, a GPU each: the only way NCCL's multi-rank path runs.
+gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+if [ "${gpus:-0}" -ge 8 ]; then
+    out=$(CUDA_EMU_DEVICES=$gpus LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|tp2_cp2_pp2)$'} \
+        GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | sed -E 's/^(PASS|FAIL) /\1 parallel.comm = nccl, a GPU per rank: /'
+    if [ "$rc" -ne 0 ]; then
+        printf '%s\n' "$out" | grep -q '^FAIL ' || echo "FAIL layouts with NCCL exited with status $rc: $(printf '%s\n' "$out" | tail -3)"
+        fail=1
+    fi
+else
+    echo "SKIP layouts with parallel.comm = nccl need a GPU per rank (8 for tp2 x cp2 x pp2): this machine has ${gpus:-0}"
 fi
 exit $fail

@@ -19,9 +19,14 @@
 #   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
 #     planned with, two ranks' collectives, training's MFU peak from the datasheet
 #     of the H100 the emulation says it is, or measured for a GPU no table knows;
+#   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
+#     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
+#     peer that never joins, parallel.comm's choices on a shared device, and (8
+#     emulated GPUs, a rank each) ZeRO-3 over 4 ranks and tp2 x cp2 x pp2 with
+#     parallel.comm = nccl against the CPU's one rank, which a one-GPU machine
+#     cannot run;
 #   - a build that sees no device stops at once and says so.
-# Not here: NCCL (tests/gpu/nccl.sh; the emulated build links the CPU's
-# dist/device_comm_none.c) and the main job's 500 bf16 steps (too slow emulated).
+# Not here: the main job's 500 bf16 steps (too slow emulated).
 # The GPU's own run (tests/gpu/run.sh) is still what issue 14 asks for: this finds
 # what is wrong in the code before a GPU's time is spent on it.
 set -u
@@ -54,6 +59,7 @@ LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
 part calibrate bash tests/gpu/calibrate.sh
+NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 part nccl bash tests/gpu/nccl.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
 rc=$?
