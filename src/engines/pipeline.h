@@ -39,6 +39,11 @@ typedef struct {
     int *all_n;                   // (2, pp): [0] their lengths
     double *pass_s;               // (v, 3) seconds of this rank's F, I (or B), W passes per chunk in the last step
     int *pass_n;                  // (v, 3) how many
+    // 1: the pass timers wait for the device at each pass's start and end, so that
+    // on a GPU (whose ops return before they finish) they time the passes' kernels,
+    // not their launches; the trainer sets it for the step parallel.pp_costs =
+    // "measure" reads and while a trace is written. 0: no waits (no cost on a CPU).
+    int time_passes;
     // Activation slots: chunk c has n_slots[c] micro-batches in flight at most. With
     // several chunks per rank the chunks may instead share one pool of as many slots
     // as they hold at once together (pooled; pp_init takes it when it costs fewer

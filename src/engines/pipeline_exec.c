@@ -62,6 +62,12 @@ static void shape_slot(Exec *x, int c, int s) {
                                 &pp->acts[c][0]);
 }
 
+// The clock at a pass's start or end (pp->time_passes: after the device's work).
+static double pass_clock(const Exec *x) {
+    if (x->pp->time_passes) ops_sync();
+    return now_seconds();
+}
+
 static void trace(const Exec *x, const char *what, int c, int micro, double t0) {
     if (x->cb->trace) x->cb->trace(x->cb->ctx, what, c, micro, t0, now_seconds());
 }
@@ -69,7 +75,7 @@ static void trace(const Exec *x, const char *what, int c, int micro, double t0) 
 // A training pass of chunk c ended: its time goes to the step's pass timers
 // (op 0 F, 1 I or B, 2 W; parallel.pp_costs = "measure" reads them), then the trace.
 static void pass_done(const Exec *x, const char *what, int op, int c, int micro, double t0) {
-    x->pp->pass_s[c * 3 + op] += now_seconds() - t0;
+    x->pp->pass_s[c * 3 + op] += pass_clock(x) - t0;
     x->pp->pass_n[c * 3 + op]++;
     trace(x, what, c, micro, t0);
 }
@@ -134,7 +140,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
         }
         trace(x, "recv", c, micro, t0);
     }
-    t0 = now_seconds();
+    t0 = pass_clock(x);
     double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads);
     if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     if (want_grads)
@@ -192,7 +198,7 @@ static void run_backward(Exec *x, const PpAction *act) {
         }
         trace(x, "recv", c, act->micro, t0);
     }
-    t0 = now_seconds();
+    t0 = pass_clock(x);
     const float *dx_in;
     if (act->op == PP_OP_I) {
         dx_in = llama_stage_backward_input(x->m, x->pa, a, dx_out, take_stash(pp, c, act->micro));
@@ -226,7 +232,7 @@ static void run_weight(Exec *x, const PpAction *act) {
     const int c = act->chunk, slot = *slot_ref(pp, c, act->micro);
     int *stash_p = &pp->stash_of[(size_t)c * pp->micros + act->micro];
     const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
-    double t0 = now_seconds();
+    double t0 = pass_clock(x);
     llama_stage_backward_weight(x->m, x->pa, &pp->acts[c][slot], pp->tokens[c] + (size_t)slot * bs,
                                 &pp->stash[c][*stash_p]);
     pass_done(x, "backward-weight", 2, c, act->micro, t0);

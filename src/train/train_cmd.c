@@ -302,14 +302,19 @@ int train_main(int argc, char **argv) {
     int exit_code = 0;
     if (rank0) progress_loop(&progress, t.state.step, tc->steps);
     int run_steps = 0;  // steps of this run (a resumed run counts from its own start)
+    const int measure_costs = !strcmp(cfg.parallel.pp_costs, "measure") && cfg.parallel.pp > 1;
     while (t.state.step < tc->steps) {
+        // The passes' timers wait for the device (a GPU's ops return before they
+        // finish) while a trace is written and in the step whose passes
+        // parallel.pp_costs = "measure" reads (the second).
+        t.rank.pipe.time_passes = trace_enabled() || (measure_costs && run_steps == 1);
         double t0 = now_seconds();
         StepResult r = trainer_step(&t);
         double dt = now_seconds() - t0;
         // parallel.pp_costs = "measure": the passes of the run's second step (the
         // first warms caches and pages) become the zero-bubble lists' costs, the
         // same on every rank; every rank takes part, at the same step.
-        if (++run_steps == 2 && !strcmp(cfg.parallel.pp_costs, "measure") && cfg.parallel.pp > 1) {
+        if (++run_steps == 2 && measure_costs) {
             double *ms = xmalloc(sizeof(double) * 3 * (size_t)cfg.parallel.pp * cfg.parallel.pp_virtual, "costs");
             double before, after;
             const int changed = pp_adopt_measured_costs(&t.rank.pipe, ms, &before, &after);

@@ -15,7 +15,12 @@
 #      CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table knows is measured;
 #   6. FEMTOTRON_CUDA_PROFILE=1: the run's op time by kind (issue 21's step split)
 #      on stderr at exit, every kind of a training step present, the kinds and the
-#      host adding up to the wall time; nothing without it.
+#      host adding up to the wall time; nothing without it;
+#   7. parallel.pp_costs = "measure" (zero-bubble lists from the passes' measured
+#      times) waits for the device around each pass: emulated, where a pass's
+#      kernels take milliseconds and its launches microseconds, every F and I
+#      pass is measured at 1 ms or more (without the waits: 0.01-0.02 ms); on a
+#      GPU the measured costs are shown.
 # Prints PASS/FAIL lines; exit 1 on a failure. Environment: GPU_BIN (default
 # ./femtotron-cuda), CPU_BIN (./femtotron), MPIRUN.
 set -u
@@ -137,5 +142,26 @@ PY
         echo "PASS no profile without FEMTOTRON_CUDA_PROFILE"
 else
     failed "a run with FEMTOTRON_CUDA_PROFILE=1 failed: $(tail -2 "$tmp/profiled.log")"
+fi
+
+# 7. The pipeline's measured pass costs time the device's work.
+if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${PARITY[@]}" --training.steps 3 --training.device cuda \
+    --training.precision fp32 --training.micro_batch_size 2 --model.num_hidden_layers 4 --parallel.pp 2 \
+    --parallel.pp_schedule zb-h1 --parallel.pp_costs measure >"$tmp/zb.log" 2>&1; then
+    costs=$(grep -o 'F:I:W ms per virtual stage [0-9.:,]*' "$tmp/zb.log" | sed 's/.* //')
+    if [ -z "$costs" ]; then
+        failed "pp_costs = measure printed no measured costs: $(tail -2 "$tmp/zb.log")"
+    elif grep -q cuda_emu <<<"${device:-}"; then
+        if awk -v c="$costs" 'BEGIN { n = split(c, st, ","); for (i = 1; i <= n; i++) { split(st[i], f, ":");
+                if (f[1] < 1 || f[2] < 1) exit 1 } }'; then
+            echo "PASS pp_costs = measure times the passes' kernels (emulated F:I:W ms $costs)"
+        else
+            failed "pp_costs = measure: F:I:W ms $costs: a pass under 1 ms times its launches, not its kernels"
+        fi
+    else
+        echo "PASS pp_costs = measure on the GPU: F:I:W ms per virtual stage $costs"
+    fi
+else
+    failed "pp2 zb-h1 with pp_costs = measure: $(tail -2 "$tmp/zb.log")"
 fi
 exit "$fail"
