@@ -262,10 +262,9 @@ Every run (the best round of each):
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + f"""
 
-femtotron's step split (`logging.trace`, median over the timed steps, ms; the CUDA backend
-queues its kernels and the host waits only where it reads results (each micro-batch's loss,
-the gradient norm, collectives), so a phase's host wall time holds whatever kernels the host
-waited for in it; rest = step time − the phases: data, loss and norm reductions, host work):
+femtotron's step split (`logging.trace`, median over the timed steps, ms; while a trace is
+written the host waits for the GPU at each phase's start and end, so a phase holds its kernels'
+time; rest = step time − the phases: data, loss and norm reductions, host work):
 
 | shape | precision | forward | backward | reduce-wait | optimizer | rest | step |
 |---|---|---|---|---|---|---|---|

@@ -75,6 +75,14 @@ static void trace_cb(void *ctx, const char *what, int chunk, int micro, double t
     trace_event(what, t0, t1, t->batch_step + 1, chunk, micro);
 }
 
+// The clock of a trace phase's start or end: while a trace is written, after the
+// device's queued work (a GPU's ops return before they finish), so that a phase
+// holds its kernels' time, not its launches'.
+static double trace_clock(void) {
+    if (trace_enabled()) ops_sync();
+    return now_seconds();
+}
+
 double trainer_compute_grads(Trainer *t, int step) {
     const TrainingConfig *tc = &t->cfg.training;
     const uint64_t G = (uint64_t)tc->global_batch_size;
@@ -87,9 +95,9 @@ double trainer_compute_grads(Trainer *t, int step) {
     t->batch_step = step;
     dp_begin_step(&t->rank.dp, tc->grad_acc_steps);
     double loss_sum = pp_run_step(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, grad_scale);
-    double t0 = now_seconds();
+    double t0 = trace_clock();
     dp_finish_grads(&t->rank.dp);
-    trace_event("reduce-wait", t0, now_seconds(), step + 1, -1, -1);
+    trace_event("reduce-wait", t0, trace_clock(), step + 1, -1, -1);
     // The loss lives on the last pipeline stage of every data- and context-parallel rank.
     if (t->rank.model.moe_aux) {  // with the load-balancing loss beside it (model/moe.h)
         double sums[2] = {loss_sum, t->rank.pipe.moe_aux};
@@ -135,9 +143,9 @@ StepResult trainer_step(Trainer *t) {
         t->bad_steps = 0;
         // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
         double coef = tc->grad_clip > 0.0 ? tc->grad_clip / (r.grad_norm + 1e-6) : 1.0;
-        double t0 = now_seconds();
+        double t0 = trace_clock();
         dp_clip_and_update(&t->rank.dp, coef, (float)r.lr, tc, r.step);
-        trace_event("optimizer", t0, now_seconds(), r.step, -1, -1);
+        trace_event("optimizer", t0, trace_clock(), r.step, -1, -1);
     }
     t->state.step = r.step;
     t->state.consumed_sequences += (uint64_t)tc->global_batch_size;
