@@ -40,13 +40,6 @@ static bool needs_mpi(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     ops_init(comm_launched_local_rank());  // the CUDA build stops here, saying so, where there is no GPU
-    // generate runs its ops on host (xmalloc) memory: not on the CUDA build yet
-    // (docs/DESIGN.md, invariant 6: the backend boundary, lists what remains).
-    if (!strcmp(ops_backend_name(), "cuda") && argc >= 2 && !strcmp(argv[1], "generate")) {
-        fprintf(stderr, "femtotron: error: `femtotron %s` does not run on the CUDA build yet (its buffers are "
-                "host memory): run it with ./femtotron (make)\n", argv[1]);
-        return 1;
-    }
     bool mpi = needs_mpi(argc, argv);
     if (mpi) {
         comm_init(&argc, &argv);

@@ -44,7 +44,7 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     llama_build(&km->m, mc, model_whole());
     checkpoint_verify(resolved);  // a femtotron checkpoint: every file against its manifest
     const LlamaModel *m = &km->m;
-    km->params = xmalloc(m->num_elements * sizeof(float), "model weights");
+    km->params = buf_alloc(MEM_PARAMS, m->num_elements * sizeof(float), "model weights");
     load_hf_weights(resolved, m, km->params);
 
     if (positions < 1) positions = 1;
@@ -55,31 +55,33 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     const size_t D = (size_t)m->D, F = (size_t)(m->E > 0 ? (m->Fs > 0 ? m->Fs : 1) : m->F), hd = (size_t)m->hd,
                  T = (size_t)km->T,
                  C = (size_t)km->C, kvr = (size_t)m->KV * hd, qkvr = (size_t)(m->H + 2 * m->KV) * hd;
-    km->k_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "key cache");
-    km->v_cache = xmalloc((size_t)m->L * T * kvr * sizeof(float), "value cache");
-    km->x = xmalloc(C * D * sizeof(float), "generate activations");
-    km->h = xmalloc(C * D * sizeof(float), "generate activations");
-    km->rstd = xmalloc(C * sizeof(float), "generate activations");
-    km->qkv = xmalloc(C * qkvr * sizeof(float), "generate activations");
-    km->att = xmalloc(C * (size_t)m->H * hd * sizeof(float), "generate activations");
-    km->tmp = xmalloc(C * D * sizeof(float), "generate activations");
-    km->gu = xmalloc(C * 2 * F * sizeof(float), "generate activations");
-    km->mh = xmalloc(C * F * sizeof(float), "generate activations");
-    km->cos_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
-    km->sin_t = xmalloc(C * hd / 2 * sizeof(float), "RoPE table");
-    km->logits = xmalloc((size_t)m->V * sizeof(float), "logits");
+    km->k_cache = buf_alloc(MEM_ACTIVATIONS, (size_t)m->L * T * kvr * sizeof(float), "key cache");
+    km->v_cache = buf_alloc(MEM_ACTIVATIONS, (size_t)m->L * T * kvr * sizeof(float), "value cache");
+    km->x = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
+    km->h = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
+    km->rstd = buf_alloc(MEM_ACTIVATIONS, C * sizeof(float), "generate activations");
+    km->qkv = buf_alloc(MEM_ACTIVATIONS, C * qkvr * sizeof(float), "generate activations");
+    km->att = buf_alloc(MEM_ACTIVATIONS, C * (size_t)m->H * hd * sizeof(float), "generate activations");
+    km->tmp = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
+    km->gu = buf_alloc(MEM_ACTIVATIONS, C * 2 * F * sizeof(float), "generate activations");
+    km->mh = buf_alloc(MEM_ACTIVATIONS, C * F * sizeof(float), "generate activations");
+    km->cos_t = buf_alloc(MEM_ACTIVATIONS, C * hd / 2 * sizeof(float), "RoPE table");
+    km->sin_t = buf_alloc(MEM_ACTIVATIONS, C * hd / 2 * sizeof(float), "RoPE table");
+    km->logits = buf_alloc(MEM_ACTIVATIONS, (size_t)m->V * sizeof(float), "logits");
     if (m->E > 0) {  // one layer at a time: the routing and expert rows of C tokens
         const MoeDims md = {(int)C, 1, (int)C, m->D, m->F, m->E, m->K, {1, 0}};
-        km->moe = xmalloc(moe_saved_floats(&md) * sizeof(float), "generate expert rows");
-        km->moe_scr = xmalloc(moe_scratch_floats(&md) * sizeof(float), "generate expert scratch");
+        km->moe = buf_alloc(MEM_ACTIVATIONS, moe_saved_floats(&md) * sizeof(float), "generate expert rows");
+        km->moe_scr = buf_alloc(MEM_ACTIVATIONS, moe_scratch_floats(&md) * sizeof(float), "generate expert scratch");
     }
 }
 
 void kv_model_free(KVModel *km) {
+    ops_sync();  // no op may still use the buffers
     float *bufs[] = {km->params, km->k_cache, km->v_cache, km->x, km->h, km->rstd, km->qkv,
-                     km->att, km->tmp, km->gu, km->mh, km->cos_t, km->sin_t, km->scratch,
+                     km->att, km->tmp, km->gu, km->mh, km->cos_t, km->sin_t,
                      km->logits, km->moe, km->moe_scr};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_free(bufs[i]);
+    free(km->scratch);  // the host attention's, plain memory
     llama_free(&km->m);
     memset(km, 0, sizeof *km);
 }
@@ -91,6 +93,10 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const int D = m->D, F = m->F, H = m->H, KV = m->KV, hd = m->hd, pos0 = km->pos;
     const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd;
     const float eps = (float)km->cfg.rms_norm_eps;
+    // The host writes the RoPE tables, copies k and v into the cache and runs the
+    // attention over it (kv_attention), between ops that a GPU runs later than
+    // they are called: it waits for them first (ops_sync; nothing on the CPU).
+    ops_sync();
     embedding_forward(km->x, tokens, P + m->embed, n, D, m->V);
     rope_tables(km->cos_t, km->sin_t, n, hd, m->rope_freq, pos0);
     for (int l = 0; l < m->L; l++) {
@@ -101,6 +107,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
         rmsnorm_forward(km->h, NULL, km->rstd, km->x, P + lo->ln1, n, D, eps);
         matmul_forward(km->qkv, km->h, P + lo->qkv, n, D, qkv_dim);
         rope_forward(km->qkv, km->cos_t, km->sin_t, 1, n, H, KV, hd);
+        ops_sync();  // q, k and v are read on the host below
         for (int t = 0; t < n; t++) {
             const float *row = km->qkv + (size_t)t * qkv_dim;
             memcpy(kc + (size_t)(pos0 + t) * kvr, row + (size_t)H * hd, (size_t)kvr * sizeof(float));
@@ -133,6 +140,7 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const float *last = km->x + (size_t)(n - 1) * D;
     rmsnorm_forward(km->h, NULL, km->rstd, last, P + m->final_norm, 1, D, eps);
     matmul_forward(km->logits, km->h, P + m->head, 1, D, m->V);
+    ops_sync();  // the sampler reads the logits on the host
     km->pos += n;
 }
 

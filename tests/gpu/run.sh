@@ -14,10 +14,11 @@
 # build), tests/gpu/resume_devices.sh (GPU checkpoints resumed on the CPU and the
 # other way round, fp32 and bf16), tests/gpu/calibrate.sh (`bench calibrate` on
 # the GPU in bf16 and fp32, `plan --hardware this` with its profile, two ranks'
-# collectives, training's MFU peak from the GPU's datasheet) and tests/gpu/nccl.sh
+# collectives, training's MFU peak from the GPU's datasheet), tests/gpu/generate.sh
+# (`generate` on the GPU build writes the CPU build's text) and tests/gpu/nccl.sh
 # (parallel.comm: NCCL's collectives and watchdog on one GPU, the refusal of two
 # ranks on one GPU, auto's fallback to MPI). Ends on "N passed, N failed" over all
-# nine (exit 1 on a failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
+# ten (exit 1 on a failure). Where there is no nvcc or no NVIDIA GPU it says so and exits 0:
 # nothing ran.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,7 +47,7 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL gpu_ops exited with status $rc" | tee -a "$log"
 # Each script prints PASS/FAIL lines; one that fails without a FAIL line of its own
 # (a crash) gets one here.
-for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices calibrate nccl; do
+for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices calibrate generate nccl; do
     bash "tests/gpu/$t.sh" | tee "$log.part"
     rc=${PIPESTATUS[0]}
     cat "$log.part" >>"$log"

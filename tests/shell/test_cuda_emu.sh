@@ -19,6 +19,7 @@
 #   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
 #     planned with, two ranks' collectives, training's MFU peak from the datasheet
 #     of the H100 the emulation says it is, or measured for a GPU no table knows;
+#   - tests/gpu/generate.sh: `generate` on the build writes the CPU build's text;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
 #     peer that never joins, parallel.comm's choices on a shared device, and (8
@@ -59,6 +60,7 @@ LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
 part calibrate bash tests/gpu/calibrate.sh
+part generate bash tests/gpu/generate.sh
 NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 part nccl bash tests/gpu/nccl.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
