@@ -397,7 +397,7 @@ void group_allreduce_sum_f32(GroupId g, float *buf, size_t n) {
 static void allreduce_f64(GroupId g, double *buf, size_t n, MPI_Op op, const char *what) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("%s of %zu doubles exceeds the per-call limit", what, n);
-    CommRequest r = mpi_slot(g);
+    CommRequest r = take_slot(g);  // host scalars: no device work to wait for
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, op, groups[g], &requests[r.slot]);
     comm_wait(&r, what);
 }
@@ -413,7 +413,7 @@ void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
 void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
     if (n > MAX_PIECE) die("all-reduce of %zu 64-bit integers exceeds the per-call limit", n);
-    CommRequest r = mpi_slot(g);
+    CommRequest r = take_slot(g);  // host counters: no device work to wait for
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_UINT64_T, MPI_SUM, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-reduce");
 }

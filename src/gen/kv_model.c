@@ -95,8 +95,8 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const float eps = (float)km->cfg.rms_norm_eps;
     // The host writes the RoPE tables, copies k and v into the cache and runs the
     // attention over it (kv_attention), between ops that a GPU runs later than
-    // they are called: it waits for them first (ops_sync; nothing on the CPU).
-    ops_sync();
+    // they are called: it waits for them first (ops_sync; nothing on the CPU). The
+    // previous chunk ended waiting for its logits, so the tables are free here.
     embedding_forward(km->x, tokens, P + m->embed, n, D, m->V);
     rope_tables(km->cos_t, km->sin_t, n, hd, m->rope_freq, pos0);
     for (int l = 0; l < m->L; l++) {

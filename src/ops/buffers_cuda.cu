@@ -155,12 +155,14 @@ extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes)
     if (bytes == 0) return;
     CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_upload");
+    ops_sync();  // ops.h: done on return
 }
 
 extern "C" void ops_download(void *dst_host, const void *src_buffer, size_t bytes) {
     if (bytes == 0) return;
     CUDA_CHECK(cudaMemcpyAsync(dst_host, src_buffer, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_download");
+    ops_sync();  // ops.h: done on return
 }
 
 extern "C" void ops_sync(void) {

@@ -17,17 +17,11 @@
 # STEPS=20 checks the script on the CPU alone (tests/shell/test_cuda_build.sh does).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 read -r -a DEVICE_ARGS <<<"${DEVICE_ARGS---training.device cuda}"
 read -r -a FP32_ARGS <<<"${FP32_ARGS---training.precision fp32}"
 read -r -a BF16_ARGS <<<"${BF16_ARGS---training.precision bf16}"
-read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 STEPS=${STEPS:-500}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 
 mapfile -t texts < <(find "${FORTUNES_DIR:-/usr/share/games/fortunes}" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$CPU_BIN" prepare --input "${texts[@]}" --split-on % --output "$tmp/data" >"$tmp/prepare.log" 2>&1 ||

@@ -25,14 +25,7 @@
 # ./femtotron-cuda), CPU_BIN (./femtotron), MPIRUN.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
-read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
-. tests/gpu/lib.sh
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 
 # key FILE EXPR: a python expression over the profile d, printed.
 key() { "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }

@@ -11,13 +11,7 @@
 # Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
-. tests/gpu/lib.sh
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 parity_corpus
 if ! "$CPU_BIN" train "${PARITY[@]}" --training.steps 150 --training.lr 3e-3 --training.seq_length 64 \
     --checkpoint.dir "$tmp/ck" --checkpoint.every 150 >"$tmp/train.log" 2>&1; then

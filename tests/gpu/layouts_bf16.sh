@@ -71,7 +71,6 @@ CPU_BIN=$GPU_BIN
 failed() { echo "FAIL $*"; rc=1; }
 . tests/gpu/lib.sh
 parity_corpus
-read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 for z in 1 3; do
     timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${PARITY[@]}" $BF16 --parallel.dp 2 --parallel.zero $z \
         --training.micro_batch_size 4 --logging.metrics "$tmp/zero$z.jsonl" >"$tmp/zero$z.log" 2>&1 ||

@@ -1,10 +1,23 @@
-# tests/gpu/lib.sh — sourced by the GPU test scripts that train the parity problem
-# of tests/shell/test_parity.sh (a tiny model, 8 sequences of 32 tokens, 10 steps):
-# parity_corpus prepares its corpus into $tmp/data with $CPU_BIN (fatal through
-# the script's `failed` when that fails); PARITY holds its training keys. Needs
-# tmp, CPU_BIN and failed from the script. FORTUNES_DIR (default Debian's
-# /usr/share/games/fortunes; gpu-bundle/env.sh points it at the bundle's copy) is
-# where the fortunes corpus is; PYTHON the python3 the comparisons run with.
+# tests/gpu/lib.sh — sourced by the GPU test scripts: their common start (the
+# binaries CPU_BIN and GPU_BIN, the launcher MPIRUN as an array, a scratch
+# directory $tmp removed at exit, `failed` printing a FAIL line and setting
+# fail=1; each kept where the script set it before sourcing), and the parity
+# problem of tests/shell/test_parity.sh (a tiny model, 8 sequences of 32 tokens,
+# 10 steps): parity_corpus prepares its corpus into $tmp/data with $CPU_BIN (fatal
+# through `failed` when that fails); PARITY holds its training keys. FORTUNES_DIR
+# (default Debian's /usr/share/games/fortunes; gpu-bundle/env.sh points it at the
+# bundle's copy) is where the fortunes corpus is; PYTHON the python3 the
+# comparisons run with.
+CPU_BIN=${CPU_BIN:-./femtotron}
+GPU_BIN=${GPU_BIN:-./femtotron-cuda}
+[[ "$(declare -p MPIRUN 2>/dev/null)" == "declare -a"* ]] ||
+    read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
+if [ -z "${tmp:-}" ]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+fi
+fail=${fail:-0}
+declare -F failed >/dev/null || failed() { echo "FAIL $*"; fail=1; }
 FORTUNES=${FORTUNES_DIR:-/usr/share/games/fortunes}
 PYTHON=${PYTHON:-python3}
 parity_corpus() {

@@ -17,20 +17,13 @@
 # NCCL_OPS (default ./build-cuda/tests/nccl_ops).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
-read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 
 timeout -k 10 300 "${NCCL_OPS:-./build-cuda/tests/nccl_ops}" >"$tmp/ops.log" 2>&1  # a hung collective fails, not blocks
 rc=$?
 grep -E '^(PASS|FAIL) ' "$tmp/ops.log"
 [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$tmp/ops.log" || failed "nccl_ops exited with status $rc: $(tail -3 "$tmp/ops.log")"
 
-. tests/gpu/lib.sh
 parity_corpus
 common=("${PARITY[@]}" --training.steps 5)
 gpu=(--training.device cuda --training.precision fp32)

@@ -25,17 +25,11 @@
 # GPU_ARGS= BF16_ARGS= checks the script on the CPU alone (tests/shell/test_cuda_build.sh).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 read -r -a GPU_ARGS <<<"${GPU_ARGS---training.device cuda --training.precision fp32}"
 read -r -a BF16_ARGS <<<"${BF16_ARGS---training.device cuda --training.precision bf16}"
 BF16_TOL=${BF16_TOL:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 
-. tests/gpu/lib.sh
 parity_corpus
 common=("${PARITY[@]}" --checkpoint.every 5)
 

@@ -14,19 +14,12 @@
 # alone (tests/shell/test_cuda_build.sh does).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-CPU_BIN=${CPU_BIN:-./femtotron}
-GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 read -r -a GPU_ARGS <<<"${GPU_ARGS---training.device cuda --training.precision fp32}"
-read -r -a MPIRUN <<<"${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}"
 # The CUDA build's predictor: its attention needs no per-thread scratch tiles.
 PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-failed() { echo "FAIL $*"; fail=1; }
+. tests/gpu/lib.sh  # CPU_BIN, GPU_BIN, MPIRUN, tmp, failed; the parity problem
 [ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
 
-. tests/gpu/lib.sh
 parity_corpus
 common=("${PARITY[@]}")
 
