@@ -303,6 +303,9 @@ static CommRequest device_request(GroupId g, int ev) {
 
 CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
     if (n > MAX_PIECE) die("all-reduce of %zu elements exceeds the per-call limit", n);
+    // In place over one rank: nothing to do, so nothing to wait for (a GPU step's
+    // gradient buckets under dp 1 would otherwise each wait for the device).
+    if (group_size(g) == 1) return COMM_REQUEST_IDLE;
     if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, 0));
     CommRequest r = take_slot(g);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
@@ -321,6 +324,7 @@ CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, si
 
 CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk) {
     if (chunk > MAX_PIECE) die("all-gather of %zu elements per rank exceeds the per-call limit", chunk);
+    if (group_size(g) == 1) return COMM_REQUEST_IDLE;  // in place over one rank: nothing to do
     if (on_device(g, buf)) return device_request(g, devcomm_allgather_f32((int)g, buf, chunk));
     CommRequest r = take_slot(g);
     MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, MPI_FLOAT, groups[g],
@@ -362,6 +366,7 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
 }
 
 CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
+    if (group_size(g) == 1) return COMM_REQUEST_IDLE;  // in place over one rank: nothing to do
     if (on_device(g, buf)) return device_request(g, devcomm_allgather_split_f32((int)g, buf, len));
     CommRequest r = take_slot(g);
     split_counts(r, g, len);

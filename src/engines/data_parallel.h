@@ -112,6 +112,8 @@ typedef struct {
     float *grads;        // stage 0-1: (n_elements) whole; stage 2-3: NULL
     float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
     float *m, *v;        // stage 0: (n_elements); stage 1-3: (shard_n)
+    double *sumsq;       // (2) the gradient norm's sums of squares, dense and experts, summed on
+                         // the device and read back once (ops.h); MEM_GRADS
     // Window pools (stage 2-3 gradients, stage 3 parameters), allocated once.
     int n_grad_windows, n_param_windows;
     float **param_pool, **grad_pool;  // (n_param_windows), (n_grad_windows) each (max bucket)
@@ -152,7 +154,8 @@ void dp_begin_step(DataParallel *dp, int micros);
 void dp_finish_grads(DataParallel *dp);
 
 // Global L2 norm of the reduced gradient (before clipping), same on every rank
-// (summed over the dp x cp group and over pipeline stages).
+// (summed over the dp x cp group and over pipeline stages). This rank's sums of
+// squares are added up on the device and read back once (one host wait).
 double dp_grad_norm(DataParallel *dp);
 // Scale the reduced gradient, AdamW on what this rank owns, all-gather parameters.
 void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,

@@ -8,31 +8,32 @@
 #include "ops/ops.h"
 #include "util.h"
 
-// Sum of squares of g over the model-order range [lo, hi) (local buffer g at lo),
-// counting a replicated tensor on one tensor-parallel rank only.
-static double sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g) {
-    double ss = 0.0;
+// *acc += the sum of squares of g over the model-order range [lo, hi) (local buffer
+// g at lo), counting a replicated tensor on one tensor-parallel rank only.
+static void sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g, double *acc) {
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *pi = &m->params[i];
         size_t a = pi->offset > lo ? pi->offset : lo;
         size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-        if (a < b && pi->replica_writer) ss += sum_squares(g + (a - lo), b - a);
+        if (a < b && pi->replica_writer) sum_squares(g + (a - lo), b - a, acc);
     }
-    return ss;
 }
 
 double dp_grad_norm(DataParallel *dp) {
-    double ss = 0.0, ss_experts = 0.0;
+    zero_f64(dp->sumsq, 2);  // [0] dense tensors, [1] experts under ZeRO-0
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         if (dp_bucket_is_copy(dp, b)) continue;  // counted on the first stage
         if (dp->zero == 0)  // every rank of the bucket's group holds the same reduced sum
-            *(b->group == GROUP_EDP ? &ss_experts : &ss) +=
-                sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo);
+            sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo,
+                        dp->sumsq + (b->group == GROUP_EDP));
         else
-            ss += sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
-                              dp_owned_grads(dp, b));
+            sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
+                        dp_owned_grads(dp, b), dp->sumsq);
     }
+    double sums[2];
+    ops_download(sums, dp->sumsq, sizeof sums);
+    double ss = sums[0], ss_experts = sums[1];
     // Stage 0: the ranks of an expert-parallel group hold different experts, each whole.
     // Stages 1-3: the owned parts of dp x cp cover the dense tensors once, and those of
     // the ep groups' ranks every expert once.

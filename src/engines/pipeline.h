@@ -64,6 +64,16 @@ typedef struct {
     int *stash_of;                // (v * M) stash holding (chunk, micro), -1 when none
     int **stash_busy;             // (v) arrays of n_stash[c]
     int32_t **tokens, **targets;  // (v) arrays of (ns, B*S)
+    // A training step's token ids, written by the host here first (ops_host_alloc,
+    // not planned; NULL on a rank with neither end of the model) and copied into
+    // the micro-batch's slot by a queued upload (ops.h), so that the host never waits
+    // for the slot's previous micro-batch to finish reading it. Row m is free again
+    // at the next step: every step ends with a host wait (the loss read back).
+    int32_t *stage_tokens, *stage_targets;  // (M, B*S) each
+    // The cross-entropy of the micro-batches, summed on the device (ops.h: no read
+    // back per micro-batch) and read back once at the end of pp_run_step or
+    // pp_run_forward: a planned buffer (MEM_ACTIVATIONS).
+    double *loss_sum;             // (1)
     // Gradient messages: (v) arrays of (ns, Nr, D) used, each slot at stride Nr*D, in an
     // allocation of (ns, B*S, D): tp times what is used under sequence parallelism,
     // kept as is so that every memory figure stays what it was (docs/DESIGN.md,
@@ -83,7 +93,8 @@ typedef struct {
 } Pipeline;
 
 // The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:
-// every slot's activations, token and target slots (MEM_ACTIVATIONS), gradient
+// every slot's activations, token and target slots and the loss sum
+// (MEM_ACTIVATIONS), gradient
 // send/receive messages (MEM_COMM), allocated when plan_only is NULL, else only
 // added up into *plan_only (the planner: nothing allocated but bookkeeping).
 void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, MemTally *plan_only);
@@ -114,12 +125,15 @@ typedef struct {
 // lists changed, and the replayed bubbles under those costs before and after.
 int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_before, double *bubble_after);
 
-// Run one step's actions (forwards, backwards, split backwards' halves); returns the sum of the cross-entropy over
-// this rank's last-stage micro-batches (0 elsewhere).
+// Run one step's actions (forwards, backwards, split backwards' halves); returns the
+// sum of the cross-entropy over this rank's last-stage micro-batches (0 elsewhere)
+// and of their load-balancing losses (model/llama.h), read back from the device
+// once, at the end (the step's one host wait on every rank; ops.h).
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
                    float grad_scale);
 // Forward only over `micros` micro-batches (validation); returns the loss sum on
-// the last stage, 0 elsewhere.
+// the last stage, 0 elsewhere. Its token ids are written into the slot directly,
+// after a host wait per micro-batch (validation is not the step).
 double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
                       const PpCallbacks *cb, int micros);
 

@@ -117,9 +117,17 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
-    if (vs == 0 || vs == pp->n_virtual - 1) {
-        // The host writes the slot's ids: the ops of the micro-batch that used the
-        // slot before (the embedding's backward reads its ids) must have finished.
+    if ((vs == 0 || vs == pp->n_virtual - 1) && want_grads) {
+        // The host writes the ids into the step's staging row of the micro-batch and
+        // queues their copies into the slot behind the ops of the micro-batch that
+        // used the slot before (the embedding's backward reads its ids): no wait.
+        int32_t *st = pp->stage_tokens + (size_t)micro * bs, *sg = pp->stage_targets + (size_t)micro * bs;
+        x->cb->fill_batch(x->cb->ctx, micro, st, sg);
+        ops_upload_queued(tokens, st, sizeof(int32_t) * bs);
+        ops_upload_queued(targets, sg, sizeof(int32_t) * bs);
+    } else if (vs == 0 || vs == pp->n_virtual - 1) {
+        // Validation writes the slot's ids itself: the ops that read them before
+        // must have finished.
         ops_sync();
         x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
     }
@@ -141,7 +149,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
         trace(x, "recv", c, micro, t0);
     }
     t0 = pass_clock(x);
-    double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads);
+    double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads, pp->loss_sum);
     if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     if (want_grads)
         pass_done(x, "forward", 0, c, micro, t0);
@@ -245,6 +253,14 @@ static void run_weight(Exec *x, const PpAction *act) {
 // (a token shard under sequence parallelism) times the hidden size.
 static size_t message_elems(const Pipeline *pp, const LlamaModel *m) { return (size_t)pp->rows * m->D; }
 
+// The cross-entropy summed on the device since the run started: the one read back
+// (a host wait) of a step, on every rank, which also frees the token staging.
+static double read_loss_sum(const Pipeline *pp) {
+    double sum = 0.0;
+    ops_download(&sum, pp->loss_sum, sizeof sum);
+    return sum;
+}
+
 static void reset_slots(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = pp->stash_of[i] = -1;
     for (int c = 0; c < pp->v; c++) {
@@ -267,7 +283,8 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     reset_slots(pp);
     for (int i = 0; i < 3 * pp->v; i++) pp->pass_s[i] = 0.0, pp->pass_n[i] = 0;
-    double loss = 0.0;
+    double loss = 0.0;  // the part known on the host (load-balancing losses)
+    zero_f64(pp->loss_sum, 1);
     pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
@@ -292,13 +309,14 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
             pp->moe_ep_s += pp->acts[c][i].moe_ep_s;
             pp->acts[c][i].moe_ep_s = 0.0;
         }
-    return loss;
+    return loss + read_loss_sum(pp);
 }
 
 double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
                       const PpCallbacks *cb, int micros) {
     Exec x = {pp, m, pa, cb, message_elems(pp, m)};
     double loss = 0.0;
+    zero_f64(pp->loss_sum, 1);
     // Forward only, one micro-batch at a time through every chunk in order, in
     // slot 0 of each chunk (of a pool: slot c); each message is received before the
     // next is posted.
@@ -313,5 +331,5 @@ double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
             loss += run_forward(&x, c, mb, s, 0.0f, 0);
             comm_wait(&pp->act_send[si], "pipeline activation send");
         }
-    return loss;
+    return loss + read_loss_sum(pp);
 }

@@ -223,7 +223,7 @@ static void head_forward(const LlamaModel *m, const ParamAccess *pa, Activations
 
 double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                            const int32_t *tokens, const float *x_in, const int32_t *targets,
-                           float grad_scale, int want_grads) {
+                           float grad_scale, int want_grads, double *loss_sum) {
     const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D;
     if (a->has_embed)
         embed_forward(m, pa, a, tokens, N);
@@ -235,9 +235,9 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     head_forward(m, pa, a, N);
-    const double ce = tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale,
-                                       want_grads, a->tp_stats);
-    return want_grads && m->moe_aux ? ce + aux_loss(m, a, grad_scale) : ce;
+    tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale, want_grads, a->tp_stats,
+                     loss_sum);
+    return want_grads && m->moe_aux ? aux_loss(m, a, grad_scale) : 0.0;
 }
 
 // -------------------------------------------------------------------- backward

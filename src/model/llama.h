@@ -117,17 +117,21 @@ struct ParamAccess;   // model/param_access.h
 // Forward of one stage for a micro-batch. The first stage reads tokens(N), the
 // others x_in(Nr, D) (the previous stage's output). A middle stage leaves its
 // output in a->resid slot nl (llama_stage_output). The last stage computes the
-// logits; with want_grads it returns the SUM of the cross-entropy over the N
-// tokens and leaves dlogits * grad_scale in a->logits for the backward; without,
-// it returns the same sum and leaves the logits untouched (validation). With the
-// load-balancing loss on (m->moe_aux) a training forward adds, on context-parallel
-// rank 0, router_aux_loss_coef * seq_length * sum over its B sequences of their aux
-// loss (so that the trainer's division by the step's tokens makes it the coefficient
-// times the mean over sequences) and leaves that sum of aux losses in a->moe_aux.
+// logits and ADDS the sum of the cross-entropy over the N tokens to *loss_sum (a
+// planned buffer of one double, ops.h: the host reads it once per step, not per
+// micro-batch); with want_grads it leaves dlogits * grad_scale in a->logits for
+// the backward, without it leaves the logits untouched (validation). It returns
+// the part of the loss known on the host: 0, or with the load-balancing loss on
+// (m->moe_aux) in a training forward, on context-parallel rank 0,
+// router_aux_loss_coef * seq_length * sum over its B sequences of their aux loss
+// (so that the trainer's division by the step's tokens makes it the coefficient
+// times the mean over sequences), leaving that sum of aux losses in a->moe_aux.
+// The micro-batch's loss is the addition to *loss_sum plus the return value.
 
 double llama_stage_forward(const LlamaModel *m, const struct ParamAccess *pa,
                            struct Activations *a, const int32_t *tokens, const float *x_in,
-                           const int32_t *targets, float grad_scale, int want_grads);
+                           const int32_t *targets, float grad_scale, int want_grads,
+                           double *loss_sum);
 // (Nr, D) output of a non-last stage after llama_stage_forward.
 float *llama_stage_output(const LlamaModel *m, struct Activations *a);
 // Backward of the micro-batch whose forward filled `a`: grads += dL/dparams. The

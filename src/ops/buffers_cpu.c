@@ -3,6 +3,7 @@
 // layers above call these instead of memcpy/memset on planned buffers, so that a
 // device backend can put the same buffers in device memory (docs/DESIGN.md,
 // invariant 6: the backend boundary).
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -33,6 +34,12 @@ void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(d
 
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes) { memcpy(dst_host, src_buffer, bytes); }
 
+void *ops_host_alloc(size_t bytes, const char *what) { return xcalloc(bytes ? bytes : 1, what); }
+
+void ops_host_free(void *p) { free(p); }
+
+void ops_upload_queued(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
+
 void ops_sync(void) {}
 
 void copy_f32(float *dst, const float *src, size_t n) { memcpy(dst, src, sizeof(float) * n); }
@@ -40,6 +47,8 @@ void copy_f32(float *dst, const float *src, size_t n) { memcpy(dst, src, sizeof(
 void move_f32(float *dst, const float *src, size_t n) { memmove(dst, src, sizeof(float) * n); }
 
 void zero_f32(float *x, size_t n) { memset(x, 0, sizeof(float) * n); }
+
+void zero_f64(double *x, size_t n) { memset(x, 0, sizeof(double) * n); }
 
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                    size_t cols) {

@@ -168,6 +168,24 @@ extern "C" void ops_download(void *dst_host, const void *src_buffer, size_t byte
 extern "C" void ops_sync(void) {
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
     cuda_profile_close("sync");
+    cuda_report_id_checks();
+}
+
+// Pinned host memory: a copy out of it is a DMA the host need not wait for.
+extern "C" void *ops_host_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess)
+        die("out of pinned host memory: %zu bytes for %s", bytes, what);
+    memset(p, 0, bytes);
+    return p;
+}
+
+extern "C" void ops_host_free(void *p) { CUDA_CHECK(cudaFreeHost(p)); }
+
+extern "C" void ops_upload_queued(void *dst_buffer, const void *src_host, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, cuda_stream()));
+    cuda_done("ops_upload_queued");
 }
 
 // ------------------------------------------------------------------- buffer ops
@@ -191,6 +209,12 @@ extern "C" void zero_f32(float *x, size_t n) {
     if (n == 0) return;
     CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream()));
     cuda_done("zero_f32");
+}
+
+extern "C" void zero_f64(double *x, size_t n) {
+    if (n == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(double), cuda_stream()));
+    cuda_done("zero_f64");
 }
 
 extern "C" void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,

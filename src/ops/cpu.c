@@ -282,8 +282,8 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
 
 // ---------------------------------------------------------------- cross-entropy
 
-double cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
-                                      float grad_scale) {
+void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                    float grad_scale, double *loss_sum) {
     ops_check_ids(targets, N, V, "cross-entropy target");
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
@@ -304,10 +304,10 @@ double cross_entropy_forward_backward(float *logits, const int32_t *targets, int
         for (int j = 0; j < V; j++) x[j] *= inv;
         x[targets[n]] -= grad_scale;
     }
-    return loss;
+    *loss_sum += loss;
 }
 
-double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V) {
+void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V, double *loss_sum) {
     ops_check_ids(targets, N, V, "cross-entropy target");
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
@@ -320,7 +320,7 @@ double cross_entropy_forward(const float *logits, const int32_t *targets, int N,
         for (int j = 0; j < V; j++) sum += fast_expf(x[j] - mx);
         loss += (double)logf(sum) + (double)mx - (double)x[targets[n]];
     }
-    return loss;
+    *loss_sum += loss;
 }
 
 void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax) {
@@ -348,9 +348,9 @@ void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, i
     }
 }
 
-double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
-                       const float *rowmax, const float *sumexp, const float *tlogit,
-                       float grad_scale, int want_grads) {
+void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                     const float *rowmax, const float *sumexp, const float *tlogit,
+                     float grad_scale, int want_grads, double *loss_sum) {
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
     for (int n = 0; n < N; n++) {
@@ -362,16 +362,16 @@ double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int
         int t = targets[n] - v0;
         if (t >= 0 && t < valid) x[t] -= grad_scale;
     }
-    return loss;
+    *loss_sum += loss;
 }
 
 // -------------------------------------------------------------------- optimizer
 
-double sum_squares(const float *x, size_t n) {
+void sum_squares(const float *x, size_t n, double *acc) {
     double s = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : s)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
+    *acc += s;
 }
 
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,

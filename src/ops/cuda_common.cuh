@@ -8,9 +8,10 @@
 // checks the launch only). Planned buffers are CUDA managed memory
 // (ops/buffers_cuda.cu); host code that reads or writes them directly waits for
 // the stream first (ops_sync): the collectives (dist/comm.c, through
-// comm_set_buffer_sync), the pipeline before filling a slot's token ids, the
-// scalars returned to the host, the host-run MoE ops, checkpoints and
-// initialisation (docs/DESIGN.md lists them).
+// comm_set_buffer_sync), validation before filling a slot's token ids, the
+// scalars read back (a step's loss and gradient norm, once each), the host-run
+// MoE ops, checkpoints and initialisation (docs/DESIGN.md lists them). A training
+// step's token ids arrive by queued uploads from pinned staging (no wait).
 #ifndef FEMTOTRON_CUDA_COMMON_CUH
 #define FEMTOTRON_CUDA_COMMON_CUH
 
@@ -53,6 +54,10 @@ void *cuda_scratch2(size_t bytes);
 // device memory (every planned buffer), else a copy in scratch slot `slot` (0..2)
 // (token ids or positions the caller holds in plain host memory).
 const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot);
+
+// After a host wait: fatal when an id check queued since the previous wait found an
+// id outside its vocabulary (ops_check_ids, ops/kernels_cuda.cu). ops_sync calls it.
+void cuda_report_id_checks(void);
 
 // 1 while products read bf16 operands (ops_set_matmul_bf16): the matrix products
 // (ops/matmul_cuda.cu) and attention's products (ops/flash_attention.cuh).

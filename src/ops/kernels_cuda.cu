@@ -16,13 +16,70 @@ extern "C" {
 
 // -------------------------------------------------------------------- embedding
 
-// Host-side check: ids are in managed memory (or plain host memory) and every op
-// before this one has finished, so the host can read them.
+// Ids in plain host memory are checked at once. Ids in a planned buffer may still
+// be on their way (a queued upload, ops.h), so a kernel checks them in stream order
+// and records the first bad position, and the host reads the records at its next
+// wait (cuda_report_id_checks, from ops_sync): the fatal comes before the step's
+// update, whose loss is read back first. Meanwhile every kernel that indexes by id
+// skips ids outside its table.
+#define ID_CHECKS 1024  // checks queued between two host waits at most (then a wait)
+
+typedef struct {
+    const char *what;
+    int N, V;
+} IdCheck;
+static IdCheck g_checks[ID_CHECKS];  // the checks queued since the last host wait
+static int g_n_checks;
+static int2 *g_check_rec;            // (ID_CHECKS) device: {first bad position or -1, its id}
+
+static void die_bad_id(const char *what, int id, int n, int V) {
+    die("%s: id %d at position %d is outside the vocabulary [0, %d): refused before any table "
+        "is indexed", what, id, n, V);
+}
+
+// rec = {the first n with ids[n] outside [0, V), ids[n]}, or {-1, 0}: each thread
+// finds the first bad position of its strided share, then a fixed tree takes the
+// least (no atomics: the same record every run).
+__global__ void k_check_ids(const int32_t *ids, int N, int V, int2 *rec) {
+    __shared__ int sh[ROW_THREADS];
+    int first = N;
+    for (int n = threadIdx.x; n < N && first == N; n += ROW_THREADS)
+        if (ids[n] < 0 || ids[n] >= V) first = n;
+    sh[threadIdx.x] = first;
+    __syncthreads();
+    for (int s = ROW_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s && sh[threadIdx.x + s] < sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *rec = sh[0] < N ? make_int2(sh[0], ids[sh[0]]) : make_int2(-1, 0);
+}
+
+void cuda_report_id_checks(void) {
+    if (g_n_checks == 0) return;
+    int2 rec[ID_CHECKS];  // (g_n_checks)
+    const int n = g_n_checks;
+    g_n_checks = 0;
+    CUDA_CHECK(cudaMemcpy(rec, g_check_rec, sizeof(int2) * (size_t)n, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++)
+        if (rec[i].x >= 0) die_bad_id(g_checks[i].what, rec[i].y, rec[i].x, g_checks[i].V);
+}
+
 extern "C" void ops_check_ids(const int32_t *ids, int N, int V, const char *what) {
-    for (int n = 0; n < N; n++)
-        if (ids[n] < 0 || ids[n] >= V)
-            die("%s: id %d at position %d is outside the vocabulary [0, %d): refused before any table "
-                "is indexed", what, ids[n], n, V);
+    if (N <= 0) return;
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ids) != cudaSuccess ||
+        (a.type != cudaMemoryTypeManaged && a.type != cudaMemoryTypeDevice)) {
+        cudaGetLastError();  // an unregistered host pointer may leave an error behind
+        for (int n = 0; n < N; n++)
+            if (ids[n] < 0 || ids[n] >= V) die_bad_id(what, ids[n], n, V);
+        return;
+    }
+    if (g_n_checks == ID_CHECKS) ops_sync();  // reports and empties the list
+    if (!g_check_rec) CUDA_CHECK(cudaMalloc(&g_check_rec, sizeof(int2) * ID_CHECKS));
+    g_checks[g_n_checks] = IdCheck{what, N, V};
+    k_check_ids<<<1, ROW_THREADS, 0, cuda_stream()>>>(ids, N, V, g_check_rec + g_n_checks);
+    g_n_checks++;
+    cuda_done("ops_check_ids");
 }
 
 // out(N, D): row n = table[tokens[n] - v0] when inside [0, rows); else zeroed

@@ -1,9 +1,9 @@
 // ops/loss_optim_cuda.cu — the CUDA kernels of ops.h for cross-entropy (whole and
 // vocab-parallel shards), the sum of squares, scaling and AdamW, in fp32.
 //
-// Sums returned to the host (losses, squares) are deterministic: per-row (or
-// per-block, fixed grid) partial sums in double from fixed trees, copied back and
-// added on the host in index order.
+// Sums stay on the device (ops.h: the host reads a step's loss and norm once):
+// per-row (or per-block, fixed grid) partial sums in double, then one block adds
+// them by a fixed tree into the caller's accumulator, so they are deterministic.
 #include <math.h>
 
 #include "ops/cuda_common.cuh"
@@ -16,15 +16,20 @@ extern "C" {
 #define THREADS 256
 #define SQ_BLOCKS 256  // sum_squares: fixed grid, so its partials' order never changes
 
-// The host sum, in index order, of n doubles a kernel left in device memory.
-static double host_sum(const double *dev, size_t n) {
-    double *h = (double *)xmalloc(n * sizeof(double), "row sums");  // (n)
-    CUDA_CHECK(cudaMemcpyAsync(h, dev, n * sizeof(double), cudaMemcpyDeviceToHost, cuda_stream()));
-    ops_sync();
+// *acc += the sum of part(n): thread t adds parts t, t + ROW_THREADS, ... in order,
+// then the block's fixed tree; one block, so the order depends on n alone.
+__global__ void k_add_sum(const double *part, size_t n, double *acc) {
+    __shared__ double sh[ROW_THREADS];
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += h[i];
-    free(h);
-    return s;
+    for (size_t i = threadIdx.x; i < n; i += ROW_THREADS) s += part[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) *acc += s;
+}
+
+// Queue *acc += sum of the n doubles a kernel left in device memory.
+static void add_sum(const double *part, size_t n, double *acc, const char *what) {
+    k_add_sum<<<1, ROW_THREADS, 0, cuda_stream()>>>(part, n, acc);
+    cuda_done(what);
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -34,16 +39,19 @@ static double host_sum(const double *dev, size_t n) {
 __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_scale, int want_grads, double *loss) {
     __shared__ float sh[ROW_THREADS];
     float *x = logits + (size_t)blockIdx.x * V;
+    // A target outside [0, V) is refused by ops_check_ids at the next host wait;
+    // meanwhile it indexes nothing (its row's loss 0, no onehot).
     const int t = targets[blockIdx.x];
+    const bool valid = t >= 0 && t < V;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += ROW_THREADS) mx = fmaxf(mx, x[j]);
     mx = block_max(mx, sh);
     float sum = 0.0f;
     for (int j = threadIdx.x; j < V; j += ROW_THREADS) sum += expf(x[j] - mx);
     sum = block_sum(sum, sh);
-    const float xt = x[t];
+    const float xt = valid ? x[t] : 0.0f;
     __syncthreads();  // every thread has read x[t] before anyone overwrites it
-    if (threadIdx.x == 0) loss[blockIdx.x] = (double)logf(sum) + (double)mx - (double)xt;
+    if (threadIdx.x == 0) loss[blockIdx.x] = valid ? (double)logf(sum) + (double)mx - (double)xt : 0.0;
     if (!want_grads) return;
     const float inv = grad_scale / sum;
     for (int j = threadIdx.x; j < V; j += ROW_THREADS) {
@@ -52,24 +60,24 @@ __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_sc
     }
 }
 
-static double ce(float *logits, const int32_t *targets, int N, int V, float grad_scale, int want_grads,
-                 const char *what) {
+static void ce(float *logits, const int32_t *targets, int N, int V, float grad_scale, int want_grads,
+               double *loss_sum, const char *what) {
     ops_check_ids(targets, N, V, "cross-entropy target");
-    if (N <= 0) return 0.0;
+    if (N <= 0) return;
     const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
     double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
     k_ce<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, V, grad_scale, want_grads, loss);
     cuda_done(what);
-    return host_sum(loss, (size_t)N);
+    add_sum(loss, (size_t)N, loss_sum, what);
 }
 
-extern "C" double cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
-                                                 float grad_scale) {
-    return ce(logits, targets, N, V, grad_scale, 1, "cross_entropy_forward_backward");
+extern "C" void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                               float grad_scale, double *loss_sum) {
+    ce(logits, targets, N, V, grad_scale, 1, loss_sum, "cross_entropy_forward_backward");
 }
 
-extern "C" double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V) {
-    return ce((float *)logits, targets, N, V, 0.0f, 0, "cross_entropy_forward");  // read only: no grads
+extern "C" void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V, double *loss_sum) {
+    ce((float *)logits, targets, N, V, 0.0f, 0, loss_sum, "cross_entropy_forward");  // read only: no grads
 }
 
 __global__ void k_shard_max(const float *logits, int Vl, int valid, float *rowmax) {
@@ -125,16 +133,16 @@ extern "C" void ce_shard_sums(const float *logits, const int32_t *targets, int N
     cuda_done("ce_shard_sums");
 }
 
-extern "C" double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
-                                  const float *rowmax, const float *sumexp, const float *tlogit, float grad_scale,
-                                  int want_grads) {
-    if (N <= 0) return 0.0;
+extern "C" void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                                const float *rowmax, const float *sumexp, const float *tlogit, float grad_scale,
+                                int want_grads, double *loss_sum) {
+    if (N <= 0) return;
     const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
     double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
     k_shard_finish<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, Vl, valid, v0, rowmax, sumexp, tlogit,
                                                          grad_scale, want_grads, loss);
     cuda_done("ce_shard_finish");
-    return host_sum(loss, (size_t)N);
+    add_sum(loss, (size_t)N, loss_sum, "ce_shard_finish");
 }
 
 // -------------------------------------------------------------------- optimizer
@@ -149,12 +157,12 @@ __global__ void k_sum_squares(const float *x, size_t n, double *partial) {
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-extern "C" double sum_squares(const float *x, size_t n) {
-    if (n == 0) return 0.0;
+extern "C" void sum_squares(const float *x, size_t n, double *acc) {
+    if (n == 0) return;
     double *partial = (double *)cuda_scratch(SQ_BLOCKS * sizeof(double));  // (SQ_BLOCKS)
     k_sum_squares<<<SQ_BLOCKS, ROW_THREADS, 0, cuda_stream()>>>(x, n, partial);
     cuda_done("sum_squares");
-    return host_sum(partial, SQ_BLOCKS);
+    add_sum(partial, SQ_BLOCKS, acc, "sum_squares");
 }
 
 

@@ -62,6 +62,16 @@ void ops_bf16_weights_changed(void);
 // scalars a step reads back). CPU: memcpy. Both wait until the copy is done.
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes);
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes);
+// Host staging for ops_upload_queued: `bytes` of host memory the device can copy
+// from while the host goes on (CUDA: pinned, cudaMallocHost; CPU: malloc), zeroed.
+// Not a planned buffer (not counted: transient I/O staging). Fatal when out of memory.
+void *ops_host_alloc(size_t bytes, const char *what);
+void ops_host_free(void *p);
+// Host staging -> a planned buffer, queued behind every op issued so far (so the
+// ops still reading dst's old contents finish first) and returning at once: the
+// host does not wait. src_host must come from ops_host_alloc and stay unchanged
+// until the next host wait (ops_sync, ops_download). CPU: memcpy.
+void ops_upload_queued(void *dst_buffer, const void *src_host, size_t bytes);
 // Wait until every op issued so far has finished (CPU: nothing to wait for). The
 // CUDA ops return before they finish: host code that reads or writes a buffer's
 // contents itself (not through an op) calls this first.
@@ -75,6 +85,8 @@ void copy_f32(float *dst, const float *src, size_t n);
 void move_f32(float *dst, const float *src, size_t n);
 // x(n) = 0
 void zero_f32(float *x, size_t n);
+// x(n) = 0 for doubles (the loss and norm accumulators' start).
+void zero_f64(double *x, size_t n);
 // rows x cols block: dst[r * ld_dst + c] = src[r * ld_src + c] (row-strided copy,
 // e.g. the key|value columns of every token out of a qkv buffer).
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
@@ -113,6 +125,10 @@ void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_do
 // table, whatever the data holds.
 
 // Fatal unless every ids(N) is in [0, V); `what` names the caller in the message.
+// CPU: at once. CUDA, for ids in a planned buffer: checked by a kernel queued like
+// any op, the fatal raised at the next host wait (before the step's update: its
+// loss is read back first); the kernels that index by id skip ids outside their
+// table meanwhile, so none is ever indexed. Host ids are checked at once.
 void ops_check_ids(const int32_t *ids, int N, int V, const char *what);
 // out(N, D) = table[tokens[n]]   with table (V, D)
 void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D, int V);
@@ -276,14 +292,19 @@ double moe_aux_loss(float *aux_g, const float *count, const float *psum, int B, 
                     float g_scale);
 
 // ---- cross-entropy, fused with its backward ----
+// The losses are not returned: each call ADDS its sum over the N tokens (in double)
+// to *loss_sum, a planned buffer of one double (a step's loss accumulator), so
+// that a GPU step reads its loss back once, not once per micro-batch (the host
+// reads it with ops_download after its last micro-batch). On the CPU, host memory.
 
-// logits(N, V) in, overwritten in place by dlogits = (softmax - onehot(target)) * grad_scale.
-// Returns the SUM over the N tokens of -log softmax(logits)[target] (in double).
+// logits(N, V) in, overwritten in place by dlogits = (softmax - onehot(target)) * grad_scale;
+// *loss_sum += sum over the N tokens of -log softmax(logits)[target].
 // targets[n] must be in [0, V) (checked: fatal otherwise).
-double cross_entropy_forward_backward(float *logits, const int32_t *targets,
-                                      int N, int V, float grad_scale);
-// Loss only (validation): the sum of -log softmax[target]; logits untouched.
-double cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V);
+void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                    float grad_scale, double *loss_sum);
+// Loss only (validation): *loss_sum += the sum of -log softmax[target]; logits untouched.
+void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V,
+                           double *loss_sum);
 
 // Vocab-parallel cross-entropy on a shard logits(N, Vl) of vocabulary ids
 // v0 .. v0+valid-1 (columns valid .. Vl-1 are padding). Three passes, with a sum or
@@ -294,17 +315,19 @@ void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax);
 //    logit when it falls in this shard, else 0
 void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
                    const float *rowmax, float *sumexp, float *tlogit);
-// 3) with the group-wide max, sum and target logit: returns the SUM of the losses
-//    log(sumexp) + max - tlogit; with want_grads, logits become
+// 3) with the group-wide max, sum and target logit: *loss_sum += the SUM of the
+//    losses log(sumexp) + max - tlogit; with want_grads, logits become
 //    dlogits = (softmax - onehot) * grad_scale (padding columns 0).
-double ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
-                       const float *rowmax, const float *sumexp, const float *tlogit,
-                       float grad_scale, int want_grads);
+void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
+                     const float *rowmax, const float *sumexp, const float *tlogit,
+                     float grad_scale, int want_grads, double *loss_sum);
 
 // ---- optimizer ----
 
-// Sum of squares of x(n), accumulated in double.
-double sum_squares(const float *x, size_t n);
+// *acc += the sum of squares of x(n), accumulated in double; acc is a planned
+// buffer of doubles (the gradient norm's, read back once per step) or, on the
+// CPU, host memory.
+void sum_squares(const float *x, size_t n, double *acc);
 // One AdamW step with PyTorch semantics on n elements (t = step number from 1), on
 // the gradient g = grad_scale * grad (the clipping coefficient, applied here instead
 // of in a pass of its own over the gradients; 1 = no clipping; the same float

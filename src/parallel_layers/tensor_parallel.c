@@ -164,12 +164,15 @@ void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float
     embedding_backward_range(dtable, d, tokens, N, D, vs->v0, vs->valid);
 }
 
-double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
-                        const int32_t *targets, int N, float grad_scale, int want_grads,
-                        float *stats) {
+void tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
+                      const int32_t *targets, int N, float grad_scale, int want_grads, float *stats,
+                      double *loss_sum) {
     if (tp->size == 1) {
-        return want_grads ? cross_entropy_forward_backward(logits, targets, N, V, grad_scale)
-                          : cross_entropy_forward(logits, targets, N, V);
+        if (want_grads)
+            cross_entropy_forward_backward(logits, targets, N, V, grad_scale, loss_sum);
+        else
+            cross_entropy_forward(logits, targets, N, V, loss_sum);
+        return;
     }
     // loss_n = log(sum_v exp(x_v - M)) + M - x_target, with M the row maximum over
     // the whole vocabulary: a max and two sums over the group, N numbers each.
@@ -179,6 +182,6 @@ double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, f
     group_allreduce_max_f32(GROUP_TP, rowmax, (size_t)N);
     ce_shard_sums(logits, targets, N, vs->rows, vs->valid, vs->v0, rowmax, sumexp, tlogit);
     group_allreduce_sum_f32(GROUP_TP, sumexp, 2 * (size_t)N);  // sumexp and tlogit together
-    return ce_shard_finish(logits, targets, N, vs->rows, vs->valid, vs->v0, rowmax, sumexp, tlogit,
-                           grad_scale, want_grads);
+    ce_shard_finish(logits, targets, N, vs->rows, vs->valid, vs->v0, rowmax, sumexp, tlogit, grad_scale,
+                    want_grads, loss_sum);
 }

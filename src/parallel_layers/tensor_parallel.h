@@ -136,11 +136,12 @@ void tp_embedding_forward(const TensorParallel *tp, const VocabShard *vs, float 
 void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float *dtable,
                            const float *dout, const int32_t *tokens, float *full, int N, int D);
 
-// Vocab-parallel cross-entropy over logits(N, Vl) of a vocabulary of V: returns the
-// SUM of the losses of the N tokens (the same on every rank of the group); with
-// want_grads the logits become dlogits * grad_scale. stats(3N) is scratch.
-double tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
-                        const int32_t *targets, int N, float grad_scale, int want_grads,
-                        float *stats);
+// Vocab-parallel cross-entropy over logits(N, Vl) of a vocabulary of V: adds the
+// SUM of the losses of the N tokens (the same on every rank of the group) to
+// *loss_sum (a planned buffer of one double, ops.h); with want_grads the logits
+// become dlogits * grad_scale. stats(3N) is scratch.
+void tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
+                      const int32_t *targets, int N, float grad_scale, int want_grads, float *stats,
+                      double *loss_sum);
 
 #endif

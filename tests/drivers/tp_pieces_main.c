@@ -82,6 +82,15 @@ static double rel_err_scalar(double a, double b) {
 
 static float *zeros(size_t n) { return xcalloc(sizeof(float) * (n ? n : 1), "zeros"); }
 
+// A stage forward's whole loss: what it adds to the accumulator (CPU: a host
+// double) plus the part it returns.
+static double stage_loss(const LlamaModel *m, const ParamAccess *pa, Activations *a, const int32_t *tok,
+                         const int32_t *tgt, float scale, int want_grads) {
+    double sum = 0.0;
+    const double host = llama_stage_forward(m, pa, a, tok, NULL, tgt, scale, want_grads, &sum);
+    return sum + host;
+}
+
 // Max-abs normalised difference of a(rows, cols) with stride lda against
 // b(rows, cols) with stride ldb.
 static double max_err(const float *a, int lda, const float *b, int ldb, int rows, int cols) {
@@ -289,8 +298,9 @@ static void test_cross_entropy(int V) {
                 (float)(1000.0 * n + (n % 2 ? 40.0 : 1.5) * init_normal(SEED, "ce.logits", (uint64_t)n * V + v));
     float *dL = xmalloc(sizeof(float) * (size_t)N * V, "dlogits");
     memcpy(dL, L, sizeof(float) * (size_t)N * V);
-    const double ref = cross_entropy_forward(L, tgt, N, V);
-    const double ref2 = cross_entropy_forward_backward(dL, tgt, N, V, scale);
+    double ref = 0.0, ref2 = 0.0;  // the ops add their loss sums (CPU: host accumulators)
+    cross_entropy_forward(L, tgt, N, V, &ref);
+    cross_entropy_forward_backward(dL, tgt, N, V, scale, &ref2);
 
     float *l = xmalloc(sizeof(float) * (size_t)N * Vl, "logit slice"), *stats = zeros(3 * (size_t)N);
     for (int n = 0; n < N; n++)
@@ -299,13 +309,14 @@ static void test_cross_entropy(int V) {
     float *keep = xmalloc(sizeof(float) * (size_t)N * Vl, "copy");
     memcpy(keep, l, sizeof(float) * (size_t)N * Vl);
     report(every_shard_hit(&vs, V, tgt, N) ? 0.0 : 1.0, 0.0, "cross-entropy V=%d: the targets hit every shard", V);
-    double loss0 = tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 0, stats);
+    double loss0 = 0.0, loss1 = 0.0;
+    tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 0, stats, &loss0);
     report(rel_err_scalar(loss0, ref), 1e-6,
            "vocab-parallel cross-entropy V=%d, want_grads 0: loss sum %.9g = cross_entropy_forward %.9g", V,
            loss0, ref);
     report(memcmp(l, keep, sizeof(float) * (size_t)N * Vl) ? 1.0 : 0.0, 0.0,
            "vocab-parallel cross-entropy V=%d, want_grads 0: logits untouched", V);
-    double loss1 = tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 1, stats);
+    tp_cross_entropy(&tp, &vs, V, l, tgt, N, scale, 1, stats, &loss1);
     report(rel_err_scalar(loss1, ref2), 1e-6,
            "vocab-parallel cross-entropy V=%d, want_grads 1: loss sum = cross_entropy_forward_backward", V);
     double lmax[2] = {loss1, -loss1};
@@ -362,10 +373,10 @@ static void test_stack(int sp, int tied) {
         fill_tokens(tok, N, mc.vocab_size, 5 * k);
         fill_tokens(tgt, N, mc.vocab_size, 5 * k + 1);
         // validation-mode forward first (logits untouched), then the training one
-        double v1 = llama_stage_forward(&m1, &pa1, &a1, tok, NULL, tgt, scale, 0);
-        double vt = llama_stage_forward(&mt, &pat, &at, tok, NULL, tgt, scale, 0);
-        double l1 = llama_stage_forward(&m1, &pa1, &a1, tok, NULL, tgt, scale, 1);
-        double lt = llama_stage_forward(&mt, &pat, &at, tok, NULL, tgt, scale, 1);
+        double v1 = stage_loss(&m1, &pa1, &a1, tok, tgt, scale, 0);
+        double vt = stage_loss(&mt, &pat, &at, tok, tgt, scale, 0);
+        double l1 = stage_loss(&m1, &pa1, &a1, tok, tgt, scale, 1);
+        double lt = stage_loss(&mt, &pat, &at, tok, tgt, scale, 1);
         loss_err = fmax(loss_err, fmax(rel_err_scalar(lt, l1), rel_err_scalar(vt, v1)));
         double mm[2] = {lt, -lt};
         group_allreduce_max_f64(GROUP_WORLD, mm, 2);
@@ -416,7 +427,7 @@ static void test_stack(int sp, int tied) {
         int32_t tok[16], tgt[16];
         fill_tokens(tok, N, mc.vocab_size, 5 * k);
         fill_tokens(tgt, N, mc.vocab_size, 5 * k + 1);
-        llama_stage_forward(&mt, &pas, &at, tok, NULL, tgt, scale, 1);
+        stage_loss(&mt, &pas, &at, tok, tgt, scale, 1);
         llama_stage_backward_input(&mt, &pas, &at, NULL, &st);
         llama_stage_backward_weight(&mt, &pas, &at, tok, &st);
     }

@@ -29,7 +29,9 @@
 // host issued the work. So host code that reads a buffer an op has not finished
 // sees the old contents, as it may on a GPU, instead of the answer: a missing wait
 // fails the tests. A copy out of plain host memory reads it when issued (CUDA
-// stages pageable memory then). CUDA_EMU_SYNC=1 runs everything at once.
+// stages pageable memory then); a copy out of pinned memory (cudaMallocHost) reads
+// it when it runs, as a GPU's DMA does, so host code that rewrites pinned memory
+// before its copy ran sends the new contents. CUDA_EMU_SYNC=1 runs everything at once.
 //
 // Launch checks as on sm_90: at most 1024 threads, grid y and z at most 65535,
 // dynamic shared memory above 48 KiB only after cudaFuncSetAttribute allowed it and
@@ -69,6 +71,11 @@
     abort();
 }
 
+struct int2 {
+    int x, y;
+};
+inline int2 make_int2(int x, int y) { return int2{x, y}; }
+
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -105,6 +112,7 @@ enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 namespace emu {
 inline cudaError_t sticky = cudaSuccess;  // the last launch's error (cudaGetLastError)
 inline std::map<uintptr_t, size_t> allocations;  // cudaMalloc'd ranges: start -> bytes
+inline std::map<uintptr_t, size_t> pinned;       // cudaMallocHost'd ranges: start -> bytes
 inline std::map<const void *, int> smem_allowed;  // cudaFuncSetAttribute's dynamic shared memory
 inline std::map<const void *, bool> barrier_free;  // kernels whose first block used no barrier
 
@@ -131,6 +139,13 @@ inline void flush() {
 inline bool device_memory(const void *p, size_t bytes) {
     auto it = allocations.upper_bound((uintptr_t)p);
     if (it == allocations.begin()) return false;
+    --it;
+    return (uintptr_t)p >= it->first && (uintptr_t)p + bytes <= it->first + it->second;
+}
+// 1 when [p, p + bytes) lies in one cudaMallocHost'd allocation.
+inline bool pinned_memory(const void *p, size_t bytes) {
+    auto it = pinned.upper_bound((uintptr_t)p);
+    if (it == pinned.begin()) return false;
     --it;
     return (uintptr_t)p >= it->first && (uintptr_t)p + bytes <= it->first + it->second;
 }
@@ -499,8 +514,23 @@ inline cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
 }
+// Pinned host memory: plain memory the copies read when they run (see the top).
+inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    emu::pinned[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    emu::flush();  // cudaFreeHost waits for the device
+    if (!emu::pinned.erase((uintptr_t)p)) return cudaErrorInvalidValue;
+    free(p);
+    return cudaSuccess;
+}
 inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a);
+    if (emu::pinned_memory(p, 1)) a->type = cudaMemoryTypeHost;
     auto it = emu::allocations.upper_bound((uintptr_t)p);
     if (it != emu::allocations.begin()) {
         --it;
@@ -520,6 +550,8 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
     if (!emu::device_memory(dst, bytes)) {
         emu::flush();
         memmove(dst, src, bytes);
+    } else if (emu::pinned_memory(src, bytes)) {
+        emu::enqueue([=]() { memcpy(dst, src, bytes); });  // the DMA reads the source when it runs
     } else if (!emu::device_memory(src, bytes)) {
         std::vector<unsigned char> staged((const unsigned char *)src, (const unsigned char *)src + bytes);
         emu::enqueue([=]() { memcpy(dst, staged.data(), bytes); });

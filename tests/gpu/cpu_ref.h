@@ -19,6 +19,10 @@
 #define ops_upload cpu_ops_upload
 #define ops_download cpu_ops_download
 #define ops_sync cpu_ops_sync
+#define zero_f64 cpu_zero_f64
+#define ops_upload_queued cpu_ops_upload_queued
+#define ops_host_free cpu_ops_host_free
+#define ops_host_alloc cpu_ops_host_alloc
 #define copy_f32 cpu_copy_f32
 #define move_f32 cpu_move_f32
 #define zero_f32 cpu_zero_f32
@@ -79,6 +83,10 @@
 #undef ops_upload
 #undef ops_download
 #undef ops_sync
+#undef zero_f64
+#undef ops_upload_queued
+#undef ops_host_free
+#undef ops_host_alloc
 #undef copy_f32
 #undef move_f32
 #undef zero_f32

@@ -75,6 +75,20 @@ static void expect_scalar(const char *what, double gpu, double cpu) {
     CHECK(e <= TOL, "%-44s %.9g vs cpu %.9g (rel %.2e)", what, gpu, cpu, e);
 }
 
+// A loss or norm accumulator on the GPU: a planned buffer of one double holding
+// `start`; acc_read reads it back.
+static double *acc_new(double start) {
+    double *a = buf_alloc(MEM_ACTIVATIONS, sizeof(double), "gpu accumulator");  // (1)
+    ops_upload(a, &start, sizeof start);
+    return a;
+}
+static double acc_read(double *a) {
+    double v;
+    ops_download(&v, a, sizeof v);
+    buf_free(a);
+    return v;
+}
+
 static int32_t *ids_both(int n, int lo, int hi, int32_t **dev) {  // host ids in [lo, hi), and a buffer copy
     int32_t *h = xmalloc((size_t)n * sizeof(int32_t), "ids");
     for (int i = 0; i < n; i++) h[i] = lo + (int)((urand() + 1.0f) * 0.5f * (float)(hi - lo)) % (hi - lo);
@@ -335,11 +349,14 @@ static void test_cross_entropy(void) {
     const int N = 33, V = 1000;
     int32_t *tgt_d, *tgt = ids_both(N, 0, V, &tgt_d);
     Pair lg = pair_fill((size_t)N * V, 4.0f);
-    double lc = cpu_cross_entropy_forward(lg.h, tgt, N, V), lgpu = cross_entropy_forward(lg.d, tgt_d, N, V);
-    expect_scalar("cross_entropy_forward loss sum", lgpu, lc);
-    lgpu = cross_entropy_forward_backward(lg.d, tgt_d, N, V, 1.0f / N);
-    lc = cpu_cross_entropy_forward_backward(lg.h, tgt, N, V, 1.0f / N);
-    expect_scalar("cross_entropy_forward_backward loss sum", lgpu, lc);
+    double lc = 0.0, *acc = acc_new(0.0);
+    cpu_cross_entropy_forward(lg.h, tgt, N, V, &lc);
+    cross_entropy_forward(lg.d, tgt_d, N, V, acc);
+    expect_scalar("cross_entropy_forward loss sum", acc_read(acc), lc);
+    lc = 1.25, acc = acc_new(1.25);  // the ops add to what the accumulator holds
+    cross_entropy_forward_backward(lg.d, tgt_d, N, V, 1.0f / N, acc);
+    cpu_cross_entropy_forward_backward(lg.h, tgt, N, V, 1.0f / N, &lc);
+    expect_scalar("cross_entropy_forward_backward adds its sum", acc_read(acc), lc);
     expect_close("cross_entropy_forward_backward dlogits", lg);
     // A vocabulary shard: ids 400 .. 400+valid-1, padding columns after them.
     const int Vl = 320, valid = 300, v0 = 400;
@@ -351,9 +368,11 @@ static void test_cross_entropy(void) {
     cpu_ce_shard_sums(sh.h, tgt, N, Vl, valid, v0, mx.h, se.h, tl.h);
     expect_close("ce_shard_sums sumexp", se);
     expect_close("ce_shard_sums target logit", tl);
-    double a = ce_shard_finish(sh.d, tgt_d, N, Vl, valid, v0, mx.d, se.d, tl.d, 0.5f, 1);
-    double b = cpu_ce_shard_finish(sh.h, tgt, N, Vl, valid, v0, mx.h, se.h, tl.h, 0.5f, 1);
-    expect_scalar("ce_shard_finish loss sum", a, b);
+    double b = -3.0;
+    acc = acc_new(-3.0);
+    ce_shard_finish(sh.d, tgt_d, N, Vl, valid, v0, mx.d, se.d, tl.d, 0.5f, 1, acc);
+    cpu_ce_shard_finish(sh.h, tgt, N, Vl, valid, v0, mx.h, se.h, tl.h, 0.5f, 1, &b);
+    expect_scalar("ce_shard_finish adds its loss sum", acc_read(acc), b);
     expect_close("ce_shard_finish dlogits (padding 0)", sh);
     free(tgt);
     buf_free(tgt_d);
@@ -363,9 +382,21 @@ static void test_cross_entropy(void) {
 static void test_optimizer(void) {
     const size_t n = 100003;
     Pair x = pair_fill(n, 1.0f);
-    double a = sum_squares(x.d, n), b = cpu_sum_squares(x.h, n);
+    double *acc = acc_new(0.0), b = 0.0;
+    sum_squares(x.d, n, acc);
+    cpu_sum_squares(x.h, n, &b);
+    const double a = acc_read(acc);
     expect_scalar("sum_squares", a, b);
-    CHECK(sum_squares(x.d, n) == a, "sum_squares twice: bit-identical");
+    acc = acc_new(0.0);
+    sum_squares(x.d, n, acc);
+    CHECK(acc_read(acc) == a, "sum_squares twice: bit-identical");
+    acc = acc_new(0.5);
+    sum_squares(x.d, n / 2, acc);
+    sum_squares(x.d + n / 2, n - n / 2, acc);
+    double b2 = 0.5;
+    cpu_sum_squares(x.h, n / 2, &b2);
+    cpu_sum_squares(x.h + n / 2, n - n / 2, &b2);
+    expect_scalar("sum_squares adds to its accumulator", acc_read(acc), b2);
     Pair p = pair_fill(n, 1.0f), g = pair_fill(n, 0.01f), m = pair_fill(n, 0.001f), v = pair_fill(n, 0.0f);
     for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]) + 1e-6f;
     ops_upload(v.d, v.h, n * sizeof(float));
@@ -379,7 +410,72 @@ static void test_optimizer(void) {
     pair_free(x), pair_free(p), pair_free(g), pair_free(m), pair_free(v);
 }
 
-int main(void) {
+// ---- queued uploads and id checks (a training step's token ids, ops.h) ----
+
+// A queued upload runs after the ops issued before it (which still read the old
+// contents) and from the staging's contents as they are then.
+static void test_queued_upload(void) {
+    const size_t n = 4096;
+    Pair dst = pair_fill(n, 1.0f), out = pair_fill(n, 1.0f);
+    float *stage = ops_host_alloc(n * sizeof(float), "test staging");  // (n)
+    for (size_t i = 0; i < n; i++) stage[i] = (float)i;
+    copy_f32(out.d, dst.d, n);                      // reads the old contents
+    ops_upload_queued(dst.d, stage, n * sizeof(float));  // then they are replaced
+    cpu_copy_f32(out.h, dst.h, n);
+    memcpy(dst.h, stage, n * sizeof(float));
+    expect_close("an op issued before a queued upload reads the old contents", out);
+    expect_close("the queued upload lands", dst);
+    ops_sync();
+    stage[7] = -1.0f;  // after the wait the staging is the host's again
+    expect_close("rewriting the staging after a wait changes nothing", dst);
+    ops_host_free(stage);
+    pair_free(dst), pair_free(out);
+}
+
+// argv[0] --bad-id K: queue op K on ids in a planned buffer holding id 300 at
+// position 2 (vocabulary 257), print a line, then wait: the CUDA build refuses the
+// id at the wait (the CPU build at once, before the line).
+static int bad_id_child(int which) {
+    ops_init(0);
+    enum { N = 4, D = 4, V = 257 };
+    const int32_t ids[N] = {5, 9, 300, 0};
+    int32_t *d = buf_alloc(MEM_ACTIVATIONS, sizeof ids, "ids");  // (N)
+    float *table = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * V * D, "table");   // (V, D)
+    float *out = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * N * V, "out");       // (N, V)
+    double *acc = buf_alloc(MEM_ACTIVATIONS, sizeof(double), "loss");            // (1)
+    ops_upload(d, ids, sizeof ids);
+    if (which == 0) embedding_forward(out, d, table, N, D, V);
+    if (which == 1) embedding_backward(table, out, d, N, D, V);
+    if (which == 2) cross_entropy_forward_backward(out, d, N, V, 1.0f, acc);
+    if (which == 3) cross_entropy_forward(out, d, N, V, acc);
+    printf("queued\n");
+    fflush(stdout);
+    ops_sync();
+    printf("not refused\n");
+    return 0;
+}
+
+static void test_bad_ids(const char *self) {
+    const char *names[] = {"embedding_forward", "embedding_backward", "cross_entropy_forward_backward",
+                           "cross_entropy_forward"};
+    const int deferred = strcmp(ops_backend_name(), "cuda") == 0;
+    for (int k = 0; k < 4; k++) {
+        char cmd[4096], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "'%s' --bad-id %d 2>&1", self, k);
+        FILE *p = popen(cmd, "r");
+        size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[got] = '\0';
+        const int rc = p ? pclose(p) : -1;
+        const char *q = strstr(out, "queued"), *e = strstr(out, "id 300 at position 2");
+        CHECK(rc != 0 && e && strstr(out, "[0, 257)") && !strstr(out, "not refused") &&
+                  (deferred ? q && q < e : !q),
+              "%s on id 300 (vocabulary 257) in a planned buffer: refused naming it and its position, %s "
+              "(status %d: %.200s)", names[k], deferred ? "at the next wait" : "at once", rc, out);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--bad-id")) return bad_id_child(atoi(argv[2]));
     ops_init(0);  // dies, saying so, without a GPU
     // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
     // built against the CPU objects (tests/shell/test_cuda_build.sh) it compares the
@@ -401,5 +497,7 @@ int main(void) {
     test_attention();
     test_cross_entropy();
     test_optimizer();
+    test_queued_upload();
+    test_bad_ids(argv[0]);
     return check_summary();
 }

@@ -7,7 +7,11 @@
 #   2. the same GPU run twice: losses and gradient norms bit-identical (determinism);
 #   3. the GPU run's memory line equals the planner's prediction, per category;
 #   4. two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence parallel): within
-#      1e-5 of the CPU's one rank.
+#      1e-5 of the CPU's one rank;
+#   5. the host waits for the device a fixed number of times per step, whatever the
+#      micro-batch count (issue 14: scalars read back once per step, token ids
+#      uploaded without a wait): the CUDA profile's count of waits, with 2 and 8
+#      micro-batches per step, over 3 and 6 steps (skipped by a CPU build).
 # Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN and GPU_ARGS replace the CUDA
 # binary and its device keys, PLAN_MEMORY the predictor: GPU_BIN=./femtotron
 # GPU_ARGS= PLAN_MEMORY=build/tests/plan_memory_main checks this script on the CPU
@@ -73,4 +77,21 @@ for row in "dp2_zero1:--parallel.dp 2 --parallel.zero 1 --training.micro_batch_s
         else failed "$name on the GPU against the CPU: $r"; fi
     fi
 done
+
+# 5. Host waits per step: the profile's "waits ... (P%, COUNT)" of runs that differ
+# in micro-batches (micro-batch 4 or 1 of the global 8) and steps (3 or 6).
+waits() {  # waits MICRO STEPS: the count, or "" without a CUDA profile
+    FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "$GPU_BIN" train "${common[@]}" "${GPU_ARGS[@]}" \
+        --training.micro_batch_size "$1" --training.steps "$2" 2>&1 |
+        sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p'
+}
+w43=$(waits 4 3) w13=$(waits 1 3) w46=$(waits 4 6) w16=$(waits 1 6)
+if [ -z "$w43$w13$w46$w16" ]; then
+    echo "(no CUDA profile from $GPU_BIN: the host-wait count did not run)"
+elif [ -n "$w43" ] && [ "$w43" = "$w13" ] && [ "$w46" = "$w16" ] && [ "$w46" -gt "$w43" ]; then
+    echo "PASS host waits per step do not grow with micro-batches: $w43 and $w13 waits over 3 steps with 2 and 8" \
+        "micro-batches, $w46 and $w16 over 6 ($(( (w46 - w43) / 3 )) per step)"
+else
+    failed "host waits: 3 steps with 2 and 8 micro-batches: '$w43' '$w13'; 6 steps: '$w46' '$w16'"
+fi
 exit $fail

@@ -404,10 +404,11 @@ static void child_bad_ids(void *p) {
     bad_ids_ctx *c = p;
     enum { D = 4, V = 257 };
     static float table[V * D], out[4 * D], logits[4 * V];
+    double loss = 0.0;
     if (c->which == 0) embedding_forward(out, c->ids, table, 4, D, V);
     if (c->which == 1) embedding_backward(table, out, c->ids, 4, D, V);
-    if (c->which == 2) cross_entropy_forward_backward(logits, c->ids, 4, V, 1.0f);
-    if (c->which == 3) cross_entropy_forward(logits, c->ids, 4, V);
+    if (c->which == 2) cross_entropy_forward_backward(logits, c->ids, 4, V, 1.0f, &loss);
+    if (c->which == 3) cross_entropy_forward(logits, c->ids, 4, V, &loss);
 }
 
 static void test_ids_outside_vocab(void) {
@@ -938,13 +939,15 @@ static void test_cross_entropy(void) {
         ce_ctx c = {to_d(logits, nl), tg, N, V, (double)grad_scale};
         double ref = ce_d(c.logits, tg, N, V);
         float *keep = fcopy(logits, nl);
-        double l1 = cross_entropy_forward(logits, tg, N, V);
+        double l1 = 0.0;
+        cross_entropy_forward(logits, tg, N, V, &l1);
         CHECK(rel_diff(l1, ref) < 1e-6, "cross_entropy_forward N=%d V=%d%s sum=%.9g vs double %.9g", N, V, what, l1, ref);
         CHECK(memcmp(keep, logits, nl * sizeof(float)) == 0, "cross_entropy_forward N=%d V=%d leaves logits untouched", N, V);
         double *g = dnew(nl);
         fd_grad(ce_loss, &c, c.logits, nl, g);
-        double l2 = cross_entropy_forward_backward(logits, tg, N, V, grad_scale);
-        CHECK(rel_diff(l2, ref) < 1e-6, "cross_entropy_forward_backward N=%d V=%d%s returns sum=%.9g vs double %.9g", N, V, what, l2, ref);
+        double l2 = 1.5;  // the ops add their sum to the accumulator
+        cross_entropy_forward_backward(logits, tg, N, V, grad_scale, &l2);
+        CHECK(rel_diff(l2, 1.5 + ref) < 1e-6, "cross_entropy_forward_backward N=%d V=%d%s adds sum=%.9g vs 1.5 + double %.9g", N, V, what, l2, ref);
         double e = nerr_f(logits, g, nl);
         CHECK(e < TOL_BWD, "cross_entropy_forward_backward N=%d V=%d%s dlogits vs FD * grad_scale (err %.2e)", N, V, what, e);
         tfree_all();
@@ -952,6 +955,13 @@ static void test_cross_entropy(void) {
 }
 
 // --------------------------------------------------------------- optimizer ----
+
+// sum_squares into a fresh accumulator.
+static double sumsq(const float *x, size_t n) {
+    double s = 0.0;
+    sum_squares(x, n, &s);
+    return s;
+}
 
 static void test_sum_squares_scale(void) {
     // One value 1e3 then 2M values ~1e-3: total ~1e6 + 2. In fp32, adding a 1e-6
@@ -971,7 +981,7 @@ static void test_sum_squares_scale(void) {
         ref += (long double)x[i] * x[i];
         fsum += x[i] * x[i];
     }
-    double s = sum_squares(x, n);
+    double s = sumsq(x, n);
     CHECK(rel_diff(s, (double)ref) < 1e-7,
           "sum_squares 1e3 then 2M values ~1e-3 = %.12g vs %.12Lg (rel %.1e; fp32 accumulation would be %.1e)",
           s, ref, rel_diff(s, (double)ref), rel_diff(fsum, (double)ref));
@@ -982,9 +992,13 @@ static void test_sum_squares_scale(void) {
         x[i] = (float)((rng_unif() - 0.5) * ((rng_u64() & 1) ? 2e-3 : 2e3));
         ref += (long double)x[i] * x[i];
     }
-    s = sum_squares(x, n2);
+    s = sumsq(x, n2);
     CHECK(rel_diff(s, (double)ref) < 1e-7, "sum_squares mixed 1e-3/1e3, n=%zu (rel %.1e)", n2, rel_diff(s, (double)ref));
-    CHECK(sum_squares(x, 0) == 0.0 && sum_squares(x, 1) == (double)x[0] * x[0], "sum_squares n=0 and n=1");
+    CHECK(sumsq(x, 0) == 0.0 && sumsq(x, 1) == (double)x[0] * x[0], "sum_squares n=0 and n=1");
+    double acc = 2.0;
+    sum_squares(x, 1, &acc);
+    sum_squares(x + 1, 1, &acc);
+    CHECK(acc == (2.0 + (double)x[0] * x[0]) + (double)x[1] * x[1], "sum_squares adds to its accumulator");
     tfree_all();
 }
 

@@ -117,17 +117,18 @@ static int same_bits(Recompute rc, int tied, StageUnits su, int piece_rows, cons
     fill(x_in, nd * MICRO, 1);
     fill(dx_out, nd * MICRO, 2);
     const float scale = 1.0f / (MICRO * N);
+    double loss = 0.0;  // the cross-entropy's accumulator (CPU: host memory)
     int ok = 1;
     *why = "";
     // Fused: forward then backward, micro-batch after micro-batch.
     for (int k = 0; k < MICRO; k++) {
-        llama_stage_forward(&m, &paf, &a[0], tok[k], x_in + k * nd, tgt[k], scale, 1);
+        llama_stage_forward(&m, &paf, &a[0], tok[k], x_in + k * nd, tgt[k], scale, 1, &loss);
         const float *dx = llama_stage_backward(&m, &paf, &a[0], tok[k], dx_out + k * nd);
         if (dx) memcpy(dx_fused + k * nd, dx, sizeof(float) * nd);
     }
     // Split: both forwards, both B, then both W.
     for (int k = 0; k < MICRO; k++)
-        llama_stage_forward(&m, &pas, &a[k], tok[k], x_in + k * nd, tgt[k], scale, 1);
+        llama_stage_forward(&m, &pas, &a[k], tok[k], x_in + k * nd, tgt[k], scale, 1, &loss);
     for (int k = 0; k < MICRO; k++) {
         const float *dx = llama_stage_backward_input(&m, &pas, &a[k], dx_out + k * nd, &st[k]);
         if ((dx == NULL) != (su.u0 == 0)) ok = 0, *why = "input gradient returned on the first stage only";
