@@ -86,7 +86,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -ln
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
 CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
-               $(BUILD)/dist/device_comm_none.o
+               $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
 cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads \

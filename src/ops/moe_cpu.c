@@ -1,11 +1,13 @@
-// ops/moe_cpu.c — CPU kernels of the mixture-of-experts block (ops/ops.h, "mixture
-// of experts"): routing, grouping by expert, dispatch and combine and their
-// backwards. The expert products themselves are ordinary BLAS GEMMs, one per expert
-// over its contiguous block of grouped rows (model/moe.c). Every loop is per token
-// (or per row) with a fixed summation order, so results never depend on threads.
-// The CUDA build links these as they are and runs them on the host over managed
-// memory: each starts with ops_sync() (the device's queued ops on its buffers
-// finish first; nothing to wait for on the CPU).
+// ops/moe_cpu.c — the routing kernels of the mixture-of-experts block (ops/ops.h,
+// "mixture of experts"): router softmax and top-k, grouping by expert, the
+// load-balancing statistics and loss, the router backward. Every loop is per token
+// (or per sequence) with a fixed summation order, so results never depend on
+// threads. Both builds run these on the host: the CUDA build over managed memory,
+// each starting with ops_sync() (the device's queued ops on its buffers finish
+// first; nothing to wait for on the CPU), because the model reads the grouping's
+// expert starts on the host to size each expert's products (model/moe.c). The
+// N*K*D data movement (dispatch, combine, their backwards) is
+// ops/moe_dispatch_cpu.c on the CPU and ops/moe_dispatch_cuda.cu on the GPU.
 #include <math.h>
 #include <string.h>
 
@@ -61,60 +63,6 @@ void moe_group(int32_t *start, int32_t *slot_of, int32_t *row_of, const int32_t 
     }
     for (int e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-}
-
-void moe_dispatch(float *xg, const float *x, const int32_t *slot_of, int N, int K, int D) {
-    ops_sync();
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < (size_t)N * K; r++)
-        memcpy(xg + r * D, x + (size_t)(slot_of[r] / K) * D, sizeof(float) * (size_t)D);
-}
-
-void moe_combine(float *out, const float *y, const float *wts, const int32_t *row_of, int N, int K,
-                 int D) {
-    ops_sync();
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++) {
-        float *o = out + (size_t)t * D;
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-        for (int j = 0; j < K; j++) {
-            const float w = wts[(size_t)t * K + j];
-            const float *yr = y + (size_t)row_of[(size_t)t * K + j] * D;
-            for (int d = 0; d < D; d++) o[d] += w * yr[d];
-        }
-    }
-}
-
-void moe_combine_backward(float *dy, float *dwts, const float *dout, const float *y,
-                          const float *wts, const int32_t *row_of, int N, int K, int D) {
-    ops_sync();
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++) {
-        const float *g = dout + (size_t)t * D;
-        for (int j = 0; j < K; j++) {
-            const size_t r = (size_t)row_of[(size_t)t * K + j];
-            const float w = wts[(size_t)t * K + j], *yr = y + r * D;
-            float *dyr = dy + r * D;
-            double dot = 0.0;
-            for (int d = 0; d < D; d++) {
-                dyr[d] = w * g[d];
-                dot += (double)g[d] * yr[d];
-            }
-            dwts[(size_t)t * K + j] = (float)dot;
-        }
-    }
-}
-
-void moe_dispatch_backward(float *dx, const float *dxg, const int32_t *row_of, int N, int K, int D) {
-    ops_sync();
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++) {
-        float *o = dx + (size_t)t * D;
-        for (int j = 0; j < K; j++) {
-            const float *g = dxg + (size_t)row_of[(size_t)t * K + j] * D;
-            for (int d = 0; d < D; d++) o[d] += g[d];
-        }
-    }
 }
 
 void moe_route_stats(float *count, float *psum, const float *probs, const int32_t *sel, int B, int S,

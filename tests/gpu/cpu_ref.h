@@ -64,12 +64,17 @@
 #define ce_shard_finish cpu_ce_shard_finish
 #define sum_squares cpu_sum_squares
 #define adamw_update cpu_adamw_update
+#define moe_dispatch_backward cpu_moe_dispatch_backward
+#define moe_combine_backward cpu_moe_combine_backward
+#define moe_combine cpu_moe_combine
+#define moe_dispatch cpu_moe_dispatch
 #define ops_set_threads cpu_ops_set_threads
 #define ops_blas_name cpu_ops_blas_name
 
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
 #include "ops/cpu.c"
+#include "ops/moe_dispatch_cpu.c"
 
 // The CUDA names again, and ops.h once more (its guard reopened) to declare them.
 #undef ops_init
@@ -128,6 +133,10 @@
 #undef ce_shard_finish
 #undef sum_squares
 #undef adamw_update
+#undef moe_dispatch_backward
+#undef moe_combine_backward
+#undef moe_combine
+#undef moe_dispatch
 #undef ops_set_threads
 #undef ops_blas_name
 #undef FEMTOTRON_OPS_H

@@ -410,6 +410,54 @@ static void test_optimizer(void) {
     pair_free(x), pair_free(p), pair_free(g), pair_free(m), pair_free(v);
 }
 
+// The mixture-of-experts data movement (ops/moe_dispatch_cuda.cu) against the CPU's,
+// on a routing the host made (moe_route and moe_group run on the host in both builds).
+static void test_moe_dispatch(void) {
+    const int N = 37, K = 2, E = 5, D = 70;
+    const size_t NK = (size_t)N * K;
+    float *probs = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * N * E, "router");       // (N, E)
+    int32_t *sel = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * NK, "selection");    // (N, K)
+    int32_t *start = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * (E + 1), "starts");  // (E+1)
+    int32_t *slot_of = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * NK, "slot_of");  // (N*K)
+    int32_t *row_of = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * NK, "row_of");    // (N*K)
+    Pair wts = pair_fill(NK, 1.0f);
+    float *logits = xmalloc(sizeof(float) * N * E, "logits");  // (N, E)
+    for (int i = 0; i < N * E; i++) logits[i] = 3.0f * urand();
+    ops_upload(probs, logits, sizeof(float) * N * E);
+    moe_route(probs, sel, wts.d, N, E, K);
+    moe_group(start, slot_of, row_of, sel, N, E, K);
+    ops_download(wts.h, wts.d, NK * sizeof(float));
+    int32_t *slot_h = xmalloc(sizeof(int32_t) * NK, "slot_of"), *row_h = xmalloc(sizeof(int32_t) * NK, "row_of");
+    ops_download(slot_h, slot_of, sizeof(int32_t) * NK);
+    ops_download(row_h, row_of, sizeof(int32_t) * NK);
+    Pair x = pair_fill((size_t)N * D, 1.0f), xg = pair_fill(NK * D, 1.0f), y = pair_fill(NK * D, 1.0f);
+    Pair out = pair_fill((size_t)N * D, 1.0f), dout = pair_fill((size_t)N * D, 1.0f);
+    Pair dy = pair_fill(NK * D, 1.0f), dwts = pair_fill(NK, 1.0f), dx = pair_fill((size_t)N * D, 1.0f);
+    moe_dispatch(xg.d, x.d, slot_of, N, K, D);
+    cpu_moe_dispatch(xg.h, x.h, slot_h, N, K, D);
+    expect_close("moe_dispatch", xg);
+    moe_combine(out.d, y.d, wts.d, row_of, N, K, D);
+    cpu_moe_combine(out.h, y.h, wts.h, row_h, N, K, D);
+    expect_close("moe_combine", out);
+    moe_combine_backward(dy.d, dwts.d, dout.d, y.d, wts.d, row_of, N, K, D);
+    cpu_moe_combine_backward(dy.h, dwts.h, dout.h, y.h, wts.h, row_h, N, K, D);
+    expect_close("moe_combine_backward dy", dy);
+    expect_close("moe_combine_backward dwts", dwts);
+    moe_dispatch_backward(dx.d, dy.d, row_of, N, K, D);
+    cpu_moe_dispatch_backward(dx.h, dy.h, row_h, N, K, D);
+    expect_close("moe_dispatch_backward (+=)", dx);
+    float *first = xmalloc(sizeof(float) * NK, "dwts");  // (N*K)
+    ops_download(first, dwts.d, sizeof(float) * NK);
+    moe_combine_backward(dy.d, dwts.d, dout.d, y.d, wts.d, row_of, N, K, D);
+    float *again = xmalloc(sizeof(float) * NK, "dwts");  // (N*K)
+    ops_download(again, dwts.d, sizeof(float) * NK);
+    CHECK(!memcmp(first, again, sizeof(float) * NK), "moe_combine_backward twice: bit-identical dwts");
+    free(logits), free(slot_h), free(row_h), free(first), free(again);
+    buf_free(probs), buf_free(sel), buf_free(start), buf_free(slot_of), buf_free(row_of);
+    pair_free(wts), pair_free(x), pair_free(xg), pair_free(y), pair_free(out), pair_free(dout), pair_free(dy);
+    pair_free(dwts), pair_free(dx);
+}
+
 // ---- queued uploads and id checks (a training step's token ids, ops.h) ----
 
 // A queued upload runs after the ops issued before it (which still read the old
@@ -497,6 +545,7 @@ int main(int argc, char **argv) {
     test_attention();
     test_cross_entropy();
     test_optimizer();
+    test_moe_dispatch();
     test_queued_upload();
     test_bad_ids(argv[0]);
     return check_summary();

@@ -9,9 +9,9 @@
 #     attention within 2e-2 of the fp32 one, twice bit-identical);
 #   - tests/gpu/train_parity.sh: one rank within 1e-5 of the CPU over 10 steps, twice
 #     bit-identical, the memory line equal to the CUDA build's predictor, dp 2 and
-#     tp 2 sharing the device;
-#   - tests/gpu/layouts.sh on two rows (ZeRO-3, and tp2 x cp2 x pp2 with 1F1B and
-#     ring attention);
+#     tp 2 sharing the device, host waits per step independent of the micro-batches;
+#   - tests/gpu/layouts.sh on three rows (ZeRO-3, tp2 x cp2 x pp2 with 1F1B and
+#     ring attention, and Mixtral over ep 2 x tp 2 with its dispatch on the device);
 #   - tests/gpu/layouts_bf16.sh on cp 2 (bf16, within 4x the spread of one rank's
 #     gradient-accumulation splits), and the bf16 weight copy changing no loss bit;
 #   - tests/gpu/resume_devices.sh: checkpoints across the two builds, fp32 and bf16;
@@ -55,7 +55,7 @@ part() {
 
 part gpu_ops build-emu/tests/gpu_ops
 part train_parity bash tests/gpu/train_parity.sh
-LAYOUTS='^(dp2_zero3|tp2_cp2_pp2)$' part layouts bash tests/gpu/layouts.sh
+LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
 LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
