@@ -64,11 +64,13 @@ typedef struct {
     int *stash_of;                // (v * M) stash holding (chunk, micro), -1 when none
     int **stash_busy;             // (v) arrays of n_stash[c]
     int32_t **tokens, **targets;  // (v) arrays of (ns, B*S)
-    // A training step's token ids, written by the host here first (ops_host_alloc,
-    // not planned; NULL on a rank with neither end of the model) and copied into
-    // the micro-batch's slot by a queued upload (ops.h), so that the host never waits
-    // for the slot's previous micro-batch to finish reading it. Row m is free again
-    // at the next step: every step ends with a host wait (the loss read back).
+    // Token ids, written by the host here first (ops_host_alloc, not planned; NULL
+    // on a rank with neither end of the model) and copied into the micro-batch's
+    // slot by a queued upload (ops.h), so that the host never waits for the slot's
+    // previous micro-batch to finish reading it. A training step's micro-batch m
+    // uses row m, free again at the next step: every step ends with a host wait
+    // (the loss read back); validation's micro-batch m row m % M, after a wait
+    // whenever it comes back to row 0.
     int32_t *stage_tokens, *stage_targets;  // (M, B*S) each
     // The cross-entropy of the micro-batches, summed on the device (ops.h: no read
     // back per micro-batch) and read back once at the end of pp_run_step or
@@ -132,8 +134,7 @@ int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_befor
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
                    float grad_scale);
 // Forward only over `micros` micro-batches (validation); returns the loss sum on
-// the last stage, 0 elsewhere. Its token ids are written into the slot directly,
-// after a host wait per micro-batch (validation is not the step).
+// the last stage, 0 elsewhere (read back once, at the end).
 double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
                       const PpCallbacks *cb, int micros);
 

@@ -117,19 +117,20 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
     const size_t bs = (size_t)pp->acts[c][slot].B * pp->acts[c][slot].S;
     Activations *a = &pp->acts[c][slot];
     int32_t *tokens = pp->tokens[c] + (size_t)slot * bs, *targets = pp->targets[c] + (size_t)slot * bs;
-    if ((vs == 0 || vs == pp->n_virtual - 1) && want_grads) {
-        // The host writes the ids into the step's staging row of the micro-batch and
-        // queues their copies into the slot behind the ops of the micro-batch that
-        // used the slot before (the embedding's backward reads its ids): no wait.
-        int32_t *st = pp->stage_tokens + (size_t)micro * bs, *sg = pp->stage_targets + (size_t)micro * bs;
+    if (vs == 0 || vs == pp->n_virtual - 1) {
+        // The host writes the ids into a staging row and queues their copies into the
+        // slot behind the ops of the micro-batch that used the slot before (the
+        // embedding's backward reads its ids): no wait. A step's micro-batches each
+        // have a row, free again at the next step (every step ends with a wait);
+        // validation's micro-batches run past M and reuse the rows after a wait each
+        // time round. (A rank with both ends, zb-v's first, writes a row twice with
+        // the same ids.)
+        const int row = micro % pp->micros;
+        if (!want_grads && row == 0 && micro > 0) ops_sync();
+        int32_t *st = pp->stage_tokens + (size_t)row * bs, *sg = pp->stage_targets + (size_t)row * bs;
         x->cb->fill_batch(x->cb->ctx, micro, st, sg);
         ops_upload_queued(tokens, st, sizeof(int32_t) * bs);
         ops_upload_queued(targets, sg, sizeof(int32_t) * bs);
-    } else if (vs == 0 || vs == pp->n_virtual - 1) {
-        // Validation writes the slot's ids itself: the ops that read them before
-        // must have finished.
-        ops_sync();
-        x->cb->fill_batch(x->cb->ctx, micro, tokens, targets);
     }
     double t0 = now_seconds();
     const int stats = want_grads && x->m->moe_aux;  // the load-balancing statistics travel too

@@ -3,11 +3,13 @@
 # tests/gpu/run.sh: the parity problem of tests/shell/test_parity.sh (tiny model, 8
 # sequences x 32 tokens, 10 steps) trained by ./femtotron on the CPU and by
 # ./femtotron-cuda in fp32:
-#   1. one rank: every step's loss and gradient norm within 1e-5 relative of the CPU;
-#   2. the same GPU run twice: losses and gradient norms bit-identical (determinism);
+#   1. one rank: every step's loss and gradient norm, and the validation loss of
+#      steps 5 and 10, within 1e-5 relative of the CPU;
+#   2. the same GPU run twice: losses, gradient norms and validation losses bit-identical (determinism);
 #   3. the GPU run's memory line equals the planner's prediction, per category;
-#   4. two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence parallel): within
-#      1e-5 of the CPU's one rank;
+#   4. one rank accumulating 4 micro-batches per step (each with its own token
+#      staging row), and two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence
+#      parallel): within 1e-5 of the CPU's one rank;
 #   5. the host waits for the device a fixed number of times per step, whatever the
 #      micro-batch count (issue 14: scalars read back once per step, token ids
 #      uploaded without a wait): the CUDA profile's count of waits, with 2 and 8
@@ -25,7 +27,9 @@ PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
 [ -x "$PLAN_MEMORY" ] || make -s "$PLAN_MEMORY" >/dev/null 2>&1
 
 parity_corpus
-common=("${PARITY[@]}")
+# Validation every 5 steps over 5 micro-batches (more than a step's, so the token
+# staging comes round again), compared like the losses.
+common=("${PARITY[@]}" --data.val "$tmp/data/train_*.bin" --logging.val_every 5 --logging.val_batches 5)
 
 # run NAME NP BIN ARGS...: train, metrics in $tmp/NAME.jsonl, output in $tmp/NAME.log
 run() {
@@ -35,32 +39,38 @@ run() {
         { failed "$name: exit $?: $(tail -3 "$tmp/$name.log")"; return 1; }
 }
 
-# compare A B TOL: every step's loss and grad_norm of B within TOL of A (0: equal bits)
+# compare A B TOL [val]: every step's loss and grad_norm of B within TOL of A (0:
+# equal bits); with "val" the validation losses too (the same validation set: the
+# same micro-batch size).
 compare() {
-    "$PYTHON" - "$1" "$2" "$3" <<'PY'
+    "$PYTHON" - "$1" "$2" "$3" "${4:-}" <<'PY'
 import json, sys
 def steps(p):
     return [r for r in map(json.loads, open(p)) if "loss" in r and "grad_norm" in r]
 a, b, tol = steps(sys.argv[1]), steps(sys.argv[2]), float(sys.argv[3])
 if len(a) != 10 or len(b) != 10:
     print("%d and %d steps logged, expected 10" % (len(a), len(b))); sys.exit(1)
+val = sys.argv[4] == "val"
+if val and (sum("val_loss" in x for x in a) != 2 or any(("val_loss" in x) != ("val_loss" in y) for x, y in zip(a, b))):
+    print("validation: expected val_loss at steps 5 and 10 of both runs"); sys.exit(1)
 worst = 0.0
 for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
+    for k in ("loss", "grad_norm", "val_loss") if val else ("loss", "grad_norm"):
+        if k not in x: continue
         d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
         worst = max(worst, d)
         if (tol == 0 and x[k] != y[k]) or d > tol:
             print("step %d %s %.17g vs %.17g (rel %.3g)" % (x["step"], k, y[k], x[k], d)); sys.exit(1)
-print("10 steps, worst relative difference %.3g" % worst)
+print("10 steps%s, worst relative difference %.3g" % (" and 2 validations" if val else "", worst))
 PY
 }
 
 run cpu 1 "$CPU_BIN" || exit 1
 if run gpu 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
-    if r=$(compare "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" 1e-5); then echo "PASS one rank on the GPU equals the CPU within 1e-5: $r"
+    if r=$(compare "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" 1e-5 val); then echo "PASS one rank on the GPU equals the CPU within 1e-5: $r"
     else failed "one rank on the GPU against the CPU: $r"; fi
     if run gpu_again 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
-        if r=$(compare "$tmp/gpu.jsonl" "$tmp/gpu_again.jsonl" 0); then echo "PASS the GPU run twice: bit-identical losses and gradient norms"
+        if r=$(compare "$tmp/gpu.jsonl" "$tmp/gpu_again.jsonl" 0 val); then echo "PASS the GPU run twice: bit-identical losses, gradient norms and validation losses"
         else failed "the GPU run twice differs: $r"; fi
     fi
     pred=$("$PLAN_MEMORY" --world 1 "${common[@]}" 2>&1 | grep '^memory bytes' | sed 's/ *$//')
@@ -68,20 +78,24 @@ if run gpu 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
     if [ -n "$got" ] && [ "$pred" = "$got" ]; then echo "PASS the GPU run's memory line equals the planner's: $got"
     else failed "memory: predicted '$pred', allocated '$got'"; fi
 fi
-for row in "dp2_zero1:--parallel.dp 2 --parallel.zero 1 --training.micro_batch_size 4" \
-           "tp2_sp:--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch_size 8"; do
-    name=${row%%:*}
-    read -r -a args <<<"${row#*:}"
-    if run "$name" 2 "$GPU_BIN" "${GPU_ARGS[@]}" "${args[@]}"; then
-        if r=$(compare "$tmp/cpu.jsonl" "$tmp/$name.jsonl" 1e-5); then echo "PASS $name, 2 ranks sharing the GPU, equals the CPU's one rank within 1e-5: $r"
+for row in "acc4:1:--training.micro_batch_size 2" \
+           "dp2_zero1:2:--parallel.dp 2 --parallel.zero 1 --training.micro_batch_size 4" \
+           "tp2_sp:2:--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch_size 8"; do
+    name=${row%%:*} rest=${row#*:}
+    np=${rest%%:*}
+    read -r -a args <<<"${rest#*:}"
+    if run "$name" "$np" "$GPU_BIN" "${GPU_ARGS[@]}" "${args[@]}"; then
+        if r=$(compare "$tmp/cpu.jsonl" "$tmp/$name.jsonl" 1e-5); then echo "PASS $name, $np rank(s) on the GPU, equals the CPU's one rank within 1e-5: $r"
         else failed "$name on the GPU against the CPU: $r"; fi
     fi
 done
 
 # 5. Host waits per step: the profile's "waits ... (P%, COUNT)" of runs that differ
-# in micro-batches (micro-batch 4 or 1 of the global 8) and steps (3 or 6).
+# in micro-batches (micro-batch 4 or 1 of the global 8) and steps (3 or 6), without
+# validation (whose waits depend on the micro-batches: one each time its staging
+# comes round).
 waits() {  # waits MICRO STEPS: the count, or "" without a CUDA profile
-    FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "$GPU_BIN" train "${common[@]}" "${GPU_ARGS[@]}" \
+    FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "$GPU_BIN" train "${PARITY[@]}" "${GPU_ARGS[@]}" \
         --training.micro_batch_size "$1" --training.steps "$2" 2>&1 |
         sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p'
 }
