@@ -169,17 +169,28 @@ static double node_per_core(int threads, char *how, size_t how_size) {
     return per_core;
 }
 
-// The datasheet's dense bf16 peak of a GPU this rank runs on, by its name (the
-// planner's built-in profiles, plan/hardware.c), or 0 for a GPU not in the table.
-// The PCIe and NVL parts of the H100 and H200 run at lower clocks and power than
-// the SXM ones the table describes: not matched.
-static double datasheet_peak(const char *device, char *which, size_t size) {
-    static const char *const KNOWN[][2] = {{"H100", "h100"}, {"H200", "h200"}, {"A100", "a100"}};
+// The datasheet's dense peak of a GPU this rank runs on in the run's precision, by
+// its name, or 0 for a GPU not in the table: bf16 (tensor cores) from the
+// planner's built-in profiles (plan/hardware.c); fp32 from NVIDIA's datasheets
+// (the CUDA cores' FP32 rate: fp32 runs multiply with CUBLAS_COMPUTE_32F, no TF32:
+// 67 TFLOP/s on the H100 and H200 SXM, 19.5 on the A100 SXM). The PCIe and NVL
+// parts of the H100 and H200 run at lower clocks and power than the SXM ones the
+// table describes: not matched.
+static double datasheet_peak(const char *device, Precision precision, char *which, size_t size) {
+    static const struct {
+        const char *name, *profile;
+        double fp32;
+    } KNOWN[] = {{"H100", "h100", 66.9e12}, {"H200", "h200", 66.9e12}, {"A100", "a100", 19.5e12}};
     if (strstr(device, "PCIe") || strstr(device, "NVL")) return 0.0;
     for (size_t i = 0; i < sizeof KNOWN / sizeof KNOWN[0]; i++) {
         Hardware hw;
-        if (strstr(device, KNOWN[i][0]) && hardware_builtin(&hw, KNOWN[i][1])) {
-            snprintf(which, size, "%s", KNOWN[i][1]);
+        if (!strstr(device, KNOWN[i].name)) continue;
+        if (precision == PRECISION_FP32) {
+            snprintf(which, size, "dense fp32 peak (NVIDIA's datasheet)");
+            return KNOWN[i].fp32;
+        }
+        if (hardware_builtin(&hw, KNOWN[i].profile)) {
+            snprintf(which, size, "dense bf16 peak (the planner's %s profile)", KNOWN[i].profile);
             return hw.peak_flops;
         }
     }
@@ -187,13 +198,13 @@ static double datasheet_peak(const char *device, char *which, size_t size) {
 }
 
 // Case 4 (run_peak.h): a GPU's peak, shared by the ranks that run on one GPU.
-static void gpu_peak(RunPeak *r) {
-    char device[256], which[16] = "";
+static void gpu_peak(RunPeak *r, Precision precision) {
+    char device[256], which[64] = "";
     const int gpus = ops_device(device, sizeof device), ranks_here = comm_local_size();
-    double per_gpu = datasheet_peak(device, which, sizeof which);
+    double per_gpu = datasheet_peak(device, precision, which, sizeof which);
     char how[512];
     if (per_gpu > 0) {
-        snprintf(how, sizeof how, "the %s datasheet's dense bf16 peak (the planner's %s profile)", device, which);
+        snprintf(how, sizeof how, "the %s datasheet's %s", device, which);
     } else {
         // Every rank measures its own GPU's product in the run's precision (no
         // cache: one product of 4096^3 takes milliseconds on a GPU).
@@ -224,7 +235,7 @@ RunPeak run_peak(const Config *cfg, int threads) {
         else
             snprintf(r.source, sizeof r.source, "parallel.profile %s (datasheet)", cfg->parallel.profile);
     } else if (ops_device(NULL, 0) > 0) {
-        gpu_peak(&r);
+        gpu_peak(&r, cfg->training.precision);
     } else {
         // The leader measures or reads the cache while the node's other ranks wait
         // in a barrier that sleeps (dist/comm.c, comm_wait), then every rank reads

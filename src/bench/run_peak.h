@@ -11,10 +11,12 @@
 //      femtotron, else ~/.cache/femtotron) as peak-HOST.json with the machine's
 //      identity (host, CPU model, cores, BLAS build); a cache whose identity differs
 //      is measured again. Deleting the file re-measures.
-//   4. a GPU (the CUDA build): the datasheet's dense bf16 peak of an H100, H200
-//      or A100 SXM (the planner's built-in profiles: 989, 989, 312 TFLOP/s, issue
-//      21's MFU definition), recognised by the device's name; another GPU's is
-//      measured (bench_gemm_peak through the backend, in the run's precision).
+//   4. a GPU (the CUDA build): the datasheet's dense peak of an H100, H200 or
+//      A100 SXM in the run's precision, recognised by the device's name: bf16 the
+//      planner's built-in profiles (989, 989, 312 TFLOP/s, issue 21's MFU
+//      definition), fp32 the CUDA cores' (67, 67, 19.5: fp32 runs use no TF32);
+//      another GPU's is measured (bench_gemm_peak through the backend, in the
+//      run's precision).
 //      Ranks sharing GPUs share their peaks: GPUs / ranks of the node each.
 // In case 3 the ranks of a node share its peak: a node running R ranks of T
 // threads on C cores uses min(C, R*T) cores, and each rank's peak is

@@ -11,8 +11,10 @@
 #   4. two ranks sharing the GPU (collectives over MPI through host memory):
 #      collective fits in the profile;
 #   5. a training run without training.peak_flops takes its MFU peak from the
-#      GPU: the datasheet's for an H100/H200/A100 SXM, else measured; with
-#      CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table knows is measured;
+#      GPU: the datasheet's for an H100/H200/A100 SXM in the run's precision (an
+#      fp32 run's the CUDA cores' fp32 peak, below a quarter of bf16's), else
+#      measured; with CUDA_EMU_DEVICE_NAME (the emulation only) a GPU no table
+#      knows is measured;
 #   6. FEMTOTRON_CUDA_PROFILE=1: the run's op time by kind (issue 21's step split)
 #      on stderr at exit, every kind of a training step present, the kinds and the
 #      host adding up to the wall time; nothing without it;
@@ -91,17 +93,28 @@ fi
 
 # 5. The MFU peak of a training run on the GPU.
 parity_corpus
-train_peak() {  # NAME: the MFU peak line of a 2-step run (no training.peak_flops)
+train_peak() {  # NAME [PRECISION]: the MFU peak line of a 2-step run (no training.peak_flops)
     local args=() a
     for a in "${PARITY[@]}"; do [ "$a" = --training.peak_flops ] || [ "$a" = 1e10 ] || args+=("$a"); done
     timeout -k 10 300 "$GPU_BIN" train "${args[@]}" --training.steps 2 --training.device cuda \
-        --training.precision bf16 >"$tmp/$1.log" 2>&1 && grep '^MFU peak' "$tmp/$1.log"
+        --training.precision "${2:-bf16}" >"$tmp/$1.log" 2>&1 && grep '^MFU peak' "$tmp/$1.log"
 }
+tflops() { sed -n 's/.*GPU peak \([0-9.]*\) TFLOP\/s.*/\1/p' <<<"$1"; }
 line=$(train_peak known)
 if [ -n "$line" ] && { printf '%s' "$line" | grep -q 'datasheet' || ! grep -qE 'H100|H200|A100' <<<"$device"; }; then
     echo "PASS training's MFU peak on $device: ${line#MFU peak: }"
 else
     failed "training's MFU peak on ${device:-the GPU}: '${line:-no MFU peak line}' $(tail -2 "$tmp/known.log")"
+fi
+if grep -qE 'H100|H200|A100' <<<"$device" && ! grep -qE 'PCIe|NVL' <<<"$device"; then
+    line32=$(train_peak known32 fp32)
+    p16=$(tflops "$line") p32=$(tflops "$line32")
+    if printf '%s' "$line32" | grep -q 'datasheet.s dense fp32 peak' && [ -n "$p16" ] && [ -n "$p32" ] &&
+        awk -v a="$p16" -v b="$p32" 'BEGIN{exit !(b > 0 && a > 4 * b)}'; then
+        echo "PASS an fp32 run's MFU peak is the datasheet's fp32 one: $p32 TFLOP/s (bf16: $p16)"
+    else
+        failed "an fp32 run's MFU peak: '${line32:-no MFU peak line}' (bf16: '$line')"
+    fi
 fi
 if grep -q cuda_emu <<<"${device:-}"; then
     line=$(CUDA_EMU_DEVICE_NAME="Emulated GPU" train_peak unknown)
