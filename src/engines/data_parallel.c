@@ -347,7 +347,6 @@ static void plan_buffers(DataParallel *dp, MemTally *plan_only) {
     if (dp->zero >= 2) dp->shard_grads = buf_take(plan_only, MEM_GRADS, f * s, "gradient shard");
     dp->m = buf_take(plan_only, MEM_OPTIMIZER, f * (dp->zero == 0 ? n : s), "AdamW first moments");
     dp->v = buf_take(plan_only, MEM_OPTIMIZER, f * (dp->zero == 0 ? n : s), "AdamW second moments");
-    dp->sumsq = buf_take(plan_only, MEM_GRADS, 2 * sizeof(double), "gradient norm sums");  // (2)
     const size_t max_len = dp_window_elements(dp);
     for (int i = 0; i < dp->n_grad_windows; i++)
         dp->grad_pool[i] = buf_take(plan_only, MEM_COMM, f * max_len, "gradient window");  // (max bucket)
@@ -376,7 +375,6 @@ void dp_free(DataParallel *dp) {
     buf_free(dp->shard_grads);
     buf_free(dp->m);
     buf_free(dp->v);
-    buf_free(dp->sumsq);
     free(dp->buckets);
     free(dp->unit_piece0);
     free(dp->piece_unit);

@@ -112,8 +112,6 @@ typedef struct {
     float *grads;        // stage 0-1: (n_elements) whole; stage 2-3: NULL
     float *shard_grads;  // stage 1-3: (shard_n) reduced own parts; stage 0: NULL
     float *m, *v;        // stage 0: (n_elements); stage 1-3: (shard_n)
-    double *sumsq;       // (2) the gradient norm's sums of squares, dense and experts, summed on
-                         // the device and read back once (ops.h); MEM_GRADS
     // Window pools (stage 2-3 gradients, stage 3 parameters), allocated once.
     int n_grad_windows, n_param_windows;
     float **param_pool, **grad_pool;  // (n_param_windows), (n_grad_windows) each (max bucket)
@@ -153,10 +151,16 @@ void dp_begin_step(DataParallel *dp, int micros);
 // tied embedding's gradient over the embedding group.
 void dp_finish_grads(DataParallel *dp);
 
-// Global L2 norm of the reduced gradient (before clipping), same on every rank
-// (summed over the dp x cp group and over pipeline stages). This rank's sums of
-// squares are added up on the device and read back once (one host wait).
-double dp_grad_norm(DataParallel *dp);
+// The global L2 norm of the reduced gradient (before clipping), in two halves, so
+// that the step reads its scalars back at once (train/trainer.c):
+// dp_grad_sumsq adds this rank's sums of squares of what it counts (a replicated
+// tensor on one tensor-parallel rank, a tied copy not at all) to sums[0] (dense
+// tensors) and sums[1] (experts held whole under ZeRO-0), a planned buffer of two
+// doubles (ops.h: summed on the device); dp_grad_norm takes them read back and
+// returns the norm, the same on every rank (summed over the groups that hold
+// different parts). Collective (host scalars).
+void dp_grad_sumsq(const DataParallel *dp, double *sums);
+double dp_grad_norm(const DataParallel *dp, const double local[2]);
 // Scale the reduced gradient, AdamW on what this rank owns, all-gather parameters.
 void dp_clip_and_update(DataParallel *dp, double clip_coef, float lr, const TrainingConfig *tc,
                         int step);

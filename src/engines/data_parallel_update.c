@@ -19,21 +19,21 @@ static void sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *
     }
 }
 
-double dp_grad_norm(DataParallel *dp) {
-    zero_f64(dp->sumsq, 2);  // [0] dense tensors, [1] experts under ZeRO-0
+void dp_grad_sumsq(const DataParallel *dp, double *sums) {
     for (int k = 0; k < dp->n_buckets; k++) {
         const Bucket *b = &dp->buckets[k];
         if (dp_bucket_is_copy(dp, b)) continue;  // counted on the first stage
         if (dp->zero == 0)  // every rank of the bucket's group holds the same reduced sum
             sumsq_range(dp->model, b->glo, b->glo + (b->hi - b->lo), dp->grads + b->lo,
-                        dp->sumsq + (b->group == GROUP_EDP));
+                        sums + (b->group == GROUP_EDP));
         else
             sumsq_range(dp->model, b->glo + (b->own_lo - b->lo), b->glo + (b->own_hi - b->lo),
-                        dp_owned_grads(dp, b), dp->sumsq);
+                        dp_owned_grads(dp, b), sums);
     }
-    double sums[2];
-    ops_download(sums, dp->sumsq, sizeof sums);
-    double ss = sums[0], ss_experts = sums[1];
+}
+
+double dp_grad_norm(const DataParallel *dp, const double local[2]) {
+    double ss = local[0], ss_experts = local[1];
     // Stage 0: the ranks of an expert-parallel group hold different experts, each whole.
     // Stages 1-3: the owned parts of dp x cp cover the dense tensors once, and those of
     // the ep groups' ranks every expert once.

@@ -259,7 +259,6 @@ static void plan_pool(Pipeline *pp, const LlamaModel *m, MemTally *plan_only) {
 
 static void plan_buffers(Pipeline *pp, const LlamaModel *m, MemTally *plan_only) {
     const size_t N = (size_t)pp->B * pp->S;  // tokens of one micro-batch on this rank
-    pp->loss_sum = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(double), "loss sum");  // (1)
     int ends = 0;  // a chunk here is the first or the last virtual stage: it reads token ids
     for (int c = 0; c < pp->v; c++)
         ends |= pp_virtual_stage(pp, c) == 0 || pp_virtual_stage(pp, c) == pp->n_virtual - 1;
@@ -323,7 +322,6 @@ void pp_free(Pipeline *pp) {
         buf_free(pp->grad_send[c]);
         buf_free(pp->grad_recv[c]);
     }
-    buf_free(pp->loss_sum);
     if (pp->stage_tokens) ops_host_free(pp->stage_tokens);
     if (pp->stage_targets) ops_host_free(pp->stage_targets);
     free(pp->slot_chunk);

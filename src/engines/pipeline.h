@@ -69,13 +69,9 @@ typedef struct {
     // slot by a queued upload (ops.h), so that the host never waits for the slot's
     // previous micro-batch to finish reading it. A training step's micro-batch m
     // uses row m, free again at the next step: every step ends with a host wait
-    // (the loss read back); validation's micro-batch m row m % M, after a wait
-    // whenever it comes back to row 0.
+    // (its scalars read back, train/trainer.c); validation's micro-batch m row
+    // m % M, after a wait whenever it comes back to row 0.
     int32_t *stage_tokens, *stage_targets;  // (M, B*S) each
-    // The cross-entropy of the micro-batches, summed on the device (ops.h: no read
-    // back per micro-batch) and read back once at the end of pp_run_step or
-    // pp_run_forward: a planned buffer (MEM_ACTIVATIONS).
-    double *loss_sum;             // (1)
     // Gradient messages: (v) arrays of (ns, Nr, D) used, each slot at stride Nr*D, in an
     // allocation of (ns, B*S, D): tp times what is used under sequence parallelism,
     // kept as is so that every memory figure stays what it was (docs/DESIGN.md,
@@ -95,8 +91,7 @@ typedef struct {
 } Pipeline;
 
 // The plan of pipeline rank `stage` of cfg->parallel.pp, then its planned buffers:
-// every slot's activations, token and target slots and the loss sum
-// (MEM_ACTIVATIONS), gradient
+// every slot's activations, token and target slots (MEM_ACTIVATIONS), gradient
 // send/receive messages (MEM_COMM), allocated when plan_only is NULL, else only
 // added up into *plan_only (the planner: nothing allocated but bookkeeping).
 void pp_init(Pipeline *pp, const LlamaModel *m, const Config *cfg, int stage, MemTally *plan_only);
@@ -127,15 +122,17 @@ typedef struct {
 // lists changed, and the replayed bubbles under those costs before and after.
 int pp_adopt_measured_costs(Pipeline *pp, double *costs_ms, double *bubble_before, double *bubble_after);
 
-// Run one step's actions (forwards, backwards, split backwards' halves); returns the
-// sum of the cross-entropy over this rank's last-stage micro-batches (0 elsewhere)
-// and of their load-balancing losses (model/llama.h), read back from the device
-// once, at the end (the step's one host wait on every rank; ops.h).
+// Run one step's actions (forwards, backwards, split backwards' halves). The
+// cross-entropy of this rank's last-stage micro-batches is added to *loss_sum, a
+// planned buffer of one double (ops.h: summed on the device, not read back per
+// micro-batch; nothing added elsewhere); returns the part of the loss known on the
+// host, their load-balancing losses (model/llama.h), 0 without. The caller reads
+// *loss_sum back after the step: its token staging is free again once it has waited.
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
-                   float grad_scale);
-// Forward only over `micros` micro-batches (validation); returns the loss sum on
-// the last stage, 0 elsewhere (read back once, at the end).
-double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
-                      const PpCallbacks *cb, int micros);
+                   float grad_scale, double *loss_sum);
+// Forward only over `micros` micro-batches (validation): their cross-entropy added
+// to *loss_sum on the last stage, nothing elsewhere.
+void pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
+                    int micros, double *loss_sum);
 
 #endif

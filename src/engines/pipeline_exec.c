@@ -35,7 +35,8 @@ typedef struct {
     const LlamaModel *m;
     const ParamAccess *pa;
     const PpCallbacks *cb;
-    size_t nd;  // B*S*D elements of an activation message
+    size_t nd;          // B*S*D elements of an activation message
+    double *loss_sum;   // (1) the caller's device accumulator of the cross-entropy
 } Exec;
 
 static int *slot_ref(Pipeline *pp, int c, int micro) { return &pp->slot_of[(size_t)c * pp->micros + micro]; }
@@ -150,7 +151,7 @@ static double run_forward(Exec *x, int c, int micro, int slot, float grad_scale,
         trace(x, "recv", c, micro, t0);
     }
     t0 = pass_clock(x);
-    double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads, pp->loss_sum);
+    double loss = llama_stage_forward(x->m, x->pa, a, tokens, x_in, targets, grad_scale, want_grads, x->loss_sum);
     if (want_grads && x->m->moe_aux && vs == pp->n_virtual - 1) pp->moe_aux += a->moe_aux;
     if (want_grads)
         pass_done(x, "forward", 0, c, micro, t0);
@@ -254,14 +255,6 @@ static void run_weight(Exec *x, const PpAction *act) {
 // (a token shard under sequence parallelism) times the hidden size.
 static size_t message_elems(const Pipeline *pp, const LlamaModel *m) { return (size_t)pp->rows * m->D; }
 
-// The cross-entropy summed on the device since the run started: the one read back
-// (a host wait) of a step, on every rank, which also frees the token staging.
-static double read_loss_sum(const Pipeline *pp) {
-    double sum = 0.0;
-    ops_download(&sum, pp->loss_sum, sizeof sum);
-    return sum;
-}
-
 static void reset_slots(Pipeline *pp) {
     for (size_t i = 0; i < (size_t)pp->v * pp->micros; i++) pp->slot_of[i] = pp->stash_of[i] = -1;
     for (int c = 0; c < pp->v; c++) {
@@ -280,12 +273,11 @@ static void drain_sends(Pipeline *pp) {
 }
 
 double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
-                   float grad_scale) {
-    Exec x = {pp, m, pa, cb, message_elems(pp, m)};
+                   float grad_scale, double *loss_sum) {
+    Exec x = {pp, m, pa, cb, message_elems(pp, m), loss_sum};
     reset_slots(pp);
     for (int i = 0; i < 3 * pp->v; i++) pp->pass_s[i] = 0.0, pp->pass_n[i] = 0;
     double loss = 0.0;  // the part known on the host (load-balancing losses)
-    zero_f64(pp->loss_sum, 1);
     pp->moe_aux = 0.0;
     for (int k = 0; k < pp->n_actions; k++) {
         post_input(&x, &pp->actions[k], 0);
@@ -310,14 +302,12 @@ double pp_run_step(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, con
             pp->moe_ep_s += pp->acts[c][i].moe_ep_s;
             pp->acts[c][i].moe_ep_s = 0.0;
         }
-    return loss + read_loss_sum(pp);
+    return loss;
 }
 
-double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
-                      const PpCallbacks *cb, int micros) {
-    Exec x = {pp, m, pa, cb, message_elems(pp, m)};
-    double loss = 0.0;
-    zero_f64(pp->loss_sum, 1);
+void pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa, const PpCallbacks *cb,
+                    int micros, double *loss_sum) {
+    Exec x = {pp, m, pa, cb, message_elems(pp, m), loss_sum};
     // Forward only, one micro-batch at a time through every chunk in order, in
     // slot 0 of each chunk (of a pool: slot c); each message is received before the
     // next is posted.
@@ -329,8 +319,7 @@ double pp_run_forward(Pipeline *pp, const LlamaModel *m, const ParamAccess *pa,
             if (vs > 0 && local_chunk(pp, vs - 1) < 0)
                 pp->recv_req[si] = group_irecv_f32(GROUP_PP, pp->acts[c][s].resid, x.nd,
                                                    rank_of_virtual(pp, vs - 1), 2 * (vs - 1));
-            loss += run_forward(&x, c, mb, s, 0.0f, 0);
+            run_forward(&x, c, mb, s, 0.0f, 0);  // no load-balancing loss: nothing on the host
             comm_wait(&pp->act_send[si], "pipeline activation send");
         }
-    return loss + read_loss_sum(pp);
 }

@@ -13,6 +13,7 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     const size_t full = (size_t)cfg->training.micro_batch_size * cfg->training.seq_length;
     r->full_tokens = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * full, "sequences");
     r->full_targets = buf_take(plan_only, MEM_ACTIVATIONS, sizeof(int32_t) * full, "sequences");
+    r->step_scalars = buf_take(plan_only, MEM_ACTIVATIONS, 3 * sizeof(double), "step scalars");  // (3)
     // The pipeline decides which units this rank holds; the data-parallel engine
     // holds exactly those, sharded over the dp x cp group.
     pp_init(&r->pipe, &r->model, cfg, at.pp, plan_only);
@@ -37,6 +38,7 @@ void rank_free(Rank *r) {
     dp_free(&r->dp);
     buf_free(r->full_tokens);
     buf_free(r->full_targets);
+    buf_free(r->step_scalars);
     buf_free(r->snapshot);
     llama_free(&r->model);
     memset(r, 0, sizeof *r);

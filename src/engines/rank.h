@@ -28,6 +28,9 @@ typedef struct {
                                // copy the background writer reads (MEM_SNAPSHOT), else NULL
     void *bf16_weights;        // bf16 products: (dp.n_elements) bf16 copy of the parameters
                                // (MEM_PARAMS, ops_keep_bf16_weights); NULL under ZeRO-3 or fp32
+    double *step_scalars;      // (3) a step's cross-entropy sum and its gradient norm's two sums of
+                               // squares (dense, experts), added up on the device and read back
+                               // together, the step's one host wait (ops.h; MEM_ACTIVATIONS)
 } Rank;
 
 // Build rank `at` of the run cfg (validated by config_validate): allocating every

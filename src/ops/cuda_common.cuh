@@ -9,7 +9,7 @@
 // (ops/buffers_cuda.cu); host code that reads or writes them directly waits for
 // the stream first (ops_sync): the collectives (dist/comm.c, through
 // comm_set_buffer_sync), validation before filling a slot's token ids, the
-// scalars read back (a step's loss and gradient norm, once each), the host-run
+// scalars read back (a step's loss and gradient norm's sums, together), the host-run
 // MoE ops, checkpoints and initialisation (docs/DESIGN.md lists them). A training
 // step's token ids arrive by queued uploads from pinned staging (no wait).
 #ifndef FEMTOTRON_CUDA_COMMON_CUH

@@ -325,7 +325,7 @@ void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int v
 // ---- optimizer ----
 
 // *acc += the sum of squares of x(n), accumulated in double; acc is a planned
-// buffer of doubles (the gradient norm's, read back once per step) or, on the
+// buffer of doubles (the gradient norm's, read back once per step with the loss) or, on the
 // CPU, host memory.
 void sum_squares(const float *x, size_t n, double *acc);
 // One AdamW step with PyTorch semantics on n elements (t = step number from 1), on

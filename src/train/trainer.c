@@ -94,10 +94,20 @@ double trainer_compute_grads(Trainer *t, int step) {
     PpCallbacks cb = {t, fill_batch, trace_enabled() ? trace_cb : NULL};
     t->batch_step = step;
     dp_begin_step(&t->rank.dp, tc->grad_acc_steps);
-    double loss_sum = pp_run_step(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, grad_scale);
+    // The step's scalars accumulate on the device (ops.h): [0] the cross-entropy,
+    // [1] and [2] the gradient norm's sums of squares; read back once, below.
+    double *scalars = t->rank.step_scalars;  // (3)
+    zero_f64(scalars, 3);
+    const double host_loss = pp_run_step(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, grad_scale,
+                                         scalars);
     double t0 = trace_clock();
     dp_finish_grads(&t->rank.dp);
     trace_event("reduce-wait", t0, trace_clock(), step + 1, -1, -1);
+    dp_grad_sumsq(&t->rank.dp, scalars + 1);
+    double read[3];
+    ops_download(read, scalars, sizeof read);  // the step's one wait for the device
+    t->grad_sumsq[0] = read[1], t->grad_sumsq[1] = read[2];
+    double loss_sum = read[0] + host_loss;
     // The loss lives on the last pipeline stage of every data- and context-parallel rank.
     if (t->rank.model.moe_aux) {  // with the load-balancing loss beside it (model/moe.h)
         double sums[2] = {loss_sum, t->rank.pipe.moe_aux};
@@ -119,7 +129,7 @@ StepResult trainer_step(Trainer *t) {
     r.loss = trainer_compute_grads(t, t->state.step);
     r.aux_loss = t->aux_loss;
     r.ep_ms = 1e3 * t->rank.pipe.moe_ep_s;
-    r.grad_norm = dp_grad_norm(&t->rank.dp);
+    r.grad_norm = dp_grad_norm(&t->rank.dp, t->grad_sumsq);
     r.lr = lr_at_step(tc, r.step);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         // Never let a NaN/inf into the weights or the moments. Every rank sees the
@@ -166,7 +176,10 @@ double trainer_validate(Trainer *t) {
     double mean = 0;
     for (int k = 0; k < t->val_data.n; k++) {
         t->val_source = k;
-        double sum = pp_run_forward(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, nb);
+        zero_f64(t->rank.step_scalars, 1);
+        pp_run_forward(&t->rank.pipe, &t->rank.model, &t->rank.dp.access, &cb, nb, t->rank.step_scalars);
+        double sum;
+        ops_download(&sum, t->rank.step_scalars, sizeof sum);
         group_allreduce_sum_f64(GROUP_PP, &sum, 1);
         group_allreduce_sum_f64(GROUP_CP, &sum, 1);  // each cp rank scored its share of the tokens
         t->val_loss_by_source[k] = sum / ((double)nb * tc->micro_batch_size * tc->seq_length);

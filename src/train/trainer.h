@@ -28,6 +28,8 @@ typedef struct Trainer {
     int bad_steps;  // consecutive steps with a non-finite loss or gradient norm
     double aux_loss;  // after trainer_compute_grads: the mean load-balancing loss of the step's
                       // sequences (mixture of experts with model.output_router_logits), else 0
+    double grad_sumsq[2];  // after trainer_compute_grads: this rank's sums of squares of the
+                           // reduced gradient (dp_grad_sumsq), read back with the loss
 } Trainer;
 
 // Everything a step reports.
@@ -52,6 +54,9 @@ void trainer_free(Trainer *t);
 // micro-batches and reduce them over data-parallel ranks. Every micro-batch's loss
 // is normalised by the global token count, so the result is the gradient of the
 // mean over the whole global batch. Returns that mean loss (same on every rank).
+// The loss and the gradient norm's sums of squares are added up on the device and
+// read back together at the end: the step's one host wait (ops.h; a collective
+// over MPI waits too).
 double trainer_compute_grads(Trainer *t, int step);
 
 // Resume from a checkpoint (collective). Saves: train/checkpointer.h.
