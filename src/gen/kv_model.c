@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen/kv_attention.h"
 #include "io/checkpoint.h"
 #include "model/moe.h"
 #include "ops/ops.h"
@@ -55,8 +54,12 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     const size_t D = (size_t)m->D, F = (size_t)(m->E > 0 ? (m->Fs > 0 ? m->Fs : 1) : m->F), hd = (size_t)m->hd,
                  T = (size_t)km->T,
                  C = (size_t)km->C, kvr = (size_t)m->KV * hd, qkvr = (size_t)(m->H + 2 * m->KV) * hd;
-    km->k_cache = buf_alloc(MEM_ACTIVATIONS, (size_t)m->L * T * kvr * sizeof(float), "key cache");
-    km->v_cache = buf_alloc(MEM_ACTIVATIONS, (size_t)m->L * T * kvr * sizeof(float), "value cache");
+    km->kv_cache = buf_alloc(MEM_ACTIVATIONS, (size_t)m->L * T * 2 * kvr * sizeof(float), "key/value cache");
+    km->positions = buf_alloc(MEM_ACTIVATIONS, T * sizeof(int), "cache positions");
+    int *pos = xmalloc(T * sizeof(int), "cache positions");  // (T)
+    for (size_t p = 0; p < T; p++) pos[p] = (int)p;
+    ops_upload(km->positions, pos, T * sizeof(int));
+    free(pos);
     km->x = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
     km->h = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
     km->rstd = buf_alloc(MEM_ACTIVATIONS, C * sizeof(float), "generate activations");
@@ -65,8 +68,12 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
     km->tmp = buf_alloc(MEM_ACTIVATIONS, C * D * sizeof(float), "generate activations");
     km->gu = buf_alloc(MEM_ACTIVATIONS, C * 2 * F * sizeof(float), "generate activations");
     km->mh = buf_alloc(MEM_ACTIVATIONS, C * F * sizeof(float), "generate activations");
-    km->cos_t = buf_alloc(MEM_ACTIVATIONS, C * hd / 2 * sizeof(float), "RoPE table");
-    km->sin_t = buf_alloc(MEM_ACTIVATIONS, C * hd / 2 * sizeof(float), "RoPE table");
+    km->cos_t = buf_alloc(MEM_ACTIVATIONS, T * hd / 2 * sizeof(float), "RoPE table");
+    km->sin_t = buf_alloc(MEM_ACTIVATIONS, T * hd / 2 * sizeof(float), "RoPE table");
+    rope_tables(km->cos_t, km->sin_t, (int)T, (int)hd, m->rope_freq, 0);  // every position, once
+    km->att_m = buf_alloc(MEM_ACTIVATIONS, C * (size_t)m->H * sizeof(float), "attention rows");
+    km->att_l = buf_alloc(MEM_ACTIVATIONS, C * (size_t)m->H * sizeof(float), "attention rows");
+    km->lse = buf_alloc(MEM_ACTIVATIONS, C * (size_t)m->H * sizeof(float), "attention rows");
     km->logits = buf_alloc(MEM_ACTIVATIONS, (size_t)m->V * sizeof(float), "logits");
     if (m->E > 0) {  // one layer at a time: the routing and expert rows of C tokens
         const MoeDims md = {(int)C, 1, (int)C, m->D, m->F, m->E, m->K, {1, 0}};
@@ -77,11 +84,11 @@ void kv_model_load(KVModel *km, const char *resolved, int positions) {
 
 void kv_model_free(KVModel *km) {
     ops_sync();  // no op may still use the buffers
-    float *bufs[] = {km->params, km->k_cache, km->v_cache, km->x, km->h, km->rstd, km->qkv,
-                     km->att, km->tmp, km->gu, km->mh, km->cos_t, km->sin_t,
-                     km->logits, km->moe, km->moe_scr};
+    float *bufs[] = {km->params, km->kv_cache, km->x, km->h, km->rstd, km->qkv, km->att, km->tmp,
+                     km->gu, km->mh, km->cos_t, km->sin_t, km->att_m, km->att_l, km->lse,
+                     km->scratch, km->logits, km->moe, km->moe_scr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_free(bufs[i]);
-    free(km->scratch);  // the host attention's, plain memory
+    buf_free(km->positions);
     llama_free(&km->m);
     memset(km, 0, sizeof *km);
 }
@@ -91,29 +98,28 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
     const LlamaModel *m = &km->m;
     const float *P = km->params;
     const int D = m->D, F = m->F, H = m->H, KV = m->KV, hd = m->hd, pos0 = km->pos;
-    const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd;
+    const int qkv_dim = (H + 2 * KV) * hd, kvr = KV * hd, span = pos0 + n;
     const float eps = (float)km->cfg.rms_norm_eps;
-    // The host writes the RoPE tables, copies k and v into the cache and runs the
-    // attention over it (kv_attention), between ops that a GPU runs later than
-    // they are called: it waits for them first (ops_sync; nothing on the CPU). The
-    // previous chunk ended waiting for its logits, so the tables are free here.
+    // Rows pos0 .. pos0+n-1 of the RoPE tables, and the queries' positions: every op
+    // is queued (a GPU runs them later than they are called), and the host waits
+    // once, for the logits at the end.
+    const float *cos_t = km->cos_t + (size_t)pos0 * hd / 2, *sin_t = km->sin_t + (size_t)pos0 * hd / 2;
+    const int *qpos = km->positions + pos0;
     embedding_forward(km->x, tokens, P + m->embed, n, D, m->V);
-    rope_tables(km->cos_t, km->sin_t, n, hd, m->rope_freq, pos0);
     for (int l = 0; l < m->L; l++) {
         const LayerOffsets *lo = &m->layer[l];
-        float *kc = km->k_cache + (size_t)l * km->T * kvr;  // (T, KV*hd) of layer l
-        float *vc = km->v_cache + (size_t)l * km->T * kvr;
-        // attention block
+        float *kv = km->kv_cache + (size_t)l * km->T * 2 * kvr;  // (T, 2*KV*hd) of layer l
+        // attention block: the chunk's keys and values (adjacent in each qkv row) join
+        // the cache, then its queries attend to positions 0 .. pos0+n-1 (causal)
         rmsnorm_forward(km->h, NULL, km->rstd, km->x, P + lo->ln1, n, D, eps);
         matmul_forward(km->qkv, km->h, P + lo->qkv, n, D, qkv_dim);
-        rope_forward(km->qkv, km->cos_t, km->sin_t, 1, n, H, KV, hd);
-        ops_sync();  // q, k and v are read on the host below
-        for (int t = 0; t < n; t++) {
-            const float *row = km->qkv + (size_t)t * qkv_dim;
-            memcpy(kc + (size_t)(pos0 + t) * kvr, row + (size_t)H * hd, (size_t)kvr * sizeof(float));
-            memcpy(vc + (size_t)(pos0 + t) * kvr, row + (size_t)(H + KV) * hd, (size_t)kvr * sizeof(float));
-        }
-        kv_attention(km->att, km->qkv, qkv_dim, kc, vc, pos0, n, H, KV, hd, km->scratch);
+        rope_forward(km->qkv, cos_t, sin_t, 1, n, H, KV, hd);
+        copy_rows_f32(kv + (size_t)pos0 * 2 * kvr, 2 * (size_t)kvr, km->qkv + (size_t)H * hd, (size_t)qkv_dim,
+                      (size_t)n, 2 * (size_t)kvr);
+        attention_block_init(km->att, km->att_m, km->att_l, 1, n, H, hd);
+        attention_block_forward(km->att, km->att_m, km->att_l, km->qkv, qkv_dim, kv, 2 * kvr, 0, kvr, qpos,
+                                km->positions, 1, n, span, H, KV, hd, km->scratch);
+        attention_block_finish(km->att, km->lse, km->att_m, km->att_l, 1, n, H, hd);
         matmul_forward(km->tmp, km->att, P + lo->o, n, H * hd, D);
         residual_forward(km->x, km->x, km->tmp, (size_t)n * D);
         // MLP block (or Mixtral's sparse block, model/moe.h, plus its shared experts)
@@ -145,12 +151,13 @@ static void forward_chunk(KVModel *km, const int32_t *tokens, int n) {
 }
 
 void kv_model_forward(KVModel *km, const int32_t *tokens, int n) {
-    // Scores scratch: one row per thread, sized for the thread count in force now.
-    if (omp_get_max_threads() > km->scratch_threads) {
-        free(km->scratch);
+    // The attention kernels' scratch, sized for the thread count in force now.
+    if (!km->scratch || omp_get_max_threads() > km->scratch_threads) {
+        ops_sync();  // no op may still use the old one
+        buf_free(km->scratch);
         km->scratch_threads = omp_get_max_threads();
-        km->scratch = xmalloc((size_t)km->scratch_threads * (size_t)km->T * sizeof(float),
-                              "attention scores");
+        km->scratch = buf_alloc(MEM_ACTIVATIONS, attention_scratch_floats(km->m.hd) * sizeof(float),
+                                "attention scratch");
     }
     if (km->pos + n > km->T)
         die("generate: %d positions would pass the cache of %d (max_position_embeddings %d)",

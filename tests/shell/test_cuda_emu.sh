@@ -19,7 +19,8 @@
 #   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
 #     planned with, two ranks' collectives, training's MFU peak from the datasheet
 #     of the H100 the emulation says it is, or measured for a GPU no table knows;
-#   - tests/gpu/generate.sh: `generate` on the build writes the CPU build's text;
+#   - tests/gpu/generate.sh: `generate` on the build writes the CPU build's text,
+#     waiting for the device once per token;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
 #     peer that never joins, parallel.comm's choices on a shared device, and (8
