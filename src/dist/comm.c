@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dist/comm_device.h"
+#include "dist/comm_stage.h"
 #include "dist/device_comm.h"
 #include "dist/grid.h"
 #include "util.h"
@@ -72,6 +73,7 @@ void comm_finalize(void) {
     if (!mpi_up) return;
     if (device_comm) devcomm_finalize();
     device_comm = 0;
+    stage_free_all();
     if (groups_up)
         for (int i = 1; i <= GROUP_EDP; i++) MPI_Comm_free(&groups[i]);
     if (bench_up) MPI_Comm_free(&groups[GROUP_BENCH]);
@@ -222,6 +224,8 @@ int group_size(GroupId g) {
 
 const char *group_name(GroupId g) { return GROUP_NAMES[g]; }
 
+size_t comm_staged_bytes(void) { return stage_bytes(); }
+
 // ------------------------------------------------------------ request table
 
 static CommRequest take_slot(GroupId g) {
@@ -250,6 +254,7 @@ int comm_test(CommRequest *r) {
     if (request_event[r->slot] != REQ_MPI) return device_done(r->slot, "a collective");
     int done = 0;
     MPI_Test(&requests[r->slot], &done, MPI_STATUS_IGNORE);
+    if (done) stage_complete(r->slot);  // a staged result goes back to its GPU buffer
     return done;
 }
 
@@ -275,6 +280,7 @@ void comm_wait(CommRequest *r, const char *what) {
         }
         if (polls > 1000) nanosleep(&nap, NULL);
     }
+    if (!device) stage_complete(r->slot);  // a staged result goes back to its GPU buffer
     request_event[r->slot] = REQ_MPI;
     request_group[r->slot] = NULL;
     r->slot = -1;
@@ -294,6 +300,32 @@ static int on_device(GroupId g, const void *buf) {
     return device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf);
 }
 
+// MPI's side of an in-place buffer of n elements of `size` bytes: buf itself, or
+// (GPU memory, dist/comm_stage.h) request slot's staging, filled now, the result
+// going back to buf when the request completes.
+static void *mpi_inplace(int slot, void *buf, size_t n, size_t size) {
+    if (!stage_wanted(buf)) return buf;
+    void *h = stage_area(slot, n * size);
+    stage_copy(h, buf, n * size);
+    stage_result(slot, buf, 0, n * size);
+    return h;
+}
+
+// MPI's side of a send buffer of `bytes`: buf itself, or its staged copy.
+static const void *mpi_in(int slot, const void *buf, size_t bytes) {
+    if (!stage_wanted(buf)) return buf;
+    void *h = stage_area(slot, bytes);
+    stage_copy(h, buf, bytes);
+    return h;
+}
+
+// A copy between buffers on one rank (a group of one): the device's when either
+// is GPU memory (the host must not touch it), else memcpy.
+static void local_copy(void *dst, const void *src, size_t bytes) {
+    if (stage_wanted(dst) || stage_wanted(src)) devcomm_copy(dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
 // A request for a collective the device library enqueued (event ev).
 static CommRequest device_request(GroupId g, int ev) {
     CommRequest r = take_slot(g);
@@ -308,7 +340,8 @@ CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
     if (group_size(g) == 1) return COMM_REQUEST_IDLE;
     if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, 0));
     CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    MPI_Iallreduce(MPI_IN_PLACE, mpi_inplace(r.slot, buf, n, sizeof(float)), (int)n, MPI_FLOAT, MPI_SUM, groups[g],
+                   &requests[r.slot]);
     return r;
 }
 
@@ -318,7 +351,16 @@ CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, si
     // rank's part: all members must take the same library.
     if (on_device(g, in)) return device_request(g, devcomm_reduce_scatter_f32((int)g, in, out, chunk));
     CommRequest r = take_slot(g);
-    MPI_Ireduce_scatter_block(in, out, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    const float *src = in;
+    float *dst = out;
+    if (stage_wanted(in)) {  // staging: [the whole input | this rank's part]
+        const size_t n_in = (size_t)group_size(g) * chunk;
+        float *h = stage_area(r.slot, (n_in + chunk) * sizeof(float));
+        stage_copy(h, in, n_in * sizeof(float));
+        stage_result(r.slot, out, n_in * sizeof(float), chunk * sizeof(float));
+        src = h, dst = h + n_in;
+    }
+    MPI_Ireduce_scatter_block(src, dst, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -327,8 +369,8 @@ CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk) {
     if (group_size(g) == 1) return COMM_REQUEST_IDLE;  // in place over one rank: nothing to do
     if (on_device(g, buf)) return device_request(g, devcomm_allgather_f32((int)g, buf, chunk));
     CommRequest r = take_slot(g);
-    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, MPI_FLOAT, groups[g],
-                   &requests[r.slot]);
+    float *b = mpi_inplace(r.slot, buf, (size_t)group_size(g) * chunk, sizeof(float));
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b, (int)chunk, MPI_FLOAT, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -360,8 +402,17 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
         return device_request(g, devcomm_reduce_scatter_split_f32((int)g, in, out, len));
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
-    MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, slot_counts + (size_t)r.slot * comm_world_size(), MPI_FLOAT,
-                        MPI_SUM, groups[g], &requests[r.slot]);
+    const int *counts = slot_counts + (size_t)r.slot * comm_world_size();
+    const float *full = in ? in : out;  // (len) the input, in place: out itself
+    if (stage_wanted(full)) {  // staging: [the whole input | this rank's part]
+        const size_t mine = (size_t)counts[group_rank(g)];
+        float *h = stage_area(r.slot, (len + mine) * sizeof(float));
+        stage_copy(h, full, len * sizeof(float));
+        stage_result(r.slot, out, len * sizeof(float), mine * sizeof(float));
+        MPI_Ireduce_scatter(h, h + len, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+        return r;
+    }
+    MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -371,7 +422,7 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
     size_t base = (size_t)r.slot * comm_world_size();
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, slot_counts + base,
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mpi_inplace(r.slot, buf, len, sizeof(float)), slot_counts + base,
                     slot_displs + base, MPI_FLOAT, groups[g], &requests[r.slot]);
     return r;
 }
@@ -379,14 +430,19 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
 CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag) {
     if (n > MAX_PIECE) die("send of %zu elements exceeds the per-call limit", n);
     CommRequest r = mpi_slot(g);
-    MPI_Isend(buf, (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
+    MPI_Isend(mpi_in(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
     return r;
 }
 
 CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag) {
     if (n > MAX_PIECE) die("receive of %zu elements exceeds the per-call limit", n);
     CommRequest r = mpi_slot(g);
-    MPI_Irecv(buf, (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
+    float *b = buf;
+    if (stage_wanted(buf)) {  // received into the staging, copied to buf at completion
+        b = stage_area(r.slot, n * sizeof(float));
+        stage_result(r.slot, buf, 0, n * sizeof(float));
+    }
+    MPI_Irecv(b, (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -432,7 +488,8 @@ void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
         return;
     }
     CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, groups[g], &requests[r.slot]);
+    MPI_Iallreduce(MPI_IN_PLACE, mpi_inplace(r.slot, buf, n, sizeof(float)), (int)n, MPI_FLOAT, MPI_MAX, groups[g],
+                   &requests[r.slot]);
     comm_wait(&r, "all-reduce (max)");
 }
 
@@ -445,7 +502,7 @@ void group_allgather_f32(GroupId g, float *buf, size_t chunk) {
 void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        if (out != in) memcpy(out, in, chunk * sizeof(float));
+        if (out != in) local_copy(out, in, chunk * sizeof(float));
         return;
     }
     CommRequest r = group_ireduce_scatter_f32(g, in, out, chunk);
@@ -455,11 +512,20 @@ void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chu
 void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        memcpy(recv, send, sizeof(int32_t) * (size_t)count);
+        local_copy(recv, send, sizeof(int32_t) * (size_t)count);
         return;
     }
     CommRequest r = mpi_slot(g);
-    MPI_Ialltoall(send, count, MPI_INT32_T, recv, count, MPI_INT32_T, groups[g], &requests[r.slot]);
+    const void *s = send;
+    void *d = recv;
+    if (stage_wanted(send) || stage_wanted(recv)) {  // staging: [send | receive], both whole
+        const size_t bytes = sizeof(int32_t) * (size_t)count * (size_t)group_size(g);
+        char *h = stage_area(r.slot, 2 * bytes);
+        stage_copy(h, send, bytes);
+        stage_result(r.slot, recv, bytes, bytes);
+        s = h, d = h + bytes;
+    }
+    MPI_Ialltoall(s, count, MPI_INT32_T, d, count, MPI_INT32_T, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-to-all");
 }
 
@@ -467,12 +533,30 @@ void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, c
                          float *recv, const int *recv_counts, const int *recv_displs) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        memcpy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
+        local_copy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
         return;
     }
     CommRequest r = mpi_slot(g);
-    MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
-                   groups[g], &requests[r.slot]);
+    const float *s = send;
+    float *d = recv;
+    if (stage_wanted(send) || stage_wanted(recv)) {
+        // Staging: [send extent | receive extent]; the receive extent is copied in
+        // too, so that what no rank sends (gaps between the parts) comes back as it was.
+        size_t es = 0, er = 0;  // floats up to the end of the last part
+        for (int i = 0; i < group_size(g); i++) {
+            const size_t a = (size_t)send_displs[i] + (size_t)send_counts[i];
+            const size_t b = (size_t)recv_displs[i] + (size_t)recv_counts[i];
+            es = a > es ? a : es;
+            er = b > er ? b : er;
+        }
+        float *h = stage_area(r.slot, (es + er) * sizeof(float));
+        stage_copy(h, send, es * sizeof(float));
+        stage_copy(h + es, recv, er * sizeof(float));
+        stage_result(r.slot, recv, es * sizeof(float), er * sizeof(float));
+        s = h, d = h + es;
+    }
+    MPI_Ialltoallv(s, send_counts, send_displs, MPI_FLOAT, d, recv_counts, recv_displs, MPI_FLOAT, groups[g],
+                   &requests[r.slot]);
     comm_wait(&r, "all-to-all(v)");
 }
 
@@ -487,7 +571,7 @@ void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root) {
     if (!mpi_up || group_size(g) == 1) return;
     if (bytes > MAX_PIECE) die("broadcast of %zu bytes exceeds the per-call limit", bytes);
     CommRequest r = mpi_slot(g);
-    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
+    MPI_Ibcast(mpi_inplace(r.slot, buf, bytes, 1), (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
     comm_wait(&r, "broadcast");
 }
 

@@ -92,6 +92,9 @@ void comm_exit(int code) __attribute__((noreturn));
 // operation and the group.
 void comm_grid_init(const ParallelConfig *p);
 int group_rank(GroupId g);
+// Bytes this process copied between GPU buffers and pinned host memory to carry
+// collectives over MPI (dist/comm_stage.h); 0 on the CPU build and under NCCL.
+size_t comm_staged_bytes(void);
 int group_size(GroupId g);
 const char *group_name(GroupId g);
 

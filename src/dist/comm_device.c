@@ -55,10 +55,10 @@ static int use_device_comm(const ParallelConfig *p) {
     if (p->comm == COMM_NCCL)
         die("parallel.comm = nccl: ranks share GPUs (two ranks run on %s), and NCCL refuses two ranks of one "
             "communicator on one GPU: run one rank per GPU, or set parallel.comm = mpi or auto (MPI through "
-            "host-visible memory)", where);
+            "pinned host memory)", where);
     if (comm_world_rank() == 0)
         fprintf(stderr, "femtotron: note: parallel.comm = auto: ranks share GPUs (two ranks run on %s), so "
-                        "collectives go over MPI through host-visible memory, not NCCL\n", where);
+                        "collectives of GPU buffers go over MPI, staged through pinned host memory, not NCCL\n", where);
     return 0;
 }
 

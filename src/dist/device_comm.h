@@ -69,6 +69,13 @@ int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
 // 1 when the collective behind event ev has finished (the event is then free
 // again), 0 while it runs; fatal, naming `what` and the group, on an NCCL error.
 int devcomm_event_test(int ev, const char *what);
+// MPI over GPU buffers (parallel.comm = mpi, or ranks sharing a GPU) goes through
+// pinned host memory (dist/comm_stage.c): `bytes` of it (fatal when out of it),
+// freed by devcomm_host_free; devcomm_copy copies between a GPU buffer and host
+// memory, complete on return. The CPU build never calls them (devcomm_usable is 0).
+void *devcomm_host_alloc(size_t bytes);
+void devcomm_host_free(void *p);
+void devcomm_copy(void *dst, const void *src, size_t bytes);
 // Abort every communicator. Not on the timeout paths (ncclCommAbort can block
 // before the message is out; die() ending the job ends NCCL's work too).
 void devcomm_abort_all(void);

@@ -161,6 +161,25 @@ extern "C" int devcomm_usable(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+// Pinned host memory for MPI's staging (dist/comm_stage.c): a copy to or from it is
+// a DMA at full bus speed, where MPI on managed memory would fault pages over.
+extern "C" void *devcomm_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        die("out of pinned host memory: %zu bytes to stage a collective through", bytes);
+    }
+    return p;
+}
+
+extern "C" void devcomm_host_free(void *p) { CUDA_OK(cudaFreeHost(p)); }
+
+// On the legacy default stream, which the backend's non-blocking stream does not
+// wait for: the callers have waited for the device's queued ops first (comm.c).
+extern "C" void devcomm_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
 extern "C" void devcomm_abort_all(void) {
     for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++)
         if (g_groups[s].comm) {

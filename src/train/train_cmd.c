@@ -364,6 +364,13 @@ int train_main(int argc, char **argv) {
     }
     checkpointer_finish(&t);  // the last async save's line comes before the summary
     if (rank0) progress_summary(&progress, &cfg, fpt, peak.total);
+    // GPU buffers' collectives over MPI (ranks sharing a GPU, parallel.comm = mpi)
+    // went through pinned host memory (dist/comm_stage.h).
+    if (comm_staged_bytes() && (rank0 || cfg.logging.verbose)) {
+        printf("rank %d: %.1f MiB of collectives over MPI staged through pinned host memory\n", comm_world_rank(),
+               (double)comm_staged_bytes() / 1048576.0);
+        fflush(stdout);
+    }
     metrics_close(&metrics);
     t.ckpt.metrics = NULL;
     trace_close();

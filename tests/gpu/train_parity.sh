@@ -9,7 +9,8 @@
 #   3. the GPU run's memory line equals the planner's prediction, per category;
 #   4. one rank accumulating 4 micro-batches per step (each with its own token
 #      staging row), and two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence
-#      parallel): within 1e-5 of the CPU's one rank;
+#      parallel): within 1e-5 of the CPU's one rank, the two ranks' collectives
+#      over MPI staged through pinned host memory;
 #   5. the host waits for the device once per step, whatever the micro-batch count
 #      (issue 14: scalars read back once per step, token ids uploaded without a
 #      wait; issue 21: no host synchronisation in the step but one): the CUDA
@@ -88,6 +89,15 @@ for row in "acc4:1:--training.micro_batch_size 2" \
     if run "$name" "$np" "$GPU_BIN" "${GPU_ARGS[@]}" "${args[@]}"; then
         if r=$(compare "$tmp/cpu.jsonl" "$tmp/$name.jsonl" 1e-5); then echo "PASS $name, $np rank(s) on the GPU, equals the CPU's one rank within 1e-5: $r"
         else failed "$name on the GPU against the CPU: $r"; fi
+        # Ranks sharing the GPU carry their collectives over MPI through pinned host
+        # memory (dist/comm_stage.h), which each rank's last line reports.
+        if [ "$np" -gt 1 ] && [[ " ${GPU_ARGS[*]} " == *" cuda "* ]]; then
+            if [ "$(grep -c 'of collectives over MPI staged through pinned host memory' "$tmp/$name.log")" = "$np" ]; then
+                echo "PASS $name: every rank staged its collectives through pinned host memory"
+            else
+                failed "$name: not every rank reports collectives staged through pinned host memory"
+            fi
+        fi
     fi
 done
 
