@@ -1,18 +1,18 @@
 // dist/comm.c — MPI: the world, the dp x pp x cp x tp grid and its groups, and the
 // collectives, every one of them guarded by the parallel.timeout_s watchdog. The
 // fp32 collectives of GPU buffers go through NCCL instead where parallel.comm
-// says so (dist/device_comm.h; the CUDA build).
-#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT (and POSIX clocks)
+// says so (dist/device_comm.h; the CUDA build); those of GPU buffers over MPI are
+// staged through pinned host memory (dist/comm_stage.h). Where the process runs
+// (launcher ranks, the node's ranks) is dist/comm_node.c.
+#define _GNU_SOURCE  // POSIX clocks and nanosleep
 #include "dist/comm.h"
 
 #include <limits.h>
 #include <mpi.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "dist/comm_device.h"
 #include "dist/comm_stage.h"
@@ -85,28 +85,6 @@ void comm_finalize(void) {
     util_set_job(0, 1, NULL);
 }
 
-// The first of the variables that is set and a number >= 0, else `none`.
-static int launcher_env(const char *open_mpi, const char *pmi, int none) {
-    const char *v = getenv(open_mpi);
-    if (!v) v = getenv(pmi);
-    if (!v || !*v) return none;
-    char *end;
-    long n = strtol(v, &end, 10);
-    return *end || n < 0 || n > INT_MAX ? none : (int)n;
-}
-
-int comm_launched_size(void) {
-    int n = launcher_env("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
-    return n > 0 ? n : 1;
-}
-
-int comm_launched_rank(void) { return launcher_env("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0); }
-
-int comm_launched_local_rank(void) {
-    int r = launcher_env("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", -1);  // Open MPI, MPICH/Intel MPI
-    return r >= 0 ? r : launcher_env("SLURM_LOCALID", "PMI_LOCAL_RANK", 0);    // Slurm, PMI
-}
-
 int comm_world_rank(void) {
     int r = 0;
     if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -117,36 +95,6 @@ int comm_world_size(void) {
     int n = 1;
     if (mpi_up) MPI_Comm_size(MPI_COMM_WORLD, &n);
     return n;
-}
-
-int comm_local_size(void) {
-    if (!mpi_up) return 1;
-    MPI_Comm local;
-    int n = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &n);
-    MPI_Comm_free(&local);
-    return n;
-}
-
-int comm_node_leader(void) {
-    if (!mpi_up) return 0;
-    MPI_Comm local;
-    int leader = comm_world_rank();
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, local);
-    MPI_Comm_free(&local);
-    return leader;
-}
-
-void comm_host_names(char (*names)[64]) {
-    char me[64] = {0};
-    if (gethostname(me, sizeof me - 1) != 0) snprintf(me, sizeof me, "rank%d", comm_world_rank());
-    if (!mpi_up) {
-        memcpy(names[0], me, sizeof me);
-        return;
-    }
-    MPI_Allgather(me, (int)sizeof me, MPI_CHAR, names, (int)sizeof me, MPI_CHAR, MPI_COMM_WORLD);
 }
 
 void comm_abort(int code) {
@@ -300,32 +248,6 @@ static int on_device(GroupId g, const void *buf) {
     return device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf);
 }
 
-// MPI's side of an in-place buffer of n elements of `size` bytes: buf itself, or
-// (GPU memory, dist/comm_stage.h) request slot's staging, filled now, the result
-// going back to buf when the request completes.
-static void *mpi_inplace(int slot, void *buf, size_t n, size_t size) {
-    if (!stage_wanted(buf)) return buf;
-    void *h = stage_area(slot, n * size);
-    stage_copy(h, buf, n * size);
-    stage_result(slot, buf, 0, n * size);
-    return h;
-}
-
-// MPI's side of a send buffer of `bytes`: buf itself, or its staged copy.
-static const void *mpi_in(int slot, const void *buf, size_t bytes) {
-    if (!stage_wanted(buf)) return buf;
-    void *h = stage_area(slot, bytes);
-    stage_copy(h, buf, bytes);
-    return h;
-}
-
-// A copy between buffers on one rank (a group of one): the device's when either
-// is GPU memory (the host must not touch it), else memcpy.
-static void local_copy(void *dst, const void *src, size_t bytes) {
-    if (stage_wanted(dst) || stage_wanted(src)) devcomm_copy(dst, src, bytes);
-    else memcpy(dst, src, bytes);
-}
-
 // A request for a collective the device library enqueued (event ev).
 static CommRequest device_request(GroupId g, int ev) {
     CommRequest r = take_slot(g);
@@ -340,7 +262,7 @@ CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
     if (group_size(g) == 1) return COMM_REQUEST_IDLE;
     if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, 0));
     CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, mpi_inplace(r.slot, buf, n, sizeof(float)), (int)n, MPI_FLOAT, MPI_SUM, groups[g],
+    MPI_Iallreduce(MPI_IN_PLACE, stage_inplace(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, MPI_SUM, groups[g],
                    &requests[r.slot]);
     return r;
 }
@@ -351,16 +273,10 @@ CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, si
     // rank's part: all members must take the same library.
     if (on_device(g, in)) return device_request(g, devcomm_reduce_scatter_f32((int)g, in, out, chunk));
     CommRequest r = take_slot(g);
-    const float *src = in;
-    float *dst = out;
-    if (stage_wanted(in)) {  // staging: [the whole input | this rank's part]
-        const size_t n_in = (size_t)group_size(g) * chunk;
-        float *h = stage_area(r.slot, (n_in + chunk) * sizeof(float));
-        stage_copy(h, in, n_in * sizeof(float));
-        stage_result(r.slot, out, n_in * sizeof(float), chunk * sizeof(float));
-        src = h, dst = h + n_in;
-    }
-    MPI_Ireduce_scatter_block(src, dst, (int)chunk, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    const size_t in_bytes = (size_t)group_size(g) * chunk * sizeof(float);
+    char *h = stage_in_out(r.slot, in, in_bytes, out, chunk * sizeof(float), 0);
+    MPI_Ireduce_scatter_block(h ? (const void *)h : in, h ? (void *)(h + in_bytes) : out, (int)chunk, MPI_FLOAT,
+                              MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -369,7 +285,7 @@ CommRequest group_iallgather_f32(GroupId g, float *buf, size_t chunk) {
     if (group_size(g) == 1) return COMM_REQUEST_IDLE;  // in place over one rank: nothing to do
     if (on_device(g, buf)) return device_request(g, devcomm_allgather_f32((int)g, buf, chunk));
     CommRequest r = take_slot(g);
-    float *b = mpi_inplace(r.slot, buf, (size_t)group_size(g) * chunk, sizeof(float));
+    float *b = stage_inplace(r.slot, buf, (size_t)group_size(g) * chunk * sizeof(float));
     MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b, (int)chunk, MPI_FLOAT, groups[g], &requests[r.slot]);
     return r;
 }
@@ -403,16 +319,13 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
     const int *counts = slot_counts + (size_t)r.slot * comm_world_size();
-    const float *full = in ? in : out;  // (len) the input, in place: out itself
-    if (stage_wanted(full)) {  // staging: [the whole input | this rank's part]
-        const size_t mine = (size_t)counts[group_rank(g)];
-        float *h = stage_area(r.slot, (len + mine) * sizeof(float));
-        stage_copy(h, full, len * sizeof(float));
-        stage_result(r.slot, out, len * sizeof(float), mine * sizeof(float));
-        MPI_Ireduce_scatter(h, h + len, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
-        return r;
-    }
-    MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    // Staged: [the whole input (in, else out itself) | this rank's part].
+    const size_t in_bytes = len * sizeof(float);
+    char *h = stage_in_out(r.slot, in ? in : out, in_bytes, out, (size_t)counts[group_rank(g)] * sizeof(float), 0);
+    if (h)
+        MPI_Ireduce_scatter(h, h + in_bytes, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
+    else
+        MPI_Ireduce_scatter(in ? in : MPI_IN_PLACE, out, counts, MPI_FLOAT, MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -422,7 +335,7 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
     CommRequest r = take_slot(g);
     split_counts(r, g, len);
     size_t base = (size_t)r.slot * comm_world_size();
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mpi_inplace(r.slot, buf, len, sizeof(float)), slot_counts + base,
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage_inplace(r.slot, buf, len * sizeof(float)), slot_counts + base,
                     slot_displs + base, MPI_FLOAT, groups[g], &requests[r.slot]);
     return r;
 }
@@ -430,19 +343,14 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
 CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag) {
     if (n > MAX_PIECE) die("send of %zu elements exceeds the per-call limit", n);
     CommRequest r = mpi_slot(g);
-    MPI_Isend(mpi_in(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
+    MPI_Isend(stage_send(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
     return r;
 }
 
 CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag) {
     if (n > MAX_PIECE) die("receive of %zu elements exceeds the per-call limit", n);
     CommRequest r = mpi_slot(g);
-    float *b = buf;
-    if (stage_wanted(buf)) {  // received into the staging, copied to buf at completion
-        b = stage_area(r.slot, n * sizeof(float));
-        stage_result(r.slot, buf, 0, n * sizeof(float));
-    }
-    MPI_Irecv(b, (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
+    MPI_Irecv(stage_recv(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
     return r;
 }
 
@@ -488,7 +396,7 @@ void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
         return;
     }
     CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, mpi_inplace(r.slot, buf, n, sizeof(float)), (int)n, MPI_FLOAT, MPI_MAX, groups[g],
+    MPI_Iallreduce(MPI_IN_PLACE, stage_inplace(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, MPI_MAX, groups[g],
                    &requests[r.slot]);
     comm_wait(&r, "all-reduce (max)");
 }
@@ -502,7 +410,7 @@ void group_allgather_f32(GroupId g, float *buf, size_t chunk) {
 void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        if (out != in) local_copy(out, in, chunk * sizeof(float));
+        if (out != in) stage_local_copy(out, in, chunk * sizeof(float));
         return;
     }
     CommRequest r = group_ireduce_scatter_f32(g, in, out, chunk);
@@ -512,20 +420,14 @@ void group_reduce_scatter_f32(GroupId g, const float *in, float *out, size_t chu
 void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        local_copy(recv, send, sizeof(int32_t) * (size_t)count);
+        stage_local_copy(recv, send, sizeof(int32_t) * (size_t)count);
         return;
     }
     CommRequest r = mpi_slot(g);
-    const void *s = send;
-    void *d = recv;
-    if (stage_wanted(send) || stage_wanted(recv)) {  // staging: [send | receive], both whole
-        const size_t bytes = sizeof(int32_t) * (size_t)count * (size_t)group_size(g);
-        char *h = stage_area(r.slot, 2 * bytes);
-        stage_copy(h, send, bytes);
-        stage_result(r.slot, recv, bytes, bytes);
-        s = h, d = h + bytes;
-    }
-    MPI_Ialltoall(s, count, MPI_INT32_T, d, count, MPI_INT32_T, groups[g], &requests[r.slot]);
+    const size_t bytes = sizeof(int32_t) * (size_t)count * (size_t)group_size(g);  // each side, whole
+    char *h = stage_in_out(r.slot, send, bytes, recv, bytes, 0);
+    MPI_Ialltoall(h ? (const void *)h : send, count, MPI_INT32_T, h ? (void *)(h + bytes) : recv, count,
+                  MPI_INT32_T, groups[g], &requests[r.slot]);
     comm_wait(&r, "all-to-all");
 }
 
@@ -533,29 +435,22 @@ void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, c
                          float *recv, const int *recv_counts, const int *recv_displs) {
     if (!mpi_up || group_size(g) == 1) {
         buffers_ready();
-        local_copy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
+        stage_local_copy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
         return;
     }
     CommRequest r = mpi_slot(g);
-    const float *s = send;
-    float *d = recv;
-    if (stage_wanted(send) || stage_wanted(recv)) {
-        // Staging: [send extent | receive extent]; the receive extent is copied in
-        // too, so that what no rank sends (gaps between the parts) comes back as it was.
-        size_t es = 0, er = 0;  // floats up to the end of the last part
-        for (int i = 0; i < group_size(g); i++) {
-            const size_t a = (size_t)send_displs[i] + (size_t)send_counts[i];
-            const size_t b = (size_t)recv_displs[i] + (size_t)recv_counts[i];
-            es = a > es ? a : es;
-            er = b > er ? b : er;
-        }
-        float *h = stage_area(r.slot, (es + er) * sizeof(float));
-        stage_copy(h, send, es * sizeof(float));
-        stage_copy(h + es, recv, er * sizeof(float));
-        stage_result(r.slot, recv, es * sizeof(float), er * sizeof(float));
-        s = h, d = h + es;
+    // Staged: [send extent | receive extent], the receive extent copied in too, so
+    // that what no rank sends (gaps between the parts) comes back as it was.
+    size_t es = 0, er = 0;  // floats up to the end of the last part
+    for (int i = 0; i < group_size(g); i++) {
+        const size_t a = (size_t)send_displs[i] + (size_t)send_counts[i];
+        const size_t b = (size_t)recv_displs[i] + (size_t)recv_counts[i];
+        es = a > es ? a : es;
+        er = b > er ? b : er;
     }
-    MPI_Ialltoallv(s, send_counts, send_displs, MPI_FLOAT, d, recv_counts, recv_displs, MPI_FLOAT, groups[g],
+    char *h = stage_in_out(r.slot, send, es * sizeof(float), recv, er * sizeof(float), 1);
+    MPI_Ialltoallv(h ? (const void *)h : send, send_counts, send_displs, MPI_FLOAT,
+                   h ? (void *)(h + es * sizeof(float)) : recv, recv_counts, recv_displs, MPI_FLOAT, groups[g],
                    &requests[r.slot]);
     comm_wait(&r, "all-to-all(v)");
 }
@@ -571,16 +466,6 @@ void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root) {
     if (!mpi_up || group_size(g) == 1) return;
     if (bytes > MAX_PIECE) die("broadcast of %zu bytes exceeds the per-call limit", bytes);
     CommRequest r = mpi_slot(g);
-    MPI_Ibcast(mpi_inplace(r.slot, buf, bytes, 1), (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
+    MPI_Ibcast(stage_inplace(r.slot, buf, bytes), (int)bytes, MPI_BYTE, root, groups[g], &requests[r.slot]);
     comm_wait(&r, "broadcast");
-}
-
-int comm_default_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < cores)
-        return CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : 1;
-    int local = comm_local_size();
-    int t = (int)(cores / (local > 0 ? local : 1));
-    return t < 1 ? 1 : t;
 }

@@ -3,6 +3,8 @@
 // message the slot has carried and kept (pinned allocations take milliseconds).
 #include "dist/comm_stage.h"
 
+#include <string.h>
+
 #include "dist/device_comm.h"
 #include "util.h"
 
@@ -11,7 +13,7 @@
 typedef struct {
     char *host;           // (cap) pinned
     size_t cap;
-    void *dst;            // result's destination at completion, NULL: none pending
+    void *dst;            // the result's destination at completion, NULL: none pending
     size_t off, bytes;    // the result: host[off .. off + bytes)
 } StageSlot;
 static StageSlot slots[STAGE_SLOTS];
@@ -22,9 +24,8 @@ static StageSlot *slot_of(int slot) {
     return &slots[slot];
 }
 
-int stage_wanted(const void *buf) { return buf && devcomm_usable(buf); }
-
-void *stage_area(int slot, size_t bytes) {
+// Slot's staging, at least `bytes` (contents not kept across a growth).
+static char *area(int slot, size_t bytes) {
     StageSlot *s = slot_of(slot);
     if (bytes > s->cap) {
         if (s->host) devcomm_host_free(s->host);
@@ -34,22 +35,58 @@ void *stage_area(int slot, size_t bytes) {
     return s->host;
 }
 
-void stage_copy(void *dst, const void *src, size_t bytes) {
+static void copy(void *dst, const void *src, size_t bytes) {
     devcomm_copy(dst, src, bytes);
     staged_total += bytes;
 }
 
-void stage_result(int slot, void *dst, size_t off, size_t bytes) {
+// At completion: `bytes` at offset `off` of slot's staging go to dst.
+static void result(int slot, void *dst, size_t off, size_t bytes) {
     StageSlot *s = slot_of(slot);
-    s->dst = dst;
-    s->off = off;
-    s->bytes = bytes;
+    s->dst = dst, s->off = off, s->bytes = bytes;
+}
+
+int stage_wanted(const void *buf) { return buf && devcomm_usable(buf); }
+
+void *stage_inplace(int slot, void *buf, size_t bytes) {
+    if (!stage_wanted(buf)) return buf;
+    char *h = area(slot, bytes);
+    copy(h, buf, bytes);
+    result(slot, buf, 0, bytes);
+    return h;
+}
+
+const void *stage_send(int slot, const void *buf, size_t bytes) {
+    if (!stage_wanted(buf)) return buf;
+    char *h = area(slot, bytes);
+    copy(h, buf, bytes);
+    return h;
+}
+
+void *stage_recv(int slot, void *buf, size_t bytes) {
+    if (!stage_wanted(buf)) return buf;
+    result(slot, buf, 0, bytes);
+    return area(slot, bytes);
+}
+
+char *stage_in_out(int slot, const void *in, size_t in_bytes, void *out, size_t out_bytes, int keep_out) {
+    if (!stage_wanted(in) && !stage_wanted(out)) return NULL;
+    char *h = area(slot, in_bytes + out_bytes);
+    copy(h, in, in_bytes);
+    if (keep_out) copy(h + in_bytes, out, out_bytes);
+    result(slot, out, in_bytes, out_bytes);
+    return h;
+}
+
+void stage_local_copy(void *dst, const void *src, size_t bytes) {
+    if (stage_wanted(dst) || stage_wanted(src)) devcomm_copy(dst, src, bytes);
+    else memcpy(dst, src, bytes);
 }
 
 void stage_complete(int slot) {
     StageSlot *s = slot_of(slot);
     if (!s->dst) return;
-    stage_copy(s->dst, s->host + s->off, s->bytes);
+    copy(s->dst, s->host + s->off, s->bytes);
     s->dst = NULL;
 }
 

@@ -112,6 +112,7 @@ extern "C" void ops_init(int local_rank) {
     util_set_buf_allocator(managed_alloc_zeroed, managed_free);
     comm_set_buffer_sync(ops_sync);  // ops return before they finish: MPI waits for them
     cuda_matmul_init();
+    cuda_id_checks_init();
 }
 
 extern "C" const char *ops_backend_name(void) { return "cuda"; }

@@ -54,6 +54,8 @@ __global__ void k_check_ids(const int32_t *ids, int N, int V, int2 *rec) {
     if (threadIdx.x == 0) *rec = sh[0] < N ? make_int2(sh[0], ids[sh[0]]) : make_int2(-1, 0);
 }
 
+void cuda_id_checks_init(void) { CUDA_CHECK(cudaMalloc(&g_check_rec, sizeof(int2) * ID_CHECKS)); }
+
 void cuda_report_id_checks(void) {
     if (g_n_checks == 0) return;
     int2 rec[ID_CHECKS];  // (g_n_checks)
@@ -75,7 +77,6 @@ extern "C" void ops_check_ids(const int32_t *ids, int N, int V, const char *what
         return;
     }
     if (g_n_checks == ID_CHECKS) ops_sync();  // reports and empties the list
-    if (!g_check_rec) CUDA_CHECK(cudaMalloc(&g_check_rec, sizeof(int2) * ID_CHECKS));
     g_checks[g_n_checks] = IdCheck{what, N, V};
     k_check_ids<<<1, ROW_THREADS, 0, cuda_stream()>>>(ids, N, V, g_check_rec + g_n_checks);
     g_n_checks++;
