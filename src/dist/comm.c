@@ -42,15 +42,23 @@ static int request_event[MAX_REQUESTS];
 // live until the request completes. (MAX_REQUESTS, world size) each, allocated once.
 static int *slot_counts, *slot_displs;
 
-static void (*buffer_sync)(void);  // comm_set_buffer_sync: the device's queue, NULL on the CPU
+static void (*buffer_sync)(void);  // comm_set_device_queue: the device's queue, NULL on the CPU
 
 static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding",
                                                      "ep", "edp", "bench"};
 
-void comm_set_buffer_sync(void (*sync)(void)) { buffer_sync = sync; }
+void comm_set_device_queue(void (*sync)(void), void *stream) {
+    buffer_sync = sync;
+    devcomm_set_compute_stream(stream);
+}
 
-// Before MPI or NCCL touches a buffer, or the host copies one: the device has
-// finished every op queued so far (comm.h, comm_set_buffer_sync).
+void comm_watch_device(void) {
+    if (device_comm) devcomm_watch();
+}
+
+// Before MPI touches a buffer, or the host copies one: the device has finished
+// every op queued so far (comm.h, comm_set_device_queue). NCCL needs no such wait:
+// its stream waits for the device's by an event (dist/device_comm.h).
 static void buffers_ready(void) {
     if (buffer_sync) buffer_sync();
 }
@@ -206,8 +214,22 @@ int comm_test(CommRequest *r) {
     return done;
 }
 
+// The slot of a finished (or followed) request free again.
+static void release_slot(CommRequest *r) {
+    request_event[r->slot] = REQ_MPI;
+    request_group[r->slot] = NULL;
+    r->slot = -1;
+}
+
 void comm_wait(CommRequest *r, const char *what) {
     if (r->slot < 0) return;
+    // A device collective still in flight: the device's queue waits for it, not
+    // the host (dist/device_comm.h), and the watch times it from here on.
+    const int ev = request_event[r->slot];
+    if (ev >= 0 && devcomm_event_follow(ev, what)) {
+        release_slot(r);
+        return;
+    }
     // Poll rather than block in MPI_Wait, so that a collective that never completes
     // (a rank stuck or gone without the launcher noticing) ends the job with a
     // message instead of a hang.
@@ -229,9 +251,7 @@ void comm_wait(CommRequest *r, const char *what) {
         if (polls > 1000) nanosleep(&nap, NULL);
     }
     if (!device) stage_complete(r->slot);  // a staged result goes back to its GPU buffer
-    request_event[r->slot] = REQ_MPI;
-    request_group[r->slot] = NULL;
-    r->slot = -1;
+    release_slot(r);
 }
 
 // --------------------------------------------------------------- collectives
@@ -240,12 +260,13 @@ void comm_wait(CommRequest *r, const char *what) {
 #define MAX_PIECE ((size_t)(INT_MAX / 2))
 
 // 1 when this collective goes through the device library: NCCL chosen, the group
-// has a communicator, and the buffer is GPU (or managed) memory. Either way the
-// device has then finished the ops queued on the buffers (buffers_ready): NCCL's
-// stream and MPI's host access come after them.
+// has a communicator, and the buffer is GPU (or managed) memory; its stream then
+// waits for the ops queued on the buffers by an event (dist/device_comm.h). Else
+// 0, after the host has waited for those ops (buffers_ready), as MPI reads them.
 static int on_device(GroupId g, const void *buf) {
+    if (device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf)) return 1;
     buffers_ready();
-    return device_comm && devcomm_group_ready((int)g) && devcomm_usable(buf);
+    return 0;
 }
 
 // A request for a collective the device library enqueued (event ev).

@@ -37,13 +37,18 @@ typedef enum {
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 
-// How the host waits for the device's queued work (ops_sync), installed by a
-// backend whose ops return before they finish (the CUDA one, at ops_init; an
-// upward edge, docs/DESIGN.md). MPI reads and writes buffers in host memory, so
-// every collective waits for it before MPI (or NCCL) touches a buffer: what the
-// ops queued on the buffer is then complete, and none of them is still to read
-// what MPI will write. NULL (the CPU backend): nothing to wait for.
-void comm_set_buffer_sync(void (*sync)(void));
+// The device's queue, installed by a backend whose ops return before they finish
+// (the CUDA one, at ops_init; an upward edge, docs/DESIGN.md): how the host waits
+// for it (sync: ops_sync) and the stream the ops run on. MPI reads and writes
+// buffers in host memory, so a collective over MPI first waits for the queue: what
+// the ops queued on the buffer is then complete, and none of them is still to read
+// what MPI will write. NCCL's streams wait for `stream` by events instead, and it
+// for them (dist/device_comm.h). NULL, NULL (the CPU backend): nothing to wait for.
+void comm_set_device_queue(void (*sync)(void), void *stream);
+// The watchdog of device collectives the queue waits for (dist/device_comm.h):
+// fatal, naming the operation and the group, when one has not finished within
+// parallel.timeout_s. The backend calls it while the host waits for its queue.
+void comm_watch_device(void);
 
 // The ranks an MPI launcher (mpirun, mpiexec, srun) started and this process's
 // place among them, read from the launcher's environment (Open MPI's

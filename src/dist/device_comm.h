@@ -12,14 +12,18 @@
 // stay on MPI: NCCL's send and receive on one stream need grouping the schedules
 // do not have yet (issue 14).
 //
-// Ordering: each group has its own stream (collectives of one group keep their
-// order, as every member issues them in the same order; different groups never
-// wait on each other's queue). comm.c waits for the ops queued on the compute
-// stream before it enqueues a collective (comm_set_buffer_sync), so a buffer is
-// complete when its collective is enqueued;
-// completion is an event the host polls (comm_test / comm_wait), which also
-// watches NCCL's asynchronous errors and parallel.timeout_s. Every member of a
-// group must take the same library for one collective: comm.c decides on the
+// Ordering, by events, with no host wait (issue 14): each group has its own
+// stream (collectives of one group keep their order, as every member issues them
+// in the same order; different groups never wait on each other's queue). A
+// collective enqueued on it first waits for an event recorded on the backend's
+// compute stream (devcomm_set_compute_stream), so it reads its buffer after the
+// ops queued before it; comm_wait makes the compute stream wait for the
+// collective's event (devcomm_event_follow), so the ops queued after it read its
+// result. comm_test polls the event instead. The watchdog (devcomm_watch, called
+// while the host waits for the compute stream) ends the job when a followed
+// collective has not finished within parallel.timeout_s of its enqueue, or NCCL
+// reports an error, naming the operation and the group. Every member of a group
+// must take the same library for one collective: comm.c decides on the
 // full-length buffer, never on a rank's own (possibly empty) part.
 #ifndef FEMTOTRON_DEVICE_COMM_H
 #define FEMTOTRON_DEVICE_COMM_H
@@ -69,6 +73,20 @@ int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
 // 1 when the collective behind event ev has finished (the event is then free
 // again), 0 while it runs; fatal, naming `what` and the group, on an NCCL error.
 int devcomm_event_test(int ev, const char *what);
+// The backend's compute stream (a cudaStream_t, NULL for none): what the
+// collectives enqueued from now on wait for, and what devcomm_event_follow makes
+// wait. Set once, by comm_set_device_queue (dist/comm.h).
+void devcomm_set_compute_stream(void *stream);
+// The compute stream waits for the collective behind event ev (the event is then
+// free again) without the host waiting; the collective is watched (devcomm_watch)
+// until it has finished. 0, doing nothing, when no compute stream was set (the
+// caller polls devcomm_event_test instead).
+int devcomm_event_follow(int ev, const char *what);
+// The watchdog of followed collectives: fatal when one has not finished after
+// parallel.timeout_s from its enqueue, or NCCL reports an error, naming the
+// operation (`what` of devcomm_event_follow) and the group. Called while the host
+// waits for the compute stream (comm_watch_device).
+void devcomm_watch(void);
 // MPI over GPU buffers (parallel.comm = mpi, or ranks sharing a GPU) goes through
 // pinned host memory (dist/comm_stage.c): `bytes` of it (fatal when out of it),
 // freed by devcomm_host_free; devcomm_copy copies between a GPU buffer and host

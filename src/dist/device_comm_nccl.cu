@@ -8,8 +8,18 @@
 // background; settle() polls ncclCommGetAsyncError until it is done, bounded by
 // parallel.timeout_s, so that a dead or stuck peer ends the job with a message
 // naming the operation and the group (after ncclCommAbort) instead of a hang.
+//
+// Ordering (device_comm.h): by events between the compute stream and each group's
+// stream, never by the host. A collective is enqueued behind an event recorded on
+// the compute stream; comm_wait makes the compute stream wait for the collective's
+// event. What the host then no longer sees, a collective that never finishes (a
+// dead peer), the watch catches: each group remembers its oldest followed
+// collective not yet seen finished, and devcomm_watch, run while the host waits
+// for the compute stream (ops_sync), ends the job once that one is older than
+// parallel.timeout_s.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,11 +40,18 @@ typedef struct {
     int rank, size;
     float *scratch;  // (scratch_n) the in-place split reduce-scatter's copy of its input
     size_t scratch_n;
+    cudaEvent_t ready;  // recorded on the compute stream; the next collective waits for it
+    cudaEvent_t tail;   // recorded on the group's stream after the last followed collective
+    int watched;        // a followed collective is not yet seen finished (tail pending)
+    double watched_since;    // the oldest such one's enqueue (now_seconds)
+    char watched_what[64];   // and its name
 } Group;
 
 static Group g_groups[DEVCOMM_MAX_GROUPS];
 static cudaEvent_t g_events[MAX_EVENTS];  // created on first use, reused
 static int g_event_group[MAX_EVENTS];     // group slot + 1 while in flight, 0 when free
+static double g_event_issued[MAX_EVENTS]; // when its collective was enqueued (now_seconds)
+static cudaStream_t g_compute;            // the backend's stream (devcomm_set_compute_stream)
 static double g_timeout_s = 300.0;
 
 #define CUDA_OK(call)                                                                                   \
@@ -83,9 +100,21 @@ static int record(int slot) {
         if (!g_events[i]) CUDA_OK(cudaEventCreateWithFlags(&g_events[i], cudaEventDisableTiming));
         CUDA_OK(cudaEventRecord(g_events[i], g->stream));
         g_event_group[i] = slot + 1;
+        g_event_issued[i] = now_seconds();
         return i;
     }
     die("more than %d NCCL collectives in flight", MAX_EVENTS);
+}
+
+// Before enqueueing on g: its stream waits for the ops queued so far on the compute
+// stream (they write the buffers the collective reads, or read what it will write).
+static Group *after_compute(int slot) {
+    Group *g = group(slot);
+    if (g_compute) {
+        CUDA_OK(cudaEventRecord(g->ready, g_compute));
+        CUDA_OK(cudaStreamWaitEvent(g->stream, g->ready, 0));
+    }
+    return g;
 }
 
 extern "C" int devcomm_available(void) { return 1; }
@@ -126,6 +155,9 @@ extern "C" void devcomm_group_init(int slot, const char *name, const unsigned ch
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
+    CUDA_OK(cudaEventCreateWithFlags(&g->tail, cudaEventDisableTiming));
+    g->watched = 0;
     ncclResult_t r = ncclCommInitRankConfig(&g->comm, size, uid, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress)
         die("NCCL: creating the %s group's communicator (%d ranks, this one %d) failed: %s", name, size, rank,
@@ -146,6 +178,9 @@ extern "C" void devcomm_finalize(void) {
         ncclCommDestroy(g->comm);
         g->comm = NULL;
         cudaStreamDestroy(g->stream);
+        cudaEventDestroy(g->ready);
+        cudaEventDestroy(g->tail);
+        g->watched = 0;
         if (g->scratch) cudaFree(g->scratch);
         g->scratch = NULL;
         g->scratch_n = 0;
@@ -189,21 +224,21 @@ extern "C" void devcomm_abort_all(void) {
 }
 
 extern "C" int devcomm_allreduce_f32(int slot, float *buf, size_t n, int max) {
-    Group *g = group(slot);
+    Group *g = after_compute(slot);
     check(ncclAllReduce(buf, buf, n, ncclFloat32, max ? ncclMax : ncclSum, g->comm, g->stream), g, "all-reduce");
     settle(g, "all-reduce");
     return record(slot);
 }
 
 extern "C" int devcomm_reduce_scatter_f32(int slot, const float *in, float *out, size_t chunk) {
-    Group *g = group(slot);
+    Group *g = after_compute(slot);
     check(ncclReduceScatter(in, out, chunk, ncclFloat32, ncclSum, g->comm, g->stream), g, "reduce-scatter");
     settle(g, "reduce-scatter");
     return record(slot);
 }
 
 extern "C" int devcomm_allgather_f32(int slot, float *buf, size_t chunk) {
-    Group *g = group(slot);
+    Group *g = after_compute(slot);
     // In place: this rank's chunk already sits at buf + rank * chunk.
     check(ncclAllGather(buf + (size_t)g->rank * chunk, buf, chunk, ncclFloat32, g->comm, g->stream), g, "all-gather");
     settle(g, "all-gather");
@@ -212,7 +247,7 @@ extern "C" int devcomm_allgather_f32(int slot, float *buf, size_t chunk) {
 
 // Uneven parts: one ncclReduce per part, rooted at its owner, in one group call.
 extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len) {
-    Group *g = group(slot);
+    Group *g = after_compute(slot);
     const float *src = in;
     if (!src) {  // in place: the part lands at out's start, which other parts read: copy the input first
         if (len > g->scratch_n) {
@@ -238,7 +273,7 @@ extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float
 
 // Uneven parts: one in-place ncclBroadcast per part, rooted at its owner.
 extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
-    Group *g = group(slot);
+    Group *g = after_compute(slot);
     const size_t chunk = comm_split_chunk(len, g->size);
     check(ncclGroupStart(), g, "all-gather (uneven)");
     for (int r = 0; r < g->size; r++) {
@@ -249,6 +284,46 @@ extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
     check(ncclGroupEnd(), g, "all-gather (uneven)");
     settle(g, "all-gather (uneven)");
     return record(slot);
+}
+
+extern "C" void devcomm_set_compute_stream(void *stream) { g_compute = (cudaStream_t)stream; }
+
+extern "C" int devcomm_event_follow(int ev, const char *what) {
+    if (!g_compute) return 0;
+    if (ev < 0 || ev >= MAX_EVENTS || !g_event_group[ev]) die("device collectives: event %d is not in flight", ev);
+    Group *g = group(g_event_group[ev] - 1);
+    CUDA_OK(cudaStreamWaitEvent(g_compute, g_events[ev], 0));
+    // Watch from this collective's enqueue unless an older one is still unseen (a
+    // query, not a wait: the group's earlier work may well be done by now).
+    if (g->watched && cudaEventQuery(g->tail) == cudaSuccess) g->watched = 0;
+    if (!g->watched) {
+        g->watched = 1;
+        g->watched_since = g_event_issued[ev];
+        snprintf(g->watched_what, sizeof g->watched_what, "%s", what);
+    }
+    CUDA_OK(cudaEventRecord(g->tail, g->stream));
+    g_event_group[ev] = 0;  // the stream's wait captured it: free for the next collective
+    return 1;
+}
+
+extern "C" void devcomm_watch(void) {
+    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++) {
+        Group *g = &g_groups[s];
+        if (!g->comm || !g->watched) continue;
+        ncclResult_t st = ncclSuccess;
+        check(ncclCommGetAsyncError(g->comm, &st), g, g->watched_what);
+        check(st, g, g->watched_what);
+        cudaError_t e = cudaEventQuery(g->tail);
+        if (e == cudaSuccess) {
+            g->watched = 0;
+            continue;
+        }
+        if (e != cudaErrorNotReady)
+            die("CUDA error while %s ran on the %s group: %s", g->watched_what, g->name, cudaGetErrorString(e));
+        if (now_seconds() - g->watched_since > g_timeout_s)  // die() ends the job, NCCL's kernels with it
+            die("%s on the %s group has not finished after parallel.timeout_s = %g s; another rank is probably "
+                "stuck or dead — aborting the job", g->watched_what, g->name, g_timeout_s);
+    }
 }
 
 extern "C" int devcomm_event_test(int ev, const char *what) {

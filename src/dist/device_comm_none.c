@@ -19,6 +19,8 @@ int devcomm_usable(const void *p) {
     return 0;
 }
 void devcomm_abort_all(void) {}
+void devcomm_set_compute_stream(void *stream) { (void)stream; }
+void devcomm_watch(void) {}
 
 // Never reached: comm.c asks devcomm_group_ready first, and no group is.
 static _Noreturn void absent(const char *what) {
@@ -54,6 +56,10 @@ int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
     absent("devcomm_allgather_split_f32");
 }
 int devcomm_event_test(int ev, const char *what) {
+    (void)ev;
+    absent(what);
+}
+int devcomm_event_follow(int ev, const char *what) {
     (void)ev;
     absent(what);
 }

@@ -11,11 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/cuda_common.cuh"
 
 extern "C" {
-#include "dist/comm.h"  // comm_set_buffer_sync
+#include "dist/comm.h"  // comm_set_device_queue, comm_watch_device
 #include "ops/ops.h"
 }
 
@@ -26,6 +27,7 @@ static int32_t *g_ints[3];        // cuda_device_ints' staging slots
 static size_t g_ints_n[3];
 
 void cuda_matmul_init(void);  // ops/matmul_cuda.cu
+static void drain(void);      // below: wait for the stream, under the collectives' watch
 
 cudaStream_t cuda_stream_raw(void) { return g_stream; }
 
@@ -110,7 +112,7 @@ extern "C" void ops_init(int local_rank) {
             "(Linux, Pascal or newer): run the CPU build (./femtotron) here", dev);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     util_set_buf_allocator(managed_alloc_zeroed, managed_free);
-    comm_set_buffer_sync(ops_sync);  // ops return before they finish: MPI waits for them
+    comm_set_device_queue(ops_sync, g_stream);  // ops return before they finish: MPI waits, NCCL follows
     cuda_matmul_init();
     cuda_id_checks_init();
 }
@@ -152,8 +154,11 @@ extern "C" void ops_set_threads(int threads) {
     openblas_set_num_threads(threads);
 }
 
+// A copy between a buffer and plain (pageable) host memory blocks the host until
+// the stream reaches it, out of the watch's sight: drained first (not a counted wait).
 extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) {
     if (bytes == 0) return;
+    drain();
     CUDA_CHECK(cudaMemcpyAsync(dst_buffer, src_host, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_upload");
     ops_sync();  // ops.h: done on return
@@ -161,13 +166,29 @@ extern "C" void ops_upload(void *dst_buffer, const void *src_host, size_t bytes)
 
 extern "C" void ops_download(void *dst_host, const void *src_buffer, size_t bytes) {
     if (bytes == 0) return;
+    drain();
     CUDA_CHECK(cudaMemcpyAsync(dst_host, src_buffer, bytes, cudaMemcpyDefault, cuda_stream()));
     cuda_done("ops_download");
     ops_sync();  // ops.h: done on return
 }
 
+// Wait until the stream has run everything queued on it. Polled rather than blocked
+// on (cudaStreamSynchronize): the stream may wait for an NCCL collective that never
+// finishes (a dead peer), which the host sees only here; the watch ends the job
+// after parallel.timeout_s, naming it (dist/comm.h).
+static void drain(void) {
+    const struct timespec nap = {0, 10000};  // 10 us between polls once the wait is long
+    for (long polls = 0;; polls++) {
+        const cudaError_t e = cudaStreamQuery(g_stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        if ((polls & 1023) == 1023) comm_watch_device();
+        if (polls > 2000) nanosleep(&nap, NULL);
+    }
+}
+
 extern "C" void ops_sync(void) {
-    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    drain();
     cuda_profile_close("sync");
     cuda_report_id_checks();
 }

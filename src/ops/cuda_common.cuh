@@ -7,8 +7,8 @@
 // Ordering rule: every op is queued on one stream and returns at once (cuda_done
 // checks the launch only). Planned buffers are CUDA managed memory
 // (ops/buffers_cuda.cu); host code that reads or writes them directly waits for
-// the stream first (ops_sync): the collectives (dist/comm.c, through
-// comm_set_buffer_sync), validation before filling a slot's token ids, the
+// the stream first (ops_sync): the collectives over MPI (dist/comm.c, through
+// comm_set_device_queue; NCCL's follow the stream by events), validation before filling a slot's token ids, the
 // scalars read back (a step's loss and gradient norm's sums, together), the host-run
 // MoE ops, checkpoints and initialisation (docs/DESIGN.md lists them). A training
 // step's token ids arrive by queued uploads from pinned staging (no wait).

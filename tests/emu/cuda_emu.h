@@ -123,17 +123,29 @@ inline bool sync_mode() {
     static const int on = getenv("CUDA_EMU_SYNC") && atoi(getenv("CUDA_EMU_SYNC")) != 0;
     return on;
 }
+// A queued piece of work that never finishes (a collective whose peers never come,
+// tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT) stalls the queue: nothing after it runs,
+// queries say "not ready" for ever, and a host wait fails (on a GPU it would hang).
+inline bool stalled;
 inline void enqueue(std::function<void()> work) {
-    if (sync_mode() || running_queue) work();
+    if ((sync_mode() || running_queue) && !stalled) work();
     else queued.push_back(std::move(work));
 }
-// Run every queued piece of work, in issue order.
-inline void flush() {
-    if (running_queue) return;
+// Run the queued work in issue order, up to a stall (what a query sees).
+inline void run_ready() {
+    if (running_queue || stalled) return;
     running_queue = true;
-    for (size_t i = 0; i < queued.size(); i++) queued[i]();
-    queued.clear();
+    size_t i = 0;
+    while (i < queued.size() && !stalled) queued[i++]();
+    queued.erase(queued.begin(), queued.begin() + (long)i);
     running_queue = false;
+}
+// A host wait: every queued piece of work, in issue order.
+inline void flush() {
+    run_ready();
+    if (stalled)
+        emu_fail("the host waits for work queued behind a collective that never finishes (NCCL_EMU_HANG_AT): "
+                 "on a GPU this wait would hang for ever");
 }
 // 1 when [p, p + bytes) lies in one cudaMalloc'd (device or managed) allocation.
 inline bool device_memory(const void *p, size_t bytes) {
@@ -469,15 +481,25 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     *e = new EmuEvent;
     return cudaSuccess;
 }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    emu::enqueue([e]() { delete e; });  // as CUDA: freed once the work before it is done
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
     e->done = false;
     emu::enqueue([e]() { e->done = true; });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
-    emu::flush();
+    emu::run_ready();
     return e->done ? cudaSuccess : cudaErrorNotReady;
 }
+inline cudaError_t cudaStreamQuery(cudaStream_t) {
+    emu::run_ready();
+    return emu::queued.empty() ? cudaSuccess : cudaErrorNotReady;
+}
+// One queue in issue order (see the top): what the event follows has run first.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
     emu::flush();
     return cudaSuccess;

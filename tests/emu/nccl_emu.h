@@ -8,8 +8,11 @@
 // waits: in the order each rank issued them, which every member of a group
 // shares. Communicators are non-blocking: a group whose ranks are not all there
 // (fewer processes in the world than it was created for) stays "in progress",
-// so the caller's watchdog fires as on a stuck peer. What it cannot check: NCCL's
-// own algorithms, streams running at once, and anything about the hardware.
+// so the caller's watchdog fires as on a stuck peer. NCCL_EMU_HANG_AT=k stages a
+// peer that dies after joining: this process's k-th collective never finishes
+// (cuda_emu.h's stalled queue), for the watchdog of collectives the device waits
+// for. What it cannot check: NCCL's own algorithms, streams running at once, and
+// anything about the hardware.
 #ifndef FEMTOTRON_NCCL_EMU_H
 #define FEMTOTRON_NCCL_EMU_H
 
@@ -96,7 +99,10 @@ inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 inline ncclResult_t emu_nccl(ncclComm_t c, ncclDataType_t t, const std::function<void()> &run) {
     if (t != ncclFloat32) return ncclInvalidArgument;
     if (c->stalled) return ncclInProgress;
-    emu::enqueue(run);
+    static long issued;
+    static const long hang_at = getenv("NCCL_EMU_HANG_AT") ? atol(getenv("NCCL_EMU_HANG_AT")) : 0;
+    if (++issued == hang_at) emu::enqueue([]() { emu::stalled = true; });
+    else emu::enqueue(run);
     return ncclSuccess;
 }
 inline MPI_Op emu_mpi_op(ncclRedOp_t op) { return op == ncclMax ? MPI_MAX : MPI_SUM; }

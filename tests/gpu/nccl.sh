@@ -8,7 +8,14 @@
 #   3. two ranks on the one GPU with parallel.comm = nccl are refused, saying NCCL
 #      refuses two ranks on one GPU;
 #   4. two ranks with parallel.comm = auto say so in a note and run over MPI;
-#   5. where there are GPUs enough for a rank each (GPUS, default nvidia-smi's
+#   5. with two GPUs or more (a rank each), NCCL's collectives ordered by events:
+#      dp 2 with parallel.comm = nccl waits on the host once per step (the CUDA
+#      profile's count over 3 and 6 steps), as one rank does; and, emulated
+#      (NCCL_EMU_HANG_TEST=1: tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT makes a
+#      collective never finish, a peer that dies after joining), the watchdog of
+#      collectives the device waits for ends the job after parallel.timeout_s,
+#      naming the operation and the group;
+#   6. where there are GPUs enough for a rank each (GPUS, default nvidia-smi's
 #      count; the emulation plays CUDA_EMU_DEVICES of them), layouts of several
 #      ranks with parallel.comm = nccl against the CPU's one rank within 1e-5
 #      (tests/gpu/layouts.sh: NCCL_LAYOUTS, default ZeRO-3 over 4 ranks with uneven
@@ -60,8 +67,40 @@ if CUDA_EMU_DEVICES=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "$
 else
     failed "two ranks with parallel.comm = auto: $(grep -m3 -E 'error|note' "$tmp/auto2.log")"
 fi
-# 5. Several ranks, a GPU each: the only way NCCL's multi-rank path runs.
 gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+# 5. Two ranks, a GPU each: host waits per step, and the watchdog of a collective
+# the device waits for.
+if [ "${gpus:-0}" -ge 2 ]; then
+    waits() {  # waits STEPS: rank 0's count of host waits, or "" without a CUDA profile
+        CUDA_EMU_DEVICES=2 FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train \
+            "${common[@]}" "${gpu[@]}" "${two[@]}" --parallel.comm nccl --training.steps "$1" 2>&1 |
+            sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p' | head -n 1
+    }
+    w3=$(waits 3) w6=$(waits 6)
+    if [ -z "$w3$w6" ]; then
+        echo "(no CUDA profile from $GPU_BIN: the host-wait count with NCCL did not run)"
+    elif [ -n "$w3" ] && [ -n "$w6" ] && [ "$((w6 - w3))" = 3 ]; then
+        echo "PASS dp 2 with parallel.comm = nccl waits on the host once per step: $w3 waits over 3 steps, $w6 over 6"
+    else
+        failed "dp 2 with parallel.comm = nccl: host waits over 3 and 6 steps '$w3' '$w6' (want 3 more over 6)"
+    fi
+    if [ "${NCCL_EMU_HANG_TEST:-0}" = 1 ]; then
+        t0=$(date +%s)
+        CUDA_EMU_DEVICES=2 NCCL_EMU_HANG_AT=4 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" \
+            "${gpu[@]}" "${two[@]}" --parallel.comm nccl --parallel.timeout_s 3 >"$tmp/hang.log" 2>&1
+        rc=$? took=$(($(date +%s) - t0))
+        msg=$(grep -m1 -o 'error: .*has not finished after parallel.timeout_s = 3 s' "$tmp/hang.log")
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$msg" ] && grep -qE ' on the dp( x cp)? group' <<<"$msg" &&
+            [ "$took" -lt 60 ]; then
+            echo "PASS a collective that never finishes (emulated) ends the job after parallel.timeout_s, in ${took} s: $msg"
+        else
+            failed "the watchdog of a collective that never finishes: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang.log")"
+        fi
+    fi
+else
+    echo "SKIP host waits with NCCL over several ranks need a GPU per rank: this machine has ${gpus:-0}"
+fi
+# 6. Several ranks, a GPU each: the only way NCCL's multi-rank path runs.
 if [ "${gpus:-0}" -ge 8 ]; then
     out=$(CUDA_EMU_DEVICES=$gpus LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|tp2_cp2_pp2)$'} \
         GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)

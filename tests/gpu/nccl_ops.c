@@ -5,7 +5,9 @@
 // several ranks need one GPU each); what is: creating a communicator from a
 // unique id, every collective enqueued on its stream and finished through its
 // event, the in-place and uneven variants leaving the data as a one-rank
-// collective must, several collectives in flight at once, which memory the
+// collective must, several collectives in flight at once, the ordering by events
+// with the ops' stream (no host wait between the op that writes a collective's
+// input, the collective and the op that reads its output), which memory the
 // library takes, and the watchdog: a two-rank communicator whose second rank
 // never comes ends the process after parallel.timeout_s with a message naming
 // the group. Ends on "N passed, N failed".
@@ -78,6 +80,22 @@ int main(int argc, char **argv) {
     CHECK(equals(x, host, N), "uneven reduce-scatter in place (through its scratch copy) leaves the buffer");
     finish(devcomm_allgather_split_f32(1, x, N));
     CHECK(equals(x, host, N), "uneven all-gather over one rank leaves the buffer as it was");
+
+    // Ordered by events: the ops queued before the collective write its input, the
+    // one queued after its follow reads its output, and the host waits only at the end.
+    float *z = buf_alloc(MEM_ACTIVATIONS, N * sizeof(float), "z");  // (N)
+    ops_upload(y, host, N * sizeof(float));
+    zero_f32(x, N);
+    copy_f32(x, y, N);  // x = host values, queued
+    zero_f32(y, N);     // y = 0, queued: the collective's output, written by NCCL
+    int e = devcomm_reduce_scatter_f32(1, x, y, N);
+    int followed = devcomm_event_follow(e, "a test reduce-scatter");
+    copy_f32(z, y, N);  // queued after the follow: NCCL's output
+    ops_sync();
+    devcomm_watch();    // finished: nothing to report
+    CHECK(followed && equals(z, host, N),
+          "a collective between queued ops, ordered by events both ways (no host wait until the end)");
+    buf_free(z);
 
     int ev[40];  // many in flight, finished out of order
     for (int i = 0; i < 40; i++) ev[i] = devcomm_allreduce_f32(1, x, N, i & 1);

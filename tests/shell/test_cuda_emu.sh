@@ -23,7 +23,9 @@
 #     waiting for the device once per token;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
-#     peer that never joins, parallel.comm's choices on a shared device, and (8
+#     peer that never joins, parallel.comm's choices on a shared device, dp 2
+#     over NCCL waiting on the host once per step (collectives ordered by events)
+#     and the watchdog of a collective that never finishes, and (8
 #     emulated GPUs, a rank each) ZeRO-3 over 4 ranks and tp2 x cp2 x pp2 with
 #     parallel.comm = nccl against the CPU's one rank, which a one-GPU machine
 #     cannot run;
@@ -62,7 +64,7 @@ part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
 part calibrate bash tests/gpu/calibrate.sh
 part generate bash tests/gpu/generate.sh
-NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 part nccl bash tests/gpu/nccl.sh
+NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 part nccl bash tests/gpu/nccl.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
 rc=$?
