@@ -64,6 +64,13 @@ void cuda_report_id_checks(void);
 // 1 while products read bf16 operands (ops_set_matmul_bf16): the matrix products
 // (ops/matmul_cuda.cu) and attention's products (ops/flash_attention.cuh).
 int cuda_bf16_products(void);
+// The kept bf16 weight copy's slice (an __nv_bfloat16 array) for an optimizer
+// update of the weights [p, p + n) (ops/matmul_cuda.cu, ops_keep_bf16_weights):
+// NULL when no copy is kept or the range is outside the arena. The update writes
+// the updated weights there, rounded as the products would round them, and the
+// slice then counts as rounded for the generation the next
+// ops_bf16_weights_changed() starts: no rounding pass over it in the next step.
+void *cuda_bf16_copy_for_update(const float *p, size_t n);
 
 // The most blocks cuda_blocks gives one launch: kernels that take more elements
 // than CUDA_MAX_BLOCKS * threads loop over them (grid-stride).

@@ -4,6 +4,7 @@
 // Sums stay on the device (ops.h: the host reads a step's loss and norm once):
 // per-row (or per-block, fixed grid) partial sums in double, then one block adds
 // them by a fixed tree into the caller's accumulator, so they are deterministic.
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "ops/cuda_common.cuh"
@@ -166,9 +167,12 @@ extern "C" void sum_squares(const float *x, size_t n, double *acc) {
 }
 
 
-// PyTorch's AdamW (ops.h), the bias corrections computed on the host in double.
+// PyTorch's AdamW (ops.h), the bias corrections computed on the host in double;
+// copy (NULL: none) gets the updated weight rounded to bf16, as the products round
+// it (the kept copy, cuda_bf16_copy_for_update).
 __global__ void k_adamw(float *param, const float *grad, float *m, float *v, size_t n, float grad_scale,
-                        float beta1, float beta2, float eps, float decay, float step_size, float bc2_sqrt) {
+                        float beta1, float beta2, float eps, float decay, float step_size, float bc2_sqrt,
+                        __nv_bfloat16 *copy) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -176,7 +180,9 @@ __global__ void k_adamw(float *param, const float *grad, float *m, float *v, siz
         m[i] = mi;
         v[i] = vi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
-        param[i] = param[i] * decay - step_size * mi / denom;
+        const float p = param[i] * decay - step_size * mi / denom;
+        param[i] = p;
+        if (copy) copy[i] = __float2bfloat16_rn(p);
     }
 }
 
@@ -186,6 +192,7 @@ extern "C" void adamw_update(float *param, const float *grad, float *m, float *v
     const float bc1 = (float)(1.0 - pow(beta1, t));
     const float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
     k_adamw<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(param, grad, m, v, n, grad_scale, beta1, beta2, eps,
-                                                                    1.0f - lr * weight_decay, lr / bc1, bc2_sqrt);
+                                                                    1.0f - lr * weight_decay, lr / bc1, bc2_sqrt,
+                                                                    (__nv_bfloat16 *)cuda_bf16_copy_for_update(param, n));
     cuda_done("adamw_update");
 }

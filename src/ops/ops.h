@@ -53,9 +53,10 @@ void ops_set_matmul_bf16(int on);
 // instead of rounding the weight for every product (forward and backward, every
 // micro-batch). NULL, 0, NULL forgets the arena. Fatal where ops_has_bf16() is 0.
 void ops_keep_bf16_weights(const float *weights, size_t n, void *copy);
-// The weights may have changed (an optimizer step, a load): every copy is stale.
-// The trainer says so before each step and each validation; nothing writes the
-// weights while a step runs (ZeRO-3's gathered weights are outside the arena).
+// The weights may have changed (an optimizer step, a load): every copy is stale,
+// except the slices adamw_update wrote (below). The trainer says so before each
+// step and each validation; nothing writes the weights while a step runs (ZeRO-3's
+// gathered weights are outside the arena).
 void ops_bf16_weights_changed(void);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
@@ -335,6 +336,10 @@ void sum_squares(const float *x, size_t n, double *acc);
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * wd * p                                    (decoupled weight decay)
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// On a backend that keeps a bf16 copy of the weights (ops_keep_bf16_weights), an
+// update of weights in the arena also writes their copy, rounded, so the next
+// generation's products need no rounding pass over them (issue 21: AdamW writes
+// the bf16 copy); the CPU keeps no copy.
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                   float grad_scale, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t);

@@ -112,6 +112,55 @@ static void test_kept_weights(void) {
     pair_free(arena), pair_free(x), pair_free(y), pair_free(dy), pair_free(dx), pair_free(dw);
 }
 
+// AdamW writes the kept copy (issue 21): right after an update of a weight in the
+// arena, the copy's slice holds the updated weight rounded to bf16, bit for bit
+// (without the write it would still hold the old weight's rounding), and after
+// ops_bf16_weights_changed the product reads it: the CPU's product of the rounded
+// updated weights. An update of half the weight, after the weights were written
+// by the host (a load), leaves the other half of the copy stale: the product must
+// then round the whole weight again, not take the half-written copy as fresh.
+static void test_adamw_writes_copy(void) {
+    const int N = 16, in = 32, out = 24;
+    const size_t off = 8, nw = (size_t)out * in, n = off + nw + 8;  // the weight inside the arena
+    Pair arena = pair_fill(n, 0.1f), x = pair_fill((size_t)N * in, 1.0f), y = pair_fill((size_t)N * out, 1.0f);
+    Pair g = pair_fill(nw, 1.0f), m = pair_fill(nw, 0.0f), v = pair_fill(nw, 0.0f);
+    void *copy = buf_alloc(MEM_PARAMS, 2 * n, "bf16 weight copy");
+    float *xr = rounded_copy(x), *w_h = xmalloc(nw * sizeof(float), "updated weight");  // (nw)
+    uint16_t *c_h = xmalloc(nw * sizeof(uint16_t), "downloaded copy");                    // (nw)
+    float *w = arena.d + off;
+    ops_set_matmul_bf16(1);
+    ops_keep_bf16_weights(arena.d, n, copy);
+    matmul_forward(y.d, x.d, w, N, in, out);  // rounds the weight into the copy
+    adamw_update(w, g.d, m.d, v.d, nw, 1.0f, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    ops_download(w_h, w, nw * sizeof(float));
+    ops_download(c_h, (uint16_t *)copy + off, nw * sizeof(uint16_t));
+    size_t same = 0;
+    for (size_t i = 0; i < nw; i++) same += c_h[i] == st_f32_to_bf16(w_h[i]);
+    CHECK(same == nw, "adamw_update writes the kept bf16 copy: %zu of %zu values are the updated weights rounded",
+          same, nw);
+    ops_bf16_weights_changed();
+    float *wr = rounded_range(w_h, nw);
+    matmul_forward(y.d, x.d, w, N, in, out);
+    cpu_matmul_forward(y.h, xr, wr, N, in, out);
+    expect_close("kept bf16 weights: the product reads the copy AdamW wrote", y);
+    free(wr);
+    for (size_t i = 0; i < n; i++) arena.h[i] = urand() * 0.1f;  // a load: new weights everywhere
+    ops_upload(arena.d, arena.h, n * sizeof(float));
+    ops_bf16_weights_changed();
+    adamw_update(w, g.d, m.d, v.d, nw / 2, 1.0f, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2);  // half the weight
+    ops_bf16_weights_changed();
+    ops_download(w_h, w, nw * sizeof(float));
+    wr = rounded_range(w_h, nw);
+    matmul_forward(y.d, x.d, w, N, in, out);
+    cpu_matmul_forward(y.h, xr, wr, N, in, out);
+    expect_close("kept bf16 weights: half a weight updated by AdamW, the whole weight rounded again", y);
+    ops_keep_bf16_weights(NULL, 0, NULL);
+    ops_set_matmul_bf16(0);
+    free(wr), free(xr), free(w_h), free(c_h);
+    buf_free(copy);
+    pair_free(arena), pair_free(x), pair_free(y), pair_free(g), pair_free(m), pair_free(v);
+}
+
 // Attention with bf16 products: the tensor-core kernels round Q, K, V, dO, P and
 // dS to bf16 and keep the softmax and every sum in fp32. Against the CPU's fp32
 // attention on the same (unrounded) inputs they differ by the bf16 rounding: the

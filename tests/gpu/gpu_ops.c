@@ -535,6 +535,7 @@ int main(int argc, char **argv) {
         test_matmul_bf16(37, 96, 80, 130);
         test_matmul_bf16(29, 64, 257, 301);
         test_kept_weights();
+        test_adamw_writes_copy();
         test_attention_bf16(64);
         test_attention_bf16(128);
     }
