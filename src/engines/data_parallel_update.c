@@ -9,13 +9,25 @@
 #include "util.h"
 
 // *acc += the sum of squares of g over the model-order range [lo, hi) (local buffer
-// g at lo), counting a replicated tensor on one tensor-parallel rank only.
+// g at lo), counting a replicated tensor on one tensor-parallel rank only: one
+// sum_squares per run of adjacent counted tensors (one launch and one partial sum
+// on a GPU, instead of one per tensor; the same double sum up to its grouping).
 static void sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g, double *acc) {
-    for (int i = 0; i < m->n_params; i++) {
-        const ParamInfo *pi = &m->params[i];
-        size_t a = pi->offset > lo ? pi->offset : lo;
-        size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-        if (a < b && pi->replica_writer) sum_squares(g + (a - lo), b - a, acc);
+    size_t run_a = 0, run_b = 0;  // the run so far, [run_a, run_b) global; empty when equal
+    for (int i = 0; i <= m->n_params; i++) {
+        size_t a = 0, b = 0;
+        if (i < m->n_params) {
+            const ParamInfo *pi = &m->params[i];
+            a = pi->offset > lo ? pi->offset : lo;
+            b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+            if (a >= b || !pi->replica_writer) continue;
+            if (run_b > run_a && a == run_b) {  // extends the run
+                run_b = b;
+                continue;
+            }
+        }
+        if (run_b > run_a) sum_squares(g + (run_a - lo), run_b - run_a, acc);
+        run_a = a, run_b = b;
     }
 }
 
