@@ -8,27 +8,44 @@
 #include "ops/ops.h"
 #include "util.h"
 
-// *acc += the sum of squares of g over the model-order range [lo, hi) (local buffer
-// g at lo), counting a replicated tensor on one tensor-parallel rank only: one
-// sum_squares per run of adjacent counted tensors (one launch and one partial sum
-// on a GPU, instead of one per tensor; the same double sum up to its grouping).
-static void sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g, double *acc) {
-    size_t run_a = 0, run_b = 0;  // the run so far, [run_a, run_b) global; empty when equal
-    for (int i = 0; i <= m->n_params; i++) {
-        size_t a = 0, b = 0;
-        if (i < m->n_params) {
-            const ParamInfo *pi = &m->params[i];
-            a = pi->offset > lo ? pi->offset : lo;
-            b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a >= b || !pi->replica_writer) continue;
-            if (run_b > run_a && a == run_b) {  // extends the run
-                run_b = b;
-                continue;
-            }
+// Runs of tensors over the GLOBAL flat range [lo, hi): maximal stretches of adjacent
+// tensors with the same key (key < 0: the tensor is left out), clipped to the range,
+// in model order. The per-tensor optimizer ops are element-wise or sums, so one op
+// per run does what one per tensor did, with one launch on a GPU instead of several.
+typedef struct {
+    size_t a, b;  // [a, b), global
+    int key;
+} Run;
+
+// The next run from tensor *i on into r: 1, or 0 when there is none left.
+static int next_run(const LlamaModel *m, size_t lo, size_t hi, int (*key)(const ParamInfo *), int *i, Run *r) {
+    *r = (Run){0, 0, 0};
+    for (; *i < m->n_params; (*i)++) {
+        const ParamInfo *pi = &m->params[*i];
+        const size_t a = pi->offset > lo ? pi->offset : lo;
+        const size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        const int k = key(pi);
+        if (a >= b || k < 0) continue;
+        if (r->b > r->a) {
+            if (a != r->b || k != r->key) return 1;  // tensor *i starts the next run
+            r->b = b;
+        } else {
+            *r = (Run){a, b, k};
         }
-        if (run_b > run_a) sum_squares(g + (run_a - lo), run_b - run_a, acc);
-        run_a = a, run_b = b;
     }
+    return r->b > r->a;
+}
+
+// Tensor-parallel replicas count once, on their writer; weight decay by tensor.
+static int counted_key(const ParamInfo *pi) { return pi->replica_writer ? 0 : -1; }
+static int decay_key(const ParamInfo *pi) { return pi->weight_decay != 0; }
+
+// *acc += the sum of squares of g over the model-order range [lo, hi) (local buffer
+// g at lo), counting a replicated tensor on one tensor-parallel rank only (the same
+// double sum as tensor by tensor, up to its grouping).
+static void sumsq_range(const LlamaModel *m, size_t lo, size_t hi, const float *g, double *acc) {
+    Run r;
+    for (int i = 0; next_run(m, lo, hi, counted_key, &i, &r);) sum_squares(g + (r.a - lo), r.b - r.a, acc);
 }
 
 void dp_grad_sumsq(const DataParallel *dp, double *sums) {
@@ -58,35 +75,17 @@ double dp_grad_norm(const DataParallel *dp, const double local[2]) {
 }
 
 // AdamW over the GLOBAL flat range [lo, hi), with the four local buffers addressed
-// relative to lo, on the gradients times clip (the clipping coefficient, or 1). Weight
-// decay depends on the tensor; the update is element-wise, so each run of adjacent
-// tensors that share their decay is one adamw_update (one launch on a GPU: about 4
-// per layer instead of 9), with the same bits as tensor by tensor.
+// relative to lo, on the gradients times clip (the clipping coefficient, or 1), one
+// update per run of tensors sharing their weight decay (about 4 per layer instead
+// of 9; element-wise, so the same bits as tensor by tensor).
 static void adamw_range(const LlamaModel *m, size_t lo, size_t hi, float *p, const float *g,
                         float *mom1, float *mom2, float clip, float lr, const TrainingConfig *tc,
                         int step) {
-    size_t run_a = 0, run_b = 0;  // the run so far, [run_a, run_b) global; empty when equal
-    int run_decay = 0;
-    for (int i = 0; i <= m->n_params; i++) {
-        size_t a = 0, b = 0;
-        int decay = 0;
-        if (i < m->n_params) {
-            const ParamInfo *pi = &m->params[i];
-            a = pi->offset > lo ? pi->offset : lo;
-            b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            decay = pi->weight_decay != 0;
-            if (a >= b) continue;
-            if (run_b > run_a && a == run_b && decay == run_decay) {  // extends the run
-                run_b = b;
-                continue;
-            }
-        }
-        if (run_b > run_a) {  // the run ends here
-            const size_t o = run_a - lo;
-            adamw_update(p + o, g + o, mom1 + o, mom2 + o, run_b - run_a, clip, lr, (float)tc->beta1,
-                         (float)tc->beta2, (float)tc->eps, run_decay ? (float)tc->weight_decay : 0.0f, step);
-        }
-        run_a = a, run_b = b, run_decay = decay;
+    Run r;
+    for (int i = 0; next_run(m, lo, hi, decay_key, &i, &r);) {
+        const size_t o = r.a - lo;
+        adamw_update(p + o, g + o, mom1 + o, mom2 + o, r.b - r.a, clip, lr, (float)tc->beta1, (float)tc->beta2,
+                     (float)tc->eps, r.key ? (float)tc->weight_decay : 0.0f, step);
     }
 }
 
