@@ -288,14 +288,31 @@ extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
 
 extern "C" void devcomm_set_compute_stream(void *stream) { g_compute = (cudaStream_t)stream; }
 
+// The group of in-flight event ev (fatal when ev is not in flight).
+static Group *event_owner(int ev) {
+    if (ev < 0 || ev >= MAX_EVENTS || !g_event_group[ev]) die("device collectives: event %d is not in flight", ev);
+    return group(g_event_group[ev] - 1);
+}
+
+// 1 when the work before event e on g's stream has finished, 0 while it runs; fatal,
+// naming `what` and the group, on an NCCL or CUDA error.
+static int finished(cudaEvent_t e, Group *g, const char *what) {
+    ncclResult_t st = ncclSuccess;
+    check(ncclCommGetAsyncError(g->comm, &st), g, what);
+    check(st, g, what);
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) return 0;
+    if (q != cudaSuccess) die("CUDA error while %s ran on the %s group: %s", what, g->name, cudaGetErrorString(q));
+    return 1;
+}
+
 extern "C" int devcomm_event_follow(int ev, const char *what) {
     if (!g_compute) return 0;
-    if (ev < 0 || ev >= MAX_EVENTS || !g_event_group[ev]) die("device collectives: event %d is not in flight", ev);
-    Group *g = group(g_event_group[ev] - 1);
+    Group *g = event_owner(ev);
     CUDA_OK(cudaStreamWaitEvent(g_compute, g_events[ev], 0));
     // Watch from this collective's enqueue unless an older one is still unseen (a
     // query, not a wait: the group's earlier work may well be done by now).
-    if (g->watched && cudaEventQuery(g->tail) == cudaSuccess) g->watched = 0;
+    if (g->watched && finished(g->tail, g, g->watched_what)) g->watched = 0;
     if (!g->watched) {
         g->watched = 1;
         g->watched_since = g_event_issued[ev];
@@ -310,31 +327,16 @@ extern "C" void devcomm_watch(void) {
     for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++) {
         Group *g = &g_groups[s];
         if (!g->comm || !g->watched) continue;
-        ncclResult_t st = ncclSuccess;
-        check(ncclCommGetAsyncError(g->comm, &st), g, g->watched_what);
-        check(st, g, g->watched_what);
-        cudaError_t e = cudaEventQuery(g->tail);
-        if (e == cudaSuccess) {
-            g->watched = 0;
-            continue;
-        }
-        if (e != cudaErrorNotReady)
-            die("CUDA error while %s ran on the %s group: %s", g->watched_what, g->name, cudaGetErrorString(e));
-        if (now_seconds() - g->watched_since > g_timeout_s)  // die() ends the job, NCCL's kernels with it
+        if (finished(g->tail, g, g->watched_what)) g->watched = 0;
+        else if (now_seconds() - g->watched_since > g_timeout_s)  // die() ends the job, NCCL's kernels with it
             die("%s on the %s group has not finished after parallel.timeout_s = %g s; another rank is probably "
                 "stuck or dead — aborting the job", g->watched_what, g->name, g_timeout_s);
     }
 }
 
 extern "C" int devcomm_event_test(int ev, const char *what) {
-    if (ev < 0 || ev >= MAX_EVENTS || !g_event_group[ev]) die("device collectives: event %d is not in flight", ev);
-    Group *g = group(g_event_group[ev] - 1);
-    ncclResult_t st = ncclSuccess;
-    check(ncclCommGetAsyncError(g->comm, &st), g, what);
-    check(st, g, what);
-    cudaError_t e = cudaEventQuery(g_events[ev]);
-    if (e == cudaErrorNotReady) return 0;
-    if (e != cudaSuccess) die("CUDA error while %s ran on the %s group: %s", what, g->name, cudaGetErrorString(e));
+    Group *g = event_owner(ev);
+    if (!finished(g_events[ev], g, what)) return 0;
     g_event_group[ev] = 0;
     return 1;
 }

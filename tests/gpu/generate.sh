@@ -39,7 +39,7 @@ done
 gen_waits() {  # TOKENS: the count of waits
     FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "$GPU_BIN" generate --model "$tmp/ck" --prompt "The computer" \
         --max-new-tokens "$1" --temperature 0 --ignore-eos 2>&1 >/dev/null |
-        sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p'
+        profile_waits
 }
 w10=$(gen_waits 10) w40=$(gen_waits 40)
 if [ -z "$w10$w40" ]; then

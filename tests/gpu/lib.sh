@@ -7,7 +7,7 @@
 # through `failed` when that fails); PARITY holds its training keys. FORTUNES_DIR
 # (default Debian's /usr/share/games/fortunes; gpu-bundle/env.sh points it at the
 # bundle's copy) is where the fortunes corpus is; PYTHON the python3 the
-# comparisons run with.
+# comparisons run with. profile_waits reads a run's host-wait count.
 CPU_BIN=${CPU_BIN:-./femtotron}
 GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 [[ "$(declare -p MPIRUN 2>/dev/null)" == "declare -a"* ]] ||
@@ -20,6 +20,11 @@ fail=${fail:-0}
 declare -F failed >/dev/null || failed() { echo "FAIL $*"; fail=1; }
 FORTUNES=${FORTUNES_DIR:-/usr/share/games/fortunes}
 PYTHON=${PYTHON:-python3}
+# The host waits of the first CUDA profile line on stdin (FEMTOTRON_CUDA_PROFILE=1:
+# "...; waits S s (P%, COUNT)"): COUNT, or nothing without a profile.
+profile_waits() {
+    sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p' | head -n 1
+}
 parity_corpus() {
     cat "$FORTUNES"/{computers,science,literature,wisdom,linux} >"$tmp/corpus.txt"
     "$CPU_BIN" prepare --input "$tmp/corpus.txt" --output "$tmp/data" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||

@@ -74,7 +74,7 @@ if [ "${gpus:-0}" -ge 2 ]; then
     waits() {  # waits STEPS: rank 0's count of host waits, or "" without a CUDA profile
         CUDA_EMU_DEVICES=2 FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train \
             "${common[@]}" "${gpu[@]}" "${two[@]}" --parallel.comm nccl --training.steps "$1" 2>&1 |
-            sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p' | head -n 1
+            profile_waits
     }
     w3=$(waits 3) w6=$(waits 6)
     if [ -z "$w3$w6" ]; then

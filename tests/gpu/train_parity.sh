@@ -108,7 +108,7 @@ done
 waits() {  # waits MICRO STEPS: the count, or "" without a CUDA profile
     FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "$GPU_BIN" train "${PARITY[@]}" "${GPU_ARGS[@]}" \
         --training.micro_batch_size "$1" --training.steps "$2" 2>&1 |
-        sed -n 's/.*cuda profile:.*; waits [^(]*([^,]*, \([0-9]*\)).*/\1/p'
+        profile_waits
 }
 w43=$(waits 4 3) w13=$(waits 1 3) w46=$(waits 4 6) w16=$(waits 1 6)
 if [ -z "$w43$w13$w46$w16" ]; then
