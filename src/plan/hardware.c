@@ -184,6 +184,20 @@ static cJSON *num(double x) {
     return cJSON_CreateRaw(buf);
 }
 
+void hardware_json_numbers_exact(cJSON *root) {
+    for (cJSON *c = root->child, *next; c; c = next) {
+        next = c->next;
+        if (!cJSON_IsNumber(c)) {
+            hardware_json_numbers_exact(c);
+        } else if (cJSON_IsObject(root)) {
+            const char *key = c->string;  // freed with c: the replacement copies it first
+            cJSON_ReplaceItemInObjectCaseSensitive(root, key, num(c->valuedouble));
+        } else {
+            cJSON_ReplaceItemViaPointer(root, c, num(c->valuedouble));
+        }
+    }
+}
+
 static void add_num(cJSON *o, const char *key, double x) { cJSON_AddItemToObject(o, key, num(x)); }
 
 static cJSON *curve_json(const RateCurve *c) {

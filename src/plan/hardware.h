@@ -78,6 +78,12 @@ int hardware_builtin(Hardware *hw, const char *name);
 // naming the file and the key on any problem.
 void hardware_load(Hardware *hw, const char *path);
 void hardware_save(const Hardware *hw, const char *path);
+// Every number in the JSON tree `root` (a cJSON *) made to print bit for bit, as
+// hardware_save writes them: for a writer that rewrites a profile it parsed
+// (links_save keeps its other keys), where cJSON's own printer would round them
+// to 15 digits and shift the planner's near-ties.
+struct cJSON;
+void hardware_json_numbers_exact(struct cJSON *root);
 
 // Rate of a curve at `work` FLOPs (log-interpolated, clamped; 0 for an empty curve).
 double curve_rate(const RateCurve *c, double work);

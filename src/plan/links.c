@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/hardware.h"
 #include "plan/placement.h"
 #include "util.h"
 
@@ -108,6 +109,7 @@ void links_save(const LinkMatrix *m, const char *path) {
         root = cJSON_Parse(text);
         free(text);
         if (!root || !cJSON_IsObject(root)) die("hardware profile %s: exists but is not a JSON object", path);
+        hardware_json_numbers_exact(root);  // the other keys' values written back unchanged
     } else {
         root = cJSON_CreateObject();
     }

@@ -208,6 +208,11 @@ else fail "own-run memory: predicted '$pred', measured '$meas': $(grep -E '^memo
 # (test_links_shaped.sh trains on hosts the matrix names).
 cp "$T/prof.json" "$T/prof_links.json"
 "${MPIRUN[@]}" -np 2 "$FT" bench links --output "$T/prof_links.json" --bytes 65536 >/dev/null 2>&1
+# bench links keeps the profile's other values bit for bit (cJSON's own printer
+# rounded them to 15 digits, which flipped plan's near-ties between the two files).
+if python3 -c 'import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); sys.exit(not (b.pop("links", None) and a == b))' \
+    "$T/prof.json" "$T/prof_links.json"; then pass "bench links adds its matrix and keeps every other profile value bit for bit"
+else fail "bench links changed the profile's other values: $(diff "$T/prof.json" "$T/prof_links.json" | head -4 | tr '\n' ' ')"; fi
 first=$("$FT" plan --config "$T/run.json" --gpus 2 --hardware this --profile "$T/prof.json" --top 1 --tsv | awk -F'\t' 'NR == 2 { print $2 }')
 if "${MPIRUN[@]}" -np 2 "$FT" train --config "$T/run.json" --parallel.auto true --parallel.profile "$T/prof_links.json" \
         >"$T/auto.out" 2>&1; then
