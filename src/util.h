@@ -46,7 +46,8 @@ void *xcalloc(size_t bytes, const char *what);
 //   MEM_OPTIMIZER    the AdamW moments (whole, or the ZeRO-1/2/3 own parts)
 //   MEM_ACTIVATIONS  the activation arenas of every pipeline slot (tensor- and
 //                    context-parallel scratch included), their position tables,
-//                    the token/target slots and the trainer's whole sequences
+//                    the token/target slots and the trainer's whole sequences;
+//                    on the GPU, the backend's own work buffers (ops.h)
 //   MEM_COMM         buffers that exist for communication only: the ZeRO-2/3
 //                    gradient and parameter windows, the pipeline's gradient
 //                    send/receive messages

@@ -38,8 +38,6 @@ typedef struct {
     cudaStream_t stream;
     const char *name;
     int rank, size;
-    float *scratch;  // (scratch_n) the in-place split reduce-scatter's copy of its input
-    size_t scratch_n;
     cudaEvent_t ready;  // recorded on the compute stream; the next collective waits for it
     cudaEvent_t tail;   // recorded on the group's stream after the last followed collective
     int watched;        // a followed collective is not yet seen finished (tail pending)
@@ -181,9 +179,6 @@ extern "C" void devcomm_finalize(void) {
         cudaEventDestroy(g->ready);
         cudaEventDestroy(g->tail);
         g->watched = 0;
-        if (g->scratch) cudaFree(g->scratch);
-        g->scratch = NULL;
-        g->scratch_n = 0;
     }
 }
 
@@ -246,27 +241,26 @@ extern "C" int devcomm_allgather_f32(int slot, float *buf, size_t chunk) {
 }
 
 // Uneven parts: one ncclReduce per part, rooted at its owner, in one group call.
+// In place (in == NULL): part r is reduced where it lies, at out + r * chunk (the
+// owner's send and receive buffers the same: NCCL's in-place reduce), so no part
+// is written before every rank has read it; then this rank's part moves to out's
+// start, behind the group on the stream (disjoint ranges: a part is at most chunk
+// long and lies at least chunk from the start). No scratch copy of the input.
 extern "C" int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len) {
     Group *g = after_compute(slot);
-    const float *src = in;
-    if (!src) {  // in place: the part lands at out's start, which other parts read: copy the input first
-        if (len > g->scratch_n) {
-            CUDA_OK(cudaStreamSynchronize(g->stream));
-            if (g->scratch) CUDA_OK(cudaFree(g->scratch));
-            CUDA_OK(cudaMalloc(&g->scratch, len * sizeof(float)));
-            g->scratch_n = len;
-        }
-        CUDA_OK(cudaMemcpyAsync(g->scratch, out, len * sizeof(float), cudaMemcpyDefault, g->stream));
-        src = g->scratch;
-    }
+    const float *src = in ? in : out;
     const size_t chunk = comm_split_chunk(len, g->size);  // part r starts at r * chunk
+    float *own = in ? out : out + (size_t)g->rank * chunk;  // where this rank's part is reduced to
     check(ncclGroupStart(), g, "reduce-scatter (uneven)");
     for (int r = 0; r < g->size; r++) {
         const size_t n = comm_split_part(len, g->size, r);
-        if (n) check(ncclReduce(src + (size_t)r * chunk, out, n, ncclFloat32, ncclSum, r, g->comm, g->stream), g,
+        if (n) check(ncclReduce(src + (size_t)r * chunk, own, n, ncclFloat32, ncclSum, r, g->comm, g->stream), g,
                      "reduce-scatter (uneven)");
     }
     check(ncclGroupEnd(), g, "reduce-scatter (uneven)");
+    const size_t mine = comm_split_part(len, g->size, g->rank);
+    if (own != out && mine)
+        CUDA_OK(cudaMemcpyAsync(out, own, mine * sizeof(float), cudaMemcpyDefault, g->stream));
     settle(g, "reduce-scatter (uneven)");
     return record(slot);
 }

@@ -22,9 +22,20 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     // bf16 products read a bf16 copy of the weights, rounded once per step, not once
     // per product (ops.h). Not under ZeRO-3: its weights are gathered into windows
     // for each use, and rounded there.
-    if (cfg->training.precision == PRECISION_BF16 && p->zero < 3) {
+    const int bf16 = cfg->training.precision == PRECISION_BF16, kept = bf16 && p->zero < 3;
+    if (kept) {
         r->bf16_weights = buf_take(plan_only, MEM_PARAMS, 2 * r->dp.n_elements, "bf16 weight copy");
         if (!plan_only) ops_keep_bf16_weights(r->dp.params, r->dp.n_elements, r->bf16_weights);
+    }
+    // The CUDA backend's own work buffers (ops.h: OpsBounds), planned like the rest:
+    // sized from the widest operands of this rank's step, installed before step 1.
+    if (cfg->training.device == DEVICE_CUDA) {
+        const LlamaModel *m = &r->model;
+        r->op_bounds = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
+                                       r->pipe.held[m->L + 1] != 0, bf16, kept);
+        r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&r->op_bounds).total,
+                                "CUDA work buffers");
+        if (!plan_only) ops_set_workspace(r->workspace, &r->op_bounds);
     }
     if (cfg->checkpoint.async && cfg->checkpoint.dir[0])
         r->snapshot = buf_take(plan_only, MEM_SNAPSHOT, sizeof(float) * dp_save_elements(&r->dp),
@@ -32,6 +43,8 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
 }
 
 void rank_free(Rank *r) {
+    if (r->workspace) ops_set_workspace(NULL, NULL);
+    buf_free(r->workspace);
     if (r->bf16_weights) ops_keep_bf16_weights(NULL, 0, NULL);
     buf_free(r->bf16_weights);
     pp_free(&r->pipe);

@@ -28,6 +28,7 @@
 #include "config.h"
 #include "dist/grid.h"
 #include "model/param_table.h"
+#include "ops/ops.h"
 #include "parallel_layers/context_parallel.h"
 #include "parallel_layers/expert_parallel.h"
 #include "parallel_layers/tensor_parallel.h"
@@ -97,6 +98,13 @@ double llama_flops_per_token(const LlamaModel *m, int seq_length);
 // Nr: rows of the (N, D) residual stream this rank holds (what a pipeline stage
 // sends to the next).
 int llama_rows(const LlamaModel *m, int N);
+
+// The widest operands the ops see in a step of B sequences of S tokens here (ops.h:
+// OpsBounds, which sizes the CUDA backend's work buffers): whether this rank runs
+// the output head (the last pipeline stage), bf16 products or not, and whether
+// every weight a product reads lies in the kept bf16 copy (weights_kept; not under
+// ZeRO-3, whose gathered weights are rounded per product).
+OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept);
 
 // This rank's tokens of B whole sequences of seq_length tokens: full(B, seq_length)
 // -> local(B, S) (the zigzag chunks under context parallelism, else a copy).

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/moe.h"
 #include "model/rope.h"
+#include "ops/ops.h"
 #include "util.h"
 
 // Append one tensor to the table (when the table exists; the first pass only counts)
@@ -215,6 +217,44 @@ double llama_flops_per_token(const LlamaModel *m, int seq_length) {
 
 
 int llama_rows(const LlamaModel *m, int N) { return tp_rows(&m->tp, N); }
+
+static size_t max_of(const size_t *x, int n) {
+    size_t best = 0;
+    for (int i = 0; i < n; i++) best = x[i] > best ? x[i] : best;
+    return best;
+}
+
+OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept) {
+    const size_t N = (size_t)B * S, D = (size_t)m->D, Fl = (size_t)m->Fl, Fsl = (size_t)m->Fsl;
+    const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
+    const size_t Vl = has_head ? (size_t)m->Vl : 0;  // the head's product only where it is
+    const size_t E = (size_t)m->E;
+    // Every product of llama.c, llama_split.c, moe.c and tensor_parallel.c, as
+    // (out_dim, in_dim): q|k|v, o, gate|up, down (dense, or the shared experts at
+    // Fsl), the head, the router, an expert's w1|w3 and w2 (Fl wide: tp's slice).
+    const size_t outs[] = {QKV, D, 2 * Fl, 2 * Fsl, Vl, E};
+    const size_t ins[] = {D, A, Fl, Fsl};
+    OpsBounds b = {0};
+    b.bf16 = bf16;
+    // Rows: the micro-batch's N tokens (sequence parallel gathers them whole before
+    // a product), or an expert's rows, at most all R this rank's experts receive.
+    b.rows = N;
+    if (m->E > 0) {
+        const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
+        const size_t R = moe_expert_rows(&md);
+        b.rows = R > b.rows ? R : b.rows;
+    }
+    b.out_cols = max_of(outs, (int)(sizeof outs / sizeof outs[0]));
+    b.in_cols = max_of(ins, (int)(sizeof ins / sizeof ins[0]));
+    if (bf16 && !weights_kept) {  // ZeRO-3: every weight is rounded where it was gathered
+        const size_t w[] = {ops_cuda_operand_elements(QKV, D), ops_cuda_operand_elements(D, A),
+                            ops_cuda_operand_elements(2 * Fl, D), ops_cuda_operand_elements(D, Fl),
+                            ops_cuda_operand_elements(2 * Fsl, D), ops_cuda_operand_elements(D, Fsl),
+                            ops_cuda_operand_elements(Vl, D), ops_cuda_operand_elements(E, D)};
+        b.weight = max_of(w, (int)(sizeof w / sizeof w[0]));
+    }
+    return b;
+}
 
 void llama_local_tokens(const LlamaModel *m, const int32_t *full, int32_t *local, int B,
                         int seq_length) {

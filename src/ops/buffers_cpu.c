@@ -30,6 +30,11 @@ void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
 }
 void ops_bf16_weights_changed(void) {}  // nothing kept
 
+void ops_set_workspace(void *buf, const OpsBounds *b) {
+    (void)b;
+    if (buf) die("the CPU build has no work buffers of its own to install (training.device = cuda needs ./femtotron-cuda)");
+}
+
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
 
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes) { memcpy(dst_host, src_buffer, bytes); }

@@ -21,10 +21,14 @@ extern "C" {
 }
 
 static cudaStream_t g_stream;     // every op's stream (ops_init)
-static void *g_scratch[2];        // cuda_scratch, cuda_scratch2
-static size_t g_scratch_bytes[2];
+static void *g_scratch;           // cuda_scratch's own buffer, grown while no workspace is installed
+static size_t g_scratch_bytes;
 static int32_t *g_ints[3];        // cuda_device_ints' staging slots
 static size_t g_ints_n[3];
+// The installed workspace (ops_set_workspace): its first part 256-byte aligned, the
+// parts laid out as ops_cuda_workspace says; NULL when none is installed.
+static char *g_ws;
+static OpsCudaWorkspace g_ws_parts;
 
 void cuda_matmul_init(void);  // ops/matmul_cuda.cu
 static void drain(void);      // below: wait for the stream, under the collectives' watch
@@ -42,9 +46,18 @@ void cuda_done(const char *what) {
     cuda_profile_close(what);
 }
 
-// Grow a device buffer to at least `bytes` (contents are not kept).
-static void *grow(void **p, size_t *have, size_t bytes) {
+// Fatal: an op needs more of a work buffer than the planned workspace holds.
+static void beyond_plan(const char *what, size_t bytes, size_t planned) {
+    die("the CUDA backend needs %zu bytes for %s, but the planned workspace holds %zu: the step's "
+        "bounds (llama_op_bounds) missed a shape, a bug; nothing is allocated inside a step",
+        bytes, what, planned);
+}
+
+// Grow a device buffer of the backend's own to at least `bytes` (contents are not
+// kept): only while no workspace is installed (tests, generation, bench).
+static void *grow(void **p, size_t *have, size_t bytes, const char *what) {
     if (bytes <= *have && *p) return *p;
+    if (g_ws) beyond_plan(what, bytes, *have);
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
     if (*p) CUDA_CHECK(cudaFree(*p));
     size_t want = bytes < 4096 ? 4096 : bytes;
@@ -53,8 +66,42 @@ static void *grow(void **p, size_t *have, size_t bytes) {
     return *p;
 }
 
-void *cuda_scratch(size_t bytes) { return grow(&g_scratch[0], &g_scratch_bytes[0], bytes); }
-void *cuda_scratch2(size_t bytes) { return grow(&g_scratch[1], &g_scratch_bytes[1], bytes); }
+void *cuda_workspace_part(int part, size_t bytes, const char *what) {
+    if (!g_ws) return NULL;
+    const size_t sizes[WS_PARTS] = {g_ws_parts.lt, g_ws_parts.scratch, g_ws_parts.half[0], g_ws_parts.half[1],
+                                    g_ws_parts.half[2]};
+    if (bytes > sizes[part]) beyond_plan(what, bytes, sizes[part]);
+    size_t at = 0;
+    for (int i = 0; i < part; i++) at += sizes[i];
+    return g_ws + at;
+}
+
+void *cuda_scratch(size_t bytes) {
+    void *planned = cuda_workspace_part(WS_SCRATCH, bytes, "the row losses or partial sums");
+    return planned ? planned : grow(&g_scratch, &g_scratch_bytes, bytes, "the row losses or partial sums");
+}
+
+extern "C" void ops_set_workspace(void *buf, const OpsBounds *b) {
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));  // nothing queued still uses the buffers released
+    if (!buf) {
+        g_ws = NULL;
+        return;
+    }
+    // Installed: the backend's own buffers go (the planned ones replace them), and
+    // the first part starts 256-byte aligned (cuBLASLt's workspace), within the
+    // 256 bytes of slack ops_cuda_workspace counts.
+    if (g_scratch) CUDA_CHECK(cudaFree(g_scratch));
+    g_scratch = NULL;
+    g_scratch_bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        if (g_ints[i]) CUDA_CHECK(cudaFree(g_ints[i]));
+        g_ints[i] = NULL;
+        g_ints_n[i] = 0;
+    }
+    cuda_matmul_release_own();
+    g_ws = (char *)(((uintptr_t)buf + 255) / 256 * 256);
+    g_ws_parts = ops_cuda_workspace(b);
+}
 
 const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot) {
     if (n == 0) return p;
@@ -64,7 +111,7 @@ const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot) {
         return p;
     cudaGetLastError();  // an unregistered host pointer may leave an error behind
     size_t bytes = n * sizeof(int32_t);
-    void *d = grow((void **)&g_ints[slot], &g_ints_n[slot], bytes);
+    void *d = grow((void **)&g_ints[slot], &g_ints_n[slot], bytes, "token ids or positions in host memory");
     CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, cuda_stream()));
     return (const int32_t *)d;
 }
@@ -219,11 +266,20 @@ extern "C" void copy_f32(float *dst, const float *src, size_t n) {
 }
 
 // cudaMemcpy does not allow overlapping ranges: go through the scratch buffer.
+// Overlapping ranges without a temporary: copies of `gap` = |dst - src| elements at
+// a time, in the direction that reads each element before it is overwritten (each
+// copy's source and destination are disjoint; the stream runs them in order). One
+// copy when the ranges do not overlap, as for ZeRO-1's reduced part (moved by at
+// least its own length).
 extern "C" void move_f32(float *dst, const float *src, size_t n) {
     if (n == 0 || dst == src) return;
-    float *tmp = (float *)cuda_scratch(n * sizeof(float));  // (n)
-    CUDA_CHECK(cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyDefault, cuda_stream()));
-    CUDA_CHECK(cudaMemcpyAsync(dst, tmp, n * sizeof(float), cudaMemcpyDefault, cuda_stream()));
+    const size_t gap = dst < src ? (size_t)(src - dst) : (size_t)(dst - src);
+    for (size_t done = 0; done < n;) {
+        const size_t len = n - done < gap ? n - done : gap;
+        const size_t at = dst < src ? done : n - done - len;  // forward when moving down, else backward
+        CUDA_CHECK(cudaMemcpyAsync(dst + at, src + at, len * sizeof(float), cudaMemcpyDefault, cuda_stream()));
+        done += len;
+    }
     cuda_done("move_f32");
 }
 

@@ -40,7 +40,7 @@ extern "C" {
     } while (0)
 
 // 32 MiB on Hopper (llm.c's figure), enough for split-K on every training shape.
-#define WORKSPACE_BYTES ((size_t)32 << 20)
+#define WORKSPACE_BYTES OPS_CUDA_LT_WORKSPACE
 #define MAX_PLANS 256
 
 typedef struct {
@@ -56,7 +56,8 @@ typedef struct {
 } Plan;
 
 static cublasLtHandle_t g_lt;
-static void *g_workspace;
+static void *g_workspace;  // cuBLASLt's workspace of our own, made at the first product without
+                           // an installed workspace (ops_set_workspace), whose part replaces it
 static Plan g_plans[MAX_PLANS];
 static int g_nplans;      // slots filled
 static int g_next_evict;  // once all are: the slot a new shape takes (round robin)
@@ -64,17 +65,33 @@ static int g_bf16;  // ops_set_matmul_bf16
 
 // The bf16 copies of the operands: three slots, because matmul_backward reads dout
 // in both of its products, `in` in the weight gradient's and the weight in din's.
-// Each grows the first time a larger operand is seen (like cuda_scratch: outside
-// the plan). slot 0: dout or the forward's weight; 1: in; 2: the backward's weight.
+// slot 0: dout or the forward's weight; 1: in; 2: the backward's weight. Parts of
+// the installed workspace (ops.h: ops_set_workspace, sized by the step's bounds);
+// without one, buffers of our own, each grown the first time a larger operand is seen.
 static __nv_bfloat16 *g_half[3];
 static size_t g_half_n[3];
 
 extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
 int cuda_bf16_products(void) { return g_bf16; }
 
-void cuda_matmul_init(void) {
-    CUBLAS_CHECK(cublasLtCreate(&g_lt));
-    CUDA_CHECK(cudaMalloc(&g_workspace, WORKSPACE_BYTES));
+void cuda_matmul_init(void) { CUBLAS_CHECK(cublasLtCreate(&g_lt)); }
+
+void cuda_matmul_release_own(void) {  // the caller has waited for the stream
+    if (g_workspace) CUDA_CHECK(cudaFree(g_workspace));
+    g_workspace = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (g_half[i]) CUDA_CHECK(cudaFree(g_half[i]));
+        g_half[i] = NULL;
+        g_half_n[i] = 0;
+    }
+}
+
+// cuBLASLt's workspace (WORKSPACE_BYTES): the installed workspace's part, else ours.
+static void *lt_workspace(void) {
+    void *planned = cuda_workspace_part(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace");
+    if (planned) return planned;
+    if (!g_workspace) CUDA_CHECK(cudaMalloc(&g_workspace, WORKSPACE_BYTES));
+    return g_workspace;
 }
 
 // The largest power of two (<= 16) dividing the address: cuBLASLt kernels that
@@ -255,16 +272,19 @@ static Operand operand(int slot, const float *x, int lines, int len, int ld) {
         const __nv_bfloat16 *kept = kept_copy(x, (size_t)lines * len);
         if (kept) return Operand{kept, ld};
     }
-    const size_t ld16 = ((size_t)len + 7) / 8 * 8, n = (size_t)lines * ld16;
-    if (n > g_half_n[slot]) {
+    const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
+    __nv_bfloat16 *planned = (__nv_bfloat16 *)cuda_workspace_part(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
+                                                                  "a bf16 operand copy");
+    if (!planned && n > g_half_n[slot]) {
         CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // the old copy may still be read
         if (g_half[slot]) CUDA_CHECK(cudaFree(g_half[slot]));
         CUDA_CHECK(cudaMalloc(&g_half[slot], n * sizeof(__nv_bfloat16)));
         g_half_n[slot] = n;
     }
-    k_round_bf16<<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(g_half[slot], x, (size_t)lines,
+    __nv_bfloat16 *copy = planned ? planned : g_half[slot];  // (lines, ld16)
+    k_round_bf16<<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
                                                                                    (size_t)len, (size_t)ld, ld16);
-    return Operand{g_half[slot], (int)ld16};
+    return Operand{copy, (int)ld16};
 }
 
 // Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place; A and B fp32,
@@ -281,7 +301,7 @@ static void gemm(int ta, int tb, int m, int n, int k, Operand A, Operand B, floa
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
-                                g_workspace, WORKSPACE_BYTES, cuda_stream()));
+                                lt_workspace(), WORKSPACE_BYTES, cuda_stream()));
     cuda_done(what);
 }
 

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/cuda_workspace.h"
+
 // ---- the backend itself ----
 
 // Start the backend, before any planned buffer exists (main.c calls it first). CPU:
@@ -58,6 +60,24 @@ void ops_keep_bf16_weights(const float *weights, size_t n, void *copy);
 // step and each validation; nothing writes the weights while a step runs (ZeRO-3's
 // gathered weights are outside the arena).
 void ops_bf16_weights_changed(void);
+
+// ---- the CUDA backend's own work buffers, planned (docs/DESIGN.md, invariant 3) ----
+// Besides the planned buffers the layers pass in, the CUDA ops need work buffers of
+// their own: cuBLASLt's workspace, the cross-entropy's per-row losses and the
+// gradient norm's partial sums (doubles), and, for bf16 products, the bf16 copies
+// of product operands the kept weight copy does not hold (slot 0: a product's
+// output gradient, or the forward's weight; 1: its input; 2: the backward's
+// weight). A training rank sizes them from the widest operands its step gives the
+// ops (OpsBounds, from model/llama.h: llama_op_bounds), takes them as one planned
+// buffer (MEM_ACTIVATIONS, engines/rank.c) and installs it before step 1: nothing
+// is allocated inside a step, and the memory line counts them. An op that would
+// need more than the installed workspace is fatal (a bound that missed a shape is
+// a bug). Without one installed (tests, generation, bench) the backend grows its own.
+// (OpsBounds, OpsCudaWorkspace and their sizes: ops/cuda_workspace.h.)
+// Install `buf` (ops_cuda_workspace(b).total bytes, a planned buffer) as the
+// backend's work buffers, releasing those it grew itself; NULL uninstalls it.
+// CUDA only: fatal on the CPU backend, which has none.
+void ops_set_workspace(void *buf, const OpsBounds *b);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the
 // scalars a step reads back). CPU: memcpy. Both wait until the copy is done.

@@ -8,7 +8,8 @@
 //   optimizer    the two AdamW moments: whole (ZeRO-0) or own parts (ZeRO-1/2/3)
 //   activations  every pipeline slot's activation arena (tensor- and context-parallel
 //                scratch included) and position tables, the token/target slots,
-//                the trainer's whole sequences before the context-parallel split
+//                the trainer's whole sequences before the context-parallel split,
+//                and on the GPU the backend's own work buffers (engines/rank.c)
 //   comm         the ZeRO-2/3 gradient and parameter windows, the pipeline's
 //                gradient send/receive messages
 // Not counted: small bookkeeping (tables, schedules, requests), transient I/O

@@ -228,19 +228,22 @@ int train_main(int argc, char **argv) {
 
     preempt_install();  // a signal from here on stops the run after a step, with a checkpoint
     check_outputs(&cfg);
+    const TrainingConfig *tc = &cfg.training;
+    // MFU denominator: the peak of every rank together (bench/run_peak.h). Before
+    // the trainer: a GPU no table knows is measured with products larger than a
+    // step's, which the backend's planned work buffers, installed by trainer_init,
+    // are not sized for (ops.h).
+    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0] && ops_device(NULL, 0) == 0) {
+        printf("finding the GEMM peak for MFU (cached per node; training.peak_flops skips this) ...\n");
+        fflush(stdout);
+    }
+    const RunPeak peak = run_peak(&cfg, tc->threads);
     if (rank0 && cfg.model.from[0]) {
         printf("loading the weights of %s (model.from) ...\n", cfg.model.from);
         fflush(stdout);
     }
     Trainer t;
     trainer_init(&t, &cfg, grid_coords(&cfg.parallel, comm_world_rank()));
-    const TrainingConfig *tc = &cfg.training;
-    // MFU denominator: the peak of every rank together (bench/run_peak.h).
-    if (rank0 && tc->peak_flops <= 0 && !cfg.parallel.profile[0] && ops_device(NULL, 0) == 0) {
-        printf("finding the GEMM peak for MFU (cached per node; training.peak_flops skips this) ...\n");
-        fflush(stdout);
-    }
-    const RunPeak peak = run_peak(&cfg, tc->threads);
     const LlamaModel *model = &t.rank.model;
     const double fpt = llama_flops_per_token(model, tc->seq_length);
     if (cfg.logging.verbose) {

@@ -16,6 +16,7 @@
 #define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
 #define ops_keep_bf16_weights cpu_ops_keep_bf16_weights
 #define ops_bf16_weights_changed cpu_ops_bf16_weights_changed
+#define ops_set_workspace cpu_ops_set_workspace
 #define ops_upload cpu_ops_upload
 #define ops_download cpu_ops_download
 #define ops_sync cpu_ops_sync
@@ -85,6 +86,7 @@
 #undef ops_set_matmul_bf16
 #undef ops_keep_bf16_weights
 #undef ops_bf16_weights_changed
+#undef ops_set_workspace
 #undef ops_upload
 #undef ops_download
 #undef ops_sync

@@ -111,9 +111,15 @@ static void test_buffers(void) {
     ops_upload(c.d + 500, &bad, sizeof bad);
     CHECK(pair_diff(c) > TOL, "one value off by 1e-3 fails the comparison (%.2e)", pair_diff(c));
     ops_upload(c.d + 500, &good, sizeof good);
-    move_f32(a.d + 10, a.d, 900);  // overlapping
+    move_f32(a.d + 10, a.d, 900);  // overlapping, moved up: copies of 10 from the end
     cpu_move_f32(a.h + 10, a.h, 900);
-    expect_close("move_f32 (overlapping ranges)", a);
+    expect_close("move_f32 (overlapping ranges, moved up)", a);
+    move_f32(a.d + 3, a.d + 80, 907);  // overlapping, moved down: copies of 77 from the start
+    cpu_move_f32(a.h + 3, a.h + 80, 907);
+    expect_close("move_f32 (overlapping ranges, moved down)", a);
+    move_f32(a.d + 500, a.d, 400);  // disjoint: one copy (ZeRO-1's reduced part)
+    cpu_move_f32(a.h + 500, a.h, 400);
+    expect_close("move_f32 (disjoint ranges)", a);
     zero_f32(a.d + 5, 500);
     cpu_zero_f32(a.h + 5, 500);
     expect_close("zero_f32", a);

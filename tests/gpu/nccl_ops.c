@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     finish(devcomm_reduce_scatter_split_f32(1, x, y, N));
     CHECK(equals(y, host, N), "uneven reduce-scatter over one rank copies its input");
     finish(devcomm_reduce_scatter_split_f32(1, NULL, x, N));
-    CHECK(equals(x, host, N), "uneven reduce-scatter in place (through its scratch copy) leaves the buffer");
+    CHECK(equals(x, host, N), "uneven reduce-scatter in place over one rank (its part reduced where it lies) leaves the buffer");
     finish(devcomm_allgather_split_f32(1, x, N));
     CHECK(equals(x, host, N), "uneven all-gather over one rank leaves the buffer as it was");
 

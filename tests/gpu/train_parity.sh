@@ -75,7 +75,7 @@ if run gpu 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
         if r=$(compare "$tmp/gpu.jsonl" "$tmp/gpu_again.jsonl" 0 val); then echo "PASS the GPU run twice: bit-identical losses, gradient norms and validation losses"
         else failed "the GPU run twice differs: $r"; fi
     fi
-    pred=$("$PLAN_MEMORY" --world 1 "${common[@]}" 2>&1 | grep '^memory bytes' | sed 's/ *$//')
+    pred=$("$PLAN_MEMORY" --world 1 "${common[@]}" "${GPU_ARGS[@]}" 2>&1 | grep '^memory bytes' | sed 's/ *$//')
     got=$(grep '^memory bytes' "$tmp/gpu.log" | sed 's/ *$//')
     if [ -n "$got" ] && [ "$pred" = "$got" ]; then echo "PASS the GPU run's memory line equals the planner's: $got"
     else failed "memory: predicted '$pred', allocated '$got'"; fi

@@ -1,0 +1,29 @@
+// ops/cuda_workspace.c — the sizes of the CUDA backend's own work buffers
+// (ops/cuda_workspace.h), a pure function compiled into both builds: the planner of the
+// CPU build predicts a GPU run's memory with it, the CUDA backend carves its
+// installed workspace with it, so the two cannot drift apart.
+#include "ops/cuda_workspace.h"
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+size_t ops_cuda_operand_elements(size_t rows, size_t cols) { return rows * round_up(cols, 8); }
+
+OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b) {
+    OpsCudaWorkspace w = {0};
+    w.lt = OPS_CUDA_LT_WORKSPACE;
+    const size_t sums = b->rows > OPS_CUDA_SUM_BLOCKS ? b->rows : OPS_CUDA_SUM_BLOCKS;
+    w.scratch = round_up(sums * sizeof(double), 256);
+    if (b->bf16) {
+        // Slot 0 holds a backward's output gradient (rows, out) or, outside the kept
+        // copy, a forward's weight; slot 1 an input (rows, in); slot 2 a backward's
+        // weight outside the kept copy. bf16: 2 bytes each.
+        const size_t dout = ops_cuda_operand_elements(b->rows, b->out_cols);
+        w.half[0] = round_up(2 * (dout > b->weight ? dout : b->weight), 256);
+        w.half[1] = round_up(2 * ops_cuda_operand_elements(b->rows, b->in_cols), 256);
+        w.half[2] = round_up(2 * b->weight, 256);
+    }
+    // + 256 of slack: the backend starts the first part 256-byte aligned (cuBLASLt's
+    // workspace) in a planned buffer that is only 64-byte aligned (util.h).
+    w.total = 256 + w.lt + w.scratch + w.half[0] + w.half[1] + w.half[2];
+    return w;
+}

@@ -1,0 +1,34 @@
+// ops/cuda_workspace.h — the sizes of the CUDA backend's own work buffers (ops.h,
+// "the CUDA backend's own work buffers"): the step's bounds and the parts they
+// size. Pure functions, in both builds (ops/cuda_workspace.c). Its own header, out
+// of ops.h, because tests/gpu/cpu_ref.h reads ops.h twice (the CPU kernels' names,
+// then the CUDA ones) and these types and functions exist once.
+#ifndef FEMTOTRON_CUDA_WORKSPACE_H
+#define FEMTOTRON_CUDA_WORKSPACE_H
+
+#include <stddef.h>
+
+typedef struct {
+    size_t rows;      // most rows (tokens) of one matrix product or cross-entropy call
+    size_t in_cols;   // widest input (in_dim) of a matrix product
+    size_t out_cols;  // widest output (out_dim) of a matrix product
+    size_t weight;    // most elements, as ops_cuda_operand_elements counts them, of a weight
+                      // a product reads from outside the kept bf16 copy (0: none does)
+    int bf16;         // bf16 products (training.precision)
+} OpsBounds;
+// The parts of the CUDA workspace for bounds b, in bytes (each a multiple of 256,
+// laid out in this order), and their total. Pure, in both builds (ops/cuda_workspace.c):
+// the CPU build plans GPU runs too.
+typedef struct {
+    size_t lt;       // cuBLASLt's workspace (OPS_CUDA_LT_WORKSPACE)
+    size_t scratch;  // (max(rows, OPS_CUDA_SUM_BLOCKS)) doubles: row losses, sum partials
+    size_t half[3];  // bf16 operand copies, slots 0..2 (0 bytes in fp32)
+    size_t total;    // the parts + 256 bytes of slack to align the first to 256
+} OpsCudaWorkspace;
+#define OPS_CUDA_LT_WORKSPACE ((size_t)32 << 20)  // llm.c's size on Hopper (GPU_NOTES.md)
+#define OPS_CUDA_SUM_BLOCKS 256  // sum_squares' fixed grid: its partials' order never changes
+OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
+// Elements of the bf16 copy of an (rows, cols) operand: its rows padded to 8 values
+// (16 bytes, for cuBLASLt's vector loads).
+size_t ops_cuda_operand_elements(size_t rows, size_t cols);
+#endif

@@ -1,0 +1,112 @@
+// tests/unit/test_cuda_workspace.c — the CUDA backend's own work buffers are planned
+// (ops/cuda_workspace.h, model/llama.h: llama_op_bounds, engines/rank.c): their
+// parts from the bounds, the bounds from the model's shapes worked out here by hand,
+// and a GPU run's predicted memory holding exactly the workspace more than the same
+// run on the CPU. The CUDA side (nothing grows once it is installed; an op beyond
+// it is fatal) runs in tests/gpu/ (gpu_ops, and every emulated training run).
+#include <string.h>
+
+#include "check.h"
+#include "config.h"
+#include "dist/grid.h"
+#include "model/llama.h"
+#include "ops/ops.h"
+#include "plan/memory_rank.h"
+
+static size_t r256(size_t x) { return (x + 255) / 256 * 256; }
+static size_t r8(size_t x) { return (x + 7) / 8 * 8; }
+
+static void test_parts(void) {
+    OpsBounds b = {.rows = 1000, .in_cols = 100, .out_cols = 261, .weight = 0, .bf16 = 0};
+    OpsCudaWorkspace w = ops_cuda_workspace(&b);
+    CHECK(w.lt == (size_t)32 << 20 && w.scratch == r256(1000 * 8) && !w.half[0] && !w.half[1] && !w.half[2],
+          "fp32: cuBLASLt's 32 MiB and 1000 doubles of row losses, no bf16 copies (scratch %zu)", w.scratch);
+    CHECK(w.total == 256 + w.lt + w.scratch, "the total is the parts and 256 bytes of alignment slack (%zu)",
+          w.total);
+    b.rows = 10;
+    w = ops_cuda_workspace(&b);
+    CHECK(w.scratch == 256 * 8, "few rows: the gradient norm's 256 partial sums still fit (%zu bytes)", w.scratch);
+    b.rows = 1000;
+    b.bf16 = 1;
+    w = ops_cuda_workspace(&b);
+    CHECK(w.half[0] == r256(2 * 1000 * r8(261)) && w.half[1] == r256(2 * 1000 * r8(100)) && w.half[2] == 0,
+          "bf16: an output gradient of 1000 x 264 and an input of 1000 x 104 bf16 values, no weight copies "
+          "(%zu, %zu, %zu)", w.half[0], w.half[1], w.half[2]);
+    b.weight = 5000000;  // a gathered weight larger than any activation operand
+    w = ops_cuda_workspace(&b);
+    CHECK(w.half[0] == r256(2 * 5000000) && w.half[2] == r256(2 * 5000000),
+          "bf16 with weights outside the kept copy: slots 0 and 2 hold the largest (%zu, %zu)", w.half[0],
+          w.half[2]);
+    CHECK(ops_cuda_operand_elements(3, 17) == 3 * 24 && ops_cuda_operand_elements(0, 17) == 0,
+          "an operand's rows are padded to 8 values");
+}
+
+static void make_cfg(Config *c, int world, const char *const *args, int n) {
+    config_defaults(c);
+    const char *base[] = {"--model.hidden_size", "64", "--model.intermediate_size", "128",
+                          "--model.num_hidden_layers", "4", "--model.num_attention_heads", "4",
+                          "--model.num_key_value_heads", "2", "--model.vocab_size", "257",
+                          "--training.seq_length", "32", "--training.micro_batch_size", "2",
+                          "--training.global_batch_size", "8", "--training.threads", "1", "--data.train", "unused_*.bin"};
+    char *argv[64];
+    int argc = 0;
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) argv[argc++] = (char *)base[i];
+    for (int i = 0; i < n; i++) argv[argc++] = (char *)args[i];
+    config_apply_args(c, argc, argv);
+    config_validate(c, world);
+}
+
+// The bounds of a rank, worked out by hand for the model above: D 64, 4 heads of 16,
+// 2 kv heads, F 128, V 257; B 2, seq 32.
+static void test_bounds(void) {
+    Config c;
+    make_cfg(&c, 1, NULL, 0);
+    LlamaModel m;
+    llama_build(&m, &c.model, model_whole());
+    OpsBounds b = llama_op_bounds(&m, 2, 32, 1, 0, 0);
+    // outputs: q|k|v (4+2+2)*16 = 128, o 64, gate|up 256, head 257; inputs: D, A 64, F 128.
+    CHECK(b.rows == 64 && b.out_cols == 257 && b.in_cols == 128 && b.weight == 0,
+          "one rank: 64 rows, the head's 257 columns out, the down product's 128 in (%zu, %zu, %zu)", b.rows,
+          b.out_cols, b.in_cols);
+    b = llama_op_bounds(&m, 2, 32, 0, 0, 0);
+    CHECK(b.out_cols == 256, "a stage without the head: gate|up's 256 columns are the widest (%zu)", b.out_cols);
+    b = llama_op_bounds(&m, 2, 32, 1, 1, 0);
+    CHECK(b.weight == 257 * 64, "bf16 without the kept copy (ZeRO-3): the head, 257 x 64, is the largest weight "
+          "(%zu)", b.weight);
+    b = llama_op_bounds(&m, 2, 32, 1, 1, 1);
+    CHECK(b.weight == 0, "bf16 with the kept copy: no weight is copied per product");
+    llama_free(&m);
+    llama_build(&m, &c.model, model_tp_shard(2, 0, 1));
+    b = llama_op_bounds(&m, 2, 32, 1, 0, 0);
+    // tp 2: q|k|v 64, gate|up 128, head rows 129; inputs D 64, F/2 64.
+    CHECK(b.rows == 64 && b.out_cols == 129 && b.in_cols == 64,
+          "tp 2 with sequence parallel: the gathered 64 rows, 129 head rows out, 64 in (%zu, %zu, %zu)", b.rows,
+          b.out_cols, b.in_cols);
+    llama_free(&m);
+}
+
+// A GPU run's predicted memory: the CPU run's, plus the workspace in activations.
+static void test_planned(void) {
+    const char *gpu[] = {"--training.device", "cuda", "--training.precision", "bf16", "--parallel.pp", "2"};
+    const char *cpu[] = {"--training.device", "cpu", "--parallel.pp", "2"};
+    Config g, c;
+    make_cfg(&g, 2, gpu, 6);
+    make_cfg(&c, 2, cpu, 4);
+    ops_set_threads(1);
+    for (int stage = 0; stage < 2; stage++) {
+        const GridCoords at = grid_coords(&g.parallel, stage);
+        MemoryReport mg = plan_rank_memory(&g, at), mc = plan_rank_memory(&c, at);
+        const OpsBounds b = {.rows = 64, .in_cols = 128, .out_cols = stage ? 257 : 256, .weight = 0, .bf16 = 1};
+        const size_t ws = ops_cuda_workspace(&b).total;
+        CHECK(mg.activations == mc.activations + ws && mg.params == mc.params + 2 * (mc.params / 4),
+              "pp stage %d on the GPU: activations hold %zu bytes of CUDA work buffers more than on the CPU "
+              "(%zu vs %zu), params the bf16 copy", stage, ws, mg.activations, mc.activations);
+    }
+}
+
+int main(void) {
+    test_parts();
+    test_bounds();
+    test_planned();
+    return check_summary();
+}
