@@ -528,8 +528,60 @@ static void test_bad_ids(const char *self) {
     }
 }
 
+// The CUDA backend's planned work buffers (ops.h: ops_set_workspace). Installed,
+// sized for exactly the operands of one bf16 product check, they carry that check
+// (the backend's own buffers are freed at the install and none may grow while it
+// is in: a copy outside the parts would be fatal), and an op beyond them ends the
+// process naming the part (a child: argv[0] --beyond-workspace K).
+static const OpsBounds WS_BOUNDS = {.rows = 29, .in_cols = 64, .out_cols = 257, .weight = 257 * 64, .bf16 = 1};
+
+static int beyond_workspace_child(int which) {
+    ops_init(0);
+    void *ws = buf_alloc(MEM_ACTIVATIONS, ops_cuda_workspace(&WS_BOUNDS).total, "workspace");
+    ops_set_workspace(ws, &WS_BOUNDS);
+    ops_set_matmul_bf16(1);
+    enum { N = 300, D = 64, V = 257 };  // 300 rows: more than the bounds' 29, and than 256 partial sums
+    float *x = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * N * V, "x");        // (N, V)
+    float *w = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * V * D, "w");        // (V, D)
+    int32_t *t = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * N, "targets");  // (N)
+    double *acc = buf_alloc(MEM_ACTIVATIONS, sizeof(double), "loss");         // (1)
+    if (which == 0) matmul_forward(x, x, w, 29, D, V);  // within the bounds
+    if (which == 1) matmul_forward(x, x, w, N, D, V);   // an input copy of 300 rows
+    if (which == 2) cross_entropy_forward(x, t, N, V, acc);  // 300 row losses
+    ops_sync();
+    printf("not refused\n");
+    return 0;
+}
+
+static void test_workspace(const char *self) {
+    void *ws = buf_alloc(MEM_ACTIVATIONS, ops_cuda_workspace(&WS_BOUNDS).total, "workspace");
+    ops_set_workspace(ws, &WS_BOUNDS);
+    test_matmul_bf16(29, 64, 257, 301);  // the checks of the same shape, now inside the planned parts
+    ops_set_workspace(NULL, NULL);
+    buf_free(ws);
+    const char *names[] = {"a bf16 product within the bounds", "a bf16 product of 300 rows (bounds: 29)",
+                           "a cross-entropy of 300 rows (256 partial sums planned)"};
+    const char *parts[] = {NULL, "a bf16 operand copy", "the row losses or partial sums"};
+    for (int k = 0; k < 3; k++) {
+        char cmd[4096], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "'%s' --beyond-workspace %d 2>&1", self, k);
+        FILE *p = popen(cmd, "r");
+        size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[got] = '\0';
+        const int rc = p ? pclose(p) : -1;
+        if (!parts[k])
+            CHECK(rc == 0 && strstr(out, "not refused"), "%s runs in the installed workspace (status %d: %.200s)",
+                  names[k], rc, out);
+        else
+            CHECK(rc != 0 && strstr(out, parts[k]) && strstr(out, "planned workspace holds") &&
+                      !strstr(out, "not refused"),
+                  "%s: fatal, naming the part, nothing allocated (status %d: %.300s)", names[k], rc, out);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad-id")) return bad_id_child(atoi(argv[2]));
+    if (argc == 3 && !strcmp(argv[1], "--beyond-workspace")) return beyond_workspace_child(atoi(argv[2]));
     ops_init(0);  // dies, saying so, without a GPU
     // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
     // built against the CPU objects (tests/shell/test_cuda_build.sh) it compares the
@@ -544,6 +596,7 @@ int main(int argc, char **argv) {
         test_adamw_writes_copy();
         test_attention_bf16(64);
         test_attention_bf16(128);
+        test_workspace(argv[0]);
     }
     else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());
     test_embedding();
