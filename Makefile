@@ -33,7 +33,7 @@ OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
 # all build into $(BUILD)/tests; tests/README.md describes the kinds.
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
-            $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu
+            $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu
 
 .PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags emu
 all: femtotron
@@ -57,6 +57,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.
 # C++, built by the host compiler, no CUDA toolkit needed.
 CXX ?= g++
 $(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh
+	@mkdir -p $(BUILD)/tests
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
+
+# The emulated streams' orders (CUDA_EMU_STREAMS) show a missing event.
+$(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_emu.h
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 

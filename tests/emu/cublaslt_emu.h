@@ -153,7 +153,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
                                      cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
                                      const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D,
                                      cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *, size_t,
-                                     cudaStream_t) {
+                                     cudaStream_t stream) {
     uint64_t m, n, k;
     if (!emu_lt_shape(desc, la, lb, lc, &m, &n, &k) || ld->rows != lc->rows || ld->cols != lc->cols)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -176,7 +176,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
         cblas_sgemm(CblasColMajor, dd.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     dd.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, al, a, (int)a_l.ld, b,
                     (int)b_l.ld, be, d, (int)d_l.ld);
-    });
+    }, stream);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -25,10 +25,19 @@
 // Streams. Work is queued, not run: a launch, a cuBLASLt product, an async copy
 // or memset between device (or managed) memory runs when the host next waits
 // (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree, a copy into plain host
-// memory, which CUDA completes before returning), all streams in the order the
-// host issued the work. So host code that reads a buffer an op has not finished
-// sees the old contents, as it may on a GPU, instead of the answer: a missing wait
-// fails the tests. A copy out of plain host memory reads it when issued (CUDA
+// memory, which CUDA completes before returning). So host code that reads a buffer
+// an op has not finished sees the old contents, as it may on a GPU, instead of the
+// answer: a missing wait fails the tests. The order between streams is
+// CUDA_EMU_STREAMS's: `order` (the default) runs all streams in the order the host
+// issued the work; `side-first` runs the work of the other streams (NCCL's group
+// streams) as early as their stream order and events allow, and `side-last` as
+// late, the process's first stream (the ops' stream) and the default stream being
+// the main one. Each stream keeps its order and cudaStreamWaitEvent holds a
+// stream until the event's record has run; the other streams are kept in one
+// queue, in issue order, which keeps every rank's collectives in issue order too.
+// So a missing event between the ops' stream and a collective's stream shows as
+// wrong numbers in one of the two modes (a collective reading its buffer before the
+// op writing it ran, or an op reading the collective's result before it arrived). A copy out of plain host memory reads it when issued (CUDA
 // stages pageable memory then); a copy out of pinned memory (cudaMallocHost) reads
 // it when it runs, as a GPU's DMA does, so host code that rewrites pinned memory
 // before its copy ran sends the new contents. CUDA_EMU_SYNC=1 runs everything at once.
@@ -51,7 +60,9 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include <deque>
 #include <functional>
+#include <memory>
 #include <map>
 #include <type_traits>
 #include <vector>
@@ -117,30 +128,70 @@ inline std::map<const void *, int> smem_allowed;  // cudaFuncSetAttribute's dyna
 inline std::map<const void *, bool> barrier_free;  // kernels whose first block used no barrier
 
 // ---- the streams: work queued until the host waits (see the top) ----
-inline std::vector<std::function<void()>> queued;
-inline bool running_queue;  // flush() is running queued work
+struct Work {
+    std::function<void()> fn;
+    long seq;                     // issue order
+    std::shared_ptr<bool> after;  // cudaStreamWaitEvent: runs once this record has run (null: no wait)
+    bool never;                   // a collective that never finishes (NCCL_EMU_HANG_AT)
+};
+inline std::deque<Work> main_q, side_q;  // the main stream's work; every other stream's, in issue order
+inline EmuStream *first_stream;          // the first stream the process created: the main one
+inline long issued;
+inline bool running_queue;  // run_ready() is running queued work
 inline bool sync_mode() {
     static const int on = getenv("CUDA_EMU_SYNC") && atoi(getenv("CUDA_EMU_SYNC")) != 0;
     return on;
 }
+enum StreamOrder { ORDER_ISSUE, ORDER_SIDE_FIRST, ORDER_SIDE_LAST };
+inline StreamOrder stream_order() {
+    static const StreamOrder o = [] {
+        const char *v = getenv("CUDA_EMU_STREAMS");
+        if (!v || !v[0] || !strcmp(v, "order")) return ORDER_ISSUE;
+        if (!strcmp(v, "side-first")) return ORDER_SIDE_FIRST;
+        if (!strcmp(v, "side-last")) return ORDER_SIDE_LAST;
+        emu_fail("CUDA_EMU_STREAMS must be order, side-first or side-last");
+    }();
+    return o;
+}
+inline bool is_side(cudaStream_t s) { return s && s != first_stream; }
 // A queued piece of work that never finishes (a collective whose peers never come,
-// tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT) stalls the queue: nothing after it runs,
-// queries say "not ready" for ever, and a host wait fails (on a GPU it would hang).
+// tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT) stalls its stream: nothing after it
+// there runs, nor what waits for it; queries say "not ready" for ever, and a host
+// wait fails (on a GPU it would hang).
 inline bool stalled;
-inline void enqueue(std::function<void()> work) {
-    if ((sync_mode() || running_queue) && !stalled) work();
-    else queued.push_back(std::move(work));
+inline void enqueue(std::function<void()> work, cudaStream_t stream, std::shared_ptr<bool> after = nullptr,
+                    bool never = false) {
+    if ((sync_mode() || running_queue) && !stalled && !never) {
+        work();
+        return;
+    }
+    (is_side(stream) ? side_q : main_q).push_back(Work{std::move(work), issued++, std::move(after), never});
 }
-// Run the queued work in issue order, up to a stall (what a query sees).
+inline bool runnable(const std::deque<Work> &q) {
+    return !q.empty() && !q.front().never && (!q.front().after || *q.front().after);
+}
+// Run what the streams allow, in CUDA_EMU_STREAMS's order, up to what waits for a
+// stall (what a query sees).
 inline void run_ready() {
-    if (running_queue || stalled) return;
+    if (running_queue) return;
     running_queue = true;
-    size_t i = 0;
-    while (i < queued.size() && !stalled) queued[i++]();
-    queued.erase(queued.begin(), queued.begin() + (long)i);
+    for (;;) {
+        const bool m = runnable(main_q), s = runnable(side_q);
+        std::deque<Work> *q = nullptr;
+        if (stream_order() == ORDER_SIDE_FIRST) q = s ? &side_q : m ? &main_q : nullptr;
+        else if (stream_order() == ORDER_SIDE_LAST) q = m ? &main_q : s ? &side_q : nullptr;
+        else if (!main_q.empty() && (side_q.empty() || main_q.front().seq < side_q.front().seq)) q = m ? &main_q : nullptr;
+        else q = s ? &side_q : nullptr;
+        if (!q) break;
+        std::function<void()> fn = std::move(q->front().fn);
+        q->pop_front();
+        fn();
+    }
     running_queue = false;
+    // Work left that cannot run: behind (or waiting for) a collective that never finishes.
+    stalled = !main_q.empty() || !side_q.empty();
 }
-// A host wait: every queued piece of work, in issue order.
+// A host wait: every queued piece of work.
 inline void flush() {
     run_ready();
     if (stalled)
@@ -381,23 +432,25 @@ struct EmuCall {
     void (*kernel)(P...);
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     template <class... A>
     void operator()(A... args) const {
         void (*k)(P...) = kernel;
         if (!emu::launch_ok((const void *)k, grid, block, smem)) return;
         const dim3 g = grid, b = block;
         const size_t sm = smem;
-        emu::enqueue([=]() {  // the arguments as they were at the launch
-            const std::function<void()> fn = [=]() { k(args...); };
-            emu::run_launch((const void *)k, g, b, sm, fn);
-        });
+        emu::enqueue(
+            [=]() {  // the arguments as they were at the launch
+                const std::function<void()> fn = [=]() { k(args...); };
+                emu::run_launch((const void *)k, g, b, sm, fn);
+            },
+            stream);
     }
 };
 template <class... P>
 inline EmuCall<P...> emu_kernel_call(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0,
                                      cudaStream_t stream = nullptr) {
-    (void)stream;  // every stream's work goes into one queue, in issue order
-    return EmuCall<P...>{kernel, grid, block, smem};
+    return EmuCall<P...>{kernel, grid, block, smem, stream};
 }
 
 // ---------------------------------------------------------------- runtime calls
@@ -465,15 +518,24 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) {
     *v = 1;
     return cudaSuccess;
 }
+struct EmuStream {
+    int id;
+};
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
-    *s = (cudaStream_t)(uintptr_t)1;
+    static int streams;
+    *s = new EmuStream{++streams};
+    if (!emu::first_stream) emu::first_stream = *s;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-// Events: recorded into the queue; a query runs the queue first (so every event
-// completes when asked, as the device would eventually).
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (s != emu::first_stream) delete s;  // (the main one stays: the queue keys on it)
+    return cudaSuccess;
+}
+// Events: a record is queued on its stream and marks the event's latest record
+// done when it runs; a query runs what can run first (so every event completes when
+// asked, as the device would eventually, unless behind a stall).
 struct EmuEvent {
-    bool done = true;
+    std::shared_ptr<bool> record;  // the latest record (null: never recorded)
 };
 typedef EmuEvent *cudaEvent_t;
 #define cudaEventDisableTiming 0x02
@@ -482,24 +544,28 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    emu::enqueue([e]() { delete e; });  // as CUDA: freed once the work before it is done
+    delete e;  // the queued records and waits hold their own flags
     return cudaSuccess;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
-    e->done = false;
-    emu::enqueue([e]() { e->done = true; });
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
+    std::shared_ptr<bool> r = std::make_shared<bool>(false);
+    e->record = r;
+    emu::enqueue([r]() { *r = true; }, stream);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     emu::run_ready();
-    return e->done ? cudaSuccess : cudaErrorNotReady;
+    return !e->record || *e->record ? cudaSuccess : cudaErrorNotReady;
 }
-inline cudaError_t cudaStreamQuery(cudaStream_t) {
+inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     emu::run_ready();
-    return emu::queued.empty() ? cudaSuccess : cudaErrorNotReady;
+    return (emu::is_side(s) ? emu::side_q : emu::main_q).empty() ? cudaSuccess : cudaErrorNotReady;
 }
-// One queue in issue order (see the top): what the event follows has run first.
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+// The stream's later work waits until the event's latest record (at this call) has run.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    if (e->record) emu::enqueue([]() {}, s, e->record);
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
     emu::flush();
     return cudaSuccess;
@@ -565,7 +631,8 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void
 // the source is read now (CUDA stages pageable memory before returning) and the
 // copy queued; into plain host memory everything queued runs first and the copy is
 // done on return (CUDA completes those before returning).
-inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t stream = nullptr) {
     const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (bytes && d < s + bytes && s < d + bytes && d != s) return cudaErrorInvalidValue;
     if (bytes == 0) return cudaSuccess;
@@ -573,12 +640,12 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
         emu::flush();
         memmove(dst, src, bytes);
     } else if (emu::pinned_memory(src, bytes)) {
-        emu::enqueue([=]() { memcpy(dst, src, bytes); });  // the DMA reads the source when it runs
+        emu::enqueue([=]() { memcpy(dst, src, bytes); }, stream);  // the DMA reads the source when it runs
     } else if (!emu::device_memory(src, bytes)) {
         std::vector<unsigned char> staged((const unsigned char *)src, (const unsigned char *)src + bytes);
-        emu::enqueue([=]() { memcpy(dst, staged.data(), bytes); });
+        emu::enqueue([=]() { memcpy(dst, staged.data(), bytes); }, stream);
     } else {
-        emu::enqueue([=]() { memmove(dst, src, bytes); });
+        emu::enqueue([=]() { memmove(dst, src, bytes); }, stream);
     }
     return cudaSuccess;
 }
@@ -588,8 +655,8 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
     emu::flush();
     return e;
 }
-inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t = nullptr) {
-    emu::enqueue([=]() { memset(p, v, bytes); });
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream = nullptr) {
+    emu::enqueue([=]() { memset(p, v, bytes); }, stream);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void *p, int v, size_t bytes) {
@@ -600,7 +667,7 @@ inline cudaError_t cudaMemset(void *p, int v, size_t bytes) {
 // 2D copies: between device ranges queued; with plain host memory on either side
 // done now, after the queue (the copy_rows_f32 callers pass planned buffers).
 inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                                     size_t height, cudaMemcpyKind, cudaStream_t = nullptr) {
+                                     size_t height, cudaMemcpyKind, cudaStream_t stream = nullptr) {
     if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
     if (height == 0 || width == 0) return cudaSuccess;
     auto copy = [=]() {
@@ -608,7 +675,7 @@ inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, 
     };
     const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
     if (emu::device_memory(dst, dspan) && emu::device_memory(src, sspan)) {
-        emu::enqueue(copy);
+        emu::enqueue(copy, stream);
     } else {
         emu::flush();
         copy();
@@ -616,11 +683,13 @@ inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, 
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
-                                     cudaStream_t = nullptr) {
+                                     cudaStream_t stream = nullptr) {
     if (width > pitch) return cudaErrorInvalidPitchValue;
-    emu::enqueue([=]() {
-        for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
-    });
+    emu::enqueue(
+        [=]() {
+            for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+        },
+        stream);
     return cudaSuccess;
 }
 

@@ -11,8 +11,10 @@
 // so the caller's watchdog fires as on a stuck peer. NCCL_EMU_HANG_AT=k stages a
 // peer that dies after joining: this process's k-th collective never finishes
 // (cuda_emu.h's stalled queue), for the watchdog of collectives the device waits
-// for. What it cannot check: NCCL's own algorithms, streams running at once, and
-// anything about the hardware.
+// for. Each collective is queued on its group's stream: CUDA_EMU_STREAMS
+// (cuda_emu.h) runs those streams before or after the ops' stream wherever the
+// events allow, which shows a missing event. What it cannot check: NCCL's own
+// algorithms, streams truly running at once, and anything about the hardware.
 #ifndef FEMTOTRON_NCCL_EMU_H
 #define FEMTOTRON_NCCL_EMU_H
 
@@ -96,20 +98,19 @@ inline ncclResult_t ncclGroupStart() { return ncclSuccess; }  // the calls betwe
 inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 // Queue one collective (fp32 only, as femtotron uses).
-inline ncclResult_t emu_nccl(ncclComm_t c, ncclDataType_t t, const std::function<void()> &run) {
+inline ncclResult_t emu_nccl(ncclComm_t c, ncclDataType_t t, cudaStream_t stream, const std::function<void()> &run) {
     if (t != ncclFloat32) return ncclInvalidArgument;
     if (c->stalled) return ncclInProgress;
     static long issued;
     static const long hang_at = getenv("NCCL_EMU_HANG_AT") ? atol(getenv("NCCL_EMU_HANG_AT")) : 0;
-    if (++issued == hang_at) emu::enqueue([]() { emu::stalled = true; });
-    else emu::enqueue(run);
+    emu::enqueue(run, stream, nullptr, ++issued == hang_at);  // the hang_at-th never runs
     return ncclSuccess;
 }
 inline MPI_Op emu_mpi_op(ncclRedOp_t op) { return op == ncclMax ? MPI_MAX : MPI_SUM; }
 
 inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                  ncclComm_t c, cudaStream_t) {
-    return emu_nccl(c, t, [=]() {
+                                  ncclComm_t c, cudaStream_t stream) {
+    return emu_nccl(c, t, stream, [=]() {
         if (c->size == 1) {
             if (send != recv) memmove(recv, send, n * 4);
             return;
@@ -118,8 +119,8 @@ inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDa
     });
 }
 inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                      ncclComm_t c, cudaStream_t) {
-    return emu_nccl(c, t, [=]() {
+                                      ncclComm_t c, cudaStream_t stream) {
+    return emu_nccl(c, t, stream, [=]() {
         // NCCL allows recv = send + rank * n (in place): read the input first.
         std::vector<float> in((const float *)send, (const float *)send + n * c->size);
         if (c->size == 1) memcpy(recv, in.data(), n * 4);
@@ -127,24 +128,24 @@ inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, nc
     });
 }
 inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c,
-                                  cudaStream_t) {
-    return emu_nccl(c, t, [=]() {
+                                  cudaStream_t stream) {
+    return emu_nccl(c, t, stream, [=]() {
         std::vector<float> mine((const float *)send, (const float *)send + n);  // send may lie in recv
         if (c->size == 1) memcpy(recv, mine.data(), n * 4);
         else MPI_Allgather(mine.data(), (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->comm);
     });
 }
 inline ncclResult_t ncclReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
-                               ncclComm_t c, cudaStream_t) {
-    return emu_nccl(c, t, [=]() {
+                               ncclComm_t c, cudaStream_t stream) {
+    return emu_nccl(c, t, stream, [=]() {
         std::vector<float> in((const float *)send, (const float *)send + n);
         if (c->size == 1) memcpy(recv, in.data(), n * 4);
         else MPI_Reduce(in.data(), c->rank == root ? recv : nullptr, (int)n, MPI_FLOAT, emu_mpi_op(op), root, c->comm);
     });
 }
 inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t c,
-                                  cudaStream_t) {
-    return emu_nccl(c, t, [=]() {
+                                  cudaStream_t stream) {
+    return emu_nccl(c, t, stream, [=]() {
         if (c->rank == root && send != recv) memmove(recv, send, n * 4);
         if (c->size > 1) MPI_Bcast(recv, (int)n, MPI_FLOAT, root, c->comm);
     });

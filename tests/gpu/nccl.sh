@@ -19,7 +19,15 @@
 #      count; the emulation plays CUDA_EMU_DEVICES of them), layouts of several
 #      ranks with parallel.comm = nccl against the CPU's one rank within 1e-5
 #      (tests/gpu/layouts.sh: NCCL_LAYOUTS, default ZeRO-3 over 4 ranks with uneven
-#      buckets and tp2 x cp2 x pp2); skipped, saying so, on one GPU.
+#      buckets and tp2 x cp2 x pp2); skipped, saying so, on one GPU;
+#   7. emulated only (NCCL_EMU_STREAM_TEST=1): the same with NCCL's streams run
+#      before the ops' stream wherever events allow, then after it
+#      (CUDA_EMU_STREAMS=side-first, side-last: tests/emu/cuda_emu.h), on dp 2
+#      ZeRO-1, tp 2 with sequence parallel and cp 2: a missing event between the
+#      ops and a collective, either way, changes the numbers in one of the two
+#      (dropping the collective's wait for the ops fails side-first at 0.14
+#      relative on dp 2, dropping the ops' wait for the collective side-last at
+#      0.01; issue order, the GPU's usual one, passes both).
 # Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda),
 # NCCL_OPS (default ./build-cuda/tests/nccl_ops).
 set -u
@@ -112,5 +120,19 @@ if [ "${gpus:-0}" -ge 8 ]; then
     fi
 else
     echo "SKIP layouts with parallel.comm = nccl need a GPU per rank (8 for tp2 x cp2 x pp2): this machine has ${gpus:-0}"
+fi
+# 7. The events, each way, under the emulation's adversarial stream orders.
+if [ "${NCCL_EMU_STREAM_TEST:-0}" = 1 ] && [ "${gpus:-0}" -ge 2 ]; then
+    for order in side-first side-last; do
+        out=$(CUDA_EMU_STREAMS=$order CUDA_EMU_DEVICES=$gpus LAYOUTS='^(dp2_zero1|tp2_sp|cp2)$' \
+            GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
+        rc=$?
+        printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | grep -v '^PASS memory' |
+            sed -E "s/^(PASS|FAIL) /\1 parallel.comm = nccl, NCCL's streams run $order: /"
+        if [ "$rc" -ne 0 ]; then
+            printf '%s\n' "$out" | grep -q '^FAIL ' || echo "FAIL layouts with NCCL's streams $order exited with status $rc"
+            fail=1
+        fi
+    done
 fi
 exit $fail

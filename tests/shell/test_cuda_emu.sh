@@ -28,7 +28,8 @@
 #     and the watchdog of a collective that never finishes, and (8
 #     emulated GPUs, a rank each) ZeRO-3 over 4 ranks and tp2 x cp2 x pp2 with
 #     parallel.comm = nccl against the CPU's one rank, which a one-GPU machine
-#     cannot run;
+#     cannot run, and dp 2, tp 2 and cp 2 over NCCL with its streams run before
+#     and after the ops' stream wherever the events allow (a missing event shows);
 #   - a build that sees no device stops at once and says so.
 # Not here: the main job's 500 bf16 steps (too slow emulated).
 # The GPU's own run (tests/gpu/run.sh) is still what issue 14 asks for: this finds
@@ -64,7 +65,7 @@ part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
 part calibrate bash tests/gpu/calibrate.sh
 part generate bash tests/gpu/generate.sh
-NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 part nccl bash tests/gpu/nccl.sh
+NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
 rc=$?
