@@ -509,17 +509,24 @@ static int bad_id_child(int which) {
     return 0;
 }
 
+// Run this driver again as `self FLAG k` and capture its output (out, size bytes)
+// and exit status: the checks that end a process.
+static int run_self(const char *self, const char *flag, int k, char *out, size_t size) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s %d 2>&1", self, flag, k);
+    FILE *p = popen(cmd, "r");
+    size_t got = p ? fread(out, 1, size - 1, p) : 0;
+    out[got] = '\0';
+    return p ? pclose(p) : -1;
+}
+
 static void test_bad_ids(const char *self) {
     const char *names[] = {"embedding_forward", "embedding_backward", "cross_entropy_forward_backward",
                            "cross_entropy_forward"};
     const int deferred = strcmp(ops_backend_name(), "cuda") == 0;
     for (int k = 0; k < 4; k++) {
-        char cmd[4096], out[4096] = "";
-        snprintf(cmd, sizeof cmd, "'%s' --bad-id %d 2>&1", self, k);
-        FILE *p = popen(cmd, "r");
-        size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-        out[got] = '\0';
-        const int rc = p ? pclose(p) : -1;
+        char out[4096];
+        const int rc = run_self(self, "--bad-id", k, out, sizeof out);
         const char *q = strstr(out, "queued"), *e = strstr(out, "id 300 at position 2");
         CHECK(rc != 0 && e && strstr(out, "[0, 257)") && !strstr(out, "not refused") &&
                   (deferred ? q && q < e : !q),
@@ -563,12 +570,8 @@ static void test_workspace(const char *self) {
                            "a cross-entropy of 300 rows (256 partial sums planned)"};
     const char *parts[] = {NULL, "a bf16 operand copy", "the row losses or partial sums"};
     for (int k = 0; k < 3; k++) {
-        char cmd[4096], out[4096] = "";
-        snprintf(cmd, sizeof cmd, "'%s' --beyond-workspace %d 2>&1", self, k);
-        FILE *p = popen(cmd, "r");
-        size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-        out[got] = '\0';
-        const int rc = p ? pclose(p) : -1;
+        char out[4096];
+        const int rc = run_self(self, "--beyond-workspace", k, out, sizeof out);
         if (!parts[k])
             CHECK(rc == 0 && strstr(out, "not refused"), "%s runs in the installed workspace (status %d: %.200s)",
                   names[k], rc, out);
