@@ -31,11 +31,10 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     // sized from the widest operands of this rank's step, installed before step 1.
     if (cfg->training.device == DEVICE_CUDA) {
         const LlamaModel *m = &r->model;
-        r->op_bounds = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
-                                       r->pipe.held[m->L + 1] != 0, bf16, kept);
-        r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&r->op_bounds).total,
-                                "CUDA work buffers");
-        if (!plan_only) ops_set_workspace(r->workspace, &r->op_bounds);
+        const OpsBounds b = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
+                                            r->pipe.held[m->L + 1] != 0, bf16, kept);
+        r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&b).total, "CUDA work buffers");
+        if (!plan_only) ops_set_workspace(r->workspace, &b);
     }
     if (cfg->checkpoint.async && cfg->checkpoint.dir[0])
         r->snapshot = buf_take(plan_only, MEM_SNAPSHOT, sizeof(float) * dp_save_elements(&r->dp),

@@ -28,9 +28,9 @@ typedef struct {
                                // copy the background writer reads (MEM_SNAPSHOT), else NULL
     void *bf16_weights;        // bf16 products: (dp.n_elements) bf16 copy of the parameters
                                // (MEM_PARAMS, ops_keep_bf16_weights); NULL under ZeRO-3 or fp32
-    OpsBounds op_bounds;       // training.device = cuda: the widest operands of a step here
-    void *workspace;           // (ops_cuda_workspace(&op_bounds).total bytes) the CUDA backend's own
-                               // work buffers (MEM_ACTIVATIONS, ops_set_workspace); NULL on the CPU
+    void *workspace;           // training.device = cuda: the CUDA backend's own work buffers, sized
+                               // from the step's widest operands (llama_op_bounds, ops_cuda_workspace;
+                               // MEM_ACTIVATIONS, ops_set_workspace); NULL on the CPU
     double *step_scalars;      // (3) a step's cross-entropy sum and its gradient norm's two sums of
                                // squares (dense, experts), added up on the device and read back
                                // together, the step's one host wait (ops.h; MEM_ACTIVATIONS)

@@ -21,14 +21,13 @@ extern "C" {
 }
 
 static cudaStream_t g_stream;     // every op's stream (ops_init)
-static void *g_scratch;           // cuda_scratch's own buffer, grown while no workspace is installed
-static size_t g_scratch_bytes;
 static int32_t *g_ints[3];        // cuda_device_ints' staging slots
 static size_t g_ints_n[3];
-// The installed workspace (ops_set_workspace): its first part 256-byte aligned, the
-// parts laid out as ops_cuda_workspace says; NULL when none is installed.
-static char *g_ws;
-static OpsCudaWorkspace g_ws_parts;
+// The work buffers (cuda_work_buffer), part by part: the installed workspace's
+// parts (ops_set_workspace; g_ws set), else buffers the backend grew itself.
+static int g_ws;                  // a workspace is installed
+static void *g_part[WS_PARTS];
+static size_t g_part_bytes[WS_PARTS];
 
 void cuda_matmul_init(void);  // ops/matmul_cuda.cu
 static void drain(void);      // below: wait for the stream, under the collectives' watch
@@ -54,7 +53,8 @@ static void beyond_plan(const char *what, size_t bytes, size_t planned) {
 }
 
 // Grow a device buffer of the backend's own to at least `bytes` (contents are not
-// kept): only while no workspace is installed (tests, generation, bench).
+// kept): only while no workspace is installed (tests, generation, bench); within
+// an installed one, a request beyond its part is fatal.
 static void *grow(void **p, size_t *have, size_t bytes, const char *what) {
     if (bytes <= *have && *p) return *p;
     if (g_ws) beyond_plan(what, bytes, *have);
@@ -66,41 +66,38 @@ static void *grow(void **p, size_t *have, size_t bytes, const char *what) {
     return *p;
 }
 
-void *cuda_workspace_part(int part, size_t bytes, const char *what) {
-    if (!g_ws) return NULL;
-    const size_t sizes[WS_PARTS] = {g_ws_parts.lt, g_ws_parts.scratch, g_ws_parts.half[0], g_ws_parts.half[1],
-                                    g_ws_parts.half[2]};
-    if (bytes > sizes[part]) beyond_plan(what, bytes, sizes[part]);
-    size_t at = 0;
-    for (int i = 0; i < part; i++) at += sizes[i];
-    return g_ws + at;
+void *cuda_work_buffer(int part, size_t bytes, const char *what) {
+    return grow(&g_part[part], &g_part_bytes[part], bytes, what);
 }
 
-void *cuda_scratch(size_t bytes) {
-    void *planned = cuda_workspace_part(WS_SCRATCH, bytes, "the row losses or partial sums");
-    return planned ? planned : grow(&g_scratch, &g_scratch_bytes, bytes, "the row losses or partial sums");
+void *cuda_scratch(size_t bytes) { return cuda_work_buffer(WS_SCRATCH, bytes, "the row losses or partial sums"); }
+
+// Free what the backend grew itself (the caller has waited for the stream).
+static void release_own(void **p, size_t *have) {
+    if (*p) CUDA_CHECK(cudaFree(*p));
+    *p = NULL;
+    *have = 0;
 }
 
 extern "C" void ops_set_workspace(void *buf, const OpsBounds *b) {
     CUDA_CHECK(cudaStreamSynchronize(g_stream));  // nothing queued still uses the buffers released
-    if (!buf) {
-        g_ws = NULL;
-        return;
+    for (int i = 0; i < WS_PARTS; i++) {
+        if (g_ws) g_part[i] = NULL, g_part_bytes[i] = 0;  // the planned parts go back to the caller
+        else release_own(&g_part[i], &g_part_bytes[i]);
     }
-    // Installed: the backend's own buffers go (the planned ones replace them), and
-    // the first part starts 256-byte aligned (cuBLASLt's workspace), within the
-    // 256 bytes of slack ops_cuda_workspace counts.
-    if (g_scratch) CUDA_CHECK(cudaFree(g_scratch));
-    g_scratch = NULL;
-    g_scratch_bytes = 0;
-    for (int i = 0; i < 3; i++) {
-        if (g_ints[i]) CUDA_CHECK(cudaFree(g_ints[i]));
-        g_ints[i] = NULL;
-        g_ints_n[i] = 0;
+    for (int i = 0; i < 3; i++) release_own((void **)&g_ints[i], &g_ints_n[i]);
+    g_ws = buf != NULL;
+    if (!buf) return;
+    // The parts as ops_cuda_workspace lays them out, the first 256-byte aligned
+    // (cuBLASLt's workspace) within the 256 bytes of slack it counts.
+    const OpsCudaWorkspace w = ops_cuda_workspace(b);
+    const size_t sizes[WS_PARTS] = {w.lt, w.scratch, w.half[0], w.half[1], w.half[2]};
+    char *at = (char *)(((uintptr_t)buf + 255) / 256 * 256);
+    for (int i = 0; i < WS_PARTS; i++) {
+        g_part[i] = at;
+        g_part_bytes[i] = sizes[i];
+        at += sizes[i];
     }
-    cuda_matmul_release_own();
-    g_ws = (char *)(((uintptr_t)buf + 255) / 256 * 256);
-    g_ws_parts = ops_cuda_workspace(b);
 }
 
 const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot) {

@@ -44,18 +44,14 @@ void cuda_profile_close(const char *what);
 // After a kernel launch: fatal on a launch error (see the ordering rule above; an
 // error while the kernel runs shows at the next wait). `what` names the op.
 void cuda_done(const char *what);
-// A device scratch buffer of at least `bytes`, reused by every op that needs one
-// (row losses, reduction partials): the installed workspace's part (ops.h:
-// ops_set_workspace; fatal when too small), else one the backend grows itself.
-void *cuda_scratch(size_t bytes);
-// The installed workspace's part `part` (WS_*, laid out as ops_cuda_workspace says),
-// fatal, naming `what`, when it holds fewer than `bytes`; NULL when no workspace is
-// installed (the caller then uses a buffer of its own).
+// The backend's work buffers, by part (laid out as ops_cuda_workspace says): at
+// least `bytes` of part `part`, reused by every op that needs it. The installed
+// workspace's part (ops.h: ops_set_workspace; fatal, naming `what`, when it holds
+// fewer), else a buffer the backend grows itself (contents not kept).
 enum { WS_LT, WS_SCRATCH, WS_HALF0, WS_HALF1, WS_HALF2, WS_PARTS };
-void *cuda_workspace_part(int part, size_t bytes, const char *what);
-// ops/matmul_cuda.cu: free the products' own workspace and operand copies (the
-// installed workspace replaces them).
-void cuda_matmul_release_own(void);
+void *cuda_work_buffer(int part, size_t bytes, const char *what);
+// Part WS_SCRATCH: the row losses and reduction partials.
+void *cuda_scratch(size_t bytes);
 // A device-visible copy of n int32 values at p: p itself when it is managed or
 // device memory (every planned buffer), else a copy in scratch slot `slot` (0..2)
 // (token ids or positions the caller holds in plain host memory).

@@ -56,8 +56,6 @@ typedef struct {
 } Plan;
 
 static cublasLtHandle_t g_lt;
-static void *g_workspace;  // cuBLASLt's workspace of our own, made at the first product without
-                           // an installed workspace (ops_set_workspace), whose part replaces it
 static Plan g_plans[MAX_PLANS];
 static int g_nplans;      // slots filled
 static int g_next_evict;  // once all are: the slot a new shape takes (round robin)
@@ -65,34 +63,13 @@ static int g_bf16;  // ops_set_matmul_bf16
 
 // The bf16 copies of the operands: three slots, because matmul_backward reads dout
 // in both of its products, `in` in the weight gradient's and the weight in din's.
-// slot 0: dout or the forward's weight; 1: in; 2: the backward's weight. Parts of
-// the installed workspace (ops.h: ops_set_workspace, sized by the step's bounds);
-// without one, buffers of our own, each grown the first time a larger operand is seen.
-static __nv_bfloat16 *g_half[3];
-static size_t g_half_n[3];
+// slot 0: dout or the forward's weight; 1: in; 2: the backward's weight. They are
+// the work buffers WS_HALF0 + slot (cuda_work_buffer), as cuBLASLt's workspace is WS_LT.
 
 extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
 int cuda_bf16_products(void) { return g_bf16; }
 
 void cuda_matmul_init(void) { CUBLAS_CHECK(cublasLtCreate(&g_lt)); }
-
-void cuda_matmul_release_own(void) {  // the caller has waited for the stream
-    if (g_workspace) CUDA_CHECK(cudaFree(g_workspace));
-    g_workspace = NULL;
-    for (int i = 0; i < 3; i++) {
-        if (g_half[i]) CUDA_CHECK(cudaFree(g_half[i]));
-        g_half[i] = NULL;
-        g_half_n[i] = 0;
-    }
-}
-
-// cuBLASLt's workspace (WORKSPACE_BYTES): the installed workspace's part, else ours.
-static void *lt_workspace(void) {
-    void *planned = cuda_workspace_part(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace");
-    if (planned) return planned;
-    if (!g_workspace) CUDA_CHECK(cudaMalloc(&g_workspace, WORKSPACE_BYTES));
-    return g_workspace;
-}
 
 // The largest power of two (<= 16) dividing the address: cuBLASLt kernels that
 // load 16 bytes at once need 16-byte aligned operands, and a column block of the
@@ -273,15 +250,8 @@ static Operand operand(int slot, const float *x, int lines, int len, int ld) {
         if (kept) return Operand{kept, ld};
     }
     const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
-    __nv_bfloat16 *planned = (__nv_bfloat16 *)cuda_workspace_part(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
-                                                                  "a bf16 operand copy");
-    if (!planned && n > g_half_n[slot]) {
-        CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));  // the old copy may still be read
-        if (g_half[slot]) CUDA_CHECK(cudaFree(g_half[slot]));
-        CUDA_CHECK(cudaMalloc(&g_half[slot], n * sizeof(__nv_bfloat16)));
-        g_half_n[slot] = n;
-    }
-    __nv_bfloat16 *copy = planned ? planned : g_half[slot];  // (lines, ld16)
+    __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
+                                                           "a bf16 operand copy");  // (lines, ld16)
     k_round_bf16<<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
                                                                                    (size_t)len, (size_t)ld, ld16);
     return Operand{copy, (int)ld16};
@@ -301,7 +271,8 @@ static void gemm(int ta, int tb, int m, int n, int k, Operand A, Operand B, floa
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
-                                lt_workspace(), WORKSPACE_BYTES, cuda_stream()));
+                                cuda_work_buffer(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace"), WORKSPACE_BYTES,
+                                cuda_stream()));
     cuda_done(what);
 }
 

@@ -37,8 +37,8 @@
 // queue, in issue order, which keeps every rank's collectives in issue order too.
 // So a missing event between the ops' stream and a collective's stream shows as
 // wrong numbers in one of the two modes (a collective reading its buffer before the
-// op writing it ran, or an op reading the collective's result before it arrived). A copy out of plain host memory reads it when issued (CUDA
-// stages pageable memory then); a copy out of pinned memory (cudaMallocHost) reads
+// op writing it ran, or an op reading the collective's result before it arrived).
+// A copy out of plain host memory reads it when issued (CUDA stages pageable memory then); a copy out of pinned memory (cudaMallocHost) reads
 // it when it runs, as a GPU's DMA does, so host code that rewrites pinned memory
 // before its copy ran sends the new contents. CUDA_EMU_SYNC=1 runs everything at once.
 //
@@ -176,12 +176,13 @@ inline void run_ready() {
     if (running_queue) return;
     running_queue = true;
     for (;;) {
-        const bool m = runnable(main_q), s = runnable(side_q);
-        std::deque<Work> *q = nullptr;
-        if (stream_order() == ORDER_SIDE_FIRST) q = s ? &side_q : m ? &main_q : nullptr;
-        else if (stream_order() == ORDER_SIDE_LAST) q = m ? &main_q : s ? &side_q : nullptr;
-        else if (!main_q.empty() && (side_q.empty() || main_q.front().seq < side_q.front().seq)) q = m ? &main_q : nullptr;
-        else q = s ? &side_q : nullptr;
+        // The preferred queue's next piece if it can run; else, outside issue order,
+        // the other's (in issue order the older piece alone may run).
+        const StreamOrder o = stream_order();
+        const bool side_older = !side_q.empty() && (main_q.empty() || side_q.front().seq < main_q.front().seq);
+        const bool prefer_side = o == ORDER_SIDE_FIRST || (o == ORDER_ISSUE && side_older);
+        std::deque<Work> *first = prefer_side ? &side_q : &main_q, *second = prefer_side ? &main_q : &side_q;
+        std::deque<Work> *q = runnable(*first) ? first : o != ORDER_ISSUE && runnable(*second) ? second : nullptr;
         if (!q) break;
         std::function<void()> fn = std::move(q->front().fn);
         q->pop_front();
