@@ -150,9 +150,29 @@ CommRequest group_ireduce_scatter_split_f32(GroupId g, const float *in, float *o
 // buf(len): every rank's own part, in place -> the whole buf on every rank.
 CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len);
 
-// Point-to-point inside a group (pipeline activations and their gradients).
+// Point-to-point inside a group (pipeline activations and their gradients, the
+// ring's key/value blocks). Messages of one (group, sender, receiver, tag) are
+// received in the order they were sent; other tags may pass them (MPI's rule).
 CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag);
 CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag);
+
+// One end of a point-to-point link: this rank sends (send = 1) to, or receives
+// from, group rank `peer` the messages of `tag`.
+typedef struct {
+    int peer, tag, send;
+} CommLink;
+// Where the group's collectives go through NCCL (parallel.comm = nccl, or auto with
+// a GPU per rank), its point-to-point messages of GPU buffers do too once their
+// link is open: a communicator of its own per (group, sender, receiver, tag), so
+// that they keep MPI's matching and overlap and the ops' stream waits for them by
+// events, never the host (dist/device_comm.h, "Links"). Collective over g, before
+// the first message: every member passes the ends it will use; an end whose peer
+// did not pass the opposite one is fatal, naming both. Links already open are
+// kept; messages without a link go over MPI. Does nothing where the group's
+// collectives go over MPI.
+void group_open_links(GroupId g, const CommLink *ends, int n);
+// Messages this process sent or received over links (dist/device_comm.h), in bytes.
+size_t comm_link_bytes(void);
 
 // Drive MPI's progress engine; returns 1 when the request has completed.
 int comm_test(CommRequest *r);

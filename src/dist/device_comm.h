@@ -7,10 +7,21 @@
 // What goes through it (parallel.comm = nccl, or auto with a GPU per rank): the
 // fp32 sums, maxima, reduce-scatters and all-gathers of the grid's groups
 // (tensor-parallel partial sums, gradient buckets, ZeRO, cross-entropy statistics),
-// on buffers the library can address. Point-to-point traffic (pipeline
-// activations, the ring's K/V blocks), all-to-all(v) and the host-side scalars
-// stay on MPI: NCCL's send and receive on one stream need grouping the schedules
-// do not have yet (issue 14).
+// on buffers the library can address, and the point-to-point messages of the
+// links dist/comm.c opens (pipeline activations and gradients, the ring's K/V
+// blocks: comm.h, group_open_links). All-to-all(v) and the host-side scalars stay
+// on MPI.
+//
+// Links. NCCL's send and receive block their stream until the peer's matching call
+// runs, and a communicator's calls run in the order they were issued, whatever the
+// stream. MPI matches a receive to the oldest send of the same (source, tag) and
+// lets messages of other tags pass. So a link is a communicator of its own for the
+// messages of one (group, sender, receiver, tag), with a stream of its own: its
+// messages are matched in order as MPI's of one tag are, and no message waits for
+// another link's, so a schedule that cannot deadlock over MPI's non-blocking calls
+// cannot deadlock here (the ops' stream waits where the host waited over MPI).
+// Links are split from their group's communicator (ncclCommSplit, no shared
+// resources) before the first step, one collective round per link of the group.
 //
 // Ordering, by events, with no host wait (issue 14): each group has its own
 // stream (collectives of one group keep their order, as every member issues them
@@ -32,6 +43,7 @@
 
 #define DEVCOMM_ID_BYTES 128  // ncclUniqueId
 #define DEVCOMM_MAX_GROUPS 16  // >= GROUP_COUNT (dist/comm.h)
+#define DEVCOMM_MAX_LINKS 64   // point-to-point links of this rank (slots DEVCOMM_MAX_GROUPS ..)
 
 // 1 when this binary has a device collectives library, else 0.
 int devcomm_available(void);
@@ -51,8 +63,14 @@ void devcomm_unique_id(unsigned char id[DEVCOMM_ID_BYTES]);
 // naming the group (`name`).
 void devcomm_group_init(int slot, const char *name, const unsigned char id[DEVCOMM_ID_BYTES], int rank, int size,
                         double timeout_s);
-// 1 when group `slot` has a communicator.
+// 1 when group `slot` (or link slot) has a communicator.
 int devcomm_group_ready(int slot);
+// One link of group `slot` (see the top): every member of the group calls this
+// once per link of the group, in the same order, `end` 0 for the link's sender,
+// 1 for its receiver, -1 for the members that are neither. Returns the link's slot
+// (>= DEVCOMM_MAX_GROUPS) on its two ends, -1 elsewhere; `name` (copied) names it
+// in errors and the watchdog's message. Waits at most the group's timeout.
+int devcomm_link_split(int slot, int end, const char *name);
 // Destroy every communicator (comm_finalize).
 void devcomm_finalize(void);
 // 1 when p is memory the library can read and write (device or managed memory),
@@ -69,6 +87,13 @@ int devcomm_allgather_f32(int slot, float *buf, size_t chunk);                  
 // landing at out's start. And buf(len): every rank's part -> everyone's whole buf.
 int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len);
 int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
+
+// A link's message (link: a slot of devcomm_link_split), n floats, enqueued like
+// a collective (after the compute stream's ops so far) and returning its event: the
+// sender's end sends buf, the receiver's end receives into buf. The two ends' n
+// must be equal.
+int devcomm_send_f32(int link, const float *buf, size_t n);
+int devcomm_recv_f32(int link, float *buf, size_t n);
 
 // 1 when the collective behind event ev has finished (the event is then free
 // again), 0 while it runs; fatal, naming `what` and the group, on an NCCL error.

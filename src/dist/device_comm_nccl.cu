@@ -34,9 +34,9 @@ static_assert(sizeof(ncclUniqueId) == DEVCOMM_ID_BYTES, "DEVCOMM_ID_BYTES must b
 #define MAX_EVENTS 256
 
 typedef struct {
-    ncclComm_t comm;  // NULL until devcomm_group_init
+    ncclComm_t comm;  // NULL until devcomm_group_init (or devcomm_link_split)
     cudaStream_t stream;
-    const char *name;
+    char name[80];  // in messages: "dp group", "pp group's link 0->1 (tag 2)"
     int rank, size;
     cudaEvent_t ready;  // recorded on the compute stream; the next collective waits for it
     cudaEvent_t tail;   // recorded on the group's stream after the last followed collective
@@ -45,7 +45,8 @@ typedef struct {
     char watched_what[64];   // and its name
 } Group;
 
-static Group g_groups[DEVCOMM_MAX_GROUPS];
+#define MAX_SLOTS (DEVCOMM_MAX_GROUPS + DEVCOMM_MAX_LINKS)  // the groups', then the links'
+static Group g_groups[MAX_SLOTS];
 static cudaEvent_t g_events[MAX_EVENTS];  // created on first use, reused
 static int g_event_group[MAX_EVENTS];     // group slot + 1 while in flight, 0 when free
 static double g_event_issued[MAX_EVENTS]; // when its collective was enqueued (now_seconds)
@@ -59,14 +60,14 @@ static double g_timeout_s = 300.0;
     } while (0)
 
 static Group *group(int slot) {
-    if (slot < 0 || slot >= DEVCOMM_MAX_GROUPS || !g_groups[slot].comm)
+    if (slot < 0 || slot >= MAX_SLOTS || !g_groups[slot].comm)
         die("device collectives: group %d has no NCCL communicator", slot);
     return &g_groups[slot];
 }
 
 static void check(ncclResult_t r, Group *g, const char *what) {
     if (r == ncclSuccess || r == ncclInProgress) return;
-    die("NCCL error in %s on the %s group: %s (%s)", what, g->name, ncclGetErrorString(r),
+    die("NCCL error in %s on the %s: %s (%s)", what, g->name, ncclGetErrorString(r),
         g->comm ? ncclGetLastError(g->comm) : "");
 }
 
@@ -83,7 +84,7 @@ static void settle(Group *g, const char *what) {
             return;
         }
         if (now_seconds() > deadline) {  // die() ends the job, NCCL's threads with it
-            die("%s on the %s group: NCCL has not finished enqueuing after parallel.timeout_s = %g s; another "
+            die("%s on the %s: NCCL has not finished enqueuing after parallel.timeout_s = %g s; another "
                 "rank is probably stuck or dead — aborting the job", what, g->name, g_timeout_s);
         }
         nanosleep(&nap, NULL);
@@ -115,6 +116,14 @@ static Group *after_compute(int slot) {
     return g;
 }
 
+// A group's stream and its two events (the top of the file).
+static void make_queue(Group *g) {
+    CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
+    CUDA_OK(cudaEventCreateWithFlags(&g->tail, cudaEventDisableTiming));
+    g->watched = 0;
+}
+
 extern "C" int devcomm_available(void) { return 1; }
 
 extern "C" int devcomm_gpu_count(void) {
@@ -144,7 +153,7 @@ extern "C" void devcomm_group_init(int slot, const char *name, const unsigned ch
     if (slot < 0 || slot >= DEVCOMM_MAX_GROUPS) die("device collectives: group slot %d out of range", slot);
     Group *g = &g_groups[slot];
     if (g->comm) die("device collectives: the %s group's communicator exists already", name);
-    g->name = name;
+    snprintf(g->name, sizeof g->name, "%s group", name);
     g->rank = rank;
     g->size = size;
     g_timeout_s = timeout_s;
@@ -152,10 +161,7 @@ extern "C" void devcomm_group_init(int slot, const char *name, const unsigned ch
     memcpy(&uid, id, sizeof uid);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    CUDA_OK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
-    CUDA_OK(cudaEventCreateWithFlags(&g->tail, cudaEventDisableTiming));
-    g->watched = 0;
+    make_queue(g);
     ncclResult_t r = ncclCommInitRankConfig(&g->comm, size, uid, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress)
         die("NCCL: creating the %s group's communicator (%d ranks, this one %d) failed: %s", name, size, rank,
@@ -164,11 +170,42 @@ extern "C" void devcomm_group_init(int slot, const char *name, const unsigned ch
 }
 
 extern "C" int devcomm_group_ready(int slot) {
-    return slot >= 0 && slot < DEVCOMM_MAX_GROUPS && g_groups[slot].comm != NULL;
+    return slot >= 0 && slot < MAX_SLOTS && g_groups[slot].comm != NULL;
+}
+
+// A link: a communicator of its two ends split from the group's (device_comm.h),
+// with resources of its own (splitShare 0), so that its calls are ordered among
+// themselves alone. Non-blocking like every communicator here: the split is
+// settled on the parent and on the link.
+extern "C" int devcomm_link_split(int slot, int end, const char *name) {
+    Group *parent = group(slot);
+    int link = -1;
+    if (end >= 0) {
+        for (int s = DEVCOMM_MAX_GROUPS; s < MAX_SLOTS && link < 0; s++)
+            if (!g_groups[s].comm) link = s;
+        if (link < 0) die("device collectives: more than %d point-to-point links on this rank", DEVCOMM_MAX_LINKS);
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.splitShare = 0;
+    ncclComm_t comm = NULL;
+    check(ncclCommSplit(parent->comm, end >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, end >= 0 ? end : 0, &comm, &config), parent,
+          "splitting a point-to-point link");
+    settle(parent, "splitting a point-to-point link");
+    if (link < 0) return -1;
+    if (!comm) die("NCCL: splitting the %s off the %s gave no communicator", name, parent->name);
+    Group *g = &g_groups[link];
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->comm = comm;
+    g->rank = end;
+    g->size = 2;
+    make_queue(g);
+    settle(g, "splitting a point-to-point link");
+    return link;
 }
 
 extern "C" void devcomm_finalize(void) {
-    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++) {
+    for (int s = 0; s < MAX_SLOTS; s++) {
         Group *g = &g_groups[s];
         if (!g->comm) continue;
         check(ncclCommFinalize(g->comm), g, "finalising the communicator");
@@ -211,7 +248,7 @@ extern "C" void devcomm_copy(void *dst, const void *src, size_t bytes) {
 }
 
 extern "C" void devcomm_abort_all(void) {
-    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++)
+    for (int s = 0; s < MAX_SLOTS; s++)
         if (g_groups[s].comm) {
             ncclCommAbort(g_groups[s].comm);
             g_groups[s].comm = NULL;
@@ -280,6 +317,25 @@ extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
     return record(slot);
 }
 
+// A link's message: its sender's end sends, its receiver's end receives, the peer
+// being the link's other rank.
+static int link_message(int link, float *buf, size_t n, int send) {
+    if (link < DEVCOMM_MAX_GROUPS) die("device collectives: slot %d is a group, not a point-to-point link", link);
+    Group *g = after_compute(link);
+    if ((g->rank == 0) != send)
+        die("device collectives: a %s on the %s, whose end here %s", send ? "send" : "receive", g->name,
+            g->rank == 0 ? "sends" : "receives");
+    const char *what = send ? "point-to-point send" : "point-to-point receive";
+    check(send ? ncclSend(buf, n, ncclFloat32, 1 - g->rank, g->comm, g->stream)
+               : ncclRecv(buf, n, ncclFloat32, 1 - g->rank, g->comm, g->stream),
+          g, what);
+    settle(g, what);
+    return record(link);
+}
+
+extern "C" int devcomm_send_f32(int link, const float *buf, size_t n) { return link_message(link, (float *)buf, n, 1); }
+extern "C" int devcomm_recv_f32(int link, float *buf, size_t n) { return link_message(link, buf, n, 0); }
+
 extern "C" void devcomm_set_compute_stream(void *stream) { g_compute = (cudaStream_t)stream; }
 
 // The group of in-flight event ev (fatal when ev is not in flight).
@@ -296,7 +352,7 @@ static int finished(cudaEvent_t e, Group *g, const char *what) {
     check(st, g, what);
     const cudaError_t q = cudaEventQuery(e);
     if (q == cudaErrorNotReady) return 0;
-    if (q != cudaSuccess) die("CUDA error while %s ran on the %s group: %s", what, g->name, cudaGetErrorString(q));
+    if (q != cudaSuccess) die("CUDA error while %s ran on the %s: %s", what, g->name, cudaGetErrorString(q));
     return 1;
 }
 
@@ -318,12 +374,12 @@ extern "C" int devcomm_event_follow(int ev, const char *what) {
 }
 
 extern "C" void devcomm_watch(void) {
-    for (int s = 0; s < DEVCOMM_MAX_GROUPS; s++) {
+    for (int s = 0; s < MAX_SLOTS; s++) {
         Group *g = &g_groups[s];
         if (!g->comm || !g->watched) continue;
         if (finished(g->tail, g, g->watched_what)) g->watched = 0;
         else if (now_seconds() - g->watched_since > g_timeout_s)  // die() ends the job, NCCL's kernels with it
-            die("%s on the %s group has not finished after parallel.timeout_s = %g s; another rank is probably "
+            die("%s on the %s has not finished after parallel.timeout_s = %g s; another rank is probably "
                 "stuck or dead — aborting the job", g->watched_what, g->name, g_timeout_s);
     }
 }

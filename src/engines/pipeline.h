@@ -100,6 +100,13 @@ void pp_free(Pipeline *pp);
 // Virtual stage of local chunk c, and whether it is the first / last of the model.
 int pp_virtual_stage(const Pipeline *pp, int c);
 
+// Open the links of the messages this rank's stage(s) send and receive (dist/comm.h:
+// group_open_links, over NCCL where the pp group's collectives go): an activation
+// and a gradient link per pair of neighbouring virtual stages on different ranks,
+// and the load-balancing statistics' when the model has them. Collective over the
+// pp group, before the first step (engines/rank.c).
+void pp_open_links(const Pipeline *pp, const LlamaModel *m);
+
 // The per-step callbacks the executor needs from the trainer: the second upward
 // edge of the layering (docs/DESIGN.md, "Layers"). The engine declares them, the
 // trainer implements them: the engine knows when a micro-batch's tokens are needed,

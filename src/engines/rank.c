@@ -36,6 +36,12 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
         r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&b).total, "CUDA work buffers");
         if (!plan_only) ops_set_workspace(r->workspace, &b);
     }
+    // The pipeline's and the ring's messages over NCCL links where the collectives
+    // go over NCCL (dist/comm.h); nothing otherwise.
+    if (!plan_only) {
+        pp_open_links(&r->pipe, &r->model);
+        cp_open_links(&r->model.cp);
+    }
     if (cfg->checkpoint.async && cfg->checkpoint.dir[0])
         r->snapshot = buf_take(plan_only, MEM_SNAPSHOT, sizeof(float) * dp_save_elements(&r->dp),
                                "checkpoint snapshot");

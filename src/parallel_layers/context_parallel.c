@@ -124,6 +124,13 @@ void ring_attention_backward(const ContextParallel *cpg, const RingAttention *ra
     comm_wait(&acc_tx[1], "context-parallel gradient send");
 }
 
+void cp_open_links(const ContextParallel *cp) {
+    if (cp->size == 1) return;
+    const int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
+    const CommLink ends[] = {{next, TAG_KV, 1}, {next, TAG_KV_GRAD, 1}, {prev, TAG_KV, 0}, {prev, TAG_KV_GRAD, 0}};
+    group_open_links(GROUP_CP, ends, 4);
+}
+
 void cp_allreduce_sum(const ContextParallel *cp, float *buf, size_t n) {
     if (cp->size > 1) group_allreduce_sum_f32(GROUP_CP, buf, n);
 }

@@ -57,6 +57,10 @@ size_t cp_ring_floats(const ContextParallel *cp, int B, int S, int KV, int hd);
 // buf(n) = its sum over the context-parallel group, in place (nothing when cp = 1):
 // statistics of whole sequences whose tokens are spread over the group.
 void cp_allreduce_sum(const ContextParallel *cp, float *buf, size_t n);
+// Open the ring's links (dist/comm.h: group_open_links, over NCCL where the cp
+// group's collectives go): key/value blocks and their gradients, to the next rank
+// and from the previous one. Collective over the cp group, before the first step.
+void cp_open_links(const ContextParallel *cp);
 
 // Global positions of rank r's S/cp tokens of a sequence of S tokens: pos(S/cp).
 void cp_positions(int S, int cp, int r, int *pos);

@@ -374,6 +374,12 @@ int train_main(int argc, char **argv) {
                (double)comm_staged_bytes() / 1048576.0);
         fflush(stdout);
     }
+    // Pipeline and ring messages over NCCL links (dist/comm.h: group_open_links).
+    if (comm_link_bytes() && (rank0 || cfg.logging.verbose)) {
+        printf("rank %d: %.1f MiB of point-to-point messages over NCCL links\n", comm_world_rank(),
+               (double)comm_link_bytes() / 1048576.0);
+        fflush(stdout);
+    }
     metrics_close(&metrics);
     t.ckpt.metrics = NULL;
     trace_close();

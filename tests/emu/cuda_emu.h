@@ -38,6 +38,14 @@
 // So a missing event between the ops' stream and a collective's stream shows as
 // wrong numbers in one of the two modes (a collective reading its buffer before the
 // op writing it ran, or an op reading the collective's result before it arrived).
+// A stream that carries point-to-point messages (NCCL's links, nccl_emu.h) gets a
+// queue of its own (own_queue): a message waits for its peer, and on a GPU it holds
+// its own stream only. Its messages are asynchronous work: started when they reach
+// the head of their queue (a send reads its buffer then), finished when MPI says
+// so (a receive writes its buffer then); the queue's later work waits for that.
+// These queues act as early as they can in `order` and `side-first`, and in
+// `side-last` only while the main stream cannot run, so a missing event around a
+// message shows too. A host wait polls messages in flight until they finish.
 // A copy out of plain host memory reads it when issued (CUDA stages pageable memory then); a copy out of pinned memory (cudaMallocHost) reads
 // it when it runs, as a GPU's DMA does, so host code that rewrites pinned memory
 // before its copy ran sends the new contents. CUDA_EMU_SYNC=1 runs everything at once.
@@ -58,7 +66,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <deque>
 #include <functional>
@@ -133,8 +143,14 @@ struct Work {
     long seq;                     // issue order
     std::shared_ptr<bool> after;  // cudaStreamWaitEvent: runs once this record has run (null: no wait)
     bool never;                   // a collective that never finishes (NCCL_EMU_HANG_AT)
+    cudaStream_t stream;
+    // Asynchronous work (a point-to-point message), instead of fn: the first call
+    // starts it, and it has finished when a call returns true.
+    std::function<bool()> step;
+    bool started;
 };
 inline std::deque<Work> main_q, side_q;  // the main stream's work; every other stream's, in issue order
+inline std::map<cudaStream_t, std::deque<Work>> own_q;  // the streams with a queue of their own (see the top)
 inline EmuStream *first_stream;          // the first stream the process created: the main one
 inline long issued;
 inline bool running_queue;  // run_ready() is running queued work
@@ -159,16 +175,62 @@ inline bool is_side(cudaStream_t s) { return s && s != first_stream; }
 // there runs, nor what waits for it; queries say "not ready" for ever, and a host
 // wait fails (on a GPU it would hang).
 inline bool stalled;
+inline std::deque<Work> &queue_of(cudaStream_t s) {
+    auto own = own_q.find(s);
+    return own != own_q.end() ? own->second : is_side(s) ? side_q : main_q;
+}
 inline void enqueue(std::function<void()> work, cudaStream_t stream, std::shared_ptr<bool> after = nullptr,
                     bool never = false) {
-    if ((sync_mode() || running_queue) && !stalled && !never) {
+    if ((sync_mode() || running_queue) && !stalled && !never && !own_q.count(stream)) {
         work();
         return;
     }
-    (is_side(stream) ? side_q : main_q).push_back(Work{std::move(work), issued++, std::move(after), never});
+    queue_of(stream).push_back(Work{std::move(work), issued++, std::move(after), never, stream, nullptr, false});
+}
+// Give stream s a queue of its own (a point-to-point link's), taking its work
+// already queued with the other side streams'.
+inline void own_queue(cudaStream_t s) {
+    if (own_q.count(s)) return;
+    std::deque<Work> mine, rest;
+    for (Work &w : side_q) (w.stream == s ? mine : rest).push_back(std::move(w));
+    side_q = std::move(rest);
+    own_q[s] = std::move(mine);
+}
+// Queue asynchronous work (see Work) on stream s, which gets its own queue.
+inline void enqueue_async(std::function<bool()> step, cudaStream_t s) {
+    own_queue(s);
+    own_q[s].push_back(Work{nullptr, issued++, nullptr, false, s, std::move(step), false});
 }
 inline bool runnable(const std::deque<Work> &q) {
     return !q.empty() && !q.front().never && (!q.front().after || *q.front().after);
+}
+// Messages started and not yet finished.
+inline bool in_flight() {
+    for (auto &kv : own_q)
+        if (!kv.second.empty() && kv.second.front().started) return true;
+    return false;
+}
+// Let the own queues act: each runs its runnable work and starts or polls the
+// message at its head, as far as it can. Returns whether anything happened.
+inline bool run_own_queues() {
+    bool progress = false;
+    for (auto &kv : own_q) {
+        std::deque<Work> &q = kv.second;
+        while (runnable(q)) {
+            Work &w = q.front();
+            if (w.step) {
+                w.started = true;
+                if (!w.step()) break;  // in flight
+                q.pop_front();
+            } else {
+                std::function<void()> fn = std::move(w.fn);
+                q.pop_front();
+                fn();
+            }
+            progress = true;
+        }
+    }
+    return progress;
 }
 // Run what the streams allow, in CUDA_EMU_STREAMS's order, up to what waits for a
 // stall (what a query sees).
@@ -176,28 +238,46 @@ inline void run_ready() {
     if (running_queue) return;
     running_queue = true;
     for (;;) {
+        // The own queues (messages) first, except in side-last while the main stream can run.
+        const StreamOrder o = stream_order();
+        bool progress = (o != ORDER_SIDE_LAST || !runnable(main_q)) && run_own_queues();
         // The preferred queue's next piece if it can run; else, outside issue order,
         // the other's (in issue order the older piece alone may run).
-        const StreamOrder o = stream_order();
         const bool side_older = !side_q.empty() && (main_q.empty() || side_q.front().seq < main_q.front().seq);
         const bool prefer_side = o == ORDER_SIDE_FIRST || (o == ORDER_ISSUE && side_older);
         std::deque<Work> *first = prefer_side ? &side_q : &main_q, *second = prefer_side ? &main_q : &side_q;
         std::deque<Work> *q = runnable(*first) ? first : o != ORDER_ISSUE && runnable(*second) ? second : nullptr;
-        if (!q) break;
-        std::function<void()> fn = std::move(q->front().fn);
-        q->pop_front();
-        fn();
+        if (q) {
+            std::function<void()> fn = std::move(q->front().fn);
+            q->pop_front();
+            fn();
+            progress = true;
+        }
+        if (!progress) break;
     }
     running_queue = false;
-    // Work left that cannot run: behind (or waiting for) a collective that never finishes.
-    stalled = !main_q.empty() || !side_q.empty();
+    // Work left that cannot run: behind (or waiting for) a collective that never
+    // finishes, unless a message is still in flight (it may yet finish).
+    bool queued = !main_q.empty() || !side_q.empty();
+    for (auto &kv : own_q) queued = queued || !kv.second.empty();
+    stalled = queued && !in_flight();
 }
-// A host wait: every queued piece of work.
+// A host wait: every queued piece of work, polling the messages in flight until
+// they finish (their peers make the matching calls when their hosts next wait).
 inline void flush() {
-    run_ready();
-    if (stalled)
-        emu_fail("the host waits for work queued behind a collective that never finishes (NCCL_EMU_HANG_AT): "
-                 "on a GPU this wait would hang for ever");
+    const time_t start = time(nullptr);
+    for (;;) {
+        run_ready();
+        if (stalled)
+            emu_fail("the host waits for work queued behind a collective that never finishes (NCCL_EMU_HANG_AT), "
+                     "or behind a point-to-point message's stream that cannot go on: on a GPU this wait would hang "
+                     "for ever");
+        if (!in_flight()) return;
+        if (time(nullptr) - start > 300)
+            emu_fail("a point-to-point message has been in flight for 300 s: its peer never made the matching call "
+                     "(on a GPU this wait would hang for ever)");
+        usleep(50);
+    }
 }
 // 1 when [p, p + bytes) lies in one cudaMalloc'd (device or managed) allocation.
 inline bool device_memory(const void *p, size_t bytes) {
@@ -560,7 +640,7 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     emu::run_ready();
-    return (emu::is_side(s) ? emu::side_q : emu::main_q).empty() ? cudaSuccess : cudaErrorNotReady;
+    return emu::queue_of(s).empty() ? cudaSuccess : cudaErrorNotReady;
 }
 // The stream's later work waits until the event's latest record (at this call) has run.
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {

@@ -9,11 +9,17 @@
 // shares. Communicators are non-blocking: a group whose ranks are not all there
 // (fewer processes in the world than it was created for) stays "in progress",
 // so the caller's watchdog fires as on a stuck peer. NCCL_EMU_HANG_AT=k stages a
-// peer that dies after joining: this process's k-th collective never finishes
-// (cuda_emu.h's stalled queue), for the watchdog of collectives the device waits
-// for. Each collective is queued on its group's stream: CUDA_EMU_STREAMS
+// peer that dies after joining: this process's k-th collective or message never
+// finishes (cuda_emu.h's stalled queue), for the watchdog of collectives the
+// device waits for. Each collective is queued on its group's stream: CUDA_EMU_STREAMS
 // (cuda_emu.h) runs those streams before or after the ops' stream wherever the
-// events allow, which shows a missing event. What it cannot check: NCCL's own
+// events allow, which shows a missing event. Point-to-point links (ncclCommSplit
+// of a group's communicator, ncclSend and ncclRecv): a message is asynchronous
+// work on its link's stream, which gets a queue of its own (cuda_emu.h): a send
+// copies its buffer and starts a synchronous MPI send (it finishes once the peer's
+// receive has matched it, as NCCL's send holds its stream until the peer's receive
+// runs), a receive starts an MPI receive and writes its buffer when that finishes;
+// the two counts must be equal, as NCCL requires. What it cannot check: NCCL's own
 // algorithms, streams truly running at once, and anything about the hardware.
 #ifndef FEMTOTRON_NCCL_EMU_H
 #define FEMTOTRON_NCCL_EMU_H
@@ -34,8 +40,10 @@ typedef struct {
 } ncclUniqueId;
 typedef struct {
     int blocking;
+    int splitShare;
 } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {1}
+#define NCCL_CONFIG_INITIALIZER {1, 0}
+#define NCCL_SPLIT_NOCOLOR (-1)
 
 struct EmuNcclComm {
     MPI_Comm comm = MPI_COMM_NULL;  // MPI_COMM_NULL for one rank
@@ -80,6 +88,22 @@ inline ncclResult_t ncclCommInitRankConfig(ncclComm_t *c, int size, ncclUniqueId
     if (got != size) emu_fail("an emulated NCCL communicator got a different size than it was created with");
     return ncclSuccess;
 }
+// Collective over the parent: the ranks of one colour make a communicator, the
+// others (NCCL_SPLIT_NOCOLOR) get none.
+inline ncclResult_t ncclCommSplit(ncclComm_t parent, int colour, int key, ncclComm_t *out, ncclConfig_t *) {
+    *out = nullptr;
+    if (parent->stalled) return ncclInProgress;
+    if (parent->size == 1) emu_fail("ncclCommSplit of a communicator of one rank");
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_split(parent->comm, colour < 0 ? MPI_UNDEFINED : colour, key, &c);
+    if (c == MPI_COMM_NULL) return ncclSuccess;
+    EmuNcclComm *m = new EmuNcclComm;
+    m->comm = c;
+    MPI_Comm_rank(c, &m->rank);
+    MPI_Comm_size(c, &m->size);
+    *out = m;
+    return ncclSuccess;
+}
 inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *st) {
     *st = c->stalled ? ncclInProgress : ncclSuccess;
     return ncclSuccess;
@@ -97,13 +121,17 @@ inline ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 inline ncclResult_t ncclGroupStart() { return ncclSuccess; }  // the calls between are queued in order anyway
 inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
+// Whether this process's next collective or message is NCCL_EMU_HANG_AT's (counting from 1).
+inline bool emu_hang_now() {
+    static long issued;
+    static const long hang_at = getenv("NCCL_EMU_HANG_AT") ? atol(getenv("NCCL_EMU_HANG_AT")) : 0;
+    return ++issued == hang_at;
+}
 // Queue one collective (fp32 only, as femtotron uses).
 inline ncclResult_t emu_nccl(ncclComm_t c, ncclDataType_t t, cudaStream_t stream, const std::function<void()> &run) {
     if (t != ncclFloat32) return ncclInvalidArgument;
     if (c->stalled) return ncclInProgress;
-    static long issued;
-    static const long hang_at = getenv("NCCL_EMU_HANG_AT") ? atol(getenv("NCCL_EMU_HANG_AT")) : 0;
-    emu::enqueue(run, stream, nullptr, ++issued == hang_at);  // the hang_at-th never runs
+    emu::enqueue(run, stream, nullptr, emu_hang_now());  // the hang_at-th never runs
     return ncclSuccess;
 }
 inline MPI_Op emu_mpi_op(ncclRedOp_t op) { return op == ncclMax ? MPI_MAX : MPI_SUM; }
@@ -149,6 +177,65 @@ inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDa
         if (c->rank == root && send != recv) memmove(recv, send, n * 4);
         if (c->size > 1) MPI_Bcast(recv, (int)n, MPI_FLOAT, root, c->comm);
     });
+}
+
+// Point-to-point (see the top). The message's state lives with its queued work.
+struct EmuMessage {
+    std::vector<float> data;
+    MPI_Request req = MPI_REQUEST_NULL;
+};
+// NCCL_EMU_HANG_AT's message: it never finishes, holding its link's stream.
+inline ncclResult_t emu_never_message(cudaStream_t stream) {
+    emu::own_queue(stream);
+    emu::enqueue([]() {}, stream, nullptr, true);
+    return ncclSuccess;
+}
+inline ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    if (t != ncclFloat32) return ncclInvalidArgument;
+    if (c->stalled) return ncclInProgress;
+    if (emu_hang_now()) return emu_never_message(stream);
+    std::shared_ptr<EmuMessage> m = std::make_shared<EmuMessage>();
+    emu::enqueue_async(
+        [=]() {
+            int done = 0;
+            if (m->req == MPI_REQUEST_NULL) {  // starting: the send reads its buffer now
+                m->data.assign((const float *)buf, (const float *)buf + n);
+                MPI_Issend(m->data.data(), (int)n, MPI_FLOAT, peer, 0, c->comm, &m->req);
+            }
+            MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
+            return done != 0;
+        },
+        stream);
+    return ncclSuccess;
+}
+inline ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    if (t != ncclFloat32) return ncclInvalidArgument;
+    if (c->stalled) return ncclInProgress;
+    if (emu_hang_now()) return emu_never_message(stream);
+    std::shared_ptr<EmuMessage> m = std::make_shared<EmuMessage>();
+    emu::enqueue_async(
+        [=]() {
+            int done = 0;
+            if (m->req == MPI_REQUEST_NULL) {  // room for one more float: a longer send shows
+                m->data.resize(n + 1);
+                MPI_Irecv(m->data.data(), (int)n + 1, MPI_FLOAT, peer, 0, c->comm, &m->req);
+            }
+            MPI_Status st;
+            MPI_Test(&m->req, &done, &st);
+            if (!done) return false;
+            int got = 0;
+            MPI_Get_count(&st, MPI_FLOAT, &got);
+            if ((size_t)got != n) {
+                char what[160];
+                snprintf(what, sizeof what, "ncclRecv of %zu floats matched an ncclSend of %d: NCCL requires equal counts",
+                         n, got);
+                emu_fail(what);
+            }
+            memcpy(buf, m->data.data(), n * sizeof(float));  // the receive writes its buffer now
+            return true;
+        },
+        stream);
+    return ncclSuccess;
 }
 
 #endif

@@ -11,7 +11,13 @@
 //   - `order` runs everything in issue order (the default, as before);
 //   - a side item that never finishes (NCCL_EMU_HANG_AT's stall) holds only what
 //     waits for it: in `side-last` the main stream runs up to its wait, and a
-//     query of the main stream then says "not ready".
+//     query of the main stream then says "not ready";
+//   - a message (asynchronous work on a stream with a queue of its own, as an
+//     NCCL link's) in flight holds only its own stream: the main stream's work
+//     runs past it, its stream's later work waits for it, a query leaves it in
+//     flight (not stalled), and a host wait polls it until it finishes; it
+//     starts before the main stream's work in `order` and `side-first`, after it
+//     in `side-last`.
 // The parent runs itself once per mode (the mode is read once per process).
 #include "cuda_emu.h"
 #include "../unit/check.h"
@@ -66,6 +72,32 @@ static int child(const char *mode) {
         CHECK(y == 1 && z == 2, "order without events: issue order, new values (y %g, z %g)", y, z);
     run(main_s, side_s, true, &y, &z);
     CHECK(y == 1 && z == 2, "%s with the events: every copy reads the new values (y %g, z %g)", mode, y, z);
+    {  // a message in flight on a link's stream
+        cudaStream_t link_s;
+        cudaStreamCreateWithFlags(&link_s, cudaStreamNonBlocking);
+        float *p = dev(0), *q = dev(0), *one = dev(1);
+        int polls = 0;
+        std::string order;  // 'm': the main stream's work ran, 's': the message started
+        emu::enqueue_async([&]() {
+            if (!polls) order += 's';
+            return ++polls >= 50;  // finished at its 50th poll (a few happen per run of the queues)
+        }, link_s);
+        cudaMemcpyAsync(p, one, sizeof(float), cudaMemcpyDefault, link_s);  // behind the message
+        emu::enqueue([&]() { order += 'm'; }, main_s);
+        cudaMemcpyAsync(q, one, sizeof(float), cudaMemcpyDefault, main_s);
+        const cudaError_t ql = cudaStreamQuery(link_s), qm = cudaStreamQuery(main_s);
+        float pv = 0, qv = 0;
+        memcpy(&pv, p, sizeof pv);  // managed memory: readable without a host wait
+        memcpy(&qv, q, sizeof qv);
+        CHECK(ql == cudaErrorNotReady && qm == cudaSuccess && qv == 1 && pv == 0 && emu::in_flight() && !emu::stalled,
+              "%s: a message in flight holds its own stream only (main's copy %g, the copy behind it %g)", mode, qv, pv);
+        CHECK(order == (m == "side-last" ? "ms" : "sm"), "%s: the message started %s the main stream's work (%s)",
+              mode, m == "side-last" ? "after" : "before", order.c_str());
+        const float after_wait = host(p);
+        CHECK(after_wait == 1 && polls == 50 && !emu::in_flight(),
+              "%s: a host wait polls the message until it finishes, then runs what waited for it (%d polls, %g)", mode,
+              polls, after_wait);
+    }
     if (m == "side-last") {  // a stall on the side stream holds only what waits for it
         float *a = dev(0), *b = dev(0), *one = dev(1);
         cudaEvent_t e;

@@ -14,20 +14,26 @@
 #      (NCCL_EMU_HANG_TEST=1: tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT makes a
 #      collective never finish, a peer that dies after joining), the watchdog of
 #      collectives the device waits for ends the job after parallel.timeout_s,
-#      naming the operation and the group;
+#      naming the operation and the group, and so it does for a pipeline message
+#      that never arrives (pp 2), naming the message and its link;
 #   6. where there are GPUs enough for a rank each (GPUS, default nvidia-smi's
 #      count; the emulation plays CUDA_EMU_DEVICES of them), layouts of several
 #      ranks with parallel.comm = nccl against the CPU's one rank within 1e-5
 #      (tests/gpu/layouts.sh: NCCL_LAYOUTS, default ZeRO-3 over 4 ranks with uneven
-#      buckets and tp2 x cp2 x pp2); skipped, saying so, on one GPU;
+#      buckets, pp 2 under 1f1b, interleaved and zb-v, cp 2 and tp2 x cp2 x pp2),
+#      nothing staged through MPI and, where the row has pp or cp, every rank's
+#      pipeline and ring messages over NCCL links (test_parity.sh's NCCL_LINKS);
+#      skipped, saying so, on one GPU;
 #   7. emulated only (NCCL_EMU_STREAM_TEST=1): the same with NCCL's streams run
 #      before the ops' stream wherever events allow, then after it
 #      (CUDA_EMU_STREAMS=side-first, side-last: tests/emu/cuda_emu.h), on dp 2
-#      ZeRO-1, tp 2 with sequence parallel and cp 2: a missing event between the
-#      ops and a collective, either way, changes the numbers in one of the two
-#      (dropping the collective's wait for the ops fails side-first at 0.14
+#      ZeRO-1, tp 2 with sequence parallel, cp 2 and pp 2 (1f1b): a missing event
+#      between the ops and a collective, either way, changes the numbers in one of
+#      the two (dropping the collective's wait for the ops fails side-first at 0.14
 #      relative on dp 2, dropping the ops' wait for the collective side-last at
-#      0.01; issue order, the GPU's usual one, passes both).
+#      0.01; issue order, the GPU's usual one, passes both); around a link's
+#      message in all three (a send not waiting for the ops: 0.026 on pp 2, 0.011
+#      on cp 2; the ops not waiting for a receive: 0.016 and 0.003 and more).
 # Prints PASS/FAIL lines; exit 1 on a failure. GPU_BIN (default ./femtotron-cuda),
 # NCCL_OPS (default ./build-cuda/tests/nccl_ops).
 set -u
@@ -104,14 +110,26 @@ if [ "${gpus:-0}" -ge 2 ]; then
         else
             failed "the watchdog of a collective that never finishes: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang.log")"
         fi
+        # The first message of each rank of pp 2 (the activation's send and receive).
+        t0=$(date +%s)
+        CUDA_EMU_DEVICES=2 NCCL_EMU_HANG_AT=1 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" \
+            "${gpu[@]}" --parallel.pp 2 --parallel.pp_schedule 1f1b --training.micro_batch_size 2 --parallel.comm nccl \
+            --parallel.timeout_s 3 >"$tmp/hang_p2p.log" 2>&1
+        rc=$? took=$(($(date +%s) - t0))
+        msg=$(grep -m1 -o "error: pipeline activation [a-z]* on the pp group's link 0->1 (tag 0) has not finished after parallel.timeout_s = 3 s" "$tmp/hang_p2p.log")
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$msg" ] && [ "$took" -lt 60 ]; then
+            echo "PASS a pipeline message that never arrives (emulated) ends the job after parallel.timeout_s, in ${took} s: $msg"
+        else
+            failed "the watchdog of a message that never arrives: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang_p2p.log")"
+        fi
     fi
 else
     echo "SKIP host waits with NCCL over several ranks need a GPU per rank: this machine has ${gpus:-0}"
 fi
 # 6. Several ranks, a GPU each: the only way NCCL's multi-rank path runs.
 if [ "${gpus:-0}" -ge 8 ]; then
-    out=$(CUDA_EMU_DEVICES=$gpus LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|tp2_cp2_pp2)$'} \
-        GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
+    out=$(NCCL_LINKS=1 CUDA_EMU_DEVICES=$gpus \
+        LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|pp2_1f1b_m8|pp2_int_m4|zbv_pp2_m4|cp2|tp2_cp2_pp2)$'} GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | sed -E 's/^(PASS|FAIL) /\1 parallel.comm = nccl, a GPU per rank: /'
     if [ "$rc" -ne 0 ]; then
@@ -124,7 +142,7 @@ fi
 # 7. The events, each way, under the emulation's adversarial stream orders.
 if [ "${NCCL_EMU_STREAM_TEST:-0}" = 1 ] && [ "${gpus:-0}" -ge 2 ]; then
     for order in side-first side-last; do
-        out=$(CUDA_EMU_STREAMS=$order CUDA_EMU_DEVICES=$gpus LAYOUTS='^(dp2_zero1|tp2_sp|cp2)$' \
+        out=$(CUDA_EMU_STREAMS=$order CUDA_EMU_DEVICES=$gpus LAYOUTS='^(dp2_zero1|tp2_sp|cp2|pp2_1f1b_m8)$' \
             GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
         rc=$?
         printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | grep -v '^PASS memory' |

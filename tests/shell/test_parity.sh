@@ -20,7 +20,10 @@
 #   references run on the GPU too: tests/gpu/layouts_bf16.sh), MPIRUN (launcher, default
 #   "mpirun --oversubscribe --allow-run-as-root"), PARITY_TIMEOUT (s per run,
 #   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory),
-#   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main).
+#   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main),
+#   NCCL_LINKS=1 (rows run with parallel.comm = nccl, a GPU per rank: no rank
+#   staged a collective through MPI, and where the row has pipeline or context
+#   parallelism every rank's messages went over NCCL links; tests/gpu/nccl.sh).
 # Prints one "PASS name ..." or "FAIL name ..." line per row, and one
 # "PASS memory name ..." or "FAIL memory name ..." line; exit 1 on any failure.
 set -u
@@ -195,6 +198,25 @@ for i in "${!names[@]}"; do
     fi
 done
 
+# NCCL_LINKS=1: what went over NCCL (see the top), from every rank's last lines.
+check_links() {
+    local name=$1 np=$2 log=$3; shift 3
+    local -a a=("$@")
+    local p2p=0 j staged links
+    for ((j = 0; j + 1 < ${#a[@]}; j++)); do
+        case "${a[$j]}" in --parallel.pp | --parallel.cp) [ "${a[$((j + 1))]}" -gt 1 ] && p2p=1 ;; esac
+    done
+    staged=$(grep -c 'staged through pinned host memory' "$log")
+    links=$(grep -c 'of point-to-point messages over NCCL links' "$log")
+    if [ "$staged" -ne 0 ]; then
+        failed "nccl $name: $staged ranks staged collectives through MPI under parallel.comm = nccl"
+    elif [ "$p2p" = 1 ] && [ "$links" -ne "$np" ]; then
+        failed "nccl $name: $links of $np ranks sent their pipeline or ring messages over NCCL links"
+    else
+        echo "PASS nccl $name: nothing staged through MPI$([ "$p2p" = 1 ] && echo ", every rank's point-to-point messages over NCCL links")"
+    fi
+}
+
 for i in "${!names[@]}"; do
     name=${names[$i]}
     read -r -a args <<< "${runargs[$i]}"
@@ -220,6 +242,7 @@ for i in "${!names[@]}"; do
         failed "$name: exited with status $rc ($np ranks, $dt)"; grep -v '^step ' "$log" | tail -n 8 | sed 's/^/    /'; continue
     fi
     check_memory "$name" "$np" "$log" "${rest[@]}" "${margs[@]}" "${ROW_ARGS[@]}"
+    [ "${NCCL_LINKS:-0}" = 1 ] && check_links "$name" "$np" "$log" "${rest[@]}"
     [ -f "$metrics" ] || { failed "$name: no metrics file written"; continue; }
     if res=$(compare "$ref.jsonl" "$metrics"); then
         echo "PASS $name $res ($np ranks, $dt)"
