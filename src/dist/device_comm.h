@@ -43,7 +43,7 @@
 
 #define DEVCOMM_ID_BYTES 128  // ncclUniqueId
 #define DEVCOMM_MAX_GROUPS 16  // >= GROUP_COUNT (dist/comm.h)
-#define DEVCOMM_MAX_LINKS 64   // point-to-point links of this rank (slots DEVCOMM_MAX_GROUPS ..)
+#define DEVCOMM_MAX_LINKS 128  // point-to-point links of this rank (slots DEVCOMM_MAX_GROUPS ..): 8 per chunk, 4 for the ring
 
 // 1 when this binary has a device collectives library, else 0.
 int devcomm_available(void);

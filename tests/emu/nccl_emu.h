@@ -190,40 +190,26 @@ inline ncclResult_t emu_never_message(cudaStream_t stream) {
     emu::enqueue([]() {}, stream, nullptr, true);
     return ncclSuccess;
 }
-inline ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+// One message (see the top): send = 1 sends buf, else receives into it.
+inline ncclResult_t emu_message(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream,
+                                bool send) {
     if (t != ncclFloat32) return ncclInvalidArgument;
     if (c->stalled) return ncclInProgress;
     if (emu_hang_now()) return emu_never_message(stream);
     std::shared_ptr<EmuMessage> m = std::make_shared<EmuMessage>();
     emu::enqueue_async(
         [=]() {
-            int done = 0;
-            if (m->req == MPI_REQUEST_NULL) {  // starting: the send reads its buffer now
+            if (m->req == MPI_REQUEST_NULL && send) {  // starting: a send reads its buffer now
                 m->data.assign((const float *)buf, (const float *)buf + n);
                 MPI_Issend(m->data.data(), (int)n, MPI_FLOAT, peer, 0, c->comm, &m->req);
-            }
-            MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
-            return done != 0;
-        },
-        stream);
-    return ncclSuccess;
-}
-inline ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
-    if (t != ncclFloat32) return ncclInvalidArgument;
-    if (c->stalled) return ncclInProgress;
-    if (emu_hang_now()) return emu_never_message(stream);
-    std::shared_ptr<EmuMessage> m = std::make_shared<EmuMessage>();
-    emu::enqueue_async(
-        [=]() {
-            int done = 0;
-            if (m->req == MPI_REQUEST_NULL) {  // room for one more float: a longer send shows
+            } else if (m->req == MPI_REQUEST_NULL) {  // room for one more float: a longer send shows
                 m->data.resize(n + 1);
                 MPI_Irecv(m->data.data(), (int)n + 1, MPI_FLOAT, peer, 0, c->comm, &m->req);
             }
+            int done = 0, got = 0;
             MPI_Status st;
             MPI_Test(&m->req, &done, &st);
-            if (!done) return false;
-            int got = 0;
+            if (!done || send) return done != 0;
             MPI_Get_count(&st, MPI_FLOAT, &got);
             if ((size_t)got != n) {
                 char what[160];
@@ -231,11 +217,17 @@ inline ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, nc
                          n, got);
                 emu_fail(what);
             }
-            memcpy(buf, m->data.data(), n * sizeof(float));  // the receive writes its buffer now
+            memcpy(buf, m->data.data(), n * sizeof(float));  // a receive writes its buffer now
             return true;
         },
         stream);
     return ncclSuccess;
+}
+inline ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return emu_message((void *)buf, n, t, peer, c, stream, true);
+}
+inline ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    return emu_message(buf, n, t, peer, c, stream, false);
 }
 
 #endif

@@ -25,11 +25,14 @@
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
 #     peer that never joins, parallel.comm's choices on a shared device, dp 2
 #     over NCCL waiting on the host once per step (collectives ordered by events)
-#     and the watchdog of a collective that never finishes, and (8
-#     emulated GPUs, a rank each) ZeRO-3 over 4 ranks and tp2 x cp2 x pp2 with
-#     parallel.comm = nccl against the CPU's one rank, which a one-GPU machine
-#     cannot run, and dp 2, tp 2 and cp 2 over NCCL with its streams run before
-#     and after the ops' stream wherever the events allow (a missing event shows);
+#     and the watchdog of a collective, and of a pipeline message, that never
+#     finishes, and (8 emulated GPUs, a rank each) ZeRO-3 over 4 ranks, pp 2
+#     under 1f1b, interleaved and zb-v, cp 2 and tp2 x cp2 x pp2 with
+#     parallel.comm = nccl against the CPU's one rank (pipeline and ring messages
+#     over NCCL links, nothing staged through MPI), which a one-GPU machine
+#     cannot run, and dp 2, tp 2, cp 2 and pp 2 over NCCL with its streams run
+#     before and after the ops' stream wherever the events allow (a missing
+#     event shows);
 #   - a build that sees no device stops at once and says so.
 # Not here: the main job's 500 bf16 steps (too slow emulated).
 # The GPU's own run (tests/gpu/run.sh) is still what issue 14 asks for: this finds
