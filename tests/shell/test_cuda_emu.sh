@@ -19,8 +19,9 @@
 #   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
 #     planned with, two ranks' collectives, training's MFU peak from the datasheet
 #     of the H100 the emulation says it is, or measured for a GPU no table knows;
-#   - tests/gpu/generate.sh: `generate` on the build writes the CPU build's text,
-#     waiting for the device once per token;
+#   - tests/gpu/generate.sh, through tests/gpu/run.sh's GPU_TESTS (the parts a
+#     GPU machine runs one call at a time): `generate` on the build writes the CPU
+#     build's text, waiting for the device once per token;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
 #     peer that never joins, parallel.comm's choices on a shared device, dp 2
@@ -67,7 +68,20 @@ LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 part resume_devices bash tests/gpu/resume_devices.sh
 part reference bash tests/gpu/reference.sh
 part calibrate bash tests/gpu/calibrate.sh
-part generate bash tests/gpu/generate.sh
+# generate.sh through tests/gpu/run.sh, as a GPU machine runs the tests in parts
+# (GPU_TESTS), with an nvidia-smi that lists the emulated GPU; a part run.sh does
+# not know is refused.
+fake=$(mktemp -d)
+printf '#!/bin/sh\necho "GPU 0: emulated (tests/emu)"\n' >"$fake/nvidia-smi" && chmod +x "$fake/nvidia-smi"
+PATH="$fake:$PATH" GPU_TESTS=generate PREBUILT=1 part generate bash tests/gpu/run.sh
+out=$(PATH="$fake:$PATH" GPU_TESTS=nonesuch PREBUILT=1 bash tests/gpu/run.sh 2>&1)
+if [ $? -ne 0 ] && grep -q "^FAIL GPU_TESTS names 'nonesuch'" <<<"$out"; then
+    echo "PASS [emulated GPU] tests/gpu/run.sh runs the parts GPU_TESTS names and refuses one it does not know"
+else
+    echo "FAIL [emulated GPU] tests/gpu/run.sh with GPU_TESTS=nonesuch: $(tail -2 <<<"$out")"
+    fail=1
+fi
+rm -rf "$fake"
 NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
