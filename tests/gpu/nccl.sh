@@ -8,7 +8,10 @@
 #   3. two ranks on the one GPU with parallel.comm = nccl are refused, saying NCCL
 #      refuses two ranks on one GPU;
 #   4. two ranks with parallel.comm = auto say so in a note and run over MPI;
-#   5. with two GPUs or more (a rank each), NCCL's collectives ordered by events:
+#   5. with two GPUs or more (a rank each), NCCL's links (nccl_links: messages of
+#      one tag in order, the ops' stream waiting for a receive by its event,
+#      nothing staged, a tag without a link over MPI; ends that do not match
+#      refused naming the lone one) and its collectives ordered by events:
 #      dp 2 with parallel.comm = nccl waits on the host once per step (the CUDA
 #      profile's count over 3 and 6 steps), as one rank does; and, emulated
 #      (NCCL_EMU_HANG_TEST=1: tests/emu/nccl_emu.h's NCCL_EMU_HANG_AT makes a
@@ -85,6 +88,19 @@ gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 # 5. Two ranks, a GPU each: host waits per step, and the watchdog of a collective
 # the device waits for.
 if [ "${gpus:-0}" -ge 2 ]; then
+    links_bin=${NCCL_LINKS_BIN:-$(dirname "${NCCL_OPS:-./build-cuda/tests/nccl_ops}")/nccl_links}
+    CUDA_EMU_DEVICES=2 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$links_bin" >"$tmp/links.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL) ' "$tmp/links.log"
+    [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$tmp/links.log" || failed "nccl_links exited with status $rc: $(tail -3 "$tmp/links.log")"
+    CUDA_EMU_DEVICES=2 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$links_bin" --mismatch >"$tmp/links_bad.log" 2>&1
+    rc=$?
+    msg=$(grep -m1 -o 'error: point-to-point link of the pp group with one end only: .*' "$tmp/links_bad.log")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$msg" ] && ! grep -q 'mismatched links were opened' "$tmp/links_bad.log"; then
+        echo "PASS link ends that do not match are refused: $msg"
+    else
+        failed "link ends that do not match: exit $rc: $(grep -m2 -E 'error|opened' "$tmp/links_bad.log")"
+    fi
     waits() {  # waits STEPS: rank 0's count of host waits, or "" without a CUDA profile
         CUDA_EMU_DEVICES=2 FEMTOTRON_CUDA_PROFILE=1 timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train \
             "${common[@]}" "${gpu[@]}" "${two[@]}" --parallel.comm nccl --training.steps "$1" 2>&1 |
