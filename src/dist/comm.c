@@ -549,6 +549,13 @@ void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, c
         stage_local_copy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * (size_t)send_counts[0]);
         return;
     }
+    // Decided on the send buffer, a planned one on every member.
+    if (on_device(g, send)) {
+        CommRequest d = device_request(
+            g, devcomm_alltoallv_f32((int)g, send, send_counts, send_displs, recv, recv_counts, recv_displs));
+        comm_wait(&d, "all-to-all(v)");
+        return;
+    }
     CommRequest r = mpi_slot(g);
     // Staged: [send extent | receive extent], the receive extent copied in too, so
     // that what no rank sends (gaps between the parts) comes back as it was.

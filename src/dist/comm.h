@@ -126,7 +126,8 @@ void group_broadcast_bytes(GroupId g, void *buf, size_t bytes, int root);
 void group_alltoall_i32(GroupId g, const int32_t *send, int32_t *recv, int count);
 // All-to-all with per-rank counts and displacements (elements): the expert-parallel
 // dispatch and combine of token rows. Counts are int (MPI's), so one call moves at
-// most INT_MAX elements per peer.
+// most INT_MAX elements per peer. Over NCCL where the group's collectives go (a send
+// and a receive per peer in one NCCL group; the ops' stream waits for it, not the host).
 void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, const int *send_displs,
                          float *recv, const int *recv_counts, const int *recv_displs);
 

@@ -7,10 +7,10 @@
 // What goes through it (parallel.comm = nccl, or auto with a GPU per rank): the
 // fp32 sums, maxima, reduce-scatters and all-gathers of the grid's groups
 // (tensor-parallel partial sums, gradient buckets, ZeRO, cross-entropy statistics),
-// on buffers the library can address, and the point-to-point messages of the
-// links dist/comm.c opens (pipeline activations and gradients, the ring's K/V
-// blocks: comm.h, group_open_links). All-to-all(v) and the host-side scalars stay
-// on MPI.
+// on buffers the library can address, the all-to-all(v) exchanges of expert
+// parallelism, and the point-to-point messages of the links dist/comm.c opens
+// (pipeline activations and gradients, the ring's K/V blocks: comm.h,
+// group_open_links). The host-side scalars and counts stay on MPI.
 //
 // Links. NCCL's send and receive block their stream until the peer's matching call
 // runs, and a communicator's calls run in the order they were issued, whatever the
@@ -87,6 +87,14 @@ int devcomm_allgather_f32(int slot, float *buf, size_t chunk);                  
 // landing at out's start. And buf(len): every rank's part -> everyone's whole buf.
 int devcomm_reduce_scatter_split_f32(int slot, const float *in, float *out, size_t len);
 int devcomm_allgather_split_f32(int slot, float *buf, size_t len);
+
+// All-to-all with per-rank counts and displacements (floats), MPI_Alltoallv's
+// meaning: send's part for rank r (send_counts[r] at send_displs[r]) lands in r's
+// recv at its recv_displs[this rank]; what no rank sends is left as it was. One
+// NCCL group of a send and a receive per peer with a count (they progress
+// independently, so no order among them can deadlock). Enqueued like a collective.
+int devcomm_alltoallv_f32(int slot, const float *send, const int *send_counts, const int *send_displs, float *recv,
+                          const int *recv_counts, const int *recv_displs);
 
 // A link's message (link: a slot of devcomm_link_split), n floats, enqueued like
 // a collective (after the compute stream's ops so far) and returning its event: the

@@ -317,6 +317,23 @@ extern "C" int devcomm_allgather_split_f32(int slot, float *buf, size_t len) {
     return record(slot);
 }
 
+extern "C" int devcomm_alltoallv_f32(int slot, const float *send, const int *send_counts, const int *send_displs,
+                                     float *recv, const int *recv_counts, const int *recv_displs) {
+    Group *g = after_compute(slot);
+    check(ncclGroupStart(), g, "all-to-all(v)");
+    for (int r = 0; r < g->size; r++) {  // a zero count on one side is zero on the other: both skip
+        if (send_counts[r])
+            check(ncclSend(send + send_displs[r], (size_t)send_counts[r], ncclFloat32, r, g->comm, g->stream), g,
+                  "all-to-all(v)");
+        if (recv_counts[r])
+            check(ncclRecv(recv + recv_displs[r], (size_t)recv_counts[r], ncclFloat32, r, g->comm, g->stream), g,
+                  "all-to-all(v)");
+    }
+    check(ncclGroupEnd(), g, "all-to-all(v)");
+    settle(g, "all-to-all(v)");
+    return record(slot);
+}
+
 // A link's message: its sender's end sends, its receiver's end receives, the peer
 // being the link's other rank.
 static int link_message(int link, float *buf, size_t n, int send) {

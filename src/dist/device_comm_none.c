@@ -39,6 +39,11 @@ int devcomm_link_split(int slot, int end, const char *name) {
     (void)slot, (void)end, (void)name;
     absent("devcomm_link_split");
 }
+int devcomm_alltoallv_f32(int slot, const float *send, const int *send_counts, const int *send_displs, float *recv,
+                          const int *recv_counts, const int *recv_displs) {
+    (void)slot, (void)send, (void)send_counts, (void)send_displs, (void)recv, (void)recv_counts, (void)recv_displs;
+    absent("devcomm_alltoallv_f32");
+}
 int devcomm_send_f32(int link, const float *buf, size_t n) {
     (void)link, (void)buf, (void)n;
     absent("devcomm_send_f32");

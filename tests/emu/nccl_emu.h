@@ -118,8 +118,48 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
-inline ncclResult_t ncclGroupStart() { return ncclSuccess; }  // the calls between are queued in order anyway
-inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+// Between ncclGroupStart and ncclGroupEnd collectives are queued in order as
+// outside; sends and receives are gathered (emu_group) and queued at the end as one
+// piece of work, run like a collective: every send and receive started at once,
+// finished together (in a group they progress independently, so no order among
+// them may deadlock).
+struct EmuGroupMessage {
+    void *buf;
+    size_t n;
+    int peer;
+    ncclComm_t comm;
+    bool send;
+};
+inline int emu_group_depth;
+inline std::vector<EmuGroupMessage> emu_group;
+inline cudaStream_t emu_group_stream;
+inline ncclResult_t ncclGroupStart() {
+    emu_group_depth++;
+    return ncclSuccess;
+}
+inline bool emu_hang_now();
+inline ncclResult_t ncclGroupEnd() {
+    if (--emu_group_depth > 0 || emu_group.empty()) return ncclSuccess;
+    std::vector<EmuGroupMessage> batch;
+    batch.swap(emu_group);
+    emu::enqueue(
+        [batch]() {
+            std::vector<std::vector<float>> data(batch.size());
+            std::vector<MPI_Request> req(batch.size());
+            for (size_t i = 0; i < batch.size(); i++) {
+                const EmuGroupMessage &m = batch[i];
+                if (m.send) data[i].assign((const float *)m.buf, (const float *)m.buf + m.n);
+                else data[i].resize(m.n);
+                if (m.send) MPI_Isend(data[i].data(), (int)m.n, MPI_FLOAT, m.peer, 1, m.comm->comm, &req[i]);
+                else MPI_Irecv(data[i].data(), (int)m.n, MPI_FLOAT, m.peer, 1, m.comm->comm, &req[i]);
+            }
+            MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+            for (size_t i = 0; i < batch.size(); i++)
+                if (!batch[i].send) memcpy(batch[i].buf, data[i].data(), batch[i].n * sizeof(float));
+        },
+        emu_group_stream, nullptr, emu_hang_now());
+    return ncclSuccess;
+}
 
 // Whether this process's next collective or message is NCCL_EMU_HANG_AT's (counting from 1).
 inline bool emu_hang_now() {
@@ -195,6 +235,13 @@ inline ncclResult_t emu_message(void *buf, size_t n, ncclDataType_t t, int peer,
                                 bool send) {
     if (t != ncclFloat32) return ncclInvalidArgument;
     if (c->stalled) return ncclInProgress;
+    if (emu_group_depth > 0) {  // gathered until ncclGroupEnd (see there)
+        if (!emu_group.empty() && emu_group_stream != stream)
+            emu_fail("ncclSend/ncclRecv of one NCCL group on different streams");
+        emu_group.push_back(EmuGroupMessage{buf, n, peer, c, send});
+        emu_group_stream = stream;
+        return ncclSuccess;
+    }
     if (emu_hang_now()) return emu_never_message(stream);
     std::shared_ptr<EmuMessage> m = std::make_shared<EmuMessage>();
     emu::enqueue_async(

@@ -23,8 +23,9 @@
 #      count; the emulation plays CUDA_EMU_DEVICES of them), layouts of several
 #      ranks with parallel.comm = nccl against the CPU's one rank within 1e-5
 #      (tests/gpu/layouts.sh: NCCL_LAYOUTS, default ZeRO-3 over 4 ranks with uneven
-#      buckets, pp 2 under 1f1b, interleaved and zb-v, cp 2 and tp2 x cp2 x pp2),
-#      nothing staged through MPI and, where the row has pp or cp, every rank's
+#      buckets, pp 2 under 1f1b, interleaved and zb-v, cp 2, tp2 x cp2 x pp2 and
+#      ep 2, whose token exchanges go over NCCL too), under 0.1 MiB staged through
+#      MPI (ep's token counts) and, where the row has pp or cp, every rank's
 #      pipeline and ring messages over NCCL links (test_parity.sh's NCCL_LINKS);
 #      skipped, saying so, on one GPU;
 #   7. emulated only (NCCL_EMU_STREAM_TEST=1): the same with NCCL's streams run
@@ -145,7 +146,7 @@ fi
 # 6. Several ranks, a GPU each: the only way NCCL's multi-rank path runs.
 if [ "${gpus:-0}" -ge 8 ]; then
     out=$(NCCL_LINKS=1 CUDA_EMU_DEVICES=$gpus \
-        LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|pp2_1f1b_m8|pp2_int_m4|zbv_pp2_m4|cp2|tp2_cp2_pp2)$'} GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
+        LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|pp2_1f1b_m8|pp2_int_m4|zbv_pp2_m4|cp2|tp2_cp2_pp2|moe_ep2)$'} GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | sed -E 's/^(PASS|FAIL) /\1 parallel.comm = nccl, a GPU per rank: /'
     if [ "$rc" -ne 0 ]; then
