@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "dist/comm_device.h"
+#include "dist/comm_links.h"
 #include "dist/comm_stage.h"
 #include "dist/device_comm.h"
 #include "dist/grid.h"
@@ -43,18 +44,6 @@ static int request_event[MAX_REQUESTS];
 static int *slot_counts, *slot_displs;
 
 static void (*buffer_sync)(void);  // comm_set_device_queue: the device's queue, NULL on the CPU
-
-// The point-to-point links open in this rank's groups (group_open_links), this
-// rank's own and its group peers' alike, so that every member counts the same
-// rounds; slot is the device link on its two ends, -1 elsewhere.
-typedef struct {
-    GroupId g;
-    int from, to, tag;  // group ranks of the sender and the receiver; the messages' tag
-    int slot;
-} Link;
-static Link *links;  // (n_links)
-static int n_links;
-static size_t link_bytes;  // comm_link_bytes
 
 static const char *const GROUP_NAMES[GROUP_COUNT] = {"world", "dp", "pp", "cp", "tp", "dp x cp", "embedding",
                                                      "ep", "edp", "bench"};
@@ -93,9 +82,7 @@ void comm_finalize(void) {
     if (!mpi_up) return;
     if (device_comm) devcomm_finalize();
     device_comm = 0;
-    free(links);
-    links = NULL;
-    n_links = 0;
+    comm_links_free();
     stage_free_all();
     if (groups_up)
         for (int i = 1; i <= GROUP_EDP; i++) MPI_Comm_free(&groups[i]);
@@ -106,31 +93,6 @@ void comm_finalize(void) {
     MPI_Finalize();
     mpi_up = 0;
     util_set_job(0, 1, NULL);
-}
-
-int comm_world_rank(void) {
-    int r = 0;
-    if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-
-int comm_world_size(void) {
-    int n = 1;
-    if (mpi_up) MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-}
-
-void comm_abort(int code) {
-    fflush(stdout);
-    fflush(stderr);
-    if (mpi_up && comm_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
-}
-
-int comm_lowest_failed(int failed) {
-    int first = failed ? comm_world_rank() : INT_MAX;
-    if (mpi_up) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return first == INT_MAX ? -1 : first;
 }
 
 void comm_exit(int code) {
@@ -291,17 +253,20 @@ static CommRequest device_request(GroupId g, int ev) {
     return r;
 }
 
-CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) {
-    if (n > MAX_PIECE) die("all-reduce of %zu elements exceeds the per-call limit", n);
+// One fp32 all-reduce in place, a sum (max 0) or a maximum (max 1).
+static CommRequest iallreduce_f32(GroupId g, float *buf, size_t n, int max) {
+    if (n > MAX_PIECE) die("%s of %zu floats exceeds the per-call limit", max ? "all-reduce (max)" : "all-reduce", n);
     // In place over one rank: nothing to do, so nothing to wait for (a GPU step's
     // gradient buckets under dp 1 would otherwise each wait for the device).
     if (group_size(g) == 1) return COMM_REQUEST_IDLE;
-    if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, 0));
+    if (on_device(g, buf)) return device_request(g, devcomm_allreduce_f32((int)g, buf, n, max));
     CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, stage_inplace(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, MPI_SUM, groups[g],
-                   &requests[r.slot]);
+    MPI_Iallreduce(MPI_IN_PLACE, stage_inplace(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT,
+                   max ? MPI_MAX : MPI_SUM, groups[g], &requests[r.slot]);
     return r;
 }
+
+CommRequest group_iallreduce_sum_f32(GroupId g, float *buf, size_t n) { return iallreduce_f32(g, buf, n, 0); }
 
 CommRequest group_ireduce_scatter_f32(GroupId g, const float *in, float *out, size_t chunk) {
     if (chunk > MAX_PIECE) die("reduce-scatter of %zu elements per rank exceeds the per-call limit", chunk);
@@ -378,78 +343,15 @@ CommRequest group_iallgather_split_f32(GroupId g, float *buf, size_t len) {
 
 // ---------------------------------------------------------- point-to-point
 
-static int find_link(GroupId g, int from, int to, int tag) {
-    for (int i = 0; i < n_links; i++)
-        if (links[i].g == g && links[i].from == from && links[i].to == to && links[i].tag == tag) return i;
-    return -1;
-}
-
-// Whether rank r's ends (3 ints each: peer, tag, send) include (peer, tag, send).
-static int has_end(const int *ends, int n, int peer, int tag, int send) {
-    for (int i = 0; i < n; i++)
-        if (ends[3 * i] == peer && ends[3 * i + 1] == tag && ends[3 * i + 2] == send) return 1;
-    return 0;
-}
-
 void group_open_links(GroupId g, const CommLink *ends, int n) {
-    if (!device_comm || !devcomm_group_ready((int)g)) return;
-    const int size = group_size(g), me = group_rank(g);
-    // Every member's ends: their counts, then (peer, tag, send) triples.
-    int *counts = xcalloc(sizeof(int) * (size_t)size, "link counts");  // (size)
-    int *displs = xcalloc(sizeof(int) * (size_t)size, "link offsets");  // (size)
-    MPI_Allgather(&n, 1, MPI_INT, counts, 1, MPI_INT, groups[g]);
-    int total = 0;
-    for (int r = 0; r < size; r++) displs[r] = 3 * total, total += counts[r], counts[r] *= 3;
-    int *mine = xcalloc(sizeof(int) * 3 * (size_t)(n > 0 ? n : 1), "link ends");       // (n, 3)
-    int *all = xcalloc(sizeof(int) * 3 * (size_t)(total > 0 ? total : 1), "link ends");  // (total, 3)
-    for (int i = 0; i < n; i++) mine[3 * i] = ends[i].peer, mine[3 * i + 1] = ends[i].tag, mine[3 * i + 2] = !!ends[i].send;
-    MPI_Allgatherv(mine, 3 * n, MPI_INT, all, counts, displs, MPI_INT, groups[g]);
-    // Every end has its opposite on the peer; the sending ends, in rank order, are
-    // the links, one split round each on every member.
-    for (int r = 0; r < size; r++)
-        for (int i = 0; i < counts[r] / 3; i++) {
-            const int *e = all + displs[r] + 3 * i, peer = e[0], tag = e[1], send = e[2];
-            if (peer < 0 || peer >= size || peer == r)
-                die("point-to-point link of the %s group: rank %d names rank %d as its peer (the group has %d ranks)",
-                    group_name(g), r, peer, size);
-            if (!has_end(all + displs[peer], counts[peer] / 3, r, tag, !send))
-                die("point-to-point link of the %s group with one end only: rank %d %s rank %d with tag %d, but rank %d "
-                    "does not %s it", group_name(g), r, send ? "sends to" : "receives from", peer, tag, peer,
-                    send ? "receive from" : "send to");
-            const int from = send ? r : peer, to = send ? peer : r;
-            if (!send || find_link(g, from, to, tag) >= 0) continue;  // once per link
-            char name[64];
-            snprintf(name, sizeof name, "%s group's link %d->%d (tag %d)", group_name(g), from, to, tag);
-            const int end = me == from ? 0 : me == to ? 1 : -1;
-            Link *grown = realloc(links, sizeof(Link) * (size_t)(n_links + 1));
-            if (!grown) die("out of memory for the point-to-point links");
-            links = grown;
-            links[n_links++] = (Link){g, from, to, tag, devcomm_link_split((int)g, end, name)};
-        }
-    free(counts);
-    free(displs);
-    free(mine);
-    free(all);
+    if (device_comm && devcomm_group_ready((int)g)) comm_links_open(g, groups[g], ends, n);
 }
 
-size_t comm_link_bytes(void) { return link_bytes; }
-
-// This rank's end of the open link of (g, from, to, tag), else -1: the message goes
-// over MPI. A link's message must be in GPU memory on both ends (each end decides
-// alone, so a bug is fatal rather than a send one way and a receive the other).
-static int device_link(GroupId g, int from, int to, int tag, const void *buf, size_t n) {
-    const int i = n_links ? find_link(g, from, to, tag) : -1;
-    if (i < 0) return -1;
-    if (!devcomm_usable(buf))
-        die("a point-to-point message on the %s group's link %d->%d (tag %d) is not in GPU memory (a bug)",
-            group_name(g), from, to, tag);
-    link_bytes += n * sizeof(float);
-    return links[i].slot;
-}
+size_t comm_link_bytes(void) { return comm_links_bytes(); }
 
 CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int tag) {
     if (n > MAX_PIECE) die("send of %zu elements exceeds the per-call limit", n);
-    const int link = device_link(g, group_rank(g), dest, tag, buf, n);
+    const int link = comm_links_device_end(g, group_rank(g), dest, tag, buf, n);
     if (link >= 0) return device_request(g, devcomm_send_f32(link, buf, n));
     CommRequest r = mpi_slot(g);
     MPI_Isend(stage_send(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, dest, tag, groups[g], &requests[r.slot]);
@@ -458,7 +360,7 @@ CommRequest group_isend_f32(GroupId g, const float *buf, size_t n, int dest, int
 
 CommRequest group_irecv_f32(GroupId g, float *buf, size_t n, int src, int tag) {
     if (n > MAX_PIECE) die("receive of %zu elements exceeds the per-call limit", n);
-    const int link = device_link(g, src, group_rank(g), tag, buf, n);
+    const int link = comm_links_device_end(g, src, group_rank(g), tag, buf, n);
     if (link >= 0) return device_request(g, devcomm_recv_f32(link, buf, n));
     CommRequest r = mpi_slot(g);
     MPI_Irecv(stage_recv(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, src, tag, groups[g], &requests[r.slot]);
@@ -474,41 +376,30 @@ void group_allreduce_sum_f32(GroupId g, float *buf, size_t n) {
     }
 }
 
-static void allreduce_f64(GroupId g, double *buf, size_t n, MPI_Op op, const char *what) {
+// Host scalars or counters (n of type t) in place: no device work to wait for.
+static void allreduce_host(GroupId g, void *buf, size_t n, MPI_Datatype t, MPI_Op op, const char *what) {
     if (!mpi_up || group_size(g) == 1) return;
-    if (n > MAX_PIECE) die("%s of %zu doubles exceeds the per-call limit", what, n);
-    CommRequest r = take_slot(g);  // host scalars: no device work to wait for
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, op, groups[g], &requests[r.slot]);
+    if (n > MAX_PIECE) die("%s of %zu values exceeds the per-call limit", what, n);
+    CommRequest r = take_slot(g);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, t, op, groups[g], &requests[r.slot]);
     comm_wait(&r, what);
 }
 
 void group_allreduce_sum_f64(GroupId g, double *buf, size_t n) {
-    allreduce_f64(g, buf, n, MPI_SUM, "all-reduce");
+    allreduce_host(g, buf, n, MPI_DOUBLE, MPI_SUM, "all-reduce");
 }
 
 void group_allreduce_max_f64(GroupId g, double *buf, size_t n) {
-    allreduce_f64(g, buf, n, MPI_MAX, "all-reduce (max)");
+    allreduce_host(g, buf, n, MPI_DOUBLE, MPI_MAX, "all-reduce (max)");
 }
 
 void group_allreduce_sum_u64(GroupId g, uint64_t *buf, size_t n) {
-    if (!mpi_up || group_size(g) == 1) return;
-    if (n > MAX_PIECE) die("all-reduce of %zu 64-bit integers exceeds the per-call limit", n);
-    CommRequest r = take_slot(g);  // host counters: no device work to wait for
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_UINT64_T, MPI_SUM, groups[g], &requests[r.slot]);
-    comm_wait(&r, "all-reduce");
+    allreduce_host(g, buf, n, MPI_UINT64_T, MPI_SUM, "all-reduce");
 }
 
 void group_allreduce_max_f32(GroupId g, float *buf, size_t n) {
     if (!mpi_up || group_size(g) == 1) return;
-    if (n > MAX_PIECE) die("all-reduce (max) of %zu floats exceeds the per-call limit", n);
-    if (on_device(g, buf)) {
-        CommRequest d = device_request(g, devcomm_allreduce_f32((int)g, buf, n, 1));
-        comm_wait(&d, "all-reduce (max)");
-        return;
-    }
-    CommRequest r = take_slot(g);
-    MPI_Iallreduce(MPI_IN_PLACE, stage_inplace(r.slot, buf, n * sizeof(float)), (int)n, MPI_FLOAT, MPI_MAX, groups[g],
-                   &requests[r.slot]);
+    CommRequest r = iallreduce_f32(g, buf, n, 1);
     comm_wait(&r, "all-reduce (max)");
 }
 
@@ -556,7 +447,7 @@ void group_alltoallv_f32(GroupId g, const float *send, const int *send_counts, c
         comm_wait(&d, "all-to-all(v)");
         return;
     }
-    CommRequest r = mpi_slot(g);
+    CommRequest r = take_slot(g);  // on_device waited for the device
     // Staged: [send extent | receive extent], the receive extent copied in too, so
     // that what no rank sends (gaps between the parts) comes back as it was.
     size_t es = 0, er = 0;  // floats up to the end of the last part

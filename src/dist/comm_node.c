@@ -1,7 +1,8 @@
-// dist/comm_node.c — where this process runs: the rank and local rank its launcher
-// gave it (before MPI starts), the ranks sharing its node, their leader and host
-// names, and the default thread count. Split from dist/comm.c; no state of its
-// own (one rank, or MPI not started: the node is this process alone).
+// dist/comm_node.c — the world and where this process runs: its rank and size in
+// the world, ending the job, the rank and local rank its launcher gave it (before
+// MPI starts), the ranks sharing its node, their leader and host names, and the
+// default thread count. Split from dist/comm.c; no state of its own (one rank, or
+// MPI not started or finished: the world is this process alone).
 #define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
 #include <limits.h>
 #include <mpi.h>
@@ -12,6 +13,39 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+
+// MPI is between comm_init's MPI_Init and comm_finalize's MPI_Finalize.
+static int mpi_running(void) {
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    return up && !down;
+}
+
+int comm_world_rank(void) {
+    int r = 0;
+    if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int comm_world_size(void) {
+    int n = 1;
+    if (mpi_running()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+void comm_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (mpi_running() && comm_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+int comm_lowest_failed(int failed) {
+    int first = failed ? comm_world_rank() : INT_MAX;
+    if (mpi_running()) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return first == INT_MAX ? -1 : first;
+}
 
 // The first of the variables that is set and a number >= 0, else `none`.
 static int launcher_env(const char *open_mpi, const char *pmi, int none) {

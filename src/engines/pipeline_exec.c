@@ -30,32 +30,29 @@ static int local_chunk(const Pipeline *pp, int vs) {
     return pp_chunk_of_virtual(pp->sched, pp->pp, vs);
 }
 
+// This rank's ends of the messages between virtual stages k and k+1 (the tags
+// above), with `peer` holding the other one: activations and statistics go
+// forward, gradients back, so the rank of stage k + 1 (downstream) receives the
+// first of each pair and sends the second. Returns how many it wrote (2, or 4 with
+// the statistics).
+static int boundary_ends(CommLink *e, int peer, int k, int downstream, int moe) {
+    int n = 0;
+    for (int base = 0; base <= (moe ? MOE_TAG : 0); base += MOE_TAG) {
+        e[n++] = (CommLink){peer, base + 2 * k, !downstream};
+        e[n++] = (CommLink){peer, base + 2 * k + 1, downstream};
+    }
+    return n;
+}
+
 void pp_open_links(const Pipeline *pp, const LlamaModel *m) {
-    // Per local chunk: from the previous virtual stage (activations, statistics in;
-    // gradients out) and to the next (activations, statistics out; gradients in),
-    // where that stage is on another rank. (4 per chunk and side at most: 8 v.)
-    CommLink *ends = xcalloc(sizeof(CommLink) * 8 * (size_t)pp->v, "pipeline links");  // (8 v)
+    CommLink *ends = xcalloc(sizeof(CommLink) * 8 * (size_t)pp->v, "pipeline links");  // (8 v): 4 per chunk and side
     int n = 0;
     for (int c = 0; c < pp->v; c++) {
         const int vs = pp_virtual_stage(pp, c);
-        if (vs > 0 && local_chunk(pp, vs - 1) < 0) {
-            const int prev = rank_of_virtual(pp, vs - 1), k = vs - 1;
-            ends[n++] = (CommLink){prev, 2 * k, 0};
-            ends[n++] = (CommLink){prev, 2 * k + 1, 1};
-            if (m->moe_aux) {
-                ends[n++] = (CommLink){prev, MOE_TAG + 2 * k, 0};
-                ends[n++] = (CommLink){prev, MOE_TAG + 2 * k + 1, 1};
-            }
-        }
-        if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0) {
-            const int next = rank_of_virtual(pp, vs + 1), k = vs;
-            ends[n++] = (CommLink){next, 2 * k, 1};
-            ends[n++] = (CommLink){next, 2 * k + 1, 0};
-            if (m->moe_aux) {
-                ends[n++] = (CommLink){next, MOE_TAG + 2 * k, 1};
-                ends[n++] = (CommLink){next, MOE_TAG + 2 * k + 1, 0};
-            }
-        }
+        if (vs > 0 && local_chunk(pp, vs - 1) < 0)
+            n += boundary_ends(ends + n, rank_of_virtual(pp, vs - 1), vs - 1, 1, m->moe_aux);
+        if (vs < pp->n_virtual - 1 && local_chunk(pp, vs + 1) < 0)
+            n += boundary_ends(ends + n, rank_of_virtual(pp, vs + 1), vs, 0, m->moe_aux);
     }
     group_open_links(GROUP_PP, ends, n);
     free(ends);

@@ -115,30 +115,26 @@ if [ "${gpus:-0}" -ge 2 ]; then
     else
         failed "dp 2 with parallel.comm = nccl: host waits over 3 and 6 steps '$w3' '$w6' (want 3 more over 6)"
     fi
-    if [ "${NCCL_EMU_HANG_TEST:-0}" = 1 ]; then
+    # hang WHAT K REGEX ARGS...: the K-th NCCL call of each rank never finishes
+    # (emulated); the job must end within 60 s with an error matching REGEX.
+    hang() {
+        local what=$1 k=$2 want=$3 t0 rc took msg; shift 3
         t0=$(date +%s)
-        CUDA_EMU_DEVICES=2 NCCL_EMU_HANG_AT=4 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" \
-            "${gpu[@]}" "${two[@]}" --parallel.comm nccl --parallel.timeout_s 3 >"$tmp/hang.log" 2>&1
+        CUDA_EMU_DEVICES=2 NCCL_EMU_HANG_AT=$k timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" \
+            "${gpu[@]}" "$@" --parallel.comm nccl --parallel.timeout_s 3 >"$tmp/hang.log" 2>&1
         rc=$? took=$(($(date +%s) - t0))
-        msg=$(grep -m1 -o 'error: .*has not finished after parallel.timeout_s = 3 s' "$tmp/hang.log")
-        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$msg" ] && grep -qE ' on the dp( x cp)? group' <<<"$msg" &&
-            [ "$took" -lt 60 ]; then
-            echo "PASS a collective that never finishes (emulated) ends the job after parallel.timeout_s, in ${took} s: $msg"
-        else
-            failed "the watchdog of a collective that never finishes: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang.log")"
-        fi
-        # The first message of each rank of pp 2 (the activation's send and receive).
-        t0=$(date +%s)
-        CUDA_EMU_DEVICES=2 NCCL_EMU_HANG_AT=1 timeout -k 10 120 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${common[@]}" \
-            "${gpu[@]}" --parallel.pp 2 --parallel.pp_schedule 1f1b --training.micro_batch_size 2 --parallel.comm nccl \
-            --parallel.timeout_s 3 >"$tmp/hang_p2p.log" 2>&1
-        rc=$? took=$(($(date +%s) - t0))
-        msg=$(grep -m1 -o "error: pipeline activation [a-z]* on the pp group's link 0->1 (tag 0) has not finished after parallel.timeout_s = 3 s" "$tmp/hang_p2p.log")
+        msg=$(grep -m1 -oE "error: $want has not finished after parallel.timeout_s = 3 s" "$tmp/hang.log")
         if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$msg" ] && [ "$took" -lt 60 ]; then
-            echo "PASS a pipeline message that never arrives (emulated) ends the job after parallel.timeout_s, in ${took} s: $msg"
+            echo "PASS $what (emulated) ends the job after parallel.timeout_s, in ${took} s: $msg"
         else
-            failed "the watchdog of a message that never arrives: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang_p2p.log")"
+            failed "the watchdog of $what: exit $rc after ${took} s: $(grep -m2 -E 'error|cuda_emu' "$tmp/hang.log")"
         fi
+    }
+    if [ "${NCCL_EMU_HANG_TEST:-0}" = 1 ]; then
+        hang "a collective that never finishes" 4 '.* on the dp( x cp)? group' "${two[@]}"
+        # The first message of each rank of pp 2 (the activation's send and receive).
+        hang "a pipeline message that never arrives" 1 "pipeline activation [a-z]* on the pp group's link 0->1 \(tag 0\)" \
+            --parallel.pp 2 --parallel.pp_schedule 1f1b --training.micro_batch_size 2
     fi
 else
     echo "SKIP host waits with NCCL over several ranks need a GPU per rank: this machine has ${gpus:-0}"
