@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/safetensors_internal.h"
+#include "ops/bf16.h"
 #include "util.h"
 
 // Conversion chunk: non-F32 data is read through a bounded staging buffer.
@@ -40,15 +41,6 @@ static const char *dtype_name(StDtype d) {
     case ST_I64: return "I64";
     default: return "non-float";
     }
-}
-
-// bfloat16 is the top half of an fp32: shifting the bits back is exact for every
-// value, subnormals, infinities and NaN payloads included.
-static float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 }
 
 // IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every half is exactly

@@ -15,16 +15,10 @@
 #include <unistd.h>
 
 #include "io/safetensors_internal.h"
+#include "ops/bf16.h"
 #include "util.h"
 
-uint16_t st_f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays quiet NaN
-    // Round to nearest, ties to even: add just under half an ulp of the kept part,
-    // plus its lowest bit; an overflow past the largest finite value rounds to inf.
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+uint16_t st_f32_to_bf16(float x) { return bf16_from_f32(x); }
 
 // ---------------------------------------------------------------- writing
 

@@ -36,6 +36,9 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t moe_saved = m->E > 0 ? moe_saved_floats(&md) : 0;
     const size_t moe_scr = m->E > 0 ? moe_scratch_floats(&md) : 0;
     const size_t moe_stats = m->moe_aux ? 4 * (size_t)B * m->E : 0;
+    // bf16 activations (m->mlp_bf16): gate|up as 2Fd bf16 values a token, Fd floats'
+    // room, carved as gu and handed over as gu16 below; no SwiGLU output kept.
+    const size_t gu_floats = m->mlp_bf16 ? N * Fd : N * 2 * Fd, h_floats = m->mlp_bf16 ? 0 : N * Fd;
     struct {
         float **ptr;
         size_t n;
@@ -45,8 +48,8 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
         {&a->lse, nlse * R},            {&a->attn, nk * N * A},
         {&a->resid_mid, scr * Nr * D},  {&a->ln2, nk * Nr * D},
-        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * N * 2 * Fd},
-        {&a->mlp_h, nk * N * Fd},       {&a->lnf, head * Nr * D},
+        {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * gu_floats},
+        {&a->mlp_h, nk * h_floats},       {&a->lnf, head * Nr * D},
         {&a->lnf_rstd, head * Nr},      {&a->lnf_xhat, head * Nr * D},
         {&a->logits, head * N * (size_t)m->Vl}, {&a->normed, scr * Nr * D},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
@@ -65,6 +68,10 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         size_t n = (plan[i].n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
         if (base && plan[i].n) *plan[i].ptr = base + total;
         total += n;
+    }
+    if (base && m->mlp_bf16) {
+        a->gu16 = (uint16_t *)a->gu;  // NULL when no slot is planned here (the shared working layer)
+        a->gu = NULL;
     }
     return total;
 }
@@ -124,6 +131,7 @@ static void share_scratch_of(Activations *a, const LlamaModel *m, const Activati
         a->ln2_rstd = share_scratch->ln2_rstd;
         a->gu = share_scratch->gu;
         a->mlp_h = share_scratch->mlp_h;
+        a->gu16 = share_scratch->gu16;
         a->moe = share_scratch->moe;
     }
 }
@@ -187,13 +195,14 @@ static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, We
     const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D, Fl = m->Fl;
     const size_t nl = (size_t)shape.nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
     // dgu and dqkv reuse the layer's own gu and qkv (model/llama_split.c), except
-    // under full recomputation, where those are the shared working layer.
-    const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0;
+    // under full recomputation, where those are the shared working layer, and dgu
+    // under bf16 activations, where gu is bf16 (and read again by the W half).
+    const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0, own_dgu = m->mlp_bf16 ? nl : own;
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
-        {&st->d_down, nl * Nr * D}, {&st->dgu, own * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
         {&st->d_o, nl * Nr * D},    {&st->dqkv, own * N * QKV},   {&st->d_ln1, nl * Nr * D},
         {&st->norm_w, nl * 2 * D},  {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},

@@ -19,8 +19,9 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
         .mid = a->resid_mid,
         .ln2 = a->ln2 + k * Nr * D,
         .ln2_rstd = a->ln2_rstd + k * Nr,
-        .gu = a->gu + k * N * 2 * Fl,
-        .h = a->mlp_h + k * N * Fl,
+        .gu = a->gu ? a->gu + k * N * 2 * Fl : NULL,
+        .h = a->mlp_h ? a->mlp_h + k * N * Fl : NULL,
+        .gu16 = a->gu16 ? a->gu16 + k * N * 2 * Fl : NULL,
         .out = a->resid + (kx + (m->recompute == RECOMPUTE_FULL)) * Nr * D,
     };
     return s;

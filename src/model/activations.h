@@ -48,6 +48,13 @@ typedef struct Activations {
     float *ln2, *ln2_rstd;   // (nk, Nr, D), (nk, Nr) second norm's xhat and rstd
     float *gu;               // (nk, N, 2Fl) gate|up pre-activations
     float *mlp_h;            // (nk, N, Fl) silu(gate)*up (down_proj input)
+    uint16_t *gu16;          // (nk, N, 2Fl) bf16 runs of a dense model (LlamaModel.mlp_bf16), in
+                             // place of gu and mlp_h (both NULL): gate|up kept as bf16 (ops.h:
+                             // round_to_bf16), a quarter of the bytes the two fp32 buffers take.
+                             // The forward computes gate|up in fp32 into the scratch dgu and the
+                             // SwiGLU output from the kept bf16 values into dbuf_i (down_proj's
+                             // input); the backward rebuilds that output the same way into dgu,
+                             // bit for bit, before the down projection's gradients need it
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd
     float *lnf_xhat;         // (Nr, D) last stage only: the final norm's xhat
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
@@ -119,8 +126,9 @@ typedef struct {
     float *attn;              // (N, A)
     float *mid;               // (Nr, D) residual after attention (scratch: forward only)
     float *ln2, *ln2_rstd;    // (Nr, D), (Nr) xhat and rstd
-    float *gu;                // (N, 2Fl)
-    float *h;                 // (N, Fl)
+    float *gu;                // (N, 2Fl)   NULL under LlamaModel.mlp_bf16
+    float *h;                 // (N, Fl)    NULL under LlamaModel.mlp_bf16
+    uint16_t *gu16;           // (N, 2Fl) bf16, under LlamaModel.mlp_bf16 (else NULL)
     float *out;               // (Nr, D) layer output (the next layer's input)
 } LayerSaved;
 

@@ -77,11 +77,35 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
         return;
     }
-    tp_column_forward(tp, s.gu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
-    swiglu_forward(s.h, s.gu, N, Fl);
-    if (recompute) return;
-    tp_row_forward(tp, s.out, s.h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);     // down
+    const float *h = s.h;  // (N, Fl) the SwiGLU output, down's input
+    if (m->mlp_bf16) {  // gate|up in fp32 into the scratch, kept as bf16, SwiGLU from the kept values
+        tp_column_forward(tp, a->dgu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
+        round_to_bf16(s.gu16, a->dgu, (size_t)N * 2 * Fl);
+        if (recompute) return;  // the backward rebuilds the SwiGLU output itself
+        swiglu_forward_bf16(a->dbuf_i, s.gu16, N, Fl);
+        h = a->dbuf_i;
+    } else {
+        tp_column_forward(tp, s.gu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
+        swiglu_forward(s.h, s.gu, N, Fl);
+        if (recompute) return;
+    }
+    tp_row_forward(tp, s.out, h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);       // down
     residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
+}
+
+// Under bf16 activations (m->mlp_bf16) the SwiGLU output, down's input, is not kept:
+// rebuilt from the kept bf16 gate|up into the scratch dgu (free until SwiGLU's
+// backward overwrites it), the forward's op on the same values, so bit for bit.
+const float *llama_mlp_input(const LlamaModel *m, Activations *a, const LayerSaved *s) {
+    if (!m->mlp_bf16) return s->h;
+    swiglu_forward_bf16(a->dgu, s->gu16, a->B * a->S, m->Fl);
+    return a->dgu;
+}
+
+// dgu(N, 2Fl) = the gradient of gate|up from dh(N, Fl), SwiGLU's input kept either way.
+void llama_swiglu_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *dh) {
+    if (m->mlp_bf16) swiglu_backward_bf16(a->dgu, dh, s->gu16, a->B * a->S, m->Fl);
+    else swiglu_backward(a->dgu, dh, s->gu, a->B * a->S, m->Fl);
 }
 
 // A layer's weights and gradients: one piece, or under expert parallelism the
@@ -293,9 +317,9 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
         matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
-        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, s.h, AT(w, u, lo->down), a->tp_full,
-                        N, Fl, D);
-        swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, llama_mlp_input(m, a, &s), AT(w, u, lo->down),
+                        a->tp_full, N, Fl, D);
+        llama_swiglu_backward(m, a, &s, a->dbuf_i);
         rmsnorm_rebuild(a->normed, s.ln2, AT(w, u, lo->ln2), Nr, D);
         tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up),
                            a->tp_full, a->tp_partial, N, D, 2 * Fl);

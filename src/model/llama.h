@@ -40,6 +40,8 @@ typedef struct {
     ContextParallel cp;   // this rank's share of every sequence
     Recompute recompute;  // what a layer keeps for its backward (config.h)
     ExpertParallel ep;    // mixture of experts: the experts this rank computes (model/moe.h)
+    int bf16_acts;        // 1: bf16 activations (training.precision = bf16): the dense MLP
+                          // keeps gate|up in bf16 and rebuilds the SwiGLU output (below)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -65,6 +67,10 @@ typedef struct {
     int Fs, Fsl;                 // shared experts' width (n_shared_experts * F; 0: none) and its tp share
     int moe_aux;                 // 1: the load-balancing loss is part of the training loss
     ExpertParallel ep;           // expert parallelism (parallel_layers/expert_parallel.h)
+    int mlp_bf16;                // 1 (a dense model with ModelShard.bf16_acts): each layer keeps
+                                 // its gate|up pre-activations as bf16 (Activations.gu16) and
+                                 // not the SwiGLU output, which its backward rebuilds
+                                 // (model/activations.h)
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

@@ -136,14 +136,15 @@ static void layout_params(LlamaModel *m) {
 ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
 
 ModelShard model_tp_shard(int size, int rank, int sp) {
-    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}};
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}, 0};
     return s;
 }
 
 ModelShard model_shard_of(const Config *cfg, GridCoords at) {
     const ParallelConfig *p = &cfg->parallel;
     ModelShard s = {tp_group(p->tp, at.tp, p->sequence_parallel), {p->cp, at.cp},
-                    cfg->training.recompute, {p->ep, grid_ep_rank(p, at)}};
+                    cfg->training.recompute, {p->ep, grid_ep_rank(p, at)},
+                    cfg->training.precision == PRECISION_BF16};
     return s;
 }
 
@@ -169,6 +170,7 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->E = cfg->num_local_experts;
     m->K = m->E > 0 ? cfg->num_experts_per_tok : 0;
     m->moe_aux = m->E > 0 && cfg->output_router_logits;
+    m->mlp_bf16 = shard.bf16_acts && m->E == 0;  // a Mixtral block keeps its rows in fp32 (model/moe.h)
     m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;
     m->Fsl = m->Fs / m->tp.size;
     layout_params(m);  // count

@@ -38,6 +38,13 @@ void llama_layer_grads_done(const LlamaModel *m, const struct ParamAccess *pa, i
 // stage may still be on its way to the next stage, so it must not be written).
 void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights lw, int i, int recompute);
 
+// The dense MLP's kept SwiGLU input s->gu (or s->gu16 under m->mlp_bf16) as its
+// backward reads it: the SwiGLU output h(N, Fl), down's input (s->h, or under
+// mlp_bf16 rebuilt into a->dgu), and dgu(N, 2Fl) from h's gradient dh(N, Fl) into
+// a->dgu (which overwrites a rebuilt h).
+const float *llama_mlp_input(const LlamaModel *m, Activations *a, const LayerSaved *s);
+void llama_swiglu_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *dh);
+
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
 void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1);

@@ -21,6 +21,8 @@
 // slots of gu and qkv hold the gradients for W, and the stash keeps only the four
 // (Nr, D) gradients. Under full recomputation gu and qkv are the shared working
 // layer, rebuilt by every layer's recomputation: there the stash holds them too.
+// Under bf16 activations (m->mlp_bf16) gu is bf16 and still needed by W, which
+// rebuilds down's input from it: the stash holds dgu as well.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
 } LayerStash;
@@ -29,8 +31,8 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
                               const LayerSaved *s, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, k = (size_t)i;
-    const int own = m->recompute == RECOMPUTE_FULL;
-    LayerStash ls = {st->d_down + k * Nr * D, own ? st->dgu + k * N * 2 * m->Fl : s->gu, st->d_ln2 + k * Nr * D,
+    const int own = m->recompute == RECOMPUTE_FULL, own_dgu = own || m->mlp_bf16;
+    LayerStash ls = {st->d_down + k * Nr * D, own_dgu ? st->dgu + k * N * 2 * m->Fl : s->gu, st->d_ln2 + k * Nr * D,
                      st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D,
                      st->norm_w + k * 2 * D};
     return ls;
@@ -62,8 +64,8 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     // MLP
     copy_f32(k.d_down, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
-    swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
-    copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
+    llama_swiglu_backward(m, a, &s, a->dbuf_i);
+    copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // an fp32 gu is read for the last time just above
     tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
     tp_norm_backward_input(dres, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
@@ -149,7 +151,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     float *g = llama_layer_grads(m, pa, u).g;
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
-    tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, s.h, a->tp_full, N, Fl, D);
+    tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, llama_mlp_input(m, a, &s), a->tp_full, N, Fl, D);
     rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
     tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/bf16.h"
 #include "ops/fast_exp.h"
 #include "ops/ops.h"
 #include "util.h"
@@ -257,25 +258,79 @@ void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, i
 
 // ----------------------------------------------------------------------- SwiGLU
 
+// One run of n values of a token: o = silu(g) * u, and its backward
+// dg = dout * u * silu'(g), du = dout * silu(g), with silu(g) = g s(g) and
+// silu'(g) = s(g) (1 + g (1 - s(g))). The fp32 and the bf16 ops share them.
+static inline void swiglu_span(float *o, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) o[i] = g[i] / (1.0f + fast_expf(-g[i])) * u[i];
+}
+
+static inline void swiglu_back_span(float *dg, float *du, const float *d, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + fast_expf(-g[i]));
+        du[i] = d[i] * g[i] * s;
+        dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 void swiglu_forward(float *out, const float *gu, int N, int F) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *g = gu + (size_t)n * 2 * F, *u = g + F;
-        float *o = out + (size_t)n * F;
-        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + fast_expf(-g[i])) * u[i];
+        const float *g = gu + (size_t)n * 2 * F;
+        swiglu_span(out + (size_t)n * F, g, g + F, F);
     }
 }
 
 void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
-    // silu(g) = g s(g);  silu'(g) = s(g) (1 + g (1 - s(g)))
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
-        float *dg = dgu + (size_t)n * 2 * F, *du = dg + F;
-        for (int i = 0; i < F; i++) {
-            float s = 1.0f / (1.0f + fast_expf(-g[i]));
-            du[i] = d[i] * g[i] * s;
-            dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+        const float *g = gu + (size_t)n * 2 * F;
+        float *dg = dgu + (size_t)n * 2 * F;
+        swiglu_back_span(dg, dg + F, dout + (size_t)n * F, g, g + F, F);
+    }
+}
+
+// ------------------------------------------------------------ bf16 activations
+
+void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+}
+
+// A bf16 token row is widened BF16_SPAN values at a time into fp32 on the stack,
+// then the fp32 loops above run on it: the same float operations as swiglu_forward
+// and swiglu_backward on the widened values.
+#define BF16_SPAN 256
+
+static void widen_span(float *dst, const uint16_t *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+void swiglu_forward_bf16(float *out, const uint16_t *gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F;
+        float gw[BF16_SPAN], uw[BF16_SPAN];
+        for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
+            const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
+            widen_span(gw, g + i0, k);
+            widen_span(uw, u + i0, k);
+            swiglu_span(out + (size_t)n * F + i0, gw, uw, k);
+        }
+    }
+}
+
+void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F;
+        float *dg = dgu + (size_t)n * 2 * F;
+        float gw[BF16_SPAN], uw[BF16_SPAN];
+        for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
+            const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
+            widen_span(gw, g + i0, k);
+            widen_span(uw, u + i0, k);
+            swiglu_back_span(dg + i0, dg + F + i0, dout + (size_t)n * F + i0, gw, uw, k);
         }
     }
 }

@@ -1,8 +1,9 @@
 // ops/kernels_cuda.cu — the CUDA kernels of ops.h for the embedding, RMSNorm, the
-// residual, RoPE and SwiGLU, in fp32. Same semantics as ops/cpu.c; where the CPU
-// sums in a fixed order per output (embedding and RMSNorm weight gradients: one
-// column, tokens in order), so does each thread here, so the sums are the CPU's
-// and never depend on timing.
+// residual, RoPE and SwiGLU, in fp32 (SwiGLU also from a gate|up kept in bf16).
+// Same semantics as ops/cpu.c; where the CPU sums in a fixed order per output
+// (embedding and RMSNorm weight gradients: one column, tokens in order), so does
+// each thread here, so the sums are the CPU's and never depend on timing.
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "ops/cuda_common.cuh"
@@ -296,35 +297,73 @@ extern "C" void rope_backward(float *dqkv, const float *cos_t, const float *sin_
 // ----------------------------------------------------------------------- SwiGLU
 
 // gu(N, 2F) per token [gate | up]; out(N, F) = silu(gate) * up.
-__global__ void k_swiglu(float *out, const float *gu, int N, int F) {
+// gu's values as fp32: itself, or a kept bf16 value widened (exactly).
+__device__ static inline float widen(float x) { return x; }
+__device__ static inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// T: float (swiglu_forward) or __nv_bfloat16 (swiglu_forward_bf16, a kept gu).
+template <typename T>
+__global__ void k_swiglu(float *out, const T *gu, int N, int F) {
     size_t total = (size_t)N * F;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         size_t n = e / F, i = e % F;
-        float g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i];
+        float g = widen(gu[n * 2 * F + i]), u = widen(gu[n * 2 * F + F + i]);
         out[e] = g / (1.0f + expf(-g)) * u;
     }
 }
 
 // silu(g) = g s(g); silu'(g) = s(g) (1 + g (1 - s(g)))
-__global__ void k_swiglu_back(float *dgu, const float *dout, const float *gu, int N, int F) {
+template <typename T>
+__global__ void k_swiglu_back(float *dgu, const float *dout, const T *gu, int N, int F) {
     size_t total = (size_t)N * F;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         size_t n = e / F, i = e % F;
-        float g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i], d = dout[e];
+        float g = widen(gu[n * 2 * F + i]), u = widen(gu[n * 2 * F + F + i]), d = dout[e];
         float s = 1.0f / (1.0f + expf(-g));
         dgu[n * 2 * F + F + i] = d * g * s;
         dgu[n * 2 * F + i] = d * u * s * (1.0f + g * (1.0f - s));
     }
 }
 
-extern "C" void swiglu_forward(float *out, const float *gu, int N, int F) {
+template <typename T>
+static void swiglu_fwd(float *out, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    k_swiglu<<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
-    cuda_done("swiglu_forward");
+    k_swiglu<T><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
+    cuda_done(what);
+}
+
+template <typename T>
+static void swiglu_bwd(float *dgu, const float *dout, const T *gu, int N, int F, const char *what) {
+    if ((size_t)N * F == 0) return;
+    k_swiglu_back<T><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(dgu, dout, gu, N, F);
+    cuda_done(what);
+}
+
+extern "C" void swiglu_forward(float *out, const float *gu, int N, int F) {
+    swiglu_fwd(out, gu, N, F, "swiglu_forward");
 }
 
 extern "C" void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
-    if ((size_t)N * F == 0) return;
-    k_swiglu_back<<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(dgu, dout, gu, N, F);
-    cuda_done("swiglu_backward");
+    swiglu_bwd(dgu, dout, gu, N, F, "swiglu_backward");
+}
+
+// ------------------------------------------------------------ bf16 activations
+
+__global__ static void k_round_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+extern "C" void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    k_round_to_bf16<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>((__nv_bfloat16 *)dst, src, n);
+    cuda_done("round_to_bf16");
+}
+
+extern "C" void swiglu_forward_bf16(float *out, const uint16_t *gu, int N, int F) {
+    swiglu_fwd(out, (const __nv_bfloat16 *)gu, N, F, "swiglu_forward_bf16");
+}
+
+extern "C" void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F) {
+    swiglu_bwd(dgu, dout, (const __nv_bfloat16 *)gu, N, F, "swiglu_backward_bf16");
 }

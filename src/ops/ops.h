@@ -264,6 +264,18 @@ void swiglu_forward(float *out, const float *gu, int N, int F);
 // dgu(N, 2F) = gradient w.r.t. gu (overwritten)
 void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
 
+// ---- bf16 activations (training.precision = bf16; ops/bf16.h: the bits) ----
+// A bf16 run keeps the dense MLP's gate|up pre-activations for the backward as
+// bf16 (uint16_t bits), half the bytes, and no SwiGLU output at all: the backward
+// rebuilds it from the kept gate|up with swiglu_forward_bf16, the same op on the
+// same values as the forward, so bit for bit (model/activations.h).
+// dst(n) = src(n) rounded to the nearest bf16 (ties to even).
+void round_to_bf16(uint16_t *dst, const float *src, size_t n);
+// swiglu_forward and swiglu_backward on a gu(N, 2F) kept as bf16: each value
+// widened to fp32 (exactly), then the fp32 formula; out, dout, dgu fp32.
+void swiglu_forward_bf16(float *out, const uint16_t *gu, int N, int F);
+void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F);
+
 // ---- mixture of experts (model/moe.h): routing, grouping, dispatch and combine ----
 // N tokens, E experts, K experts per token (top-k), D hidden. A token's K choices
 // are "slots" t*K + j; the grouped rows put every slot of expert 0 first (tokens in

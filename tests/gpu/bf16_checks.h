@@ -270,4 +270,32 @@ static void test_attention_bf16(int hd) {
     pair_free(rowdot), pair_free(kv), pair_free(kv2), pair_free(dkv), pair_free(dkv2), pair_free(dq);
 }
 
+// bf16 activations (ops.h: a dense MLP's gate|up kept as bf16): round_to_bf16 on
+// the GPU gives the CPU's bits exactly (both round to nearest, ties to even), and
+// SwiGLU forward and backward reading the kept bf16 gu are within TOL of the CPU's
+// (the same formula on the same widened values; expf against the CPU's fast_expf).
+static void test_bf16_activations(void) {
+    const int N = 29, F = 130;
+    const size_t ngu = (size_t)N * 2 * F;
+    Pair gu = pair_fill(ngu, 3.0f), o = pair_fill((size_t)N * F, 1.0f), d = pair_fill((size_t)N * F, 1.0f);
+    Pair dgu = pair_fill(ngu, 1.0f);
+    uint16_t *g16_h = xmalloc(ngu * sizeof(uint16_t), "bf16 gu"), *back = xmalloc(ngu * sizeof(uint16_t), "bf16 gu");
+    uint16_t *g16_d = buf_alloc(MEM_ACTIVATIONS, ngu * sizeof(uint16_t), "bf16 gu");  // (N, 2F)
+    round_to_bf16(g16_d, gu.d, ngu);
+    cpu_round_to_bf16(g16_h, gu.h, ngu);
+    ops_download(back, g16_d, ngu * sizeof(uint16_t));
+    size_t same = 0;
+    for (size_t i = 0; i < ngu; i++) same += back[i] == g16_h[i];
+    CHECK(same == ngu, "round_to_bf16: %zu of %zu values the CPU's bits", same, ngu);
+    swiglu_forward_bf16(o.d, g16_d, N, F);
+    cpu_swiglu_forward_bf16(o.h, g16_h, N, F);
+    expect_close("swiglu_forward_bf16", o);
+    swiglu_backward_bf16(dgu.d, d.d, g16_d, N, F);
+    cpu_swiglu_backward_bf16(dgu.h, d.h, g16_h, N, F);
+    expect_close("swiglu_backward_bf16", dgu);
+    buf_free(g16_d);
+    free(g16_h), free(back);
+    pair_free(gu), pair_free(o), pair_free(d), pair_free(dgu);
+}
+
 #endif

@@ -58,6 +58,9 @@
 #define attention_backward cpu_attention_backward
 #define swiglu_forward cpu_swiglu_forward
 #define swiglu_backward cpu_swiglu_backward
+#define round_to_bf16 cpu_round_to_bf16
+#define swiglu_forward_bf16 cpu_swiglu_forward_bf16
+#define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
 #define cross_entropy_forward cpu_cross_entropy_forward
 #define ce_shard_max cpu_ce_shard_max
@@ -128,6 +131,9 @@
 #undef attention_backward
 #undef swiglu_forward
 #undef swiglu_backward
+#undef round_to_bf16
+#undef swiglu_forward_bf16
+#undef swiglu_backward_bf16
 #undef cross_entropy_forward_backward
 #undef cross_entropy_forward
 #undef ce_shard_max

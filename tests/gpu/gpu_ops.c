@@ -604,6 +604,7 @@ int main(int argc, char **argv) {
     else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());
     test_embedding();
     test_norm_residual_swiglu();
+    test_bf16_activations();
     test_rope();
     test_attention();
     test_cross_entropy();

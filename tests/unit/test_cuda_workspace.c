@@ -85,22 +85,36 @@ static void test_bounds(void) {
     llama_free(&m);
 }
 
-// A GPU run's predicted memory: the CPU run's, plus the workspace in activations.
+// A GPU run's predicted memory: in fp32 the CPU run's plus the workspace in
+// activations; in bf16 also the bf16 copy of the weights in params, the bf16
+// operand copies in the workspace, and bf16 activations (model/activations.h: a
+// layer slot keeps gate|up as bf16 and no SwiGLU output, N (3F x 4 - 2F x 2) =
+// 64 x 1024 bytes fewer here) for each layer of the stage in each activation slot
+// of the pipeline (1f1b, pp 2: stage 0 holds 2 micro-batches in flight, stage 1 one).
 static void test_planned(void) {
     const char *gpu[] = {"--training.device", "cuda", "--training.precision", "bf16", "--parallel.pp", "2"};
+    const char *gpu32[] = {"--training.device", "cuda", "--training.precision", "fp32", "--parallel.pp", "2"};
     const char *cpu[] = {"--training.device", "cpu", "--parallel.pp", "2"};
-    Config g, c;
+    Config g, g32, c;
     make_cfg(&g, 2, gpu, 6);
+    make_cfg(&g32, 2, gpu32, 6);
     make_cfg(&c, 2, cpu, 4);
     ops_set_threads(1);
     for (int stage = 0; stage < 2; stage++) {
         const GridCoords at = grid_coords(&g.parallel, stage);
-        MemoryReport mg = plan_rank_memory(&g, at), mc = plan_rank_memory(&c, at);
+        MemoryReport mg = plan_rank_memory(&g, at), m32 = plan_rank_memory(&g32, at), mc = plan_rank_memory(&c, at);
         const OpsBounds b = {.rows = 64, .in_cols = 128, .out_cols = stage ? 257 : 256, .weight = 0, .bf16 = 1};
-        const size_t ws = ops_cuda_workspace(&b).total;
-        CHECK(mg.activations == mc.activations + ws && mg.params == mc.params + 2 * (mc.params / 4),
-              "pp stage %d on the GPU: activations hold %zu bytes of CUDA work buffers more than on the CPU "
-              "(%zu vs %zu), params the bf16 copy", stage, ws, mg.activations, mc.activations);
+        OpsBounds b32 = b;
+        b32.bf16 = 0;
+        const size_t ws = ops_cuda_workspace(&b).total, ws32 = ops_cuda_workspace(&b32).total;
+        CHECK(m32.activations == mc.activations + ws32 && m32.params == mc.params,
+              "pp stage %d on the GPU in fp32: activations hold %zu bytes of CUDA work buffers more than on the CPU "
+              "(%zu vs %zu), params the same", stage, ws32, m32.activations, mc.activations);
+        const size_t mlp = (size_t)64 * 1024 * 2 * (stage ? 1 : 2);  // 2 layers x slots in flight
+        CHECK(mg.activations == m32.activations - ws32 + ws - mlp && mg.params == mc.params + 2 * (mc.params / 4),
+              "pp stage %d on the GPU in bf16: activations %zu bytes = fp32's %zu with the bf16 workspace (%zu) and "
+              "%zu bytes fewer for bf16 activations; params the bf16 copy", stage, mg.activations, m32.activations,
+              ws, mlp);
     }
 }
 

@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "model/rope.h"
+#include "ops/bf16.h"
 #include "ops/ops.h"
 #include "run_child.h"
 
@@ -906,6 +907,47 @@ static void test_swiglu(void) {
     }
 }
 
+// bf16 activations: round_to_bf16 rounds each value to a nearest bf16 (the
+// shared bit trick, and within half a bf16 ulp: 8 significant bits, so 2^-8 of |x|); the SwiGLU ops on a
+// gu kept as bf16 equal the fp32 ops on the widened values bit for bit (a row of
+// 300 values: wider than the 256-value spans the CPU widens at a time), and differ
+// from the fp32 ops on the unrounded gu (the rounding is not lost).
+static void test_swiglu_bf16(void) {
+    const int N = 5, F = 300;
+    const size_t ngu = (size_t)N * 2 * F, no = (size_t)N * F;
+    rng_seed(77);
+    float *gu = fnew(ngu), *wide = fnew(ngu), *dout = fnew(no), *a = fnew(no), *b = fnew(no);
+    float *da = fnew(ngu), *db = fnew(ngu);
+    uint16_t *gu16 = talloc(ngu * sizeof(uint16_t));
+    fill(gu, ngu, -4, 4);
+    fill(dout, no, -1, 1);
+    round_to_bf16(gu16, gu, ngu);
+    size_t same = 0, near = 0, changed = 0;
+    for (size_t i = 0; i < ngu; i++) {
+        wide[i] = bf16_to_f32(gu16[i]);
+        same += gu16[i] == bf16_from_f32(gu[i]);
+        near += fabsf(wide[i] - gu[i]) <= ldexpf(fabsf(gu[i]), -8);
+        changed += wide[i] != gu[i];
+    }
+    CHECK(same == ngu && near == ngu && changed > ngu / 2,
+          "round_to_bf16: %zu of %zu the nearest bf16 (%zu within 2^-8 relative, %zu changed)", same, ngu, near,
+          changed);
+    fill(b, no, 5, 6);  // garbage: out is overwritten
+    swiglu_forward(a, wide, N, F);
+    swiglu_forward_bf16(b, gu16, N, F);
+    CHECK(!memcmp(a, b, no * sizeof(float)), "swiglu_forward_bf16 = swiglu_forward of the widened gu, bit for bit");
+    fill(db, ngu, 200, 300);
+    swiglu_backward(da, dout, wide, N, F);
+    swiglu_backward_bf16(db, dout, gu16, N, F);
+    CHECK(!memcmp(da, db, ngu * sizeof(float)), "swiglu_backward_bf16 = swiglu_backward of the widened gu, bit for bit");
+    swiglu_forward(a, gu, N, F);
+    double e = 0.0, top = 0.0;
+    for (size_t i = 0; i < no; i++) e = fmax(e, fabs((double)a[i] - b[i])), top = fmax(top, fabs((double)a[i]));
+    CHECK(e / top > 1e-4 && e / top < 2e-2,
+          "swiglu_forward_bf16 differs from the fp32 op on the unrounded gu by %.2e relative (max-norm)", e / top);
+    tfree_all();
+}
+
 // ----------------------------------------------------------- cross-entropy ----
 
 typedef struct { double *logits; const int32_t *tg; int N, V; double scale; } ce_ctx;
@@ -1171,6 +1213,7 @@ int main(void) {
     test_rope_frequencies();
     test_attention();
     test_swiglu();
+    test_swiglu_bf16();
     test_cross_entropy();
     test_sum_squares_scale();
     test_adamw();

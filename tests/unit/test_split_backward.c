@@ -2,7 +2,8 @@
 // (model/llama.h: llama_stage_backward_input, then _weight) against the fused
 // backward (llama_stage_backward), bit for bit: every gradient element and every
 // input gradient, for whole models and for first, middle and last stages, tied and
-// untied, under each recomputation mode. Two micro-batches are in flight at once
+// untied, under each recomputation mode, with fp32 and with bf16 activations (the
+// dense MLP's gate|up kept as bf16, the SwiGLU output rebuilt: model/activations.h). Two micro-batches are in flight at once
 // (two activation slots sharing the backward scratch, two stashes) and run as a
 // zero-bubble schedule runs them: B of both, then W of both, so a W that read the
 // shared scratch instead of its own slot and stash would be caught. The row tables
@@ -87,11 +88,12 @@ static void fill(float *x, size_t n, uint32_t salt) {  // deterministic values i
 // Units [u0, u1] of the model as one stage: forward and backward of MICRO
 // micro-batches, fused in one run and split in another; 1 when every gradient
 // bit and every returned input-gradient bit agree (and gradients are not all zero).
-static int same_bits(Recompute rc, int tied, StageUnits su, int piece_rows, const char **why) {
+static int same_bits(Recompute rc, int bf16, int tied, StageUnits su, int piece_rows, const char **why) {
     ModelConfig mc;
     small_config(&mc, tied);
     ModelShard shard = model_whole();
     shard.recompute = rc;
+    shard.bf16_acts = bf16;
     LlamaModel m;
     llama_build(&m, &mc, shard);
     const size_t ne = m.num_elements, nd = (size_t)N * m.D;
@@ -158,44 +160,50 @@ int main(void) {
         StageUnits su;
         const char *name;
     } stages[] = {{{0, 4}, "whole model"}, {{0, 2}, "first stage"}, {{2, 3}, "middle stage"}, {{3, 4}, "last stage"}};
-    for (int r = 0; r < 3; r++)
-        for (int tied = 0; tied <= 1; tied++)
-            for (int s = 0; s < 4; s++) {
-                const char *why;
-                int ok = same_bits(rcs[r], tied, stages[s].su, 0, &why);
-                CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s", stages[s].name,
-                      tied ? "tied" : "untied", rc_name[r], ok ? "" : ": ", why);
-            }
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int r = 0; r < 3; r++)
+            for (int tied = 0; tied <= 1; tied++)
+                for (int s = 0; s < 4; s++) {
+                    const char *why;
+                    int ok = same_bits(rcs[r], bf16, tied, stages[s].su, 0, &why);
+                    CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s%s", stages[s].name,
+                          tied ? "tied" : "untied", rc_name[r], bf16 ? ", bf16 activations" : "", ok ? "" : ": ", why);
+                }
     // The row tables in pieces of 3 rows (29 rows: 10 pieces; the final unit: its
     // norm, then 10 head pieces), as the ZeRO-2/3 engine hands them out.
     for (int tied = 0; tied <= 1; tied++)
         for (int s = 0; s < 4; s += 3) {
             const char *why;
-            int ok = same_bits(RECOMPUTE_NONE, tied, stages[s].su, 3, &why);
+            int ok = same_bits(RECOMPUTE_NONE, 0, tied, stages[s].su, 3, &why);
             CHECK(ok, "split backward = fused, bit for bit, row tables in pieces of 3 rows: %s, %s%s%s",
                   stages[s].name, tied ? "tied" : "untied", ok ? "" : ": ", why);
         }
     // The stash is what I keeps for W, growing with the layers held: four (N, D)
     // gradients per layer, plus gate|up's and q|k|v's under full recomputation
-    // (otherwise they take the layer's own gu and qkv, which only I reads).
+    // (otherwise they take the layer's own gu and qkv, which only I reads), and
+    // gate|up's under bf16 activations (gu is kept as bf16, and W reads it again).
     ModelConfig mc;
     small_config(&mc, 0);
-    for (int full = 0; full <= 1; full++) {
-        ModelShard shard = model_whole();
-        shard.recompute = full ? RECOMPUTE_FULL : RECOMPUTE_NONE;
-        LlamaModel m;
-        llama_build(&m, &mc, shard);
-        StageUnits one = {1, 1}, two = {1, 2};
-        size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
-        // + the layer's two norm weights (2 D), from which W rebuilds the products'
-        // inputs (multiples of 16 floats here, so no rounding between layers)
-        size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D +
-                                            (size_t)full * N * (2 * m.Fl + (m.H + 2 * m.KV) * m.hd));
-        CHECK(m.D % 8 == 0 && b1 == per_layer && b2 == 2 * per_layer,
-              "stash of one layer%s = %zu bytes, of two layers twice that (%zu, %zu)",
-              full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients + 2 norm weights",
-              per_layer, b1, b2);
-        llama_free(&m);
-    }
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int full = 0; full <= 1; full++) {
+            ModelShard shard = model_whole();
+            shard.recompute = full ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+            shard.bf16_acts = bf16;
+            LlamaModel m;
+            llama_build(&m, &mc, shard);
+            StageUnits one = {1, 1}, two = {1, 2};
+            size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
+            // + the layer's two norm weights (2 D), from which W rebuilds the products'
+            // inputs (multiples of 16 floats here, so no rounding between layers)
+            size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D +
+                                                (size_t)full * N * (m.H + 2 * m.KV) * m.hd +
+                                                (size_t)(full || bf16) * N * 2 * m.Fl);
+            CHECK(m.D % 8 == 0 && b1 == per_layer && b2 == 2 * per_layer,
+                  "stash of one layer%s%s = %zu bytes, of two layers twice that (%zu, %zu)",
+                  full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients + 2 norm weights",
+                  bf16 && !full ? " + gate|up's gradient (bf16 activations)" : bf16 ? " (bf16 activations)" : "",
+                  per_layer, b1, b2);
+            llama_free(&m);
+        }
     return check_summary();
 }

@@ -1,0 +1,31 @@
+// ops/bf16.h — bfloat16 as the host stores it: the upper 16 bits of an fp32 (1
+// sign, 8 exponent, 7 mantissa bits), held in a uint16_t (C has no bf16 type).
+// The CPU ops that read or write bf16 activations and the safetensors reader and
+// writer share these two conversions; the CUDA kernels use cuda_bf16.h's
+// __float2bfloat16_rn / __bfloat162float, which round and widen the same way.
+#ifndef FEMTOTRON_BF16_H
+#define FEMTOTRON_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+// fp32 -> bf16 bits, rounded to nearest (ties to even), NaN kept a (quiet) NaN.
+static inline uint16_t bf16_from_f32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    // Add just under half an ulp of the kept part, plus its lowest bit: ties go to
+    // the even neighbour; an overflow past the largest finite value rounds to inf.
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// bf16 bits -> fp32: shifting the bits back is exact for every value, subnormals,
+// infinities and NaN payloads included.
+static inline float bf16_to_f32(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+#endif
