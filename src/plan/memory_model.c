@@ -22,21 +22,23 @@
 //    backward needs, and the product after it rebuilds its input w*xhat from it
 //    elementwise (model/activations.h: neither the norm's input x nor its output
 //    is kept, as Korthikanti's and Megatron's layers keep both); q|k|v
-//    (h*(1 + 2*kv/a)), the attention output (h), gate and up (2f) and the SwiGLU
-//    output (f), i.e. 2*s*b*(4h + 2h*kv/a + 3f) + 8*s*b bytes, plus the fp32
+//    (h*(1 + 2*kv/a)), the attention output (h), gate and up (2f; the SwiGLU
+//    output is rebuilt from them in the backward, not kept: model/activations.h),
+//    i.e. 2*s*b*(4h + 2h*kv/a + 2f) + 8*s*b bytes, plus the fp32
 //    log-sum-exp per row and head (4*s*b*a). The residual stream is kept once per
 //    micro-batch and chunk (2*s*b*h), not per layer: no backward reads it. Without
 //    sequence parallel the h-wide xhat's, rstd's and stream are replicated over the
 //    tensor group, the rest is divided by t; with it everything is divided.
-//    A mixture of experts replaces 3f by k*(3f + h) + 3*Fs + E: each of a token's
+//    A mixture of experts replaces 2f by k*(3f + h) + 3*Fs + E: each of a token's
 //    k slots keeps its expert's gate|up, SwiGLU output and output, plus the shared
 //    experts and the router's probabilities. Under expert parallelism the rows a
 //    rank's experts compute are planned for the worst case, as femtotron plans them
 //    (dropless, parallel_layers/expert_parallel.h): R = ep*min(k, E/ep) rows per
 //    token instead of k keep gate|up and the SwiGLU output (R*3f), and the received
 //    rows themselves (R*h, not split by tp) are kept too.
-//    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 30*s*b*h (+ 8*s*b), where a
-//    layer keeping x and the norm output would hold Korthikanti's 34. Selective
+//    For Llama-3.1-8B (f = 3.5h, kv/a = 1/4) this is 23*s*b*h (+ 8*s*b), where a
+//    layer keeping x, the norm output and the SwiGLU output would hold
+//    Korthikanti's 34. Selective
 //    drops the log-sum-exp (flash already stores no scores); full keeps the layer
 //    input 2*s*b*h (/t with sequence parallel) and one layer's working set.
 //  * The last stage keeps its final norm input (2*s*b*h) and the fp32 logits of
@@ -46,7 +48,8 @@
 //    Korthikanti's "the first stage holds p micro-batches" follows from it. Under
 //    a zero-bubble schedule each micro-batch between its I and its W also keeps
 //    its layers' output gradients (model/activations.h: four (s b h) per layer, /t
-//    with sequence parallel; full recomputation adds gate|up's and q|k|v's).
+//    with sequence parallel, and a dense MLP's gate|up's (its gu is kept for W);
+//    full recomputation adds q|k|v's, and gate|up's in a mixture of experts).
 // Communication buffers: the gathered activation of TP (s*b*h), the ring
 // attention's double buffer of K|V and their gradients, two pipeline message
 // buffers per chunk, with ZeRO-3 two gathered units, and under expert parallelism
@@ -72,13 +75,14 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
         return l->sp ? sbh * (34.0 + att) / t : sbh * (10.0 + 24.0 / t + att / t);
     }
     const double hd = plan_head_dim(pm), qkv = (a + 2.0 * pm->KV) * hd;  // attention output: a * hd
-    // The MLP keeps gate|up and the SwiGLU output (3f); a mixture of experts keeps
-    // them for each of its k slots plus each slot's expert output (h) and the
-    // token's router probabilities (E), and the shared experts' 3 * Fs.
+    // The MLP keeps gate|up (2f: the backward rebuilds the SwiGLU output from it); a
+    // mixture of experts keeps gate|up and the SwiGLU output for each of its k slots
+    // plus each slot's expert output (h) and the token's router probabilities (E),
+    // and the shared experts' 3 * Fs.
     // Under expert parallelism gate|up and SwiGLU are kept for the worst-case rows
     // (R per token), with the received rows themselves (R*h).
     const double R = plan_ep_rows(pm, l, 1.0), recv = plan_layout_ep(l) > 1 ? R * h : 0.0;
-    const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 3.0 * pm->F;
+    const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 2.0 * pm->F;
     double bytes = 2.0 * s * b * (2.0 * h * rep + (qkv + a * hd + mlp) / t + recv) + 2.0 * 4.0 * s * b * rep;
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
     return bytes;
@@ -126,8 +130,8 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
                 act += slots[c] * 2.0 * s * b * h * (l->sp ? 1 / t : 1);
             if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);
             double keep = 4.0 * 2.0 * s * b * h * (l->sp ? 1 / t : 1);  // bf16 output gradients
-            if (l->recompute == RECOMPUTE_FULL)
-                keep += 2.0 * s * b * (2.0 * pm->F + (pm->H + 2.0 * pm->KV) * plan_head_dim(pm)) / t;
+            if (l->recompute == RECOMPUTE_FULL) keep += 2.0 * s * b * (pm->H + 2.0 * pm->KV) * plan_head_dim(pm) / t;
+            if (l->recompute == RECOMPUTE_FULL || pm->E == 0) keep += 2.0 * s * b * 2.0 * pm->F / t;
             act += stash[c] * layers[k] * keep;
         }
         if (l->recompute == RECOMPUTE_FULL) act += layer_working_bytes(pm, l, s, b);

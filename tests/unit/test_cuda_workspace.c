@@ -2,7 +2,8 @@
 // (ops/cuda_workspace.h, model/llama.h: llama_op_bounds, engines/rank.c): their
 // parts from the bounds, the bounds from the model's shapes worked out here by hand,
 // and a GPU run's predicted memory holding exactly the workspace more than the same
-// run on the CPU. The CUDA side (nothing grows once it is installed; an op beyond
+// run on the CPU in fp32 (in bf16 also the weight copy, less the bf16 activations'
+// saving). The CUDA side (nothing grows once it is installed; an op beyond
 // it is fatal) runs in tests/gpu/ (gpu_ops, and every emulated training run).
 #include <string.h>
 
