@@ -21,6 +21,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint_internal.h"
 #include "io/safetensors.h"
+#include "ops/bf16.h"
 #include "util.h"
 
 const char *const CKPT_OPT_SUFFIX[] = {".master", ".exp_avg", ".exp_avg_sq"};
@@ -104,7 +105,7 @@ static void run_flush(RunWriter *w) {
         if (!w->stage) w->stage = xmalloc(STAGE_ELEMS * sizeof *w->stage, "bf16 staging");
         for (size_t done = 0; done < w->count; done += STAGE_ELEMS) {
             size_t n = w->count - done < STAGE_ELEMS ? w->count - done : STAGE_ELEMS;
-            for (size_t i = 0; i < n; i++) w->stage[i] = st_f32_to_bf16(w->src[done + i]);
+            for (size_t i = 0; i < n; i++) w->stage[i] = bf16_from_f32(w->src[done + i]);
             write_hashed(w, w->stage, 2 * n, w->off + 2 * done);
         }
     }

@@ -64,9 +64,6 @@ typedef struct {
     StDtype dtype;
 } StWrite;
 
-// fp32 -> bfloat16 bits, rounded to nearest (ties to even), NaN kept a NaN.
-uint16_t st_f32_to_bf16(float x);
-
 // Write fp32 tensors to a new file at path (written, fsync'd; caller renames).
 // Metadata: {"format":"pt"} plus the given key/value pairs (may be NULL, 0).
 void st_write_f32(const char *path, const StWrite *tensors, int n,

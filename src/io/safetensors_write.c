@@ -15,10 +15,7 @@
 #include <unistd.h>
 
 #include "io/safetensors_internal.h"
-#include "ops/bf16.h"
 #include "util.h"
-
-uint16_t st_f32_to_bf16(float x) { return bf16_from_f32(x); }
 
 // ---------------------------------------------------------------- writing
 

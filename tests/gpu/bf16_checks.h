@@ -7,12 +7,8 @@
 #define FEMTOTRON_GPU_BF16_CHECKS_H
 
 // x rounded to the nearest bf16, ties to even, as a float (the GPU's
-// __float2bfloat16_rn): the checkpoint writer's rounding, widened back.
-static float round_bf16(float x) {
-    uint32_t u = (uint32_t)st_f32_to_bf16(x) << 16;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
+// __float2bfloat16_rn): the host's rounding (ops/bf16.h), widened back.
+static float round_bf16(float x) { return bf16_to_f32(bf16_from_f32(x)); }
 
 static float *rounded_range(const float *h, size_t n) {  // (n) h rounded to bf16
     float *r = xmalloc((n ? n : 1) * sizeof(float), "bf16-rounded operand");
@@ -135,7 +131,7 @@ static void test_adamw_writes_copy(void) {
     ops_download(w_h, w, nw * sizeof(float));
     ops_download(c_h, (uint16_t *)copy + off, nw * sizeof(uint16_t));
     size_t same = 0;
-    for (size_t i = 0; i < nw; i++) same += c_h[i] == st_f32_to_bf16(w_h[i]);
+    for (size_t i = 0; i < nw; i++) same += c_h[i] == bf16_from_f32(w_h[i]);
     CHECK(same == nw, "adamw_update writes the kept bf16 copy: %zu of %zu values are the updated weights rounded",
           same, nw);
     ops_bf16_weights_changed();

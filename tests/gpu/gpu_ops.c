@@ -20,6 +20,7 @@
 
 #include "../unit/check.h"
 #include "io/safetensors.h"
+#include "ops/bf16.h"
 #include "util.h"
 
 #define TOL 1e-5

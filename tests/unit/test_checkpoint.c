@@ -29,6 +29,7 @@
 #include "io/checkpoint_internal.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "ops/bf16.h"
 
 static char tmpdir[256];
 
@@ -1036,7 +1037,7 @@ static void test_tp_tables(void) {
 
 // The nearest bfloat16 to x, ties to the even one, worked out from the two
 // candidates (x truncated to bf16, and the next bf16 away from zero) in double:
-// an independent check of st_f32_to_bf16's bit trick. Finite x only.
+// an independent check of bf16_from_f32's bit trick. Finite x only.
 static float bf16_nearest(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -1069,14 +1070,14 @@ static void child_load_bf16_flipped(void *p) {
 // ("word-sum-64", 4-byte units) still verify.
 static void test_bf16(void) {
     // The rounding itself: ties to even, NaN, infinity, overflow.
-    CHECK(bf16_bits_to_f32(st_f32_to_bf16(1.0f + 0x1p-8f)) == 1.0f &&
-              bf16_bits_to_f32(st_f32_to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f &&
-              bf16_bits_to_f32(st_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f &&
-              bf16_bits_to_f32(st_f32_to_bf16(-1.0f - 3 * 0x1p-8f)) == -1.0f - 0x1p-6f,
-          "st_f32_to_bf16 rounds to nearest, ties to even, both signs");
+    CHECK(bf16_bits_to_f32(bf16_from_f32(1.0f + 0x1p-8f)) == 1.0f &&
+              bf16_bits_to_f32(bf16_from_f32(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f &&
+              bf16_bits_to_f32(bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f &&
+              bf16_bits_to_f32(bf16_from_f32(-1.0f - 3 * 0x1p-8f)) == -1.0f - 0x1p-6f,
+          "bf16_from_f32 rounds to nearest, ties to even, both signs");
     float big = 3.4028235e38f, inf = INFINITY, nan = NAN;
-    CHECK(isinf(bf16_bits_to_f32(st_f32_to_bf16(big))) && isinf(bf16_bits_to_f32(st_f32_to_bf16(inf))) &&
-              isnan(bf16_bits_to_f32(st_f32_to_bf16(nan))),
+    CHECK(isinf(bf16_bits_to_f32(bf16_from_f32(big))) && isinf(bf16_bits_to_f32(bf16_from_f32(inf))) &&
+              isnan(bf16_bits_to_f32(bf16_from_f32(nan))),
           "the largest float rounds up to infinity, infinity stays, NaN stays a NaN");
 
     Config c = g_cfg;
