@@ -51,8 +51,9 @@ typedef struct Activations {
     uint16_t *gu16;          // (nk, N, 2Fl) bf16 runs of a dense model (LlamaModel.mlp_bf16), in
                              // place of gu and mlp_h (both NULL): gate|up kept as bf16 (ops.h:
                              // round_to_bf16), a quarter of the bytes the two fp32 buffers take.
-                             // The forward computes gate|up in fp32 into the scratch dgu and the
-                             // SwiGLU output from the kept bf16 values into dbuf_i (down_proj's
+                             // The forward writes gate|up as bf16 from its product (ops.h:
+                             // matmul_forward_to_bf16; the scratch dgu where a backend rounds
+                             // after) and the SwiGLU output from the kept values into dbuf_i (down_proj's
                              // input); the backward rebuilds that output the same way into dgu,
                              // bit for bit, before the down projection's gradients need it
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd

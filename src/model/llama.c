@@ -78,9 +78,8 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         return;
     }
     const float *h = s.h;  // (N, Fl) the SwiGLU output, down's input
-    if (m->mlp_bf16) {  // gate|up in fp32 into the scratch, kept as bf16, SwiGLU from the kept values
-        tp_column_forward(tp, a->dgu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
-        round_to_bf16(s.gu16, a->dgu, (size_t)N * 2 * Fl);
+    if (m->mlp_bf16) {  // gate|up written as bf16 (the scratch dgu for a backend that rounds after), SwiGLU from it
+        tp_column_forward_to_bf16(tp, s.gu16, a->dgu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
         if (recompute) return;  // the backward rebuilds the SwiGLU output itself
         swiglu_forward_bf16(a->dbuf_i, s.gu16, N, Fl);
         h = a->dbuf_i;

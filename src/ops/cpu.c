@@ -297,6 +297,13 @@ void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
+// The fp32 product into scratch, then rounded: sgemm has no bf16 output.
+void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
+                            int in_dim, int out_dim) {
+    matmul_forward(scratch, in, weight, N, in_dim, out_dim);
+    round_to_bf16(out16, scratch, (size_t)N * out_dim);
+}
+
 // A bf16 token row is widened BF16_SPAN values at a time into fp32 on the stack,
 // then the fp32 loops above run on it: the same float operations as swiglu_forward
 // and swiglu_backward on the widened values.

@@ -9,7 +9,9 @@
 // exact in fp32 (8 + 8 significant bits), so the result is the fp32 product of the
 // rounded operands up to the order of the fp32 sums, which is what the GPU test
 // checks (tests/gpu/gpu_ops.c). Outputs, weight-gradient accumulation (beta = 1)
-// and everything outside the products stay fp32. The copies cost a pass over each
+// and everything outside the products stay fp32, but for matmul_forward_to_bf16,
+// whose output cuBLASLt rounds to bf16 from the fp32 sums as it writes it (D type
+// bf16; any split-K partial sums in fp32, never in the output type). The copies cost a pass over each
 // operand per product; keeping the bf16 weight copy from the optimizer step and
 // writing activations in bf16 is issue 21's.
 //
@@ -45,7 +47,8 @@ extern "C" {
 
 typedef struct {
     int m, n, k, lda, ldb, ldc, ta, tb, align_a, align_b, align_c, beta_nonzero;
-    int bf16;  // A and B are bf16 (C and D fp32 either way)
+    int bf16;      // A and B are bf16
+    int out_bf16;  // C and D are bf16 (matmul_forward_to_bf16), else fp32
 } PlanKey;
 
 typedef struct {
@@ -73,11 +76,11 @@ void cuda_matmul_init(void) { CUBLAS_CHECK(cublasLtCreate(&g_lt)); }
 
 // The largest power of two (<= 16) dividing the address: cuBLASLt kernels that
 // load 16 bytes at once need 16-byte aligned operands, and a column block of the
-// logits (matmul_*_ld) may be aligned to 4 only.
+// logits (matmul_*_ld) may be aligned to 4 only (a bf16 output, to 2).
 static int alignment(const void *p) {
     uintptr_t a = (uintptr_t)p;
     int al = 16;
-    while (al > 4 && (a % (uintptr_t)al) != 0) al /= 2;
+    while (al > 2 && (a % (uintptr_t)al) != 0) al /= 2;
     return al;
 }
 
@@ -112,11 +115,14 @@ static Plan *plan_for(const PlanKey *key) {
                                             key->ta ? key->m : key->k, key->lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, key->tb ? key->n : key->k,
                                             key->tb ? key->k : key->n, key->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key->m, key->n, key->ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, key->out_bf16 ? CUDA_R_16BF : CUDA_R_32F, key->m, key->n, key->ldc));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = WORKSPACE_BYTES;
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    // Split-K partial sums in a workspace, summed in a fixed order: in fp32 (compute
+    // type), or in the output type when that is fp32 too; never bf16 partial sums.
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (!key->out_bf16) schemes |= CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     uint32_t al[3] = {(uint32_t)key->align_a, (uint32_t)key->align_b, (uint32_t)key->align_c};
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
@@ -130,8 +136,9 @@ static Plan *plan_for(const PlanKey *key) {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1)
-        die("cuBLASLt has no %s algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
-            "status %d)", key->bf16 ? "bf16-operand" : "fp32", key->m, key->n, key->k, key->ta, key->tb, key->align_a,
+        die("cuBLASLt has no %s%s algorithm for the product m=%d n=%d k=%d (transposes %d %d, alignments %d %d %d; "
+            "status %d)", key->bf16 ? "bf16-operand" : "fp32", key->out_bf16 ? ", bf16-output" : "", key->m, key->n,
+            key->k, key->ta, key->tb, key->align_a,
             key->align_b, key->align_c, (int)st);
     p->algo = res.algo;
     return p;
@@ -258,22 +265,30 @@ static Operand operand(int slot, const float *x, int lines, int len, int ld) {
 }
 
 // Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place; A and B fp32,
-// or both bf16 copies (g_bf16).
-static void gemm(int ta, int tb, int m, int n, int k, Operand A, Operand B, float beta, float *C, int ldc,
-                 const char *what) {
+// or both bf16 copies (g_bf16); C fp32, or bf16 (out_bf16: bf16 operands only).
+static void gemm_to(int ta, int tb, int m, int n, int k, Operand A, Operand B, float beta, void *C, int ldc,
+                    int out_bf16, const char *what) {
     if (m <= 0 || n <= 0) return;
+    const size_t esize = out_bf16 ? 2 : 4;
     if (k <= 0) {  // an empty sum: D = beta D
-        if (beta == 0.0f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * 4, 0, (size_t)m * 4, (size_t)n, cuda_stream()));
+        if (beta == 0.0f)
+            CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * esize, 0, (size_t)m * esize, (size_t)n, cuda_stream()));
         cuda_done(what);
         return;
     }
-    PlanKey key = {m, n, k, A.ld, B.ld, ldc, ta, tb, alignment(A.p), alignment(B.p), alignment(C), beta != 0.0f, g_bf16};
+    PlanKey key = {m, n, k, A.ld, B.ld, ldc, ta, tb, alignment(A.p), alignment(B.p), alignment(C), beta != 0.0f, g_bf16,
+                   out_bf16};
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 cuda_work_buffer(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace"), WORKSPACE_BYTES,
                                 cuda_stream()));
     cuda_done(what);
+}
+
+static void gemm(int ta, int tb, int m, int n, int k, Operand A, Operand B, float beta, float *C, int ldc,
+                 const char *what) {
+    gemm_to(ta, tb, m, n, k, A, B, beta, C, ldc, 0, what);
 }
 
 extern "C" void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
@@ -286,6 +301,19 @@ extern "C" void matmul_forward_ld(float *out, int ld_out, const float *in, const
 
 extern "C" void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim, int out_dim) {
     matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
+}
+
+// With bf16 operands cuBLASLt writes the bf16 output itself; with fp32 ones (no
+// fp32-operand kernel writes bf16) the fp32 product goes to scratch and is rounded.
+extern "C" void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
+                                       int in_dim, int out_dim) {
+    if (!g_bf16) {
+        matmul_forward(scratch, in, weight, N, in_dim, out_dim);
+        round_to_bf16(out16, scratch, (size_t)N * out_dim);
+        return;
+    }
+    gemm_to(1, 0, out_dim, N, in_dim, operand(0, weight, out_dim, in_dim, in_dim), operand(1, in, N, in_dim, in_dim),
+            0.0f, out16, out_dim, 1, "matmul_forward_to_bf16");
 }
 
 extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,

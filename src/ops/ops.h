@@ -129,6 +129,16 @@ void matmul_forward(float *out, const float *in, const float *weight,
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight,
                        int N, int in_dim, int out_dim);
 
+// out16(N, out_dim) = matmul_forward's product, each value rounded to the nearest
+// bf16 (ties to even) as it is written: a product whose output is kept as bf16 (a
+// bf16 run's gate|up, model/activations.h), without an fp32 output and a rounding
+// pass over it. scratch(N, out_dim) fp32: where the backend cannot write bf16 from
+// the product (the CPU's sgemm; CUDA with fp32 products) the fp32 product goes
+// there, then round_to_bf16; CUDA with bf16 products has cuBLASLt write bf16 from
+// its fp32 sums (D type bf16) and leaves scratch alone.
+void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight,
+                            int N, int in_dim, int out_dim);
+
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
 // din or dweight may be NULL (that gradient not wanted).

@@ -56,6 +56,11 @@ void tp_column_forward(const TensorParallel *tp, float *out, const float *x, flo
     matmul_forward(out, tp_gather(tp, x, full, N, D), w, N, D, out_local);
 }
 
+void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float *scratch, const float *x,
+                               float *full, const float *w, int N, int D, int out_local) {
+    matmul_forward_to_bf16(out16, scratch, tp_gather(tp, x, full, N, D), w, N, D, out_local);
+}
+
 void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
                         const float *x, const float *w, float *full, float *partial, int N, int D,
                         int out_local) {

@@ -74,6 +74,10 @@ void tp_reduce_finish(CommRequest *r);
 // x(tp_rows, D), full(N, D) scratch for the gather.
 void tp_column_forward(const TensorParallel *tp, float *out, const float *x, float *full,
                        const float *w, int N, int D, int out_local);
+// The same with the output kept as bf16 (ops.h: matmul_forward_to_bf16): out16(N,
+// out_local) bf16; scratch(N, out_local) fp32 for a backend that rounds after.
+void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float *scratch, const float *x,
+                               float *full, const float *w, int N, int D, int out_local);
 // Column-parallel backward: dw(out_local, D) += dout^T @ gather(x); din(tp_rows, D) =
 // dout @ w summed over the group. The sum travels while the weight gradient is
 // computed (overlap). full(N, D) and partial(N, D) are scratch (partial unused

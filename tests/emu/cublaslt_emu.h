@@ -119,8 +119,10 @@ inline bool emu_lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cubla
     *k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
     const uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols;
     const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
-    return am == *m && bk == *k && bn == *n && a->type == b->type && c->type == CUDA_R_32F &&
-           d->compute == CUBLAS_COMPUTE_32F;
+    // C and D fp32, or bf16 with bf16 operands (cuBLASLt has no fp32-operand kernel
+    // writing bf16).
+    const bool c_ok = c->type == CUDA_R_32F || (c->type == CUDA_R_16BF && a->type == CUDA_R_16BF);
+    return am == *m && bk == *k && bn == *n && a->type == b->type && c_ok && d->compute == CUBLAS_COMPUTE_32F;
 }
 
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
@@ -130,7 +132,8 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
                                                      cublasLtMatmulHeuristicResult_t *res, int *found) {
     uint64_t m, n, k;
     *found = 0;
-    if (requested < 1 || !emu_lt_shape(d, a, b, c, &m, &n, &k) || dl->rows != c->rows || dl->cols != c->cols)
+    if (requested < 1 || !emu_lt_shape(d, a, b, c, &m, &n, &k) || dl->rows != c->rows || dl->cols != c->cols ||
+        dl->type != c->type)
         return CUBLAS_STATUS_INVALID_VALUE;
     memset(res, 0, sizeof *res);
     for (int i = 0; i < 4; i++) res->algo.data[i] = p->align[i];
@@ -155,7 +158,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
                                      cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *, size_t,
                                      cudaStream_t stream) {
     uint64_t m, n, k;
-    if (!emu_lt_shape(desc, la, lb, lc, &m, &n, &k) || ld->rows != lc->rows || ld->cols != lc->cols)
+    if (!emu_lt_shape(desc, la, lb, lc, &m, &n, &k) || ld->rows != lc->rows || ld->cols != lc->cols ||
+        ld->type != lc->type)
         return CUBLAS_STATUS_INVALID_VALUE;
     const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
@@ -166,16 +170,28 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     const EmuLtDesc dd = *desc;
     const EmuLtLayout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
     emu::enqueue([=]() {
-        float *d = (float *)D;
-        if (C != D && be != 0.0f)  // D = C first, then D = alpha AB + beta D
+        // A bf16 D: the fp32 result in a dense m x n scratch (C widened into it first
+        // when beta reads it), then each value rounded to bf16 as it is written.
+        const bool half = d_l.type == CUDA_R_16BF;
+        std::vector<float> wide;
+        if (half) wide.assign(m * n, 0.0f);
+        float *d = half ? wide.data() : (float *)D;
+        const uint64_t ldd = half ? m : d_l.ld;
+        if ((C != D || half) && be != 0.0f)  // D = C first, then D = alpha AB + beta D
             for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++) d[i + j * d_l.ld] = ((const float *)C)[i + j * c_l.ld];
+                for (uint64_t i = 0; i < m; i++)
+                    d[i + j * ldd] = half ? __bfloat162float(((const __nv_bfloat16 *)C)[i + j * c_l.ld])
+                                          : ((const float *)C)[i + j * c_l.ld];
         std::vector<float> ta, tb;
         const float *a = emu_lt_f32(A, &a_l, ta), *b = emu_lt_f32(B, &b_l, tb);
         // sgemm with beta = 0 writes D without reading it (NaN there does not spread).
         cblas_sgemm(CblasColMajor, dd.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     dd.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, al, a, (int)a_l.ld, b,
-                    (int)b_l.ld, be, d, (int)d_l.ld);
+                    (int)b_l.ld, be, d, (int)ldd);
+        if (half)
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++)
+                    ((__nv_bfloat16 *)D)[i + j * d_l.ld] = __float2bfloat16_rn(d[i + j * ldd]);
     }, stream);
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -69,6 +69,66 @@ static void test_matmul_bf16(int N, int in, int out, int ld) {
         pair_free(dx);
 }
 
+// bf16 value bits as an ordered integer (negative values below positive ones), so
+// that the difference of two is their distance in bf16 units in the last place.
+static int bf16_order(uint16_t b) { return b & 0x8000 ? -(int)(b & 0x7fff) : (int)b; }
+
+// Two bf16 arrays: how many values have the same bits, and the largest distance in ulps.
+static size_t bf16_compare(const uint16_t *a, const uint16_t *b, size_t n, int *max_ulp) {
+    size_t same = 0;
+    *max_ulp = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int d = abs(bf16_order(a[i]) - bf16_order(b[i]));
+        same += d == 0;
+        *max_ulp = d > *max_ulp ? d : *max_ulp;
+    }
+    return same;
+}
+
+// matmul_forward_to_bf16 (a bf16 run's gate|up): the product written as bf16 by
+// cuBLASLt from its fp32 sums, against the same product written in fp32 and then
+// rounded by round_to_bf16 (what the forward did before). cuBLASLt may pick
+// another algorithm for the bf16 output, summing in another order, so a value
+// lying within fp32's rounding of a bf16 midpoint may round the other way: at most
+// 1 ulp apart, and (such values are rare) at least 99% the same bits; the emulated
+// GPU sums both the same way, all bits equal. The fp32 scratch is not touched: the
+// output is not written in fp32 first. With fp32 products the op writes the fp32
+// product into the scratch (within TOL of the CPU's) and rounds that.
+static void test_matmul_to_bf16(int N, int in, int out) {
+    const size_t n = (size_t)N * out;
+    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f), y = pair_fill(n, 1.0f);
+    Pair scr = pair_fill(n, 1.0f);  // the scratch, holding values of its own
+    uint16_t *o16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 product");       // (N, out)
+    uint16_t *r16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "rounded product");    // (N, out)
+    uint16_t *a = xmalloc(n * sizeof(uint16_t), "bf16 product"), *b = xmalloc(n * sizeof(uint16_t), "rounded");
+    ops_set_matmul_bf16(1);
+    matmul_forward_to_bf16(o16, scr.d, x.d, w.d, N, in, out);
+    matmul_forward(y.d, x.d, w.d, N, in, out);
+    round_to_bf16(r16, y.d, n);
+    ops_download(a, o16, n * sizeof(uint16_t));
+    ops_download(b, r16, n * sizeof(uint16_t));
+    int ulp;
+    size_t same = bf16_compare(a, b, n, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= n * 99,
+          "bf16 matmul_forward_to_bf16 (%dx%dx%d) = round_to_bf16(matmul_forward): %zu of %zu bits equal, at most %d "
+          "ulp apart", N, in, out, same, n, ulp);
+    CHECK(pair_diff(scr) == 0.0, "bf16 matmul_forward_to_bf16 leaves its fp32 scratch alone (rel. %.2e)",
+          pair_diff(scr));
+    ops_set_matmul_bf16(0);
+    matmul_forward_to_bf16(o16, scr.d, x.d, w.d, N, in, out);
+    cpu_matmul_forward(scr.h, x.h, w.h, N, in, out);
+    expect_close("fp32 matmul_forward_to_bf16: its scratch", scr);
+    cpu_round_to_bf16(b, scr.h, n);
+    ops_download(a, o16, n * sizeof(uint16_t));
+    same = bf16_compare(a, b, n, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= n * 99,
+          "fp32 matmul_forward_to_bf16 = the CPU's product rounded: %zu of %zu bits equal, at most %d ulp apart", same,
+          n, ulp);
+    buf_free(o16), buf_free(r16);
+    free(a), free(b);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(scr);
+}
+
 // The bf16 copy of the weights (ops_keep_bf16_weights): a product whose weight
 // lies in the kept arena reads its bf16 copy, rounded once per generation. So the
 // product equals the CPU's product of the rounded operands (exact, as above); new

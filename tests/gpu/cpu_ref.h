@@ -59,6 +59,7 @@
 #define swiglu_forward cpu_swiglu_forward
 #define swiglu_backward cpu_swiglu_backward
 #define round_to_bf16 cpu_round_to_bf16
+#define matmul_forward_to_bf16 cpu_matmul_forward_to_bf16
 #define swiglu_forward_bf16 cpu_swiglu_forward_bf16
 #define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
@@ -132,6 +133,7 @@
 #undef swiglu_forward
 #undef swiglu_backward
 #undef round_to_bf16
+#undef matmul_forward_to_bf16
 #undef swiglu_forward_bf16
 #undef swiglu_backward_bf16
 #undef cross_entropy_forward_backward

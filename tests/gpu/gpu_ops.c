@@ -596,6 +596,8 @@ int main(int argc, char **argv) {
     if (ops_has_bf16()) {
         test_matmul_bf16(37, 96, 80, 130);
         test_matmul_bf16(29, 64, 257, 301);
+        test_matmul_to_bf16(37, 96, 260);
+        test_matmul_to_bf16(29, 64, 258);
         test_kept_weights();
         test_adamw_writes_copy();
         test_attention_bf16(64);

@@ -945,6 +945,18 @@ static void test_swiglu_bf16(void) {
     for (size_t i = 0; i < no; i++) e = fmax(e, fabs((double)a[i] - b[i])), top = fmax(top, fabs((double)a[i]));
     CHECK(e / top > 1e-4 && e / top < 2e-2,
           "swiglu_forward_bf16 differs from the fp32 op on the unrounded gu by %.2e relative (max-norm)", e / top);
+    // matmul_forward_to_bf16 on the CPU: the fp32 product into the scratch, rounded.
+    const int I = 24;
+    float *x = fnew((size_t)N * I), *w = fnew((size_t)2 * F * I), *y = fnew(ngu), *scr = fnew(ngu);
+    uint16_t *y16 = talloc(ngu * sizeof(uint16_t));
+    fill(x, (size_t)N * I, -1, 1);
+    fill(w, (size_t)2 * F * I, -1, 1);
+    fill(scr, ngu, 7, 8);
+    matmul_forward(y, x, w, N, I, 2 * F);
+    matmul_forward_to_bf16(y16, scr, x, w, N, I, 2 * F);
+    round_to_bf16(gu16, y, ngu);
+    CHECK(!memcmp(scr, y, ngu * sizeof(float)) && !memcmp(y16, gu16, ngu * sizeof(uint16_t)),
+          "matmul_forward_to_bf16 = round_to_bf16 of matmul_forward, bit for bit (its scratch: the fp32 product)");
     tfree_all();
 }
 
