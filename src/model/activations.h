@@ -53,9 +53,10 @@ typedef struct Activations {
                              // round_to_bf16), a quarter of the bytes the two fp32 buffers take.
                              // The forward writes gate|up as bf16 from its product (ops.h:
                              // matmul_forward_to_bf16; the scratch dgu where a backend rounds
-                             // after) and the SwiGLU output from the kept values into dbuf_i (down_proj's
-                             // input); the backward rebuilds that output the same way into dgu,
-                             // bit for bit, before the down projection's gradients need it
+                             // after) and the SwiGLU output from the kept values, as bf16 into
+                             // dgu (model/llama_layer.h: mlp_h16), down_proj's bf16 input; the
+                             // backward rebuilds that output the same way, bit for bit, before
+                             // the down projection's weight gradient needs it
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd
     float *lnf_xhat;         // (Nr, D) last stage only: the final norm's xhat
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only

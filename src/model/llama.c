@@ -77,28 +77,43 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
         return;
     }
-    const float *h = s.h;  // (N, Fl) the SwiGLU output, down's input
-    if (m->mlp_bf16) {  // gate|up written as bf16 (the scratch dgu for a backend that rounds after), SwiGLU from it
+    if (m->mlp_bf16) {  // bf16 activations: gate|up, and the SwiGLU output, written as bf16 by their ops
+        // gate|up into its kept slot (the scratch dgu for a backend that rounds after);
+        // the SwiGLU output, down's input, into dgu as bf16 (mlp_h16), not kept: down
+        // reads it as its bf16 operand (dbuf_i: room to widen it for a backend that must).
         tp_column_forward_to_bf16(tp, s.gu16, a->dgu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
         if (recompute) return;  // the backward rebuilds the SwiGLU output itself
-        swiglu_forward_bf16(a->dbuf_i, s.gu16, N, Fl);
-        h = a->dbuf_i;
+        uint16_t *h16 = mlp_h16(a);
+        swiglu_forward_bf16(h16, s.gu16, N, Fl);
+        tp_row_forward_from_bf16(tp, s.out, h16, a->dbuf_i, AT(w, u, lo->down), a->tp_partial, N, Fl, D);  // down
     } else {
         tp_column_forward(tp, s.gu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
         swiglu_forward(s.h, s.gu, N, Fl);
         if (recompute) return;
+        tp_row_forward(tp, s.out, s.h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);  // down
     }
-    tp_row_forward(tp, s.out, h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);       // down
     residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
 }
 
-// Under bf16 activations (m->mlp_bf16) the SwiGLU output, down's input, is not kept:
-// rebuilt from the kept bf16 gate|up into the scratch dgu (free until SwiGLU's
-// backward overwrites it), the forward's op on the same values, so bit for bit.
-const float *llama_mlp_input(const LlamaModel *m, Activations *a, const LayerSaved *s) {
-    if (!m->mlp_bf16) return s->h;
-    swiglu_forward_bf16(a->dgu, s->gu16, a->B * a->S, m->Fl);
-    return a->dgu;
+// The down projection's backward: the weight gradient dw += dout^T h and, with din
+// not NULL, din(N, Fl) = dout @ w; dout(Nr, D). Under bf16 activations h is not
+// kept: the SwiGLU output is rebuilt as bf16 from the kept gate|up into dgu
+// (mlp_h16; free until SwiGLU's backward overwrites it), the forward's op on the
+// same values, so bit for bit, and dgu's second half is the room to widen it.
+void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
+                         const float *dout, const float *w) {
+    const TensorParallel *tp = &m->tp;
+    const int N = a->B * a->S, Fl = m->Fl, D = m->D;
+    if (!m->mlp_bf16) {
+        if (din) tp_row_backward(tp, din, dw, dout, s->h, w, a->tp_full, N, Fl, D);
+        else tp_row_backward_weight(tp, dw, dout, s->h, a->tp_full, N, Fl, D);
+        return;
+    }
+    uint16_t *h16 = mlp_h16(a);
+    float *wide = a->dgu + (size_t)N * Fl;  // (N, Fl), past h16's N*Fl halves
+    swiglu_forward_bf16(h16, s->gu16, N, Fl);
+    if (din) tp_row_backward_from_bf16(tp, din, dw, dout, h16, wide, w, a->tp_full, N, Fl, D);
+    else tp_row_backward_weight_from_bf16(tp, dw, dout, h16, wide, a->tp_full, N, Fl, D);
 }
 
 // dgu(N, 2Fl) = the gradient of gate|up from dh(N, Fl), SwiGLU's input kept either way.
@@ -316,8 +331,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
         matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
-        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->down), dres, llama_mlp_input(m, a, &s), AT(w, u, lo->down),
-                        a->tp_full, N, Fl, D);
+        llama_down_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->down), dres, AT(w, u, lo->down));
         llama_swiglu_backward(m, a, &s, a->dbuf_i);
         rmsnorm_rebuild(a->normed, s.ln2, AT(w, u, lo->ln2), Nr, D);
         tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up),

@@ -151,7 +151,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     float *g = llama_layer_grads(m, pa, u).g;
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
-    tp_row_backward_weight(tp, AT(g, u, lo->down), k.d_down, llama_mlp_input(m, a, &s), a->tp_full, N, Fl, D);
+    llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, NULL);
     rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
     tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);

@@ -297,6 +297,24 @@ void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
+void widen_from_bf16(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+// sgemm reads fp32 only: the bf16 input widened into the scratch first.
+void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
+                              int in_dim, int out_dim) {
+    widen_from_bf16(scratch, in16, (size_t)N * in_dim);
+    matmul_forward(out, scratch, weight, N, in_dim, out_dim);
+}
+
+void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16, float *scratch,
+                               const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (dweight) widen_from_bf16(scratch, in16, (size_t)N * in_dim);
+    matmul_backward(din, dweight, dout, dweight ? scratch : NULL, weight, N, in_dim, out_dim, accumulate_din);
+}
+
 // The fp32 product into scratch, then rounded: sgemm has no bf16 output.
 void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
                             int in_dim, int out_dim) {
@@ -313,16 +331,17 @@ static void widen_span(float *dst, const uint16_t *src, int n) {
     for (int i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
-void swiglu_forward_bf16(float *out, const uint16_t *gu, int N, int F) {
+void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F;
-        float gw[BF16_SPAN], uw[BF16_SPAN];
+        float gw[BF16_SPAN], uw[BF16_SPAN], ow[BF16_SPAN];
         for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
             const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
             widen_span(gw, g + i0, k);
             widen_span(uw, u + i0, k);
-            swiglu_span(out + (size_t)n * F + i0, gw, uw, k);
+            swiglu_span(ow, gw, uw, k);
+            for (int i = 0; i < k; i++) out16[(size_t)n * F + i0 + i] = bf16_from_f32(ow[i]);
         }
     }
 }

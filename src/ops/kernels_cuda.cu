@@ -301,14 +301,19 @@ extern "C" void rope_backward(float *dqkv, const float *cos_t, const float *sin_
 __device__ static inline float widen(float x) { return x; }
 __device__ static inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// T: float (swiglu_forward) or __nv_bfloat16 (swiglu_forward_bf16, a kept gu).
-template <typename T>
-__global__ void k_swiglu(float *out, const T *gu, int N, int F) {
+// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
+__device__ static inline void store(float *p, float x) { *p = x; }
+__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+// T, O: float (swiglu_forward) or __nv_bfloat16 (swiglu_forward_bf16: a kept gu, a
+// bf16 output for the down product).
+template <typename T, typename O>
+__global__ void k_swiglu(O *out, const T *gu, int N, int F) {
     size_t total = (size_t)N * F;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         size_t n = e / F, i = e % F;
         float g = widen(gu[n * 2 * F + i]), u = widen(gu[n * 2 * F + F + i]);
-        out[e] = g / (1.0f + expf(-g)) * u;
+        store(out + e, g / (1.0f + expf(-g)) * u);
     }
 }
 
@@ -325,10 +330,10 @@ __global__ void k_swiglu_back(float *dgu, const float *dout, const T *gu, int N,
     }
 }
 
-template <typename T>
-static void swiglu_fwd(float *out, const T *gu, int N, int F, const char *what) {
+template <typename T, typename O>
+static void swiglu_fwd(O *out, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    k_swiglu<T><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
+    k_swiglu<T, O><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
     cuda_done(what);
 }
 
@@ -360,8 +365,19 @@ extern "C" void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
     cuda_done("round_to_bf16");
 }
 
-extern "C" void swiglu_forward_bf16(float *out, const uint16_t *gu, int N, int F) {
-    swiglu_fwd(out, (const __nv_bfloat16 *)gu, N, F, "swiglu_forward_bf16");
+__global__ static void k_widen_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+extern "C" void widen_from_bf16(float *dst, const uint16_t *src, size_t n) {
+    if (n == 0) return;
+    k_widen_from_bf16<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(dst, (const __nv_bfloat16 *)src, n);
+    cuda_done("widen_from_bf16");
+}
+
+extern "C" void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F) {
+    swiglu_fwd((__nv_bfloat16 *)out16, (const __nv_bfloat16 *)gu, N, F, "swiglu_forward_bf16");
 }
 
 extern "C" void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F) {

@@ -85,6 +85,20 @@ void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const floa
     matmul_backward(din, dw, dout_full, x, w, N, in_local, D, 0);
 }
 
+void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const uint16_t *x16, float *xscratch,
+                              const float *w, float *partial, int N, int in_local, int D) {
+    float *p = tp->sp ? partial : out;
+    matmul_forward_from_bf16(p, x16, xscratch, w, N, in_local, D);
+    tp_reduce(tp, p, out, N, D);
+}
+
+void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, const float *dout,
+                               const uint16_t *x16, float *xscratch, const float *w, float *full, int N,
+                               int in_local, int D) {
+    const float *dout_full = tp_gather(tp, dout, full, N, D);
+    matmul_backward_from_bf16(din, dw, dout_full, x16, xscratch, w, N, in_local, D, 0);
+}
+
 // A norm's weight gradient under sequence parallelism is a partial sum over this
 // rank's rows: it goes to the zeroed scratch, is summed over the group, then added
 // to dweight. Without it, straight into dweight.
@@ -129,6 +143,12 @@ void tp_row_backward_input(const TensorParallel *tp, float *din, const float *do
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D) {
     matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);
+}
+
+void tp_row_backward_weight_from_bf16(const TensorParallel *tp, float *dw, const float *dout,
+                                      const uint16_t *x16, float *xscratch, float *full, int N,
+                                      int in_local, int D) {
+    matmul_backward_from_bf16(NULL, dw, tp_gather(tp, dout, full, N, D), x16, xscratch, NULL, N, in_local, D, 0);
 }
 
 void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,

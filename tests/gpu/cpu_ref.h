@@ -60,6 +60,9 @@
 #define swiglu_backward cpu_swiglu_backward
 #define round_to_bf16 cpu_round_to_bf16
 #define matmul_forward_to_bf16 cpu_matmul_forward_to_bf16
+#define matmul_forward_from_bf16 cpu_matmul_forward_from_bf16
+#define matmul_backward_from_bf16 cpu_matmul_backward_from_bf16
+#define widen_from_bf16 cpu_widen_from_bf16
 #define swiglu_forward_bf16 cpu_swiglu_forward_bf16
 #define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
@@ -134,6 +137,9 @@
 #undef swiglu_backward
 #undef round_to_bf16
 #undef matmul_forward_to_bf16
+#undef matmul_forward_from_bf16
+#undef matmul_backward_from_bf16
+#undef widen_from_bf16
 #undef swiglu_forward_bf16
 #undef swiglu_backward_bf16
 #undef cross_entropy_forward_backward

@@ -909,16 +909,19 @@ static void test_swiglu(void) {
 
 // bf16 activations: round_to_bf16 rounds each value to a nearest bf16 (the
 // shared bit trick, and within half a bf16 ulp: 8 significant bits, so 2^-8 of |x|); the SwiGLU ops on a
-// gu kept as bf16 equal the fp32 ops on the widened values bit for bit (a row of
-// 300 values: wider than the 256-value spans the CPU widens at a time), and differ
-// from the fp32 ops on the unrounded gu (the rounding is not lost).
+// gu kept as bf16 equal the fp32 ops on the widened values bit for bit, the
+// forward's output rounded to bf16 (a row of 300 values: wider than the 256-value
+// spans the CPU widens at a time), and differ from the fp32 ops on the unrounded
+// gu (the rounding is not lost); the products with a bf16 output or input equal
+// the fp32 product rounded, or of the widened input, bit for bit.
 static void test_swiglu_bf16(void) {
     const int N = 5, F = 300;
     const size_t ngu = (size_t)N * 2 * F, no = (size_t)N * F;
     rng_seed(77);
     float *gu = fnew(ngu), *wide = fnew(ngu), *dout = fnew(no), *a = fnew(no), *b = fnew(no);
     float *da = fnew(ngu), *db = fnew(ngu);
-    uint16_t *gu16 = talloc(ngu * sizeof(uint16_t));
+    uint16_t *gu16 = talloc(ngu * sizeof(uint16_t)), *a16 = talloc(no * sizeof(uint16_t));
+    uint16_t *b16 = talloc(no * sizeof(uint16_t));
     fill(gu, ngu, -4, 4);
     fill(dout, no, -1, 1);
     round_to_bf16(gu16, gu, ngu);
@@ -932,10 +935,16 @@ static void test_swiglu_bf16(void) {
     CHECK(same == ngu && near == ngu && changed > ngu / 2,
           "round_to_bf16: %zu of %zu the nearest bf16 (%zu within 2^-8 relative, %zu changed)", same, ngu, near,
           changed);
-    fill(b, no, 5, 6);  // garbage: out is overwritten
+    for (size_t i = 0; i < no; i++) b16[i] = 0x7fc0;  // garbage (NaN): out is overwritten
     swiglu_forward(a, wide, N, F);
-    swiglu_forward_bf16(b, gu16, N, F);
-    CHECK(!memcmp(a, b, no * sizeof(float)), "swiglu_forward_bf16 = swiglu_forward of the widened gu, bit for bit");
+    swiglu_forward_bf16(b16, gu16, N, F);
+    round_to_bf16(a16, a, no);
+    CHECK(!memcmp(a16, b16, no * sizeof(uint16_t)),
+          "swiglu_forward_bf16 = swiglu_forward of the widened gu rounded to bf16, bit for bit");
+    widen_from_bf16(b, b16, no);
+    size_t exact = 0;
+    for (size_t i = 0; i < no; i++) exact += b[i] == bf16_to_f32(b16[i]);
+    CHECK(exact == no, "widen_from_bf16: %zu of %zu values exact", exact, no);
     fill(db, ngu, 200, 300);
     swiglu_backward(da, dout, wide, N, F);
     swiglu_backward_bf16(db, dout, gu16, N, F);
@@ -957,6 +966,22 @@ static void test_swiglu_bf16(void) {
     round_to_bf16(gu16, y, ngu);
     CHECK(!memcmp(scr, y, ngu * sizeof(float)) && !memcmp(y16, gu16, ngu * sizeof(uint16_t)),
           "matmul_forward_to_bf16 = round_to_bf16 of matmul_forward, bit for bit (its scratch: the fp32 product)");
+    // matmul_*_from_bf16 on the CPU: the input widened into the scratch, then sgemm.
+    // in16 = gu16 (N, 2F) as the input of a product 2F -> I (a down projection).
+    float *dw1 = fnew((size_t)I * 2 * F), *dw2 = fnew((size_t)I * 2 * F), *o1 = fnew((size_t)N * I);
+    float *o2 = fnew((size_t)N * I), *dx1 = fnew(ngu), *dx2 = fnew(ngu), *dy = fnew((size_t)N * I);
+    fill(dy, (size_t)N * I, -1, 1);
+    widen_from_bf16(y, gu16, ngu);  // the widened input, by hand
+    matmul_forward(o1, y, w, N, 2 * F, I);
+    fill(scr, ngu, 7, 8);
+    matmul_forward_from_bf16(o2, gu16, scr, w, N, 2 * F, I);
+    CHECK(!memcmp(o1, o2, (size_t)N * I * sizeof(float)),
+          "matmul_forward_from_bf16 = matmul_forward of the widened input, bit for bit");
+    matmul_backward(dx1, dw1, dy, y, w, N, 2 * F, I, 0);
+    fill(scr, ngu, 7, 8);
+    matmul_backward_from_bf16(dx2, dw2, dy, gu16, scr, w, N, 2 * F, I, 0);
+    CHECK(!memcmp(dx1, dx2, ngu * sizeof(float)) && !memcmp(dw1, dw2, (size_t)I * 2 * F * sizeof(float)),
+          "matmul_backward_from_bf16 = matmul_backward of the widened input (din, dweight), bit for bit");
     tfree_all();
 }
 
