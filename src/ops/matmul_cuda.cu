@@ -11,9 +11,11 @@
 // checks (tests/gpu/gpu_ops.c). Outputs, weight-gradient accumulation (beta = 1)
 // and everything outside the products stay fp32, but for matmul_forward_to_bf16,
 // whose output cuBLASLt rounds to bf16 from the fp32 sums as it writes it (D type
-// bf16; any split-K partial sums in fp32, never in the output type). The copies cost a pass over each
-// operand per product; keeping the bf16 weight copy from the optimizer step and
-// writing activations in bf16 is issue 21's.
+// bf16; any split-K partial sums in fp32, never in the output type). The copies
+// cost a pass over each operand per product, except where no copy is needed: a
+// weight read from the kept bf16 copy of the parameters (ops_keep_bf16_weights,
+// below), and an input kept as bf16 already (matmul_*_from_bf16), handed over as
+// it is. Every other activation operand still takes its pass (issue 21).
 //
 // Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
 // column-major, X^T (c x r, ld). So row-major C = A op(B) is column-major
