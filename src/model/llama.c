@@ -104,16 +104,14 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
                          const float *dout, const float *w) {
     const TensorParallel *tp = &m->tp;
     const int N = a->B * a->S, Fl = m->Fl, D = m->D;
-    if (!m->mlp_bf16) {
-        if (din) tp_row_backward(tp, din, dw, dout, s->h, w, a->tp_full, N, Fl, D);
-        else tp_row_backward_weight(tp, dw, dout, s->h, a->tp_full, N, Fl, D);
+    if (!m->mlp_bf16) {  // din NULL: the kernels tp_row_backward_weight runs
+        tp_row_backward(tp, din, dw, dout, s->h, w, a->tp_full, N, Fl, D);
         return;
     }
     uint16_t *h16 = mlp_h16(a);
     float *wide = a->dgu + (size_t)N * Fl;  // (N, Fl), past h16's N*Fl halves
     swiglu_forward_bf16(h16, s->gu16, N, Fl);
-    if (din) tp_row_backward_from_bf16(tp, din, dw, dout, h16, wide, w, a->tp_full, N, Fl, D);
-    else tp_row_backward_weight_from_bf16(tp, dw, dout, h16, wide, a->tp_full, N, Fl, D);
+    tp_row_backward_from_bf16(tp, din, dw, dout, h16, wide, w, a->tp_full, N, Fl, D);
 }
 
 // dgu(N, 2Fl) = the gradient of gate|up from dh(N, Fl), SwiGLU's input kept either way.

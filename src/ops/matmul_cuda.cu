@@ -318,32 +318,32 @@ extern "C" void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const fl
             0.0f, out16, out_dim, 1, "matmul_forward_to_bf16");
 }
 
-// A bf16 input handed to cuBLASLt as it is: with bf16 products, and rows of a
-// multiple of 8 values (16-byte aligned, as the padded copies' are).
-static int bf16_input_direct(int in_dim) { return g_bf16 && in_dim % 8 == 0; }
+// The input operand of a product whose input in16(N, in_dim) is kept as bf16:
+// in16 itself with bf16 products and rows of a multiple of 8 values (16-byte
+// aligned, as the padded copies' are), else in16 widened into scratch and read as
+// any fp32 input (operand slot 1).
+static Operand bf16_input(const uint16_t *in16, float *scratch, int N, int in_dim) {
+    if (g_bf16 && in_dim % 8 == 0) return Operand{in16, in_dim};
+    widen_from_bf16(scratch, in16, (size_t)N * in_dim);
+    return operand(1, scratch, N, in_dim, in_dim);
+}
 
 extern "C" void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                                          int in_dim, int out_dim) {
-    if (!bf16_input_direct(in_dim)) {
-        widen_from_bf16(scratch, in16, (size_t)N * in_dim);
-        matmul_forward(out, scratch, weight, N, in_dim, out_dim);
-        return;
-    }
-    gemm(1, 0, out_dim, N, in_dim, operand(0, weight, out_dim, in_dim, in_dim), Operand{in16, in_dim}, 0.0f, out,
-         out_dim, "matmul_forward_from_bf16");
+    const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
+    gemm(1, 0, out_dim, N, in_dim, w, bf16_input(in16, scratch, N, in_dim), 0.0f, out, out_dim,
+         "matmul_forward_from_bf16");
 }
 
-// matmul_backward_ld with the weight gradient's input operand either the fp32 `in`
-// (rounded into its slot under bf16 products) or the bf16 `in16` as it is.
-static void backward(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
-                     const uint16_t *in16, const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+// matmul_backward_ld with the weight gradient's input operand x (made by the
+// caller, only when dweight is wanted).
+static void backward(float *din, float *dweight, const float *dout, int ld_dout, Operand x, const float *weight, int N,
+                     int in_dim, int out_dim, int accumulate_din) {
     if (!din && !dweight) return;
     const Operand d = operand(0, dout, N, out_dim, ld_dout);  // dout^T (out_dim x N), read by both
     // dW (out, in) += dout^T in  <=>  dW^T (in x out) += in^T dout: in^T is in as
     // stored (in_dim x N), dout as stored is dout^T (out_dim x N), transposed.
-    if (dweight)
-        gemm(0, 1, in_dim, out_dim, N, in16 ? Operand{in16, in_dim} : operand(1, in, N, in_dim, in_dim), d, 1.0f,
-             dweight, in_dim, "matmul_backward dW");
+    if (dweight) gemm(0, 1, in_dim, out_dim, N, x, d, 1.0f, dweight, in_dim, "matmul_backward dW");
     // din (N, in) (+)= dout W  <=>  din^T (in x N) = W^T dout^T, both as stored.
     if (din)
         gemm(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, accumulate_din ? 1.0f : 0.0f,
@@ -352,18 +352,15 @@ static void backward(float *din, float *dweight, const float *dout, int ld_dout,
 
 extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                                    const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    backward(din, dweight, dout, ld_dout, in, NULL, weight, N, in_dim, out_dim, accumulate_din);
+    const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, dout, ld_dout, x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 extern "C" void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16,
                                           float *scratch, const float *weight, int N, int in_dim, int out_dim,
                                           int accumulate_din) {
-    if (dweight && !bf16_input_direct(in_dim)) {
-        widen_from_bf16(scratch, in16, (size_t)N * in_dim);
-        backward(din, dweight, dout, out_dim, scratch, NULL, weight, N, in_dim, out_dim, accumulate_din);
-        return;
-    }
-    backward(din, dweight, dout, out_dim, NULL, dweight ? in16 : NULL, weight, N, in_dim, out_dim, accumulate_din);
+    const Operand x = dweight ? bf16_input(in16, scratch, N, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, dout, out_dim, x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,

@@ -145,12 +145,6 @@ void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *do
     matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);
 }
 
-void tp_row_backward_weight_from_bf16(const TensorParallel *tp, float *dw, const float *dout,
-                                      const uint16_t *x16, float *xscratch, float *full, int N,
-                                      int in_local, int D) {
-    matmul_backward_from_bf16(NULL, dw, tp_gather(tp, dout, full, N, D), x16, xscratch, NULL, N, in_local, D, 0);
-}
-
 void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D) {
     rmsnorm_backward(din, NULL, dout, xhat, weight, rstd, Nr, D);

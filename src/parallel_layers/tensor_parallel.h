@@ -95,6 +95,8 @@ void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const floa
                      const float *x, const float *w, float *full, int N, int in_local, int D);
 // The same two with the input x16(N, in_local) kept as bf16 (ops.h:
 // matmul_*_from_bf16); xscratch(N, in_local) fp32 for a backend that widens it.
+// In both row-parallel backwards din may be NULL (w then too): the weight gradient
+// alone, the same kernels as tp_row_backward_weight runs.
 void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const uint16_t *x16, float *xscratch,
                               const float *w, float *partial, int N, int in_local, int D);
 void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, const float *dout,
@@ -129,10 +131,6 @@ void tp_row_backward_input(const TensorParallel *tp, float *din, const float *do
 // dw(D, in_local) += gather(dout)^T @ x (row-parallel); full(N, D) scratch.
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D);
-// The same with x16(N, in_local) kept as bf16; xscratch as tp_row_backward_from_bf16's.
-void tp_row_backward_weight_from_bf16(const TensorParallel *tp, float *dw, const float *dout,
-                                      const uint16_t *x16, float *xscratch, float *full, int N,
-                                      int in_local, int D);
 // din(Nr, D) += the norm's input gradient (no communication).
 void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D);
