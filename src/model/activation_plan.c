@@ -196,13 +196,15 @@ static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, We
     const size_t nl = (size_t)shape.nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
     // dgu and dqkv reuse the layer's own gu and qkv (model/llama_split.c), except
     // under full recomputation, where those are the shared working layer, and dgu
-    // under bf16 activations, where gu is bf16 (and read again by the W half).
+    // under bf16 activations, where gu is bf16 (and read again by the W half), and
+    // dgu bf16 too: N x 2Fl halves, Fl floats' room a token.
     const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0, own_dgu = m->mlp_bf16 ? nl : own;
+    const size_t dgu_floats = N * (m->mlp_bf16 ? 1 : 2) * Fl;
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
-        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * N * 2 * Fl}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * dgu_floats}, {&st->d_ln2, nl * Nr * D},
         {&st->d_o, nl * Nr * D},    {&st->dqkv, own * N * QKV},   {&st->d_ln1, nl * Nr * D},
         {&st->norm_w, nl * 2 * D},  {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},

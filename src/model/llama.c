@@ -98,8 +98,8 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 // The down projection's backward: the weight gradient dw += dout^T h and, with din
 // not NULL, din(N, Fl) = dout @ w; dout(Nr, D). Under bf16 activations h is not
 // kept: the SwiGLU output is rebuilt as bf16 from the kept gate|up into dgu
-// (mlp_h16; free until SwiGLU's backward overwrites it), the forward's op on the
-// same values, so bit for bit, and dgu's second half is the room to widen it.
+// (mlp_h16), the forward's op on the same values, so bit for bit, and dbuf_i is
+// the room to widen it, as in the forward.
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w) {
     const TensorParallel *tp = &m->tp;
@@ -109,15 +109,35 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
         return;
     }
     uint16_t *h16 = mlp_h16(a);
-    float *wide = a->dgu + (size_t)N * Fl;  // (N, Fl), past h16's N*Fl halves
     swiglu_forward_bf16(h16, s->gu16, N, Fl);
-    tp_row_backward_from_bf16(tp, din, dw, dout, h16, wide, w, a->tp_full, N, Fl, D);
+    tp_row_backward_from_bf16(tp, din, dw, dout, h16, a->dbuf_i, w, a->tp_full, N, Fl, D);
 }
 
-// dgu(N, 2Fl) = the gradient of gate|up from dh(N, Fl), SwiGLU's input kept either way.
-void llama_swiglu_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *dh) {
-    if (m->mlp_bf16) swiglu_backward_bf16(a->dgu, dh, s->gu16, a->B * a->S, m->Fl);
-    else swiglu_backward(a->dgu, dh, s->gu, a->B * a->S, m->Fl);
+// The dense MLP's backward, dres(Nr, D) its output gradient: the down and gate|up
+// weight gradients into g, gate|up's input gradient into dd(Nr, D) (a->normed
+// rebuilt on the way). Under bf16 activations h's gradient dh(N, Fl) goes to dgu's
+// second half (its first holds the rebuilt h16, read meanwhile), and gate|up's
+// gradient, written as bf16 by SwiGLU's backward, to dbuf_i (free once down's
+// input is read), where both gate|up products read it as it is; dgu, free by then,
+// is the room to widen it for a backend that must.
+static void dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, float *g,
+                               const LayerOffsets *lo, int u, float *dd) {
+    const TensorParallel *tp = &m->tp;
+    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
+    float *dh = m->mlp_bf16 ? a->dgu + (size_t)N * Fl : a->dbuf_i;  // (N, Fl)
+    llama_down_backward(m, a, s, dh, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));
+    if (m->mlp_bf16) {
+        uint16_t *dgu16 = (uint16_t *)a->dbuf_i;  // (N, 2Fl)
+        swiglu_backward_to_bf16(dgu16, dh, s->gu16, N, Fl);
+        rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
+        tp_column_backward_dout_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, a->normed, AT(w, u, lo->gate_up),
+                                     a->tp_full, a->tp_partial, N, D, 2 * Fl);
+        return;
+    }
+    swiglu_backward(a->dgu, dh, s->gu, N, Fl);
+    rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
+    tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up), a->tp_full,
+                       a->tp_partial, N, D, 2 * Fl);
 }
 
 // A layer's weights and gradients: one piece, or under expert parallelism the
@@ -286,7 +306,7 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
 // selective the attention core (its lse; the output it rewrites is identical).
 static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
     const TensorParallel *tp = &m->tp;
-    const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
+    const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
@@ -329,11 +349,7 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
         matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
-        llama_down_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->down), dres, AT(w, u, lo->down));
-        llama_swiglu_backward(m, a, &s, a->dbuf_i);
-        rmsnorm_rebuild(a->normed, s.ln2, AT(w, u, lo->ln2), Nr, D);
-        tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up),
-                           a->tp_full, a->tp_partial, N, D, 2 * Fl);
+        dense_mlp_backward(m, a, &s, w, g, lo, u, dd);
     }
     tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);

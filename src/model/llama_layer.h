@@ -40,18 +40,16 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 
 // Under bf16 activations (m->mlp_bf16) the SwiGLU output h(N, Fl), down's input,
 // lives as bf16 in the first N*Fl halves of the scratch dgu(N, 2Fl) while the
-// forward or the down backward reads it.
+// forward or the down backward reads it (dbuf_i: the room to widen it).
 #define mlp_h16(a) ((uint16_t *)(a)->dgu)
 
-// The dense MLP's backward from its kept SwiGLU input s->gu (or s->gu16 under
-// m->mlp_bf16): the down projection's weight gradient dw += dout(Nr, D)^T h and,
-// with din not NULL, its input gradient din(N, Fl) = dout @ w (w: the down weight;
-// NULL when din is), reading h as kept (s->h) or rebuilt (mlp_bf16: as bf16 into
-// mlp_h16, bit for bit the forward's); then dgu(N, 2Fl) from h's gradient dh(N,
-// Fl) into a->dgu (which overwrites a rebuilt h).
+// The down projection's backward from the dense MLP's kept SwiGLU input s->gu (or
+// s->gu16 under m->mlp_bf16): its weight gradient dw += dout(Nr, D)^T h and, with
+// din not NULL, its input gradient din(N, Fl) = dout @ w (w: the down weight; NULL
+// when din is), reading h as kept (s->h) or rebuilt (mlp_bf16: as bf16 into
+// mlp_h16, bit for bit the forward's). din must lie apart from mlp_h16 and dbuf_i.
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w);
-void llama_swiglu_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *dh);
 
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).

@@ -22,9 +22,11 @@
 // (Nr, D) gradients. Under full recomputation gu and qkv are the shared working
 // layer, rebuilt by every layer's recomputation: there the stash holds them too.
 // Under bf16 activations (m->mlp_bf16) gu is bf16 and still needed by W, which
-// rebuilds down's input from it: the stash holds dgu as well.
+// rebuilds down's input from it: the stash holds dgu as well, as bf16 (dgu16), the
+// form SwiGLU's backward writes and both gate|up products read.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
+    uint16_t *dgu16;                                             // (N, 2Fl) bf16: dgu's room under mlp_bf16
 } LayerStash;
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
@@ -32,9 +34,11 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, k = (size_t)i;
     const int own = m->recompute == RECOMPUTE_FULL, own_dgu = own || m->mlp_bf16;
-    LayerStash ls = {st->d_down + k * Nr * D, own_dgu ? st->dgu + k * N * 2 * m->Fl : s->gu, st->d_ln2 + k * Nr * D,
+    const size_t dgu_floats = N * (m->mlp_bf16 ? 1 : 2) * m->Fl;  // a layer's dgu: (N, 2Fl) bf16 or fp32
+    LayerStash ls = {st->d_down + k * Nr * D, own_dgu ? st->dgu + k * dgu_floats : s->gu, st->d_ln2 + k * Nr * D,
                      st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D,
-                     st->norm_w + k * 2 * D};
+                     st->norm_w + k * 2 * D,  NULL};
+    if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
     return ls;
 }
 
@@ -45,7 +49,8 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
 // norms' output gradients are written straight into the stash where the fused
 // backward uses scratch (dbuf_d), the two residual-stream gradients that later
 // kernels overwrite (d_down, d_o) are copied there, and dgu and dqkv are computed
-// in the scratch as in the fused backward, then copied where W reads them.
+// in the scratch as in the fused backward, then copied where W reads them (a bf16
+// dgu is written there directly).
 static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                  const WeightGradStash *st, int i) {
     const TensorParallel *tp = &m->tp;
@@ -64,9 +69,15 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     // MLP
     copy_f32(k.d_down, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
-    llama_swiglu_backward(m, a, &s, a->dbuf_i);
-    copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // an fp32 gu is read for the last time just above
-    tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
+    if (m->mlp_bf16) {  // dgu as bf16 into the stash, read from there (dgu: room to widen it)
+        swiglu_backward_to_bf16(k.dgu16, a->dbuf_i, s.gu16, N, Fl);
+        tp_column_backward_dout_bf16(tp, k.d_ln2, NULL, k.dgu16, a->dgu, NULL, AT(w, u, lo->gate_up), NULL,
+                                     a->tp_partial, N, D, 2 * Fl);
+    } else {
+        swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
+        copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
+        tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
+    }
     tp_norm_backward_input(dres, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
@@ -153,7 +164,11 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     const LayerStash k = layer_stash(m, a, st, &s, i);
     llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, NULL);
     rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
-    tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
+    if (m->mlp_bf16)  // h16, down's rebuilt input, read above: dgu is free room again
+        tp_column_backward_dout_bf16(tp, NULL, AT(g, u, lo->gate_up), k.dgu16, a->dgu, a->normed, NULL, a->tp_full,
+                                     NULL, N, D, 2 * Fl);
+    else
+        tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
     tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
     rmsnorm_rebuild(a->normed, s.ln1, k.norm_w, Nr, D);

@@ -315,6 +315,13 @@ void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, co
     matmul_backward(din, dweight, dout, dweight ? scratch : NULL, weight, N, in_dim, out_dim, accumulate_din);
 }
 
+void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch, const float *in,
+                               const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (!din && !dweight) return;
+    widen_from_bf16(scratch, dout16, (size_t)N * out_dim);
+    matmul_backward(din, dweight, scratch, in, weight, N, in_dim, out_dim, accumulate_din);
+}
+
 // The fp32 product into scratch, then rounded: sgemm has no bf16 output.
 void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
                             int in_dim, int out_dim) {
@@ -324,11 +331,15 @@ void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, co
 
 // A bf16 token row is widened BF16_SPAN values at a time into fp32 on the stack,
 // then the fp32 loops above run on it: the same float operations as swiglu_forward
-// and swiglu_backward on the widened values.
+// and swiglu_backward on the widened values, the results rounded as they are stored.
 #define BF16_SPAN 256
 
 static void widen_span(float *dst, const uint16_t *src, int n) {
     for (int i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+static void round_span(uint16_t *dst, const float *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
 void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F) {
@@ -341,22 +352,24 @@ void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F) {
             widen_span(gw, g + i0, k);
             widen_span(uw, u + i0, k);
             swiglu_span(ow, gw, uw, k);
-            for (int i = 0; i < k; i++) out16[(size_t)n * F + i0 + i] = bf16_from_f32(ow[i]);
+            round_span(out16 + (size_t)n * F + i0, ow, k);
         }
     }
 }
 
-void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F) {
+void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F;
-        float *dg = dgu + (size_t)n * 2 * F;
-        float gw[BF16_SPAN], uw[BF16_SPAN];
+        uint16_t *dg = dgu16 + (size_t)n * 2 * F;
+        float gw[BF16_SPAN], uw[BF16_SPAN], dgw[BF16_SPAN], duw[BF16_SPAN];
         for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
             const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
             widen_span(gw, g + i0, k);
             widen_span(uw, u + i0, k);
-            swiglu_back_span(dg + i0, dg + F + i0, dout + (size_t)n * F + i0, gw, uw, k);
+            swiglu_back_span(dgw, duw, dout + (size_t)n * F + i0, gw, uw, k);
+            round_span(dg + i0, dgw, k);
+            round_span(dg + F + i0, duw, k);
         }
     }
 }

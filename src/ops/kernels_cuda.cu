@@ -317,16 +317,18 @@ __global__ void k_swiglu(O *out, const T *gu, int N, int F) {
     }
 }
 
-// silu(g) = g s(g); silu'(g) = s(g) (1 + g (1 - s(g)))
-template <typename T>
-__global__ void k_swiglu_back(float *dgu, const float *dout, const T *gu, int N, int F) {
+// silu(g) = g s(g); silu'(g) = s(g) (1 + g (1 - s(g))). T as above; O: float
+// (swiglu_backward) or __nv_bfloat16 (swiglu_backward_to_bf16: the gate|up
+// backward's operand).
+template <typename T, typename O>
+__global__ void k_swiglu_back(O *dgu, const float *dout, const T *gu, int N, int F) {
     size_t total = (size_t)N * F;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         size_t n = e / F, i = e % F;
         float g = widen(gu[n * 2 * F + i]), u = widen(gu[n * 2 * F + F + i]), d = dout[e];
         float s = 1.0f / (1.0f + expf(-g));
-        dgu[n * 2 * F + F + i] = d * g * s;
-        dgu[n * 2 * F + i] = d * u * s * (1.0f + g * (1.0f - s));
+        store(dgu + n * 2 * F + F + i, d * g * s);
+        store(dgu + n * 2 * F + i, d * u * s * (1.0f + g * (1.0f - s)));
     }
 }
 
@@ -337,10 +339,10 @@ static void swiglu_fwd(O *out, const T *gu, int N, int F, const char *what) {
     cuda_done(what);
 }
 
-template <typename T>
-static void swiglu_bwd(float *dgu, const float *dout, const T *gu, int N, int F, const char *what) {
+template <typename T, typename O>
+static void swiglu_bwd(O *dgu, const float *dout, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    k_swiglu_back<T><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(dgu, dout, gu, N, F);
+    k_swiglu_back<T, O><<<cuda_blocks((size_t)N * F, THREADS), THREADS, 0, cuda_stream()>>>(dgu, dout, gu, N, F);
     cuda_done(what);
 }
 
@@ -380,6 +382,6 @@ extern "C" void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, 
     swiglu_fwd((__nv_bfloat16 *)out16, (const __nv_bfloat16 *)gu, N, F, "swiglu_forward_bf16");
 }
 
-extern "C" void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F) {
-    swiglu_bwd(dgu, dout, (const __nv_bfloat16 *)gu, N, F, "swiglu_backward_bf16");
+extern "C" void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F) {
+    swiglu_bwd((__nv_bfloat16 *)dgu16, dout, (const __nv_bfloat16 *)gu, N, F, "swiglu_backward_to_bf16");
 }

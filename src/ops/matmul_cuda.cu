@@ -14,8 +14,9 @@
 // bf16; any split-K partial sums in fp32, never in the output type). The copies
 // cost a pass over each operand per product, except where no copy is needed: a
 // weight read from the kept bf16 copy of the parameters (ops_keep_bf16_weights,
-// below), and an input kept as bf16 already (matmul_*_from_bf16), handed over as
-// it is. Every other activation operand still takes its pass (issue 21).
+// below), an input kept as bf16 already (matmul_*_from_bf16) and an output
+// gradient kept as bf16 (matmul_backward_dout_bf16), handed over as they are.
+// Every other activation operand still takes its pass (issue 21).
 //
 // Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
 // column-major, X^T (c x r, ld). So row-major C = A op(B) is column-major
@@ -146,14 +147,19 @@ static Plan *plan_for(const PlanKey *key) {
     return p;
 }
 
+__device__ static inline float as_f32(float x) { return x; }
+__device__ static inline float as_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 // dst's `lines` runs of `len` bf16 values, ld_dst apart = src's `lines` runs of
-// `len` floats, ld apart, each rounded to the nearest bf16 (ties to even); the
+// `len` values, ld apart, each rounded to the nearest bf16 (ties to even): floats
+// rounded, bf16 values copied (widened and rounded back: the same bits); the
 // padding between runs is left as it is (no product reads it).
-__global__ static void k_round_bf16(__nv_bfloat16 *dst, const float *src, size_t lines, size_t len, size_t ld,
+template <typename S>
+__global__ static void k_round_bf16(__nv_bfloat16 *dst, const S *src, size_t lines, size_t len, size_t ld,
                                     size_t ld_dst) {
     const size_t n = lines * len, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[(i / len) * ld_dst + i % len] = __float2bfloat16_rn(src[(i / len) * ld + i % len]);
+        dst[(i / len) * ld_dst + i % len] = __float2bfloat16_rn(as_f32(src[(i / len) * ld + i % len]));
 }
 
 // An operand as the product reads it: the fp32 matrix itself, or (bf16 products)
@@ -247,9 +253,20 @@ static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
         r->n = n;
     }
     if (!fresh((size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
-        k_round_bf16<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
+        k_round_bf16<float><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
     r->gen = g_w_gen;
     return c;
+}
+
+// x's bf16 copy in `slot`, rows padded to ld16 (x: fp32 or bf16 values).
+template <typename S>
+static Operand padded_copy(int slot, const S *x, int lines, int len, int ld) {
+    const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
+    __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
+                                                           "a bf16 operand copy");  // (lines, ld16)
+    k_round_bf16<S><<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
+                                                                                      (size_t)len, (size_t)ld, ld16);
+    return Operand{copy, (int)ld16};
 }
 
 static Operand operand(int slot, const float *x, int lines, int len, int ld) {
@@ -258,12 +275,18 @@ static Operand operand(int slot, const float *x, int lines, int len, int ld) {
         const __nv_bfloat16 *kept = kept_copy(x, (size_t)lines * len);
         if (kept) return Operand{kept, ld};
     }
-    const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
-    __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
-                                                           "a bf16 operand copy");  // (lines, ld16)
-    k_round_bf16<<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
-                                                                                   (size_t)len, (size_t)ld, ld16);
-    return Operand{copy, (int)ld16};
+    return padded_copy(slot, x, lines, len, ld);
+}
+
+// A contiguous operand kept as bf16, x16(lines, len), as the product reads it:
+// with bf16 products x16 itself when its rows are a multiple of 8 values (16-byte
+// aligned, as the padded copies' are), else its padded copy in `slot` (the same
+// values); with fp32 products x16 widened into scratch(lines, len).
+static Operand bf16_operand(int slot, const uint16_t *x16, float *scratch, int lines, int len) {
+    if (g_bf16)
+        return len % 8 == 0 ? Operand{x16, len} : padded_copy(slot, (const __nv_bfloat16 *)x16, lines, len, len);
+    widen_from_bf16(scratch, x16, (size_t)lines * len);
+    return Operand{scratch, len};
 }
 
 // Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place; A and B fp32,
@@ -318,29 +341,18 @@ extern "C" void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const fl
             0.0f, out16, out_dim, 1, "matmul_forward_to_bf16");
 }
 
-// The input operand of a product whose input in16(N, in_dim) is kept as bf16:
-// in16 itself with bf16 products and rows of a multiple of 8 values (16-byte
-// aligned, as the padded copies' are), else in16 widened into scratch and read as
-// any fp32 input (operand slot 1).
-static Operand bf16_input(const uint16_t *in16, float *scratch, int N, int in_dim) {
-    if (g_bf16 && in_dim % 8 == 0) return Operand{in16, in_dim};
-    widen_from_bf16(scratch, in16, (size_t)N * in_dim);
-    return operand(1, scratch, N, in_dim, in_dim);
-}
-
 extern "C" void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                                          int in_dim, int out_dim) {
     const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
-    gemm(1, 0, out_dim, N, in_dim, w, bf16_input(in16, scratch, N, in_dim), 0.0f, out, out_dim,
+    gemm(1, 0, out_dim, N, in_dim, w, bf16_operand(1, in16, scratch, N, in_dim), 0.0f, out, out_dim,
          "matmul_forward_from_bf16");
 }
 
-// matmul_backward_ld with the weight gradient's input operand x (made by the
-// caller, only when dweight is wanted).
-static void backward(float *din, float *dweight, const float *dout, int ld_dout, Operand x, const float *weight, int N,
-                     int in_dim, int out_dim, int accumulate_din) {
-    if (!din && !dweight) return;
-    const Operand d = operand(0, dout, N, out_dim, ld_dout);  // dout^T (out_dim x N), read by both
+// matmul_backward_ld with its operands made by the caller: the output gradient d
+// (dout^T, out_dim x N, read by both products) and the weight gradient's input x
+// (only when dweight is wanted).
+static void backward(float *din, float *dweight, Operand d, Operand x, const float *weight, int N, int in_dim,
+                     int out_dim, int accumulate_din) {
     // dW (out, in) += dout^T in  <=>  dW^T (in x out) += in^T dout: in^T is in as
     // stored (in_dim x N), dout as stored is dout^T (out_dim x N), transposed.
     if (dweight) gemm(0, 1, in_dim, out_dim, N, x, d, 1.0f, dweight, in_dim, "matmul_backward dW");
@@ -352,15 +364,26 @@ static void backward(float *din, float *dweight, const float *dout, int ld_dout,
 
 extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                                    const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (!din && !dweight) return;
     const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};
-    backward(din, dweight, dout, ld_dout, x, weight, N, in_dim, out_dim, accumulate_din);
+    backward(din, dweight, operand(0, dout, N, out_dim, ld_dout), x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 extern "C" void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16,
                                           float *scratch, const float *weight, int N, int in_dim, int out_dim,
                                           int accumulate_din) {
-    const Operand x = dweight ? bf16_input(in16, scratch, N, in_dim) : Operand{NULL, in_dim};
-    backward(din, dweight, dout, out_dim, x, weight, N, in_dim, out_dim, accumulate_din);
+    if (!din && !dweight) return;
+    const Operand x = dweight ? bf16_operand(1, in16, scratch, N, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, operand(0, dout, N, out_dim, out_dim), x, weight, N, in_dim, out_dim, accumulate_din);
+}
+
+extern "C" void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch,
+                                          const float *in, const float *weight, int N, int in_dim, int out_dim,
+                                          int accumulate_din) {
+    if (!din && !dweight) return;
+    const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, bf16_operand(0, dout16, scratch, N, out_dim), x, weight, N, in_dim, out_dim,
+             accumulate_din);
 }
 
 extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,

@@ -142,17 +142,26 @@ void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, co
 // out(N, out_dim) = in16(N, in_dim) widened @ weight(out_dim, in_dim)^T: a product
 // whose input is kept as bf16 (a bf16 run's SwiGLU output, down's input), read as
 // it is. scratch(N, in_dim) fp32: where the backend cannot read a bf16 input (the
-// CPU's sgemm; CUDA with fp32 products, or an in_dim that is not a multiple of 8,
-// whose rows would leave cuBLASLt's columns misaligned) in16 is widened there
-// first; CUDA with bf16 products hands in16 to cuBLASLt as the input operand,
-// which is the operand matmul_forward would have rounded the widened input to, so
-// the same product, and leaves scratch alone.
+// CPU's sgemm; CUDA with fp32 products) in16 is widened there first; CUDA with
+// bf16 products hands in16 to cuBLASLt as the input operand (rows of a width that
+// is not a multiple of 8, whose columns would be misaligned, copied with padding
+// first, as a rounded fp32 input would be), which is the operand matmul_forward
+// would have rounded the widened input to, so the same product, and leaves
+// scratch alone.
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight,
                               int N, int in_dim, int out_dim);
 // matmul_backward with the input kept as bf16 (scratch as above, read only when
 // dweight is wanted): dweight += dout^T @ in16 widened; din (+)= dout @ weight.
 void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16,
                                float *scratch, const float *weight, int N, int in_dim, int out_dim,
+                               int accumulate_din);
+// matmul_backward with the output gradient kept as bf16 (a bf16 run's gate|up
+// gradient, written as bf16 by swiglu_backward_to_bf16): dweight += dout16^T @ in;
+// din (+)= dout16 @ weight, dout16(N, out_dim) widened. scratch(N, out_dim) fp32,
+// apart from dout16: as matmul_forward_from_bf16's, where the backend widens dout16
+// (each call widens it again: a caller may ask for din and dweight separately).
+void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch,
+                               const float *in, const float *weight, int N, int in_dim, int out_dim,
                                int accumulate_din);
 
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
@@ -296,16 +305,19 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
 // rebuilds it from the kept gate|up with swiglu_forward_bf16, the same op on the
 // same values as the forward, so bit for bit (model/activations.h). That output is
 // bf16 too: the down product reads it as its bf16 operand (matmul_*_from_bf16),
-// which bf16 products would have rounded it to anyway.
+// which bf16 products would have rounded it to anyway; so is gate|up's gradient
+// (matmul_backward_dout_bf16).
 // dst(n) = src(n) rounded to the nearest bf16 (ties to even).
 void round_to_bf16(uint16_t *dst, const float *src, size_t n);
 // dst(n) = src(n) widened to fp32 (exactly).
 void widen_from_bf16(float *dst, const uint16_t *src, size_t n);
 // swiglu_forward and swiglu_backward on a gu(N, 2F) kept as bf16: each value
-// widened to fp32 (exactly), then the fp32 formula; out16(N, F) each output
-// rounded to the nearest bf16; dout, dgu fp32.
+// widened to fp32 (exactly), then the fp32 formula, each output rounded to the
+// nearest bf16 as it is written: out16(N, F), dgu16(N, 2F) (the operand the
+// gate|up backward reads, matmul_backward_dout_bf16, which bf16 products would
+// have rounded an fp32 dgu to); dout(N, F) fp32.
 void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F);
-void swiglu_backward_bf16(float *dgu, const float *dout, const uint16_t *gu, int N, int F);
+void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F);
 
 // ---- mixture of experts (model/moe.h): routing, grouping, dispatch and combine ----
 // N tokens, E experts, K experts per token (top-k), D hidden. A token's K choices

@@ -99,6 +99,22 @@ void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, 
     matmul_backward_from_bf16(din, dw, dout_full, x16, xscratch, w, N, in_local, D, 0);
 }
 
+// tp_column_backward's kernels, in its order, for the parts asked for: din NULL is
+// tp_column_backward_weight's, dw NULL tp_column_backward_input's.
+void tp_column_backward_dout_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
+                                  float *dscratch, const float *x, const float *w, float *full, float *partial,
+                                  int N, int D, int out_local) {
+    const float *x_full = dw ? tp_gather(tp, x, full, N, D) : NULL;
+    float *p = tp->sp ? partial : din;
+    CommRequest r = COMM_REQUEST_IDLE;
+    if (din) {
+        matmul_backward_dout_bf16(p, NULL, dout16, dscratch, NULL, w, N, D, out_local, 0);
+        r = tp_reduce_start(tp, p, din, N, D);
+    }
+    if (dw) matmul_backward_dout_bf16(NULL, dw, dout16, dscratch, x_full, NULL, N, D, out_local, 0);
+    tp_reduce_finish(&r);  // nothing when idle
+}
+
 // A norm's weight gradient under sequence parallelism is a partial sum over this
 // rank's rows: it goes to the zeroed scratch, is summed over the group, then added
 // to dweight. Without it, straight into dweight.

@@ -85,6 +85,13 @@ void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float 
 void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
                         const float *x, const float *w, float *full, float *partial, int N, int D,
                         int out_local);
+// The same with the output gradient dout16(N, out_local) kept as bf16 (ops.h:
+// matmul_backward_dout_bf16); dscratch(N, out_local) fp32, apart from dout16, for
+// a backend that widens it. din or dw may be NULL (x and w with them): the halves
+// tp_column_backward_input and tp_column_backward_weight below, the same kernels.
+void tp_column_backward_dout_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
+                                  float *dscratch, const float *x, const float *w, float *full, float *partial,
+                                  int N, int D, int out_local);
 // Row-parallel forward: out(tp_rows, D) = sum over the group of x(N, in_local) @
 // w(D, in_local)^T. partial(N, D) scratch (sequence parallel only; else in place in out).
 void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,

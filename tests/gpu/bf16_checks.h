@@ -131,10 +131,10 @@ static void test_matmul_to_bf16(int N, int in, int out) {
 
 // matmul_*_from_bf16 (a bf16 run's down projection): the input kept as bf16 and
 // handed to cuBLASLt as the operand that matmul_forward would round the widened
-// input to, so with bf16 products and an in_dim that is a multiple of 8 the same
-// plan and the same bits as matmul_forward / matmul_backward of the widened input,
-// and the scratch untouched; another in_dim is widened into the scratch first
-// (the same bits again). Against the CPU: the product of the widened input and the
+// input to, so with bf16 products the same plan and the same bits as
+// matmul_forward / matmul_backward of the widened input, and the scratch untouched
+// (an in_dim that is not a multiple of 8 read through the padded copy a rounded
+// fp32 input gets). Against the CPU: the product of the widened input and the
 // rounded weight, within TOL. With fp32 products the scratch path, within TOL too.
 static void test_matmul_from_bf16(int N, int in, int out) {
     const size_t nx = (size_t)N * in, ny = (size_t)N * out;
@@ -151,7 +151,6 @@ static void test_matmul_from_bf16(int N, int in, int out) {
     const size_t nmax = nx > ny ? nx : ny;
     float *wr = rounded_copy(w), *a = xmalloc(nmax * sizeof(float), "result"), *b = xmalloc(nmax * sizeof(float), "result");
     float *ga = xmalloc(dw.n * sizeof(float), "dw"), *gb = xmalloc(dw.n * sizeof(float), "dw");
-    const int direct = in % 8 == 0;
     ops_set_matmul_bf16(1);
     matmul_forward_from_bf16(y.d, x16_d, scr.d, w.d, N, in, out);
     matmul_forward(y2.d, x.d, w.d, N, in, out);
@@ -159,7 +158,7 @@ static void test_matmul_from_bf16(int N, int in, int out) {
     ops_download(b, y2.d, ny * sizeof(float));
     CHECK(!memcmp(a, b, ny * sizeof(float)), "bf16 matmul_forward_from_bf16 (%dx%dx%d) = matmul_forward of the "
           "widened input, bit for bit", N, in, out);
-    if (direct) CHECK(pair_diff(scr) == 0.0, "bf16 matmul_forward_from_bf16 (in %d) leaves its scratch alone", in);
+    CHECK(pair_diff(scr) == 0.0, "bf16 matmul_forward_from_bf16 (in %d) leaves its scratch alone", in);
     cpu_matmul_forward(y.h, x.h, wr, N, in, out);
     expect_close("bf16 matmul_forward_from_bf16 vs the CPU", y);
     copy_f32(dw2.d, dw.d, dw.n);  // dweight accumulates: both start from the same values
@@ -182,6 +181,63 @@ static void test_matmul_from_bf16(int N, int in, int out) {
     free(x16_h), free(wr), free(a), free(b), free(ga), free(gb);
     pair_free(x), pair_free(w), pair_free(scr), pair_free(y), pair_free(y2), pair_free(dy), pair_free(dx),
         pair_free(dx2), pair_free(dw), pair_free(dw2);
+}
+
+// matmul_backward_dout_bf16 (a bf16 run's gate|up backward): the output gradient
+// kept as bf16, handed to cuBLASLt as the operand matmul_backward would round the
+// widened gradient to, so with bf16 products the same bits as matmul_backward of
+// the widened gradient, whether din and dweight come from one call or two (the
+// tensor-parallel layer asks for them apart), the scratch untouched (an out_dim
+// that is not a multiple of 8 through the padded copy). Against the CPU within
+// TOL; with fp32 products (the gradient widened into the scratch) too.
+static void test_matmul_dout_bf16(int N, int in, int out) {
+    const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+    Pair x = pair_fill(nx, 1.0f), w = pair_fill(nw, 0.1f), dy = pair_fill(ny, 1.0f), scr = pair_fill(ny, 1.0f);
+    Pair dx = pair_fill(nx, 1.0f), dx2 = pair_fill(nx, 1.0f), dx3 = pair_fill(nx, 1.0f);
+    Pair dw = pair_fill(nw, 1.0f), dw2 = pair_fill(nw, 1.0f), dw3 = pair_fill(nw, 1.0f);
+    uint16_t *dy16_d = buf_alloc(MEM_ACTIVATIONS, ny * sizeof(uint16_t), "bf16 output gradient");  // (N, out)
+    uint16_t *dy16_h = xmalloc(ny * sizeof(uint16_t), "bf16 output gradient");
+    cpu_round_to_bf16(dy16_h, dy.h, ny);
+    ops_upload(dy16_d, dy16_h, ny * sizeof(uint16_t));
+    for (size_t i = 0; i < ny; i++) dy.h[i] = bf16_to_f32(dy16_h[i]);  // dy: the widened gradient on both sides
+    ops_upload(dy.d, dy.h, ny * sizeof(float));
+    copy_f32(dw2.d, dw.d, nw);  // dweight accumulates: all start from the same values
+    copy_f32(dw3.d, dw.d, nw);
+    float *a = xmalloc(nx * sizeof(float), "din"), *b = xmalloc(nx * sizeof(float), "din");
+    float *c = xmalloc(nx * sizeof(float), "din"), *ga = xmalloc(nw * sizeof(float), "dw");
+    float *gb = xmalloc(nw * sizeof(float), "dw"), *gc = xmalloc(nw * sizeof(float), "dw");
+    ops_set_matmul_bf16(1);
+    for (int r = 0; r < 2; r++) {  // din overwritten, then accumulated
+        matmul_backward_dout_bf16(dx.d, dw.d, dy16_d, scr.d, x.d, w.d, N, in, out, r);
+        matmul_backward(dx2.d, dw2.d, dy.d, x.d, w.d, N, in, out, r);
+        matmul_backward_dout_bf16(dx3.d, NULL, dy16_d, scr.d, NULL, w.d, N, in, out, r);
+        matmul_backward_dout_bf16(NULL, dw3.d, dy16_d, scr.d, x.d, NULL, N, in, out, r);
+    }
+    ops_download(a, dx.d, nx * sizeof(float)), ops_download(b, dx2.d, nx * sizeof(float));
+    ops_download(c, dx3.d, nx * sizeof(float)), ops_download(ga, dw.d, nw * sizeof(float));
+    ops_download(gb, dw2.d, nw * sizeof(float)), ops_download(gc, dw3.d, nw * sizeof(float));
+    CHECK(!memcmp(a, b, nx * sizeof(float)) && !memcmp(ga, gb, nw * sizeof(float)),
+          "bf16 matmul_backward_dout_bf16 (%dx%dx%d) = matmul_backward of the widened gradient (din, dweight), bit "
+          "for bit", N, in, out);
+    CHECK(!memcmp(a, c, nx * sizeof(float)) && !memcmp(ga, gc, nw * sizeof(float)),
+          "bf16 matmul_backward_dout_bf16 (%dx%dx%d): din and dweight asked for apart, the same bits", N, in, out);
+    CHECK(pair_diff(scr) == 0.0, "bf16 matmul_backward_dout_bf16 (out %d) leaves its scratch alone", out);
+    float *xr = rounded_copy(x), *wr = rounded_copy(w);
+    for (int r = 0; r < 2; r++) cpu_matmul_backward(dx.h, dw.h, dy.h, xr, wr, N, in, out, r);
+    expect_close("bf16 matmul_backward_dout_bf16 din vs the CPU", dx);
+    expect_close("bf16 matmul_backward_dout_bf16 dweight vs the CPU", dw);
+    ops_set_matmul_bf16(0);
+    ops_download(dw3.h, dw3.d, nw * sizeof(float));  // dweight accumulates onto what the GPU holds
+    for (int r = 0; r < 2; r++) {
+        matmul_backward_dout_bf16(dx3.d, dw3.d, dy16_d, scr.d, x.d, w.d, N, in, out, r);
+        cpu_matmul_backward(dx3.h, dw3.h, dy.h, x.h, w.h, N, in, out, r);
+    }
+    expect_close("fp32 matmul_backward_dout_bf16 din vs the CPU", dx3);
+    expect_close("fp32 matmul_backward_dout_bf16 dweight vs the CPU", dw3);
+    buf_free(dy16_d);
+    free(dy16_h), free(a), free(b), free(c), free(ga), free(gb), free(gc), free(xr), free(wr);
+    pair_free(x), pair_free(w), pair_free(dy), pair_free(scr), pair_free(dx), pair_free(dx2), pair_free(dx3),
+        pair_free(dw), pair_free(dw2), pair_free(dw3);
 }
 
 // The bf16 copy of the weights (ops_keep_bf16_weights): a product whose weight
@@ -413,11 +469,20 @@ static void test_bf16_activations(void) {
     widen_from_bf16(wide.d, o16_d, no);
     cpu_widen_from_bf16(wide.h, o16_g, no);
     CHECK(pair_diff(wide) == 0.0, "widen_from_bf16: the CPU's values exactly (rel. %.2e)", pair_diff(wide));
-    swiglu_backward_bf16(dgu.d, d.d, g16_d, N, F);
-    cpu_swiglu_backward_bf16(dgu.h, d.h, g16_h, N, F);
-    expect_close("swiglu_backward_bf16", dgu);
-    buf_free(g16_d), buf_free(o16_d);
-    free(g16_h), free(back), free(o16_h), free(o16_g);
+    // The gradient rounded to bf16 as it is written: as the forward's output.
+    uint16_t *dg16_d = buf_alloc(MEM_ACTIVATIONS, ngu * sizeof(uint16_t), "bf16 dgu");  // (N, 2F)
+    uint16_t *dg16_h = xmalloc(ngu * sizeof(uint16_t), "bf16 dgu"), *dg16_g = xmalloc(ngu * sizeof(uint16_t), "bf16");
+    swiglu_backward_to_bf16(dg16_d, d.d, g16_d, N, F);
+    cpu_swiglu_backward_to_bf16(dg16_h, d.h, g16_h, N, F);
+    ops_download(dg16_g, dg16_d, ngu * sizeof(uint16_t));
+    same = bf16_compare(dg16_g, dg16_h, ngu, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= ngu * 99,
+          "swiglu_backward_to_bf16: %zu of %zu the CPU's bits, at most %d ulp apart", same, ngu, ulp);
+    widen_from_bf16(dgu.d, dg16_d, ngu);  // and in fp32 terms, within TOL of the CPU's widened result
+    cpu_widen_from_bf16(dgu.h, dg16_h, ngu);
+    expect_close("swiglu_backward_to_bf16 (widened)", dgu);
+    buf_free(g16_d), buf_free(o16_d), buf_free(dg16_d);
+    free(g16_h), free(back), free(o16_h), free(o16_g), free(dg16_h), free(dg16_g);
     pair_free(gu), pair_free(d), pair_free(dgu), pair_free(wide);
 }
 

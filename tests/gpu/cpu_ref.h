@@ -62,9 +62,10 @@
 #define matmul_forward_to_bf16 cpu_matmul_forward_to_bf16
 #define matmul_forward_from_bf16 cpu_matmul_forward_from_bf16
 #define matmul_backward_from_bf16 cpu_matmul_backward_from_bf16
+#define matmul_backward_dout_bf16 cpu_matmul_backward_dout_bf16
 #define widen_from_bf16 cpu_widen_from_bf16
 #define swiglu_forward_bf16 cpu_swiglu_forward_bf16
-#define swiglu_backward_bf16 cpu_swiglu_backward_bf16
+#define swiglu_backward_to_bf16 cpu_swiglu_backward_to_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
 #define cross_entropy_forward cpu_cross_entropy_forward
 #define ce_shard_max cpu_ce_shard_max
@@ -139,9 +140,10 @@
 #undef matmul_forward_to_bf16
 #undef matmul_forward_from_bf16
 #undef matmul_backward_from_bf16
+#undef matmul_backward_dout_bf16
 #undef widen_from_bf16
 #undef swiglu_forward_bf16
-#undef swiglu_backward_bf16
+#undef swiglu_backward_to_bf16
 #undef cross_entropy_forward_backward
 #undef cross_entropy_forward
 #undef ce_shard_max

@@ -599,7 +599,9 @@ int main(int argc, char **argv) {
         test_matmul_to_bf16(37, 96, 260);
         test_matmul_to_bf16(29, 64, 258);
         test_matmul_from_bf16(37, 96, 80);
-        test_matmul_from_bf16(29, 130, 64);  // 130: not a multiple of 8, widened into the scratch
+        test_matmul_from_bf16(29, 130, 64);  // 130: not a multiple of 8, through a padded copy
+        test_matmul_dout_bf16(37, 96, 80);
+        test_matmul_dout_bf16(29, 64, 130);
         test_kept_weights();
         test_adamw_writes_copy();
         test_attention_bf16(64);

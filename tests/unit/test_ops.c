@@ -912,14 +912,15 @@ static void test_swiglu(void) {
 // gu kept as bf16 equal the fp32 ops on the widened values bit for bit, the
 // forward's output rounded to bf16 (a row of 300 values: wider than the 256-value
 // spans the CPU widens at a time), and differ from the fp32 ops on the unrounded
-// gu (the rounding is not lost); the products with a bf16 output or input equal
-// the fp32 product rounded, or of the widened input, bit for bit.
+// gu (the rounding is not lost); the products with a bf16 output, input or
+// output gradient equal the fp32 product rounded, or of the widened operand, bit
+// for bit.
 static void test_swiglu_bf16(void) {
     const int N = 5, F = 300;
     const size_t ngu = (size_t)N * 2 * F, no = (size_t)N * F;
     rng_seed(77);
     float *gu = fnew(ngu), *wide = fnew(ngu), *dout = fnew(no), *a = fnew(no), *b = fnew(no);
-    float *da = fnew(ngu), *db = fnew(ngu);
+    float *da = fnew(ngu);
     uint16_t *gu16 = talloc(ngu * sizeof(uint16_t)), *a16 = talloc(no * sizeof(uint16_t));
     uint16_t *b16 = talloc(no * sizeof(uint16_t));
     fill(gu, ngu, -4, 4);
@@ -945,10 +946,13 @@ static void test_swiglu_bf16(void) {
     size_t exact = 0;
     for (size_t i = 0; i < no; i++) exact += b[i] == bf16_to_f32(b16[i]);
     CHECK(exact == no, "widen_from_bf16: %zu of %zu values exact", exact, no);
-    fill(db, ngu, 200, 300);
+    uint16_t *dgu16 = talloc(ngu * sizeof(uint16_t)), *dref16 = talloc(ngu * sizeof(uint16_t));
+    for (size_t i = 0; i < ngu; i++) dgu16[i] = 0x7fc0;  // garbage (NaN): dgu16 is overwritten
     swiglu_backward(da, dout, wide, N, F);
-    swiglu_backward_bf16(db, dout, gu16, N, F);
-    CHECK(!memcmp(da, db, ngu * sizeof(float)), "swiglu_backward_bf16 = swiglu_backward of the widened gu, bit for bit");
+    swiglu_backward_to_bf16(dgu16, dout, gu16, N, F);
+    round_to_bf16(dref16, da, ngu);
+    CHECK(!memcmp(dgu16, dref16, ngu * sizeof(uint16_t)),
+          "swiglu_backward_to_bf16 = swiglu_backward of the widened gu rounded to bf16, bit for bit");
     swiglu_forward(a, gu, N, F);
     double e = 0.0, top = 0.0;
     for (size_t i = 0; i < no; i++) e = fmax(e, fabs((double)a[i] - b[i])), top = fmax(top, fabs((double)a[i]));
@@ -982,6 +986,22 @@ static void test_swiglu_bf16(void) {
     matmul_backward_from_bf16(dx2, dw2, dy, gu16, scr, w, N, 2 * F, I, 0);
     CHECK(!memcmp(dx1, dx2, ngu * sizeof(float)) && !memcmp(dw1, dw2, (size_t)I * 2 * F * sizeof(float)),
           "matmul_backward_from_bf16 = matmul_backward of the widened input (din, dweight), bit for bit");
+    // matmul_backward_dout_bf16 on the CPU: the output gradient widened into the
+    // scratch, then sgemm. dout16 = dgu16 (N, 2F) as a gate|up product's (I -> 2F)
+    // gradient; din and dweight in one call and in two, the same bits.
+    float *din1 = fnew((size_t)N * I), *din2 = fnew((size_t)N * I), *gw1 = fnew((size_t)2 * F * I);
+    float *gw2 = fnew((size_t)2 * F * I);
+    widen_from_bf16(y, dgu16, ngu);  // the widened gradient, by hand
+    matmul_backward(din1, gw1, y, x, w, N, I, 2 * F, 0);
+    fill(scr, ngu, 7, 8);
+    matmul_backward_dout_bf16(din2, gw2, dgu16, scr, x, w, N, I, 2 * F, 0);
+    CHECK(!memcmp(din1, din2, (size_t)N * I * sizeof(float)) && !memcmp(gw1, gw2, (size_t)2 * F * I * sizeof(float)),
+          "matmul_backward_dout_bf16 = matmul_backward of the widened output gradient (din, dweight), bit for bit");
+    fill(din2, (size_t)N * I, 7, 8), fill(gw2, (size_t)2 * F * I, 0, 0);
+    matmul_backward_dout_bf16(din2, NULL, dgu16, scr, NULL, w, N, I, 2 * F, 0);
+    matmul_backward_dout_bf16(NULL, gw2, dgu16, scr, x, NULL, N, I, 2 * F, 0);
+    CHECK(!memcmp(din1, din2, (size_t)N * I * sizeof(float)) && !memcmp(gw1, gw2, (size_t)2 * F * I * sizeof(float)),
+          "matmul_backward_dout_bf16 asked for din and dweight apart: the same bits");
     tfree_all();
 }
 
