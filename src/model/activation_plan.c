@@ -39,6 +39,11 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     // bf16 activations (m->mlp_bf16): gate|up as 2Fd bf16 values a token, Fd floats'
     // room, carved as gu and handed over as gu16 below; no SwiGLU output kept.
     const size_t gu_floats = m->mlp_bf16 ? N * Fd : N * 2 * Fd, h_floats = m->mlp_bf16 ? 0 : N * Fd;
+    // dbuf_i: SwiGLU's input gradient (N, Fd), or a bf16 gate|up gradient (N, 2Fd)
+    // halves, then the attention output's (N, A), then a bf16 q|k|v gradient (N, QKV)
+    // halves (m->qkv_bf16; model/llama.c)
+    size_t dbuf_i = N * (Fd > A ? Fd : A);
+    if (m->qkv_bf16 && (N * QKV + 1) / 2 > dbuf_i) dbuf_i = (N * QKV + 1) / 2;
     struct {
         float **ptr;
         size_t n;
@@ -56,7 +61,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->dqkv, scr * N * QKV},      {&a->att_m, scr * R},
         {&a->att_l, scr * R},           {&a->att_rowdot, scr * R},
         {&a->att_scratch, scr * attention_scratch_floats(m->hd)}, {&a->ring, scr * ring},
-        {&a->dgu, scr * N * 2 * Fd},    {&a->dbuf_i, scr * N * (Fd > A ? Fd : A)},
+        {&a->dgu, scr * N * 2 * Fd},    {&a->dbuf_i, scr * dbuf_i},
         {&a->tp_full, tps * N * D},     {&a->tp_partial, tps * N * D},
         {&a->tp_stats, tps * 3 * N},    {&a->tp_dw, tps * D},
         {&a->moe, nk * moe_saved},      {&a->moe_scr, scr * moe_scr},
@@ -186,26 +191,36 @@ void activations_free(Activations *a) {
 
 // ------------------------------------------------ weight-gradient stash
 
+static size_t slot_floats(size_t values, int bf16) {
+    const size_t floats = bf16 ? (values + 1) / 2 : values;
+    return (floats + 15) / 16 * 16;
+}
+
+size_t wstash_dgu_slot(const LlamaModel *m, size_t N) { return slot_floats(N * 2 * m->Fl, m->mlp_bf16); }
+
+size_t wstash_dqkv_slot(const LlamaModel *m, size_t N) {
+    return slot_floats(N * (size_t)(m->Hl + 2 * m->KVl) * m->hd, m->qkv_bf16);
+}
+
 // The stash's buffers and their sizes in floats, carved out of st->arena when set
 // (the same 64-byte rounding as the activations); returns the total.
 static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, WeightGradStash *st) {
     Activations shape;
     memset(&shape, 0, sizeof shape);
     stage_shape(&shape, m, su);
-    const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D, Fl = m->Fl;
-    const size_t nl = (size_t)shape.nl, QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd;
+    const size_t N = (size_t)B * S, Nr = (size_t)llama_rows(m, B * S), D = m->D;
+    const size_t nl = (size_t)shape.nl;
     // dgu and dqkv reuse the layer's own gu and qkv (model/llama_split.c), except
     // under full recomputation, where those are the shared working layer, and dgu
-    // under bf16 activations, where gu is bf16 (and read again by the W half), and
-    // dgu bf16 too: N x 2Fl halves, Fl floats' room a token.
+    // under bf16 activations, where gu is bf16 (and read again by the W half); a
+    // slot each per layer (wstash_dgu_slot, wstash_dqkv_slot).
     const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0, own_dgu = m->mlp_bf16 ? nl : own;
-    const size_t dgu_floats = N * (m->mlp_bf16 ? 1 : 2) * Fl;
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
-        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * dgu_floats}, {&st->d_ln2, nl * Nr * D},
-        {&st->d_o, nl * Nr * D},    {&st->dqkv, own * N * QKV},   {&st->d_ln1, nl * Nr * D},
+        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * wstash_dgu_slot(m, N)}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_o, nl * Nr * D},    {&st->dqkv, own * wstash_dqkv_slot(m, N)},   {&st->d_ln1, nl * Nr * D},
         {&st->norm_w, nl * 2 * D},  {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},
     };

@@ -73,8 +73,11 @@ typedef struct Activations {
     int *pos;                // (S) global position of each local token
     int *pos_of;             // (cp, S) positions of every cp rank's tokens
     float *dgu;              // (N, 2Fl)
-    float *dbuf_i;           // (N, max(Fl, A)): the gradient entering SwiGLU (N, Fl),
-                             // then the attention output's (N, A)
+    float *dbuf_i;           // (N, max(Fl, A)): the gradient entering SwiGLU (N, Fl), or
+                             // under bf16 activations gate|up's in bf16 (N, 2Fl halves),
+                             // then the attention output's (N, A), then under bf16
+                             // activations q|k|v's in bf16 (N, QKV halves: the plan makes
+                             // room for it, model/activation_plan.c)
     // tensor-parallel scratch (tp > 1 only)
     float *tp_full;          // (N, D) a gathered activation
     float *tp_partial;       // (N, D) a partial sum before its reduction
@@ -103,10 +106,12 @@ typedef struct Activations {
 typedef struct WeightGradStash {
     float *arena;            // one allocation holding every buffer below
     float *d_down;           // (nl, Nr, D) gradient of the layer output = of down_proj's output
-    float *dgu;              // (nl, N, 2Fl) gradient of gate|up's output (full recomputation)
+    float *dgu;              // (nl, N, 2Fl) gradient of gate|up's output (full recomputation;
+                             // always under bf16 activations, as bf16), wstash_dgu_slot apart
     float *d_ln2;            // (nl, Nr, D) gradient of the second norm's output
     float *d_o;              // (nl, Nr, D) gradient of o_proj's output
-    float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output, RoPE undone (full)
+    float *dqkv;             // (nl, N, (Hl+2KVl)*hd) gradient of q|k|v's output, RoPE undone (full;
+                             // as bf16 under bf16 activations), wstash_dqkv_slot apart
     float *d_ln1;            // (nl, Nr, D) gradient of the first norm's output
     float *norm_w;           // (nl, 2, D) the layer's two norm weights, copied by the input half:
                              // the weight half rebuilds the products' inputs w * xhat from them

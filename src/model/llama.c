@@ -358,10 +358,18 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
                     D);
     if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     rmsnorm_rebuild(a->normed, s.ln1, AT(w, u, lo->ln1), Nr, D);
-    tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
-                       a->tp_partial, N, D, QKV);
+    if (m->qkv_bf16) {  // the q|k|v gradient as bf16 into dbuf_i (the attention's dout is read),
+        // where both q|k|v products read it as it is (dqkv: room to widen it where a backend must)
+        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i;  // (N, QKV)
+        rope_backward_to_bf16(dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        tp_column_backward_dout_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, a->normed, AT(w, u, lo->qkv),
+                                     a->tp_full, a->tp_partial, N, D, QKV);
+    } else {
+        rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
+                           a->tp_partial, N, D, QKV);
+    }
     tp_norm_backward(tp, dres, AT(g, u, lo->ln1), dd, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, a->tp_dw,
                      Nr, D);
     llama_layer_release(m, pa, u);

@@ -41,7 +41,8 @@ typedef struct {
     Recompute recompute;  // what a layer keeps for its backward (config.h)
     ExpertParallel ep;    // mixture of experts: the experts this rank computes (model/moe.h)
     int bf16_acts;        // 1: bf16 activations (training.precision = bf16): the dense MLP
-                          // keeps gate|up in bf16 and rebuilds the SwiGLU output (below)
+                          // keeps gate|up in bf16 and rebuilds the SwiGLU output, and the
+                          // gate|up and q|k|v gradients are bf16 (below)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -71,6 +72,9 @@ typedef struct {
                                  // its gate|up pre-activations as bf16 (Activations.gu16) and
                                  // not the SwiGLU output, which its backward rebuilds
                                  // (model/activations.h)
+    int qkv_bf16;                // 1 (ModelShard.bf16_acts): q|k|v's output gradient is written
+                                 // as bf16 by RoPE's backward and read as it is by both q|k|v
+                                 // products (ops.h: rope_backward_to_bf16)
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

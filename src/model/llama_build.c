@@ -171,6 +171,7 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->K = m->E > 0 ? cfg->num_experts_per_tok : 0;
     m->moe_aux = m->E > 0 && cfg->output_router_logits;
     m->mlp_bf16 = shard.bf16_acts && m->E == 0;  // a Mixtral block keeps its rows in fp32 (model/moe.h)
+    m->qkv_bf16 = shard.bf16_acts;
     m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;
     m->Fsl = m->Fs / m->tp.size;
     layout_params(m);  // count

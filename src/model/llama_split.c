@@ -8,6 +8,7 @@
 // rebuilds the products' inputs w * xhat; xhat and the rest are the forward's
 // activations, still held. The kernels and their arguments are those of the fused backward, so
 // B then W gives its gradients bit for bit (tests/unit/test_split_backward.c).
+#include "model/activation_plan.h"
 #include "model/activations.h"
 #include "model/llama.h"
 #include "model/llama_layer.h"
@@ -26,19 +27,25 @@
 // form SwiGLU's backward writes and both gate|up products read.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
-    uint16_t *dgu16;                                             // (N, 2Fl) bf16: dgu's room under mlp_bf16
+    uint16_t *dgu16, *dqkv16;  // (N, 2Fl), (N, QKV) bf16: dgu's and dqkv's room under mlp_bf16, qkv_bf16
 } LayerStash;
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
                               const LayerSaved *s, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
-    const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, k = (size_t)i;
+    const size_t k = (size_t)i;
     const int own = m->recompute == RECOMPUTE_FULL, own_dgu = own || m->mlp_bf16;
-    const size_t dgu_floats = N * (m->mlp_bf16 ? 1 : 2) * m->Fl;  // a layer's dgu: (N, 2Fl) bf16 or fp32
-    LayerStash ls = {st->d_down + k * Nr * D, own_dgu ? st->dgu + k * dgu_floats : s->gu, st->d_ln2 + k * Nr * D,
-                     st->d_o + k * Nr * D,    own ? st->dqkv + k * N * QKV : s->qkv, st->d_ln1 + k * Nr * D,
-                     st->norm_w + k * 2 * D,  NULL};
+    LayerStash ls = {st->d_down + k * Nr * D,
+                     own_dgu ? st->dgu + k * wstash_dgu_slot(m, N) : s->gu,
+                     st->d_ln2 + k * Nr * D,
+                     st->d_o + k * Nr * D,
+                     own ? st->dqkv + k * wstash_dqkv_slot(m, N) : s->qkv,
+                     st->d_ln1 + k * Nr * D,
+                     st->norm_w + k * 2 * D,
+                     NULL,
+                     NULL};
     if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
+    if (m->qkv_bf16) ls.dqkv16 = (uint16_t *)ls.dqkv, ls.dqkv = NULL;  // in qkv's own slot: N x QKV halves fit
     return ls;
 }
 
@@ -84,9 +91,15 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
     if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
-    tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
+    if (m->qkv_bf16) {  // as bf16 into the stash (qkv is read for the last time just above), read from there
+        rope_backward_to_bf16(k.dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        tp_column_backward_dout_bf16(tp, k.d_ln1, NULL, k.dqkv16, a->dqkv, NULL, AT(w, u, lo->qkv), NULL,
+                                     a->tp_partial, N, D, QKV);
+    } else {
+        rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
+        tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
+    }
     tp_norm_backward_input(dres, k.d_ln1, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
     copy_f32(k.norm_w, AT(w, u, lo->ln1), (size_t)D);  // for W's rebuilt product inputs
     copy_f32(k.norm_w + D, AT(w, u, lo->ln2), (size_t)D);
@@ -172,7 +185,11 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
     tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
     rmsnorm_rebuild(a->normed, s.ln1, k.norm_w, Nr, D);
-    tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, a->normed, a->tp_full, N, D, QKV);
+    if (m->qkv_bf16)
+        tp_column_backward_dout_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, a->normed, NULL, a->tp_full,
+                                     NULL, N, D, QKV);
+    else
+        tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, a->normed, a->tp_full, N, D, QKV);
     tp_norm_backward_weight(tp, AT(g, u, lo->ln1), k.d_ln1, s.ln1, a->tp_dw, Nr, D);
     llama_layer_grads_done(m, pa, u);
 }

@@ -229,6 +229,13 @@ void rope_tables(float *cos_t, float *sin_t, int S, int hd, const double *freq, 
 // Rotate the q and k heads of every token by +angle (dir = 1) or -angle (dir = -1).
 // The transpose of a rotation is the rotation by the opposite angle, so the
 // backward is the same loop with sin negated.
+// One pair of a head rotated: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); the fp32 and
+// the bf16-output ops share it.
+static inline void rope_pair(float a, float b, float c, float sn, float *y1, float *y2) {
+    *y1 = a * c - b * sn;
+    *y2 = b * c + a * sn;
+}
+
 static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H,
                         int KV, int hd, float dir) {
     int half = hd / 2, row = (H + 2 * KV) * hd, heads = H + KV;  // q and k heads
@@ -237,11 +244,7 @@ static void rope_rotate(float *qkv, const float *cos_t, const float *sin_t, int 
         const float *c = cos_t + (size_t)(t % S) * half, *s = sin_t + (size_t)(t % S) * half;
         for (int h = 0; h < heads; h++) {
             float *x1 = qkv + (size_t)t * row + (size_t)h * hd, *x2 = x1 + half;
-            for (int i = 0; i < half; i++) {
-                float a = x1[i], b = x2[i], sn = dir * s[i];
-                x1[i] = a * c[i] - b * sn;
-                x2[i] = b * c[i] + a * sn;
-            }
+            for (int i = 0; i < half; i++) rope_pair(x1[i], x2[i], c[i], dir * s[i], &x1[i], &x2[i]);
         }
     }
 }
@@ -254,6 +257,25 @@ void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int
 void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int S, int H,
                    int KV, int hd) {
     rope_rotate(dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
+}
+
+void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t, int B,
+                           int S, int H, int KV, int hd) {
+    const int half = hd / 2, row = (H + 2 * KV) * hd, heads = H + KV;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < B * S; t++) {
+        const float *c = cos_t + (size_t)(t % S) * half, *s = sin_t + (size_t)(t % S) * half;
+        const float *x = dqkv + (size_t)t * row;
+        uint16_t *y = dqkv16 + (size_t)t * row;
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < half; i++) {
+                const size_t j = (size_t)h * hd + i;
+                float y1, y2;
+                rope_pair(x[j], x[j + half], c[i], -s[i], &y1, &y2);
+                y[j] = bf16_from_f32(y1), y[j + half] = bf16_from_f32(y2);
+            }
+        for (int j = heads * hd; j < row; j++) y[j] = bf16_from_f32(x[j]);  // v: rounded as it is
+    }
 }
 
 // ----------------------------------------------------------------------- SwiGLU

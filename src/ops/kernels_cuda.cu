@@ -260,38 +260,65 @@ extern "C" void rope_tables(float *cos_t, float *sin_t, int S, int hd, const dou
     tables_host(cos_t, sin_t, NULL, pos0, S, hd, freq);
 }
 
+// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
+__device__ static inline void store(float *p, float x) { *p = x; }
+__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
 // One thread per (token, q-or-k head, pair i): x1' = x1 c - x2 s, x2' = x2 c + x1 s,
-// with s negated for the backward (the transpose of a rotation).
-__global__ void k_rope(float *qkv, const float *cos_t, const float *sin_t, int BS, int S, int heads, int row, int hd,
-                       float dir) {
+// with s negated for the backward (the transpose of a rotation). O: float (in
+// place, out = in) or __nv_bfloat16 (rope_backward_to_bf16: out apart from in).
+template <typename O>
+__global__ void k_rope(O *out, const float *in, const float *cos_t, const float *sin_t, int BS, int S, int heads,
+                       int row, int hd, float dir) {
     const int half = hd / 2;
     size_t total = (size_t)BS * heads * half;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(e % half), h = (int)((e / half) % heads), t = (int)(e / ((size_t)half * heads));
-        float *x1 = qkv + (size_t)t * row + (size_t)h * hd, *x2 = x1 + half;
+        const size_t j1 = (size_t)t * row + (size_t)h * hd + i, j2 = j1 + half;
         float c = cos_t[(size_t)(t % S) * half + i], s = dir * sin_t[(size_t)(t % S) * half + i];
-        float a = x1[i], b = x2[i];
-        x1[i] = a * c - b * s;
-        x2[i] = b * c + a * s;
+        float a = in[j1], b = in[j2];
+        store(out + j1, a * c - b * s);
+        store(out + j2, b * c + a * s);
     }
 }
 
-static void rope(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd, float dir,
-                 const char *what) {
+template <typename O>
+static void rope(O *out, const float *in, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd,
+                 float dir, const char *what) {
     size_t total = (size_t)B * S * (H + KV) * (hd / 2);
     if (total == 0) return;
-    k_rope<<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream()>>>(qkv, cos_t, sin_t, B * S, S, H + KV,
-                                                                      (H + 2 * KV) * hd, hd, dir);
+    k_rope<O><<<cuda_blocks(total, THREADS), THREADS, 0, cuda_stream()>>>(out, in, cos_t, sin_t, B * S, S, H + KV,
+                                                                          (H + 2 * KV) * hd, hd, dir);
     cuda_done(what);
 }
 
+// The v columns [v0, row) of every token's row: dst = src rounded to bf16.
+__global__ static void k_round_columns(__nv_bfloat16 *dst, const float *src, int BS, int row, int v0) {
+    const size_t w = (size_t)(row - v0), total = (size_t)BS * w;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t j = (e / w) * row + v0 + e % w;
+        dst[j] = __float2bfloat16_rn(src[j]);
+    }
+}
+
 extern "C" void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd) {
-    rope(qkv, cos_t, sin_t, B, S, H, KV, hd, 1.0f, "rope_forward");
+    rope(qkv, qkv, cos_t, sin_t, B, S, H, KV, hd, 1.0f, "rope_forward");
 }
 
 extern "C" void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV,
                               int hd) {
-    rope(dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward");
+    rope(dqkv, dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward");
+}
+
+extern "C" void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t,
+                                      int B, int S, int H, int KV, int hd) {
+    __nv_bfloat16 *out = (__nv_bfloat16 *)dqkv16;
+    rope(out, dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward_to_bf16");
+    const int row = (H + 2 * KV) * hd, v0 = (H + KV) * hd;
+    if ((size_t)B * S * (row - v0) == 0) return;
+    k_round_columns<<<cuda_blocks((size_t)B * S * (row - v0), THREADS), THREADS, 0, cuda_stream()>>>(out, dqkv, B * S,
+                                                                                                    row, v0);
+    cuda_done("rope_backward_to_bf16 (v)");
 }
 
 // ----------------------------------------------------------------------- SwiGLU
@@ -300,10 +327,6 @@ extern "C" void rope_backward(float *dqkv, const float *cos_t, const float *sin_
 // gu's values as fp32: itself, or a kept bf16 value widened (exactly).
 __device__ static inline float widen(float x) { return x; }
 __device__ static inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
-__device__ static inline void store(float *p, float x) { *p = x; }
-__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 // T, O: float (swiglu_forward) or __nv_bfloat16 (swiglu_forward_bf16: a kept gu, a
 // bf16 output for the down product).

@@ -243,6 +243,12 @@ void rope_forward(float *qkv, const float *cos_t, const float *sin_t,
 // In place on dqkv: the transpose rotation (dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin)
 void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
                    int B, int S, int H, int KV, int hd);
+// dqkv16 = rope_backward(dqkv) with every value (v's too) rounded to the nearest
+// bf16 as it is written, dqkv(B*S, (H + 2*KV) * hd) left as it is: a bf16 run's
+// q|k|v gradient, which both q|k|v products read as it is
+// (matmul_backward_dout_bf16), the bits they would have rounded it to.
+void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t,
+                           int B, int S, int H, int KV, int hd);
 
 // ---- causal grouped-query attention, flash style ----
 //

@@ -48,6 +48,7 @@
 #define rope_tables_at cpu_rope_tables_at
 #define rope_forward cpu_rope_forward
 #define rope_backward cpu_rope_backward
+#define rope_backward_to_bf16 cpu_rope_backward_to_bf16
 #define attention_scratch_floats cpu_attention_scratch_floats
 #define attention_block_init cpu_attention_block_init
 #define attention_block_forward cpu_attention_block_forward
@@ -126,6 +127,7 @@
 #undef rope_tables_at
 #undef rope_forward
 #undef rope_backward
+#undef rope_backward_to_bf16
 #undef attention_scratch_floats
 #undef attention_block_init
 #undef attention_block_forward

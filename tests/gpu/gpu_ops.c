@@ -282,6 +282,23 @@ static void test_rope(void) {
     rope_backward(qkv.d, c.d, s.d, B, S, H, KV, hd);
     cpu_rope_backward(qkv.h, c.h, s.h, B, S, H, KV, hd);
     expect_close("rope_backward", qkv);
+    // rope_backward_to_bf16: the rotation's values rounded, its input untouched; the
+    // GPU's and the CPU's fp32 values may differ in the last bit (fused multiply-adds),
+    // which moves a value on a bf16 midpoint by 1 ulp (rare)
+    const size_t nq = qkv.n;
+    uint16_t *q16_d = buf_alloc(MEM_ACTIVATIONS, nq * sizeof(uint16_t), "bf16 dqkv");  // (B*S, (H+2KV)*hd)
+    uint16_t *q16_h = xmalloc(nq * sizeof(uint16_t), "bf16 dqkv"), *q16_g = xmalloc(nq * sizeof(uint16_t), "bf16");
+    float *before = xmalloc(nq * sizeof(float), "dqkv");
+    ops_download(before, qkv.d, nq * sizeof(float));
+    rope_backward_to_bf16(q16_d, qkv.d, c.d, s.d, B, S, H, KV, hd);
+    cpu_rope_backward_to_bf16(q16_h, qkv.h, c.h, s.h, B, S, H, KV, hd);
+    ops_download(q16_g, q16_d, nq * sizeof(uint16_t));
+    int ulp;
+    size_t same = bf16_compare(q16_g, q16_h, nq, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= nq * 99 && same_bits(qkv.d, nq, before),
+          "rope_backward_to_bf16: %zu of %zu the CPU's bits, at most %d ulp apart; its input untouched", same, nq, ulp);
+    buf_free(q16_d);
+    free(q16_h), free(q16_g), free(before);
     pair_free(c), pair_free(s), pair_free(qkv);
 }
 

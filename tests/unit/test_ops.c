@@ -641,6 +641,15 @@ static void test_rope(void) {
     fd_grad(rope_loss, &c, c.x, nq, gfd);
     double e2 = nerr_f(g, gfd, nq);
     CHECK(e2 < TOL_BWD, "rope_backward vs FD on every element of qkv (v passes through) (err %.2e)", e2);
+    // rope_backward_to_bf16: rope_backward's values (v's too) rounded to bf16, its
+    // input left as it is
+    uint16_t *g16 = talloc(nq * sizeof(uint16_t)), *gref16 = talloc(nq * sizeof(uint16_t));
+    for (size_t i = 0; i < nq; i++) g16[i] = 0x7fc0;  // garbage (NaN): overwritten
+    float *Rkept = fcopy(R, nq);
+    rope_backward_to_bf16(g16, R, tc, ts, B, S, H, KV, hd);
+    round_to_bf16(gref16, g, nq);
+    CHECK(!memcmp(g16, gref16, nq * sizeof(uint16_t)) && !memcmp(R, Rkept, nq * sizeof(float)),
+          "rope_backward_to_bf16 = rope_backward rounded to bf16, bit for bit (v heads too), its input kept");
     // a rotation is orthogonal: the transpose undoes the forward
     float *back = fcopy(y, nq);
     rope_backward(back, tc, ts, B, S, H, KV, hd);

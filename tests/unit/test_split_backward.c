@@ -182,7 +182,7 @@ int main(void) {
     // gradients per layer, plus gate|up's and q|k|v's under full recomputation
     // (otherwise they take the layer's own gu and qkv, which only I reads), and
     // gate|up's under bf16 activations (gu is kept as bf16, and W reads it again),
-    // as bf16 there, half an fp32 one's bytes.
+    // as bf16 there, half an fp32 one's bytes (and q|k|v's too, under full).
     ModelConfig mc;
     small_config(&mc, 0);
     for (int bf16 = 0; bf16 <= 1; bf16++)
@@ -196,13 +196,13 @@ int main(void) {
             size_t b1 = wstash_bytes(&m, one, B, S), b2 = wstash_bytes(&m, two, B, S);
             // + the layer's two norm weights (2 D), from which W rebuilds the products'
             // inputs (multiples of 16 floats here, so no rounding between layers)
-            size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D +
-                                                (size_t)full * N * (m.H + 2 * m.KV) * m.hd) +
-                               (size_t)(full || bf16) * N * 2 * m.Fl * (bf16 ? sizeof(uint16_t) : sizeof(float));
+            const size_t value = bf16 ? sizeof(uint16_t) : sizeof(float);
+            size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D) +
+                               value * ((size_t)full * N * (m.H + 2 * m.KV) * m.hd + (size_t)(full || bf16) * N * 2 * m.Fl);
             CHECK(m.D % 8 == 0 && b1 == per_layer && b2 == 2 * per_layer,
                   "stash of one layer%s%s = %zu bytes, of two layers twice that (%zu, %zu)",
                   full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients + 2 norm weights",
-                  bf16 && !full ? " + gate|up's gradient as bf16 (bf16 activations)" : bf16 ? " (bf16 activations: gate|up's as bf16)" : "",
+                  bf16 && !full ? " + gate|up's gradient as bf16 (bf16 activations)" : bf16 ? " (bf16 activations: both as bf16)" : "",
                   per_layer, b1, b2);
             llama_free(&m);
         }
