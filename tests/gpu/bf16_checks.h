@@ -129,6 +129,19 @@ static void test_matmul_to_bf16(int N, int in, int out) {
     pair_free(x), pair_free(w), pair_free(y), pair_free(scr);
 }
 
+// A device bf16 copy of p's values rounded (p.n halves, buf_free it), and p itself
+// (host and device) made those values widened: the fp32 twin of the bf16 operand.
+static uint16_t *bf16_twin(Pair p, const char *what) {
+    uint16_t *d = buf_alloc(MEM_ACTIVATIONS, p.n * sizeof(uint16_t), what);  // (p.n)
+    uint16_t *h = xmalloc(p.n * sizeof(uint16_t), what);
+    cpu_round_to_bf16(h, p.h, p.n);
+    ops_upload(d, h, p.n * sizeof(uint16_t));
+    for (size_t i = 0; i < p.n; i++) p.h[i] = bf16_to_f32(h[i]);
+    ops_upload(p.d, p.h, p.n * sizeof(float));
+    free(h);
+    return d;
+}
+
 // matmul_*_from_bf16 (a bf16 run's down projection): the input kept as bf16 and
 // handed to cuBLASLt as the operand that matmul_forward would round the widened
 // input to, so with bf16 products the same plan and the same bits as
@@ -142,12 +155,7 @@ static void test_matmul_from_bf16(int N, int in, int out) {
     Pair y = pair_fill(ny, 1.0f), y2 = pair_fill(ny, 1.0f), dy = pair_fill(ny, 1.0f);
     Pair dx = pair_fill(nx, 1.0f), dx2 = pair_fill(nx, 1.0f), dw = pair_fill((size_t)out * in, 1.0f);
     Pair dw2 = pair_fill((size_t)out * in, 1.0f);
-    uint16_t *x16_d = buf_alloc(MEM_ACTIVATIONS, nx * sizeof(uint16_t), "bf16 input");  // (N, in)
-    uint16_t *x16_h = xmalloc(nx * sizeof(uint16_t), "bf16 input");
-    cpu_round_to_bf16(x16_h, x.h, nx);
-    ops_upload(x16_d, x16_h, nx * sizeof(uint16_t));
-    for (size_t i = 0; i < nx; i++) x.h[i] = bf16_to_f32(x16_h[i]);  // x: the widened input on both sides
-    ops_upload(x.d, x.h, nx * sizeof(float));
+    uint16_t *x16_d = bf16_twin(x, "bf16 input");  // (N, in); x: the widened input on both sides
     const size_t nmax = nx > ny ? nx : ny;
     float *wr = rounded_copy(w), *a = xmalloc(nmax * sizeof(float), "result"), *b = xmalloc(nmax * sizeof(float), "result");
     float *ga = xmalloc(dw.n * sizeof(float), "dw"), *gb = xmalloc(dw.n * sizeof(float), "dw");
@@ -178,7 +186,7 @@ static void test_matmul_from_bf16(int N, int in, int out) {
     cpu_matmul_forward(y.h, x.h, w.h, N, in, out);
     expect_close("fp32 matmul_forward_from_bf16 vs the CPU", y);
     buf_free(x16_d);
-    free(x16_h), free(wr), free(a), free(b), free(ga), free(gb);
+    free(wr), free(a), free(b), free(ga), free(gb);
     pair_free(x), pair_free(w), pair_free(scr), pair_free(y), pair_free(y2), pair_free(dy), pair_free(dx),
         pair_free(dx2), pair_free(dw), pair_free(dw2);
 }
@@ -195,12 +203,7 @@ static void test_matmul_dout_bf16(int N, int in, int out) {
     Pair x = pair_fill(nx, 1.0f), w = pair_fill(nw, 0.1f), dy = pair_fill(ny, 1.0f), scr = pair_fill(ny, 1.0f);
     Pair dx = pair_fill(nx, 1.0f), dx2 = pair_fill(nx, 1.0f), dx3 = pair_fill(nx, 1.0f);
     Pair dw = pair_fill(nw, 1.0f), dw2 = pair_fill(nw, 1.0f), dw3 = pair_fill(nw, 1.0f);
-    uint16_t *dy16_d = buf_alloc(MEM_ACTIVATIONS, ny * sizeof(uint16_t), "bf16 output gradient");  // (N, out)
-    uint16_t *dy16_h = xmalloc(ny * sizeof(uint16_t), "bf16 output gradient");
-    cpu_round_to_bf16(dy16_h, dy.h, ny);
-    ops_upload(dy16_d, dy16_h, ny * sizeof(uint16_t));
-    for (size_t i = 0; i < ny; i++) dy.h[i] = bf16_to_f32(dy16_h[i]);  // dy: the widened gradient on both sides
-    ops_upload(dy.d, dy.h, ny * sizeof(float));
+    uint16_t *dy16_d = bf16_twin(dy, "bf16 output gradient");  // (N, out); dy: the widened gradient on both sides
     copy_f32(dw2.d, dw.d, nw);  // dweight accumulates: all start from the same values
     copy_f32(dw3.d, dw.d, nw);
     float *a = xmalloc(nx * sizeof(float), "din"), *b = xmalloc(nx * sizeof(float), "din");
@@ -235,7 +238,7 @@ static void test_matmul_dout_bf16(int N, int in, int out) {
     expect_close("fp32 matmul_backward_dout_bf16 din vs the CPU", dx3);
     expect_close("fp32 matmul_backward_dout_bf16 dweight vs the CPU", dw3);
     buf_free(dy16_d);
-    free(dy16_h), free(a), free(b), free(c), free(ga), free(gb), free(gc), free(xr), free(wr);
+    free(a), free(b), free(c), free(ga), free(gb), free(gc), free(xr), free(wr);
     pair_free(x), pair_free(w), pair_free(dy), pair_free(scr), pair_free(dx), pair_free(dx2), pair_free(dx3),
         pair_free(dw), pair_free(dw2), pair_free(dw3);
 }
