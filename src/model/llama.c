@@ -377,23 +377,26 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
 }
 
 // One head piece's backward: din(N, D) (+)= dlogits[:, r0:r1] @ head[r0:r1] and
-// dhead[r0:r1] += dlogits[:, r0:r1]^T @ x_full. *first: nothing in din yet. The
-// last piece starts the tensor-parallel reduction of din before its weight
-// gradient, which then runs meanwhile.
+// dhead[r0:r1] += dlogits[:, r0:r1]^T @ x_full. *first: nothing in din yet. Under
+// tensor parallelism the last piece starts the reduction of din before its
+// weight gradient, which then runs meanwhile; every other piece computes both in
+// one call, which reads its dlogits once (bf16 products round them once: the
+// same operand, the same bits as two calls).
 static void head_piece_backward(const LlamaModel *m, Activations *a, const float *x_full, const float *w,
                                 float *g, size_t hoff, size_t lo, size_t hi, int N, float *din, int *first,
                                 int last, CommRequest *r) {
     const TensorParallel *tp = &m->tp;
-    const int D = m->D;
+    const int D = m->D, overlap = last && tp->size > 1;
     int r0, r1;
     llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     const size_t at = hoff + (size_t)r0 * D - lo;
     if (r1 > r0) {
-        matmul_backward_ld(din, NULL, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, !*first);
+        matmul_backward_ld(din, overlap ? NULL : g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0,
+                           !*first);
         *first = 0;
     }
     if (last) *r = tp_reduce_start(tp, din, a->dbuf_d, N, D);
-    if (r1 > r0) matmul_backward_ld(NULL, g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, 0);
+    if (r1 > r0 && overlap) matmul_backward_ld(NULL, g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, 0);
 }
 
 // Backward of the head and the final norm; a->logits holds dlogits. Leaves the
