@@ -142,7 +142,7 @@ static int parse_int(const char *s, const char *opt) {
 int bench_calibrate_main(int argc, char **argv) {
     const char *output = "profile.json";
     int threads = 0;
-    CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0};
+    CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0, 0};
     const char *precision = ops_has_bf16() ? "bf16" : "fp32";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -169,6 +169,7 @@ int bench_calibrate_main(int argc, char **argv) {
         die("bench calibrate: --precision bf16 needs bf16 kernels, which the CPU build has not: run it with "
             "./femtotron-cuda (make cuda) on a GPU, or measure fp32");
     ops_set_matmul_bf16(!strcmp(precision, "bf16"));  // products and attention's, as in training
+    o.bf16 = !strcmp(precision, "bf16");
     if (o.quick) o.target_s = 0.03;
     if (comm_world_rank() == 0) check_writable(output);
     double t0 = now_seconds();

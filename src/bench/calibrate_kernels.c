@@ -102,6 +102,16 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
     pool.dst = calib_alloc(pool.pool * sizeof(float), "calibration GEMM results");   // (pool)
     calib_fill_random(pool.src, pool.pool, 1);
     memset(pool.dst, 0, pool.pool * sizeof(float));  // touch every page before timing
+    // bf16 products: the operand pool is kept as bf16 like the parameters of a
+    // training run (ops_keep_bf16_weights), so every operand is read from its bf16
+    // copy, rounded the first time a slice is used (warm-up) and not again: the
+    // curve is the products' alone. A run's weights are read so too; its fp32
+    // activation operands pay their rounding passes, which the planner prices as
+    // elementwise work (plan/step_time.c), and its bf16 ones none. Kept afresh for
+    // every shape: the slices rounded so far are searched on each call, and a
+    // training run has a few hundred (one per weight), not the thousands that
+    // every shape's slices of the pool would add up to.
+    void *copy = o->bf16 ? calib_alloc(pool.pool * sizeof(uint16_t), "calibration bf16 operands") : NULL;  // (pool)
     int n = 0;
     double rate[MAX_GEMM_POINTS], work[MAX_GEMM_POINTS];
     for (int i = 0; i < nt; i++)
@@ -109,6 +119,10 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
             int M = GEMM_TOKENS[i], K = GEMM_DIMS[j][0], N = GEMM_DIMS[j][1];
             double f = 2.0 * M * K * N;
             GemmCall g = {M, K, N, &pool};
+            if (copy) {
+                ops_keep_bf16_weights(pool.src, pool.pool, copy);
+                ops_bf16_weights_changed();
+            }
             double fwd_s = calib_time_call((CalibCall){gemm_forward_call, &g}, o);
             double bwd_s = calib_time_call((CalibCall){gemm_backward_call, &g}, o);
             work[n] = f;
@@ -116,6 +130,10 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
             work[n] = 2 * f;
             rate[n++] = 2 * f / bwd_s;
         }
+    if (copy) {
+        ops_keep_bf16_weights(NULL, 0, NULL);
+        buf_free(copy);
+    }
     buf_free(pool.src);
     buf_free(pool.dst);
     double med[MAX_GEMM_POINTS];

@@ -14,6 +14,7 @@ typedef struct {
     double target_s;  // seconds of repeats per measurement (after the warm-up)
     int head_dim;     // head dim of the attention curves (the model's)
     int gpu;          // the ops run on a GPU: larger GEMM shapes
+    int bf16;         // bf16 products (--precision bf16): every GEMM operand read as bf16
 } CalibOpts;
 
 // A call to time: fn(ctx).

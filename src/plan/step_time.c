@@ -49,6 +49,7 @@ typedef struct {
     double B, S, N, Nr;             // sequences, full sequence, local tokens, residual rows
     double D, hd, Hl, KVl, Fl, Vl;  // local widths
     double bpv;                     // bytes per activation value
+    int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
     // Where each group's collectives run: LINK_INTER / LINK_INTRA (the link class,
     // hardware_collective_s's intra_node), or LINK_PLACED + d: on dimension d's
     // bottleneck link in the placement, priced by link_hw[d].
@@ -64,6 +65,13 @@ static double gemm_bwd_s(const Shape *s, double flops) {
     return 2.0 * flops / curve_rate(&s->hw->gemm, 2.0 * flops);
 }
 static double elementwise_s(const Shape *s, double values) { return values * s->bpv / s->hw->mem_bw; }
+// femtotron's bf16 runs (a measured profile, 4-byte values, of bf16 products)
+// round each fp32 activation operand of a product to bf16 in a pass of its own,
+// which reads 4 bytes a value and writes 2: 1.5 values of elementwise traffic.
+// The GEMM curves are the products alone (bench/calibrate_kernels.c measures them
+// on operands kept as bf16), and operands a run keeps as bf16 take no pass: the
+// weights (their bf16 copy), the SwiGLU output, the gate|up and q|k|v gradients.
+static double rounding_s(const Shape *s, double values) { return s->rounds ? elementwise_s(s, 1.5 * values) : 0.0; }
 static double coll(const Shape *s, CollKind k, int ranks, int intra, double bytes) {
     if (intra >= LINK_PLACED) return hardware_collective_s(&s->link_hw[intra - LINK_PLACED], k, ranks, 0, bytes);
     return hardware_collective_s(s->hw, k, ranks, intra, bytes);
@@ -129,6 +137,8 @@ static Cost layer_fwd(const Shape *s) {
                 gemm_s(s, 2 * N * s->Fl * D) + attn;
     // rmsnorm x2 (read + write), residual x2 (2 reads + write), RoPE on q and k, SwiGLU
     c.compute += elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
+    // bf16: the inputs of q|k|v and gate|up (the gathered norm outputs) and of o
+    c.compute += rounding_s(s, 2 * N * D + N * A);
     const double act = N * D * s->bpv;  // one gathered (N, D) activation
     if (l->tp > 1) {
         if (l->sp)
@@ -166,6 +176,9 @@ static Cost layer_bwd(const Shape *s) {
     c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
     c.compute += 2 * elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
+    // bf16: o's output gradient and input, down's output gradient, and the rebuilt
+    // norm outputs that the gate|up and q|k|v weight gradients read
+    c.compute += rounding_s(s, 4 * N * D + N * A);
     const double act = N * D * s->bpv;
     if (l->tp > 1) {
         // Column blocks (qkv, gate|up): the input gradient is reduced while the
@@ -197,7 +210,8 @@ static double layer_wgrad_s(const Shape *s) {
 
 static Cost head_fwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
-    c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + 3 * s->N * s->Vl);
+    c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + 3 * s->N * s->Vl) +
+                rounding_s(s, s->N * s->D);  // bf16: the final norm's output
     if (s->l->tp > 1) {
         if (s->l->sp) c.tp = coll(s, COLL_ALLGATHER, s->l->tp, s->tp_intra, s->N * s->D * s->bpv);
         c.tp += 2 * coll(s, COLL_ALLREDUCE, s->l->tp, s->tp_intra, 3 * s->N * 4);  // loss statistics
@@ -207,6 +221,9 @@ static Cost head_fwd(const Shape *s) {
 static Cost head_bwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_bwd_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 4 * s->Nr * s->D + s->N * s->Vl);
+    // bf16: the logits' gradient (once; twice under tensor parallelism, whose din
+    // and weight gradient are separate products) and the final norm's output
+    c.compute += rounding_s(s, (s->l->tp > 1 ? 2 : 1) * s->N * s->Vl + s->N * s->D);
     if (s->l->tp > 1) {
         double act = s->N * s->D * s->bpv;
         c.tp = coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra, act);
@@ -281,6 +298,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.Fl = (pm->E > 0 ? (double)pm->K * pm->F + pm->Fs : (double)pm->F) / l->tp;
     s.Vl = ceil((double)pm->V / l->tp);
     s.bpv = hw->bytes_per_value;
+    s.rounds = hw->bytes_per_value == 4 && !strcmp(hw->precision, "bf16");
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);

@@ -327,6 +327,24 @@ static void test_step_time(void) {
     dropped &= !strcmp(applied.parallel.pp_costs, "flops");
     CHECK(kept && dropped, "plan_apply_layout keeps parallel.pp_costs triples for the base's zb-v stages and "
           "predicts costs for pp 4 or interleaved");
+    // femtotron's bf16 runs (a measured profile: 4-byte values, precision bf16)
+    // round their fp32 activation operands in passes of 6 bytes a value: per layer
+    // and micro-batch the forward's q|k|v, gate|up (N x D each) and o (N x A)
+    // inputs, the backward's o (N x D, N x A), down (N x D) output gradients and
+    // the gate|up and q|k|v weight gradients' inputs (N x D each); the head's input
+    // in both directions and its logits' gradient (N x V) once. Nothing else moves.
+    Hardware h4 = ideal(1e14, 0, 1e30);
+    h4.bytes_per_value = 4, h4.mem_bw = 1e12;
+    PlanProblem p32 = plan_problem("smollm-360m", 1, 2048, 8, h4), p16 = p32;
+    snprintf(p16.hw.precision, sizeof p16.hw.precision, "bf16");
+    PlanLayout mb2 = {1, 1, 1, 1, 0, 0, 2, 4, PP_1F1B, 1, RECOMPUTE_NONE, 1};
+    StepTime s32 = plan_step_time(&p32, &mb2), s16 = plan_step_time(&p16, &mb2);
+    const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
+    const double passes = 4 * (Ls * (2 * Nt * D + Nt * A + 4 * Nt * D + Nt * A) + 2 * Nt * D + Nt * V);
+    const double want_bf16 = passes * 6.0 / h4.mem_bw;
+    CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
+          "bf16 rounding passes: %.6g s of compute more than fp32 = %.6g s (6 bytes per rounded value)",
+          s16.compute - s32.compute, want_bf16);
     // The breakdown adds up.
     PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
