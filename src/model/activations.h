@@ -52,7 +52,7 @@ typedef struct Activations {
                              // place of gu and mlp_h (both NULL): gate|up kept as bf16 (ops.h:
                              // round_to_bf16), a quarter of the bytes the two fp32 buffers take.
                              // The forward writes gate|up as bf16 from its product (ops.h:
-                             // matmul_forward_to_bf16; the scratch dgu where a backend rounds
+                             // matmul_forward_bf16; the scratch dgu where a backend rounds
                              // after) and the SwiGLU output from the kept values, as bf16 into
                              // dgu (model/llama_layer.h: mlp_h16), down_proj's bf16 input; the
                              // backward rebuilds that output the same way, bit for bit, before
@@ -62,7 +62,10 @@ typedef struct Activations {
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
     // scratch (shared between in-flight micro-batches)
     float *resid_mid;        // (Nr, D) forward: the residual after attention
-    float *normed;           // (Nr, D) a norm's output w * xhat (forward, rebuilt in backward)
+    float *normed;           // (Nr, D) a norm's output w * xhat (forward, rebuilt in backward);
+                             // under bf16 activations as bf16 (Nr, D halves) where the product
+                             // after it reads bf16 (LlamaModel.qkv_bf16, mlp_bf16), and the
+                             // room to widen it in place for a backend that must
     float *dresid;           // (Nr, D) gradient of the residual stream
     float *dbuf_d;           // (Nr, D) a block's input gradient before the residual add
     float *dqkv;             // (N, (Hl+2KVl)*hd)

@@ -42,15 +42,23 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     const RingAttention ra = activations_ring(m, a);
 
     // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
-    // the input of the product after it. Without full recomputation s.x and s.out
-    // are the one stream buffer: x is last read by the residual add into mid.
-    rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-    tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+    // the input of the product after it (under bf16 activations as bf16, normed16,
+    // read as it is, once). Without full recomputation s.x and s.out are the one
+    // stream buffer: x is last read by the residual add into mid.
+    uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
+    if (m->qkv_bf16) {
+        rmsnorm_forward_to_bf16(normed16, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+        tp_column_forward_from_bf16(tp, s.qkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+    } else {
+        rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+        tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+    }
     rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
-    rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    if (m->mlp_bf16) rmsnorm_forward_to_bf16(normed16, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
+    else rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
         // Tensor parallel as a dense MLP: every rank routes every token (the router is
         // replicated, so the routing is the same everywhere) and holds an Fl-wide
@@ -81,7 +89,7 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         // gate|up into its kept slot (the scratch dgu for a backend that rounds after);
         // the SwiGLU output, down's input, into dgu as bf16 (mlp_h16), not kept: down
         // reads it as its bf16 operand (dbuf_i: room to widen it for a backend that must).
-        tp_column_forward_to_bf16(tp, s.gu16, a->dgu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
+        tp_column_forward_bf16(tp, s.gu16, a->dgu, normed16, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
         if (recompute) return;  // the backward rebuilds the SwiGLU output itself
         uint16_t *h16 = mlp_h16(a);
         swiglu_forward_bf16(h16, s.gu16, N, Fl);
@@ -126,12 +134,12 @@ static void dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerS
     const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
     float *dh = m->mlp_bf16 ? a->dgu + (size_t)N * Fl : a->dbuf_i;  // (N, Fl)
     llama_down_backward(m, a, s, dh, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));
-    if (m->mlp_bf16) {
-        uint16_t *dgu16 = (uint16_t *)a->dbuf_i;  // (N, 2Fl)
+    if (m->mlp_bf16) {  // gate|up's input rebuilt as bf16 too (normed16), as the forward wrote it
+        uint16_t *dgu16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, 2Fl), (Nr, D)
         swiglu_backward_to_bf16(dgu16, dh, s->gu16, N, Fl);
-        rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
-        tp_column_backward_dout_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, a->normed, AT(w, u, lo->gate_up),
-                                     a->tp_full, a->tp_partial, N, D, 2 * Fl);
+        rmsnorm_rebuild_to_bf16(normed16, s->ln2, AT(w, u, lo->ln2), Nr, D);
+        tp_column_backward_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, normed16, AT(w, u, lo->gate_up),
+                                a->tp_full, a->tp_partial, N, D, 2 * Fl);
         return;
     }
     swiglu_backward(a->dgu, dh, s->gu, N, Fl);
@@ -358,15 +366,17 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
                     D);
     if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
     ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    rmsnorm_rebuild(a->normed, s.ln1, AT(w, u, lo->ln1), Nr, D);
     if (m->qkv_bf16) {  // the q|k|v gradient as bf16 into dbuf_i (the attention's dout is read),
-        // where both q|k|v products read it as it is (dqkv: room to widen it where a backend must)
-        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i;  // (N, QKV)
+        // where both q|k|v products read it as it is (dqkv: room to widen it where a backend
+        // must), and their input rebuilt as bf16, as the forward wrote it
+        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, QKV), (Nr, D)
         rope_backward_to_bf16(dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-        tp_column_backward_dout_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, a->normed, AT(w, u, lo->qkv),
-                                     a->tp_full, a->tp_partial, N, D, QKV);
+        rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
+        tp_column_backward_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, normed16, AT(w, u, lo->qkv), a->tp_full,
+                                a->tp_partial, N, D, QKV);
     } else {
         rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        rmsnorm_rebuild(a->normed, s.ln1, AT(w, u, lo->ln1), Nr, D);
         tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
                            a->tp_partial, N, D, QKV);
     }

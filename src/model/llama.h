@@ -72,9 +72,11 @@ typedef struct {
                                  // its gate|up pre-activations as bf16 (Activations.gu16) and
                                  // not the SwiGLU output, which its backward rebuilds
                                  // (model/activations.h)
-    int qkv_bf16;                // 1 (ModelShard.bf16_acts): q|k|v's output gradient is written
-                                 // as bf16 by RoPE's backward and read as it is by both q|k|v
-                                 // products (ops.h: rope_backward_to_bf16)
+    int qkv_bf16;                // 1 (ModelShard.bf16_acts): q|k|v's input (the first norm's
+                                 // output) and output gradient are written as bf16 by the norm
+                                 // and RoPE's backward and read as they are by the q|k|v
+                                 // products (ops.h: rmsnorm_forward_to_bf16,
+                                 // rope_backward_to_bf16); mlp_bf16 does the same for gate|up
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

@@ -172,6 +172,8 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->moe_aux = m->E > 0 && cfg->output_router_logits;
     m->mlp_bf16 = shard.bf16_acts && m->E == 0;  // a Mixtral block keeps its rows in fp32 (model/moe.h)
     m->qkv_bf16 = shard.bf16_acts;
+    if (shard.bf16_acts && m->D % 2)  // the norms' bf16 outputs travel as float pairs (tensor_parallel.c)
+        die("training.precision = bf16 needs an even hidden_size (got %d)", m->D);
     m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;
     m->Fsl = m->Fs / m->tp.size;
     layout_params(m);  // count

@@ -78,8 +78,8 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
     if (m->mlp_bf16) {  // dgu as bf16 into the stash, read from there (dgu: room to widen it)
         swiglu_backward_to_bf16(k.dgu16, a->dbuf_i, s.gu16, N, Fl);
-        tp_column_backward_dout_bf16(tp, k.d_ln2, NULL, k.dgu16, a->dgu, NULL, AT(w, u, lo->gate_up), NULL,
-                                     a->tp_partial, N, D, 2 * Fl);
+        tp_column_backward_bf16(tp, k.d_ln2, NULL, k.dgu16, a->dgu, NULL, AT(w, u, lo->gate_up), NULL,
+                                a->tp_partial, N, D, 2 * Fl);
     } else {
         swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
         copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
@@ -93,8 +93,8 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
     if (m->qkv_bf16) {  // as bf16 into the stash (qkv is read for the last time just above), read from there
         rope_backward_to_bf16(k.dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-        tp_column_backward_dout_bf16(tp, k.d_ln1, NULL, k.dqkv16, a->dqkv, NULL, AT(w, u, lo->qkv), NULL,
-                                     a->tp_partial, N, D, QKV);
+        tp_column_backward_bf16(tp, k.d_ln1, NULL, k.dqkv16, a->dqkv, NULL, AT(w, u, lo->qkv), NULL,
+                                a->tp_partial, N, D, QKV);
     } else {
         rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
@@ -176,20 +176,27 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
     llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, NULL);
-    rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
-    if (m->mlp_bf16)  // h16, down's rebuilt input, read above: dgu is free room again
-        tp_column_backward_dout_bf16(tp, NULL, AT(g, u, lo->gate_up), k.dgu16, a->dgu, a->normed, NULL, a->tp_full,
-                                     NULL, N, D, 2 * Fl);
-    else
+    // The products' inputs rebuilt as the forward wrote them (bf16: normed16), then
+    // their weight gradients.
+    uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
+    if (m->mlp_bf16) {  // h16, down's rebuilt input, read above: dgu is free room again
+        rmsnorm_rebuild_to_bf16(normed16, s.ln2, k.norm_w + D, Nr, D);
+        tp_column_backward_bf16(tp, NULL, AT(g, u, lo->gate_up), k.dgu16, a->dgu, normed16, NULL, a->tp_full, NULL, N,
+                                D, 2 * Fl);
+    } else {
+        rmsnorm_rebuild(a->normed, s.ln2, k.norm_w + D, Nr, D);
         tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
+    }
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
     tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
-    rmsnorm_rebuild(a->normed, s.ln1, k.norm_w, Nr, D);
-    if (m->qkv_bf16)
-        tp_column_backward_dout_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, a->normed, NULL, a->tp_full,
-                                     NULL, N, D, QKV);
-    else
+    if (m->qkv_bf16) {
+        rmsnorm_rebuild_to_bf16(normed16, s.ln1, k.norm_w, Nr, D);
+        tp_column_backward_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, normed16, NULL, a->tp_full, NULL, N, D,
+                                QKV);
+    } else {
+        rmsnorm_rebuild(a->normed, s.ln1, k.norm_w, Nr, D);
         tp_column_backward_weight(tp, AT(g, u, lo->qkv), k.dqkv, a->normed, a->tp_full, N, D, QKV);
+    }
     tp_norm_backward_weight(tp, AT(g, u, lo->ln1), k.d_ln1, s.ln1, a->tp_dw, Nr, D);
     llama_layer_grads_done(m, pa, u);
 }

@@ -139,19 +139,24 @@ void embedding_backward_range(float *dtable, const float *dout, const int32_t *t
 
 // ---------------------------------------------------------------------- RMSNorm
 
+// One row's r = 1/sqrt(mean(x^2) + eps), and xhat = x r into xh unless NULL.
+static inline float rms_row(const float *x, float *xh, int D, float eps) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < D; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    if (xh)
+        for (int i = 0; i < D; i++) xh[i] = x[i] * r;
+    return r;
+}
+
 void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, const float *weight, int N, int D,
                      float eps) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * D;
-        float *y = out + (size_t)n * D, *xh = xhat ? xhat + (size_t)n * D : NULL;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int i = 0; i < D; i++) ss += x[i] * x[i];
-        float r = 1.0f / sqrtf(ss / (float)D + eps);
-        rstd[n] = r;
-        if (xh)
-            for (int i = 0; i < D; i++) xh[i] = x[i] * r;
+        float *y = out + (size_t)n * D;
+        const float r = rstd[n] = rms_row(x, xhat ? xhat + (size_t)n * D : NULL, D, eps);
         for (int i = 0; i < D; i++) y[i] = weight[i] * (x[i] * r);
     }
 }
@@ -162,6 +167,28 @@ void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, 
         const float *xh = xhat + (size_t)n * D;
         float *y = out + (size_t)n * D;
         for (int i = 0; i < D; i++) y[i] = weight[i] * xh[i];
+    }
+}
+
+// The bf16 outputs: the same float operations as above, each result rounded as it
+// is stored.
+void rmsnorm_forward_to_bf16(uint16_t *out16, float *xhat, float *rstd, const float *in, const float *weight,
+                             int N, int D, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (size_t)n * D;
+        uint16_t *y = out16 + (size_t)n * D;
+        const float r = rstd[n] = rms_row(x, xhat ? xhat + (size_t)n * D : NULL, D, eps);
+        for (int i = 0; i < D; i++) y[i] = bf16_from_f32(weight[i] * (x[i] * r));
+    }
+}
+
+void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, const float *weight, int N, int D) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *xh = xhat + (size_t)n * D;
+        uint16_t *y = out16 + (size_t)n * D;
+        for (int i = 0; i < D; i++) y[i] = bf16_from_f32(weight[i] * xh[i]);
     }
 }
 
@@ -324,31 +351,44 @@ void widen_from_bf16(float *dst, const uint16_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
-// sgemm reads fp32 only: the bf16 input widened into the scratch first.
+// sgemm reads fp32 only: a bf16 operand x16(n) widened into its scratch, which
+// may be x16's own buffer (ops.h): then from the last value to the first, so
+// each float lands on bytes whose halves were read already (value i's float
+// covers halves 2i and 2i+1, never below i).
+static const float *widened(float *scratch, const uint16_t *x16, size_t n) {
+    if ((const void *)scratch != (const void *)x16) {
+        widen_from_bf16(scratch, x16, n);
+        return scratch;
+    }
+    for (size_t i = n; i-- > 0;) scratch[i] = bf16_to_f32(x16[i]);
+    return scratch;
+}
+
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                               int in_dim, int out_dim) {
-    widen_from_bf16(scratch, in16, (size_t)N * in_dim);
-    matmul_forward(out, scratch, weight, N, in_dim, out_dim);
+    matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+}
+
+// The fp32 product into out_scratch, then rounded: sgemm has no bf16 output.
+void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in16, float *in_scratch,
+                         const float *weight, int N, int in_dim, int out_dim) {
+    matmul_forward(out_scratch, widened(in_scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+    round_to_bf16(out16, out_scratch, (size_t)N * out_dim);
 }
 
 void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16, float *scratch,
                                const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (dweight) widen_from_bf16(scratch, in16, (size_t)N * in_dim);
-    matmul_backward(din, dweight, dout, dweight ? scratch : NULL, weight, N, in_dim, out_dim, accumulate_din);
+    const float *in = dweight ? widened(scratch, in16, (size_t)N * in_dim) : NULL;
+    matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
 }
 
-void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch, const float *in,
-                               const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, float *dscratch, const uint16_t *in16,
+                          float *in_scratch, const float *weight, int N, int in_dim, int out_dim,
+                          int accumulate_din) {
     if (!din && !dweight) return;
-    widen_from_bf16(scratch, dout16, (size_t)N * out_dim);
-    matmul_backward(din, dweight, scratch, in, weight, N, in_dim, out_dim, accumulate_din);
-}
-
-// The fp32 product into scratch, then rounded: sgemm has no bf16 output.
-void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
-                            int in_dim, int out_dim) {
-    matmul_forward(scratch, in, weight, N, in_dim, out_dim);
-    round_to_bf16(out16, scratch, (size_t)N * out_dim);
+    const float *dout = widened(dscratch, dout16, (size_t)N * out_dim);
+    const float *in = dweight ? widened(in_scratch, in16, (size_t)N * in_dim) : NULL;
+    matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 // A bf16 token row is widened BF16_SPAN values at a time into fp32 on the stack,

@@ -154,11 +154,18 @@ extern "C" void embedding_backward_range(float *dtable, const float *dout, const
 
 // One block per row: ss = sum x^2 (fixed tree), rstd = 1/sqrt(ss/D + eps),
 // xhat = x rstd (kept when xhat is not NULL), y = w xhat.
-__global__ void k_rmsnorm(float *out, float *xhat, float *rstd, const float *in, const float *weight, int D,
+// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
+__device__ static inline void store(float *p, float x) { *p = x; }
+__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+// O: float (rmsnorm_forward, _rebuild) or __nv_bfloat16 (the _to_bf16 ops).
+template <typename O>
+__global__ void k_rmsnorm(O *out, float *xhat, float *rstd, const float *in, const float *weight, int D,
                           float eps) {
     __shared__ float sh[ROW_THREADS];
     const float *x = in + (size_t)blockIdx.x * D;
-    float *y = out + (size_t)blockIdx.x * D, *xh = xhat ? xhat + (size_t)blockIdx.x * D : NULL;
+    O *y = out + (size_t)blockIdx.x * D;
+    float *xh = xhat ? xhat + (size_t)blockIdx.x * D : NULL;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < D; i += ROW_THREADS) ss += x[i] * x[i];
     ss = block_sum(ss, sh);
@@ -167,14 +174,15 @@ __global__ void k_rmsnorm(float *out, float *xhat, float *rstd, const float *in,
     for (int i = threadIdx.x; i < D; i += ROW_THREADS) {
         float v = x[i] * r;
         if (xh) xh[i] = v;
-        y[i] = weight[i] * v;
+        store(y + i, weight[i] * v);
     }
 }
 
-__global__ void k_rmsnorm_rebuild(float *out, const float *xhat, const float *weight, size_t n, int D) {
+template <typename O>
+__global__ void k_rmsnorm_rebuild(O *out, const float *xhat, const float *weight, size_t n, int D) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;  // cuda_blocks caps the grid
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = weight[i % (size_t)D] * xhat[i];
+        store(out + i, weight[i % (size_t)D] * xhat[i]);
 }
 
 // dx_j += r (w_j dy_j - xh_j sum_i(w_i dy_i xh_i) / D)   (ops/cpu.c derives it)
@@ -200,18 +208,38 @@ __global__ void k_rmsnorm_back_dw(float *dweight, const float *dout, const float
     dweight[i] = acc;
 }
 
+template <typename O>
+static void rmsnorm_fwd(O *out, float *xhat, float *rstd, const float *in, const float *weight, int N, int D, float eps,
+                        const char *what) {
+    if (N <= 0) return;
+    k_rmsnorm<O><<<N, ROW_THREADS, 0, cuda_stream()>>>(out, xhat, rstd, in, weight, D, eps);
+    cuda_done(what);
+}
+
+template <typename O>
+static void rmsnorm_rebuild_to(O *out, const float *xhat, const float *weight, int N, int D, const char *what) {
+    const size_t n = (size_t)N * D;
+    if (n == 0) return;
+    k_rmsnorm_rebuild<O><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(out, xhat, weight, n, D);
+    cuda_done(what);
+}
+
 extern "C" void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, const float *weight, int N,
                                 int D, float eps) {
-    if (N <= 0) return;
-    k_rmsnorm<<<N, ROW_THREADS, 0, cuda_stream()>>>(out, xhat, rstd, in, weight, D, eps);
-    cuda_done("rmsnorm_forward");
+    rmsnorm_fwd(out, xhat, rstd, in, weight, N, D, eps, "rmsnorm_forward");
 }
 
 extern "C" void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, int D) {
-    const size_t n = (size_t)N * D;
-    if (n == 0) return;
-    k_rmsnorm_rebuild<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>(out, xhat, weight, n, D);
-    cuda_done("rmsnorm_rebuild");
+    rmsnorm_rebuild_to(out, xhat, weight, N, D, "rmsnorm_rebuild");
+}
+
+extern "C" void rmsnorm_forward_to_bf16(uint16_t *out16, float *xhat, float *rstd, const float *in,
+                                        const float *weight, int N, int D, float eps) {
+    rmsnorm_fwd((__nv_bfloat16 *)out16, xhat, rstd, in, weight, N, D, eps, "rmsnorm_forward_to_bf16");
+}
+
+extern "C" void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, const float *weight, int N, int D) {
+    rmsnorm_rebuild_to((__nv_bfloat16 *)out16, xhat, weight, N, D, "rmsnorm_rebuild_to_bf16");
 }
 
 extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
@@ -259,10 +287,6 @@ extern "C" void rope_tables_at(float *cos_t, float *sin_t, const int *pos, int S
 extern "C" void rope_tables(float *cos_t, float *sin_t, int S, int hd, const double *freq, int pos0) {
     tables_host(cos_t, sin_t, NULL, pos0, S, hd, freq);
 }
-
-// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
-__device__ static inline void store(float *p, float x) { *p = x; }
-__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 // One thread per (token, q-or-k head, pair i): x1' = x1 c - x2 s, x2' = x2 c + x1 s,
 // with s negated for the backward (the transpose of a rotation). O: float (in

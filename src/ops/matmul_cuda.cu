@@ -9,13 +9,13 @@
 // exact in fp32 (8 + 8 significant bits), so the result is the fp32 product of the
 // rounded operands up to the order of the fp32 sums, which is what the GPU test
 // checks (tests/gpu/gpu_ops.c). Outputs, weight-gradient accumulation (beta = 1)
-// and everything outside the products stay fp32, but for matmul_forward_to_bf16,
+// and everything outside the products stay fp32, but for matmul_forward_bf16,
 // whose output cuBLASLt rounds to bf16 from the fp32 sums as it writes it (D type
 // bf16; any split-K partial sums in fp32, never in the output type). The copies
 // cost a pass over each operand per product, except where no copy is needed: a
 // weight read from the kept bf16 copy of the parameters (ops_keep_bf16_weights,
-// below), an input kept as bf16 already (matmul_*_from_bf16) and an output
-// gradient kept as bf16 (matmul_backward_dout_bf16), handed over as they are.
+// below), and inputs and output gradients kept as bf16 already (matmul_*_from_bf16,
+// matmul_forward_bf16, matmul_backward_bf16), handed over as they are.
 // Every other activation operand still takes its pass (issue 21).
 //
 // Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
@@ -51,7 +51,7 @@ extern "C" {
 typedef struct {
     int m, n, k, lda, ldb, ldc, ta, tb, align_a, align_b, align_c, beta_nonzero;
     int bf16;      // A and B are bf16
-    int out_bf16;  // C and D are bf16 (matmul_forward_to_bf16), else fp32
+    int out_bf16;  // C and D are bf16 (matmul_forward_bf16), else fp32
 } PlanKey;
 
 typedef struct {
@@ -281,11 +281,19 @@ static Operand operand(int slot, const float *x, int lines, int len, int ld) {
 // A contiguous operand kept as bf16, x16(lines, len), as the product reads it:
 // with bf16 products x16 itself when its rows are a multiple of 8 values (16-byte
 // aligned, as the padded copies' are), else its padded copy in `slot` (the same
-// values); with fp32 products x16 widened into scratch(lines, len).
+// values); with fp32 products x16 widened into scratch(lines, len), through a
+// copy in `slot` when scratch is x16's own buffer (ops.h: in place; a kernel's
+// threads would overwrite values others have yet to read).
 static Operand bf16_operand(int slot, const uint16_t *x16, float *scratch, int lines, int len) {
     if (g_bf16)
         return len % 8 == 0 ? Operand{x16, len} : padded_copy(slot, (const __nv_bfloat16 *)x16, lines, len, len);
-    widen_from_bf16(scratch, x16, (size_t)lines * len);
+    const size_t n = (size_t)lines * len;
+    if ((const void *)scratch == (const void *)x16) {
+        uint16_t *copy = (uint16_t *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(uint16_t), "a bf16 operand copy");
+        CUDA_CHECK(cudaMemcpyAsync(copy, x16, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, cuda_stream()));
+        x16 = copy;
+    }
+    widen_from_bf16(scratch, x16, n);
     return Operand{scratch, len};
 }
 
@@ -328,24 +336,26 @@ extern "C" void matmul_forward(float *out, const float *in, const float *weight,
     matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
 }
 
-// With bf16 operands cuBLASLt writes the bf16 output itself; with fp32 ones (no
-// fp32-operand kernel writes bf16) the fp32 product goes to scratch and is rounded.
-extern "C" void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight, int N,
-                                       int in_dim, int out_dim) {
-    if (!g_bf16) {
-        matmul_forward(scratch, in, weight, N, in_dim, out_dim);
-        round_to_bf16(out16, scratch, (size_t)N * out_dim);
-        return;
-    }
-    gemm_to(1, 0, out_dim, N, in_dim, operand(0, weight, out_dim, in_dim, in_dim), operand(1, in, N, in_dim, in_dim),
-            0.0f, out16, out_dim, 1, "matmul_forward_to_bf16");
-}
 
 extern "C" void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                                          int in_dim, int out_dim) {
     const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
     gemm(1, 0, out_dim, N, in_dim, w, bf16_operand(1, in16, scratch, N, in_dim), 0.0f, out, out_dim,
          "matmul_forward_from_bf16");
+}
+
+// With bf16 operands cuBLASLt writes the bf16 output itself; with fp32 ones (no
+// fp32-operand kernel writes bf16) the fp32 product goes to out_scratch and is rounded.
+extern "C" void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in16, float *in_scratch,
+                                    const float *weight, int N, int in_dim, int out_dim) {
+    if (!g_bf16) {
+        matmul_forward_from_bf16(out_scratch, in16, in_scratch, weight, N, in_dim, out_dim);
+        round_to_bf16(out16, out_scratch, (size_t)N * out_dim);
+        return;
+    }
+    const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
+    gemm_to(1, 0, out_dim, N, in_dim, w, bf16_operand(1, in16, in_scratch, N, in_dim), 0.0f, out16, out_dim, 1,
+            "matmul_forward_bf16");
 }
 
 // matmul_backward_ld with its operands made by the caller: the output gradient d
@@ -377,12 +387,12 @@ extern "C" void matmul_backward_from_bf16(float *din, float *dweight, const floa
     backward(din, dweight, operand(0, dout, N, out_dim, out_dim), x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
-extern "C" void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch,
-                                          const float *in, const float *weight, int N, int in_dim, int out_dim,
-                                          int accumulate_din) {
+extern "C" void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, float *dscratch,
+                                     const uint16_t *in16, float *in_scratch, const float *weight, int N, int in_dim,
+                                     int out_dim, int accumulate_din) {
     if (!din && !dweight) return;
-    const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};
-    backward(din, dweight, bf16_operand(0, dout16, scratch, N, out_dim), x, weight, N, in_dim, out_dim,
+    const Operand x = dweight ? bf16_operand(1, in16, in_scratch, N, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, bf16_operand(0, dout16, dscratch, N, out_dim), x, weight, N, in_dim, out_dim,
              accumulate_din);
 }
 

@@ -129,40 +129,43 @@ void matmul_forward(float *out, const float *in, const float *weight,
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight,
                        int N, int in_dim, int out_dim);
 
-// out16(N, out_dim) = matmul_forward's product, each value rounded to the nearest
-// bf16 (ties to even) as it is written: a product whose output is kept as bf16 (a
-// bf16 run's gate|up, model/activations.h), without an fp32 output and a rounding
-// pass over it. scratch(N, out_dim) fp32: where the backend cannot write bf16 from
-// the product (the CPU's sgemm; CUDA with fp32 products) the fp32 product goes
-// there, then round_to_bf16; CUDA with bf16 products has cuBLASLt write bf16 from
-// its fp32 sums (D type bf16) and leaves scratch alone.
-void matmul_forward_to_bf16(uint16_t *out16, float *scratch, const float *in, const float *weight,
-                            int N, int in_dim, int out_dim);
-
-// out(N, out_dim) = in16(N, in_dim) widened @ weight(out_dim, in_dim)^T: a product
-// whose input is kept as bf16 (a bf16 run's SwiGLU output, down's input), read as
-// it is. scratch(N, in_dim) fp32: where the backend cannot read a bf16 input (the
-// CPU's sgemm; CUDA with fp32 products) in16 is widened there first; CUDA with
-// bf16 products hands in16 to cuBLASLt as the input operand (rows of a width that
-// is not a multiple of 8, whose columns would be misaligned, copied with padding
-// first, as a rounded fp32 input would be), which is the operand matmul_forward
-// would have rounded the widened input to, so the same product, and leaves
-// scratch alone.
+// Products on operands kept as bf16 (a bf16 run's activations, model/activations.h),
+// read as they are: CUDA with bf16 products hands them to cuBLASLt as operands
+// (rows of a width that is not a multiple of 8, whose columns would be misaligned,
+// copied with padding first, as a rounded fp32 operand would be), which are the
+// operands the fp32 ops would have rounded the widened values to, so the same
+// products. A backend that cannot read bf16 (the CPU's sgemm; CUDA with fp32
+// products) widens each into its scratch first: for an input x16 that scratch
+// may be x16's own buffer (x16 at its start, room for the floats), widened in
+// place, after which x16's values are gone; an output gradient's scratch lies
+// apart from it (a caller may ask for din and dweight in separate calls, each
+// widening it again). CUDA with bf16 products leaves every scratch alone.
+//
+// out(N, out_dim) = in16(N, in_dim) widened @ weight(out_dim, in_dim)^T; scratch
+// (N, in_dim) fp32 (a bf16 run's down projection, q|k|v).
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight,
                               int N, int in_dim, int out_dim);
+// The same with out16(N, out_dim) bf16, each value rounded to the nearest bf16
+// (ties to even) from the fp32 sums as it is written (cuBLASLt's D type bf16, no
+// split-K partial sums in bf16): a bf16 run's gate|up. out_scratch(N, out_dim)
+// fp32: where the backend cannot write bf16 from a product, the product goes
+// there, then round_to_bf16.
+void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in16, float *in_scratch,
+                         const float *weight, int N, int in_dim, int out_dim);
 // matmul_backward with the input kept as bf16 (scratch as above, read only when
 // dweight is wanted): dweight += dout^T @ in16 widened; din (+)= dout @ weight.
 void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16,
                                float *scratch, const float *weight, int N, int in_dim, int out_dim,
                                int accumulate_din);
-// matmul_backward with the output gradient kept as bf16 (a bf16 run's gate|up
-// gradient, written as bf16 by swiglu_backward_to_bf16): dweight += dout16^T @ in;
-// din (+)= dout16 @ weight, dout16(N, out_dim) widened. scratch(N, out_dim) fp32,
-// apart from dout16: as matmul_forward_from_bf16's, where the backend widens dout16
-// (each call widens it again: a caller may ask for din and dweight separately).
-void matmul_backward_dout_bf16(float *din, float *dweight, const uint16_t *dout16, float *scratch,
-                               const float *in, const float *weight, int N, int in_dim, int out_dim,
-                               int accumulate_din);
+// matmul_backward with the output gradient dout16(N, out_dim) and the input
+// in16(N, in_dim) kept as bf16 (a bf16 run's gate|up and q|k|v: their gradients
+// written as bf16 by swiglu_backward_to_bf16 and rope_backward_to_bf16, their
+// inputs by rmsnorm_*_to_bf16): dweight += dout16^T @ in16; din (+)= dout16 @
+// weight. dscratch(N, out_dim), in_scratch(N, in_dim) fp32 as above (in16 read,
+// and in_scratch used, only when dweight is wanted).
+void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, float *dscratch,
+                          const uint16_t *in16, float *in_scratch, const float *weight, int N, int in_dim,
+                          int out_dim, int accumulate_din);
 
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
@@ -215,6 +218,13 @@ void rmsnorm_forward(float *out, float *xhat, float *rstd, const float *in, cons
                      int N, int D, float eps);
 // out(N, D) = w * xhat: the forward's output again from its kept xhat.
 void rmsnorm_rebuild(float *out, const float *xhat, const float *weight, int N, int D);
+// The two with the output out16(N, D) rounded to the nearest bf16 as it is written
+// (a bf16 run's norm outputs, the q|k|v and gate|up products' bf16 inputs, read by
+// matmul_*_from_bf16 / matmul_forward_bf16 / matmul_backward_bf16); xhat and rstd
+// fp32 as above, so the rebuild is the forward's output bit for bit again.
+void rmsnorm_forward_to_bf16(uint16_t *out16, float *xhat, float *rstd, const float *in, const float *weight,
+                             int N, int D, float eps);
+void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, const float *weight, int N, int D);
 // din(N, D) += dx = rstd * (w*dout - xhat * mean(w*dout*xhat));  dweight(D) += sum_n
 // dout * xhat. Either may be NULL (that gradient not wanted; dweight alone reads
 // neither weight nor rstd).
@@ -246,7 +256,7 @@ void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
 // dqkv16 = rope_backward(dqkv) with every value (v's too) rounded to the nearest
 // bf16 as it is written, dqkv(B*S, (H + 2*KV) * hd) left as it is: a bf16 run's
 // q|k|v gradient, which both q|k|v products read as it is
-// (matmul_backward_dout_bf16), the bits they would have rounded it to.
+// (matmul_backward_bf16), the bits they would have rounded it to.
 void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t,
                            int B, int S, int H, int KV, int hd);
 
@@ -311,8 +321,8 @@ void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int 
 // rebuilds it from the kept gate|up with swiglu_forward_bf16, the same op on the
 // same values as the forward, so bit for bit (model/activations.h). That output is
 // bf16 too: the down product reads it as its bf16 operand (matmul_*_from_bf16),
-// which bf16 products would have rounded it to anyway; so is gate|up's gradient
-// (matmul_backward_dout_bf16).
+// which bf16 products would have rounded it to anyway; so are gate|up's gradient
+// and the norms' outputs (matmul_backward_bf16, matmul_forward_bf16).
 // dst(n) = src(n) rounded to the nearest bf16 (ties to even).
 void round_to_bf16(uint16_t *dst, const float *src, size_t n);
 // dst(n) = src(n) widened to fp32 (exactly).
@@ -320,8 +330,8 @@ void widen_from_bf16(float *dst, const uint16_t *src, size_t n);
 // swiglu_forward and swiglu_backward on a gu(N, 2F) kept as bf16: each value
 // widened to fp32 (exactly), then the fp32 formula, each output rounded to the
 // nearest bf16 as it is written: out16(N, F), dgu16(N, 2F) (the operand the
-// gate|up backward reads, matmul_backward_dout_bf16, which bf16 products would
-// have rounded an fp32 dgu to); dout(N, F) fp32.
+// gate|up backward reads, matmul_backward_bf16, which bf16 products would have
+// rounded an fp32 dgu to); dout(N, F) fp32.
 void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F);
 void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F);
 

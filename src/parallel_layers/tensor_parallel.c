@@ -56,9 +56,30 @@ void tp_column_forward(const TensorParallel *tp, float *out, const float *x, flo
     matmul_forward(out, tp_gather(tp, x, full, N, D), w, N, D, out_local);
 }
 
-void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float *scratch, const float *x,
-                               float *full, const float *w, int N, int D, int out_local) {
-    matmul_forward_to_bf16(out16, scratch, tp_gather(tp, x, full, N, D), w, N, D, out_local);
+// gather(x16)(N, D) of a bf16 x16(tp_rows, D): the all-gather moves its bits as
+// D/2 floats a row (D even: llama_build), no conversion either way. *room: the
+// gathered rows' own buffer, N x D floats (full, or x16's when nothing is
+// gathered: tp_rows = N), where a backend that cannot read bf16 widens them in
+// place (ops.h).
+static uint16_t *gather16(const TensorParallel *tp, uint16_t *x16, float *full, int N, int D, float **room) {
+    if (D % 2) die("tensor-parallel bf16 activations need an even width (got %d)", D);
+    float *x = (float *)x16;
+    *room = (float *)tp_gather(tp, x, full, N, D / 2);  // x itself, or full
+    return (uint16_t *)*room;
+}
+
+void tp_column_forward_from_bf16(const TensorParallel *tp, float *out, uint16_t *x16, float *full, const float *w,
+                                 int N, int D, int out_local) {
+    float *room;
+    const uint16_t *x16_full = gather16(tp, x16, full, N, D, &room);
+    matmul_forward_from_bf16(out, x16_full, room, w, N, D, out_local);
+}
+
+void tp_column_forward_bf16(const TensorParallel *tp, uint16_t *out16, float *out_scratch, uint16_t *x16, float *full,
+                            const float *w, int N, int D, int out_local) {
+    float *room;
+    const uint16_t *x16_full = gather16(tp, x16, full, N, D, &room);
+    matmul_forward_bf16(out16, out_scratch, x16_full, room, w, N, D, out_local);
 }
 
 void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
@@ -101,17 +122,18 @@ void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, 
 
 // tp_column_backward's kernels, in its order, for the parts asked for: din NULL is
 // tp_column_backward_weight's, dw NULL tp_column_backward_input's.
-void tp_column_backward_dout_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
-                                  float *dscratch, const float *x, const float *w, float *full, float *partial,
-                                  int N, int D, int out_local) {
-    const float *x_full = dw ? tp_gather(tp, x, full, N, D) : NULL;
+void tp_column_backward_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
+                             float *dscratch, uint16_t *x16, const float *w, float *full, float *partial, int N,
+                             int D, int out_local) {
+    float *room = NULL;
+    const uint16_t *x16_full = dw ? gather16(tp, x16, full, N, D, &room) : NULL;
     float *p = tp->sp ? partial : din;
     CommRequest r = COMM_REQUEST_IDLE;
     if (din) {
-        matmul_backward_dout_bf16(p, NULL, dout16, dscratch, NULL, w, N, D, out_local, 0);
+        matmul_backward_bf16(p, NULL, dout16, dscratch, NULL, NULL, w, N, D, out_local, 0);
         r = tp_reduce_start(tp, p, din, N, D);
     }
-    if (dw) matmul_backward_dout_bf16(NULL, dw, dout16, dscratch, x_full, NULL, N, D, out_local, 0);
+    if (dw) matmul_backward_bf16(NULL, dw, dout16, dscratch, x16_full, room, NULL, N, D, out_local, 0);
     tp_reduce_finish(&r);  // nothing when idle
 }
 

@@ -74,10 +74,16 @@ void tp_reduce_finish(CommRequest *r);
 // x(tp_rows, D), full(N, D) scratch for the gather.
 void tp_column_forward(const TensorParallel *tp, float *out, const float *x, float *full,
                        const float *w, int N, int D, int out_local);
-// The same with the output kept as bf16 (ops.h: matmul_forward_to_bf16): out16(N,
-// out_local) bf16; scratch(N, out_local) fp32 for a backend that rounds after.
-void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float *scratch, const float *x,
-                               float *full, const float *w, int N, int D, int out_local);
+// The same with the input x16(tp_rows, D) kept as bf16 (ops.h:
+// matmul_forward_from_bf16), gathered as bf16; a backend that cannot read bf16
+// widens the gathered rows in place (x16's buffer, or full: room for N x D floats
+// either way), so x16 is read once. And with the output kept as bf16 too (ops.h:
+// matmul_forward_bf16): out16(N, out_local); out_scratch(N, out_local) fp32 for a
+// backend that rounds after.
+void tp_column_forward_from_bf16(const TensorParallel *tp, float *out, uint16_t *x16, float *full, const float *w,
+                                 int N, int D, int out_local);
+void tp_column_forward_bf16(const TensorParallel *tp, uint16_t *out16, float *out_scratch, uint16_t *x16, float *full,
+                            const float *w, int N, int D, int out_local);
 // Column-parallel backward: dw(out_local, D) += dout^T @ gather(x); din(tp_rows, D) =
 // dout @ w summed over the group. The sum travels while the weight gradient is
 // computed (overlap). full(N, D) and partial(N, D) are scratch (partial unused
@@ -85,13 +91,14 @@ void tp_column_forward_to_bf16(const TensorParallel *tp, uint16_t *out16, float 
 void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
                         const float *x, const float *w, float *full, float *partial, int N, int D,
                         int out_local);
-// The same with the output gradient dout16(N, out_local) kept as bf16 (ops.h:
-// matmul_backward_dout_bf16); dscratch(N, out_local) fp32, apart from dout16, for
-// a backend that widens it. din or dw may be NULL (x and w with them): the halves
-// tp_column_backward_input and tp_column_backward_weight below, the same kernels.
-void tp_column_backward_dout_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
-                                  float *dscratch, const float *x, const float *w, float *full, float *partial,
-                                  int N, int D, int out_local);
+// The same with the output gradient dout16(N, out_local) and the input x16
+// (tp_rows, D) kept as bf16 (ops.h: matmul_backward_bf16; x16 gathered and read
+// as by tp_column_forward_from_bf16); dscratch(N, out_local) fp32, apart from
+// dout16, for a backend that widens it. din or dw may be NULL (x16 and w with
+// them): the halves tp_column_backward_input and _weight below, the same kernels.
+void tp_column_backward_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
+                             float *dscratch, uint16_t *x16, const float *w, float *full, float *partial, int N,
+                             int D, int out_local);
 // Row-parallel forward: out(tp_rows, D) = sum over the group of x(N, in_local) @
 // w(D, in_local)^T. partial(N, D) scratch (sequence parallel only; else in place in out).
 void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,

@@ -70,7 +70,8 @@ static double elementwise_s(const Shape *s, double values) { return values * s->
 // which reads 4 bytes a value and writes 2: 1.5 values of elementwise traffic.
 // The GEMM curves are the products alone (bench/calibrate_kernels.c measures them
 // on operands kept as bf16), and operands a run keeps as bf16 take no pass: the
-// weights (their bf16 copy), the SwiGLU output, the gate|up and q|k|v gradients.
+// weights (their bf16 copy), the norms' outputs, the SwiGLU output, the gate|up
+// and q|k|v gradients.
 static double rounding_s(const Shape *s, double values) { return s->rounds ? elementwise_s(s, 1.5 * values) : 0.0; }
 static double coll(const Shape *s, CollKind k, int ranks, int intra, double bytes) {
     if (intra >= LINK_PLACED) return hardware_collective_s(&s->link_hw[intra - LINK_PLACED], k, ranks, 0, bytes);
@@ -137,8 +138,8 @@ static Cost layer_fwd(const Shape *s) {
                 gemm_s(s, 2 * N * s->Fl * D) + attn;
     // rmsnorm x2 (read + write), residual x2 (2 reads + write), RoPE on q and k, SwiGLU
     c.compute += elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
-    // bf16: the inputs of q|k|v and gate|up (the gathered norm outputs) and of o
-    c.compute += rounding_s(s, 2 * N * D + N * A);
+    // bf16: o's input, the attention output (the norms write bf16 themselves)
+    c.compute += rounding_s(s, N * A);
     const double act = N * D * s->bpv;  // one gathered (N, D) activation
     if (l->tp > 1) {
         if (l->sp)
@@ -176,9 +177,8 @@ static Cost layer_bwd(const Shape *s) {
     c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
     c.compute += 2 * elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
-    // bf16: o's output gradient and input, down's output gradient, and the rebuilt
-    // norm outputs that the gate|up and q|k|v weight gradients read
-    c.compute += rounding_s(s, 4 * N * D + N * A);
+    // bf16: o's output gradient and input, and down's output gradient
+    c.compute += rounding_s(s, 2 * N * D + N * A);
     const double act = N * D * s->bpv;
     if (l->tp > 1) {
         // Column blocks (qkv, gate|up): the input gradient is reduced while the

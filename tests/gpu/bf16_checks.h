@@ -85,50 +85,6 @@ static size_t bf16_compare(const uint16_t *a, const uint16_t *b, size_t n, int *
     return same;
 }
 
-// matmul_forward_to_bf16 (a bf16 run's gate|up): the product written as bf16 by
-// cuBLASLt from its fp32 sums, against the same product written in fp32 and then
-// rounded by round_to_bf16 (what the forward did before). cuBLASLt may pick
-// another algorithm for the bf16 output, summing in another order, so a value
-// lying within fp32's rounding of a bf16 midpoint may round the other way: at most
-// 1 ulp apart, and (such values are rare) at least 99% the same bits; the emulated
-// GPU sums both the same way, all bits equal. The fp32 scratch is not touched: the
-// output is not written in fp32 first. With fp32 products the op writes the fp32
-// product into the scratch (within TOL of the CPU's) and rounds that.
-static void test_matmul_to_bf16(int N, int in, int out) {
-    const size_t n = (size_t)N * out;
-    Pair x = pair_fill((size_t)N * in, 1.0f), w = pair_fill((size_t)out * in, 0.1f), y = pair_fill(n, 1.0f);
-    Pair scr = pair_fill(n, 1.0f);  // the scratch, holding values of its own
-    uint16_t *o16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 product");       // (N, out)
-    uint16_t *r16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "rounded product");    // (N, out)
-    uint16_t *a = xmalloc(n * sizeof(uint16_t), "bf16 product"), *b = xmalloc(n * sizeof(uint16_t), "rounded");
-    ops_set_matmul_bf16(1);
-    matmul_forward_to_bf16(o16, scr.d, x.d, w.d, N, in, out);
-    matmul_forward(y.d, x.d, w.d, N, in, out);
-    round_to_bf16(r16, y.d, n);
-    ops_download(a, o16, n * sizeof(uint16_t));
-    ops_download(b, r16, n * sizeof(uint16_t));
-    int ulp;
-    size_t same = bf16_compare(a, b, n, &ulp);
-    CHECK(ulp <= 1 && same * 100 >= n * 99,
-          "bf16 matmul_forward_to_bf16 (%dx%dx%d) = round_to_bf16(matmul_forward): %zu of %zu bits equal, at most %d "
-          "ulp apart", N, in, out, same, n, ulp);
-    CHECK(pair_diff(scr) == 0.0, "bf16 matmul_forward_to_bf16 leaves its fp32 scratch alone (rel. %.2e)",
-          pair_diff(scr));
-    ops_set_matmul_bf16(0);
-    matmul_forward_to_bf16(o16, scr.d, x.d, w.d, N, in, out);
-    cpu_matmul_forward(scr.h, x.h, w.h, N, in, out);
-    expect_close("fp32 matmul_forward_to_bf16: its scratch", scr);
-    cpu_round_to_bf16(b, scr.h, n);
-    ops_download(a, o16, n * sizeof(uint16_t));
-    same = bf16_compare(a, b, n, &ulp);
-    CHECK(ulp <= 1 && same * 100 >= n * 99,
-          "fp32 matmul_forward_to_bf16 = the CPU's product rounded: %zu of %zu bits equal, at most %d ulp apart", same,
-          n, ulp);
-    buf_free(o16), buf_free(r16);
-    free(a), free(b);
-    pair_free(x), pair_free(w), pair_free(y), pair_free(scr);
-}
-
 // A device bf16 copy of p's values rounded (p.n halves, buf_free it), and p itself
 // (host and device) made those values widened: the fp32 twin of the bf16 operand.
 static uint16_t *bf16_twin(Pair p, const char *what) {
@@ -140,6 +96,60 @@ static uint16_t *bf16_twin(Pair p, const char *what) {
     ops_upload(p.d, p.h, p.n * sizeof(float));
     free(h);
     return d;
+}
+
+// matmul_forward_bf16 (a bf16 run's gate|up, its input the norm's bf16 output):
+// the product written as bf16 by cuBLASLt from its fp32 sums, against the same
+// product of the widened input written in fp32 and then rounded by round_to_bf16.
+// cuBLASLt may pick another algorithm for the bf16 output, summing in another
+// order, so a value lying within fp32's rounding of a bf16 midpoint may round the
+// other way: at most 1 ulp apart, and (such values are rare) at least 99% the
+// same bits; the emulated GPU sums both the same way, all bits equal. Neither
+// scratch is touched. With fp32 products the op widens the input into its scratch
+// and writes the fp32 product into the other (within TOL of the CPU's), then
+// rounds it; and the input's scratch may be the input's own buffer (in place).
+static void test_matmul_forward_bf16(int N, int in, int out) {
+    const size_t n = (size_t)N * out, nx = (size_t)N * in;
+    Pair x = pair_fill(nx, 1.0f), w = pair_fill((size_t)out * in, 0.1f), y = pair_fill(n, 1.0f);
+    Pair scr = pair_fill(n, 1.0f), xs = pair_fill(nx, 1.0f);  // the scratches, holding values of their own
+    Pair room = pair_fill(nx, 1.0f);
+    uint16_t *x16 = bf16_twin(x, "bf16 input");  // (N, in); x: its widened values
+    uint16_t *o16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 product");       // (N, out)
+    uint16_t *r16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "rounded product");    // (N, out)
+    uint16_t *a = xmalloc(n * sizeof(uint16_t), "bf16 product"), *b = xmalloc(n * sizeof(uint16_t), "rounded");
+    uint16_t *x16_h = xmalloc(nx * sizeof(uint16_t), "bf16 input");
+    ops_download(x16_h, x16, nx * sizeof(uint16_t));
+    ops_set_matmul_bf16(1);
+    matmul_forward_bf16(o16, scr.d, x16, xs.d, w.d, N, in, out);
+    matmul_forward(y.d, x.d, w.d, N, in, out);
+    round_to_bf16(r16, y.d, n);
+    ops_download(a, o16, n * sizeof(uint16_t));
+    ops_download(b, r16, n * sizeof(uint16_t));
+    int ulp;
+    size_t same = bf16_compare(a, b, n, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= n * 99,
+          "bf16 matmul_forward_bf16 (%dx%dx%d) = round_to_bf16(matmul_forward of the widened input): %zu of %zu bits "
+          "equal, at most %d ulp apart", N, in, out, same, n, ulp);
+    CHECK(pair_diff(scr) == 0.0 && pair_diff(xs) == 0.0, "bf16 matmul_forward_bf16 leaves its fp32 scratches alone");
+    ops_set_matmul_bf16(0);
+    matmul_forward_bf16(o16, scr.d, x16, xs.d, w.d, N, in, out);
+    cpu_matmul_forward(scr.h, x.h, w.h, N, in, out);
+    expect_close("fp32 matmul_forward_bf16: its output scratch", scr);
+    cpu_round_to_bf16(b, scr.h, n);
+    ops_download(a, o16, n * sizeof(uint16_t));
+    same = bf16_compare(a, b, n, &ulp);
+    ops_upload(room.d, x16_h, nx * sizeof(uint16_t));  // x16 at the start of a buffer with room for its floats
+    matmul_forward_bf16(r16, scr.d, (uint16_t *)room.d, room.d, w.d, N, in, out);
+    uint16_t *c = xmalloc(n * sizeof(uint16_t), "in place");
+    ops_download(c, r16, n * sizeof(uint16_t));
+    memcpy(room.h, x.h, nx * sizeof(float));
+    const int in_place = !memcmp(c, a, n * sizeof(uint16_t)) && pair_diff(room) == 0.0;
+    CHECK(ulp <= 1 && same * 100 >= n * 99 && in_place,
+          "fp32 matmul_forward_bf16 = the CPU's product rounded: %zu of %zu bits equal, at most %d ulp apart; the "
+          "input widened in place gives the same bits", same, n, ulp);
+    buf_free(o16), buf_free(r16), buf_free(x16);
+    free(a), free(b), free(c), free(x16_h);
+    pair_free(x), pair_free(w), pair_free(y), pair_free(scr), pair_free(xs), pair_free(room);
 }
 
 // matmul_*_from_bf16 (a bf16 run's down projection): the input kept as bf16 and
@@ -191,19 +201,22 @@ static void test_matmul_from_bf16(int N, int in, int out) {
         pair_free(dx2), pair_free(dw), pair_free(dw2);
 }
 
-// matmul_backward_dout_bf16 (a bf16 run's gate|up backward): the output gradient
-// kept as bf16, handed to cuBLASLt as the operand matmul_backward would round the
-// widened gradient to, so with bf16 products the same bits as matmul_backward of
-// the widened gradient, whether din and dweight come from one call or two (the
-// tensor-parallel layer asks for them apart), the scratch untouched (an out_dim
-// that is not a multiple of 8 through the padded copy). Against the CPU within
-// TOL; with fp32 products (the gradient widened into the scratch) too.
-static void test_matmul_dout_bf16(int N, int in, int out) {
+// matmul_backward_bf16 (a bf16 run's gate|up and q|k|v backward): the output
+// gradient and the input kept as bf16, handed to cuBLASLt as the operands
+// matmul_backward would round the widened values to, so with bf16 products the
+// same bits as matmul_backward of the widened values, whether din and dweight
+// come from one call or two (the tensor-parallel layer asks for them apart), the
+// scratches untouched (an out_dim that is not a multiple of 8 through the padded
+// copy). Against the CPU within TOL; with fp32 products (both widened into their
+// scratches, the input in place in its own buffer) too.
+static void test_matmul_backward_bf16(int N, int in, int out) {
     const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
     Pair x = pair_fill(nx, 1.0f), w = pair_fill(nw, 0.1f), dy = pair_fill(ny, 1.0f), scr = pair_fill(ny, 1.0f);
     Pair dx = pair_fill(nx, 1.0f), dx2 = pair_fill(nx, 1.0f), dx3 = pair_fill(nx, 1.0f);
     Pair dw = pair_fill(nw, 1.0f), dw2 = pair_fill(nw, 1.0f), dw3 = pair_fill(nw, 1.0f);
+    Pair xs = pair_fill(nx, 1.0f), room = pair_fill(nx, 1.0f);
     uint16_t *dy16_d = bf16_twin(dy, "bf16 output gradient");  // (N, out); dy: the widened gradient on both sides
+    uint16_t *x16_d = bf16_twin(x, "bf16 input");  // (N, in); x: the widened input on both sides
     copy_f32(dw2.d, dw.d, nw);  // dweight accumulates: all start from the same values
     copy_f32(dw3.d, dw.d, nw);
     float *a = xmalloc(nx * sizeof(float), "din"), *b = xmalloc(nx * sizeof(float), "din");
@@ -211,36 +224,40 @@ static void test_matmul_dout_bf16(int N, int in, int out) {
     float *gb = xmalloc(nw * sizeof(float), "dw"), *gc = xmalloc(nw * sizeof(float), "dw");
     ops_set_matmul_bf16(1);
     for (int r = 0; r < 2; r++) {  // din overwritten, then accumulated
-        matmul_backward_dout_bf16(dx.d, dw.d, dy16_d, scr.d, x.d, w.d, N, in, out, r);
+        matmul_backward_bf16(dx.d, dw.d, dy16_d, scr.d, x16_d, xs.d, w.d, N, in, out, r);
         matmul_backward(dx2.d, dw2.d, dy.d, x.d, w.d, N, in, out, r);
-        matmul_backward_dout_bf16(dx3.d, NULL, dy16_d, scr.d, NULL, w.d, N, in, out, r);
-        matmul_backward_dout_bf16(NULL, dw3.d, dy16_d, scr.d, x.d, NULL, N, in, out, r);
+        matmul_backward_bf16(dx3.d, NULL, dy16_d, scr.d, NULL, NULL, w.d, N, in, out, r);
+        matmul_backward_bf16(NULL, dw3.d, dy16_d, scr.d, x16_d, xs.d, NULL, N, in, out, r);
     }
     ops_download(a, dx.d, nx * sizeof(float)), ops_download(b, dx2.d, nx * sizeof(float));
     ops_download(c, dx3.d, nx * sizeof(float)), ops_download(ga, dw.d, nw * sizeof(float));
     ops_download(gb, dw2.d, nw * sizeof(float)), ops_download(gc, dw3.d, nw * sizeof(float));
     CHECK(!memcmp(a, b, nx * sizeof(float)) && !memcmp(ga, gb, nw * sizeof(float)),
-          "bf16 matmul_backward_dout_bf16 (%dx%dx%d) = matmul_backward of the widened gradient (din, dweight), bit "
-          "for bit", N, in, out);
+          "bf16 matmul_backward_bf16 (%dx%dx%d) = matmul_backward of the widened gradient and input (din, dweight), "
+          "bit for bit", N, in, out);
     CHECK(!memcmp(a, c, nx * sizeof(float)) && !memcmp(ga, gc, nw * sizeof(float)),
-          "bf16 matmul_backward_dout_bf16 (%dx%dx%d): din and dweight asked for apart, the same bits", N, in, out);
-    CHECK(pair_diff(scr) == 0.0, "bf16 matmul_backward_dout_bf16 (out %d) leaves its scratch alone", out);
-    float *xr = rounded_copy(x), *wr = rounded_copy(w);
-    for (int r = 0; r < 2; r++) cpu_matmul_backward(dx.h, dw.h, dy.h, xr, wr, N, in, out, r);
-    expect_close("bf16 matmul_backward_dout_bf16 din vs the CPU", dx);
-    expect_close("bf16 matmul_backward_dout_bf16 dweight vs the CPU", dw);
+          "bf16 matmul_backward_bf16 (%dx%dx%d): din and dweight asked for apart, the same bits", N, in, out);
+    CHECK(pair_diff(scr) == 0.0 && pair_diff(xs) == 0.0, "bf16 matmul_backward_bf16 (out %d) leaves its scratches alone",
+          out);
+    float *wr = rounded_copy(w);
+    for (int r = 0; r < 2; r++) cpu_matmul_backward(dx.h, dw.h, dy.h, x.h, wr, N, in, out, r);
+    expect_close("bf16 matmul_backward_bf16 din vs the CPU", dx);
+    expect_close("bf16 matmul_backward_bf16 dweight vs the CPU", dw);
     ops_set_matmul_bf16(0);
     ops_download(dw3.h, dw3.d, nw * sizeof(float));  // dweight accumulates onto what the GPU holds
+    uint16_t *x16_h = xmalloc(nx * sizeof(uint16_t), "bf16 input");
+    ops_download(x16_h, x16_d, nx * sizeof(uint16_t));
     for (int r = 0; r < 2; r++) {
-        matmul_backward_dout_bf16(dx3.d, dw3.d, dy16_d, scr.d, x.d, w.d, N, in, out, r);
+        ops_upload(room.d, x16_h, nx * sizeof(uint16_t));  // the input at the start of its own room, widened there
+        matmul_backward_bf16(dx3.d, dw3.d, dy16_d, scr.d, (uint16_t *)room.d, room.d, w.d, N, in, out, r);
         cpu_matmul_backward(dx3.h, dw3.h, dy.h, x.h, w.h, N, in, out, r);
     }
-    expect_close("fp32 matmul_backward_dout_bf16 din vs the CPU", dx3);
-    expect_close("fp32 matmul_backward_dout_bf16 dweight vs the CPU", dw3);
-    buf_free(dy16_d);
-    free(a), free(b), free(c), free(ga), free(gb), free(gc), free(xr), free(wr);
+    expect_close("fp32 matmul_backward_bf16 din vs the CPU", dx3);
+    expect_close("fp32 matmul_backward_bf16 dweight vs the CPU (input in place)", dw3);
+    buf_free(dy16_d), buf_free(x16_d);
+    free(a), free(b), free(c), free(ga), free(gb), free(gc), free(wr), free(x16_h);
     pair_free(x), pair_free(w), pair_free(dy), pair_free(scr), pair_free(dx), pair_free(dx2), pair_free(dx3),
-        pair_free(dw), pair_free(dw2), pair_free(dw3);
+        pair_free(dw), pair_free(dw2), pair_free(dw3), pair_free(xs), pair_free(room);
 }
 
 // The bf16 copy of the weights (ops_keep_bf16_weights): a product whose weight
@@ -484,6 +501,28 @@ static void test_bf16_activations(void) {
     widen_from_bf16(dgu.d, dg16_d, ngu);  // and in fp32 terms, within TOL of the CPU's widened result
     cpu_widen_from_bf16(dgu.h, dg16_h, ngu);
     expect_close("swiglu_backward_to_bf16 (widened)", dgu);
+    // The norms' bf16 outputs: the GPU's fp32 row sums may differ from the CPU's in
+    // the last bit (another order), which moves a value on a bf16 midpoint by 1 ulp.
+    const int Nn = 21, D = 96;
+    const size_t nn = (size_t)Nn * D;
+    Pair nx = pair_fill(nn, 2.0f), nw = pair_fill((size_t)D, 1.0f), xh = pair_fill(nn, 1.0f), rs = pair_fill(Nn, 1.0f);
+    uint16_t *n16_d = buf_alloc(MEM_ACTIVATIONS, nn * sizeof(uint16_t), "bf16 norm output");  // (Nn, D)
+    uint16_t *n16_g = xmalloc(nn * sizeof(uint16_t), "bf16"), *n16_h = xmalloc(nn * sizeof(uint16_t), "bf16");
+    uint16_t *b16_g = xmalloc(nn * sizeof(uint16_t), "bf16");
+    rmsnorm_forward_to_bf16(n16_d, xh.d, rs.d, nx.d, nw.d, Nn, D, 1e-5f);
+    cpu_rmsnorm_forward_to_bf16(n16_h, xh.h, rs.h, nx.h, nw.h, Nn, D, 1e-5f);
+    ops_download(n16_g, n16_d, nn * sizeof(uint16_t));
+    expect_close("rmsnorm_forward_to_bf16 xhat", xh);
+    expect_close("rmsnorm_forward_to_bf16 rstd", rs);
+    same = bf16_compare(n16_g, n16_h, nn, &ulp);
+    rmsnorm_rebuild_to_bf16(n16_d, xh.d, nw.d, Nn, D);
+    ops_download(b16_g, n16_d, nn * sizeof(uint16_t));
+    CHECK(ulp <= 1 && same * 100 >= nn * 99 && !memcmp(b16_g, n16_g, nn * sizeof(uint16_t)),
+          "rmsnorm_forward_to_bf16: %zu of %zu the CPU's bits, at most %d ulp apart; rmsnorm_rebuild_to_bf16 gives "
+          "the forward's bits", same, nn, ulp);
+    buf_free(n16_d);
+    free(n16_g), free(n16_h), free(b16_g);
+    pair_free(nx), pair_free(nw), pair_free(xh), pair_free(rs);
     buf_free(g16_d), buf_free(o16_d), buf_free(dg16_d);
     free(g16_h), free(back), free(o16_h), free(o16_g), free(dg16_h), free(dg16_g);
     pair_free(gu), pair_free(d), pair_free(dgu), pair_free(wide);

@@ -43,6 +43,8 @@
 #define rmsnorm_forward cpu_rmsnorm_forward
 #define rmsnorm_backward cpu_rmsnorm_backward
 #define rmsnorm_rebuild cpu_rmsnorm_rebuild
+#define rmsnorm_forward_to_bf16 cpu_rmsnorm_forward_to_bf16
+#define rmsnorm_rebuild_to_bf16 cpu_rmsnorm_rebuild_to_bf16
 #define residual_forward cpu_residual_forward
 #define rope_tables cpu_rope_tables
 #define rope_tables_at cpu_rope_tables_at
@@ -60,10 +62,10 @@
 #define swiglu_forward cpu_swiglu_forward
 #define swiglu_backward cpu_swiglu_backward
 #define round_to_bf16 cpu_round_to_bf16
-#define matmul_forward_to_bf16 cpu_matmul_forward_to_bf16
+#define matmul_forward_bf16 cpu_matmul_forward_bf16
 #define matmul_forward_from_bf16 cpu_matmul_forward_from_bf16
 #define matmul_backward_from_bf16 cpu_matmul_backward_from_bf16
-#define matmul_backward_dout_bf16 cpu_matmul_backward_dout_bf16
+#define matmul_backward_bf16 cpu_matmul_backward_bf16
 #define widen_from_bf16 cpu_widen_from_bf16
 #define swiglu_forward_bf16 cpu_swiglu_forward_bf16
 #define swiglu_backward_to_bf16 cpu_swiglu_backward_to_bf16
@@ -122,6 +124,8 @@
 #undef rmsnorm_forward
 #undef rmsnorm_backward
 #undef rmsnorm_rebuild
+#undef rmsnorm_forward_to_bf16
+#undef rmsnorm_rebuild_to_bf16
 #undef residual_forward
 #undef rope_tables
 #undef rope_tables_at
@@ -139,10 +143,10 @@
 #undef swiglu_forward
 #undef swiglu_backward
 #undef round_to_bf16
-#undef matmul_forward_to_bf16
+#undef matmul_forward_bf16
 #undef matmul_forward_from_bf16
 #undef matmul_backward_from_bf16
-#undef matmul_backward_dout_bf16
+#undef matmul_backward_bf16
 #undef widen_from_bf16
 #undef swiglu_forward_bf16
 #undef swiglu_backward_to_bf16

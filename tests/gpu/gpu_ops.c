@@ -613,12 +613,14 @@ int main(int argc, char **argv) {
     if (ops_has_bf16()) {
         test_matmul_bf16(37, 96, 80, 130);
         test_matmul_bf16(29, 64, 257, 301);
-        test_matmul_to_bf16(37, 96, 260);
-        test_matmul_to_bf16(29, 64, 258);
+        test_matmul_forward_bf16(37, 96, 260);
+        test_matmul_forward_bf16(29, 64, 258);
+        test_matmul_forward_bf16(29, 130, 64);  // 130: an input not a multiple of 8, through a padded copy
         test_matmul_from_bf16(37, 96, 80);
         test_matmul_from_bf16(29, 130, 64);  // 130: not a multiple of 8, through a padded copy
-        test_matmul_dout_bf16(37, 96, 80);
-        test_matmul_dout_bf16(29, 64, 130);
+        test_matmul_backward_bf16(37, 96, 80);
+        test_matmul_backward_bf16(29, 64, 130);
+        test_matmul_backward_bf16(29, 130, 64);
         test_kept_weights();
         test_adamw_writes_copy();
         test_attention_bf16(64);

@@ -1,10 +1,10 @@
 // tests/unit/test_bf16_acts.c — bf16 activations (ModelShard.bf16_acts, what
 // training.precision = bf16 turns on): the dense MLP keeps its gate|up
 // pre-activations as bf16 and not the SwiGLU output, which the backward rebuilds
-// (model/activations.h), both bf16 as their ops write them, and the gradients of
-// gate|up's and q|k|v's outputs are written as bf16 too. On the CPU ops (fp32
-// products, so the only roundings are those four), for a whole 3-layer model and
-// one micro-batch:
+// (model/activations.h), both bf16 as their ops write them, and the norms'
+// outputs and the gradients of gate|up's and q|k|v's outputs are written as bf16
+// too. On the CPU ops (fp32 products, so the only roundings are those), for a
+// whole 3-layer model and one micro-batch:
 //   - the gradient of the last layer's down projection, the final norm and the
 //     head against central finite differences of the loss: nothing after the last
 //     layer's SwiGLU is rounded, so the loss is smooth in them, and their gradient

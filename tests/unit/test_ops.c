@@ -461,6 +461,18 @@ static void test_rmsnorm(void) {
         CHECK(exh < 1e-6, "rmsnorm_forward eps=%g keeps xhat = x * rstd (max err %.2e)", eps, exh);
         rmsnorm_rebuild(again, xh, w, N, D);
         CHECK(!memcmp(again, out, nx * sizeof(float)), "rmsnorm_rebuild eps=%g: w * xhat is the forward's output bit for bit", eps);
+        // The bf16 outputs: the fp32 ones rounded, the same xhat and rstd; the
+        // rebuild gives the forward's bits again.
+        uint16_t *o16 = talloc(nx * sizeof(uint16_t)), *r16 = talloc(nx * sizeof(uint16_t));
+        uint16_t *ref16 = talloc(nx * sizeof(uint16_t));
+        float *xh2 = fnew(nx);
+        rmsnorm_forward_to_bf16(o16, xh2, rstd2, in, w, N, D, eps);
+        rmsnorm_rebuild_to_bf16(r16, xh2, w, N, D);
+        round_to_bf16(ref16, out, nx);
+        CHECK(!memcmp(o16, ref16, nx * sizeof(uint16_t)) && !memcmp(r16, ref16, nx * sizeof(uint16_t)) &&
+                  !memcmp(xh2, xh, nx * sizeof(float)) && !memcmp(rstd2, rstd, N * sizeof(float)),
+              "rmsnorm_forward_to_bf16 and rmsnorm_rebuild_to_bf16 eps=%g: the fp32 output rounded, bit for bit "
+              "(the same xhat and rstd)", eps);
         rms_ctx c = {to_d(in, nx), to_d(w, D), to_d(R, nx), dnew(nx), N, D, (double)eps};
         double *ref = dnew(nx), *rref = dnew(N);
         rmsnorm_d(ref, rref, c.in, c.w, N, D, c.eps);
@@ -967,18 +979,27 @@ static void test_swiglu_bf16(void) {
     for (size_t i = 0; i < no; i++) e = fmax(e, fabs((double)a[i] - b[i])), top = fmax(top, fabs((double)a[i]));
     CHECK(e / top > 1e-4 && e / top < 2e-2,
           "swiglu_forward_bf16 differs from the fp32 op on the unrounded gu by %.2e relative (max-norm)", e / top);
-    // matmul_forward_to_bf16 on the CPU: the fp32 product into the scratch, rounded.
+    // matmul_forward_bf16 on the CPU: the bf16 input x16 (N, I) widened into its
+    // scratch, the fp32 product into the other, rounded; the input's scratch may be
+    // x16's own buffer (widened in place), with the same result.
     const int I = 24;
     float *x = fnew((size_t)N * I), *w = fnew((size_t)2 * F * I), *y = fnew(ngu), *scr = fnew(ngu);
-    uint16_t *y16 = talloc(ngu * sizeof(uint16_t));
+    float *xs = fnew((size_t)N * I), *room = fnew((size_t)N * I);
+    uint16_t *y16 = talloc(ngu * sizeof(uint16_t)), *x16 = talloc((size_t)N * I * sizeof(uint16_t));
     fill(x, (size_t)N * I, -1, 1);
     fill(w, (size_t)2 * F * I, -1, 1);
+    round_to_bf16(x16, x, (size_t)N * I);
+    widen_from_bf16(x, x16, (size_t)N * I);  // x: the widened input from here on
     fill(scr, ngu, 7, 8);
     matmul_forward(y, x, w, N, I, 2 * F);
-    matmul_forward_to_bf16(y16, scr, x, w, N, I, 2 * F);
+    matmul_forward_bf16(y16, scr, x16, xs, w, N, I, 2 * F);
     round_to_bf16(gu16, y, ngu);
-    CHECK(!memcmp(scr, y, ngu * sizeof(float)) && !memcmp(y16, gu16, ngu * sizeof(uint16_t)),
-          "matmul_forward_to_bf16 = round_to_bf16 of matmul_forward, bit for bit (its scratch: the fp32 product)");
+    int ok = !memcmp(scr, y, ngu * sizeof(float)) && !memcmp(y16, gu16, ngu * sizeof(uint16_t));
+    memcpy(room, x16, (size_t)N * I * sizeof(uint16_t));
+    matmul_forward_bf16(y16, scr, (uint16_t *)room, room, w, N, I, 2 * F);
+    ok &= !memcmp(y16, gu16, ngu * sizeof(uint16_t)) && !memcmp(room, x, (size_t)N * I * sizeof(float));
+    CHECK(ok, "matmul_forward_bf16 = round_to_bf16 of matmul_forward of the widened input, bit for bit (its "
+              "scratch: the fp32 product), the input widened in place too");
     // matmul_*_from_bf16 on the CPU: the input widened into the scratch, then sgemm.
     // in16 = gu16 (N, 2F) as the input of a product 2F -> I (a down projection).
     float *dw1 = fnew((size_t)I * 2 * F), *dw2 = fnew((size_t)I * 2 * F), *o1 = fnew((size_t)N * I);
@@ -988,29 +1009,35 @@ static void test_swiglu_bf16(void) {
     matmul_forward(o1, y, w, N, 2 * F, I);
     fill(scr, ngu, 7, 8);
     matmul_forward_from_bf16(o2, gu16, scr, w, N, 2 * F, I);
-    CHECK(!memcmp(o1, o2, (size_t)N * I * sizeof(float)),
-          "matmul_forward_from_bf16 = matmul_forward of the widened input, bit for bit");
+    ok = !memcmp(o1, o2, (size_t)N * I * sizeof(float));
+    memcpy(scr, gu16, ngu * sizeof(uint16_t));
+    matmul_forward_from_bf16(o2, (uint16_t *)scr, scr, w, N, 2 * F, I);
+    CHECK(ok && !memcmp(o1, o2, (size_t)N * I * sizeof(float)),
+          "matmul_forward_from_bf16 = matmul_forward of the widened input, bit for bit (in place too)");
     matmul_backward(dx1, dw1, dy, y, w, N, 2 * F, I, 0);
     fill(scr, ngu, 7, 8);
     matmul_backward_from_bf16(dx2, dw2, dy, gu16, scr, w, N, 2 * F, I, 0);
     CHECK(!memcmp(dx1, dx2, ngu * sizeof(float)) && !memcmp(dw1, dw2, (size_t)I * 2 * F * sizeof(float)),
           "matmul_backward_from_bf16 = matmul_backward of the widened input (din, dweight), bit for bit");
-    // matmul_backward_dout_bf16 on the CPU: the output gradient widened into the
-    // scratch, then sgemm. dout16 = dgu16 (N, 2F) as a gate|up product's (I -> 2F)
-    // gradient; din and dweight in one call and in two, the same bits.
+    // matmul_backward_bf16 on the CPU: the output gradient and the input widened
+    // into their scratches, then sgemm. dout16 = dgu16 (N, 2F) as a gate|up
+    // product's (I -> 2F) gradient, in16 = x16; din and dweight in one call and in
+    // two, and the input widened in place: the same bits.
     float *din1 = fnew((size_t)N * I), *din2 = fnew((size_t)N * I), *gw1 = fnew((size_t)2 * F * I);
     float *gw2 = fnew((size_t)2 * F * I);
     widen_from_bf16(y, dgu16, ngu);  // the widened gradient, by hand
     matmul_backward(din1, gw1, y, x, w, N, I, 2 * F, 0);
     fill(scr, ngu, 7, 8);
-    matmul_backward_dout_bf16(din2, gw2, dgu16, scr, x, w, N, I, 2 * F, 0);
+    matmul_backward_bf16(din2, gw2, dgu16, scr, x16, xs, w, N, I, 2 * F, 0);
     CHECK(!memcmp(din1, din2, (size_t)N * I * sizeof(float)) && !memcmp(gw1, gw2, (size_t)2 * F * I * sizeof(float)),
-          "matmul_backward_dout_bf16 = matmul_backward of the widened output gradient (din, dweight), bit for bit");
+          "matmul_backward_bf16 = matmul_backward of the widened output gradient and input (din, dweight), bit for "
+          "bit");
     fill(din2, (size_t)N * I, 7, 8), fill(gw2, (size_t)2 * F * I, 0, 0);
-    matmul_backward_dout_bf16(din2, NULL, dgu16, scr, NULL, w, N, I, 2 * F, 0);
-    matmul_backward_dout_bf16(NULL, gw2, dgu16, scr, x, NULL, N, I, 2 * F, 0);
+    memcpy(room, x16, (size_t)N * I * sizeof(uint16_t));
+    matmul_backward_bf16(din2, NULL, dgu16, scr, NULL, NULL, w, N, I, 2 * F, 0);
+    matmul_backward_bf16(NULL, gw2, dgu16, scr, (uint16_t *)room, room, NULL, N, I, 2 * F, 0);
     CHECK(!memcmp(din1, din2, (size_t)N * I * sizeof(float)) && !memcmp(gw1, gw2, (size_t)2 * F * I * sizeof(float)),
-          "matmul_backward_dout_bf16 asked for din and dweight apart: the same bits");
+          "matmul_backward_bf16 asked for din and dweight apart, the input widened in place: the same bits");
     tfree_all();
 }
 

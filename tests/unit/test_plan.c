@@ -329,10 +329,9 @@ static void test_step_time(void) {
           "predicts costs for pp 4 or interleaved");
     // femtotron's bf16 runs (a measured profile: 4-byte values, precision bf16)
     // round their fp32 activation operands in passes of 6 bytes a value: per layer
-    // and micro-batch the forward's q|k|v, gate|up (N x D each) and o (N x A)
-    // inputs, the backward's o (N x D, N x A), down (N x D) output gradients and
-    // the gate|up and q|k|v weight gradients' inputs (N x D each); the head's input
-    // in both directions and its logits' gradient (N x V) once. Nothing else moves.
+    // and micro-batch the forward's o input (N x A), the backward's o (N x D, N x A)
+    // and down (N x D) operands; the head's input in both directions and its
+    // logits' gradient (N x V) once. Nothing else moves.
     Hardware h4 = ideal(1e14, 0, 1e30);
     h4.bytes_per_value = 4, h4.mem_bw = 1e12;
     PlanProblem p32 = plan_problem("smollm-360m", 1, 2048, 8, h4), p16 = p32;
@@ -340,7 +339,7 @@ static void test_step_time(void) {
     PlanLayout mb2 = {1, 1, 1, 1, 0, 0, 2, 4, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime s32 = plan_step_time(&p32, &mb2), s16 = plan_step_time(&p16, &mb2);
     const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
-    const double passes = 4 * (Ls * (2 * Nt * D + Nt * A + 4 * Nt * D + Nt * A) + 2 * Nt * D + Nt * V);
+    const double passes = 4 * (Ls * (Nt * A + 2 * Nt * D + Nt * A) + 2 * Nt * D + Nt * V);
     const double want_bf16 = passes * 6.0 / h4.mem_bw;
     CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
           "bf16 rounding passes: %.6g s of compute more than fp32 = %.6g s (6 bytes per rounded value)",
