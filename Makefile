@@ -90,7 +90,7 @@ NVCCFLAGS  := -std=c++17 -O3 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencod
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
-CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
                $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))

@@ -86,6 +86,7 @@
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
 #include "ops/cpu.c"
+#include "ops/loss_optim_cpu.c"
 #include "ops/moe_dispatch_cpu.c"
 
 // The CUDA names again, and ops.h once more (its guard reopened) to declare them.
