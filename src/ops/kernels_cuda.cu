@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include "ops/bf16_cuda.cuh"
 #include "ops/cuda_common.cuh"
 #include "ops/reduce_cuda.cuh"
 
@@ -153,12 +154,8 @@ extern "C" void embedding_backward_range(float *dtable, const float *dout, const
 // ---------------------------------------------------------------------- RMSNorm
 
 // One block per row: ss = sum x^2 (fixed tree), rstd = 1/sqrt(ss/D + eps),
-// xhat = x rstd (kept when xhat is not NULL), y = w xhat.
-// An fp32 result as an output of type O: itself, or rounded to the nearest bf16.
-__device__ static inline void store(float *p, float x) { *p = x; }
-__device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
-
-// O: float (rmsnorm_forward, _rebuild) or __nv_bfloat16 (the _to_bf16 ops).
+// xhat = x rstd (kept when xhat is not NULL), y = w xhat. O: float
+// (rmsnorm_forward, _rebuild) or __nv_bfloat16 (the _to_bf16 ops; ops/bf16_cuda.cuh).
 template <typename O>
 __global__ void k_rmsnorm(O *out, float *xhat, float *rstd, const float *in, const float *weight, int D,
                           float eps) {
@@ -316,15 +313,6 @@ static void rope(O *out, const float *in, const float *cos_t, const float *sin_t
     cuda_done(what);
 }
 
-// The v columns [v0, row) of every token's row: dst = src rounded to bf16.
-__global__ static void k_round_columns(__nv_bfloat16 *dst, const float *src, int BS, int row, int v0) {
-    const size_t w = (size_t)(row - v0), total = (size_t)BS * w;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        const size_t j = (e / w) * row + v0 + e % w;
-        dst[j] = __float2bfloat16_rn(src[j]);
-    }
-}
-
 extern "C" void rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd) {
     rope(qkv, qkv, cos_t, sin_t, B, S, H, KV, hd, 1.0f, "rope_forward");
 }
@@ -340,17 +328,15 @@ extern "C" void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const
     rope(out, dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward_to_bf16");
     const int row = (H + 2 * KV) * hd, v0 = (H + KV) * hd;
     if ((size_t)B * S * (row - v0) == 0) return;
-    k_round_columns<<<cuda_blocks((size_t)B * S * (row - v0), THREADS), THREADS, 0, cuda_stream()>>>(out, dqkv, B * S,
-                                                                                                    row, v0);
+    const size_t tokens = (size_t)B * S, vw = (size_t)(row - v0);  // v: each token's last vw values, rounded
+    k_round_rows<float><<<cuda_blocks(tokens * vw, THREADS), THREADS, 0, cuda_stream()>>>(out + v0, dqkv + v0, tokens,
+                                                                                         vw, row, row);
     cuda_done("rope_backward_to_bf16 (v)");
 }
 
 // ----------------------------------------------------------------------- SwiGLU
 
 // gu(N, 2F) per token [gate | up]; out(N, F) = silu(gate) * up.
-// gu's values as fp32: itself, or a kept bf16 value widened (exactly).
-__device__ static inline float widen(float x) { return x; }
-__device__ static inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // T, O: float (swiglu_forward) or __nv_bfloat16 (swiglu_forward_bf16: a kept gu, a
 // bf16 output for the down product).
@@ -403,14 +389,9 @@ extern "C" void swiglu_backward(float *dgu, const float *dout, const float *gu, 
 
 // ------------------------------------------------------------ bf16 activations
 
-__global__ static void k_round_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
-}
-
 extern "C" void round_to_bf16(uint16_t *dst, const float *src, size_t n) {
     if (n == 0) return;
-    k_round_to_bf16<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>((__nv_bfloat16 *)dst, src, n);
+    k_round_rows<float><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_stream()>>>((__nv_bfloat16 *)dst, src, 1, n, n, n);
     cuda_done("round_to_bf16");
 }
 

@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 #include <string.h>
 
+#include "ops/bf16_cuda.cuh"
 #include "ops/cuda_common.cuh"
 
 extern "C" {
@@ -147,21 +148,6 @@ static Plan *plan_for(const PlanKey *key) {
     return p;
 }
 
-__device__ static inline float as_f32(float x) { return x; }
-__device__ static inline float as_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// dst's `lines` runs of `len` bf16 values, ld_dst apart = src's `lines` runs of
-// `len` values, ld apart, each rounded to the nearest bf16 (ties to even): floats
-// rounded, bf16 values copied (widened and rounded back: the same bits); the
-// padding between runs is left as it is (no product reads it).
-template <typename S>
-__global__ static void k_round_bf16(__nv_bfloat16 *dst, const S *src, size_t lines, size_t len, size_t ld,
-                                    size_t ld_dst) {
-    const size_t n = lines * len, stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[(i / len) * ld_dst + i % len] = __float2bfloat16_rn(as_f32(src[(i / len) * ld + i % len]));
-}
-
 // An operand as the product reads it: the fp32 matrix itself, or (bf16 products)
 // its bf16 copy in `slot`. A column-major operand of `len` rows and `lines`
 // columns with leading dimension ld (a row-major one: `lines` rows of `len`); the
@@ -253,7 +239,7 @@ static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
         r->n = n;
     }
     if (!fresh((size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
-        k_round_bf16<float><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
+        k_round_rows<float><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
     r->gen = g_w_gen;
     return c;
 }
@@ -264,7 +250,7 @@ static Operand padded_copy(int slot, const S *x, int lines, int len, int ld) {
     const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
     __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
                                                            "a bf16 operand copy");  // (lines, ld16)
-    k_round_bf16<S><<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
+    k_round_rows<S><<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
                                                                                       (size_t)len, (size_t)ld, ld16);
     return Operand{copy, (int)ld16};
 }
