@@ -124,33 +124,7 @@ for py in ${TORCH_PYTHON:-} python3 build/torch2env/bin/python; do
 done
 [[ -n $TORCH_PY ]] || note "no Python here has a PyTorch that sees the GPU (tried ${TORCH_PYTHON:-} python3 build/torch2env/bin/python): the PyTorch rows are left out"
 {
-    echo "date=$(date '+%Y-%m-%d %H:%M %Z')"
-    echo "gpu=$(smi --query-gpu=name,memory.total --format=csv,noheader)"
-    echo "driver=$(smi --query-gpu=driver_version --format=csv,noheader)"
-    echo "cuda_driver=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -n 1 | sed 's/.*: *//')"
-    echo "clocks=$(smi --query-gpu=clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv,noheader)"
-    echo "nvcc=$( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-    echo "cublaslt=$(basename "$(readlink -f "$(ldd "$FTC" 2>/dev/null | awk '/libcublasLt/ {print $3}')")" 2>/dev/null)"
-    if rev=$(git rev-parse --short HEAD 2>/dev/null); then
-        git diff --quiet HEAD -- src Makefile 2>/dev/null || rev="$rev (src modified)"
-    else rev=unknown; fi
-    echo "femtotron_rev=$rev"
-    if [[ -n $TORCH_PY ]]; then
-        "$TORCH_PY" - <<'EOF'
-import torch
-nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
-nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl
-print(f"torch={torch.__version__}")
-print(f"torch_cuda={torch.version.cuda}")
-print(f"cudnn={torch.backends.cudnn.version()}")
-print(f"nccl={nccl}")
-try:
-    import triton
-    print(f"triton={triton.__version__}")
-except ImportError:
-    print("triton=none")
-EOF
-    fi
+    TORCH_PY=${TORCH_PY:-/nonexistent} GPU=$GPU bash tests/gpu/versions.sh "$FTC"
     echo "cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1) ($(nproc) cores)"
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "gpu_apps_start=$(smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tr '\n' ';')"

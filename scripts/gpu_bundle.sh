@@ -43,6 +43,12 @@ for b in "${bins[@]}"; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u | 
 mkdir -p gpu-bundle/fortunes
 find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} gpu-bundle/fortunes/ \;
 
+# The commit the binaries were built from (the GPU machine gets the working tree
+# without .git): tests/gpu/versions.sh reports it.
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src Makefile 2>/dev/null || rev="$rev (src modified)"
+echo "$rev" >gpu-bundle/REVISION
+
 cat >gpu-bundle/env.sh <<'ENV'
 # gpu-bundle/env.sh — source it in the repository root on the GPU machine (scripts/gpu_bundle.sh).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

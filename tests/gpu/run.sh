@@ -23,6 +23,10 @@
 # layouts_bf16 bf16_main_job reference resume_devices calibrate generate nccl")
 # runs only the parts it names, in that order, so that a machine lent for a few
 # minutes per command can run them in several calls (their counts add up).
+# Time limits, for a lent machine (tests/gpu/session.sh sets them): PART_LIMIT_S
+# caps each part (a part stopped at it fails, "FAIL PART.sh stopped at its N s
+# limit"), and DEADLINE (seconds since the epoch) caps every part at the time left
+# and skips a part with under 20 s left ("SKIP PART: ..."; not counted).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -49,22 +53,39 @@ for t in ${GPU_TESTS:-$ALL}; do
     grep -qw -- "$t" <<<"$ALL" || { echo "FAIL GPU_TESTS names '$t', which is none of: $ALL"; echo "0 passed, 1 failed"; exit 1; }
 done
 wanted() { grep -qw -- "$1" <<<"${GPU_TESTS:-$ALL}"; }
+# The seconds part NAME may run (PART_LIMIT_S, and DEADLINE's time left); empty
+# for no limit. A part with under 20 s left is not started.
+part_limit() {
+    local cap=${PART_LIMIT_S:-} left
+    if [ -n "${DEADLINE:-}" ]; then
+        left=$((DEADLINE - $(date +%s)))
+        { [ -z "$cap" ] || [ "$left" -lt "$cap" ]; } && cap=$left
+    fi
+    echo "$cap"
+}
 log=$(mktemp)
 : >"$log"
-if wanted gpu_ops; then
-    ./build-cuda/tests/gpu_ops | tee "$log"
-    rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log" || echo "FAIL gpu_ops exited with status $rc" | tee -a "$log"
-fi
-# Each script prints PASS/FAIL lines; one that fails without a FAIL line of its own
-# (a crash) gets one here.
-for t in train_parity layouts layouts_bf16 bf16_main_job reference resume_devices calibrate generate nccl; do
+# Each part prints PASS/FAIL lines; one that fails without a FAIL line of its own
+# (a crash, or its time limit) gets one here.
+for t in $ALL; do
     wanted "$t" || continue
-    echo "== tests/gpu/$t.sh ($(date -u +%H:%M:%S))"
-    bash "tests/gpu/$t.sh" | tee "$log.part"
+    cap=$(part_limit)
+    if [ -n "$cap" ] && [ "$cap" -lt 20 ]; then
+        echo "SKIP $t: out of time (${cap} s left before DEADLINE)"
+        continue
+    fi
+    echo "== $t ($(date -u +%H:%M:%S)${cap:+, limit $cap s})"
+    cmd=(bash "tests/gpu/$t.sh")
+    [ "$t" = gpu_ops ] && cmd=("${GPU_OPS:-./build-cuda/tests/gpu_ops}")
+    [ -n "$cap" ] && cmd=(timeout -k 10 "$cap" "${cmd[@]}")
+    "${cmd[@]}" | tee "$log.part"
     rc=${PIPESTATUS[0]}
     cat "$log.part" >>"$log"
-    [ "$rc" -eq 0 ] || grep -q '^FAIL ' "$log.part" || echo "FAIL $t.sh exited with status $rc" | tee -a "$log"
+    if [ -n "$cap" ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; then
+        echo "FAIL $t stopped at its $cap s limit" | tee -a "$log"
+    elif [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$log.part"; then
+        echo "FAIL $t exited with status $rc" | tee -a "$log"
+    fi
 done
 rm -f "$log.part"
 p=$(grep -c '^PASS ' "$log")

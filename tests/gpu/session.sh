@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# tests/gpu/session.sh — everything a lent GPU is for, in one call that fits the
+# lease (15 minutes of device time a session, a machine's start included, at most 10
+# minutes a command): issue 14's GPU tests, then issue 21's benchmark with the time
+# left, and the record of both that the issues ask to commit under bench/results/.
+#
+# Here first: `bash scripts/gpu_bundle.sh` (the binaries, their libraries, Open MPI
+# and the corpus in gpu-bundle.tar.gz, which git ignores). Then one device call,
+# carrying the bundle, with timeout_s 600:
+#   bash tests/gpu/session.sh
+# On the device machine it
+#   1. unpacks gpu-bundle.tar.gz where it is there and sources gpu-bundle/env.sh
+#      (PREBUILT=1: nothing is built there); without a bundle it builds (make cuda);
+#   2. writes the GPU and software versions (tests/gpu/versions.sh);
+#   3. runs tests/gpu/run.sh's parts in SESSION_TESTS's order (default: the ops, the
+#      one-rank parity, the layouts in fp32 and bf16, the PyTorch reference, resume
+#      across devices, generate, calibrate, NCCL, then the main job's 500 bf16
+#      steps), each under PART_LIMIT_S and all before the tests' deadline;
+#   4. where gpu_ops failed, runs it again under compute-sanitizer's memcheck
+#      (SANITIZER_LIMIT_S), whose first reports name the kernel and the address;
+#   5. gives bench/gpu_vs_pytorch.sh what is left of SESSION_BUDGET_S, where that
+#      is at least BENCH_MIN_S (SESSION_BENCH=0 leaves it out);
+#   6. ends on its record's summary: a table of the parts with their counts and
+#      seconds, and "N passed, N failed" over every part (exit 1 on a failure).
+# Everything lands in OUT (the device tool's folder, whose files come back; default
+# a new folder under /tmp, printed): session.md (the record: versions, the command,
+# the table, every FAIL and SKIP line, the benchmark's table), session.log (all
+# output), sanitizer.log, gpu_vs_pytorch.md and gpu_vs_pytorch_runs.tar.gz. Copy
+# session.md to bench/results/gpu_session_DATE.md and the benchmark's files to
+# bench/results/ here.
+#
+# Knobs (defaults in brackets): SESSION_BUDGET_S [560] the whole script;
+# TESTS_SHARE_S [360] the most the tests take of it; PART_LIMIT_S [150];
+# SESSION_TESTS [above]; SANITIZER [compute-sanitizer] SANITIZER_LIMIT_S [90];
+# SESSION_BENCH [1]; BENCH_MIN_S
+# [120]; BENCH_SHAPES [smollm-1.7b llama-3.2-1b smollm-360m]. Without an NVIDIA GPU
+# it says so and exits 0, as tests/gpu/run.sh does.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+T0=$(date +%s)
+BUDGET=${SESSION_BUDGET_S:-560}
+TESTS_SHARE=${TESTS_SHARE_S:-360}
+SESSION_TESTS=${SESSION_TESTS:-"gpu_ops train_parity layouts layouts_bf16 reference resume_devices generate calibrate nccl bf16_main_job"}
+OUT=${OUT:-$(mktemp -d /tmp/gpu_session.XXXXXX)}
+mkdir -p "$OUT"
+LOG=$OUT/session.log
+REC=$OUT/session.md
+: >"$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    say "SKIP no NVIDIA GPU here (nvidia-smi lists none): the GPU session did not run"
+    say "0 passed, 0 failed"
+    exit 0
+fi
+
+# 1. The binaries: the bundle's where it came along, else built here.
+if [ -f gpu-bundle.tar.gz ]; then
+    tar xzf gpu-bundle.tar.gz || { say "FAIL unpacking gpu-bundle.tar.gz"; exit 1; }
+    envmsg=$(mktemp)
+    # shellcheck disable=SC1091
+    . gpu-bundle/env.sh 2>"$envmsg"  # its notes of libraries still missing, if any
+    tee -a "$LOG" <"$envmsg"
+    rm -f "$envmsg"
+    export PREBUILT=1
+    say "== binaries from gpu-bundle.tar.gz ($(elapsed) s)"
+elif [ "${PREBUILT:-0}" != 1 ]; then
+    say "== make cuda ($(elapsed) s)"
+    { make -s -j"$(nproc)" cuda && make -s -j"$(nproc)" femtotron build/tests/plan_memory_main build/tests/dump_grads; } \
+        >>"$LOG" 2>&1 || { say "FAIL make cuda (see session.log)"; exit 1; }
+    export PREBUILT=1
+fi
+
+# 2. What it ran on.
+TORCH_PY=python3 bash tests/gpu/versions.sh "${GPU_BIN:-./femtotron-cuda}" >"$OUT/versions.txt"
+nvidia-smi -L >>"$LOG" 2>&1
+sed 's/^/   /' "$OUT/versions.txt" | tee -a "$LOG"
+
+# 3. The tests, one run.sh call per part (its own counts), in priority order.
+tests_deadline=$((T0 + (TESTS_SHARE < BUDGET ? TESTS_SHARE : BUDGET)))
+export PART_LIMIT_S=${PART_LIMIT_S:-150}
+rows=()
+for t in $SESSION_TESTS; do
+    t1=$(date +%s)
+    out=$(DEADLINE=$tests_deadline GPU_TESTS=$t bash tests/gpu/run.sh 2>&1)
+    rc=$?
+    printf '%s\n' "$out" >>"$LOG"
+    printf '%s\n' "$out" | grep -E '^(PASS|FAIL|SKIP) ' | cut -c1-400
+    counts=$(printf '%s\n' "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' | tail -n 1)
+    read -r p f <<<"${counts:-0 1}"
+    [ -n "$counts" ] || echo "FAIL $t: run.sh ended without its count (exit $rc)" | tee -a "$LOG"
+    status=ok
+    printf '%s\n' "$out" | grep -q "^SKIP $t" && status=skipped
+    ((f > 0)) && status=failed
+    rows+=("| $t | $p | $f | $(($(date +%s) - t1)) | $status |")
+    printf '%s\n' "$out" | grep -E '^(FAIL|SKIP) ' >>"$OUT/problems.txt"
+    [ -n "$counts" ] || echo "FAIL $t: run.sh ended without its count (exit $rc)" >>"$OUT/problems.txt"
+    if [ "$t" = gpu_ops ] && [ "$status" = failed ]; then
+        # 4. The failing ops under memcheck: an out-of-bounds access names its kernel.
+        san=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+        if [ -x "$san" ]; then
+            say "== compute-sanitizer memcheck of gpu_ops (limit ${SANITIZER_LIMIT_S:-90} s)"
+            timeout -k 10 "${SANITIZER_LIMIT_S:-90}" "$san" --tool memcheck --print-limit 20 \
+                "${GPU_OPS:-./build-cuda/tests/gpu_ops}" >"$OUT/sanitizer.log" 2>&1
+            grep -E '^(=+ (ERROR SUMMARY|Invalid|Program hit)|FAIL )' "$OUT/sanitizer.log" | head -n 20 | tee -a "$LOG"
+        else
+            say "NOTE no compute-sanitizer here: gpu_ops was not run under memcheck"
+        fi
+    fi
+done
+passed=0 failed=0
+for r in "${rows[@]}"; do
+    read -r _ _ _ p _ f _ <<<"$r"
+    passed=$((passed + p)) failed=$((failed + f))
+done
+
+# 5. The benchmark, with what is left.
+bench_note="left out (SESSION_BENCH=0)"
+if [ "${SESSION_BENCH:-1}" = 1 ]; then
+    left=$((BUDGET - $(elapsed) - 10))
+    if [ "$left" -ge "${BENCH_MIN_S:-120}" ]; then
+        say "== bench/gpu_vs_pytorch.sh, ${left} s ($(elapsed) s)"
+        RES=$OUT BUDGET_S=$left SHAPES=${BENCH_SHAPES:-"smollm-1.7b llama-3.2-1b smollm-360m"} \
+            bash bench/gpu_vs_pytorch.sh >>"$LOG" 2>&1
+        bench_note="ran with a budget of $left s (exit $?)"
+    else
+        bench_note="not run: $left s left, under BENCH_MIN_S=${BENCH_MIN_S:-120}"
+    fi
+    say "== benchmark $bench_note"
+fi
+
+# 6. The record.
+{
+    echo "# GPU session $(sed -n 's/^date=//p' "$OUT/versions.txt")"
+    echo
+    echo "Command: \`bash tests/gpu/session.sh\` (SESSION_BUDGET_S=$BUDGET, TESTS_SHARE_S=$TESTS_SHARE," \
+        "PART_LIMIT_S=$PART_LIMIT_S), femtotron $(sed -n 's/^femtotron_rev=//p' "$OUT/versions.txt"), $(elapsed) s in all."
+    echo
+    echo '```'
+    cat "$OUT/versions.txt"
+    echo '```'
+    echo
+    echo "## Tests (tests/gpu/run.sh, a call per part)"
+    echo
+    echo "| part | passed | failed | seconds | status |"
+    echo "| --- | --- | --- | --- | --- |"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "**$passed passed, $failed failed.**"
+    if [ -s "$OUT/problems.txt" ]; then
+        echo
+        echo '```'
+        cut -c1-600 "$OUT/problems.txt"
+        echo '```'
+    fi
+    if [ -s "$OUT/sanitizer.log" ]; then
+        echo
+        echo "compute-sanitizer memcheck of gpu_ops (sanitizer.log), its first reports:"
+        echo '```'
+        grep -E '^=+ ' "$OUT/sanitizer.log" | head -n 30
+        echo '```'
+    fi
+    echo
+    echo "## Benchmark (bench/gpu_vs_pytorch.sh): $bench_note"
+    if [ -f "$OUT/gpu_vs_pytorch.md" ]; then echo; cat "$OUT/gpu_vs_pytorch.md"; fi
+} >"$REC"
+rm -f "$OUT/problems.txt"
+say ""
+sed -n '/^| part/,/^\*\*/p' "$REC" | tee -a "$LOG"
+say "record: $REC; log: $LOG"
+say "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
