@@ -56,7 +56,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.
 # The CUDA backend's tensor-core attention kernels run on CPU threads (tests/emu):
 # C++, built by the host compiler, no CUDA toolkit needed.
 CXX ?= g++
-$(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh
+$(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh \
+                           src/ops/flash_mma.cuh src/ops/mma_bf16.cuh
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 

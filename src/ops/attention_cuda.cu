@@ -3,9 +3,12 @@
 // may come from another context-parallel rank), the forward saving only the
 // log-sum-exp and the backward recomputing probabilities from it.
 //
-// Two implementations of the forward and backward blocks. With bf16 products
-// (training.precision = bf16) and a head dimension of 16, 32, 64 or 128, the
-// tensor-core kernels of ops/flash_attention.cuh. Otherwise (fp32, the precision
+// Three implementations of the forward and backward blocks. With bf16 products
+// (training.precision = bf16), the tensor-core kernels: at head dimensions 32, 64
+// and 128 those of ops/flash_mma.cuh (mma.sync, the score tiles in registers), at
+// 16 those of ops/flash_attention.cuh (WMMA, the scores through shared memory),
+// which FEMTOTRON_ATTENTION=wmma also picks at every head dimension they take (to
+// time one against the other; =mma is the default). Otherwise (fp32, the precision
 // the 1e-5 parity tests run in) the fp32 kernels below.
 //
 // The fp32 kernels are simple and correct, not fast: one thread per query
@@ -15,9 +18,12 @@
 // order. Every output has one writer and a fixed order of terms: no atomics, the
 // same bits every run. Key j is visible to query i iff kpos[j] <= qpos[i].
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda_common.cuh"
 #include "ops/flash_attention.cuh"
+#include "ops/flash_mma.cuh"
 
 extern "C" {
 #include "ops/ops.h"
@@ -91,12 +97,20 @@ static void check_hd(int hd, const char *what) {
     if (hd > ATT_MAX_HD) die("%s: head dim %d exceeds the CUDA kernel's %d", what, hd, ATT_MAX_HD);
 }
 
-// The tensor-core kernels take this block (bf16 products, a head dimension they
-// have); their grid's y is B * H (at most 65535).
-static bool use_flash(int B, int H, int hd, const char *what) {
-    if (!cuda_bf16_products() || !flash::head_dim_ok(hd)) return false;
-    if ((size_t)B * H > 65535u) die("%s: %d sequences x %d heads exceed the attention grid (65535)", what, B, H);
-    return true;
+// Which kernels take this block: FLASH_NONE (fp32 products, or a head dimension
+// no tensor-core kernel has), FLASH_MMA or FLASH_WMMA (above). The tensor-core
+// grids' y is B * H (at most 65535).
+enum { FLASH_NONE, FLASH_MMA, FLASH_WMMA };
+static int use_flash(int B, int H, int hd, const char *what) {
+    if (!cuda_bf16_products()) return FLASH_NONE;
+    const char *pick = getenv("FEMTOTRON_ATTENTION");  // read each time: gpu_ops checks both
+    const bool wmma = pick && strcmp(pick, "wmma") == 0;
+    if (pick && !wmma && strcmp(pick, "mma") != 0)
+        die("FEMTOTRON_ATTENTION=%s: the attention kernels are mma (the default) or wmma", pick);
+    const int kind = !wmma && flash_mma::head_dim_ok(hd) ? FLASH_MMA : flash::head_dim_ok(hd) ? FLASH_WMMA : FLASH_NONE;
+    if (kind != FLASH_NONE && (size_t)B * H > 65535u)
+        die("%s: %d sequences x %d heads exceed the attention grid (65535)", what, B, H);
+    return kind;
 }
 
 extern "C" void attention_block_forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv,
@@ -107,10 +121,12 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0 || Sk == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
-    if (use_flash(B, H, hd, "attention_block_forward")) {
-        cuda_profile_open();  // flash_attention.cuh launches on cuda_stream() only when not emulated
-        flash::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd);
-        cuda_done("attention_block_forward (tensor cores)");
+    const int kind = use_flash(B, H, hd, "attention_block_forward");
+    if (kind != FLASH_NONE) {
+        cuda_profile_open();  // the flash headers launch on cuda_stream() only when not emulated
+        if (kind == FLASH_MMA) flash_mma::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd);
+        else flash::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qp, kp, B, Sq, Sk, H, KV, hd);
+        cuda_done(kind == FLASH_MMA ? "attention_block_forward (mma)" : "attention_block_forward (wmma)");
         return;
     }
     k_att_fwd<<<row_blocks(rows, "attention_block_forward"), THREADS, 0, cuda_stream()>>>(
@@ -233,10 +249,13 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     check_hd(hd, "attention_block_backward");
     if ((size_t)B * Sq * Sk * H == 0) return;
     const int *qp = cuda_device_ints(qpos, (size_t)Sq, 1), *kp = cuda_device_ints(kpos, (size_t)Sk, 2);
-    if (use_flash(B, H, hd, "attention_block_backward")) {
+    const int kind = use_flash(B, H, hd, "attention_block_backward");
+    if (kind != FLASH_NONE) {
         cuda_profile_open();  // as in the forward
-        flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
-        cuda_done("attention_block_backward (tensor cores)");
+        if (kind == FLASH_MMA)
+            flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
+        else flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
+        cuda_done(kind == FLASH_MMA ? "attention_block_backward (mma)" : "attention_block_backward (wmma)");
         return;
     }
     const float scale = 1.0f / sqrtf((float)hd);

@@ -96,6 +96,16 @@ struct int2 {
     int x, y;
 };
 inline int2 make_int2(int x, int y) { return int2{x, y}; }
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 
 struct dim3 {
     unsigned x, y, z;
@@ -349,7 +359,17 @@ inline Context scheduler;
 inline std::vector<Thread> threads;
 inline std::vector<char *> free_stacks;
 inline unsigned current;
-inline std::vector<uint64_t> collective_calls;  // WMMA calls per thread of the running block
+inline std::vector<uint64_t> collective_calls;  // warp-collective calls per thread of the running block
+// The warp's exchange for the per-lane collectives (mma.sync, ldmatrix, shuffles):
+// two slots per warp, used by a warp's calls in turn, so that one barrier a call
+// suffices (a lane can write the next call's slot only once every lane has passed
+// this call's barrier, by which time each has read this one's).
+constexpr size_t XBYTES = 64;
+struct XSlot {
+    alignas(16) unsigned char lane[32][XBYTES];
+};
+inline std::vector<XSlot> xslots;     // 2 per warp of the running block
+inline std::vector<uint64_t> xcalls;  // exchanges per thread of the running block
 inline const std::function<void()> *body;
 inline bool direct, used_barrier;
 inline unsigned char *smem;
@@ -376,6 +396,8 @@ inline void entry() {
 inline void check_collectives(unsigned n);
 inline void run_block(unsigned n) {
     collective_calls.assign(n, 0);
+    xcalls.assign(n, 0);
+    if (xslots.size() < 2 * (size_t)(n / 32)) xslots.resize(2 * (size_t)(n / 32));
     if (direct) {
         for (unsigned t = 0; t < n; t++) {
             threadIdx = dim3(t);
@@ -877,5 +899,99 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------- per-lane warp collectives
+// Unlike WMMA's, these instructions spread their operands over the lanes in a
+// documented layout (PTX ISA: mma.m16n8k16, ldmatrix, shfl.sync), which the
+// kernels rely on, so each lane holds only its own registers here too: every lane
+// puts its part in the warp's exchange, meets the others at a warp barrier, and
+// reads what the instruction gives it. All 32 lanes must make the same calls
+// (counted as WMMA's are); a lane elsewhere deadlocks the warp, which the scheduler
+// reports.
+namespace emu {
+template <class T>
+inline XSlot &warp_exchange(const T &mine) {
+    static_assert(sizeof(T) <= XBYTES, "exchange record too large");
+    const unsigned t = threadIdx.x;
+    collective_calls[t]++;
+    XSlot &slot = xslots[2 * (t / 32) + xcalls[t]++ % 2];
+    memcpy(slot.lane[t % 32], &mine, sizeof(T));
+    barrier(WAIT_WARP);
+    return slot;
+}
+template <class T>
+inline T from_lane(const XSlot &slot, unsigned lane) {
+    T v;
+    memcpy(&v, slot.lane[lane], sizeof(T));
+    return v;
+}
+inline float bf16_half(uint32_t reg, int hi) {
+    uint32_t u = hi ? reg & 0xffff0000u : reg << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+}  // namespace emu
+
+// shfl.sync.bfly: the value of lane (this lane ^ lane_mask), for 4-byte T.
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    static_assert(sizeof(T) == 4, "4-byte shuffles only are emulated");
+    if (mask != 0xffffffffu || width != 32) emu_fail("__shfl_xor_sync with a partial mask or width is not emulated");
+    const emu::XSlot &slot = emu::warp_exchange(v);
+    return emu::from_lane<T>(slot, (threadIdx.x % 32) ^ (unsigned)lane_mask);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a b + c, a 16x16 and b
+// 16x8 bf16, c and d 16x8 fp32. With g = lane / 4 and t = lane % 4, a lane holds
+// a's (g, 2t..2t+1) in a[0], (g+8, 2t..) in a[1], (g, 2t+8..) in a[2] and
+// (g+8, 2t+8..) in a[3] (the lower half of a register the first element); b's
+// (2t..2t+1, g) in b[0] and (2t+8.., g) in b[1]; c's and d's (g, 2t..2t+1) in
+// [0..1] and (g+8, 2t..) in [2..3]. Products of bf16 values are exact in fp32;
+// the 16 terms are added in k order here (the tensor core's order is unspecified).
+inline void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    struct Regs {
+        uint32_t a[4], b[2];
+    } mine;
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    const emu::XSlot &slot = emu::warp_exchange(mine);
+    auto A = [&](int r, int k) {
+        const Regs o = emu::from_lane<Regs>(slot, (unsigned)((r % 8) * 4 + (k % 8) / 2));
+        return emu::bf16_half(o.a[(r >= 8) + 2 * (k >= 8)], k % 2);
+    };
+    auto B = [&](int k, int n) {
+        const Regs o = emu::from_lane<Regs>(slot, (unsigned)(n * 4 + (k % 8) / 2));
+        return emu::bf16_half(o.b[k >= 8], k % 2);
+    };
+    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+        float s = c[i];
+        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
+        out[i] = s;
+    }
+    memcpy(d, out, sizeof out);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8x8 matrices of 16-bit
+// values; lanes 8i..8i+7 give the addresses of matrix i's rows 0..7 (16 bytes each,
+// 16-byte aligned). Register i of a lane gets matrix i's (lane / 4, 2 (lane % 4)..+1),
+// or with trans its (2 (lane % 4), lane / 4) and (2 (lane % 4) + 1, lane / 4).
+inline void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
+    if ((uintptr_t)row % 16) emu_fail("ldmatrix row address not 16-byte aligned");
+    const emu::XSlot &slot = emu::warp_exchange(row);
+    const unsigned lane = threadIdx.x % 32;
+    for (unsigned i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (unsigned h = 0; h < 2; h++) {
+            const unsigned rr = trans ? 2 * (lane % 4) + h : lane / 4, cc = trans ? lane / 4 : 2 * (lane % 4) + h;
+            const uint16_t *p = emu::from_lane<const uint16_t *>(slot, 8 * i + rr);
+            e[h] = p[cc];
+        }
+        r[i] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+}
 
 #endif

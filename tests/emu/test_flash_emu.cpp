@@ -1,8 +1,11 @@
-// tests/emu/test_flash_emu.cpp — the tensor-core attention kernels of
-// src/ops/flash_attention.cuh, run on the CPU under tests/emu/cuda_emu.h,
+// tests/emu/test_flash_emu.cpp — the tensor-core attention kernels, both families:
+// src/ops/flash_attention.cuh (WMMA, "wmma") and src/ops/flash_mma.cuh (mma.sync
+// with the scores in registers, "mma"), run on the CPU under tests/emu/cuda_emu.h,
 // against a naive fp64 attention: forward, the ring's block-by-block folding
 // (Sk != Sq, zigzag positions, rows that see no key), and the backward's
-// accumulation into dq and dkv, at every head dimension the kernels take.
+// accumulation into dq and dkv, at every head dimension each family takes, with
+// rows both 16-byte aligned (the mma kernels' 128-bit loads) and not. The two
+// families must also agree with each other, and each be bit-identical run to run.
 //
 // Tolerances. The reference reads the same bf16-rounded Q, K, V and dO as the
 // kernels, so what is left is the rounding of P and dS to bf16 (relative error at
@@ -13,6 +16,7 @@
 // figure tests/gpu/gpu_ops.c allows between the GPU kernels and the CPU's fp32 ops.
 #include "cuda_emu.h"
 #include "ops/flash_attention.cuh"
+#include "ops/flash_mma.cuh"
 #include "../unit/check.h"
 
 #include <signal.h>
@@ -165,10 +169,33 @@ static Problem make(int B, int Sq, int Sk, int H, int KV, int hd, bool packed) {
     return p;
 }
 
+enum Family { WMMA, MMA };
+static const char *family_name(Family f) { return f == WMMA ? "wmma" : "mma"; }
+static void fwd(Family f, float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+    if (f == WMMA) flash::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV, hd);
+    else flash_mma::forward(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV, hd);
+}
+static void bwd(Family f, float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                const float *dout, const float *lse, const float *rowdot, const int *qpos, const int *kpos, int B,
+                int Sq, int Sk, int H, int KV, int hd) {
+    if (f == WMMA)
+        flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, H, KV, hd);
+    else flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, H, KV, hd);
+}
+
+// What a family's run gives: the forward's out and lse, the backward's increments
+// of dq, dk and dv (in the reference's layouts).
+struct Result {
+    std::vector<float> out, lse, dq, dk, dv;
+};
+
 // Forward in `splits` key blocks folded in turn (one block: attention_forward),
 // then the backward over each block (+= into prefilled dq and dkv); both against
 // the reference.
-static void run_case(const char *name, Problem p, int splits) {
+static Result run_family(Family fam, const char *case_name, const Problem &p, int splits) {
+    char name[200];
+    snprintf(name, sizeof name, "%s: %s", family_name(fam), case_name);
     const int hd = p.hd;
     std::vector<float> qr = rounded(p.q), kvr = rounded(p.kv), dor = rounded(p.dout);
     const Ref ref = reference(p, qr, kvr, dor), unrounded = reference(p, p.q, p.kv, p.dout);
@@ -181,8 +208,8 @@ static void run_case(const char *name, Problem p, int splits) {
         std::vector<float> blk((size_t)p.B * n * p.ldkv);
         for (int b = 0; b < p.B; b++)
             std::copy_n(&p.kv[((size_t)b * p.Sk + j0) * p.ldkv], (size_t)n * p.ldkv, &blk[(size_t)b * n * p.ldkv]);
-        flash::forward(o.data(), m.data(), l.data(), p.q.data(), p.ldq, blk.data(), p.ldkv, p.koff, p.voff,
-                       p.qpos.data(), p.kpos.data() + j0, p.B, p.Sq, n, p.H, p.KV, hd);
+        fwd(fam, o.data(), m.data(), l.data(), p.q.data(), p.ldq, blk.data(), p.ldkv, p.koff, p.voff, p.qpos.data(),
+            p.kpos.data() + j0, p.B, p.Sq, n, p.H, p.KV, hd);
         launched_ok(name, "forward");
     }
     block_finish(p, o, lse, m, l);
@@ -210,9 +237,9 @@ static void run_case(const char *name, Problem p, int splits) {
             std::copy_n(&dkv[((size_t)b * p.Sk + j0) * p.ldkv], (size_t)n * p.ldkv, &dblk[(size_t)b * n * p.ldkv]);
         }
         const bool self = splits == 1 && p.kv == p.q;  // attention_backward: dq and dkv are one buffer
-        flash::backward(dq.data(), self ? dq.data() : dblk.data(), p.q.data(), p.ldq, self ? p.q.data() : blk.data(),
-                        p.ldkv, p.koff, p.voff, p.dout.data(), lse_f.data(), rd_f.data(), p.qpos.data(),
-                        p.kpos.data() + j0, p.B, p.Sq, n, p.H, p.KV, hd);
+        bwd(fam, dq.data(), self ? dq.data() : dblk.data(), p.q.data(), p.ldq, self ? p.q.data() : blk.data(), p.ldkv,
+            p.koff, p.voff, p.dout.data(), lse_f.data(), rd_f.data(), p.qpos.data(), p.kpos.data() + j0, p.B, p.Sq, n,
+            p.H, p.KV, hd);
         launched_ok(name, "backward");
         if (self) dkv = dq;
         else
@@ -245,6 +272,44 @@ static void run_case(const char *name, Problem p, int splits) {
     const double u = std::max({rel_err(o, unrounded.out), rel_err(gq, unrounded.dq), rel_err(gk, unrounded.dk),
                                rel_err(gv, unrounded.dv)});
     printf("  %s: largest difference from the unrounded inputs' fp64 attention: %.2e\n", name, u);
+    return Result{o, lse, gq, gk, gv};
+}
+
+static double max_rel(const std::vector<float> &a, const std::vector<float> &b) {
+    std::vector<double> bd(b.begin(), b.end());
+    for (auto &x : bd)
+        if (std::isinf(x)) x = 0;  // lse of rows that see no key (both -inf: checked above)
+    std::vector<float> ad(a);
+    for (auto &x : ad)
+        if (std::isinf(x)) x = 0;
+    return rel_err(ad, bd);
+}
+static bool same_bits(const Result &a, const Result &b) {
+    auto eq = [](const std::vector<float> &x, const std::vector<float> &y) {
+        return x.size() == y.size() && memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    return eq(a.out, b.out) && eq(a.lse, b.lse) && eq(a.dq, b.dq) && eq(a.dk, b.dk) && eq(a.dv, b.dv);
+}
+
+// The case under each family that takes its head dimension; where both do, they
+// agree within 1e-2 (each is within 1e-2 of fp64; they differ by where they round
+// P and dS and by their sums' order). The mma family runs twice: the same bits.
+static void run_case(const char *name, const Problem &p, int splits) {
+    const bool wmma = flash::head_dim_ok(p.hd), mma = flash_mma::head_dim_ok(p.hd);
+    Result rw, rm;
+    if (wmma) rw = run_family(WMMA, name, p, splits);
+    if (mma) {
+        const uint64_t seed = rng;  // the same prefilled dq and dkv both times
+        rm = run_family(MMA, name, p, splits);
+        rng = seed;
+        const Result again = run_family(MMA, name, p, splits);
+        CHECK(same_bits(rm, again), "mma: %s: twice, bit-identical", name);
+    }
+    if (wmma && mma) {
+        const double e = std::max({max_rel(rm.out, rw.out), max_rel(rm.lse, rw.lse), max_rel(rm.dq, rw.dq),
+                                   max_rel(rm.dk, rw.dk), max_rel(rm.dv, rw.dv)});
+        CHECK(e < 1e-2, "%s: the mma and wmma kernels agree within 1e-2 (%.2e)", name, e);
+    }
 }
 
 static void on_alarm(int) {
@@ -274,6 +339,13 @@ int main() {
         for (int j = 0; j < 68; j++) p.kpos.push_back(20 + j);
         for (int j = 0; j < 68; j++) p.kpos.push_back(150 + j);
         run_case("hd 32, ring blocks, zigzag, Sq 96 / Sk 136, masked rows", p, 2);
+    }
+    {  // every key visible to whole tiles (the kernels' unmasked path), rows not
+       // 16-byte aligned, a partial key tile, two key blocks
+        Problem p = make(2, 128, 100, 4, 2, 64, false);
+        for (int i = 0; i < 128; i++) p.qpos.push_back(1000);
+        for (int j = 0; j < 100; j++) p.kpos.push_back(j);
+        run_case("hd 64, every key visible, Sq 128 / Sk 100, unaligned rows", p, 2);
     }
     {  // the smallest head dimension, full (non-causal) visibility, three key blocks
         Problem p = make(1, 40, 90, 2, 1, 16, false);

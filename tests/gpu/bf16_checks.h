@@ -372,9 +372,12 @@ static int same_bits(const float *dev, size_t n, const float *before) {  // the 
     return same;
 }
 
-static void test_attention_bf16(int hd) {
+// `kernel` is FEMTOTRON_ATTENTION's value for the run (ops/attention_cuda.cu): mma
+// (ops/flash_mma.cuh) or wmma (ops/flash_attention.cuh); each is checked here.
+static void test_attention_bf16(int hd, const char *kernel) {
     const int B = 2, S = 150, H = 4, KV = 2, ld = (H + 2 * KV) * hd;
     char what[96];
+    setenv("FEMTOTRON_ATTENTION", kernel, 1);
     float *scratch = xmalloc((cpu_attention_scratch_floats(hd) + 1) * sizeof(float), "cpu attention scratch");
     int *pos_h = xmalloc(S * sizeof(int), "pos");
     for (int p = 0; p < S; p++) pos_h[p] = p;
@@ -397,22 +400,22 @@ static void test_attention_bf16(int hd) {
         moved = fmax(moved, fabs((double)gpu_out[i] - fp32_out[i]));
         big = fmax(big, fabs((double)fp32_out[i]));
     }
-    CHECK(moved > 1e-4 * big, "bf16 attention (hd %d) differs from the fp32 kernels' (rel. %.2e > 1e-4): tensor cores ran",
-          hd, moved / big);
-    snprintf(what, sizeof what, "bf16 attention_forward out (hd %d)", hd);
+    CHECK(moved > 1e-4 * big, "bf16 attention (%s, hd %d) differs from the fp32 kernels' (rel. %.2e > 1e-4): tensor cores ran",
+          kernel, hd, moved / big);
+    snprintf(what, sizeof what, "bf16 attention_forward out (%s, hd %d)", kernel, hd);
     expect_bf16_close(what, out);
-    snprintf(what, sizeof what, "bf16 attention_forward lse (hd %d)", hd);
+    snprintf(what, sizeof what, "bf16 attention_forward lse (%s, hd %d)", kernel, hd);
     expect_bf16_close(what, lse);
     attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, NULL);
     cpu_attention_backward(dqkv.h, rowdot.h, dout.h, qkv.h, out.h, lse.h, pos_h, B, S, H, KV, hd, scratch);
-    snprintf(what, sizeof what, "bf16 attention_backward dqkv (hd %d)", hd);
+    snprintf(what, sizeof what, "bf16 attention_backward dqkv (%s, hd %d)", kernel, hd);
     expect_bf16_close(what, dqkv);
     float *first = xmalloc(dqkv.n * sizeof(float), "first dqkv");
     ops_download(first, dqkv.d, dqkv.n * sizeof(float));
     attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);
     attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, NULL);
     CHECK(same_bits(out.d, out.n, gpu_out) && same_bits(dqkv.d, dqkv.n, first),
-          "bf16 attention (hd %d) twice: out and dqkv bit-identical", hd);
+          "bf16 attention (%s, hd %d) twice: out and dqkv bit-identical", kernel, hd);
 
     // Ring steps: queries at 40..189 against keys at 0..69 in their own buffer
     // (Sk != Sq; every query sees some of them), then keys at 150..199 (rows
@@ -433,7 +436,7 @@ static void test_attention_bf16(int hd) {
                                 scratch);
     attention_block_finish(out.d, lse.d, m.d, l.d, B, S, H, hd);
     cpu_attention_block_finish(out.h, lse.h, m.h, l.h, B, S, H, hd);
-    snprintf(what, sizeof what, "bf16 ring blocks out (hd %d)", hd);
+    snprintf(what, sizeof what, "bf16 ring blocks out (%s, hd %d)", kernel, hd);
     expect_bf16_close(what, out);
     attention_rowdot(rowdot.d, dout.d, out.d, B, S, H, hd);
     cpu_attention_rowdot(rowdot.h, dout.h, out.h, B, S, H, hd);
@@ -445,16 +448,43 @@ static void test_attention_bf16(int hd) {
                              S, Sk2, H, KV, hd, NULL);
     cpu_attention_block_backward(dq.h, dkv2.h, qkv.h, ld, kv2.h, ldkv, 0, KV * hd, dout.h, lse.h, rowdot.h, qpos, kpos2,
                                  B, S, Sk2, H, KV, hd, scratch);
-    snprintf(what, sizeof what, "bf16 ring blocks dq (+=, hd %d)", hd);
+    snprintf(what, sizeof what, "bf16 ring blocks dq (+=, %s, hd %d)", kernel, hd);
     expect_bf16_close(what, dq);
-    snprintf(what, sizeof what, "bf16 ring blocks dkv, dkv2 (+=, hd %d)", hd);
+    snprintf(what, sizeof what, "bf16 ring blocks dkv, dkv2 (+=, %s, hd %d)", kernel, hd);
     double e = fmax(pair_diff(dkv), pair_diff(dkv2));
     CHECK(e <= BF16_ATT_TOL, "%-44s rel. max-norm %.2e <= %.0e", what, e, BF16_ATT_TOL);
     ops_set_matmul_bf16(0);
+    unsetenv("FEMTOTRON_ATTENTION");
     free(scratch), free(pos_h), free(fp32_out), free(gpu_out), free(first);
     buf_free(pos);
     pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l), pair_free(dout), pair_free(dqkv);
     pair_free(rowdot), pair_free(kv), pair_free(kv2), pair_free(dkv), pair_free(dkv2), pair_free(dq);
+}
+
+// The two tensor-core families on the same problem: both ran (their bits differ:
+// they round P and sum in different places) and agree within the bf16 tolerance.
+static void test_attention_kernels_agree(int hd) {
+    const int B = 2, S = 150, H = 4, KV = 2, ld = (H + 2 * KV) * hd;
+    int *pos_h = xmalloc(S * sizeof(int), "pos");
+    for (int p = 0; p < S; p++) pos_h[p] = p;
+    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
+    ops_upload(pos, pos_h, S * sizeof(int));
+    Pair qkv = pair_fill((size_t)B * S * ld, 1.5f), out = pair_fill((size_t)B * S * H * hd, 1.0f);
+    Pair lse = pair_fill((size_t)B * H * S, 1.0f), m = pair_fill(lse.n, 1.0f), l = pair_fill(lse.n, 1.0f);
+    ops_set_matmul_bf16(1);
+    setenv("FEMTOTRON_ATTENTION", "wmma", 1);
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);
+    ops_download(out.h, out.d, out.n * sizeof(float));  // the wmma result as the reference side
+    setenv("FEMTOTRON_ATTENTION", "mma", 1);
+    attention_forward(out.d, lse.d, m.d, l.d, qkv.d, pos, B, S, H, KV, hd, NULL);
+    const double e = pair_diff(out);
+    CHECK(e > 0 && e <= BF16_ATT_TOL, "attention (hd %d): the mma and wmma kernels both ran (bits differ) and agree "
+          "within %.0e (%.2e)", hd, BF16_ATT_TOL, e);
+    ops_set_matmul_bf16(0);
+    unsetenv("FEMTOTRON_ATTENTION");
+    free(pos_h);
+    buf_free(pos);
+    pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l);
 }
 
 // bf16 activations (ops.h: a dense MLP's gate|up kept as bf16): round_to_bf16 on

@@ -10,6 +10,7 @@
 // fp32 products of bf16-rounded operands and the tensor-core attention is within
 // bf16's tolerance of the CPU's fp32 attention (bf16_checks.h). Ends on "N passed,
 // N failed".
+#define _POSIX_C_SOURCE 200809L  // setenv (FEMTOTRON_ATTENTION), popen
 #include "cpu_ref.h"  // first: the CPU kernels as cpu_*, then ops.h for the CUDA ones
 
 #include <math.h>
@@ -600,8 +601,38 @@ static void test_workspace(const char *self) {
     }
 }
 
+// FEMTOTRON_ATTENTION naming no kernel family: a bf16 attention ends the process
+// naming the value and the choices (a child: argv[0] --attention-kernel 0).
+static int attention_kernel_child(void) {
+    ops_init(0);
+    ops_set_matmul_bf16(1);
+    enum { B = 1, S = 16, H = 2, KV = 1, HD = 64, LD = (H + 2 * KV) * HD };
+    float *qkv = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * S * LD, "qkv");     // (S, LD)
+    float *out = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * S * H * HD, "out"); // (S, H*HD)
+    float *st = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * 3 * H * S, "stats"); // lse, m, l: (H*S) each
+    int *pos = buf_alloc(MEM_ACTIVATIONS, sizeof(int) * S, "pos");              // (S)
+    int pos_h[S];
+    for (int i = 0; i < S; i++) pos_h[i] = i;
+    ops_upload(pos, pos_h, sizeof pos_h);
+    zero_f32(qkv, (size_t)S * LD);
+    setenv("FEMTOTRON_ATTENTION", "flash3", 1);
+    attention_forward(out, st, st + H * S, st + 2 * H * S, qkv, pos, B, S, H, KV, HD, NULL);
+    ops_sync();
+    printf("not refused\n");
+    return 0;
+}
+
+static void test_attention_kernel_refused(const char *self) {
+    char out[4096];
+    const int rc = run_self(self, "--attention-kernel", 0, out, sizeof out);
+    CHECK(rc != 0 && strstr(out, "FEMTOTRON_ATTENTION=flash3") && strstr(out, "mma") && strstr(out, "wmma") &&
+              !strstr(out, "not refused"),
+          "FEMTOTRON_ATTENTION=flash3: refused, naming the kernels there are (status %d: %.200s)", rc, out);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad-id")) return bad_id_child(atoi(argv[2]));
+    if (argc == 3 && !strcmp(argv[1], "--attention-kernel")) return attention_kernel_child();
     if (argc == 3 && !strcmp(argv[1], "--beyond-workspace")) return beyond_workspace_child(atoi(argv[2]));
     ops_init(0);  // dies, saying so, without a GPU
     // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
@@ -623,8 +654,14 @@ int main(int argc, char **argv) {
         test_matmul_backward_bf16(29, 130, 64);
         test_kept_weights();
         test_adamw_writes_copy();
-        test_attention_bf16(64);
-        test_attention_bf16(128);
+        test_attention_bf16(32, "mma");
+        test_attention_bf16(64, "mma");
+        test_attention_bf16(128, "mma");
+        test_attention_bf16(64, "wmma");
+        test_attention_bf16(128, "wmma");
+        test_attention_kernels_agree(64);
+        test_attention_kernels_agree(128);
+        test_attention_kernel_refused(argv[0]);
         test_workspace(argv[0]);
     }
     else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());

@@ -22,6 +22,10 @@
 #   - tests/gpu/generate.sh, through tests/gpu/run.sh's GPU_TESTS (the parts a
 #     GPU machine runs one call at a time): `generate` on the build writes the CPU
 #     build's text, waiting for the device once per token;
+#   - tests/gpu/session.sh, the one call a lent GPU machine gets: its record (the
+#     versions, a row per part with its counts), a failing part with its FAIL line
+#     and the sanitizer's report, a part without the time for it skipped, the
+#     benchmark left out without the time for it;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
 #     peer that never joins, parallel.comm's choices on a shared device, dp 2
@@ -44,7 +48,7 @@ fail=0
 make -s -j2 emu femtotron build/tests/plan_memory_main build/tests/dump_grads >/tmp/emu_make.$$ 2>&1 ||
     { echo "FAIL make emu: $(tail -5 /tmp/emu_make.$$)"; rm -f /tmp/emu_make.$$; exit 1; }
 rm -f /tmp/emu_make.$$
-export GPU_BIN=build-emu/femtotron-cuda PLAN_MEMORY=build-emu/tests/plan_memory_main \
+export GPU_BIN=build-emu/femtotron-cuda PLAN_MEMORY=build-emu/tests/plan_memory_main GPU_OPS=build-emu/tests/gpu_ops \
     GPU_DUMP_GRADS=build-emu/tests/dump_grads
 
 # part NAME COMMAND...: its PASS/FAIL lines, marked as emulated; a failure without a
@@ -81,6 +85,46 @@ else
     echo "FAIL [emulated GPU] tests/gpu/run.sh with GPU_TESTS=nonesuch: $(tail -2 <<<"$out")"
     fail=1
 fi
+# tests/gpu/session.sh, the one call a lent GPU machine gets, with the emulated
+# GPU: its record (versions, a row per part with its counts, the total), a part
+# with too little time left skipped and shown as such, a failing part recorded
+# with its FAIL line and run again under the sanitizer (a stand-in that prints
+# memcheck's summary), and the benchmark left out when too little time is left.
+sess=$(mktemp -d)
+out=$(PATH="$fake:$PATH" OUT="$sess/a" PREBUILT=1 SESSION_TESTS="generate gpu_ops" PART_LIMIT_S=600 \
+      SESSION_BENCH=1 BENCH_MIN_S=100000 bash tests/gpu/session.sh 2>&1)
+rc=$?
+rec="$sess/a/session.md"
+if [ "$rc" -eq 0 ] && [ -f "$rec" ] && grep -q '^gpu=' "$rec" && grep -q '^femtotron_rev=' "$rec" &&
+    grep -Eq '^\| generate \| [1-9][0-9]* \| 0 \| [0-9]+ \| ok \|$' "$rec" &&
+    grep -Eq '^\| gpu_ops \| [1-9][0-9]* \| 0 \| [0-9]+ \| ok \|$' "$rec" &&
+    grep -q 'not run: .* under BENCH_MIN_S=100000' "$rec" && grep -Eq '^[1-9][0-9]* passed, 0 failed$' <<<"$out" &&
+    [ -s "$sess/a/session.log" ]; then
+    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, leaves out the benchmark without the time for it"
+else
+    echo "FAIL [emulated GPU] tests/gpu/session.sh (exit $rc): $(tail -3 <<<"$out") $(cat "$rec" 2>/dev/null | head -40)"
+    fail=1
+fi
+printf '#!/bin/sh\necho "========= Invalid __global__ read of size 4 bytes"\necho "========= ERROR SUMMARY: 1 error"\n' \
+    >"$fake/sanitizer" && chmod +x "$fake/sanitizer"
+out=$(PATH="$fake:$PATH" OUT="$sess/b" PREBUILT=1 SESSION_TESTS="gpu_ops" GPU_OPS=/bin/false \
+      SANITIZER="$fake/sanitizer" SESSION_BENCH=0 bash tests/gpu/session.sh 2>&1)
+rc=$?
+rec="$sess/b/session.md"
+out2=$(PATH="$fake:$PATH" OUT="$sess/c" PREBUILT=1 SESSION_TESTS="generate" PART_LIMIT_S=10 SESSION_BENCH=0 \
+       bash tests/gpu/session.sh 2>&1)
+rc2=$?
+rec2="$sess/c/session.md"
+if [ "$rc" -ne 0 ] && grep -Eq '^\| gpu_ops \| 0 \| 1 \| [0-9]+ \| failed \|$' "$rec" &&
+    grep -q '^FAIL gpu_ops exited with status 1' "$rec" && grep -q 'ERROR SUMMARY: 1 error' "$rec" &&
+    grep -q '^0 passed, 1 failed$' <<<"$out" && [ "$rc2" -eq 0 ] &&
+    grep -Eq '^\| generate \| 0 \| 0 \| [0-9]+ \| skipped \|$' "$rec2" && grep -q '^SKIP generate: out of time' "$rec2"; then
+    echo "PASS [emulated GPU] tests/gpu/session.sh: a failing part recorded with its FAIL line and memcheck's report (exit 1); a part without the time for it skipped and shown so"
+else
+    echo "FAIL [emulated GPU] tests/gpu/session.sh with a failing part (exit $rc, $rc2): $(tail -3 <<<"$out") $(cat "$rec" "$rec2" 2>/dev/null | head -60)"
+    fail=1
+fi
+rm -rf "$sess"
 rm -rf "$fake"
 NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
 

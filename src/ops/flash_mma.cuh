@@ -1,0 +1,632 @@
+// ops/flash_mma.cuh — causal grouped-query attention on tensor cores with the score
+// tiles in registers (FlashAttention-2's structure, Dao 2023): the forward and
+// backward of ops.h's attention_block_* ops for bf16 products at head dimensions
+// 32, 64 and 128. Same contract as ops/flash_attention.cuh (the WMMA kernels,
+// which remain for head dimension 16 and as FEMTOTRON_ATTENTION=wmma): the same
+// operands rounded to bf16 (Q, K, V and dO as they are staged, P and dS as they are
+// formed), fp32 softmax, log-sum-exp, rowdot and accumulators, l summing the
+// rounded P, no atomics.
+//
+// Why another kernel. The WMMA kernels cannot see which lane holds which element
+// of a fragment, so each score tile goes to shared memory, one lane per row runs
+// its softmax there, and P comes back through shared memory: per 64x64 tile that
+// is thousands of serial shared-memory operations against a few hundred
+// tensor-core instructions. Here every product is mma.sync m16n8k16
+// (ops/mma_bf16.cuh), whose documented layout puts a row's scores in the four
+// lanes of a quad: the row maximum and sum are two shuffles, the rescale is a
+// register multiply, and the accumulators of P, rounded and packed, are directly
+// the A operand of P V (and dS of dS K). Shared memory holds only the staged bf16
+// tiles, read by ldmatrix (transposed where the product wants the other layout),
+// its rows padded by 16 bytes so that ldmatrix's 8 rows fall in distinct banks.
+//
+// Tiles. A block is 4 warps. Forward: 64 x MT query rows of one (batch, head), MT
+// = 2 at head dimension <= 64 (each K/V fragment read from shared memory serves
+// two 16-row tiles: half the shared-memory traffic per product) and 1 at 128 (the
+// registers of O); keys in tiles of 64. dQ: 64 query rows, 16 per warp. dK/dV: 64
+// key rows of one (batch, key-value head), 16 per warp, walking every query head
+// of the group in tiles of 64 queries; K and V stay in registers at head dimension
+// <= 64 and are read from shared memory per tile at 128. Query blocks are issued
+// last-first, so that the long causal rows start first and the short ones fill the
+// tail.
+//
+// Masks. Key j is visible to query i iff kpos[j] <= qpos[i]. A tile no key of
+// which any row sees is skipped whole; one every key of which every row sees
+// skips the per-element test.
+//
+// Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
+// aligned (VEC: pointer, leading dimension and column offsets multiples of 4
+// floats, as the model's packed q|k|v are), else a float at a time.
+//
+// Compiled by nvcc (ops/attention_cuda.cu) and, under tests/emu/cuda_emu.h, by the
+// host compiler (tests/emu/test_flash_emu.cpp), where each lane's registers are
+// its own and the collectives exchange them as the hardware does.
+#ifndef FEMTOTRON_FLASH_MMA_CUH
+#define FEMTOTRON_FLASH_MMA_CUH
+
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/flash_attention.cuh"  // FLASH_SMEM, FLASH_LAUNCH (its launch helpers)
+#include "ops/mma_bf16.cuh"
+
+// Every loop over a register array is unrolled: an array indexed by a loop counter
+// the compiler does not unroll goes to local memory. (The host compiler of the
+// emulation has no such pragma.)
+#ifdef CUDA_EMU
+#define MMA_UNROLL
+#else
+#define MMA_UNROLL _Pragma("unroll")
+#endif
+
+namespace flash_mma {
+
+typedef __nv_bfloat16 bf16;
+typedef uint32_t u32;
+constexpr int THREADS = 128;  // 4 warps
+constexpr int BN = 64;        // keys per tile (forward, dQ); queries per tile (dK/dV)
+constexpr float LOG2E = 1.4426950408889634f;
+
+static inline bool head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+
+template <int HD>
+struct Shape {
+    static constexpr int LD = HD + 8;              // bf16 row stride of a staged tile (16 bytes of padding)
+    static constexpr int KS = HD / 16;             // 16-wide steps over the head dimension
+    static constexpr int DT = HD / 8;              // 8-wide column tiles of an output row
+    static constexpr int NT = BN / 8;              // 8-wide tiles of a 64-wide score row
+    static constexpr int MT = HD <= 64 ? 2 : 1;    // the forward's 16-row tiles per warp
+    static constexpr int BM = 16 * MT * 4;         // the forward's query rows per block
+    static constexpr size_t tile = (size_t)BN * LD * 2;  // a staged (64, HD) bf16 tile
+    // forward and dQ: K and V tiles (the block's Q, and dO, staged over them first:
+    // BM <= 2 BN rows), then the tile's key positions
+    static constexpr size_t fwd = 2 * tile + BN * 4;
+    // dK/dV: K, V, the query tile's Q and dO, then its lse * log2(e), rowdot, positions
+    static constexpr size_t dkv = 4 * tile + 3 * BN * 4;
+    static_assert((size_t)BM * LD * 2 <= 2 * tile, "the forward's Q tile fits over K and V");
+};
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// The minimum and maximum over the warp of (a, b) per lane, every lane getting them.
+__device__ __forceinline__ void warp_min_max(int a, int b, int *lo, int *hi) {
+    int mn = imin(a, b), mx = imax(a, b);
+    MMA_UNROLL
+    for (int s = 16; s > 0; s /= 2) {
+        mn = imin(mn, __shfl_xor_sync(0xffffffffu, mn, s));
+        mx = imax(mx, __shfl_xor_sync(0xffffffffu, mx, s));
+    }
+    *lo = mn;
+    *hi = mx;
+}
+
+// The block's threads stage rows [r0, r0 + R) of an fp32 matrix (row r at src + r *
+// ld, HD values) as a bf16 tile (row stride LD), rounded; rows at or past n are 0.
+template <int HD, int R, bool VEC>
+__device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t ld, int r0, int n) {
+    constexpr int LD = Shape<HD>::LD, Q = HD / 4;  // 4-value pieces per row
+    for (int e = threadIdx.x; e < R * Q; e += THREADS) {
+        const int r = e / Q, c = 4 * (e % Q);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + r < n) {
+            const float *p = src + (size_t)(r0 + r) * ld + c;
+            v = VEC ? mma::load_f4(p) : make_float4(p[0], p[1], p[2], p[3]);
+        }
+        uint2 packed;
+        packed.x = mma::pack_bf16(v.x, v.y);
+        packed.y = mma::pack_bf16(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst + r * LD + c) = packed;
+    }
+}
+
+// A operands of a warp's 16 rows [r0, r0 + 16) of a staged tile: a[k] covers columns
+// 16k..16k+15 (ldmatrix x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15).
+template <int HD>
+__device__ __forceinline__ void load_a(u32 (*a)[4], const bf16 *tile, int r0) {
+    constexpr int LD = Shape<HD>::LD;
+    const int lane = threadIdx.x % 32, row = r0 + lane % 8 + 8 * ((lane / 8) % 2), col = 8 * (lane / 16);
+    MMA_UNROLL
+    for (int k = 0; k < HD / 16; k++) mma::ldsm_x4(a[k], tile + row * LD + 16 * k + col);
+}
+
+// B operands for S = A T^T over 16 rows of a staged tile T (row-major, rows are the
+// product's n): for n-tiles 2p and 2p+1 (T's rows 16p..16p+15) and k-step k (its
+// columns 16k..16k+15), b[0..1] for tile 2p and b[2..3] for 2p+1.
+template <int HD>
+__device__ __forceinline__ void load_b_rows(u32 b[4], const bf16 *tile, int p, int k) {
+    constexpr int LD = Shape<HD>::LD;
+    const int lane = threadIdx.x % 32;
+    mma::ldsm_x4(b, tile + (16 * p + lane % 8 + 8 * (lane / 16)) * LD + 16 * k + 8 * ((lane / 8) % 2));
+}
+
+// B operands for O = P T over a staged tile T (row-major, rows are the product's k):
+// for k-step k (T's rows 16k..16k+15) and n-tiles 2p and 2p+1 (its columns
+// 16p..16p+15), transposed by ldmatrix: b[0..1] for tile 2p, b[2..3] for 2p+1.
+template <int LD>
+__device__ __forceinline__ void load_b_cols(u32 b[4], const bf16 *tile, int k, int p) {
+    const int lane = threadIdx.x % 32;
+    mma::ldsm_x4_trans(b, tile + (16 * k + lane % 8 + 8 * ((lane / 8) % 2)) * LD + 16 * p + 8 * (lane / 16));
+}
+
+// acc[n] += a . T^T over 64 rows of T: a 16-row A operand (HD wide) against every
+// row of a staged (64, HD) tile, into 8 n-tiles of 8.
+template <int HD, int M>
+__device__ __forceinline__ void scores(float (*acc)[Shape<HD>::NT][4], const u32 (*a)[Shape<HD>::KS][4],
+                                       const bf16 *tile) {
+    MMA_UNROLL
+    for (int k = 0; k < Shape<HD>::KS; k++)
+        MMA_UNROLL
+        for (int p = 0; p < Shape<HD>::NT / 2; p++) {
+            u32 b[4];
+            load_b_rows<HD>(b, tile, p, k);
+            MMA_UNROLL
+            for (int m = 0; m < M; m++) {
+                mma::m16n8k16(acc[m][2 * p], a[m][k], b[0], b[1]);
+                mma::m16n8k16(acc[m][2 * p + 1], a[m][k], b[2], b[3]);
+            }
+        }
+}
+
+// The A operand of 16 columns [16c, 16c + 16) of a 16 x 64 accumulator tile, rounded
+// to bf16 (its n-tiles 2c and 2c+1).
+__device__ __forceinline__ void acc_to_a(u32 a[4], const float (*acc)[4], int c) {
+    a[0] = mma::pack_bf16(acc[2 * c][0], acc[2 * c][1]);
+    a[1] = mma::pack_bf16(acc[2 * c][2], acc[2 * c][3]);
+    a[2] = mma::pack_bf16(acc[2 * c + 1][0], acc[2 * c + 1][1]);
+    a[3] = mma::pack_bf16(acc[2 * c + 1][2], acc[2 * c + 1][3]);
+}
+
+// out[m][d] += A_m . T over 64 rows of a staged (64, HD) tile T, A_m the bf16 operand
+// of accumulator tile src[m] (16 x 64), out 16 x HD.
+template <int HD, int M>
+__device__ __forceinline__ void accumulate(float (*out)[Shape<HD>::DT][4], const float (*src)[Shape<HD>::NT][4],
+                                           const bf16 *tile) {
+    MMA_UNROLL
+    for (int c = 0; c < BN / 16; c++) {
+        u32 a[M][4];
+        MMA_UNROLL
+        for (int m = 0; m < M; m++) acc_to_a(a[m], src[m], c);
+        MMA_UNROLL
+        for (int p = 0; p < Shape<HD>::DT / 2; p++) {
+            u32 b[4];
+            load_b_cols<Shape<HD>::LD>(b, tile, c, p);
+            MMA_UNROLL
+            for (int m = 0; m < M; m++) {
+                mma::m16n8k16(out[m][2 * p], a[m], b[0], b[1]);
+                mma::m16n8k16(out[m][2 * p + 1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Positions of rows [r0, r0 + 64) into shared memory: pos[r] where r < n, else outside.
+__device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int n, int outside) {
+    for (int r = threadIdx.x; r < BN; r += THREADS) dst[r] = r0 + r < n ? pos[r0 + r] : outside;
+}
+
+// ---- forward: fold one block of keys into (o, m, l) ----
+// grid (ceil(Sq / BM), B * H); o (B*Sq, H*HD) unnormalised, m and l (B*H*Sq), as
+// ops.h's attention_block_forward defines them. A lane holds rows g and g + 8 of
+// each of its warp's MT 16-row tiles (g = lane / 4) and, of each 8-column tile,
+// columns 2t and 2t + 1 (t = lane % 4).
+template <int HD, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+    k_forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+              const int *qpos, const int *kpos, int Sq, int Sk, int H, int KV, float scale) {
+    typedef Shape<HD> S;
+    constexpr int MT = S::MT, BM = S::BM, LD = S::LD;
+    FLASH_SMEM(smem);
+    bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD;  // (64, HD) each; the block's Q first, over both
+    int *kp = (int *)(smem + 2 * S::tile);        // (64) the key tile's positions
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * BM;  // last block first
+    const int b = blockIdx.y / H, h = blockIdx.y % H, grp = h / (H / KV);
+    const size_t ostride = (size_t)H * HD, srow0 = ((size_t)b * H + h) * Sq;
+    float *ob = o + (size_t)b * Sq * ostride + (size_t)h * HD;
+    const float sl2 = scale * LOG2E;  // scores in log2 units: exp(x) = exp2(x log2 e)
+
+    stage_rows<HD, BM, VEC>(ks, q + (size_t)b * Sq * ldq + (size_t)h * HD, (size_t)ldq, i0, Sq);
+    __syncthreads();
+    u32 qa[MT][S::KS][4];  // the warp's Q rows as A operands
+    float oacc[MT][S::DT][4], m2[MT][2], lr[MT][2];  // m2: the running maximum, log2 units
+    int qp[MT][2];
+    int qlo = INT_MAX, qhi = INT_MIN;
+    MMA_UNROLL
+    for (int mt = 0; mt < MT; mt++) {
+        const int r0 = 16 * (MT * warp + mt);
+        load_a<HD>(qa[mt], ks, r0);
+        MMA_UNROLL
+        for (int hr = 0; hr < 2; hr++) {
+            const int i = i0 + r0 + g + 8 * hr;
+            const bool in = i < Sq;
+            qp[mt][hr] = in ? qpos[i] : INT_MIN;
+            m2[mt][hr] = in ? m[srow0 + i] * LOG2E : -INFINITY;
+            lr[mt][hr] = in ? l[srow0 + i] : 0.0f;
+            MMA_UNROLL
+            for (int d = 0; d < S::DT; d++) {
+                oacc[mt][d][2 * hr] = in ? ob[(size_t)i * ostride + 8 * d + 2 * t] : 0.0f;
+                oacc[mt][d][2 * hr + 1] = in ? ob[(size_t)i * ostride + 8 * d + 2 * t + 1] : 0.0f;
+            }
+            qlo = imin(qlo, qp[mt][hr]);
+            qhi = imax(qhi, qp[mt][hr]);
+        }
+    }
+    // The block's lowest and highest query position (shuffles over the warp, then
+    // shared memory over the warps: kp is free until the first tile).
+    warp_min_max(qlo, qhi, &qlo, &qhi);
+    if (lane == 0) {
+        kp[2 * warp] = qlo;
+        kp[2 * warp + 1] = qhi;
+    }
+    __syncthreads();
+    MMA_UNROLL
+    for (int w = 0; w < 4; w++) {
+        qlo = imin(qlo, kp[2 * w]);
+        qhi = imax(qhi, kp[2 * w + 1]);
+    }
+
+    const float *kbase = kv + (size_t)b * Sk * ldkv;
+    for (int j0 = 0; j0 < Sk; j0 += BN) {
+        __syncthreads();  // every warp is done with the last tile (and with Q's staging, and the bounds in kp)
+        stage_pos(kp, kpos, j0, Sk, INT_MAX);
+        __syncthreads();
+        int klo, khi;
+        warp_min_max(kp[lane], kp[lane + 32], &klo, &khi);
+        if (klo > qhi) continue;  // no row sees any key of the tile (the same on every thread)
+        const bool all = khi <= qlo;  // every row sees every key
+        stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+        stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+        __syncthreads();
+
+        float sacc[MT][S::NT][4];
+        MMA_UNROLL
+        for (int mt = 0; mt < MT; mt++)
+            MMA_UNROLL
+            for (int n = 0; n < S::NT; n++)
+                MMA_UNROLL
+                for (int e = 0; e < 4; e++) sacc[mt][n][e] = 0.0f;
+        scores<HD, MT>(sacc, qa, ks);
+
+        // The online softmax, per row (hr: g or g + 8): the tile's maximum of the
+        // visible scores over the quad, the rescale of (o, l), P rounded to bf16.
+        MMA_UNROLL
+        for (int mt = 0; mt < MT; mt++)
+            MMA_UNROLL
+            for (int hr = 0; hr < 2; hr++) {
+                float mx = -INFINITY;
+                MMA_UNROLL
+                for (int n = 0; n < S::NT; n++)
+                    MMA_UNROLL
+                    for (int e = 0; e < 2; e++) {
+                        float &s = sacc[mt][n][2 * hr + e];
+                        const bool vis = all || kp[8 * n + 2 * t + e] <= qp[mt][hr];
+                        s = vis ? s * sl2 : -INFINITY;
+                        mx = fmaxf(mx, s);
+                    }
+                mx = mma::quad_max(mx);
+                // Nothing visible in this tile: P = 0 and (o, m, l) unchanged.
+                const float mnew = mx == -INFINITY ? m2[mt][hr] : fmaxf(m2[mt][hr], mx);
+                const float alpha = mx == -INFINITY ? 1.0f : exp2f(m2[mt][hr] - mnew);
+                float sum = 0.0f;
+                MMA_UNROLL
+                for (int n = 0; n < S::NT; n++)
+                    MMA_UNROLL
+                    for (int e = 0; e < 2; e++) {
+                        float &s = sacc[mt][n][2 * hr + e];
+                        s = s == -INFINITY ? 0.0f : rounded(exp2f(s - mnew));  // l sums what P V multiplies
+                        sum += s;
+                    }
+                sum = mma::quad_sum(sum);
+                lr[mt][hr] = lr[mt][hr] * alpha + sum;
+                m2[mt][hr] = mnew;
+                MMA_UNROLL
+                for (int d = 0; d < S::DT; d++) {
+                    oacc[mt][d][2 * hr] *= alpha;
+                    oacc[mt][d][2 * hr + 1] *= alpha;
+                }
+            }
+        accumulate<HD, MT>(oacc, sacc, vs);  // o += P V
+    }
+
+    MMA_UNROLL
+    for (int mt = 0; mt < MT; mt++)
+        MMA_UNROLL
+        for (int hr = 0; hr < 2; hr++) {
+            const int i = i0 + 16 * (MT * warp + mt) + g + 8 * hr;
+            if (i >= Sq) continue;
+            MMA_UNROLL
+            for (int d = 0; d < S::DT; d++) {
+                ob[(size_t)i * ostride + 8 * d + 2 * t] = oacc[mt][d][2 * hr];
+                ob[(size_t)i * ostride + 8 * d + 2 * t + 1] = oacc[mt][d][2 * hr + 1];
+            }
+            if (t == 0) {
+                m[srow0 + i] = m2[mt][hr] / LOG2E;
+                l[srow0 + i] = lr[mt][hr];
+            }
+        }
+}
+
+// P and dS of one (query, key) pair from its score s (log2 units: s x scale x log2
+// e), dP = dO . v, the query's lse (log2 units) and rowdot: P = exp2(s - lse),
+// dS = P (dP - rowdot) scale (the softmax's backward, ops.h); 0 where not visible.
+__device__ __forceinline__ void pair_grad(bool vis, float s, float dp, float lse2, float rd, float scale, float *p,
+                                          float *ds) {
+    *p = vis ? exp2f(s - lse2) : 0.0f;
+    *ds = *p * (dp - rd) * scale;
+}
+
+// ---- backward, dQ += dS K over one block of keys ----
+// grid (ceil(Sq / 64), B * H); dq (B*Sq, ldq) at column h*HD. A warp owns 16 query rows.
+template <int HD, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+    k_backward_dq(float *dq, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff, const float *dout,
+                  const float *lse, const float *rowdot, const int *qpos, const int *kpos, int Sq, int Sk, int H,
+                  int KV, float scale) {
+    typedef Shape<HD> S;
+    constexpr int LD = S::LD;
+    FLASH_SMEM(smem);
+    bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD;  // (64, HD) each; Q and dO staged there first
+    int *kp = (int *)(smem + 2 * S::tile);
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * BN;
+    const int b = blockIdx.y / H, h = blockIdx.y % H, grp = h / (H / KV);
+    const size_t srow0 = ((size_t)b * H + h) * Sq, ostride = (size_t)H * HD;
+    const float sl2 = scale * LOG2E;
+
+    stage_rows<HD, BN, VEC>(ks, q + (size_t)b * Sq * ldq + (size_t)h * HD, (size_t)ldq, i0, Sq);
+    stage_rows<HD, BN, VEC>(vs, dout + (size_t)b * Sq * ostride + (size_t)h * HD, ostride, i0, Sq);
+    __syncthreads();
+    u32 qa[1][S::KS][4], da[1][S::KS][4];  // the warp's Q and dO rows as A operands
+    load_a<HD>(qa[0], ks, 16 * warp);
+    load_a<HD>(da[0], vs, 16 * warp);
+    float lse2[2], rd[2], dqacc[1][S::DT][4];
+    int qp[2];
+    int qlo = INT_MAX, qhi = INT_MIN;
+    MMA_UNROLL
+    for (int hr = 0; hr < 2; hr++) {
+        const int i = i0 + 16 * warp + g + 8 * hr;
+        const bool in = i < Sq;
+        qp[hr] = in ? qpos[i] : INT_MIN;  // a row past Sq sees no key
+        lse2[hr] = in ? lse[srow0 + i] * LOG2E : 0.0f;
+        rd[hr] = in ? rowdot[srow0 + i] : 0.0f;
+        qlo = imin(qlo, qp[hr]);
+        qhi = imax(qhi, qp[hr]);
+    }
+    MMA_UNROLL
+    for (int d = 0; d < S::DT; d++)
+        MMA_UNROLL
+        for (int e = 0; e < 4; e++) dqacc[0][d][e] = 0.0f;
+    warp_min_max(qlo, qhi, &qlo, &qhi);
+    if (lane == 0) {
+        kp[2 * warp] = qlo;
+        kp[2 * warp + 1] = qhi;
+    }
+    __syncthreads();
+    MMA_UNROLL
+    for (int w = 0; w < 4; w++) {
+        qlo = imin(qlo, kp[2 * w]);
+        qhi = imax(qhi, kp[2 * w + 1]);
+    }
+
+    const float *kbase = kv + (size_t)b * Sk * ldkv;
+    for (int j0 = 0; j0 < Sk; j0 += BN) {
+        __syncthreads();
+        stage_pos(kp, kpos, j0, Sk, INT_MAX);
+        __syncthreads();
+        int klo, khi;
+        warp_min_max(kp[lane], kp[lane + 32], &klo, &khi);
+        if (klo > qhi) continue;
+        const bool all = khi <= qlo;
+        stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+        stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+        __syncthreads();
+
+        float sacc[1][S::NT][4], dpacc[1][S::NT][4];
+        MMA_UNROLL
+        for (int n = 0; n < S::NT; n++)
+            MMA_UNROLL
+            for (int e = 0; e < 4; e++) sacc[0][n][e] = dpacc[0][n][e] = 0.0f;
+        scores<HD, 1>(sacc, qa, ks);   // S = Q K^T
+        scores<HD, 1>(dpacc, da, vs);  // dP = dO V^T
+        MMA_UNROLL
+        for (int n = 0; n < S::NT; n++)
+            MMA_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int hr = e / 2;
+                const bool vis = all || kp[8 * n + 2 * t + e % 2] <= qp[hr];
+                float p;
+                pair_grad(vis, sacc[0][n][e] * sl2, dpacc[0][n][e], lse2[hr], rd[hr], scale, &p, &sacc[0][n][e]);
+            }
+        accumulate<HD, 1>(dqacc, sacc, ks);  // dQ += dS K
+    }
+
+    float *dqb = dq + (size_t)b * Sq * ldq + (size_t)h * HD;
+    MMA_UNROLL
+    for (int hr = 0; hr < 2; hr++) {
+        const int i = i0 + 16 * warp + g + 8 * hr;
+        if (i >= Sq) continue;
+        MMA_UNROLL
+        for (int d = 0; d < S::DT; d++) {
+            dqb[(size_t)i * ldq + 8 * d + 2 * t] += dqacc[0][d][2 * hr];
+            dqb[(size_t)i * ldq + 8 * d + 2 * t + 1] += dqacc[0][d][2 * hr + 1];
+        }
+    }
+}
+
+// ---- backward, dK += dS^T Q and dV += P^T dO over every query head of the group ----
+// grid (ceil(Sk / 64), B * KV); dkv (B*Sk, ldkv) at columns koff + g*HD and voff +
+// g*HD. A warp owns 16 key rows; the products run transposed (keys as rows):
+// S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q.
+template <int HD, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+    k_backward_dkv(float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                   const float *dout, const float *lse, const float *rowdot, const int *qpos, const int *kpos, int Sq,
+                   int Sk, int H, int KV, float scale) {
+    typedef Shape<HD> S;
+    constexpr int LD = S::LD;
+    constexpr bool KV_REGS = HD <= 64;  // K and V as A operands in registers; at 128 read per tile
+    FLASH_SMEM(smem);
+    bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD, *qs = vs + BN * LD, *dos = qs + BN * LD;  // (64, HD) each
+    float *lse2_s = (float *)(smem + 4 * S::tile), *rd_s = lse2_s + BN;  // (64) each, of the query tile
+    int *qp_s = (int *)(rd_s + BN);                                      // (64)
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int j0 = (int)blockIdx.x * BN, b = blockIdx.y / KV, grp = blockIdx.y % KV, group = H / KV;
+    const size_t ostride = (size_t)H * HD;
+    const float sl2 = scale * LOG2E;
+    const float *kbase = kv + (size_t)b * Sk * ldkv;
+
+    stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+    stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+    stage_pos(qp_s, kpos, j0, Sk, INT_MAX);  // the block's key positions, for the bounds (qp_s is free until then)
+    __syncthreads();
+    int klo, khi;
+    warp_min_max(qp_s[lane], qp_s[lane + 32], &klo, &khi);
+    int kpr[2];  // the positions of the lane's two key rows
+    MMA_UNROLL
+    for (int hr = 0; hr < 2; hr++) kpr[hr] = qp_s[16 * warp + g + 8 * hr];
+    u32 ka[1][S::KS][4], va[1][S::KS][4];
+    if (KV_REGS) {
+        load_a<HD>(ka[0], ks, 16 * warp);
+        load_a<HD>(va[0], vs, 16 * warp);
+    }
+    float dk[1][S::DT][4], dv[1][S::DT][4];
+    MMA_UNROLL
+    for (int d = 0; d < S::DT; d++)
+        MMA_UNROLL
+        for (int e = 0; e < 4; e++) dk[0][d][e] = dv[0][d][e] = 0.0f;
+
+    for (int h = grp * group; h < (grp + 1) * group; h++) {
+        const size_t srow0 = ((size_t)b * H + h) * Sq;
+        for (int i0 = 0; i0 < Sq; i0 += BN) {
+            __syncthreads();  // every warp is done with the last query tile (and the key bounds)
+            stage_pos(qp_s, qpos, i0, Sq, INT_MIN);
+            __syncthreads();
+            int qlo, qhi;
+            warp_min_max(qp_s[lane], qp_s[lane + 32], &qlo, &qhi);
+            if (qhi < klo) continue;  // no query of the tile sees any key of the block
+            const bool all = khi <= qlo;
+            stage_rows<HD, BN, VEC>(qs, q + (size_t)b * Sq * ldq + (size_t)h * HD, (size_t)ldq, i0, Sq);
+            stage_rows<HD, BN, VEC>(dos, dout + (size_t)b * Sq * ostride + (size_t)h * HD, ostride, i0, Sq);
+            for (int r = threadIdx.x; r < BN; r += THREADS) {
+                const bool in = i0 + r < Sq;
+                lse2_s[r] = in ? lse[srow0 + i0 + r] * LOG2E : 0.0f;
+                rd_s[r] = in ? rowdot[srow0 + i0 + r] : 0.0f;
+            }
+            __syncthreads();
+            if (!KV_REGS) {
+                load_a<HD>(ka[0], ks, 16 * warp);
+                load_a<HD>(va[0], vs, 16 * warp);
+            }
+
+            float st[1][S::NT][4], dpt[1][S::NT][4];  // (16 keys, 64 queries) S^T and dP^T
+            MMA_UNROLL
+            for (int n = 0; n < S::NT; n++)
+                MMA_UNROLL
+                for (int e = 0; e < 4; e++) st[0][n][e] = dpt[0][n][e] = 0.0f;
+            scores<HD, 1>(st, ka, qs);    // S^T = K Q^T
+            scores<HD, 1>(dpt, va, dos);  // dP^T = V dO^T
+            MMA_UNROLL
+            for (int n = 0; n < S::NT; n++)
+                MMA_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    const int c = 8 * n + 2 * t + e % 2, hr = e / 2;  // the query (column) and key row
+                    const bool vis = all || kpr[hr] <= qp_s[c];
+                    pair_grad(vis, st[0][n][e] * sl2, dpt[0][n][e], lse2_s[c], rd_s[c], scale, &st[0][n][e],
+                              &dpt[0][n][e]);
+                }
+            accumulate<HD, 1>(dv, st, dos);  // dV += P^T dO
+            accumulate<HD, 1>(dk, dpt, qs);  // dK += dS^T Q
+        }
+    }
+
+    float *dkb = dkv + (size_t)b * Sk * ldkv + koff + (size_t)grp * HD;
+    float *dvb = dkv + (size_t)b * Sk * ldkv + voff + (size_t)grp * HD;
+    MMA_UNROLL
+    for (int hr = 0; hr < 2; hr++) {
+        const int j = j0 + 16 * warp + g + 8 * hr;
+        if (j >= Sk) continue;
+        MMA_UNROLL
+        for (int d = 0; d < S::DT; d++)
+            MMA_UNROLL
+            for (int e = 0; e < 2; e++) {
+                dkb[(size_t)j * ldkv + 8 * d + 2 * t + e] += dk[0][d][2 * hr + e];
+                dvb[(size_t)j * ldkv + 8 * d + 2 * t + e] += dv[0][d][2 * hr + e];
+            }
+    }
+}
+
+// ---- launchers: ops.h's attention_block_forward/backward arguments ----
+// The caller checks head_dim_ok(hd) and that B * H fits a grid's y (65535). VEC when
+// every row start the kernels read is 16-byte aligned.
+static inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+template <int HD, bool VEC>
+void forward_hd(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV) {
+    const dim3 grid((unsigned)((Sq + Shape<HD>::BM - 1) / Shape<HD>::BM), (unsigned)(B * H));
+    auto kernel = &k_forward<HD, VEC>;  // (the macro's argument: no comma)
+    FLASH_LAUNCH(kernel, grid, Shape<HD>::fwd, o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, Sq,
+                 Sk, H, KV, 1.0f / sqrtf((float)HD));
+}
+
+template <int HD, bool VEC>
+void backward_hd(float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
+                 const float *dout, const float *lse, const float *rowdot, const int *qpos, const int *kpos, int B,
+                 int Sq, int Sk, int H, int KV) {
+    const float scale = 1.0f / sqrtf((float)HD);
+    const dim3 gq((unsigned)((Sq + BN - 1) / BN), (unsigned)(B * H)), gk((unsigned)((Sk + BN - 1) / BN), (unsigned)(B * KV));
+    auto kdq = &k_backward_dq<HD, VEC>;
+    auto kdkv = &k_backward_dkv<HD, VEC>;
+    FLASH_LAUNCH(kdq, gq, Shape<HD>::fwd, dq, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot,
+                 qpos, kpos, Sq, Sk, H, KV, scale);
+    FLASH_LAUNCH(kdkv, gk, Shape<HD>::dkv, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot,
+                 qpos, kpos, Sq, Sk, H, KV, scale);
+}
+
+// Every row start 16-byte aligned: the base pointers, the leading dimensions and
+// the column offsets (head dimensions are multiples of 4).
+static inline bool rows_aligned(const float *q, int ldq, const float *kv, int ldkv, int koff, int voff) {
+    return aligned16(q) && aligned16(kv) && ldq % 4 == 0 && ldkv % 4 == 0 && koff % 4 == 0 && voff % 4 == 0;
+}
+
+static inline void forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                           int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+    const bool vec = rows_aligned(q, ldq, kv, ldkv, koff, voff);
+#define FLASH_MMA_FWD(HD)                                                                                       \
+    (vec ? forward_hd<HD, true>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV)           \
+         : forward_hd<HD, false>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV))
+    switch (hd) {
+    case 32: FLASH_MMA_FWD(32); break;
+    case 64: FLASH_MMA_FWD(64); break;
+    default: FLASH_MMA_FWD(128); break;
+    }
+#undef FLASH_MMA_FWD
+}
+
+// dout's rows (H * hd floats apart) are aligned with q's whenever its base is.
+static inline void backward(float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                            int voff, const float *dout, const float *lse, const float *rowdot, const int *qpos,
+                            const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+    const bool vec = rows_aligned(q, ldq, kv, ldkv, koff, voff) && aligned16(dout);
+#define FLASH_MMA_BWD(HD)                                                                                          \
+    (vec ? backward_hd<HD, true>(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, \
+                                 H, KV)                                                                           \
+         : backward_hd<HD, false>(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq,    \
+                                  Sk, H, KV))
+    switch (hd) {
+    case 32: FLASH_MMA_BWD(32); break;
+    case 64: FLASH_MMA_BWD(64); break;
+    default: FLASH_MMA_BWD(128); break;
+    }
+#undef FLASH_MMA_BWD
+}
+
+}  // namespace flash_mma
+
+#endif
