@@ -96,7 +96,7 @@ CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/att
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
 cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads \
-      $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links
+      $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links $(CUDA_BUILD)/tests/attention_gpu
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
 nvcc-flags:
 	@echo $(NVCCFLAGS)
@@ -114,6 +114,11 @@ $(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/b
 
 # NCCL's collectives on one GPU, and its links between two (tests/gpu/nccl.sh).
 $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links: $(CUDA_BUILD)/tests/%: tests/gpu/%.c $(CUDA_OBJ)
+	@mkdir -p $(CUDA_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+
+# The attention ops timed alone (bench/attention_gpu.sh).
+$(CUDA_BUILD)/tests/attention_gpu: bench/tools/attention_gpu.c $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 
@@ -136,7 +141,8 @@ EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
              $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
 EMU_LIBS  := -lstdc++
 emu: $(EMU_BUILD)/femtotron-cuda $(EMU_BUILD)/tests/gpu_ops $(EMU_BUILD)/tests/plan_memory_main \
-     $(EMU_BUILD)/tests/dump_grads $(EMU_BUILD)/tests/nccl_ops $(EMU_BUILD)/tests/nccl_links
+     $(EMU_BUILD)/tests/dump_grads $(EMU_BUILD)/tests/nccl_ops $(EMU_BUILD)/tests/nccl_links \
+     $(EMU_BUILD)/tests/attention_gpu
 $(EMU_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(wildcard tests/emu/*.h tests/emu/include/*.h) \
                   tests/emu/cu2cpp.py $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
@@ -151,6 +157,9 @@ $(EMU_BUILD)/tests/plan_memory_main $(EMU_BUILD)/tests/dump_grads: $(EMU_BUILD)/
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
 $(EMU_BUILD)/tests/nccl_ops $(EMU_BUILD)/tests/nccl_links: $(EMU_BUILD)/tests/%: tests/gpu/%.c $(EMU_OBJ)
+	@mkdir -p $(EMU_BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
+$(EMU_BUILD)/tests/attention_gpu: bench/tools/attention_gpu.c $(EMU_OBJ)
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
 

@@ -18,21 +18,23 @@
 #      steps), each under PART_LIMIT_S and all before the tests' deadline;
 #   4. where gpu_ops failed, runs it again under compute-sanitizer's memcheck
 #      (SANITIZER_LIMIT_S), whose first reports name the kernel and the address;
-#   5. gives bench/gpu_vs_pytorch.sh what is left of SESSION_BUDGET_S, where that
-#      is at least BENCH_MIN_S (SESSION_BENCH=0 leaves it out);
+#   5. runs bench/attention_gpu.sh (femtotron's attention kernels against PyTorch's
+#      SDPA, at most ATT_LIMIT_S) and gives bench/gpu_vs_pytorch.sh what is then
+#      left of SESSION_BUDGET_S, where that is at least BENCH_MIN_S
+#      (SESSION_BENCH=0 leaves both out);
 #   6. ends on its record's summary: a table of the parts with their counts and
 #      seconds, and "N passed, N failed" over every part (exit 1 on a failure).
 # Everything lands in OUT (the device tool's folder, whose files come back; default
 # a new folder under /tmp, printed): session.md (the record: versions, the command,
-# the table, every FAIL and SKIP line, the benchmark's table), session.log (all
-# output), sanitizer.log, gpu_vs_pytorch.md and gpu_vs_pytorch_runs.tar.gz. Copy
-# session.md to bench/results/gpu_session_DATE.md and the benchmark's files to
-# bench/results/ here.
+# the table, every FAIL and SKIP line, the benchmarks' tables), session.log (all
+# output), versions.txt, sanitizer.log, attention_gpu.md, gpu_vs_pytorch.md and
+# gpu_vs_pytorch_runs.tar.gz. Copy session.md to bench/results/gpu_session_DATE.md
+# and the benchmarks' files to bench/results/ here.
 #
 # Knobs (defaults in brackets): SESSION_BUDGET_S [560] the whole script;
 # TESTS_SHARE_S [360] the most the tests take of it; PART_LIMIT_S [150];
 # SESSION_TESTS [above]; SANITIZER [compute-sanitizer] SANITIZER_LIMIT_S [90];
-# SESSION_BENCH [1]; BENCH_MIN_S
+# SESSION_BENCH [1]; ATT_MIN_S [60]; ATT_LIMIT_S [150]; BENCH_MIN_S
 # [120]; BENCH_SHAPES [smollm-1.7b llama-3.2-1b smollm-360m]. Without an NVIDIA GPU
 # it says so and exits 0, as tests/gpu/run.sh does.
 set -u
@@ -115,9 +117,21 @@ for r in "${rows[@]}"; do
     passed=$((passed + p)) failed=$((failed + f))
 done
 
-# 5. The benchmark, with what is left.
+# 5. The benchmarks, with what is left: the attention kernels alone (short), then
+# the training steps against PyTorch.
+att_note="left out (SESSION_BENCH=0)"
 bench_note="left out (SESSION_BENCH=0)"
 if [ "${SESSION_BENCH:-1}" = 1 ]; then
+    left=$((BUDGET - $(elapsed) - 10))
+    if [ "$left" -ge "${ATT_MIN_S:-60}" ]; then
+        cap=$((left < ${ATT_LIMIT_S:-150} ? left : ${ATT_LIMIT_S:-150}))
+        say "== bench/attention_gpu.sh, at most ${cap} s ($(elapsed) s)"
+        RES=$OUT ATT_BIN=${ATT_BIN:-build-cuda/tests/attention_gpu} timeout -k 5 "$cap" bash bench/attention_gpu.sh >>"$LOG" 2>&1
+        att_note="ran (exit $?)"
+    else
+        att_note="not run: $left s left, under ATT_MIN_S=${ATT_MIN_S:-60}"
+    fi
+    say "== attention benchmark $att_note"
     left=$((BUDGET - $(elapsed) - 10))
     if [ "$left" -ge "${BENCH_MIN_S:-120}" ]; then
         say "== bench/gpu_vs_pytorch.sh, ${left} s ($(elapsed) s)"
@@ -161,6 +175,9 @@ fi
         grep -E '^=+ ' "$OUT/sanitizer.log" | head -n 30
         echo '```'
     fi
+    echo
+    echo "## Attention (bench/attention_gpu.sh): $att_note"
+    if [ -f "$OUT/attention_gpu.md" ]; then echo; sed '1,2d' "$OUT/attention_gpu.md"; fi
     echo
     echo "## Benchmark (bench/gpu_vs_pytorch.sh): $bench_note"
     if [ -f "$OUT/gpu_vs_pytorch.md" ]; then echo; cat "$OUT/gpu_vs_pytorch.md"; fi

@@ -23,8 +23,9 @@
 #     GPU machine runs one call at a time): `generate` on the build writes the CPU
 #     build's text, waiting for the device once per token;
 #   - tests/gpu/session.sh, the one call a lent GPU machine gets: its record (the
-#     versions, a row per part with its counts), a failing part with its FAIL line
-#     and the sanitizer's report, a part without the time for it skipped, the
+#     versions, a row per part with its counts, bench/attention_gpu.sh's table of
+#     both attention kernel families), a failing part with its FAIL line and the
+#     sanitizer's report, a part without the time for it skipped, the training
 #     benchmark left out without the time for it;
 #   - tests/gpu/nccl.sh with NCCL emulated over MPI (tests/emu/nccl_emu.h): the
 #     collectives of dist/device_comm_nccl.cu on one rank and the watchdog on a
@@ -92,15 +93,18 @@ fi
 # memcheck's summary), and the benchmark left out when too little time is left.
 sess=$(mktemp -d)
 out=$(PATH="$fake:$PATH" OUT="$sess/a" PREBUILT=1 SESSION_TESTS="generate gpu_ops" PART_LIMIT_S=600 \
-      SESSION_BENCH=1 BENCH_MIN_S=100000 bash tests/gpu/session.sh 2>&1)
+      SESSION_BENCH=1 ATT_BIN=build-emu/tests/attention_gpu ATT_SHAPES=tiny ROUNDS=1 RUNS=2 BENCH_MIN_S=100000 \
+      bash tests/gpu/session.sh 2>&1)
 rc=$?
 rec="$sess/a/session.md"
 if [ "$rc" -eq 0 ] && [ -f "$rec" ] && grep -q '^gpu=' "$rec" && grep -q '^femtotron_rev=' "$rec" &&
     grep -Eq '^\| generate \| [1-9][0-9]* \| 0 \| [0-9]+ \| ok \|$' "$rec" &&
     grep -Eq '^\| gpu_ops \| [1-9][0-9]* \| 0 \| [0-9]+ \| ok \|$' "$rec" &&
     grep -q 'not run: .* under BENCH_MIN_S=100000' "$rec" && grep -Eq '^[1-9][0-9]* passed, 0 failed$' <<<"$out" &&
+    grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron mma | ' "$rec" &&
+    grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron wmma | ' "$rec" && [ -s "$sess/a/attention_gpu.md" ] &&
     [ -s "$sess/a/session.log" ]; then
-    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, leaves out the benchmark without the time for it"
+    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, times both attention kernel families (bench/attention_gpu.sh), leaves out the training benchmark without the time for it"
 else
     echo "FAIL [emulated GPU] tests/gpu/session.sh (exit $rc): $(tail -3 <<<"$out") $(cat "$rec" 2>/dev/null | head -40)"
     fail=1
