@@ -78,13 +78,14 @@ for t in $ALL; do
     cmd=(bash "tests/gpu/$t.sh")
     [ "$t" = gpu_ops ] && cmd=("${GPU_OPS:-./build-cuda/tests/gpu_ops}")
     [ -n "$cap" ] && cmd=(timeout -k 10 "$cap" "${cmd[@]}")
-    "${cmd[@]}" | tee "$log.part"
+    "${cmd[@]}" 2>&1 | tee "$log.part"
     rc=${PIPESTATUS[0]}
     cat "$log.part" >>"$log"
     if [ -n "$cap" ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; then
         echo "FAIL $t stopped at its $cap s limit" | tee -a "$log"
     elif [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$log.part"; then
-        echo "FAIL $t exited with status $rc" | tee -a "$log"
+        echo "FAIL $t exited with status $rc: $(grep -v '^ *$' "$log.part" | tail -n 3 | tr '\n' ' ' | cut -c1-400)" |
+            tee -a "$log"
     fi
 done
 rm -f "$log.part"
