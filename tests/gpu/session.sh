@@ -182,9 +182,16 @@ fi
     echo "## Benchmark (bench/gpu_vs_pytorch.sh): $bench_note"
     if [ -f "$OUT/gpu_vs_pytorch.md" ]; then echo; cat "$OUT/gpu_vs_pytorch.md"; fi
 } >"$REC"
-rm -f "$OUT/problems.txt"
+# The reply of the device tool holds the end of the output: the failures and the
+# table last, where it shows them even if the files did not come back.
 say ""
+if [ -s "$OUT/problems.txt" ]; then
+    say "Failures and skips (the first 40; all in session.md):"
+    head -n 40 "$OUT/problems.txt" | cut -c1-300 | tee -a "$LOG"
+fi
+rm -f "$OUT/problems.txt"
 sed -n '/^| part/,/^\*\*/p' "$REC" | tee -a "$LOG"
+[ -f "$OUT/attention_gpu.md" ] && sed -n '/^| shape/,/^$/p' "$OUT/attention_gpu.md" | tee -a "$LOG"
 say "record: $REC; log: $LOG"
 say "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
