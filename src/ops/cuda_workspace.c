@@ -12,7 +12,8 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b) {
     OpsCudaWorkspace w = {0};
     w.lt = OPS_CUDA_LT_WORKSPACE;
     const size_t sums = b->rows > OPS_CUDA_SUM_BLOCKS ? b->rows : OPS_CUDA_SUM_BLOCKS;
-    w.scratch = round_up(sums * sizeof(double), 256);
+    const size_t rows_bytes = sums * sizeof(double), cols_bytes = OPS_CUDA_COL_CHUNKS * b->in_cols * sizeof(float);
+    w.scratch = round_up(rows_bytes > cols_bytes ? rows_bytes : cols_bytes, 256);
     if (b->bf16) {
         // Slot 0 holds a backward's output gradient (rows, out) or, outside the kept
         // copy, a forward's weight; slot 1 an input (rows, in); slot 2 a backward's

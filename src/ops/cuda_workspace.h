@@ -21,12 +21,18 @@ typedef struct {
 // the CPU build plans GPU runs too.
 typedef struct {
     size_t lt;       // cuBLASLt's workspace (OPS_CUDA_LT_WORKSPACE)
-    size_t scratch;  // (max(rows, OPS_CUDA_SUM_BLOCKS)) doubles: row losses, sum partials
+    size_t scratch;  // (max(rows, OPS_CUDA_SUM_BLOCKS)) doubles: row losses, sum partials; or, if
+                     // larger, (OPS_CUDA_COL_CHUNKS, in_cols) floats: column sums' partials
     size_t half[3];  // bf16 operand copies, slots 0..2 (0 bytes in fp32)
     size_t total;    // the parts + 256 bytes of slack to align the first to 256
 } OpsCudaWorkspace;
 #define OPS_CUDA_LT_WORKSPACE ((size_t)32 << 20)  // llm.c's size on Hopper (GPU_NOTES.md)
 #define OPS_CUDA_SUM_BLOCKS 256  // sum_squares' fixed grid: its partials' order never changes
+// Column sums over the rows (RMSNorm's weight gradient) run in this many fixed chunks
+// of rows, then add the chunks' partials in order: parallel over rows and columns,
+// the same association every run. Their width is the hidden size, which every
+// layer's q|k|v product reads, so in_cols bounds it.
+#define OPS_CUDA_COL_CHUNKS 64
 OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
 // Elements of the bf16 copy of an (rows, cols) operand: its rows padded to 8 values
 // (16 bytes, for cuBLASLt's vector loads).

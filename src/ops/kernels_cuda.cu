@@ -1,8 +1,9 @@
 // ops/kernels_cuda.cu — the CUDA kernels of ops.h for the embedding, RMSNorm, the
 // residual, RoPE and SwiGLU, in fp32 (SwiGLU also from a gate|up kept in bf16).
-// Same semantics as ops/cpu.c; where the CPU sums in a fixed order per output
-// (embedding and RMSNorm weight gradients: one column, tokens in order), so does
-// each thread here, so the sums are the CPU's and never depend on timing.
+// Same semantics as ops/cpu.c. Sums run in a fixed order, never by atomics, so the
+// bits are the same every run: the embedding's gradient in the CPU's order (each
+// table entry's tokens in order), RMSNorm's weight gradient over fixed chunks of
+// rows whose partials are then added in order.
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -97,15 +98,30 @@ __global__ void k_embed(float *out, const int32_t *tokens, const float *table, i
     }
 }
 
-// dtable(rows, D) += dout(N, D) scattered by token: one thread per column walks
-// the tokens in order (the CPU's order), so repeated tokens add without atomics.
+// dtable(rows, D) += dout(N, D) scattered by token. Each table entry (r, c) has
+// one writer, which adds its tokens in order (the CPU's order): repeated tokens add
+// without atomics. The writers: a thread per column c and bucket r % EMBED_BUCKETS
+// (blockIdx.y), walking every token from shared memory and adding the ones of its
+// bucket. A thread per column alone (16 blocks at D = 2048) spent N dependent
+// read-modify-writes of the table (about 4 ms at N = 8192); a bucket's thread makes
+// N / EMBED_BUCKETS of them, and the buckets run side by side.
+#define EMBED_BUCKETS 64
+#define EMBED_TOKENS 1024  // tokens staged in shared memory at a time
 __global__ void k_embed_back(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int v0,
                              int rows) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
-    for (int n = 0; n < N; n++) {
-        int r = tokens[n] - v0;
-        if (r >= 0 && r < rows) dtable[(size_t)r * D + c] += dout[(size_t)n * D + c];
+    __shared__ int32_t tok[EMBED_TOKENS];
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, bucket = blockIdx.y;
+    for (int n0 = 0; n0 < N; n0 += EMBED_TOKENS) {
+        const int m = N - n0 < EMBED_TOKENS ? N - n0 : EMBED_TOKENS;
+        __syncthreads();  // every thread is done with the last chunk
+        for (int j = threadIdx.x; j < m; j += blockDim.x) tok[j] = tokens[n0 + j] - v0;
+        __syncthreads();
+        if (c >= D) continue;
+        for (int j = 0; j < m; j++) {
+            const int r = tok[j];  // the same for the whole block: no divergence
+            if (r >= 0 && r < rows && r % EMBED_BUCKETS == bucket)
+                dtable[(size_t)r * D + c] += dout[(size_t)(n0 + j) * D + c];
+        }
     }
 }
 
@@ -122,7 +138,8 @@ static void embed_back(float *dtable, const float *dout, const int32_t *tokens, 
                        const char *what) {
     if (N <= 0 || D <= 0) return;
     const int32_t *t = cuda_device_ints(tokens, (size_t)N, 0);
-    k_embed_back<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dtable, dout, t, N, D, v0, rows);
+    const dim3 grid(cuda_blocks((size_t)D, THREADS), EMBED_BUCKETS);
+    k_embed_back<<<grid, THREADS, 0, cuda_stream()>>>(dtable, dout, t, N, D, v0, rows);
     cuda_done(what);
 }
 
@@ -196,13 +213,28 @@ __global__ void k_rmsnorm_back_dx(float *din, const float *dout, const float *xh
     for (int i = threadIdx.x; i < D; i += ROW_THREADS) dx[i] += r * (weight[i] * dy[i] - c * xh[i]);
 }
 
-// dw_i += sum_n dy_i xh_i: one thread per column, rows in order.
-__global__ void k_rmsnorm_back_dw(float *dweight, const float *dout, const float *xhat, int N, int D) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+// dw_i += sum_n dy_i xh_i in two passes with a fixed association, so every SM
+// takes part (one thread per column walking all N rows kept 16 blocks busy: about
+// 1 ms a call at N = 8192, D = 2048, 49 calls a micro-batch for a 24-layer model)
+// and the bits are the same every run (no atomics). Pass 1: chunk k of
+// OPS_CUDA_COL_CHUNKS (rows [k c, (k+1) c), c = ceil(N / chunks), in order) into
+// partial(chunks, D); pass 2: dw_i += the chunks' partials, k in order.
+__global__ void k_rmsnorm_back_dw_part(float *partial, const float *dout, const float *xhat, int N, int D,
+                                       int chunk) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
     if (i >= D) return;
-    float acc = dweight[i];
-    for (int n = 0; n < N; n++) acc += dout[(size_t)n * D + i] * xhat[(size_t)n * D + i];
-    dweight[i] = acc;
+    const int n1 = (k + 1) * chunk < N ? (k + 1) * chunk : N;
+    float acc = 0.0f;
+    for (int n = k * chunk; n < n1; n++) acc += dout[(size_t)n * D + i] * xhat[(size_t)n * D + i];
+    partial[(size_t)k * D + i] = acc;
+}
+
+__global__ void k_rmsnorm_back_dw_sum(float *dweight, const float *partial, int D) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float acc = 0.0f;
+    for (int k = 0; k < OPS_CUDA_COL_CHUNKS; k++) acc += partial[(size_t)k * D + i];
+    dweight[i] += acc;
 }
 
 template <typename O>
@@ -244,8 +276,13 @@ extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, 
     if (N <= 0) return;
     // Either half may be skipped (ops.h: din or dweight NULL, the split backward).
     if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, xhat, weight, rstd, D);
-    if (dweight)
-        k_rmsnorm_back_dw<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, dout, xhat, N, D);
+    if (dweight) {
+        float *partial = (float *)cuda_scratch((size_t)OPS_CUDA_COL_CHUNKS * D * sizeof(float));  // (chunks, D)
+        const int chunk = (N + OPS_CUDA_COL_CHUNKS - 1) / OPS_CUDA_COL_CHUNKS;
+        const dim3 grid(cuda_blocks((size_t)D, THREADS), OPS_CUDA_COL_CHUNKS);
+        k_rmsnorm_back_dw_part<<<grid, THREADS, 0, cuda_stream()>>>(partial, dout, xhat, N, D, chunk);
+        k_rmsnorm_back_dw_sum<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, partial, D);
+    }
     cuda_done("rmsnorm_backward");
 }
 

@@ -229,6 +229,37 @@ static void test_embedding(void) {
     pair_free(table), pair_free(out), pair_free(dout), pair_free(dtable), pair_free(part), pair_free(dpart);
 }
 
+// The sums over many rows, at sizes where the CUDA kernels split the work: RMSNorm's
+// weight gradient over 64 fixed chunks of rows (1000 rows: 16 a chunk, the last two
+// chunks partial and empty), the embedding's gradient over 64 buckets of table rows
+// and tokens staged 1024 at a time (3000 tokens of a 257-entry vocabulary: each id
+// about 12 times, across the stagings). The embedding's keeps the CPU's order per
+// entry: its bits are the CPU's; both give the same bits twice.
+static void test_column_sums(void) {
+    const int N = 1000, D = 96, NT = 3000, V = 257;
+    Pair dy = pair_fill((size_t)N * D, 1.0f), xh = pair_fill((size_t)N * D, 1.0f), w = pair_fill(D, 1.0f);
+    Pair dw = pair_fill(D, 1.0f);
+    float *dw0 = xmalloc(D * sizeof(float), "dw0"), *first = xmalloc(D * sizeof(float), "first dw");
+    memcpy(dw0, dw.h, D * sizeof(float));
+    rmsnorm_backward(NULL, dw.d, dy.d, xh.d, w.d, NULL, N, D);
+    cpu_rmsnorm_backward(NULL, dw.h, dy.h, xh.h, w.h, NULL, N, D);
+    expect_close("rmsnorm_backward dweight, 1000 rows in 64 chunks", dw);
+    ops_download(first, dw.d, D * sizeof(float));
+    ops_upload(dw.d, dw0, D * sizeof(float));
+    rmsnorm_backward(NULL, dw.d, dy.d, xh.d, w.d, NULL, N, D);
+    CHECK(same_bits(dw.d, D, first), "rmsnorm_backward dweight over 1000 rows twice: bit-identical");
+
+    int32_t *tok_d, *tok = ids_both(NT, 0, V, &tok_d);
+    Pair dout = pair_fill((size_t)NT * D, 1.0f), dtable = pair_fill((size_t)V * D, 1.0f);
+    embedding_backward(dtable.d, dout.d, tok_d, NT, D, V);
+    cpu_embedding_backward(dtable.h, dout.h, tok, NT, D, V);
+    const double e = pair_diff(dtable);
+    CHECK(e == 0.0, "embedding_backward, 3000 tokens over 64 buckets and 3 stagings: the CPU's bits (rel. %.2e)", e);
+    free(tok), free(dw0), free(first);
+    buf_free(tok_d);
+    pair_free(dy), pair_free(xh), pair_free(w), pair_free(dw), pair_free(dout), pair_free(dtable);
+}
+
 static void test_norm_residual_swiglu(void) {
     const int N = 29, D = 300, F = 130;
     Pair x = pair_fill((size_t)N * D, 2.0f), w = pair_fill(D, 1.0f), y = pair_fill((size_t)N * D, 1.0f);
@@ -566,14 +597,16 @@ static int beyond_workspace_child(int which) {
     void *ws = buf_alloc(MEM_ACTIVATIONS, ops_cuda_workspace(&WS_BOUNDS).total, "workspace");
     ops_set_workspace(ws, &WS_BOUNDS);
     ops_set_matmul_bf16(1);
-    enum { N = 300, D = 64, V = 257 };  // 300 rows: more than the bounds' 29, and than 256 partial sums
+    // 3000 rows: more than the bounds' 29, and row losses (24000 bytes) beyond the scratch part (the larger
+    // of 256 partial sums and RMSNorm's 64 x 64 column partials: 16384 bytes)
+    enum { N = 3000, D = 64, V = 257 };
     float *x = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * N * V, "x");        // (N, V)
     float *w = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * V * D, "w");        // (V, D)
     int32_t *t = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * N, "targets");  // (N)
     double *acc = buf_alloc(MEM_ACTIVATIONS, sizeof(double), "loss");         // (1)
     if (which == 0) matmul_forward(x, x, w, 29, D, V);  // within the bounds
-    if (which == 1) matmul_forward(x, x, w, N, D, V);   // an input copy of 300 rows
-    if (which == 2) cross_entropy_forward(x, t, N, V, acc);  // 300 row losses
+    if (which == 1) matmul_forward(x, x, w, N, D, V);   // an input copy of 3000 rows
+    if (which == 2) cross_entropy_forward(x, t, N, V, acc);  // 3000 row losses
     ops_sync();
     printf("not refused\n");
     return 0;
@@ -585,8 +618,8 @@ static void test_workspace(const char *self) {
     test_matmul_bf16(29, 64, 257, 301);  // the checks of the same shape, now inside the planned parts
     ops_set_workspace(NULL, NULL);
     buf_free(ws);
-    const char *names[] = {"a bf16 product within the bounds", "a bf16 product of 300 rows (bounds: 29)",
-                           "a cross-entropy of 300 rows (256 partial sums planned)"};
+    const char *names[] = {"a bf16 product within the bounds", "a bf16 product of 3000 rows (bounds: 29)",
+                           "a cross-entropy of 3000 rows (16384 bytes of scratch planned)"};
     const char *parts[] = {NULL, "a bf16 operand copy", "the row losses or partial sums"};
     for (int k = 0; k < 3; k++) {
         char out[4096];
@@ -666,6 +699,7 @@ int main(int argc, char **argv) {
     }
     else printf("(the %s backend has no bf16 products: their checks did not run)\n", ops_backend_name());
     test_embedding();
+    test_column_sums();
     test_norm_residual_swiglu();
     test_bf16_activations();
     test_rope();

@@ -18,7 +18,7 @@ static size_t r256(size_t x) { return (x + 255) / 256 * 256; }
 static size_t r8(size_t x) { return (x + 7) / 8 * 8; }
 
 static void test_parts(void) {
-    OpsBounds b = {.rows = 1000, .in_cols = 100, .out_cols = 261, .weight = 0, .bf16 = 0};
+    OpsBounds b = {.rows = 1000, .in_cols = 4, .out_cols = 261, .weight = 0, .bf16 = 0};
     OpsCudaWorkspace w = ops_cuda_workspace(&b);
     CHECK(w.lt == (size_t)32 << 20 && w.scratch == r256(1000 * 8) && !w.half[0] && !w.half[1] && !w.half[2],
           "fp32: cuBLASLt's 32 MiB and 1000 doubles of row losses, no bf16 copies (scratch %zu)", w.scratch);
@@ -27,6 +27,11 @@ static void test_parts(void) {
     b.rows = 10;
     w = ops_cuda_workspace(&b);
     CHECK(w.scratch == 256 * 8, "few rows: the gradient norm's 256 partial sums still fit (%zu bytes)", w.scratch);
+    b.in_cols = 100;
+    w = ops_cuda_workspace(&b);
+    CHECK(w.scratch == r256(OPS_CUDA_COL_CHUNKS * 100 * 4),
+          "wide rows: RMSNorm's weight gradient's %d chunk partials of each of 100 columns fit (%zu bytes)",
+          OPS_CUDA_COL_CHUNKS, w.scratch);
     b.rows = 1000;
     b.bf16 = 1;
     w = ops_cuda_workspace(&b);
