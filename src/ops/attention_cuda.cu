@@ -18,6 +18,7 @@
 // order. Every output has one writer and a fixed order of terms: no atomics, the
 // same bits every run. Key j is visible to query i iff kpos[j] <= qpos[i].
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,40 +135,61 @@ extern "C" void attention_block_forward(float *o, float *m, float *l, const floa
     cuda_done("attention_block_forward");
 }
 
+// The per-row passes over o: one warp per row (b, h, i), its lanes on the row's hd
+// columns (consecutive lanes, consecutive floats: whole cache lines; one thread per
+// row read 32 rows H*hd floats apart per load), at most 65535 * 32 * 4 rows.
+static unsigned warp_row_blocks(size_t rows, const char *what) {
+    const size_t per_block = THREADS / 32, most = CUDA_MAX_BLOCKS * per_block;
+    if (rows > most) die("%s: %zu attention rows exceed the grid (at most %zu)", what, rows, most);
+    return cuda_blocks(rows, per_block);
+}
+
+// The warp's row: its index ((b H + h) Sq + i), and the offset of its hd columns in
+// an (B*Sq, H*hd) matrix. Every lane of a warp gets the same row, so a warp past the
+// last row leaves whole.
+__device__ static size_t warp_row(int B, int Sq, int H, int hd, size_t *off) {
+    const size_t row = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
+    *off = ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    return row < (size_t)B * H * Sq ? row : SIZE_MAX;
+}
+
 // o /= l and lse = m + log l per (b, h, i); rows that saw no key: o = 0, lse = -inf.
 __global__ void k_att_finish(float *o, float *lse, const float *m, const float *l, int B, int Sq, int H, int hd) {
-    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (row >= (size_t)B * H * Sq) return;
-    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
-    float *orow = o + ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
-    float inv = l[row] > 0.0f ? 1.0f / l[row] : 0.0f;
-    for (int d = 0; d < hd; d++) orow[d] *= inv;
-    lse[row] = l[row] > 0.0f ? m[row] + logf(l[row]) : -INFINITY;
+    size_t off;
+    const size_t row = warp_row(B, Sq, H, hd, &off);
+    if (row == SIZE_MAX) return;
+    const float inv = l[row] > 0.0f ? 1.0f / l[row] : 0.0f;
+    for (int d = threadIdx.x % 32; d < hd; d += 32) o[off + d] *= inv;
+    if (threadIdx.x % 32 == 0) lse[row] = l[row] > 0.0f ? m[row] + logf(l[row]) : -INFINITY;
 }
 
 extern "C" void attention_block_finish(float *o, float *lse, const float *m, const float *l, int B, int Sq, int H,
                                        int hd) {
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0) return;
-    k_att_finish<<<row_blocks(rows, "attention_block_finish"), THREADS, 0, cuda_stream()>>>(o, lse, m, l, B, Sq, H, hd);
+    k_att_finish<<<warp_row_blocks(rows, "attention_block_finish"), THREADS, 0, cuda_stream()>>>(o, lse, m, l, B, Sq,
+                                                                                                  H, hd);
     cuda_done("attention_block_finish");
 }
 
-// rowdot(b, h, i) = sum_d dout * out over the head's columns.
+// rowdot(b, h, i) = sum_d dout * out over the head's columns: each lane its columns
+// d = lane, lane + 32, ... in order, then a fixed butterfly over the warp.
 __global__ void k_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H, int hd) {
-    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (row >= (size_t)B * H * Sq) return;
-    const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((size_t)Sq * H));
-    size_t off = ((size_t)b * Sq + i) * H * hd + (size_t)h * hd;
+    size_t off;
+    const size_t row = warp_row(B, Sq, H, hd, &off);
+    if (row == SIZE_MAX) return;
     float s = 0.0f;
-    for (int d = 0; d < hd; d++) s += dout[off + d] * out[off + d];
-    rowdot[row] = s;
+    for (int d = threadIdx.x % 32; d < hd; d += 32) s += dout[off + d] * out[off + d];
+    for (int lanes = 16; lanes > 0; lanes /= 2) s += __shfl_xor_sync(0xffffffffu, s, lanes);
+    if (threadIdx.x % 32 == 0) rowdot[row] = s;
 }
 
 extern "C" void attention_rowdot(float *rowdot, const float *dout, const float *out, int B, int Sq, int H, int hd) {
     size_t rows = (size_t)B * H * Sq;
     if (rows == 0) return;
-    k_rowdot<<<row_blocks(rows, "attention_rowdot"), THREADS, 0, cuda_stream()>>>(rowdot, dout, out, B, Sq, H, hd);
+    k_rowdot<<<warp_row_blocks(rows, "attention_rowdot"), THREADS, 0, cuda_stream()>>>(rowdot, dout, out, B, Sq, H,
+                                                                                         hd);
     cuda_done("attention_rowdot");
 }
 
