@@ -292,6 +292,14 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
 extern "C" void attention_forward(float *out, float *lse, float *m, float *l, const float *qkv, const int *pos, int B,
                                   int S, int H, int KV, int hd, float *scratch) {
     const int ld = (H + 2 * KV) * hd;
+    if ((size_t)B * H * S > 0 && use_flash(B, H, hd, "attention_forward") == FLASH_MMA) {
+        // One kernel: the block's init and finish folded in (flash_mma::forward_whole), m and l unused.
+        const int *p = cuda_device_ints(pos, (size_t)S, 1);
+        cuda_profile_open();
+        flash_mma::forward_whole(out, lse, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, p, p, B, S, S, H, KV, hd);
+        cuda_done("attention_forward (mma, whole)");
+        return;
+    }
     attention_block_init(out, m, l, B, S, H, hd);
     attention_block_forward(out, m, l, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, pos, pos, B, S, S, H, KV, hd, scratch);
     attention_block_finish(out, lse, m, l, B, S, H, hd);

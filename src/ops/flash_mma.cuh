@@ -212,7 +212,12 @@ __device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int 
 // ops.h's attention_block_forward defines them. A lane holds rows g and g + 8 of
 // each of its warp's MT 16-row tiles (g = lane / 4) and, of each 8-column tile,
 // columns 2t and 2t + 1 (t = lane % 4).
-template <int HD, bool VEC>
+// WHOLE: the keys are all there are (attention_forward: one block): the state
+// starts empty instead of being read, and the kernel ends as
+// attention_block_finish does, o = o / l and, into m, lse = m + log l (l unused):
+// the same arithmetic on the same values, so the same bits as init + block +
+// finish, without their three passes over o.
+template <int HD, bool VEC, bool WHOLE>
 __global__ void __launch_bounds__(THREADS)
     k_forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
               const int *qpos, const int *kpos, int Sq, int Sk, int H, int KV, float scale) {
@@ -243,13 +248,14 @@ __global__ void __launch_bounds__(THREADS)
         for (int hr = 0; hr < 2; hr++) {
             const int i = i0 + r0 + g + 8 * hr;
             const bool in = i < Sq;
+            const bool read = in && !WHOLE;
             qp[mt][hr] = in ? qpos[i] : INT_MIN;
-            m2[mt][hr] = in ? m[srow0 + i] * LOG2E : -INFINITY;
-            lr[mt][hr] = in ? l[srow0 + i] : 0.0f;
+            m2[mt][hr] = read ? m[srow0 + i] * LOG2E : -INFINITY;
+            lr[mt][hr] = read ? l[srow0 + i] : 0.0f;
             MMA_UNROLL
             for (int d = 0; d < S::DT; d++) {
-                oacc[mt][d][2 * hr] = in ? ob[(size_t)i * ostride + 8 * d + 2 * t] : 0.0f;
-                oacc[mt][d][2 * hr + 1] = in ? ob[(size_t)i * ostride + 8 * d + 2 * t + 1] : 0.0f;
+                oacc[mt][d][2 * hr] = read ? ob[(size_t)i * ostride + 8 * d + 2 * t] : 0.0f;
+                oacc[mt][d][2 * hr + 1] = read ? ob[(size_t)i * ostride + 8 * d + 2 * t + 1] : 0.0f;
             }
             qlo = imin(qlo, qp[mt][hr]);
             qhi = imax(qhi, qp[mt][hr]);
@@ -338,14 +344,18 @@ __global__ void __launch_bounds__(THREADS)
         for (int hr = 0; hr < 2; hr++) {
             const int i = i0 + 16 * (MT * warp + mt) + g + 8 * hr;
             if (i >= Sq) continue;
+            const float lv = lr[mt][hr], mv = m2[mt][hr] / LOG2E;
+            const float inv = !WHOLE ? 1.0f : lv > 0.0f ? 1.0f / lv : 0.0f;  // a row that saw no key: o = 0
             MMA_UNROLL
             for (int d = 0; d < S::DT; d++) {
-                ob[(size_t)i * ostride + 8 * d + 2 * t] = oacc[mt][d][2 * hr];
-                ob[(size_t)i * ostride + 8 * d + 2 * t + 1] = oacc[mt][d][2 * hr + 1];
+                ob[(size_t)i * ostride + 8 * d + 2 * t] = WHOLE ? oacc[mt][d][2 * hr] * inv : oacc[mt][d][2 * hr];
+                ob[(size_t)i * ostride + 8 * d + 2 * t + 1] =
+                    WHOLE ? oacc[mt][d][2 * hr + 1] * inv : oacc[mt][d][2 * hr + 1];
             }
-            if (t == 0) {
-                m[srow0 + i] = m2[mt][hr] / LOG2E;
-                l[srow0 + i] = lr[mt][hr];
+            if (t == 0 && WHOLE) m[srow0 + i] = lv > 0.0f ? mv + logf(lv) : -INFINITY;  // lse
+            if (t == 0 && !WHOLE) {
+                m[srow0 + i] = mv;
+                l[srow0 + i] = lv;
             }
         }
 }
@@ -566,11 +576,11 @@ __global__ void __launch_bounds__(THREADS)
 // every row start the kernels read is 16-byte aligned.
 static inline bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-template <int HD, bool VEC>
+template <int HD, bool VEC, bool WHOLE>
 void forward_hd(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
                 const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV) {
     const dim3 grid((unsigned)((Sq + Shape<HD>::BM - 1) / Shape<HD>::BM), (unsigned)(B * H));
-    auto kernel = &k_forward<HD, VEC>;  // (the macro's argument: no comma)
+    auto kernel = &k_forward<HD, VEC, WHOLE>;  // (the macro's argument: no comma)
     FLASH_LAUNCH(kernel, grid, Shape<HD>::fwd, o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, Sq,
                  Sk, H, KV, 1.0f / sqrtf((float)HD));
 }
@@ -595,18 +605,34 @@ static inline bool rows_aligned(const float *q, int ldq, const float *kv, int ld
     return aligned16(q) && aligned16(kv) && ldq % 4 == 0 && ldkv % 4 == 0 && koff % 4 == 0 && voff % 4 == 0;
 }
 
-static inline void forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff,
-                           int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+template <bool WHOLE>
+static inline void forward_any(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv,
+                               int koff, int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H,
+                               int KV, int hd) {
     const bool vec = rows_aligned(q, ldq, kv, ldkv, koff, voff);
-#define FLASH_MMA_FWD(HD)                                                                                       \
-    (vec ? forward_hd<HD, true>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV)           \
-         : forward_hd<HD, false>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV))
+#define FLASH_MMA_FWD(HD)                                                                                          \
+    (vec ? forward_hd<HD, true, WHOLE>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV)       \
+         : forward_hd<HD, false, WHOLE>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV))
     switch (hd) {
     case 32: FLASH_MMA_FWD(32); break;
     case 64: FLASH_MMA_FWD(64); break;
     default: FLASH_MMA_FWD(128); break;
     }
 #undef FLASH_MMA_FWD
+}
+
+// One block of keys folded into the running (o, m, l) (attention_block_forward).
+static inline void forward(float *o, float *m, float *l, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                           int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+    forward_any<false>(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV, hd);
+}
+
+// The whole attention of queries over all their keys in one kernel: out normalised
+// and lse (B*H*Sq), the bits of attention_block_init + forward + finish.
+static inline void forward_whole(float *out, float *lse, const float *q, int ldq, const float *kv, int ldkv, int koff,
+                                 int voff, const int *qpos, const int *kpos, int B, int Sq, int Sk, int H, int KV,
+                                 int hd) {
+    forward_any<true>(out, lse, nullptr, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV, hd);
 }
 
 // dout's rows (H * hd floats apart) are aligned with q's whenever its base is.

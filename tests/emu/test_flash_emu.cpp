@@ -213,6 +213,15 @@ static Result run_family(Family fam, const char *case_name, const Problem &p, in
         launched_ok(name, "forward");
     }
     block_finish(p, o, lse, m, l);
+    if (fam == MMA && splits == 1) {  // the one-kernel forward (attention_forward's): the same bits
+        std::vector<float> ow(o.size()), lw(lse.size());
+        flash_mma::forward_whole(ow.data(), lw.data(), p.q.data(), p.ldq, p.kv.data(), p.ldkv, p.koff, p.voff,
+                                 p.qpos.data(), p.kpos.data(), p.B, p.Sq, p.Sk, p.H, p.KV, hd);
+        launched_ok(name, "whole forward");
+        CHECK(!memcmp(ow.data(), o.data(), o.size() * sizeof(float)) &&
+                  !memcmp(lw.data(), lse.data(), lse.size() * sizeof(float)),
+              "%s: the one-kernel forward gives init + block + finish's bits (out and lse)", name);
+    }
     const double eo = rel_err(o, ref.out), eo_fp32 = rel_err(o, unrounded.out);
     CHECK(eo < 1e-2, "%s: forward out within 1e-2 of fp64 on bf16 inputs (%.2e)", name, eo);
     CHECK(eo_fp32 > 1e-4, "%s: forward out differs from the unrounded inputs' (%.2e): the kernel rounds", name,

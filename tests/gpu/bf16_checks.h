@@ -480,6 +480,17 @@ static void test_attention_kernels_agree(int hd) {
     const double e = pair_diff(out);
     CHECK(e > 0 && e <= BF16_ATT_TOL, "attention (hd %d): the mma and wmma kernels both ran (bits differ) and agree "
           "within %.0e (%.2e)", hd, BF16_ATT_TOL, e);
+    // attention_forward's one kernel (mma) against the block ops it folds in: the same bits.
+    float *whole = xmalloc(out.n * sizeof(float), "whole out"), *whole_lse = xmalloc(lse.n * sizeof(float), "lse");
+    ops_download(whole, out.d, out.n * sizeof(float));
+    ops_download(whole_lse, lse.d, lse.n * sizeof(float));
+    attention_block_init(out.d, m.d, l.d, B, S, H, hd);
+    attention_block_forward(out.d, m.d, l.d, qkv.d, ld, qkv.d, ld, H * hd, (H + KV) * hd, pos, pos, B, S, S, H, KV, hd,
+                            NULL);
+    attention_block_finish(out.d, lse.d, m.d, l.d, B, S, H, hd);
+    CHECK(same_bits(out.d, out.n, whole) && same_bits(lse.d, lse.n, whole_lse),
+          "attention_forward (mma, hd %d) in one kernel: the bits of block init + forward + finish", hd);
+    free(whole), free(whole_lse);
     ops_set_matmul_bf16(0);
     unsetenv("FEMTOTRON_ATTENTION");
     free(pos_h);
