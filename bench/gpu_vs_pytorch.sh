@@ -25,6 +25,9 @@
 #             prediction of each femtotron run (plan --config --hardware this)
 #   MB_1P7B [4]  MB_360M [8]  MB_1B [4]   micro-batch per shape; halved on out of memory
 #   WARMUP [3]  TIMED [5]  COMPILE_SCOPE [layers] (torch_train.py --compile-scope)
+#   ACCUM [4] micro-batches per optimizer step in every system (femtotron's global_batch_size
+#         = micro-batch x ACCUM; torch_train.py --accum): the optimizer's pass over every
+#         weight amortised as in pre-training, not once per micro-batch
 #   BUDGET_S [510] the whole script   FEMTO_TIMEOUT [150] EAGER_TIMEOUT [120] COMPILE_TIMEOUT [200]
 #   PRECISION [bf16] femtotron's training.precision (falls back to fp32, with a note,
 #             while the CUDA build refuses bf16)   PEAK_FLOPS [989e12] (H100 SXM bf16 dense)
@@ -48,6 +51,7 @@ CALIBRATE=${CALIBRATE:-1}
 CALIBRATE_TIMEOUT=${CALIBRATE_TIMEOUT:-90}
 ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-3}
+ACCUM=${ACCUM:-4}
 TIMED=${TIMED:-5}
 COMPILE_SCOPE=${COMPILE_SCOPE:-layers}
 BUDGET_S=${BUDGET_S:-510}
@@ -131,6 +135,7 @@ done
     echo "gpu_util_start=$(smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
     echo "peak_flops=$PEAK_FLOPS"
     echo "warmup=$WARMUP"
+    echo "accum=$ACCUM"
     echo "timed=$TIMED"
     echo "compile_scope=$COMPILE_SCOPE"
     echo "profile_steps=$PROFILE_STEPS"
@@ -187,7 +192,8 @@ femto_args() {  # shape B steps -> FARGS
            --model.num_attention_heads "$NH" --model.num_key_value_heads "$KV"
            --model.intermediate_size "$I" --model.vocab_size "$V" --model.tie_word_embeddings true
            --model.max_position_embeddings "$S" --training.seq_length "$S"
-           --training.micro_batch_size "$2" --training.steps "$3" --training.threads "$(nproc)"
+           --training.micro_batch_size "$2" --training.global_batch_size $(($2 * ACCUM))
+           --training.steps "$3" --training.threads "$(nproc)"
            --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS")
 }
 
@@ -246,7 +252,7 @@ run_one() {  # shape system round B
     local left=$(($(remaining) - 15))
     ((left < cap)) && cap=$left
     meta() { echo "$1=$2" >>"$RUNS/$name.meta"; }
-    meta shape "$shape"; meta system "$sys"; meta round "$r"; meta batch "$B"; meta warmup "$W"
+    meta shape "$shape"; meta system "$sys"; meta round "$r"; meta batch "$B"; meta warmup "$W"; meta accum "$ACCUM"
     meta fields "${SHAPE[$shape]}"; meta timed "$TIMED"
     if ((cap < 20)); then
         STATUS=skipped; meta status skipped; meta why "out of the time budget (BUDGET_S=$BUDGET_S)"
@@ -285,7 +291,7 @@ run_one() {  # shape system round B
         meta precision "$dtype"
         cmd=("$TORCH_PY" bench/torch_train.py --device cuda --dtype "$dtype" --fused-adamw --tie-embeddings
              --attention sdpa --data "$DATA" --hidden "$D" --layers "$L" --heads "$NH" --kv-heads "$KV"
-             --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" --steps $((W + TIMED))
+             --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" --accum "$ACCUM" --steps $((W + TIMED))
              --warmup-steps "$W" --peak-flops "$PEAK_FLOPS" --metrics "$met")
         [[ $sys == compile ]] && cmd+=(--compile --compile-scope "$COMPILE_SCOPE")
     fi

@@ -297,7 +297,9 @@ loss with fp32 master weights, gradients and AdamW state; torch.compile with `--
 """ + "\n".join(shape_lines) + f"""
 
 Method: one process per run, {env.get('warmup', '?')} warm-up + {env.get('timed', '?')} timed steps
-(torch.compile 2 more warm-up steps: its compilation), runs interleaved shape by shape
+of {env.get('accum', '1')} micro-batches each (gradient accumulation, the same in every system: the
+optimizer once per {env.get('accum', '1')} micro-batches, as in pre-training, where the batch is
+millions of tokens) (torch.compile 2 more warm-up steps: its compilation), runs interleaved shape by shape
 (femtotron, then each PyTorch variant); tok/s = tokens per step / the run's median timed step;
 "warm-up beyond timed steps" = the warm-up steps' time less as many median steps (compilation,
 autotuning, first touches of memory); "run wall" includes start-up (model init, imports).

@@ -53,7 +53,10 @@ def parse_args():
     a("--intermediate", type=int, default=1536)
     a("--vocab", type=int, default=8192)
     a("--seq", type=int, default=256)
-    a("--batch", type=int, default=8, help="sequences per step (one micro-batch)")
+    a("--batch", type=int, default=8, help="sequences per micro-batch")
+    a("--accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation: "
+      "femtotron's global_batch_size / micro_batch_size); step t's micro-batch j reads sequences "
+      "((t-1) accum + j) batch onwards, femtotron's order")
     a("--lr", type=float, default=3e-4)
     a("--min-lr", type=float, default=3e-5)
     a("--lr-warmup", type=int, default=10, help="LR warmup steps (femtotron's training.warmup_steps)")
@@ -85,7 +88,10 @@ def parse_args():
            "instead of foreach=True")
     a("--tie-embeddings", action="store_true",
       help="the output head shares the embedding matrix (model.tie_word_embeddings)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.accum < 1 or args.batch < 1:
+        p.error("--batch and --accum must be at least 1")
+    return args
 
 
 args = parse_args()
@@ -350,7 +356,7 @@ def main():
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     kind = {"fused": True} if a.fused_adamw else {"foreach": True}
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **kind)
-    fpt, tokens = flops_per_token(a), a.batch * a.seq
+    fpt, tokens = flops_per_token(a), a.batch * a.seq * a.accum
     where = f"{torch.cuda.get_device_name(DEVICE)}" if cuda else f"threads {torch.get_num_threads()}"
     print(f"torch {torch.__version__} | {where} | attention {a.attention}"
           f"{' (GQA in the kernel)' if a.attention == 'sdpa' and SDPA_GQA else ''} | "
@@ -363,15 +369,18 @@ def main():
     for step in range(1, a.steps + 1):
         t0 = time.perf_counter()
         try:
-            inputs, targets = data.batch(step - 1, a.batch)
-            if cuda:
-                inputs = inputs.pin_memory().to(DEVICE, non_blocking=True)
-                targets = targets.pin_memory().to(DEVICE, non_blocking=True)
-            with torch.autocast(DEVICE.type, dtype=AUTOCAST_DTYPE) if AUTOCAST_DTYPE else \
-                    contextlib.nullcontext():
-                loss = run(inputs, targets)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = 0.0
+            for j in range(a.accum):  # each micro-batch's mean loss over accum: the step's mean
+                inputs, targets = data.batch((step - 1) * a.accum + j, a.batch)
+                if cuda:
+                    inputs = inputs.pin_memory().to(DEVICE, non_blocking=True)
+                    targets = targets.pin_memory().to(DEVICE, non_blocking=True)
+                with torch.autocast(DEVICE.type, dtype=AUTOCAST_DTYPE) if AUTOCAST_DTYPE else \
+                        contextlib.nullcontext():
+                    part = run(inputs, targets) / a.accum
+                part.backward()
+                loss = loss + part.detach()
             grad_norm = float(nn.utils.clip_grad_norm_(params, a.grad_clip)) if a.grad_clip > 0 else \
                 float(torch.norm(torch.stack([p.grad.norm() for p in params])))
             lr = lr_at(step, a)
@@ -382,7 +391,7 @@ def main():
             if cuda:
                 torch.cuda.synchronize()  # every kernel of the step has finished
         except torch.cuda.OutOfMemoryError as e:  # noqa: F841 (the caller halves the batch)
-            print(f"out of memory at step {step} (micro-batch {a.batch}, seq {a.seq}): "
+            print(f"out of memory at step {step} (micro-batch {a.batch} x {a.accum}, seq {a.seq}): "
                   f"{str(e).splitlines()[0]}", flush=True)
             sys.exit(3)
         dt = time.perf_counter() - t0
