@@ -103,6 +103,23 @@ __device__ __forceinline__ void warp_min_max(int a, int b, int *lo, int *hi) {
     *hi = mx;
 }
 
+// The minimum of *lo and the maximum of *hi over the block, every thread getting
+// them: shuffles over each warp, then the 4 warps' through scratch (8 ints of shared
+// memory no thread reads or writes meanwhile). Ends in a barrier's wake.
+__device__ __forceinline__ void block_min_max(int *lo, int *hi, int *scratch) {
+    warp_min_max(*lo, *hi, lo, hi);
+    if (threadIdx.x % 32 == 0) {
+        scratch[2 * (threadIdx.x / 32)] = *lo;
+        scratch[2 * (threadIdx.x / 32) + 1] = *hi;
+    }
+    __syncthreads();
+    MMA_UNROLL
+    for (int w = 0; w < THREADS / 32; w++) {
+        *lo = imin(*lo, scratch[2 * w]);
+        *hi = imax(*hi, scratch[2 * w + 1]);
+    }
+}
+
 // The block's threads stage rows [r0, r0 + R) of an fp32 matrix (row r at src + r *
 // ld, HD values) as a bf16 tile (row stride LD), rounded; rows at or past n are 0.
 template <int HD, int R, bool VEC>
@@ -261,19 +278,7 @@ __global__ void __launch_bounds__(THREADS)
             qhi = imax(qhi, qp[mt][hr]);
         }
     }
-    // The block's lowest and highest query position (shuffles over the warp, then
-    // shared memory over the warps: kp is free until the first tile).
-    warp_min_max(qlo, qhi, &qlo, &qhi);
-    if (lane == 0) {
-        kp[2 * warp] = qlo;
-        kp[2 * warp + 1] = qhi;
-    }
-    __syncthreads();
-    MMA_UNROLL
-    for (int w = 0; w < 4; w++) {
-        qlo = imin(qlo, kp[2 * w]);
-        qhi = imax(qhi, kp[2 * w + 1]);
-    }
+    block_min_max(&qlo, &qhi, kp);  // the block's query positions (kp is free until the first tile)
 
     const float *kbase = kv + (size_t)b * Sk * ldkv;
     for (int j0 = 0; j0 < Sk; j0 += BN) {
@@ -411,17 +416,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int d = 0; d < S::DT; d++)
         MMA_UNROLL
         for (int e = 0; e < 4; e++) dqacc[0][d][e] = 0.0f;
-    warp_min_max(qlo, qhi, &qlo, &qhi);
-    if (lane == 0) {
-        kp[2 * warp] = qlo;
-        kp[2 * warp + 1] = qhi;
-    }
-    __syncthreads();
-    MMA_UNROLL
-    for (int w = 0; w < 4; w++) {
-        qlo = imin(qlo, kp[2 * w]);
-        qhi = imax(qhi, kp[2 * w + 1]);
-    }
+    block_min_max(&qlo, &qhi, kp);
 
     const float *kbase = kv + (size_t)b * Sk * ldkv;
     for (int j0 = 0; j0 < Sk; j0 += BN) {

@@ -372,6 +372,15 @@ static int same_bits(const float *dev, size_t n, const float *before) {  // the 
     return same;
 }
 
+// Positions 0 .. S-1 in a planned buffer (returned) and on the host (*host).
+static int *causal_positions(int S, int **host) {
+    *host = xmalloc(S * sizeof(int), "pos");
+    for (int p = 0; p < S; p++) (*host)[p] = p;
+    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
+    ops_upload(pos, *host, S * sizeof(int));
+    return pos;
+}
+
 // `kernel` is FEMTOTRON_ATTENTION's value for the run (ops/attention_cuda.cu): mma
 // (ops/flash_mma.cuh) or wmma (ops/flash_attention.cuh); each is checked here.
 static void test_attention_bf16(int hd, const char *kernel) {
@@ -379,10 +388,7 @@ static void test_attention_bf16(int hd, const char *kernel) {
     char what[96];
     setenv("FEMTOTRON_ATTENTION", kernel, 1);
     float *scratch = xmalloc((cpu_attention_scratch_floats(hd) + 1) * sizeof(float), "cpu attention scratch");
-    int *pos_h = xmalloc(S * sizeof(int), "pos");
-    for (int p = 0; p < S; p++) pos_h[p] = p;
-    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
-    ops_upload(pos, pos_h, S * sizeof(int));
+    int *pos_h, *pos = causal_positions(S, &pos_h);
     Pair qkv = pair_fill((size_t)B * S * ld, 1.5f), out = pair_fill((size_t)B * S * H * hd, 1.0f);
     Pair lse = pair_fill((size_t)B * H * S, 1.0f), m = pair_fill(lse.n, 1.0f), l = pair_fill(lse.n, 1.0f);
     Pair dout = pair_fill(out.n, 1.0f), dqkv = pair_fill(qkv.n, 1.0f), rowdot = pair_fill(lse.n, 1.0f);
@@ -465,10 +471,7 @@ static void test_attention_bf16(int hd, const char *kernel) {
 // they round P and sum in different places) and agree within the bf16 tolerance.
 static void test_attention_kernels_agree(int hd) {
     const int B = 2, S = 150, H = 4, KV = 2, ld = (H + 2 * KV) * hd;
-    int *pos_h = xmalloc(S * sizeof(int), "pos");
-    for (int p = 0; p < S; p++) pos_h[p] = p;
-    int *pos = buf_alloc(MEM_ACTIVATIONS, S * sizeof(int), "gpu pos");
-    ops_upload(pos, pos_h, S * sizeof(int));
+    int *pos_h, *pos = causal_positions(S, &pos_h);
     Pair qkv = pair_fill((size_t)B * S * ld, 1.5f), out = pair_fill((size_t)B * S * H * hd, 1.0f);
     Pair lse = pair_fill((size_t)B * H * S, 1.0f), m = pair_fill(lse.n, 1.0f), l = pair_fill(lse.n, 1.0f);
     ops_set_matmul_bf16(1);
