@@ -35,6 +35,27 @@ static void add_sum(const double *part, size_t n, double *acc, const char *what)
 
 // ---------------------------------------------------------------- cross-entropy
 
+// A row's maximum and sum of exp(x - max) in one read of the row (the logits are
+// the step's largest buffer: N x V floats, 1.6 GB at 8192 tokens of a 49152 vocab):
+// each thread keeps a running (maximum, sum) over its columns in order, a new
+// maximum rescaling its sum; the block then takes the maximum, rescales each
+// thread's sum to it and adds them by its fixed tree. The same order every run.
+__device__ static void row_max_sumexp(const float *x, int V, float *sh, float *mx, float *sum) {
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += ROW_THREADS) {
+        const float v = x[j];
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f;  // expf(-inf) = 0 for the first
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+    const float row_max = block_max(m, sh);
+    *sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), sh);
+    *mx = row_max;
+}
+
 // One block per row of logits(N, V): loss[n] = log(sum exp(x - max)) + max - x_t;
 // with grads, x becomes (softmax - onehot(t)) * grad_scale.
 __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_scale, int want_grads, double *loss) {
@@ -44,12 +65,8 @@ __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_sc
     // meanwhile it indexes nothing (its row's loss 0, no onehot).
     const int t = targets[blockIdx.x];
     const bool valid = t >= 0 && t < V;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += ROW_THREADS) mx = fmaxf(mx, x[j]);
-    mx = block_max(mx, sh);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += ROW_THREADS) sum += expf(x[j] - mx);
-    sum = block_sum(sum, sh);
+    float mx, sum;
+    row_max_sumexp(x, V, sh, &mx, &sum);
     const float xt = valid ? x[t] : 0.0f;
     __syncthreads();  // every thread has read x[t] before anyone overwrites it
     if (threadIdx.x == 0) loss[blockIdx.x] = valid ? (double)logf(sum) + (double)mx - (double)xt : 0.0;
