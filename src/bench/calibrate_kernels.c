@@ -150,30 +150,35 @@ void calib_measure_gemm(RateCurve *c, const CalibOpts *o) {
 // the curves are keyed by the FLOPs of ONE (sequence, head): forward
 // 4*hd*S(S+1)/2, backward twice that (plan/hardware.h).
 static const int ATT_SEQ[] = {128, 256, 512, 1024, 2048};
-#define ATT_HEADS 8  // query = key/value heads per call (one sequence)
+// Query = key/value heads per call (one sequence): enough (sequence, head) pairs to
+// fill the machine, as a training step's B x H do: 8 for CPU cores; on a GPU 64,
+// whose kernels take a block per 64 or 128 query rows and head (8 heads at S = 2048
+// were 128 blocks: fewer than an H100's 132 SMs, a rate below a step's); --quick keeps 8.
+#define ATT_HEADS_CPU 8
+#define ATT_HEADS_GPU 64
 #define N_SEQ ((int)(sizeof ATT_SEQ / sizeof ATT_SEQ[0]))
 
-// Causal attention of one sequence (B = 1) of S tokens, ATT_HEADS heads of hd.
+// Causal attention of one sequence (B = 1) of S tokens, H heads of hd.
 typedef struct {
-    int S, hd;
+    int S, hd, H;
     float *qkv, *dqkv, *out, *dout, *lse, *m, *l, *scratch;
     const int *pos;
 } AttnCall;
 
 static void attn_forward_call(const void *p) {
     const AttnCall *a = p;
-    attention_forward(a->out, a->lse, a->m, a->l, a->qkv, a->pos, 1, a->S, ATT_HEADS, ATT_HEADS, a->hd,
+    attention_forward(a->out, a->lse, a->m, a->l, a->qkv, a->pos, 1, a->S, a->H, a->H, a->hd,
                       a->scratch);
 }
 
 static void attn_backward_call(const void *p) {  // m serves as the rowdot scratch
     const AttnCall *a = p;
-    attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, ATT_HEADS, ATT_HEADS,
+    attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, a->H, a->H,
                        a->hd, a->scratch);
 }
 
 void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o) {
-    const int H = ATT_HEADS, hd = o->head_dim, ns = o->quick ? N_SEQ - 1 : N_SEQ;
+    const int H = o->gpu && !o->quick ? ATT_HEADS_GPU : ATT_HEADS_CPU, hd = o->head_dim, ns = o->quick ? N_SEQ - 1 : N_SEQ;
     const int Smax = ATT_SEQ[ns - 1];
     const size_t ld = (size_t)3 * H * hd, S = (size_t)Smax;
     float *qkv = calib_alloc(S * ld * sizeof(float), "calibration qkv");                  // (S, 3*H*hd)
@@ -192,7 +197,7 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
     for (int s = 0; s < ns; s++) {
         int Sq = ATT_SEQ[s];
         work[s] = 4.0 * hd * (double)Sq * (Sq + 1) / 2;  // one (sequence, head)
-        AttnCall a = {Sq, hd, qkv, dqkv, out, dout, lse, m, l, scratch, pos};
+        AttnCall a = {Sq, hd, H, qkv, dqkv, out, dout, lse, m, l, scratch, pos};
         double fwd_s = calib_time_call((CalibCall){attn_forward_call, &a}, o);
         double bwd_s = calib_time_call((CalibCall){attn_backward_call, &a}, o);
         rf[s] = H * work[s] / fwd_s;

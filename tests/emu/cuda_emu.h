@@ -367,6 +367,8 @@ inline std::vector<uint64_t> collective_calls;  // warp-collective calls per thr
 constexpr size_t XBYTES = 64;
 struct XSlot {
     alignas(16) unsigned char lane[32][XBYTES];
+    float result[32][4];  // a collective whose work one lane does for the warp (mma) leaves each lane's here
+    uint64_t done;        // the call (a lane's exchange count) whose result is here; 0 none
 };
 inline std::vector<XSlot> xslots;     // 2 per warp of the running block
 inline std::vector<uint64_t> xcalls;  // exchanges per thread of the running block
@@ -398,6 +400,7 @@ inline void run_block(unsigned n) {
     collective_calls.assign(n, 0);
     xcalls.assign(n, 0);
     if (xslots.size() < 2 * (size_t)(n / 32)) xslots.resize(2 * (size_t)(n / 32));
+    for (XSlot &x : xslots) x.done = 0;  // call counts start again in every block
     if (direct) {
         for (unsigned t = 0; t < n; t++) {
             threadIdx = dim3(t);
@@ -952,27 +955,32 @@ inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
 inline void emu_mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     struct Regs {
         uint32_t a[4], b[2];
+        float c[4];
     } mine;
     memcpy(mine.a, a, sizeof mine.a);
     memcpy(mine.b, b, sizeof mine.b);
-    const emu::XSlot &slot = emu::warp_exchange(mine);
-    auto A = [&](int r, int k) {
-        const Regs o = emu::from_lane<Regs>(slot, (unsigned)((r % 8) * 4 + (k % 8) / 2));
-        return emu::bf16_half(o.a[(r >= 8) + 2 * (k >= 8)], k % 2);
-    };
-    auto B = [&](int k, int n) {
-        const Regs o = emu::from_lane<Regs>(slot, (unsigned)(n * 4 + (k % 8) / 2));
-        return emu::bf16_half(o.b[k >= 8], k % 2);
-    };
-    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    float out[4];
-    for (int i = 0; i < 4; i++) {
-        const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
-        float s = c[i];
-        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
-        out[i] = s;
+    memcpy(mine.c, c, sizeof mine.c);
+    emu::XSlot &slot = emu::warp_exchange(mine);
+    const uint64_t call = emu::xcalls[threadIdx.x];  // the same on every lane of the warp
+    if (slot.done != call) {  // the first lane past the barrier does the warp's product for all
+        slot.done = call;
+        Regs L[32];
+        for (unsigned l = 0; l < 32; l++) L[l] = emu::from_lane<Regs>(slot, l);
+        float A[16][16], B[16][8];  // the whole operands, unpacked from the lanes' registers
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 16; k++)
+                A[r][k] = emu::bf16_half(L[(r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k % 2);
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) B[k][n] = emu::bf16_half(L[n * 4 + (k % 8) / 2].b[k >= 8], k % 2);
+        for (int lane = 0; lane < 32; lane++)
+            for (int i = 0; i < 4; i++) {
+                const int r = lane / 4 + 8 * (i / 2), n = 2 * (lane % 4) + i % 2;
+                float s = L[lane].c[i];
+                for (int k = 0; k < 16; k++) s += A[r][k] * B[k][n];
+                slot.result[lane][i] = s;
+            }
     }
-    memcpy(d, out, sizeof out);
+    memcpy(d, slot.result[threadIdx.x % 32], 4 * sizeof(float));
 }
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8x8 matrices of 16-bit
