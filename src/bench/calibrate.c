@@ -35,7 +35,7 @@
 //             and p2p (half a ping-pong round trip between ranks 2i and 2i+1), on
 //             4 KiB .. 16 MiB; t = alpha + beta·bytes fitted by least squares
 //             through the smallest message's time (fit_alpha_beta), alpha, beta >= 0.
-// --quick drops the largest shapes (4096 tokens, 2048 x 2048; S = 2048; messages
+// --quick drops the largest shapes (4096 tokens, 2048 x 2048; S = 1024 and 2048; messages
 // above 1 MiB), the cache-sized GEMM pool and shortens the batches: a few seconds
 // on 2 ranks of this 2-core machine, against about 20 s for the full run.
 // With one rank there is nothing to communicate with: no collective entries, and

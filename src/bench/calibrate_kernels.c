@@ -178,7 +178,8 @@ static void attn_backward_call(const void *p) {  // m serves as the rowdot scrat
 }
 
 void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o) {
-    const int H = o->gpu && !o->quick ? ATT_HEADS_GPU : ATT_HEADS_CPU, hd = o->head_dim, ns = o->quick ? N_SEQ - 1 : N_SEQ;
+    // --quick: S up to 512 (3 points), 8 heads
+    const int H = o->gpu && !o->quick ? ATT_HEADS_GPU : ATT_HEADS_CPU, hd = o->head_dim, ns = o->quick ? N_SEQ - 2 : N_SEQ;
     const int Smax = ATT_SEQ[ns - 1];
     const size_t ld = (size_t)3 * H * hd, S = (size_t)Smax;
     float *qkv = calib_alloc(S * ld * sizeof(float), "calibration qkv");                  // (S, 3*H*hd)
