@@ -187,6 +187,15 @@ __device__ __forceinline__ void scores(float (*acc)[Shape<HD>::NT][4], const u32
         }
 }
 
+// Every element of n accumulator tiles to 0.
+template <int N>
+__device__ __forceinline__ void zero_tiles(float (*acc)[4]) {
+    MMA_UNROLL
+    for (int i = 0; i < N; i++)
+        MMA_UNROLL
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
+}
+
 // The A operand of 16 columns [16c, 16c + 16) of a 16 x 64 accumulator tile, rounded
 // to bf16 (its n-tiles 2c and 2c+1).
 __device__ __forceinline__ void acc_to_a(u32 a[4], const float (*acc)[4], int c) {
@@ -222,6 +231,29 @@ __device__ __forceinline__ void accumulate(float (*out)[Shape<HD>::DT][4], const
 // Positions of rows [r0, r0 + 64) into shared memory: pos[r] where r < n, else outside.
 __device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int n, int outside) {
     for (int r = threadIdx.x; r < BN; r += THREADS) dst[r] = r0 + r < n ? pos[r0 + r] : outside;
+}
+
+// Stage key tile j0 (keys [j0, j0 + 64) of the head's K and V columns k and v, row
+// stride ldkv, and their positions into kp) for a block whose query positions span
+// [qlo, qhi]. False, with nothing but kp staged, when no query sees any of its keys
+// (the same answer on every thread); else *all says whether every query sees every
+// key. Begins with the barrier after which the last tile's readers are done, and
+// ends with the one after which the tile can be read.
+template <int HD, bool VEC>
+__device__ __forceinline__ bool stage_key_tile(bf16 *ks, bf16 *vs, int *kp, const float *k, const float *v,
+                                               size_t ldkv, const int *kpos, int j0, int Sk, int qlo, int qhi,
+                                               bool *all) {
+    __syncthreads();
+    stage_pos(kp, kpos, j0, Sk, INT_MAX);
+    __syncthreads();
+    int klo, khi;
+    warp_min_max(kp[threadIdx.x % 32], kp[threadIdx.x % 32 + 32], &klo, &khi);
+    if (klo > qhi) return false;
+    *all = khi <= qlo;
+    stage_rows<HD, BN, VEC>(ks, k, ldkv, j0, Sk);
+    stage_rows<HD, BN, VEC>(vs, v, ldkv, j0, Sk);
+    __syncthreads();
+    return true;
 }
 
 // ---- forward: fold one block of keys into (o, m, l) ----
@@ -280,26 +312,14 @@ __global__ void __launch_bounds__(THREADS)
     }
     block_min_max(&qlo, &qhi, kp);  // the block's query positions (kp is free until the first tile)
 
-    const float *kbase = kv + (size_t)b * Sk * ldkv;
+    const float *kvb = kv + (size_t)b * Sk * ldkv + (size_t)grp * HD, *kh = kvb + koff, *vh = kvb + voff;
     for (int j0 = 0; j0 < Sk; j0 += BN) {
-        __syncthreads();  // every warp is done with the last tile (and with Q's staging, and the bounds in kp)
-        stage_pos(kp, kpos, j0, Sk, INT_MAX);
-        __syncthreads();
-        int klo, khi;
-        warp_min_max(kp[lane], kp[lane + 32], &klo, &khi);
-        if (klo > qhi) continue;  // no row sees any key of the tile (the same on every thread)
-        const bool all = khi <= qlo;  // every row sees every key
-        stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
-        stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
-        __syncthreads();
+        bool all;  // every row sees every key of the tile
+        if (!stage_key_tile<HD, VEC>(ks, vs, kp, kh, vh, (size_t)ldkv, kpos, j0, Sk, qlo, qhi, &all)) continue;
 
         float sacc[MT][S::NT][4];
         MMA_UNROLL
-        for (int mt = 0; mt < MT; mt++)
-            MMA_UNROLL
-            for (int n = 0; n < S::NT; n++)
-                MMA_UNROLL
-                for (int e = 0; e < 4; e++) sacc[mt][n][e] = 0.0f;
+        for (int mt = 0; mt < MT; mt++) zero_tiles<S::NT>(sacc[mt]);
         scores<HD, MT>(sacc, qa, ks);
 
         // The online softmax, per row (hr: g or g + 8): the tile's maximum of the
@@ -412,30 +432,17 @@ __global__ void __launch_bounds__(THREADS)
         qlo = imin(qlo, qp[hr]);
         qhi = imax(qhi, qp[hr]);
     }
-    MMA_UNROLL
-    for (int d = 0; d < S::DT; d++)
-        MMA_UNROLL
-        for (int e = 0; e < 4; e++) dqacc[0][d][e] = 0.0f;
+    zero_tiles<S::DT>(dqacc[0]);
     block_min_max(&qlo, &qhi, kp);
 
-    const float *kbase = kv + (size_t)b * Sk * ldkv;
+    const float *kvb = kv + (size_t)b * Sk * ldkv + (size_t)grp * HD, *kh = kvb + koff, *vh = kvb + voff;
     for (int j0 = 0; j0 < Sk; j0 += BN) {
-        __syncthreads();
-        stage_pos(kp, kpos, j0, Sk, INT_MAX);
-        __syncthreads();
-        int klo, khi;
-        warp_min_max(kp[lane], kp[lane + 32], &klo, &khi);
-        if (klo > qhi) continue;
-        const bool all = khi <= qlo;
-        stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
-        stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
-        __syncthreads();
+        bool all;
+        if (!stage_key_tile<HD, VEC>(ks, vs, kp, kh, vh, (size_t)ldkv, kpos, j0, Sk, qlo, qhi, &all)) continue;
 
         float sacc[1][S::NT][4], dpacc[1][S::NT][4];
-        MMA_UNROLL
-        for (int n = 0; n < S::NT; n++)
-            MMA_UNROLL
-            for (int e = 0; e < 4; e++) sacc[0][n][e] = dpacc[0][n][e] = 0.0f;
+        zero_tiles<S::NT>(sacc[0]);
+        zero_tiles<S::NT>(dpacc[0]);
         scores<HD, 1>(sacc, qa, ks);   // S = Q K^T
         scores<HD, 1>(dpacc, da, vs);  // dP = dO V^T
         MMA_UNROLL
@@ -484,10 +491,10 @@ __global__ void __launch_bounds__(THREADS)
     const int j0 = (int)blockIdx.x * BN, b = blockIdx.y / KV, grp = blockIdx.y % KV, group = H / KV;
     const size_t ostride = (size_t)H * HD;
     const float sl2 = scale * LOG2E;
-    const float *kbase = kv + (size_t)b * Sk * ldkv;
+    const float *kvb = kv + (size_t)b * Sk * ldkv + (size_t)grp * HD;
 
-    stage_rows<HD, BN, VEC>(ks, kbase + koff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
-    stage_rows<HD, BN, VEC>(vs, kbase + voff + (size_t)grp * HD, (size_t)ldkv, j0, Sk);
+    stage_rows<HD, BN, VEC>(ks, kvb + koff, (size_t)ldkv, j0, Sk);
+    stage_rows<HD, BN, VEC>(vs, kvb + voff, (size_t)ldkv, j0, Sk);
     stage_pos(qp_s, kpos, j0, Sk, INT_MAX);  // the block's key positions, for the bounds (qp_s is free until then)
     __syncthreads();
     int klo, khi;
@@ -501,10 +508,8 @@ __global__ void __launch_bounds__(THREADS)
         load_a<HD>(va[0], vs, 16 * warp);
     }
     float dk[1][S::DT][4], dv[1][S::DT][4];
-    MMA_UNROLL
-    for (int d = 0; d < S::DT; d++)
-        MMA_UNROLL
-        for (int e = 0; e < 4; e++) dk[0][d][e] = dv[0][d][e] = 0.0f;
+    zero_tiles<S::DT>(dk[0]);
+    zero_tiles<S::DT>(dv[0]);
 
     for (int h = grp * group; h < (grp + 1) * group; h++) {
         const size_t srow0 = ((size_t)b * H + h) * Sq;
@@ -530,10 +535,8 @@ __global__ void __launch_bounds__(THREADS)
             }
 
             float st[1][S::NT][4], dpt[1][S::NT][4];  // (16 keys, 64 queries) S^T and dP^T
-            MMA_UNROLL
-            for (int n = 0; n < S::NT; n++)
-                MMA_UNROLL
-                for (int e = 0; e < 4; e++) st[0][n][e] = dpt[0][n][e] = 0.0f;
+            zero_tiles<S::NT>(st[0]);
+            zero_tiles<S::NT>(dpt[0]);
             scores<HD, 1>(st, ka, qs);    // S^T = K Q^T
             scores<HD, 1>(dpt, va, dos);  // dP^T = V dO^T
             MMA_UNROLL

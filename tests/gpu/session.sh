@@ -83,6 +83,7 @@ sed 's/^/   /' "$OUT/versions.txt" | tee -a "$LOG"
 tests_deadline=$((T0 + (TESTS_SHARE < BUDGET ? TESTS_SHARE : BUDGET)))
 export PART_LIMIT_S=${PART_LIMIT_S:-150}
 rows=()
+passed=0 failed=0
 for t in $SESSION_TESTS; do
     t1=$(date +%s)
     out=$(DEADLINE=$tests_deadline GPU_TESTS=$t bash tests/gpu/run.sh 2>&1)
@@ -91,13 +92,13 @@ for t in $SESSION_TESTS; do
     printf '%s\n' "$out" | grep -E '^(PASS|FAIL|SKIP) ' | cut -c1-400
     counts=$(printf '%s\n' "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' | tail -n 1)
     read -r p f <<<"${counts:-0 1}"
-    [ -n "$counts" ] || echo "FAIL $t: run.sh ended without its count (exit $rc)" | tee -a "$LOG"
+    [ -n "$counts" ] || echo "FAIL $t: run.sh ended without its count (exit $rc)" | tee -a "$LOG" "$OUT/problems.txt"
     status=ok
     printf '%s\n' "$out" | grep -q "^SKIP $t" && status=skipped
     ((f > 0)) && status=failed
     rows+=("| $t | $p | $f | $(($(date +%s) - t1)) | $status |")
+    passed=$((passed + p)) failed=$((failed + f))
     printf '%s\n' "$out" | grep -E '^(FAIL|SKIP) ' >>"$OUT/problems.txt"
-    [ -n "$counts" ] || echo "FAIL $t: run.sh ended without its count (exit $rc)" >>"$OUT/problems.txt"
     if [ "$t" = gpu_ops ] && [ "$status" = failed ]; then
         # 4. The failing ops under memcheck: an out-of-bounds access names its kernel.
         san=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
@@ -110,11 +111,6 @@ for t in $SESSION_TESTS; do
             say "NOTE no compute-sanitizer here: gpu_ops was not run under memcheck"
         fi
     fi
-done
-passed=0 failed=0
-for r in "${rows[@]}"; do
-    read -r _ _ _ p _ f _ <<<"$r"
-    passed=$((passed + p)) failed=$((failed + f))
 done
 
 # 5. The benchmarks, with what is left: the attention kernels alone (short), then
