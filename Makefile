@@ -80,13 +80,14 @@ test: femtotron $(TEST_BIN)
 # per backend, as llm.c does. ./femtotron-cuda links the CPU build's C objects
 # (the same sources compiled the same way) except the CPU kernels (ops/*_cpu.c,
 # ops/cpu.c), and the CUDA kernels (src/ops/*.cu) compiled by nvcc into
-# build-cuda/ for Hopper (sm_90a) and Ampere (sm_80), host warnings as errors.
+# build-cuda/ for Hopper (sm_90a) and Ampere (sm_80), host warnings as errors
+# (--threads 2: nvcc compiles the two architectures at once).
 # $(CUDA_BUILD)/tests/gpu_ops is the GPU test driver, plan_memory_main the memory
 # predictor of the CUDA build (tests/gpu/run.sh).
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CUDA_BUILD ?= build-cuda
-NVCCFLAGS  := -std=c++17 -O3 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
+NVCCFLAGS  := -std=c++17 -O3 --threads 2 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the

@@ -14,7 +14,7 @@
 # fp32" / "... bf16"), STEPS (default the config's 500; the last validation is at
 # STEPS), MPIRUN, FORTUNES_DIR (the corpus; default /usr/share/games/fortunes),
 # PYTHON (default python3). GPU_BIN=./femtotron DEVICE_ARGS= BF16_ARGS="--training.lr 0.00101"
-# STEPS=20 checks the script on the CPU alone (tests/shell/test_cuda_build.sh does).
+# STEPS=3 checks the script on the CPU alone (tests/shell/test_cuda_build.sh does).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 read -r -a DEVICE_ARGS <<<"${DEVICE_ARGS---training.device cuda}"

@@ -36,7 +36,7 @@ fi
 
 # 1. A fresh build of the CUDA objects (the C objects are the CPU build's).
 t0=$SECONDS
-if make -s NVCC="$NVCC" CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
+if make -s -j2 NVCC="$NVCC" CUDA_BUILD="$tmp/build-cuda" cuda >"$tmp/make.log" 2>&1; then
     n=$(ls src/ops/*.cu src/dist/*.cu | wc -l)
     pass "make cuda: $n .cu files compiled by nvcc and linked into ./femtotron-cuda and the GPU driver ($((SECONDS - t0)) s)"
 else
@@ -118,16 +118,16 @@ else
     failed "tests/gpu/layouts.sh with a refused row argument: $(head -5 "$tmp/lay2.log")"
 fi
 
-# 8. tests/gpu/bf16_main_job.sh's wiring on the CPU binary, 20 steps: a second run
+# 8. tests/gpu/bf16_main_job.sh's wiring on the CPU binary, 3 steps: a second run
 # that differs a little (lr 1% higher in place of bf16) passes both checks; a second
 # run identical to the first fails the "precision reached the products" one.
-if GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS="--training.lr 0.00101" STEPS=20 \
+if GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS="--training.lr 0.00101" STEPS=3 \
     bash tests/gpu/bf16_main_job.sh >"$tmp/bf.log" 2>&1 && [ "$(grep -c '^PASS ' "$tmp/bf.log")" -eq 2 ]; then
     pass "tests/gpu/bf16_main_job.sh with the CPU binary, a 1% lr change in bf16's place: $(grep -m1 '^PASS' "$tmp/bf.log" | cut -c6-)"
 else
     failed "tests/gpu/bf16_main_job.sh with the CPU binary: $(grep -v '^PASS' "$tmp/bf.log" | head -5)"
 fi
-if ! GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS= STEPS=20 bash tests/gpu/bf16_main_job.sh >"$tmp/bf2.log" 2>&1 &&
+if ! GPU_BIN=$FT DEVICE_ARGS= FP32_ARGS= BF16_ARGS= STEPS=3 bash tests/gpu/bf16_main_job.sh >"$tmp/bf2.log" 2>&1 &&
     grep -q '^FAIL the bf16 run logged the same losses' "$tmp/bf2.log"; then
     pass "tests/gpu/bf16_main_job.sh: a 'bf16' run identical to the fp32 one fails"
 else

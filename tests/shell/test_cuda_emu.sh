@@ -66,6 +66,19 @@ part() {
     [ "$rc" -eq 0 ] || fail=1
 }
 
+# NCCL's part (8 emulated GPUs, a rank each; the longest) runs beside the others:
+# most of its time, and theirs, is ranks waiting for one another, so the two lanes
+# share a 2-core CI machine (test_cuda_emu 349 -> about 300 s). Its watchdog
+# checks time a hung collective against parallel.timeout_s = 3 s, and the ones
+# that complete take milliseconds, even beside another part.
+. tests/shell/pool.sh
+pool_init 1
+nccl_verdict() {
+    fail=0
+    NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
+    return $fail
+}
+pool_run nccl nccl_verdict
 part gpu_ops build-emu/tests/gpu_ops
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
@@ -130,7 +143,8 @@ else
 fi
 rm -rf "$sess"
 rm -rf "$fake"
-NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
+# NCCL's part, started at the top beside the others, ends here: its lines, its status.
+pool_finish || fail=1
 
 out=$(CUDA_EMU_DEVICES=0 timeout 20 "$GPU_BIN" train --training.device cuda 2>&1)
 rc=$?

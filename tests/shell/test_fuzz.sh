@@ -9,7 +9,7 @@ if ! command -v clang >/dev/null; then
     echo "FAIL fuzz: clang is not installed (scripts/install_deps.sh installs it)"
     exit 1
 fi
-if ! make -s fuzzers >build/fuzz-build.log 2>&1; then
+if ! make -s -j2 fuzzers >build/fuzz-build.log 2>&1; then
     echo "FAIL fuzz: the fuzzers do not build: $(grep -m3 -E 'error' build/fuzz-build.log)"
     exit 1
 fi

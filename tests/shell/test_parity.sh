@@ -19,7 +19,8 @@
 #   1-rank reference runs only, e.g. the device and bf16 precision when the
 #   references run on the GPU too: tests/gpu/layouts_bf16.sh), MPIRUN (launcher, default
 #   "mpirun --oversubscribe --allow-run-as-root"), PARITY_TIMEOUT (s per run,
-#   default 120), PARITY_TOL (default 1e-5), KEEP=1 (keep the work directory),
+#   default 120), PARITY_TOL (default 1e-5), PARITY_JOBS (rows at a time, default
+#   2), KEEP=1 (keep the work directory),
 #   PLAN_MEMORY (the memory predictor, default build/tests/plan_memory_main),
 #   NCCL_LINKS=1 (rows run with parallel.comm = nccl, a GPU per rank: no rank
 #   staged more than expert parallelism's token counts (bytes; "0.0 MiB") through
@@ -219,8 +220,10 @@ check_links() {
     fi
 }
 
-for i in "${!names[@]}"; do
-    name=${names[$i]}
+# check_row I: row I run, its memory line, links and losses checked; prints its
+# PASS/FAIL lines, sets fail on a failure.
+check_row() {
+    local i=$1 name=${names[$1]} args margs np rest j key ref log metrics t0 rc dt res
     read -r -a args <<< "${runargs[$i]}"
     read -r -a margs <<< "${modelargs[$i]}"
     np=1; rest=()
@@ -228,28 +231,39 @@ for i in "${!names[@]}"; do
         if [ "${args[$j]}" = "-np" ]; then np=${args[$((j + 1))]:-}; j=$((j + 1))
         else rest+=("${args[$j]}"); fi
     done
-    [[ "$np" =~ ^[1-9][0-9]*$ ]] || { failed "$name: bad -np value '$np'"; continue; }
+    [[ "$np" =~ ^[1-9][0-9]*$ ]] || { failed "$name: bad -np value '$np'"; return; }
     key="k:${modelargs[$i]}"
     ref=${ref_of[$key]}
-    if [ "${ref_ok[$key]}" != 1 ]; then failed "$name: its 1-rank reference run failed"; continue; fi
+    if [ "${ref_ok[$key]}" != 1 ]; then failed "$name: its 1-rank reference run failed"; return; fi
     log="$tmp/$name.log"; metrics="$tmp/$name.jsonl"
     t0=$(now)
     run_layout "$FEMTOTRON" "$np" "$log" "$metrics" "${rest[@]}" "${margs[@]}" "${ROW_ARGS[@]}"
     rc=$?
     dt=$(since "$t0")
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        failed "$name: hung (timeout ${TIMEOUT}s, $np ranks)"; tail -n 5 "$log" | sed 's/^/    /'; continue
+        failed "$name: hung (timeout ${TIMEOUT}s, $np ranks)"; tail -n 5 "$log" | sed 's/^/    /'; return
     fi
     if [ $rc -ne 0 ]; then
-        failed "$name: exited with status $rc ($np ranks, $dt)"; grep -v '^step ' "$log" | tail -n 8 | sed 's/^/    /'; continue
+        failed "$name: exited with status $rc ($np ranks, $dt)"; grep -v '^step ' "$log" | tail -n 8 | sed 's/^/    /'; return
     fi
     check_memory "$name" "$np" "$log" "${rest[@]}" "${margs[@]}" "${ROW_ARGS[@]}"
     [ "${NCCL_LINKS:-0}" = 1 ] && check_links "$name" "$np" "$log" "${rest[@]}"
-    [ -f "$metrics" ] || { failed "$name: no metrics file written"; continue; }
+    [ -f "$metrics" ] || { failed "$name: no metrics file written"; return; }
     if res=$(compare "$ref.jsonl" "$metrics"); then
         echo "PASS $name $res ($np ranks, $dt)"
     else
         failed "$name $res ($np ranks, $dt)"
     fi
+}
+
+# The rows, PARITY_JOBS (default 2) at a time (tests/shell/pool.sh): a row's runs are
+# small and mostly wait (the launcher, pipeline bubbles, ring steps), so two rows
+# share the two cores of a CI machine well (113 -> 75 s there).
+. tests/shell/pool.sh
+pool_init "${PARITY_JOBS:-2}" || exit 1
+row_verdict() { fail=0; check_row "$1"; return $fail; }
+for i in "${!names[@]}"; do
+    pool_run "${names[$i]}" row_verdict "$i"
 done
+pool_finish || fail=1
 exit $fail

@@ -23,17 +23,25 @@ export UBSAN_OPTIONS=print_stacktrace=1
 fail=0
 
 # --- 1. unit tests (leak checking off: their children die on purpose mid-parse) --------
-for t in build-asan/tests/test_*; do
-    name=$(basename "$t")
-    out=$(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "$t" 2>&1)
+# Two at a time (each is one process; tests/shell/pool.sh), their lines in order.
+unit() {  # unit BINARY: prints its PASS/FAIL line, status 1 on a failure
+    local name out rc
+    name=$(basename "$1")
+    out=$(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "$1" 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && ! grep -q -E 'ERROR: AddressSanitizer|runtime error' <<<"$out"; then
         echo "PASS $name under ASan+UBSan ($(tail -1 <<<"$out"))"
     else
         echo "FAIL $name under ASan+UBSan (exit $rc): $(grep -m2 -E 'AddressSanitizer|runtime error|^FAIL' <<<"$out")"
-        fail=1
+        return 1
     fi
+}
+. tests/shell/pool.sh
+pool_init 2
+for t in build-asan/tests/test_*; do
+    pool_run "$(basename "$t")" unit "$t"
 done
+pool_finish || fail=1
 
 # --- 2. the program, leaks checked ------------------------------------------------------
 # MPI, OpenMP and OpenBLAS keep allocations alive at exit in their own code: a leak
