@@ -32,7 +32,7 @@
 # and the benchmarks' files to bench/results/ here.
 #
 # Knobs (defaults in brackets): SESSION_BUDGET_S [560] the whole script;
-# TESTS_SHARE_S [360] the most the tests take of it; PART_LIMIT_S [150];
+# TESTS_SHARE_S [360] the most the tests take of it; PART_LIMIT_S [150]; PARITY_JOBS [4];
 # SESSION_TESTS [above]; SANITIZER [compute-sanitizer] SANITIZER_LIMIT_S [90];
 # SESSION_BENCH [1]; ATT_MIN_S [60]; ATT_LIMIT_S [150]; BENCH_MIN_S
 # [120]; BENCH_SHAPES [smollm-1.7b llama-3.2-1b smollm-360m]. Without an NVIDIA GPU
@@ -82,6 +82,10 @@ sed 's/^/   /' "$OUT/versions.txt" | tee -a "$LOG"
 # 3. The tests, one run.sh call per part (its own counts), in priority order.
 tests_deadline=$((T0 + (TESTS_SHARE < BUDGET ? TESTS_SHARE : BUDGET)))
 export PART_LIMIT_S=${PART_LIMIT_S:-150}
+# The layout parts' rows (tests/shell/test_parity.sh) 4 at a time: the machine has 16
+# cores, a row's ranks are small processes on the one GPU (a CUDA context and a few
+# MiB each, at most 8 per row), and the device's minutes are what is scarce.
+export PARITY_JOBS=${PARITY_JOBS:-4}
 rows=()
 passed=0 failed=0
 for t in $SESSION_TESTS; do
