@@ -3,7 +3,9 @@
 # a CI machine has 2 cores, and most checks keep one busy at most).
 #   pool_init JOBS          a fresh pool that runs at most JOBS checks at once
 #   pool_run NAME CMD...    CMD in the background (first waiting while JOBS run), its
-#                           output kept; its exit status is its verdict
+#                           output kept; it fails by a non-zero exit status or by
+#                           setting fail=1 (lib.sh's and test_parity.sh's failed,
+#                           tests/shell/test_cuda_emu.sh's part), as the tests do
 #   pool_finish             waits for all, prints each check's output in order;
 #                           status 1 when one failed (a check that failed without a
 #                           FAIL line of its own gets one naming it); call it in
@@ -21,7 +23,7 @@ pool_run() {
     while [ "$(jobs -rp | wc -l)" -ge "$POOL_JOBS" ]; do wait -n; done
     n=${#POOL_NAMES[@]}
     POOL_NAMES+=("$name")
-    ( "$@"; echo $? >"$POOL_DIR/$n.status" ) >"$POOL_DIR/$n.out" 2>&1 &
+    ( fail=0; "$@"; rc=$?; [ "$fail" = 0 ] || rc=1; echo "$rc" >"$POOL_DIR/$n.status" ) >"$POOL_DIR/$n.out" 2>&1 &
 }
 
 pool_finish() {

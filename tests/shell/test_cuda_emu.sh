@@ -66,19 +66,18 @@ part() {
     [ "$rc" -eq 0 ] || fail=1
 }
 
-# NCCL's part (8 emulated GPUs, a rank each; the longest) runs beside the others:
-# most of its time, and theirs, is ranks waiting for one another, so the two lanes
-# share a 2-core CI machine (test_cuda_emu 349 -> about 300 s). Its watchdog
-# checks time a hung collective against parallel.timeout_s = 3 s, and the ones
-# that complete take milliseconds, even beside another part.
+# NCCL's part (8 emulated GPUs, a rank each; the longest) runs beside the others
+# (tests/shell/pool.sh). The emulated kernels are CPU-bound, so the two lanes slow
+# each other (train_parity 38 -> 92 s beside it), but together they fill the 2
+# cores of a CI machine: test_cuda_emu 349 -> about 300 s. Its watchdog checks
+# time a hung collective against parallel.timeout_s = 3 s, and the ones that
+# complete take milliseconds, even beside another part.
 . tests/shell/pool.sh
 pool_init 1
-nccl_verdict() {
-    fail=0
+nccl_part() {
     NCCL_OPS=build-emu/tests/nccl_ops GPUS=8 NCCL_EMU_HANG_TEST=1 NCCL_EMU_STREAM_TEST=1 part nccl bash tests/gpu/nccl.sh
-    return $fail
 }
-pool_run nccl nccl_verdict
+pool_run nccl nccl_part
 part gpu_ops build-emu/tests/gpu_ops
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh

@@ -261,9 +261,8 @@ check_row() {
 # share the two cores of a CI machine well (113 -> 75 s there).
 . tests/shell/pool.sh
 pool_init "${PARITY_JOBS:-2}" || exit 1
-row_verdict() { fail=0; check_row "$1"; return $fail; }
 for i in "${!names[@]}"; do
-    pool_run "${names[$i]}" row_verdict "$i"
+    pool_run "${names[$i]}" check_row "$i"
 done
 pool_finish || fail=1
 exit $fail

@@ -10,18 +10,20 @@ slow_pass() { sleep 0.3; echo "PASS slow one"; }
 quick_fail() { echo "FAIL quick one"; return 1; }
 silent_fail() { return 3; }
 killed() { kill -9 $BASHPID; }
+flagged() { fail=1; }  # the tests' convention: failed sets fail=1, the status stays 0
 
 pool_init 2
 pool_run slow slow_pass
 pool_run quick quick_fail
 pool_run silent silent_fail
 pool_run killed killed
+pool_run flagged flagged
 pool_finish >"$tmp/out" 2>/dev/null
 rc=$?
 out=$(cat "$tmp/out")
-want=$'PASS slow one\nFAIL quick one\nFAIL silent: exited with status 3\nFAIL killed: exited with status (none: killed)'
+want=$'PASS slow one\nFAIL quick one\nFAIL silent: exited with status 3\nFAIL killed: exited with status (none: killed)\nFAIL flagged: exited with status 1'
 if [ "$rc" -eq 1 ] && [ "$out" = "$want" ]; then
-    pass "pool.sh: 4 checks 2 at a time, lines in start order, a failure with its FAIL line, one without (named with its status) and a killed one each fail the pool"
+    pass "pool.sh: 5 checks 2 at a time, lines in start order, a failure with its FAIL line, one without (named with its status), a killed one and one that only set fail=1 each fail the pool"
 else
     failed "pool.sh: status $rc, lines: $out"
 fi
