@@ -59,7 +59,7 @@ CXX ?= g++
 $(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh \
                            src/ops/flash_mma.cuh src/ops/mma_bf16.cuh
 	@mkdir -p $(BUILD)/tests
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -DFLASH_MMA_CHUNK=2 -Isrc -Itests/emu -o $@ $<
 
 # The emulated streams' orders (CUDA_EMU_STREAMS) show a missing event.
 $(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_emu.h

@@ -67,6 +67,13 @@ typedef uint32_t u32;
 constexpr int THREADS = 128;  // 4 warps
 constexpr int BN = 64;        // keys per tile (forward, dQ); queries per tile (dK/dV)
 constexpr float LOG2E = 1.4426950408889634f;
+// Tiles whose position bounds a block holds at once (8192 rows); tests/emu's
+// test_flash_emu sets 2, so that its short sequences cross chunks.
+#ifdef FLASH_MMA_CHUNK
+constexpr int CHUNK = FLASH_MMA_CHUNK;
+#else
+constexpr int CHUNK = 128;
+#endif
 
 static inline bool head_dim_ok(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
@@ -79,11 +86,22 @@ struct Shape {
     static constexpr int MT = HD <= 64 ? 2 : 1;    // the forward's 16-row tiles per warp
     static constexpr int BM = 16 * MT * 4;         // the forward's query rows per block
     static constexpr size_t tile = (size_t)BN * LD * 2;  // a staged (64, HD) bf16 tile
+    static constexpr size_t stage = (size_t)BN * HD * 4;  // a (64, HD) fp32 tile fetched ahead
+    static constexpr size_t bounds = 2 * CHUNK * 4;       // the position bounds of CHUNK tiles
+    // Fetch the next tile by cp.async while computing on this one (see TileStream):
+    // at head dimension 128 its fp32 staging would leave one block per multiprocessor
+    // (or, for dK/dV, not fit at all), so there the tiles are read when needed.
+    static constexpr bool PREFETCH = HD <= 64;
     // forward and dQ: K and V tiles (the block's Q, and dO, staged over them first:
-    // BM <= 2 BN rows), then the tile's key positions
-    static constexpr size_t fwd = 2 * tile + BN * 4;
-    // dK/dV: K, V, the query tile's Q and dO, then its lse * log2(e), rowdot, positions
-    static constexpr size_t dkv = 4 * tile + 3 * BN * 4;
+    // BM <= 2 BN rows), the tile's key positions, the key tiles' bounds; prefetching,
+    // the next tile's fp32 K and V and its positions
+    static constexpr size_t fwd_at_stage = 2 * tile + BN * 4 + bounds;
+    static constexpr size_t fwd = fwd_at_stage + (PREFETCH ? 2 * stage + BN * 4 : 0);
+    // dK/dV: K, V, the query tile's Q and dO, its lse * log2(e), rowdot, positions,
+    // the query tiles' bounds; prefetching, the next query tile's fp32 Q, dO, lse,
+    // rowdot and positions
+    static constexpr size_t dkv_at_stage = 4 * tile + 3 * BN * 4 + bounds;
+    static constexpr size_t dkv = dkv_at_stage + (PREFETCH ? 2 * stage + 3 * BN * 4 : 0);
     static_assert((size_t)BM * LD * 2 <= 2 * tile, "the forward's Q tile fits over K and V");
 };
 
@@ -233,27 +251,144 @@ __device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int 
     for (int r = threadIdx.x; r < BN; r += THREADS) dst[r] = r0 + r < n ? pos[r0 + r] : outside;
 }
 
-// Stage key tile j0 (keys [j0, j0 + 64) of the head's K and V columns k and v, row
-// stride ldkv, and their positions into kp) for a block whose query positions span
-// [qlo, qhi]. False, with nothing but kp staged, when no query sees any of its keys
-// (the same answer on every thread); else *all says whether every query sees every
-// key. Begins with the barrier after which the last tile's readers are done, and
-// ends with the one after which the tile can be read.
+// ---- the tiles a block visits ----
+// A block walks 64-row tiles of the other side (the keys for the forward and dQ, the
+// queries for dK/dV). A tile is visible when some query of the block sees some key
+// of it (Key j is visible to query i iff kpos[j] <= qpos[i]): key tile [lo, hi] of
+// positions against the block's queries [qlo, qhi] when lo <= qhi; query tile [lo,
+// hi] against the block's keys [klo, khi] when klo <= hi. It is seen whole (every
+// query sees every key, no per-element test) when hi <= qlo, or khi <= lo.
+//
+// Why a stream. A causal block sees about half of the tiles. Finding that out tile by
+// tile (fetch the positions, a barrier, reduce, skip) cost a global read's latency and
+// two barriers for each invisible tile, and a visible tile's K and V were then read
+// with the block waiting. Here the block first reduces the position bounds of up to
+// CHUNK tiles at once (every warp a tile at a time, the reads independent), walks
+// only the visible ones, and (PREFETCH) fetches the next visible tile's fp32 rows by
+// cp.async into a staging area while it computes on the current one; the tile is
+// then rounded to bf16 from shared memory, the same values stage_rows would give.
+
+// lo[t], hi[t] for tiles [t0, t0 + nt) of `pos` (n rows; a row at or past n counts
+// as `outside`): warp w reduces tiles w, w + 4, ...
+__device__ __forceinline__ void tile_bounds(int *lo, int *hi, const int *pos, int t0, int nt, int n, int outside) {
+    const int lane = threadIdx.x % 32;
+    for (int t = threadIdx.x / 32; t < nt; t += THREADS / 32) {  // the same trip count on every lane
+        const int r = (t0 + t) * BN + lane;
+        int mn, mx;
+        warp_min_max(r < n ? pos[r] : outside, r + 32 < n ? pos[r + 32] : outside, &mn, &mx);
+        if (lane == 0) {
+            lo[t] = mn;
+            hi[t] = mx;
+        }
+    }
+}
+
+// cp.async of rows [r0, r0 + 64) of an fp32 matrix (row r at src + r * ld, HD values)
+// into a (64, HD) staging tile; rows at or past n zero-filled. 16 bytes at a time
+// where rows are 16-byte aligned (VEC), else 4.
 template <int HD, bool VEC>
-__device__ __forceinline__ bool stage_key_tile(bf16 *ks, bf16 *vs, int *kp, const float *k, const float *v,
-                                               size_t ldkv, const int *kpos, int j0, int Sk, int qlo, int qhi,
-                                               bool *all) {
-    __syncthreads();
-    stage_pos(kp, kpos, j0, Sk, INT_MAX);
-    __syncthreads();
-    int klo, khi;
-    warp_min_max(kp[threadIdx.x % 32], kp[threadIdx.x % 32 + 32], &klo, &khi);
-    if (klo > qhi) return false;
-    *all = khi <= qlo;
-    stage_rows<HD, BN, VEC>(ks, k, ldkv, j0, Sk);
-    stage_rows<HD, BN, VEC>(vs, v, ldkv, j0, Sk);
-    __syncthreads();
-    return true;
+__device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t ld, int r0, int n) {
+    constexpr int W = VEC ? 4 : 1, Q = HD / W;  // floats per copy, copies per row
+    for (int e = threadIdx.x; e < BN * Q; e += THREADS) {
+        const int r = e / Q, c = W * (e % Q);
+        const bool in = r0 + r < n;
+        mma::copy_async<4 * W>(dst + r * HD + c, in ? src + (size_t)(r0 + r) * ld + c : src, in);
+    }
+}
+
+// cp.async of entries [r0, r0 + 64) of a 4-byte array into dst (64); past n zero-filled.
+__device__ __forceinline__ void fetch_row_values(void *dst, const void *src, int r0, int n) {
+    for (int r = threadIdx.x; r < BN; r += THREADS)
+        mma::copy_async<4>((uint32_t *)dst + r, (const uint32_t *)src + (r0 + r < n ? r0 + r : 0), r0 + r < n);
+}
+
+// A (64, HD) fp32 staging tile rounded to a bf16 tile (row stride LD), 4 values a
+// step: the values, and the rounding, of stage_rows.
+template <int HD>
+__device__ __forceinline__ void round_rows(bf16 *dst, const float *src) {
+    constexpr int LD = Shape<HD>::LD, Q = HD / 4;
+    for (int e = threadIdx.x; e < BN * Q; e += THREADS) {
+        const int r = e / Q, c = 4 * (e % Q);
+        const float4 v = *reinterpret_cast<const float4 *>(src + r * HD + c);
+        uint2 packed;
+        packed.x = mma::pack_bf16(v.x, v.y);
+        packed.y = mma::pack_bf16(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst + r * LD + c) = packed;
+    }
+}
+
+// The visible tiles of one side, in order, each staged for the block by the caller's
+// fill(tile) (from the staging, or from global memory), prefetched by its
+// fetch(tile) when PREFETCH. KEYS: the tiles are key tiles and (blo, bhi) the
+// block's query positions; else query tiles against the block's key positions.
+// lo and hi: CHUNK ints each of shared memory.
+template <bool KEYS, bool PREFETCH>
+struct TileStream {
+    int *lo, *hi;
+    const int *pos;
+    int n, blo, bhi;
+    int tiles, c0 = 0, nt = 0, cur = 0;  // all tiles; the chunk's first and count; the next visible one in it
+
+    __device__ TileStream(int *lo_, int *hi_, const int *pos_, int n_, int blo_, int bhi_)
+        : lo(lo_), hi(hi_), pos(pos_), n(n_), blo(blo_), bhi(bhi_), tiles((n_ + BN - 1) / BN) {}
+    __device__ bool visible(int t) const { return KEYS ? lo[t] <= bhi : blo <= hi[t]; }
+    __device__ int find(int t) const {
+        while (t < nt && !visible(t)) t++;
+        return t;
+    }
+
+    // The next visible tile's first row, staged (the block may read it until the next
+    // call), with *whole telling whether every pair of it is visible; -1 when none is
+    // left. Every thread of the block calls it, the same number of times.
+    template <class Fetch, class Fill>
+    __device__ __forceinline__ int next(Fetch fetch, Fill fill, bool *whole) {
+        while (cur >= nt) {  // the chunk is done: the next one's bounds
+            if (c0 + nt >= tiles) return -1;
+            c0 += nt;
+            nt = imin(CHUNK, tiles - c0);
+            __syncthreads();  // every thread is done reading the last chunk's bounds
+            tile_bounds(lo, hi, pos, c0, nt, n, KEYS ? INT_MAX : INT_MIN);
+            __syncthreads();
+            cur = find(0);
+            if (PREFETCH && cur < nt) fetch((c0 + cur) * BN);
+        }
+        const int t = cur;
+        if (PREFETCH) mma::copy_async_wait();
+        __syncthreads();  // the tile's copies have landed; every warp is done with the last tile
+        fill((c0 + t) * BN);
+        *whole = KEYS ? hi[t] <= blo : bhi <= lo[t];
+        cur = find(t + 1);
+        __syncthreads();  // the tile is staged; the staging area is free
+        if (PREFETCH && cur < nt) fetch((c0 + cur) * BN);
+        return (c0 + t) * BN;
+    }
+};
+
+// A key tile (keys [j0, j0 + 64) of the head's K and V columns, row stride ldkv):
+// fetch_key_tile copies its fp32 rows and positions into the staging (kf, vf, kpf);
+// fill_key_tile stages it as bf16 tiles and positions (ks, vs, kp; keys past Sk at
+// position INT_MAX, seen by no query), from the staging when PREFETCH, else from
+// global memory.
+template <int HD, bool VEC>
+__device__ __forceinline__ void fetch_key_tile(float *kf, float *vf, int *kpf, const float *k, const float *v,
+                                               size_t ldkv, const int *kpos, int j0, int Sk) {
+    fetch_rows<HD, VEC>(kf, k, ldkv, j0, Sk);
+    fetch_rows<HD, VEC>(vf, v, ldkv, j0, Sk);
+    fetch_row_values(kpf, kpos, j0, Sk);
+}
+template <int HD, bool VEC, bool PREFETCH>
+__device__ __forceinline__ void fill_key_tile(bf16 *ks, bf16 *vs, int *kp, const float *kf, const float *vf,
+                                              const int *kpf, const float *k, const float *v, size_t ldkv,
+                                              const int *kpos, int j0, int Sk) {
+    if (PREFETCH) {
+        round_rows<HD>(ks, kf);
+        round_rows<HD>(vs, vf);
+        for (int r = threadIdx.x; r < BN; r += THREADS) kp[r] = j0 + r < Sk ? kpf[r] : INT_MAX;
+    } else {
+        stage_rows<HD, BN, VEC>(ks, k, ldkv, j0, Sk);
+        stage_rows<HD, BN, VEC>(vs, v, ldkv, j0, Sk);
+        stage_pos(kp, kpos, j0, Sk, INT_MAX);
+    }
 }
 
 // ---- forward: fold one block of keys into (o, m, l) ----
@@ -275,6 +410,9 @@ __global__ void __launch_bounds__(THREADS)
     FLASH_SMEM(smem);
     bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD;  // (64, HD) each; the block's Q first, over both
     int *kp = (int *)(smem + 2 * S::tile);        // (64) the key tile's positions
+    int *tlo = kp + BN, *thi = tlo + CHUNK;       // (CHUNK) each: key tiles' position bounds
+    float *kf = (float *)(smem + S::fwd_at_stage), *vf = kf + BN * HD;  // (64, HD) each, fetched ahead
+    int *kpf = (int *)(vf + BN * HD);                                   // (64)
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * BM;  // last block first
@@ -313,10 +451,12 @@ __global__ void __launch_bounds__(THREADS)
     block_min_max(&qlo, &qhi, kp);  // the block's query positions (kp is free until the first tile)
 
     const float *kvb = kv + (size_t)b * Sk * ldkv + (size_t)grp * HD, *kh = kvb + koff, *vh = kvb + voff;
-    for (int j0 = 0; j0 < Sk; j0 += BN) {
-        bool all;  // every row sees every key of the tile
-        if (!stage_key_tile<HD, VEC>(ks, vs, kp, kh, vh, (size_t)ldkv, kpos, j0, Sk, qlo, qhi, &all)) continue;
-
+    TileStream<true, S::PREFETCH> keys(tlo, thi, kpos, Sk, qlo, qhi);
+    bool all;  // every row sees every key of the tile
+    while (keys.next([&](int j0) { fetch_key_tile<HD, VEC>(kf, vf, kpf, kh, vh, (size_t)ldkv, kpos, j0, Sk); },
+                     [&](int j0) { fill_key_tile<HD, VEC, S::PREFETCH>(ks, vs, kp, kf, vf, kpf, kh, vh, (size_t)ldkv,
+                                                                       kpos, j0, Sk); },
+                     &all) >= 0) {
         float sacc[MT][S::NT][4];
         MMA_UNROLL
         for (int mt = 0; mt < MT; mt++) zero_tiles<S::NT>(sacc[mt]);
@@ -405,7 +545,10 @@ __global__ void __launch_bounds__(THREADS)
     constexpr int LD = S::LD;
     FLASH_SMEM(smem);
     bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD;  // (64, HD) each; Q and dO staged there first
-    int *kp = (int *)(smem + 2 * S::tile);
+    int *kp = (int *)(smem + 2 * S::tile);        // (64) the key tile's positions
+    int *tlo = kp + BN, *thi = tlo + CHUNK;       // (CHUNK) each: key tiles' position bounds
+    float *kf = (float *)(smem + S::fwd_at_stage), *vf = kf + BN * HD;  // (64, HD) each, fetched ahead
+    int *kpf = (int *)(vf + BN * HD);                                   // (64)
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * BN;
@@ -436,10 +579,12 @@ __global__ void __launch_bounds__(THREADS)
     block_min_max(&qlo, &qhi, kp);
 
     const float *kvb = kv + (size_t)b * Sk * ldkv + (size_t)grp * HD, *kh = kvb + koff, *vh = kvb + voff;
-    for (int j0 = 0; j0 < Sk; j0 += BN) {
-        bool all;
-        if (!stage_key_tile<HD, VEC>(ks, vs, kp, kh, vh, (size_t)ldkv, kpos, j0, Sk, qlo, qhi, &all)) continue;
-
+    TileStream<true, S::PREFETCH> keys(tlo, thi, kpos, Sk, qlo, qhi);
+    bool all;
+    while (keys.next([&](int j0) { fetch_key_tile<HD, VEC>(kf, vf, kpf, kh, vh, (size_t)ldkv, kpos, j0, Sk); },
+                     [&](int j0) { fill_key_tile<HD, VEC, S::PREFETCH>(ks, vs, kp, kf, vf, kpf, kh, vh, (size_t)ldkv,
+                                                                       kpos, j0, Sk); },
+                     &all) >= 0) {
         float sacc[1][S::NT][4], dpacc[1][S::NT][4];
         zero_tiles<S::NT>(sacc[0]);
         zero_tiles<S::NT>(dpacc[0]);
@@ -486,6 +631,10 @@ __global__ void __launch_bounds__(THREADS)
     bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD, *qs = vs + BN * LD, *dos = qs + BN * LD;  // (64, HD) each
     float *lse2_s = (float *)(smem + 4 * S::tile), *rd_s = lse2_s + BN;  // (64) each, of the query tile
     int *qp_s = (int *)(rd_s + BN);                                      // (64)
+    int *tlo = qp_s + BN, *thi = tlo + CHUNK;  // (CHUNK) each: query tiles' position bounds
+    float *qf = (float *)(smem + S::dkv_at_stage), *dof = qf + BN * HD;  // (64, HD) each, fetched ahead
+    float *lsef = dof + BN * HD, *rdf = lsef + BN;                       // (64) each
+    int *qpf = (int *)(rdf + BN);                                        // (64)
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int j0 = (int)blockIdx.x * BN, b = blockIdx.y / KV, grp = blockIdx.y % KV, group = H / KV;
@@ -513,22 +662,36 @@ __global__ void __launch_bounds__(THREADS)
 
     for (int h = grp * group; h < (grp + 1) * group; h++) {
         const size_t srow0 = ((size_t)b * H + h) * Sq;
-        for (int i0 = 0; i0 < Sq; i0 += BN) {
-            __syncthreads();  // every warp is done with the last query tile (and the key bounds)
-            stage_pos(qp_s, qpos, i0, Sq, INT_MIN);
-            __syncthreads();
-            int qlo, qhi;
-            warp_min_max(qp_s[lane], qp_s[lane + 32], &qlo, &qhi);
-            if (qhi < klo) continue;  // no query of the tile sees any key of the block
-            const bool all = khi <= qlo;
-            stage_rows<HD, BN, VEC>(qs, q + (size_t)b * Sq * ldq + (size_t)h * HD, (size_t)ldq, i0, Sq);
-            stage_rows<HD, BN, VEC>(dos, dout + (size_t)b * Sq * ostride + (size_t)h * HD, ostride, i0, Sq);
+        const float *qh = q + (size_t)b * Sq * ldq + (size_t)h * HD, *doh = dout + (size_t)b * Sq * ostride + (size_t)h * HD;
+        const float *lseh = lse + srow0, *rdh = rowdot + srow0;
+        // The query tiles: their Q and dO rows, lse * log2(e) and rowdot (0 past Sq),
+        // positions (INT_MIN past Sq: no key is seen), fetched ahead when PREFETCH.
+        auto fetch = [&](int i0) {
+            fetch_rows<HD, VEC>(qf, qh, (size_t)ldq, i0, Sq);
+            fetch_rows<HD, VEC>(dof, doh, ostride, i0, Sq);
+            fetch_row_values(lsef, lseh, i0, Sq);
+            fetch_row_values(rdf, rdh, i0, Sq);
+            fetch_row_values(qpf, qpos, i0, Sq);
+        };
+        auto fill = [&](int i0) {
+            if (S::PREFETCH) {
+                round_rows<HD>(qs, qf);
+                round_rows<HD>(dos, dof);
+            } else {
+                stage_rows<HD, BN, VEC>(qs, qh, (size_t)ldq, i0, Sq);
+                stage_rows<HD, BN, VEC>(dos, doh, ostride, i0, Sq);
+            }
             for (int r = threadIdx.x; r < BN; r += THREADS) {
                 const bool in = i0 + r < Sq;
-                lse2_s[r] = in ? lse[srow0 + i0 + r] * LOG2E : 0.0f;
-                rd_s[r] = in ? rowdot[srow0 + i0 + r] : 0.0f;
+                lse2_s[r] = in ? (S::PREFETCH ? lsef[r] : lseh[i0 + r]) * LOG2E : 0.0f;
+                rd_s[r] = in ? (S::PREFETCH ? rdf[r] : rdh[i0 + r]) : 0.0f;
+                qp_s[r] = in ? (S::PREFETCH ? qpf[r] : qpos[i0 + r]) : INT_MIN;
             }
-            __syncthreads();
+        };
+        // (the first chunk's barrier also ends every warp's use of qp_s for the key bounds)
+        TileStream<false, S::PREFETCH> queries(tlo, thi, qpos, Sq, klo, khi);
+        bool all;
+        while (queries.next(fetch, fill, &all) >= 0) {
             if (!KV_REGS) {
                 load_a<HD>(ka[0], ks, 16 * warp);
                 load_a<HD>(va[0], vs, 16 * warp);

@@ -1,7 +1,8 @@
 // ops/mma_bf16.cuh — the warp-level tensor-core instructions the register-tiled
 // attention (ops/flash_mma.cuh) is written in: mma.sync m16n8k16 with bf16 operands
 // and fp32 accumulators, ldmatrix (x4, plain and transposed) from shared memory,
-// and bf16 pairs packed into one 32-bit register.
+// bf16 pairs packed into one 32-bit register, and the asynchronous copies (cp.async)
+// that fetch the next tile while the current one is computed on.
 //
 // Unlike WMMA's opaque fragments, these put each element in a documented lane and
 // register (PTX ISA, "Matrix Fragments for mma.m16n8k16"), which is what lets a
@@ -84,6 +85,37 @@ __device__ __forceinline__ float4 load_f4(const float *p) {
     if ((uintptr_t)p % 16) emu_fail("a 128-bit load from an address not 16-byte aligned");
 #endif
     return *reinterpret_cast<const float4 *>(p);
+}
+
+// Asynchronous copies from global to shared memory (cp.async, sm_80 and later): the
+// copy runs while the thread goes on, so a block can fetch its next tile while it
+// computes on the current one. `bytes` is 16 (cp.async.cg: both addresses 16-byte
+// aligned; through L2 only, the data is streamed) or 4 (cp.async.ca); where `valid` is
+// false nothing is read and the destination is zero-filled (src-size 0), but `src`
+// must still be a valid address. A thread's copies are complete, and visible to it,
+// after its copy_async_wait(); other threads see them after a barrier that follows
+// it. Under the emulation each copy lands only at the wait, so a read that does not
+// wait reads the poisoned shared memory.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void *smem_dst, const void *src, bool valid) {
+    static_assert(BYTES == 16 || BYTES == 4, "cp.async copies 16 or 4 bytes here");
+#ifndef CUDA_EMU
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+    const int src_size = valid ? BYTES : 0;
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_size));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_size));
+#else
+    emu_copy_async(smem_dst, src, BYTES, valid);
+#endif
+}
+__device__ __forceinline__ void copy_async_wait() {
+#ifndef CUDA_EMU
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+    emu_copy_async_wait();
+#endif
 }
 
 // The maximum and the sum over the four lanes of a quad (the lanes that hold one

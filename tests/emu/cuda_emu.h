@@ -372,6 +372,13 @@ struct XSlot {
 };
 inline std::vector<XSlot> xslots;     // 2 per warp of the running block
 inline std::vector<uint64_t> xcalls;  // exchanges per thread of the running block
+// cp.async: each thread's copies not yet waited for (they land at its wait).
+struct AsyncCopy {
+    void *dst;
+    unsigned bytes;
+    unsigned char data[16];
+};
+inline std::vector<std::vector<AsyncCopy>> async_copies;  // per thread of the running block
 inline const std::function<void()> *body;
 inline bool direct, used_barrier;
 inline unsigned char *smem;
@@ -396,8 +403,10 @@ inline void entry() {
 
 // One block of n threads (n a multiple of 32).
 inline void check_collectives(unsigned n);
+inline void check_async_copies(unsigned n);
 inline void run_block(unsigned n) {
     collective_calls.assign(n, 0);
+    async_copies.assign(n, {});
     xcalls.assign(n, 0);
     if (xslots.size() < 2 * (size_t)(n / 32)) xslots.resize(2 * (size_t)(n / 32));
     for (XSlot &x : xslots) x.done = 0;  // call counts start again in every block
@@ -407,6 +416,7 @@ inline void run_block(unsigned n) {
             (*body)();
         }
         check_collectives(n);
+        check_async_copies(n);
         return;
     }
     threads.assign(n, Thread());
@@ -433,6 +443,7 @@ inline void run_block(unsigned n) {
         }
         if (live == 0) {
             check_collectives(n);
+            check_async_copies(n);
             return;
         }
         // Everyone live waits: release the block barrier, or the warps whose live
@@ -474,6 +485,17 @@ inline void check_collectives(unsigned n) {
             fprintf(stderr, "cuda_emu: block (%u,%u,%u): lane %u of warp %u made %llu WMMA calls, lane 0 %llu: a "
                     "collective operation called from divergent code\n", blockIdx.x, blockIdx.y, blockIdx.z, t % 32,
                     t / 32, (unsigned long long)collective_calls[t], (unsigned long long)collective_calls[t - t % 32]);
+            abort();
+        }
+}
+
+// A thread that ends with copies it never waited for: on a GPU they land at some
+// unknown time, after the kernel has read (or not) what they overwrite.
+inline void check_async_copies(unsigned n) {
+    for (unsigned t = 0; t < n; t++)
+        if (!async_copies[t].empty()) {
+            fprintf(stderr, "cuda_emu: block (%u,%u,%u): thread %u ended with %zu cp.async copies it never waited for\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, t, async_copies[t].size());
             abort();
         }
 }
@@ -902,6 +924,27 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------- cp.async
+// cp.async(.cg 16 / .ca 4 bytes).shared.global with src-size `valid ? bytes : 0`:
+// the source is read now, the shared memory written only at the thread's wait
+// (cp.async.wait_all), so a kernel that reads before waiting, or before the barrier
+// after every thread's wait, reads stale or poisoned (NaN) shared memory.
+inline void emu_copy_async(void *dst, const void *src, unsigned bytes, bool valid) {
+    if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes) emu_fail("cp.async address not aligned to its size");
+    emu::AsyncCopy c;
+    c.dst = dst;
+    c.bytes = bytes;
+    if (valid)
+        memcpy(c.data, src, bytes);
+    else
+        memset(c.data, 0, bytes);
+    emu::async_copies[threadIdx.x].push_back(c);
+}
+inline void emu_copy_async_wait() {
+    for (const emu::AsyncCopy &c : emu::async_copies[threadIdx.x]) memcpy(c.dst, c.data, c.bytes);
+    emu::async_copies[threadIdx.x].clear();
+}
 
 // ---------------------------------------------------------------- per-lane warp collectives
 // Unlike WMMA's, these instructions spread their operands over the lanes in a
