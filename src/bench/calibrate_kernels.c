@@ -242,8 +242,24 @@ static void layer_elems_call(const void *p) {
     residual_forward(e->y, e->y, e->x, nd);
 }
 
+// The layer's size. On CPUs (and in --quick runs) a small layer: 185 MB a call,
+// tens of milliseconds. A GPU runs that in about 0.1 ms, where each kernel's
+// launch and its tail weigh: an H200 measured 1.89 TB/s there (2026-11-28,
+// bench/results/gpu_vs_pytorch_runs.tar.gz), which made the planner's GPU steps
+// 17-19% too slow; with 3.5-4.0 TB/s in the same profile its predictions of the
+// three measured runs fall within 3.4% (the elementwise kernels and AdamW are
+// priced by mem_bw). So a GPU measures a SmolLM-1.7B-sized layer at 16384 tokens
+// (3.3 GB of traffic a call, 2.1 GB of buffers), as a training step runs them.
+static LayerElems mem_bw_layer(const CalibOpts *o) {
+    LayerElems e = {0};
+    const int gpu = o->gpu && !o->quick;
+    e.N = gpu ? 16384 : 4096, e.D = gpu ? 2048 : 512, e.F = gpu ? 8192 : 1536;
+    e.H = gpu ? 32 : 8, e.KV = gpu ? 8 : 4, e.hd = 64;
+    return e;
+}
+
 double calib_measure_mem_bw(const CalibOpts *o) {
-    LayerElems e = {4096, 512, 8, 4, 64, 1536, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    LayerElems e = mem_bw_layer(o);
     const size_t N = (size_t)e.N, qkvw = (size_t)(e.H + 2 * e.KV) * e.hd;
     e.x = calib_alloc(N * e.D * sizeof(float), "calibration x");                     // (N, D)
     e.y = calib_alloc(N * e.D * sizeof(float), "calibration y");                     // (N, D)
