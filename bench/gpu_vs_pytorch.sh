@@ -274,7 +274,7 @@ run_one() {  # shape system round B
             say "$shape femtotron B=$B: predicted $need MiB + $HEADROOM_MIB headroom > $free MiB free"; return
         fi
         meta predicted_mib "${need:-}"
-        if [[ $sys == profile ]]; then  # a short run, every op waited for and timed by kind
+        if [[ $sys == profile ]]; then  # a short run, every op timed on the GPU by CUDA events
             femto_args "$shape" "$B" "$PROFILE_STEPS"
             # shellcheck disable=SC2206
             cmd=(env FEMTOTRON_CUDA_PROFILE=1 ${FEMTO_LAUNCH:-} "$FTC" train "${FARGS[@]}" --logging.metrics "$met")
@@ -308,7 +308,10 @@ run_one() {  # shape system round B
     t2=$(date +%s.%N)
     kill "$poll" 2>/dev/null; wait "$poll" 2>/dev/null
     meta rc "$rc"; meta wall_s "$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1f", b - a}')"
-    [[ $sys == profile ]] && meta op_profile "$(sed -n 's/^femtotron: cuda profile: //p' "$log" | tail -n 1)"
+    if [[ $sys == profile ]]; then
+        meta op_profile "$(sed -n 's/^femtotron: cuda profile: //p' "$log" | tail -n 1)"
+        meta op_profile_by_op "$(sed -n 's/^femtotron: cuda profile by op: //p' "$log" | tail -n 1)"
+    fi
     grep -E '^(step|median|peak GPU|memory \(rank)' "$log" | tail -n 3 | sed 's/^/   /'
     if ((rc == 0)); then STATUS=ok
     elif grep -q 'no bf16 kernels' "$log"; then STATUS=bf16-refused

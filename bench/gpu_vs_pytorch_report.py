@@ -148,7 +148,7 @@ def main():
     notes = [l.strip() for l in open(os.path.join(runs_dir, "notes.txt"))] \
         if os.path.exists(os.path.join(runs_dir, "notes.txt")) else []
 
-    head, rows, split_rows, shape_lines, plan_rows, prof_rows = [], [], [], [], [], []
+    head, rows, split_rows, shape_lines, plan_rows, prof_rows, op_rows = [], [], [], [], [], [], []
     for shape in shapes:
         fields = [int(x) for x in env.get(f"shape_{shape}", "").split()]
         if len(fields) < 8:
@@ -186,6 +186,10 @@ def main():
             cells = " | ".join(kinds.get(k, "") for k in
                                ["matrix products", "attention", "element-wise", "optimizer", "copies", "waits"])
             prof_rows.append(f"| {shape} | {pm.get('batch', '')} | {cells} | {host.group(1) if host else ''} |")
+            # the ten ops with the most GPU time
+            for name, secs, pct, calls in re.findall(r"(?:^|; )([^;]+?) ([0-9.]+) s \(([0-9.]+)%, (\d+)\)",
+                                                     pm.get("op_profile_by_op", ""))[:10]:
+                op_rows.append(f"| {shape} | {name} | {float(secs) * 1e3:.1f} | {pct} | {calls} |")
         for sys_ in systems:
             r = best.get(sys_)
             if r is None:
@@ -272,13 +276,20 @@ time; rest = step time − the phases: data, loss and norm reductions, host work
 
 femtotron's time by kind of op (`FEMTOTRON_CUDA_PROFILE=1`, a separate run of the same shape and
 micro-batch for {env.get('profile_steps', '?')} steps, start-up and the first step's cuBLASLt
-heuristics included; % of the wall time from the first op to the end; each op waited for, from its
-first launch to the end of its last kernel; host = the rest: launches between ops, data, MPI,
-bookkeeping):
+heuristics included; % of the wall time from the first op to the end; each op timed on the GPU by
+CUDA events at its first launch and after its last kernel; host = the wall less the ops: the GPU
+without an op of ours to run (launches the host was late with, data, MPI, bookkeeping); waits = the
+host blocked in its once-a-step waits, the GPU busy meanwhile, so not part of that sum):
 
 | shape | micro-batch | matrix products % | attention % | element-wise % | optimizer % | copies % | waits % | host % |
 |---|---|---|---|---|---|---|---|---|
 """ + "\n".join(prof_rows) + f"""
+
+The ops with the most GPU time in that run (ten a shape):
+
+| shape | op | ms | % of the wall | calls |
+|---|---|---|---|---|
+""" + "\n".join(op_rows) + f"""
 
 The planner's step time for femtotron's run (`femtotron plan --config RUN --gpus 1 --hardware this
 --layout dp=1,mbs=B` with the profile `bench calibrate --precision {env.get('precision_calibrated', '?')}` measured on this

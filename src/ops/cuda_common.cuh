@@ -37,10 +37,12 @@ cudaStream_t cuda_stream(void);
 // The same stream, without the profile's hook.
 cudaStream_t cuda_stream_raw(void);
 // The profile (ops/op_profile_cuda.cu): an op opens at its first use of the stream
-// and closes, waiting for its kernels, at cuda_done (what: its name, which sets its
-// kind) or ops_sync ("sync"). No-ops unless FEMTOTRON_CUDA_PROFILE is set.
+// and closes at cuda_done (what: its name, which sets its kind), each an event on
+// the stream; ops_sync reports its time blocked, and the events are read then.
+// No-ops unless FEMTOTRON_CUDA_PROFILE is set.
 void cuda_profile_open(void);
 void cuda_profile_close(const char *what);
+void cuda_profile_wait(double seconds);
 // After a kernel launch: fatal on a launch error (see the ordering rule above; an
 // error while the kernel runs shows at the next wait). `what` names the op.
 void cuda_done(const char *what);

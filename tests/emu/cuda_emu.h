@@ -122,6 +122,7 @@ typedef enum {
     cudaErrorInvalidPitchValue = 12,
     cudaErrorNotReady = 600,
     cudaErrorNoDevice = 100,
+    cudaErrorInvalidResourceHandle = 400,
 } cudaError_t;
 typedef cudaError_t cudaError;
 struct EmuStream;
@@ -591,6 +592,7 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidPitchValue: return "invalid pitch argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     }
     return "unknown error";
 }
@@ -662,8 +664,11 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 // Events: a record is queued on its stream and marks the event's latest record
 // done when it runs; a query runs what can run first (so every event completes when
 // asked, as the device would eventually, unless behind a stall).
+// A record that has run holds the host's monotonic time then (cudaEventElapsedTime:
+// the time between two records' runs, the emulated device's work between them).
 struct EmuEvent {
     std::shared_ptr<bool> record;  // the latest record (null: never recorded)
+    std::shared_ptr<double> when;  // the time it ran, seconds
 };
 typedef EmuEvent *cudaEvent_t;
 #define cudaEventDisableTiming 0x02
@@ -671,14 +676,34 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     *e = new EmuEvent;
     return cudaSuccess;
 }
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete e;  // the queued records and waits hold their own flags
     return cudaSuccess;
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
     std::shared_ptr<bool> r = std::make_shared<bool>(false);
+    std::shared_ptr<double> w = std::make_shared<double>(0.0);
     e->record = r;
-    emu::enqueue([r]() { *r = true; }, stream);
+    e->when = w;
+    emu::enqueue([r, w]() {
+        timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *w = ts.tv_sec + 1e-9 * ts.tv_nsec;
+        *r = true;
+    }, stream);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->record && !*e->record) emu::flush();
+    return cudaSuccess;
+}
+// ms from start's latest record to end's, both run (else not ready).
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    emu::run_ready();
+    if (!start->record || !end->record) return cudaErrorInvalidResourceHandle;
+    if (!*start->record || !*end->record) return cudaErrorNotReady;
+    *ms = (float)(1e3 * (*end->when - *start->when));
     return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {

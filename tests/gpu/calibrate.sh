@@ -129,20 +129,28 @@ fi
 profile_line() { grep '^femtotron: cuda profile:' "$tmp/$1.log"; }
 if FEMTOTRON_CUDA_PROFILE=1 train_peak profiled >/dev/null; then
     line=$(profile_line profiled)
-    if "$PYTHON" - "$line" <<'PY'; then
+    by_op=$(grep '^femtotron: cuda profile by op:' "$tmp/profiled.log")
+    if "$PYTHON" - "$line" "$by_op" <<'PY'; then
 import re, sys
-line = sys.argv[1]
+line, by_op = sys.argv[1], sys.argv[2]
 wall = float(re.search(r"wall ([0-9.]+) s", line).group(1))
 kinds = {m[0]: (float(m[1]), int(m[2])) for m in re.findall(r"; ([a-z -]+) ([0-9.]+) s \([0-9.]+%, (\d+)\)", line)}
+waits = kinds.pop("waits", (0, 0))
 host = float(re.search(r"; host (-?[0-9.]+) s", line).group(1))
 need = ["matrix products", "attention", "element-wise", "optimizer"]
-ok = all(kinds.get(k, (0, 0))[1] > 0 for k in need) and abs(sum(v[0] for v in kinds.values()) + host - wall) < 0.01 \
-    and host >= -0.01
+ops = [float(m) for m in re.findall(r" ([0-9.]+) s \([0-9.]+%, \d+\)", by_op)]
+gpu = sum(v[0] for v in kinds.values())
+# every kind of a step with calls; the kinds (GPU time, events) and host add up to the
+# wall, host not negative; the host waited (once a step); the ops by name, most
+# first, adding up to the kinds (the 24 shown hold nearly all of it)
+ok = all(kinds.get(k, (0, 0))[1] > 0 for k in need) and abs(gpu + host - wall) < 0.01 and host >= -0.01 \
+    and waits[1] > 0 and len(ops) >= 5 and ops == sorted(ops, reverse=True) and 0.9 * gpu - 0.01 <= sum(ops) <= gpu + 0.01
 sys.exit(0 if ok else 1)
 PY
         echo "PASS FEMTOTRON_CUDA_PROFILE=1: ${line#femtotron: cuda profile: }"
+        echo "PASS its ops by name: ${by_op#femtotron: cuda profile by op: }" | cut -c1-400
     else
-        failed "the op profile: '$line' (every kind of a step with calls, the kinds and host adding up to the wall)"
+        failed "the op profile: '$line' / '$by_op' (every kind of a step with calls, the kinds and host adding up to the wall, the ops by name adding up to the kinds)"
     fi
     profile_line known >/dev/null && failed "a run without FEMTOTRON_CUDA_PROFILE printed a profile" ||
         echo "PASS no profile without FEMTOTRON_CUDA_PROFILE"
