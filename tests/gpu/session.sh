@@ -19,22 +19,24 @@
 #   4. where gpu_ops failed, runs it again under compute-sanitizer's memcheck
 #      (SANITIZER_LIMIT_S), whose first reports name the kernel and the address;
 #   5. runs bench/attention_gpu.sh (femtotron's attention kernels against PyTorch's
-#      SDPA, at most ATT_LIMIT_S) and gives bench/gpu_vs_pytorch.sh what is then
-#      left of SESSION_BUDGET_S, where that is at least BENCH_MIN_S
-#      (SESSION_BENCH=0 leaves both out);
+#      SDPA, at most ATT_LIMIT_S), bench/attention_ncu.sh (Nsight Compute's counters
+#      and the instruction mix of those kernels, at most NCU_LIMIT_S; SESSION_NCU=0
+#      leaves it out) and gives bench/gpu_vs_pytorch.sh what is then left of
+#      SESSION_BUDGET_S, where that is at least BENCH_MIN_S (SESSION_BENCH=0 leaves
+#      all three out);
 #   6. ends on its record's summary: a table of the parts with their counts and
 #      seconds, and "N passed, N failed" over every part (exit 1 on a failure).
 # Everything lands in OUT (the device tool's folder, whose files come back; default
 # a new folder under /tmp, printed): session.md (the record: versions, the command,
 # the table, every FAIL and SKIP line, the benchmarks' tables), session.log (all
-# output), versions.txt, sanitizer.log, attention_gpu.md, gpu_vs_pytorch.md and
-# gpu_vs_pytorch_runs.tar.gz. Copy session.md to bench/results/gpu_session_DATE.md
+# output), versions.txt, sanitizer.log, attention_gpu.md, attention_ncu.tar.gz,
+# gpu_vs_pytorch.md and gpu_vs_pytorch_runs.tar.gz. Copy session.md to bench/results/gpu_session_DATE.md
 # and the benchmarks' files to bench/results/ here.
 #
 # Knobs (defaults in brackets): SESSION_BUDGET_S [560] the whole script;
 # TESTS_SHARE_S [360] the most the tests take of it; PART_LIMIT_S [150]; PARITY_JOBS [4];
 # SESSION_TESTS [above]; SANITIZER [compute-sanitizer] SANITIZER_LIMIT_S [90];
-# SESSION_BENCH [1]; ATT_MIN_S [60]; ATT_LIMIT_S [150]; BENCH_MIN_S
+# SESSION_BENCH [1]; ATT_MIN_S [60]; ATT_LIMIT_S [150]; SESSION_NCU [1]; NCU_LIMIT_S [60]; BENCH_MIN_S
 # [120]; BENCH_SHAPES [smollm-1.7b llama-3.2-1b smollm-360m]. Without an NVIDIA GPU
 # it says so and exits 0, as tests/gpu/run.sh does.
 set -u
@@ -121,6 +123,7 @@ done
 # the training steps against PyTorch.
 att_note="left out (SESSION_BENCH=0)"
 bench_note="left out (SESSION_BENCH=0)"
+ncu_note="left out (SESSION_BENCH=0)"
 if [ "${SESSION_BENCH:-1}" = 1 ]; then
     left=$((BUDGET - $(elapsed) - 10))
     if [ "$left" -ge "${ATT_MIN_S:-60}" ]; then
@@ -132,6 +135,19 @@ if [ "${SESSION_BENCH:-1}" = 1 ]; then
         att_note="not run: $left s left, under ATT_MIN_S=${ATT_MIN_S:-60}"
     fi
     say "== attention benchmark $att_note"
+    # Nsight Compute's counters and the instruction mix of the attention kernels
+    # (bench/attention_ncu.sh), packed into one file (the device tool brings back 8).
+    left=$((BUDGET - $(elapsed) - 10))
+    if [ "${SESSION_NCU:-1}" = 1 ] && [ "$left" -ge "${NCU_LIMIT_S:-60}" ]; then
+        say "== bench/attention_ncu.sh, at most ${NCU_LIMIT_S:-60} s ($(elapsed) s)"
+        RES=$OUT/ncu LIMIT_S=$((${NCU_LIMIT_S:-60} - 10)) ATT_BIN=${ATT_BIN:-build-cuda/tests/attention_gpu} \
+            timeout -k 5 "${NCU_LIMIT_S:-60}" bash bench/attention_ncu.sh >>"$LOG" 2>&1
+        ncu_note="ran (exit $?)"
+        [ -d "$OUT/ncu" ] && tar czf "$OUT/attention_ncu.tar.gz" -C "$OUT" ncu && rm -rf "$OUT/ncu"
+    else
+        ncu_note="not run (SESSION_NCU=${SESSION_NCU:-1}, $left s left)"
+    fi
+    say "== attention counters $ncu_note"
     left=$((BUDGET - $(elapsed) - 10))
     if [ "$left" -ge "${BENCH_MIN_S:-120}" ]; then
         say "== bench/gpu_vs_pytorch.sh, ${left} s ($(elapsed) s)"
@@ -178,6 +194,8 @@ fi
     echo
     echo "## Attention (bench/attention_gpu.sh): $att_note"
     if [ -f "$OUT/attention_gpu.md" ]; then echo; sed '1,2d' "$OUT/attention_gpu.md"; fi
+    echo
+    echo "## Attention counters (bench/attention_ncu.sh, in attention_ncu.tar.gz): $ncu_note"
     echo
     echo "## Benchmark (bench/gpu_vs_pytorch.sh): $bench_note"
     if [ -f "$OUT/gpu_vs_pytorch.md" ]; then echo; cat "$OUT/gpu_vs_pytorch.md"; fi

@@ -104,6 +104,11 @@ fi
 # with its FAIL line and run again under the sanitizer (a stand-in that prints
 # memcheck's summary), and the benchmark left out when too little time is left.
 sess=$(mktemp -d)
+# Stand-ins for Nsight Compute and cuobjdump (bench/attention_ncu.sh's tools): the
+# arguments ncu was given, and one kernel's machine code of three instructions.
+printf '#!/bin/sh\necho "ncu $*"\n' >"$fake/ncu"
+printf '#!/bin/sh\nprintf "\\tFunction : _ZN9flash_mma9k_forwardILi64ELb1ELb1EEEv\\n%%s\\n%%s\\n%%s\\n" "  /*0000*/   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;" "  /*0010*/   LDSM.16.M88.4 R8, [R2] ;" "  /*0020*/  @P0 BAR.SYNC.DEFER_BLOCKING 0x0 ;"\n' >"$fake/cuobjdump"
+chmod +x "$fake/ncu" "$fake/cuobjdump"
 out=$(PATH="$fake:$PATH" OUT="$sess/a" PREBUILT=1 SESSION_TESTS="generate gpu_ops" PART_LIMIT_S=600 \
       SESSION_BENCH=1 ATT_BIN=build-emu/tests/attention_gpu ATT_SHAPES=tiny ROUNDS=1 RUNS=2 BENCH_MIN_S=100000 \
       bash tests/gpu/session.sh 2>&1)
@@ -115,8 +120,11 @@ if [ "$rc" -eq 0 ] && [ -f "$rec" ] && grep -q '^gpu=' "$rec" && grep -q '^femto
     grep -q 'not run: .* under BENCH_MIN_S=100000' "$rec" && grep -Eq '^[1-9][0-9]* passed, 0 failed$' <<<"$out" &&
     grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron mma | ' "$rec" &&
     grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron wmma | ' "$rec" && [ -s "$sess/a/attention_gpu.md" ] &&
-    [ -s "$sess/a/session.log" ]; then
-    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, times both attention kernel families (bench/attention_gpu.sh), leaves out the training benchmark without the time for it"
+    [ -s "$sess/a/session.log" ] && grep -q '^## Attention counters .*: ran (exit 0)$' "$rec" &&
+    tar xzf "$sess/a/attention_ncu.tar.gz" -C "$sess" &&
+    grep -q -- '--clock-control none .*k_forward|k_backward_dq|k_backward_dkv' "$sess/ncu/attention_ncu.txt" &&
+    grep -q '^_ZN9flash_mma9k_forwardILi64ELb1ELb1EEEv 3 instructions: HMMA 1, LDSM 1, BAR 1$' "$sess/ncu/attention_sass.txt"; then
+    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, times both attention kernel families (bench/attention_gpu.sh), packs the attention kernels' counters and instruction mix (bench/attention_ncu.sh, stand-in tools), leaves out the training benchmark without the time for it"
 else
     echo "FAIL [emulated GPU] tests/gpu/session.sh (exit $rc): $(tail -3 <<<"$out") $(cat "$rec" 2>/dev/null | head -40)"
     fail=1
