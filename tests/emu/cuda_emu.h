@@ -407,7 +407,8 @@ inline void check_collectives(unsigned n);
 inline void check_async_copies(unsigned n);
 inline void run_block(unsigned n) {
     collective_calls.assign(n, 0);
-    async_copies.assign(n, {});
+    if (async_copies.size() < n) async_copies.resize(n);
+    for (unsigned t = 0; t < n; t++) async_copies[t].clear();  // (each keeps its capacity from block to block)
     xcalls.assign(n, 0);
     if (xslots.size() < 2 * (size_t)(n / 32)) xslots.resize(2 * (size_t)(n / 32));
     for (XSlot &x : xslots) x.done = 0;  // call counts start again in every block
