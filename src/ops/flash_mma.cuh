@@ -266,7 +266,7 @@ __device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int 
 // CHUNK tiles at once (every warp a tile at a time, the reads independent), walks
 // only the visible ones, and (PREFETCH) fetches the next visible tile's fp32 rows by
 // cp.async into a staging area while it computes on the current one; the tile is
-// then rounded to bf16 from shared memory, the same values stage_rows would give.
+// then rounded to bf16 from shared memory by stage_rows, as from global memory.
 
 // lo[t], hi[t] for tiles [t0, t0 + nt) of `pos` (n rows; a row at or past n counts
 // as `outside`): warp w reduces tiles w, w + 4, ...
@@ -300,21 +300,6 @@ __device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t 
 __device__ __forceinline__ void fetch_row_values(void *dst, const void *src, int r0, int n) {
     for (int r = threadIdx.x; r < BN; r += THREADS)
         mma::copy_async<4>((uint32_t *)dst + r, (const uint32_t *)src + (r0 + r < n ? r0 + r : 0), r0 + r < n);
-}
-
-// A (64, HD) fp32 staging tile rounded to a bf16 tile (row stride LD), 4 values a
-// step: the values, and the rounding, of stage_rows.
-template <int HD>
-__device__ __forceinline__ void round_rows(bf16 *dst, const float *src) {
-    constexpr int LD = Shape<HD>::LD, Q = HD / 4;
-    for (int e = threadIdx.x; e < BN * Q; e += THREADS) {
-        const int r = e / Q, c = 4 * (e % Q);
-        const float4 v = *reinterpret_cast<const float4 *>(src + r * HD + c);
-        uint2 packed;
-        packed.x = mma::pack_bf16(v.x, v.y);
-        packed.y = mma::pack_bf16(v.z, v.w);
-        *reinterpret_cast<uint2 *>(dst + r * LD + c) = packed;
-    }
 }
 
 // The visible tiles of one side, in order, each staged for the block by the caller's
@@ -381,8 +366,8 @@ __device__ __forceinline__ void fill_key_tile(bf16 *ks, bf16 *vs, int *kp, const
                                               const int *kpf, const float *k, const float *v, size_t ldkv,
                                               const int *kpos, int j0, int Sk) {
     if (PREFETCH) {
-        round_rows<HD>(ks, kf);
-        round_rows<HD>(vs, vf);
+        stage_rows<HD, BN, true>(ks, kf, HD, 0, BN);  // the staging's rows, rounded
+        stage_rows<HD, BN, true>(vs, vf, HD, 0, BN);
         for (int r = threadIdx.x; r < BN; r += THREADS) kp[r] = j0 + r < Sk ? kpf[r] : INT_MAX;
     } else {
         stage_rows<HD, BN, VEC>(ks, k, ldkv, j0, Sk);
@@ -675,8 +660,8 @@ __global__ void __launch_bounds__(THREADS)
         };
         auto fill = [&](int i0) {
             if (S::PREFETCH) {
-                round_rows<HD>(qs, qf);
-                round_rows<HD>(dos, dof);
+                stage_rows<HD, BN, true>(qs, qf, HD, 0, BN);  // the staging's rows, rounded
+                stage_rows<HD, BN, true>(dos, dof, HD, 0, BN);
             } else {
                 stage_rows<HD, BN, VEC>(qs, qh, (size_t)ldq, i0, Sq);
                 stage_rows<HD, BN, VEC>(dos, doh, ostride, i0, Sq);
