@@ -31,7 +31,20 @@
 //
 // Masks. Key j is visible to query i iff kpos[j] <= qpos[i]. A tile no key of
 // which any row sees is skipped whole; one every key of which every row sees
-// skips the per-element test.
+// runs no test at all; the others (the diagonal's) first set their hidden scores
+// to -inf in a pass of their own (mask_tile), behind a branch the whole block takes
+// alike, so that the softmax's code is one path without a test or a branch per
+// score.
+//
+// Instructions per score. A tile's scores are as many as its K and V values per
+// thread, and at head dimension 64 each product is only 8 mma per 128 scores: the
+// softmax's per-score work, not the tensor cores, sets the pace. So a score costs
+// one fma (scale and subtract the maximum, in log2 units) and one ex2.approx
+// (mma::exp2_approx: exp2f adds a test, a halving and a squaring for results below
+// 2^-126, which are 0 in bf16 anyway); P is packed to bf16 once, and l sums the
+// packed values unpacked by two integer operations. (2026-11-28, sm_90a, head
+// dimension 64, counted in the SASS of a visible tile: forward about 880
+// instructions a warp, 128 of them mma; dQ 560 with 96; dK/dV 654 with 128.)
 //
 // Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
 // aligned (VEC: pointer, leading dimension and column offsets multiples of 4
@@ -107,7 +120,6 @@ struct Shape {
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
-__device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // The minimum and maximum over the warp of (a, b) per lane, every lane getting them.
 __device__ __forceinline__ void warp_min_max(int a, int b, int *lo, int *hi) {
@@ -143,13 +155,34 @@ __device__ __forceinline__ void block_min_max(int *lo, int *hi, int *scratch) {
 template <int HD, int R, bool VEC>
 __device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t ld, int r0, int n) {
     constexpr int LD = Shape<HD>::LD, Q = HD / 4;  // 4-value pieces per row
-    for (int e = threadIdx.x; e < R * Q; e += THREADS) {
-        const int r = e / Q, c = 4 * (e % Q);
+    static_assert(THREADS % Q == 0 && R % (THREADS / Q) == 0, "every thread stages the same pieces of each row");
+    const int r1 = (int)threadIdx.x / Q, c = 4 * ((int)threadIdx.x % Q);  // the thread's first row, its column
+    // the thread's first piece, and the step to its next (THREADS / Q rows on): the
+    // addresses as additions, not a 64-bit product a piece
+    const float *p = src + (size_t)(r0 + r1) * ld + c;
+    const size_t step = (size_t)(THREADS / Q) * ld;
+    MMA_UNROLL
+    for (int i = 0; i < R / (THREADS / Q); i++, p += step) {
+        const int r = r1 + i * (THREADS / Q);
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + r < n) {
-            const float *p = src + (size_t)(r0 + r) * ld + c;
-            v = VEC ? mma::load_f4(p) : make_float4(p[0], p[1], p[2], p[3]);
-        }
+        if (r0 + r < n) v = VEC ? mma::load_f4(p) : make_float4(p[0], p[1], p[2], p[3]);
+        uint2 packed;
+        packed.x = mma::pack_bf16(v.x, v.y);
+        packed.y = mma::pack_bf16(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst + r * LD + c) = packed;
+    }
+}
+
+// The block's threads round a fetched (64, HD) fp32 staging tile (TileStream: rows
+// past the data already zero) into a bf16 tile: stage_rows with nothing to test.
+template <int HD>
+__device__ __forceinline__ void stage_fetched(bf16 *dst, const float *src) {
+    constexpr int LD = Shape<HD>::LD, Q = HD / 4;
+    const int r1 = (int)threadIdx.x / Q, c = 4 * ((int)threadIdx.x % Q);
+    MMA_UNROLL
+    for (int i = 0; i < BN / (THREADS / Q); i++) {
+        const int r = r1 + i * (THREADS / Q);
+        const float4 v = *reinterpret_cast<const float4 *>(src + r * HD + c);
         uint2 packed;
         packed.x = mma::pack_bf16(v.x, v.y);
         packed.y = mma::pack_bf16(v.z, v.w);
@@ -223,6 +256,23 @@ __device__ __forceinline__ void acc_to_a(u32 a[4], const float (*acc)[4], int c)
     a[3] = mma::pack_bf16(acc[2 * c + 1][2], acc[2 * c + 1][3]);
 }
 
+// out[m][d] += a_m . T over rows [16c, 16c + 16) of a staged (64, HD) tile T, a_m
+// the 16 x 16 bf16 A operand a[m].
+template <int HD, int M>
+__device__ __forceinline__ void accumulate_step(float (*out)[Shape<HD>::DT][4], const u32 (*a)[4], const bf16 *tile,
+                                                int c) {
+    MMA_UNROLL
+    for (int p = 0; p < Shape<HD>::DT / 2; p++) {
+        u32 b[4];
+        load_b_cols<Shape<HD>::LD>(b, tile, c, p);
+        MMA_UNROLL
+        for (int m = 0; m < M; m++) {
+            mma::m16n8k16(out[m][2 * p], a[m], b[0], b[1]);
+            mma::m16n8k16(out[m][2 * p + 1], a[m], b[2], b[3]);
+        }
+    }
+}
+
 // out[m][d] += A_m . T over 64 rows of a staged (64, HD) tile T, A_m the bf16 operand
 // of accumulator tile src[m] (16 x 64), out 16 x HD.
 template <int HD, int M>
@@ -233,22 +283,55 @@ __device__ __forceinline__ void accumulate(float (*out)[Shape<HD>::DT][4], const
         u32 a[M][4];
         MMA_UNROLL
         for (int m = 0; m < M; m++) acc_to_a(a[m], src[m], c);
+        accumulate_step<HD, M>(out, a, tile, c);
+    }
+}
+
+// The same with the operands already packed: a[m][c] covers columns [16c, 16c + 16).
+template <int HD, int M>
+__device__ __forceinline__ void accumulate_packed(float (*out)[Shape<HD>::DT][4], const u32 (*a)[BN / 16][4],
+                                                  const bf16 *tile) {
+    MMA_UNROLL
+    for (int c = 0; c < BN / 16; c++) {
+        u32 ac[M][4];
         MMA_UNROLL
-        for (int p = 0; p < Shape<HD>::DT / 2; p++) {
-            u32 b[4];
-            load_b_cols<Shape<HD>::LD>(b, tile, c, p);
+        for (int m = 0; m < M; m++)
             MMA_UNROLL
-            for (int m = 0; m < M; m++) {
-                mma::m16n8k16(out[m][2 * p], a[m], b[0], b[1]);
-                mma::m16n8k16(out[m][2 * p + 1], a[m], b[2], b[3]);
+            for (int r = 0; r < 4; r++) ac[m][r] = a[m][c][r];
+        accumulate_step<HD, M>(out, ac, tile, c);
+    }
+}
+
+// The causal mask of a tile a diagonal crosses (one not every pair of which is
+// visible): each score of M 16 x 64 accumulator tiles whose pair is not visible
+// becomes -inf, which the softmax's exp2 turns into 0. The row positions are the
+// lane's (rows g and g + 8 of tile m: row_pos[m][0..1]), the column positions a
+// (64) array in shared memory, read two at a time (columns 2t and 2t + 1 of each
+// 8-column tile). ROWS_ARE_QUERIES: (row, column) = (query, key), visible iff
+// col_pos <= row_pos; else (key, query), visible iff row_pos <= col_pos. A separate
+// pass behind a branch the whole block takes alike, so that the tiles every pair
+// of which is visible (all but the diagonal's) run no per-score test at all.
+template <bool ROWS_ARE_QUERIES, int M>
+__device__ __forceinline__ void mask_tile(float (*acc)[BN / 8][4], const int *col_pos, const int (*row_pos)[2]) {
+    const int t = threadIdx.x % 4;
+    MMA_UNROLL
+    for (int n = 0; n < BN / 8; n++) {
+        const int2 cp = *reinterpret_cast<const int2 *>(col_pos + 8 * n + 2 * t);
+        MMA_UNROLL
+        for (int m = 0; m < M; m++)
+            MMA_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int c = e % 2 ? cp.y : cp.x, r = row_pos[m][e / 2];
+                if (ROWS_ARE_QUERIES ? c > r : r > c) acc[m][n][e] = -INFINITY;
             }
-        }
     }
 }
 
 // Positions of rows [r0, r0 + 64) into shared memory: pos[r] where r < n, else outside.
 __device__ __forceinline__ void stage_pos(int *dst, const int *pos, int r0, int n, int outside) {
-    for (int r = threadIdx.x; r < BN; r += THREADS) dst[r] = r0 + r < n ? pos[r0 + r] : outside;
+    static_assert(BN <= THREADS, "a thread per row");
+    const int r = threadIdx.x;
+    if (r < BN) dst[r] = r0 + r < n ? pos[r0 + r] : outside;
 }
 
 // ---- the tiles a block visits ----
@@ -289,17 +372,22 @@ __device__ __forceinline__ void tile_bounds(int *lo, int *hi, const int *pos, in
 template <int HD, bool VEC>
 __device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t ld, int r0, int n) {
     constexpr int W = VEC ? 4 : 1, Q = HD / W;  // floats per copy, copies per row
-    for (int e = threadIdx.x; e < BN * Q; e += THREADS) {
-        const int r = e / Q, c = W * (e % Q);
+    static_assert(THREADS % Q == 0 && BN % (THREADS / Q) == 0, "every thread copies the same pieces of each row");
+    const int r1 = (int)threadIdx.x / Q, c = W * ((int)threadIdx.x % Q);  // the thread's first row, its column
+    const float *p = src + (size_t)(r0 + r1) * ld + c;  // its first piece; the next THREADS / Q rows on
+    const size_t step = (size_t)(THREADS / Q) * ld;
+    MMA_UNROLL
+    for (int i = 0; i < BN / (THREADS / Q); i++, p += step) {
+        const int r = r1 + i * (THREADS / Q);
         const bool in = r0 + r < n;
-        mma::copy_async<4 * W>(dst + r * HD + c, in ? src + (size_t)(r0 + r) * ld + c : src, in);
+        mma::copy_async<4 * W>(dst + r * HD + c, in ? p : src, in);  // (a valid address where nothing is read)
     }
 }
 
 // cp.async of entries [r0, r0 + 64) of a 4-byte array into dst (64); past n zero-filled.
 __device__ __forceinline__ void fetch_row_values(void *dst, const void *src, int r0, int n) {
-    for (int r = threadIdx.x; r < BN; r += THREADS)
-        mma::copy_async<4>((uint32_t *)dst + r, (const uint32_t *)src + (r0 + r < n ? r0 + r : 0), r0 + r < n);
+    const int r = threadIdx.x;  // a thread per row (BN <= THREADS)
+    if (r < BN) mma::copy_async<4>((uint32_t *)dst + r, (const uint32_t *)src + (r0 + r < n ? r0 + r : 0), r0 + r < n);
 }
 
 // The visible tiles of one side, in order, each staged for the block by the caller's
@@ -366,9 +454,10 @@ __device__ __forceinline__ void fill_key_tile(bf16 *ks, bf16 *vs, int *kp, const
                                               const int *kpf, const float *k, const float *v, size_t ldkv,
                                               const int *kpos, int j0, int Sk) {
     if (PREFETCH) {
-        stage_rows<HD, BN, true>(ks, kf, HD, 0, BN);  // the staging's rows, rounded
-        stage_rows<HD, BN, true>(vs, vf, HD, 0, BN);
-        for (int r = threadIdx.x; r < BN; r += THREADS) kp[r] = j0 + r < Sk ? kpf[r] : INT_MAX;
+        stage_fetched<HD>(ks, kf);  // the staging's rows, rounded
+        stage_fetched<HD>(vs, vf);
+        const int r = threadIdx.x;  // a thread per row (BN <= THREADS)
+        if (r < BN) kp[r] = j0 + r < Sk ? kpf[r] : INT_MAX;
     } else {
         stage_rows<HD, BN, VEC>(ks, k, ldkv, j0, Sk);
         stage_rows<HD, BN, VEC>(vs, v, ldkv, j0, Sk);
@@ -447,34 +536,38 @@ __global__ void __launch_bounds__(THREADS)
         for (int mt = 0; mt < MT; mt++) zero_tiles<S::NT>(sacc[mt]);
         scores<HD, MT>(sacc, qa, ks);
 
-        // The online softmax, per row (hr: g or g + 8): the tile's maximum of the
-        // visible scores over the quad, the rescale of (o, l), P rounded to bf16.
+        if (!all) mask_tile<true, MT>(sacc, kp, qp);
+
+        // The online softmax, per row (hr: g or g + 8): the tile's maximum score over
+        // the quad, the new running maximum in log2 units, the rescale of (o, l), and
+        // P = 2^(s sl2 - m) (one fma and one exp2 a score), rounded to bf16 and
+        // packed as the A operands of P V, l summing the rounded values (what P V
+        // multiplies). A masked score (-inf) gives 2^-inf = 0. A row that has seen
+        // no key yet keeps m = -inf; its terms are taken against 0 instead (they are
+        // all -inf), so that no -inf - -inf appears.
+        u32 pa[MT][BN / 16][4];
         MMA_UNROLL
         for (int mt = 0; mt < MT; mt++)
             MMA_UNROLL
             for (int hr = 0; hr < 2; hr++) {
                 float mx = -INFINITY;
                 MMA_UNROLL
-                for (int n = 0; n < S::NT; n++)
-                    MMA_UNROLL
-                    for (int e = 0; e < 2; e++) {
-                        float &s = sacc[mt][n][2 * hr + e];
-                        const bool vis = all || kp[8 * n + 2 * t + e] <= qp[mt][hr];
-                        s = vis ? s * sl2 : -INFINITY;
-                        mx = fmaxf(mx, s);
-                    }
+                for (int n = 0; n < S::NT; n++) mx = fmaxf(mx, fmaxf(sacc[mt][n][2 * hr], sacc[mt][n][2 * hr + 1]));
                 mx = mma::quad_max(mx);
-                // Nothing visible in this tile: P = 0 and (o, m, l) unchanged.
-                const float mnew = mx == -INFINITY ? m2[mt][hr] : fmaxf(m2[mt][hr], mx);
-                const float alpha = mx == -INFINITY ? 1.0f : exp2f(m2[mt][hr] - mnew);
+                const float mold = m2[mt][hr], mnew = fmaxf(mold, mx * sl2);  // sl2 > 0: max(s) sl2 = max(s sl2)
+                const float msub = mnew == -INFINITY ? 0.0f : mnew;
+                const float alpha = mnew == mold ? 1.0f : mma::exp2_approx(mold - msub);
                 float sum = 0.0f;
                 MMA_UNROLL
-                for (int n = 0; n < S::NT; n++)
+                for (int c = 0; c < BN / 16; c++)
                     MMA_UNROLL
-                    for (int e = 0; e < 2; e++) {
-                        float &s = sacc[mt][n][2 * hr + e];
-                        s = s == -INFINITY ? 0.0f : rounded(exp2f(s - mnew));  // l sums what P V multiplies
-                        sum += s;
+                    for (int half = 0; half < 2; half++) {  // n-tiles 2c and 2c + 1: registers hr and 2 + hr
+                        const float *sv = sacc[mt][2 * c + half] + 2 * hr;
+                        const u32 pk = mma::pack_bf16(mma::exp2_approx(fmaf(sv[0], sl2, -msub)),
+                                                      mma::exp2_approx(fmaf(sv[1], sl2, -msub)));
+                        pa[mt][c][2 * half + hr] = pk;
+                        sum += mma::bf16_lo(pk);
+                        sum += mma::bf16_hi(pk);
                     }
                 sum = mma::quad_sum(sum);
                 lr[mt][hr] = lr[mt][hr] * alpha + sum;
@@ -485,7 +578,7 @@ __global__ void __launch_bounds__(THREADS)
                     oacc[mt][d][2 * hr + 1] *= alpha;
                 }
             }
-        accumulate<HD, MT>(oacc, sacc, vs);  // o += P V
+        accumulate_packed<HD, MT>(oacc, pa, vs);  // o += P V
     }
 
     MMA_UNROLL
@@ -510,14 +603,19 @@ __global__ void __launch_bounds__(THREADS)
         }
 }
 
-// P and dS of one (query, key) pair from its score s (log2 units: s x scale x log2
-// e), dP = dO . v, the query's lse (log2 units) and rowdot: P = exp2(s - lse),
-// dS = P (dP - rowdot) scale (the softmax's backward, ops.h); 0 where not visible.
-__device__ __forceinline__ void pair_grad(bool vis, float s, float dp, float lse2, float rd, float scale, float *p,
+// P and dS of one (query, key) pair from its raw score s, dP = dO . v, the query's
+// lse in log2 units (finite: see finite_lse2) and rowdot: P = 2^(s sl2 - lse2) (one
+// fma and one exp2), dS = P (dP - rowdot) scale (the softmax's backward, ops.h). A
+// masked score (-inf) gives P = 0 and dS = 0.
+__device__ __forceinline__ void pair_grad(float s, float dp, float sl2, float lse2, float rd, float scale, float *p,
                                           float *ds) {
-    *p = vis ? exp2f(s - lse2) : 0.0f;
+    *p = mma::exp2_approx(fmaf(s, sl2, -lse2));
     *ds = *p * (dp - rd) * scale;
 }
+
+// A row's lse in log2 units for pair_grad: a row that saw no key (lse = -inf) has
+// every score masked, and -inf - -inf would be NaN where 2^-inf = 0 is meant.
+__device__ __forceinline__ float finite_lse2(float lse) { return lse == -INFINITY ? 0.0f : lse * LOG2E; }
 
 // ---- backward, dQ += dS K over one block of keys ----
 // grid (ceil(Sq / 64), B * H); dq (B*Sq, ldq) at column h*HD. A warp owns 16 query rows.
@@ -555,7 +653,7 @@ __global__ void __launch_bounds__(THREADS)
         const int i = i0 + 16 * warp + g + 8 * hr;
         const bool in = i < Sq;
         qp[hr] = in ? qpos[i] : INT_MIN;  // a row past Sq sees no key
-        lse2[hr] = in ? lse[srow0 + i] * LOG2E : 0.0f;
+        lse2[hr] = in ? finite_lse2(lse[srow0 + i]) : 0.0f;
         rd[hr] = in ? rowdot[srow0 + i] : 0.0f;
         qlo = imin(qlo, qp[hr]);
         qhi = imax(qhi, qp[hr]);
@@ -575,14 +673,14 @@ __global__ void __launch_bounds__(THREADS)
         zero_tiles<S::NT>(dpacc[0]);
         scores<HD, 1>(sacc, qa, ks);   // S = Q K^T
         scores<HD, 1>(dpacc, da, vs);  // dP = dO V^T
+        if (!all) mask_tile<true, 1>(sacc, kp, &qp);
         MMA_UNROLL
         for (int n = 0; n < S::NT; n++)
             MMA_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int hr = e / 2;
-                const bool vis = all || kp[8 * n + 2 * t + e % 2] <= qp[hr];
                 float p;
-                pair_grad(vis, sacc[0][n][e] * sl2, dpacc[0][n][e], lse2[hr], rd[hr], scale, &p, &sacc[0][n][e]);
+                pair_grad(sacc[0][n][e], dpacc[0][n][e], sl2, lse2[hr], rd[hr], scale, &p, &sacc[0][n][e]);
             }
         accumulate<HD, 1>(dqacc, sacc, ks);  // dQ += dS K
     }
@@ -660,15 +758,16 @@ __global__ void __launch_bounds__(THREADS)
         };
         auto fill = [&](int i0) {
             if (S::PREFETCH) {
-                stage_rows<HD, BN, true>(qs, qf, HD, 0, BN);  // the staging's rows, rounded
-                stage_rows<HD, BN, true>(dos, dof, HD, 0, BN);
+                stage_fetched<HD>(qs, qf);  // the staging's rows, rounded
+                stage_fetched<HD>(dos, dof);
             } else {
                 stage_rows<HD, BN, VEC>(qs, qh, (size_t)ldq, i0, Sq);
                 stage_rows<HD, BN, VEC>(dos, doh, ostride, i0, Sq);
             }
-            for (int r = threadIdx.x; r < BN; r += THREADS) {
+            const int r = threadIdx.x;  // a thread per row (BN <= THREADS)
+            if (r < BN) {
                 const bool in = i0 + r < Sq;
-                lse2_s[r] = in ? (S::PREFETCH ? lsef[r] : lseh[i0 + r]) * LOG2E : 0.0f;
+                lse2_s[r] = in ? finite_lse2(S::PREFETCH ? lsef[r] : lseh[i0 + r]) : 0.0f;
                 rd_s[r] = in ? (S::PREFETCH ? rdf[r] : rdh[i0 + r]) : 0.0f;
                 qp_s[r] = in ? (S::PREFETCH ? qpf[r] : qpos[i0 + r]) : INT_MIN;
             }
@@ -687,15 +786,17 @@ __global__ void __launch_bounds__(THREADS)
             zero_tiles<S::NT>(dpt[0]);
             scores<HD, 1>(st, ka, qs);    // S^T = K Q^T
             scores<HD, 1>(dpt, va, dos);  // dP^T = V dO^T
+            if (!all) mask_tile<false, 1>(st, qp_s, &kpr);
             MMA_UNROLL
-            for (int n = 0; n < S::NT; n++)
+            for (int n = 0; n < S::NT; n++) {
+                // the lane's two query columns 8n + 2t and 8n + 2t + 1: their lse2 and rowdot
+                const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + 8 * n + 2 * t);
+                const float2 r2 = *reinterpret_cast<const float2 *>(rd_s + 8 * n + 2 * t);
                 MMA_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    const int c = 8 * n + 2 * t + e % 2, hr = e / 2;  // the query (column) and key row
-                    const bool vis = all || kpr[hr] <= qp_s[c];
-                    pair_grad(vis, st[0][n][e] * sl2, dpt[0][n][e], lse2_s[c], rd_s[c], scale, &st[0][n][e],
-                              &dpt[0][n][e]);
-                }
+                for (int e = 0; e < 4; e++)
+                    pair_grad(st[0][n][e], dpt[0][n][e], sl2, e % 2 ? l2.y : l2.x, e % 2 ? r2.y : r2.x, scale,
+                              &st[0][n][e], &dpt[0][n][e]);
+            }
             accumulate<HD, 1>(dv, st, dos);  // dV += P^T dO
             accumulate<HD, 1>(dk, dpt, qs);  // dK += dS^T Q
         }

@@ -78,6 +78,48 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 #endif
 }
 
+// The two bf16 values of a packed pair as floats (exact: a bf16 is the upper half
+// of the float it stands for). Two integer operations, where rounding a float to
+// bf16 and back would take a conversion and a shift for each value.
+__device__ __forceinline__ float bf16_lo(uint32_t v) {
+#ifndef CUDA_EMU
+    return __uint_as_float(v << 16);
+#else
+    const uint32_t b = v << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+#endif
+}
+__device__ __forceinline__ float bf16_hi(uint32_t v) {
+#ifndef CUDA_EMU
+    return __uint_as_float(v & 0xffff0000u);
+#else
+    const uint32_t b = v & 0xffff0000u;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+#endif
+}
+
+// 2^x by the multi-function unit's one instruction (ex2.approx.ftz.f32: relative
+// error at most 2^-22, subnormal inputs and results flushed to 0, 2^-inf = 0).
+// exp2f is that instruction wrapped in a test, a halving and a squaring for
+// results below 2^-126, where the softmax's terms are 0 in bf16 anyway: eight
+// instructions where one does, on every score. The emulation computes exp2f and
+// flushes as the hardware does.
+__device__ __forceinline__ float exp2_approx(float x) {
+#ifndef CUDA_EMU
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#else
+    if (fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+    const float y = exp2f(x);
+    return fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+#endif
+}
+
 // Four floats from a 16-byte aligned address in one 128-bit load (the emulation
 // checks the alignment a GPU would fault on).
 __device__ __forceinline__ float4 load_f4(const float *p) {

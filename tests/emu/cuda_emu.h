@@ -92,7 +92,7 @@
     abort();
 }
 
-struct int2 {
+struct alignas(8) int2 {  // as CUDA's: 8-byte aligned, one 64-bit access
     int x, y;
 };
 inline int2 make_int2(int x, int y) { return int2{x, y}; }
