@@ -239,7 +239,7 @@ static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
         r->n = n;
     }
     if (!fresh((size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
-        k_round_rows<float><<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(c, x, 1, n, n, n);
+        round_rows(c, x, 1, n, n, n);
     r->gen = g_w_gen;
     return c;
 }
@@ -250,8 +250,7 @@ static Operand padded_copy(int slot, const S *x, int lines, int len, int ld) {
     const size_t n = ops_cuda_operand_elements((size_t)lines, (size_t)len), ld16 = ops_cuda_operand_elements(1, (size_t)len);
     __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_work_buffer(WS_HALF0 + slot, n * sizeof(__nv_bfloat16),
                                                            "a bf16 operand copy");  // (lines, ld16)
-    k_round_rows<S><<<cuda_blocks((size_t)lines * len, 256), 256, 0, cuda_stream()>>>(copy, x, (size_t)lines,
-                                                                                      (size_t)len, (size_t)ld, ld16);
+    round_rows(copy, x, (size_t)lines, (size_t)len, (size_t)ld, ld16);
     return Operand{copy, (int)ld16};
 }
 

@@ -280,17 +280,32 @@ static void test_norm_residual_swiglu(void) {
     residual_forward(y.d, y.d, x.d, y.n);  // out aliases a
     cpu_residual_forward(y.h, y.h, x.h, y.n);
     expect_close("residual_forward (out = a)", y);
-    Pair gu = pair_fill((size_t)N * 2 * F, 3.0f), o = pair_fill((size_t)N * F, 1.0f), d = pair_fill((size_t)N * F, 1.0f);
-    Pair dgu = pair_fill((size_t)N * 2 * F, 1.0f);
-    swiglu_forward(o.d, gu.d, N, F);
-    cpu_swiglu_forward(o.h, gu.h, N, F);
-    expect_close("swiglu_forward", o);
-    swiglu_backward(dgu.d, d.d, gu.d, N, F);
-    cpu_swiglu_backward(dgu.h, d.h, gu.h, N, F);
-    expect_close("swiglu_backward", dgu);
+    // The element-wise kernels take 4 values a thread where every row starts
+    // 16-byte aligned (D = 300 above), else one: the same ops on rows one value on.
+    rmsnorm_rebuild(yb.d + 1, xh.d + 1, w.d, N - 1, D);
+    cpu_rmsnorm_rebuild(yb.h + 1, xh.h + 1, w.h, N - 1, D);
+    expect_close("rmsnorm_rebuild out, rows not 16-byte aligned", yb);
+    residual_forward(y.d + 1, y.d + 1, x.d + 1, y.n - 1);
+    cpu_residual_forward(y.h + 1, y.h + 1, x.h + 1, y.n - 1);
+    expect_close("residual_forward, not 16-byte aligned", y);
+    // SwiGLU at F = 130 (rows of F values not 16-byte aligned: one a thread) and 128
+    // (4 a thread).
+    for (int Fi = F; Fi >= F - 2; Fi -= 2) {
+        Pair gu = pair_fill((size_t)N * 2 * Fi, 3.0f), o = pair_fill((size_t)N * Fi, 1.0f);
+        Pair d = pair_fill((size_t)N * Fi, 1.0f), dgu = pair_fill((size_t)N * 2 * Fi, 1.0f);
+        char what[64];
+        swiglu_forward(o.d, gu.d, N, Fi);
+        cpu_swiglu_forward(o.h, gu.h, N, Fi);
+        snprintf(what, sizeof what, "swiglu_forward, F %d", Fi);
+        expect_close(what, o);
+        swiglu_backward(dgu.d, d.d, gu.d, N, Fi);
+        cpu_swiglu_backward(dgu.h, d.h, gu.h, N, Fi);
+        snprintf(what, sizeof what, "swiglu_backward, F %d", Fi);
+        expect_close(what, dgu);
+        pair_free(gu), pair_free(o), pair_free(d), pair_free(dgu);
+    }
     pair_free(x), pair_free(w), pair_free(y), pair_free(rstd), pair_free(dy), pair_free(dx), pair_free(dw);
     pair_free(xh), pair_free(yb);
-    pair_free(gu), pair_free(o), pair_free(d), pair_free(dgu);
 }
 
 static void test_rope(void) {
