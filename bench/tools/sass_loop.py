@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""bench/tools/sass_loop.py SASS_FILE — the instruction mix of a kernel's hot loop,
+from `cuobjdump -sass -fun KERNEL OBJ` output (bench/sass_mix.sh runs it).
+
+The loop: the backward branch (BRA to a lower address) whose range holds the most
+mma (HMMA) instructions. Prints the whole kernel's count, the loop's count and
+opcode mix with every path in it, and each path a forward branch may skip (40 or
+more instructions, no mma: flash_mma's mask pass for the diagonal's tiles, which
+most tiles skip; the next tile's fetch, which only the last skips), so that a
+tile's cost is the loop's count less the paths it does not take."""
+import collections
+import re
+import sys
+
+ins = []  # (address, opcode, text)
+for line in open(sys.argv[1]):
+    m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*(/\*.*)?$", line)
+    if not m:
+        continue
+    text = m.group(2)
+    op = re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0].split(".")[0]
+    ins.append((int(m.group(1), 16), op, text))
+if not ins:
+    sys.exit("sass_loop.py: no SASS instructions in " + sys.argv[1])
+index = {a: i for i, (a, _, _) in enumerate(ins)}
+
+
+def branch_target(text):
+    m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\d,\s*)?0x([0-9a-f]+)", text)
+    return int(m.group(1), 16) if m else None
+
+
+def mma(lo, hi):
+    return sum(1 for i in range(lo, hi + 1) if ins[i][1] == "HMMA")
+
+
+best = None  # (mma count, head index, back-edge index)
+for i, (a, op, text) in enumerate(ins):
+    t = branch_target(text) if op == "BRA" else None
+    if t is not None and t < a and t in index:
+        n = mma(index[t], i)
+        if n and (best is None or n > best[0] or (n == best[0] and i - index[t] < best[2] - best[1])):
+            best = (n, index[t], i)
+print(f"whole kernel: {len(ins)} instructions, {mma(0, len(ins) - 1)} mma")
+if best is None:
+    print("no loop with mma in it")
+    sys.exit(0)
+_, lo, hi = best
+mix = collections.Counter(ins[i][1] for i in range(lo, hi + 1))
+print(f"hot loop, every path: {sum(mix.values())} instructions, {mix['HMMA']} mma")
+print("  mix: " + " ".join(f"{k}:{v}" for k, v in mix.most_common()))
+# Forward branches over 40 or more instructions without mma: paths some tiles skip
+# (flash_mma: the diagonal's mask pass; the next tile's fetch, skipped on the last).
+taken = set()
+for i in range(lo, hi + 1):
+    a, op, text = ins[i]
+    t = branch_target(text) if op == "BRA" else None
+    if t is not None and t > a and t in index and index[t] <= hi:
+        region = range(i + 1, index[t])
+        if len(region) >= 40 and mma(i + 1, index[t] - 1) == 0 and not taken.intersection(region):
+            taken.update(region)
+            top = collections.Counter(ins[j][1] for j in region).most_common(5)
+            print(f"  skippable path at 0x{ins[i + 1][0]:x}: {len(region)} instructions ("
+                  + " ".join(f"{k}:{v}" for k, v in top) + ")")
