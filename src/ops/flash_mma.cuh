@@ -43,8 +43,9 @@
 // (mma::exp2_approx: exp2f adds a test, a halving and a squaring for results below
 // 2^-126, which are 0 in bf16 anyway); P is packed to bf16 once, and l sums the
 // packed values unpacked by two integer operations. (2026-11-28, sm_90a, head
-// dimension 64, counted in the SASS of a visible tile: forward about 880
-// instructions a warp, 128 of them mma; dQ 560 with 96; dK/dV 654 with 128.)
+// dimension 64, counted in the SASS of a visible tile off the diagonal by
+// bench/sass_mix.sh: forward 883 instructions a warp, 128 of them mma; dQ 530 with
+// 96; dK/dV 627 with 128.)
 //
 // Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
 // aligned (VEC: pointer, leading dimension and column offsets multiples of 4
@@ -604,13 +605,14 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 // P and dS of one (query, key) pair from its raw score s, dP = dO . v, the query's
-// lse in log2 units (finite: see finite_lse2) and rowdot: P = 2^(s sl2 - lse2) (one
-// fma and one exp2), dS = P (dP - rowdot) scale (the softmax's backward, ops.h). A
+// lse in log2 units (finite: see finite_lse2) and rowdot x scale (rds, formed once
+// a row): P = 2^(s sl2 - lse2) (one fma and one exp2), dS = P (dP - rowdot) scale =
+// P (dP scale - rds) (an fma and a multiply; the softmax's backward, ops.h). A
 // masked score (-inf) gives P = 0 and dS = 0.
-__device__ __forceinline__ void pair_grad(float s, float dp, float sl2, float lse2, float rd, float scale, float *p,
+__device__ __forceinline__ void pair_grad(float s, float dp, float sl2, float lse2, float rds, float scale, float *p,
                                           float *ds) {
     *p = mma::exp2_approx(fmaf(s, sl2, -lse2));
-    *ds = *p * (dp - rd) * scale;
+    *ds = *p * fmaf(dp, scale, -rds);
 }
 
 // A row's lse in log2 units for pair_grad: a row that saw no key (lse = -inf) has
@@ -654,7 +656,7 @@ __global__ void __launch_bounds__(THREADS)
         const bool in = i < Sq;
         qp[hr] = in ? qpos[i] : INT_MIN;  // a row past Sq sees no key
         lse2[hr] = in ? finite_lse2(lse[srow0 + i]) : 0.0f;
-        rd[hr] = in ? rowdot[srow0 + i] : 0.0f;
+        rd[hr] = in ? rowdot[srow0 + i] * scale : 0.0f;  // rowdot x scale (pair_grad)
         qlo = imin(qlo, qp[hr]);
         qhi = imax(qhi, qp[hr]);
     }
@@ -712,7 +714,7 @@ __global__ void __launch_bounds__(THREADS)
     constexpr bool KV_REGS = HD <= 64;  // K and V as A operands in registers; at 128 read per tile
     FLASH_SMEM(smem);
     bf16 *ks = (bf16 *)smem, *vs = ks + BN * LD, *qs = vs + BN * LD, *dos = qs + BN * LD;  // (64, HD) each
-    float *lse2_s = (float *)(smem + 4 * S::tile), *rd_s = lse2_s + BN;  // (64) each, of the query tile
+    float *lse2_s = (float *)(smem + 4 * S::tile), *rd_s = lse2_s + BN;  // (64) each, of the query tile: lse2, rowdot x scale
     int *qp_s = (int *)(rd_s + BN);                                      // (64)
     int *tlo = qp_s + BN, *thi = tlo + CHUNK;  // (CHUNK) each: query tiles' position bounds
     float *qf = (float *)(smem + S::dkv_at_stage), *dof = qf + BN * HD;  // (64, HD) each, fetched ahead
@@ -768,7 +770,7 @@ __global__ void __launch_bounds__(THREADS)
             if (r < BN) {
                 const bool in = i0 + r < Sq;
                 lse2_s[r] = in ? finite_lse2(S::PREFETCH ? lsef[r] : lseh[i0 + r]) : 0.0f;
-                rd_s[r] = in ? (S::PREFETCH ? rdf[r] : rdh[i0 + r]) : 0.0f;
+                rd_s[r] = in ? (S::PREFETCH ? rdf[r] : rdh[i0 + r]) * scale : 0.0f;  // rowdot x scale
                 qp_s[r] = in ? (S::PREFETCH ? qpf[r] : qpos[i0 + r]) : INT_MIN;
             }
         };
@@ -789,7 +791,7 @@ __global__ void __launch_bounds__(THREADS)
             if (!all) mask_tile<false, 1>(st, qp_s, &kpr);
             MMA_UNROLL
             for (int n = 0; n < S::NT; n++) {
-                // the lane's two query columns 8n + 2t and 8n + 2t + 1: their lse2 and rowdot
+                // the lane's two query columns 8n + 2t and 8n + 2t + 1: their lse2 and rowdot x scale
                 const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + 8 * n + 2 * t);
                 const float2 r2 = *reinterpret_cast<const float2 *>(rd_s + 8 * n + 2 * t);
                 MMA_UNROLL
