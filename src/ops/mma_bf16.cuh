@@ -46,26 +46,24 @@ __device__ __forceinline__ void m16n8k16(float d[4], const uint32_t a[4], uint32
 }
 
 // Four 8x8 bf16 matrices from shared memory; `row` is this lane's row address.
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *row) {
+// TRANS: each matrix transposed on the way (ldmatrix .trans).
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4_as(uint32_t r[4], const void *row) {
 #ifndef CUDA_EMU
     const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+#define MMA_LDSM_X4(TRANS_SUFFIX)                                                                    \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" TRANS_SUFFIX ".shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                    \
+                 : "r"(addr))
+    if (TRANS) MMA_LDSM_X4(".trans");
+    else MMA_LDSM_X4("");
+#undef MMA_LDSM_X4
 #else
-    emu_ldmatrix_x4(r, row, false);
+    emu_ldmatrix_x4(r, row, TRANS);
 #endif
 }
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *row) {
-#ifndef CUDA_EMU
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-#else
-    emu_ldmatrix_x4(r, row, true);
-#endif
-}
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *row) { ldsm_x4_as<false>(r, row); }
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *row) { ldsm_x4_as<true>(r, row); }
 
 // (lo, hi) rounded to bf16 (nearest, ties to even), lo in the lower 16 bits.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
