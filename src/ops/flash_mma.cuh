@@ -41,11 +41,11 @@
 // softmax's per-score work, not the tensor cores, sets the pace. So a score costs
 // one fma (scale and subtract the maximum, in log2 units) and one ex2.approx
 // (mma::exp2_approx: exp2f adds a test, a halving and a squaring for results below
-// 2^-126, which are 0 in bf16 anyway); P is packed to bf16 once, and l sums the
-// packed values unpacked by two integer operations. (2026-11-28, sm_90a, head
-// dimension 64, counted in the SASS of a visible tile off the diagonal by
-// bench/sass_mix.sh: forward 883 instructions a warp, 128 of them mma; dQ 530 with
-// 96; dK/dV 627 with 128.)
+// 2^-126, which are 0 in bf16 anyway); P is packed to bf16 once, and l adds the
+// packed values by an mma of P against ones (the tensor cores sum across the
+// quad). (2026-11-28, sm_90a, head dimension 64, counted in the SASS of a visible
+// tile off the diagonal by bench/sass_mix.sh: forward 749 instructions a warp, 136
+// of them mma; dQ 530 with 96; dK/dV 627 with 128.)
 //
 // Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
 // aligned (VEC: pointer, leading dimension and column offsets multiples of 4
@@ -499,7 +499,11 @@ __global__ void __launch_bounds__(THREADS)
     stage_rows<HD, BM, VEC>(ks, q + (size_t)b * Sq * ldq + (size_t)h * HD, (size_t)ldq, i0, Sq);
     __syncthreads();
     u32 qa[MT][S::KS][4];  // the warp's Q rows as A operands
-    float oacc[MT][S::DT][4], m2[MT][2], lr[MT][2];  // m2: the running maximum, log2 units
+    float oacc[MT][S::DT][4], m2[MT][2];  // m2: the running maximum, log2 units
+    // The running l of rows g and g + 8 in lacc[mt][0] and [2]: an accumulator tile of
+    // P times a matrix of ones, so that the tensor cores sum each row of P across
+    // the quad (the other two registers hold the same sums, unread).
+    float lacc[MT][4];
     int qp[MT][2];
     int qlo = INT_MAX, qhi = INT_MIN;
     MMA_UNROLL
@@ -513,7 +517,8 @@ __global__ void __launch_bounds__(THREADS)
             const bool read = in && !WHOLE;
             qp[mt][hr] = in ? qpos[i] : INT_MIN;
             m2[mt][hr] = read ? m[srow0 + i] * LOG2E : -INFINITY;
-            lr[mt][hr] = read ? l[srow0 + i] : 0.0f;
+            lacc[mt][2 * hr] = read ? l[srow0 + i] : 0.0f;
+            lacc[mt][2 * hr + 1] = 0.0f;
             MMA_UNROLL
             for (int d = 0; d < S::DT; d++) {
                 oacc[mt][d][2 * hr] = read ? ob[(size_t)i * ostride + 8 * d + 2 * t] : 0.0f;
@@ -542,10 +547,12 @@ __global__ void __launch_bounds__(THREADS)
         // The online softmax, per row (hr: g or g + 8): the tile's maximum score over
         // the quad, the new running maximum in log2 units, the rescale of (o, l), and
         // P = 2^(s sl2 - m) (one fma and one exp2 a score), rounded to bf16 and
-        // packed as the A operands of P V, l summing the rounded values (what P V
-        // multiplies). A masked score (-inf) gives 2^-inf = 0. A row that has seen
-        // no key yet keeps m = -inf; its terms are taken against 0 instead (they are
-        // all -inf), so that no -inf - -inf appears.
+        // packed as the A operands of P V; l then adds the rounded values (what P V
+        // multiplies) by P times ones on the tensor cores, 8 mma a tile where the
+        // sum took 2 integer and 2 float operations a pair of scores and 4 shuffles
+        // a row. A masked score (-inf) gives 2^-inf = 0. A row that has seen no key
+        // yet keeps m = -inf; its terms are taken against 0 instead (they are all
+        // -inf), so that no -inf - -inf appears.
         u32 pa[MT][BN / 16][4];
         MMA_UNROLL
         for (int mt = 0; mt < MT; mt++)
@@ -558,20 +565,15 @@ __global__ void __launch_bounds__(THREADS)
                 const float mold = m2[mt][hr], mnew = fmaxf(mold, mx * sl2);  // sl2 > 0: max(s) sl2 = max(s sl2)
                 const float msub = mnew == -INFINITY ? 0.0f : mnew;
                 const float alpha = mnew == mold ? 1.0f : mma::exp2_approx(mold - msub);
-                float sum = 0.0f;
                 MMA_UNROLL
                 for (int c = 0; c < BN / 16; c++)
                     MMA_UNROLL
                     for (int half = 0; half < 2; half++) {  // n-tiles 2c and 2c + 1: registers hr and 2 + hr
                         const float *sv = sacc[mt][2 * c + half] + 2 * hr;
-                        const u32 pk = mma::pack_bf16(mma::exp2_approx(fmaf(sv[0], sl2, -msub)),
-                                                      mma::exp2_approx(fmaf(sv[1], sl2, -msub)));
-                        pa[mt][c][2 * half + hr] = pk;
-                        sum += mma::bf16_lo(pk);
-                        sum += mma::bf16_hi(pk);
+                        pa[mt][c][2 * half + hr] = mma::pack_bf16(mma::exp2_approx(fmaf(sv[0], sl2, -msub)),
+                                                                  mma::exp2_approx(fmaf(sv[1], sl2, -msub)));
                     }
-                sum = mma::quad_sum(sum);
-                lr[mt][hr] = lr[mt][hr] * alpha + sum;
+                lacc[mt][2 * hr] *= alpha;
                 m2[mt][hr] = mnew;
                 MMA_UNROLL
                 for (int d = 0; d < S::DT; d++) {
@@ -580,6 +582,10 @@ __global__ void __launch_bounds__(THREADS)
                 }
             }
         accumulate_packed<HD, MT>(oacc, pa, vs);  // o += P V
+        MMA_UNROLL
+        for (int mt = 0; mt < MT; mt++)
+            MMA_UNROLL
+            for (int c = 0; c < BN / 16; c++) mma::m16n8k16(lacc[mt], pa[mt][c], mma::BF16X2_ONES, mma::BF16X2_ONES);
     }
 
     MMA_UNROLL
@@ -588,7 +594,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int hr = 0; hr < 2; hr++) {
             const int i = i0 + 16 * (MT * warp + mt) + g + 8 * hr;
             if (i >= Sq) continue;
-            const float lv = lr[mt][hr], mv = m2[mt][hr] / LOG2E;
+            const float lv = lacc[mt][2 * hr], mv = m2[mt][hr] / LOG2E;
             const float inv = !WHOLE ? 1.0f : lv > 0.0f ? 1.0f / lv : 0.0f;  // a row that saw no key: o = 0
             MMA_UNROLL
             for (int d = 0; d < S::DT; d++) {

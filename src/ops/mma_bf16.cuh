@@ -76,22 +76,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 #endif
 }
 
-// The float whose bits are b.
-__device__ __forceinline__ float float_of_bits(uint32_t b) {
-#ifndef CUDA_EMU
-    return __uint_as_float(b);
-#else
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-#endif
-}
-
-// The two bf16 values of a packed pair as floats (exact: a bf16 is the upper half
-// of the float it stands for). Two integer operations, where rounding a float to
-// bf16 and back would take a conversion and a shift for each value.
-__device__ __forceinline__ float bf16_lo(uint32_t v) { return float_of_bits(v << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t v) { return float_of_bits(v & 0xffff0000u); }
+// Two bf16 ones packed: a B operand of ones, with which an mma sums the rows of A.
+constexpr uint32_t BF16X2_ONES = 0x3f803f80u;
 
 // 2^x by the multi-function unit's one instruction (ex2.approx.ftz.f32: relative
 // error at most 2^-22, subnormal inputs and results flushed to 0, 2^-inf = 0).
