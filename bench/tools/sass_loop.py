@@ -5,9 +5,9 @@ from `cuobjdump -sass -fun KERNEL OBJ` output (bench/sass_mix.sh runs it).
 The loop: the backward branch (BRA to a lower address) whose range holds the most
 mma (HMMA) instructions. Prints the whole kernel's count, the loop's count and
 opcode mix with every path in it, and each path a forward branch may skip (40 or
-more instructions, no mma: flash_mma's mask pass for the diagonal's tiles, which
-most tiles skip; the next tile's fetch, which only the last skips), so that a
-tile's cost is the loop's count less the paths it does not take."""
+more instructions, no mma; conditional "if" or, after an unconditional branch,
+"else"), so that a tile's cost is the loop's count less the paths it does not
+take."""
 import collections
 import re
 import sys
@@ -50,15 +50,19 @@ mix = collections.Counter(ins[i][1] for i in range(lo, hi + 1))
 print(f"hot loop, every path: {sum(mix.values())} instructions, {mix['HMMA']} mma")
 print("  mix: " + " ".join(f"{k}:{v}" for k, v in mix.most_common()))
 # Forward branches over 40 or more instructions without mma: paths some tiles skip
-# (flash_mma: the diagonal's mask pass; the next tile's fetch, skipped on the last).
-taken = set()
+# (flash_mma: the chunk's bounds, rare; the diagonal's mask pass; the checked copy
+# of a last partial tile, jumped over by an unconditional branch after the
+# unchecked one; the next tile's fetch, skipped only by the last). Listed in
+# address order, each with its first opcodes; they may nest or overlap (a loop's
+# code is not laid out in the order of its source), so which of them a tile skips
+# is read from the listing: the cost of a tile is the loop's count less those.
 for i in range(lo, hi + 1):
     a, op, text = ins[i]
     t = branch_target(text) if op == "BRA" else None
     if t is not None and t > a and t in index and index[t] <= hi:
-        region = range(i + 1, index[t])
-        if len(region) >= 40 and mma(i + 1, index[t] - 1) == 0 and not taken.intersection(region):
-            taken.update(region)
-            top = collections.Counter(ins[j][1] for j in region).most_common(5)
-            print(f"  skippable path at 0x{ins[i + 1][0]:x}: {len(region)} instructions ("
+        r0, r1 = i + 1, index[t] - 1
+        if r1 - r0 + 1 >= 40 and mma(r0, r1) == 0:
+            top = collections.Counter(ins[j][1] for j in range(r0, r1 + 1)).most_common(5)
+            kind = "if" if text.startswith("@") else "else"
+            print(f"  skippable ({kind}) 0x{ins[r0][0]:x}-0x{ins[r1][0]:x}: {r1 - r0 + 1} instructions ("
                   + " ".join(f"{k}:{v}" for k, v in top) + ")")

@@ -44,8 +44,8 @@
 // 2^-126, which are 0 in bf16 anyway); P is packed to bf16 once, and l adds the
 // packed values by an mma of P against ones (the tensor cores sum across the
 // quad). (2026-11-28, sm_90a, head dimension 64, counted in the SASS of a visible
-// tile off the diagonal by bench/sass_mix.sh: forward 749 instructions a warp, 136
-// of them mma; dQ 530 with 96; dK/dV 627 with 128.)
+// tile off the diagonal from bench/sass_mix.sh's listing: forward 704 instructions a
+// warp, 136 of them mma; dQ 479 with 96; dK/dV 588 with 128.)
 //
 // Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
 // aligned (VEC: pointer, leading dimension and column offsets multiples of 4
@@ -377,6 +377,12 @@ __device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t 
     const int r1 = (int)threadIdx.x / Q, c = W * ((int)threadIdx.x % Q);  // the thread's first row, its column
     const float *p = src + (size_t)(r0 + r1) * ld + c;  // its first piece; the next THREADS / Q rows on
     const size_t step = (size_t)(THREADS / Q) * ld;
+    if (r0 + BN <= n) {  // every row there (all tiles but a last partial one): no test a copy
+        MMA_UNROLL
+        for (int i = 0; i < BN / (THREADS / Q); i++, p += step)
+            mma::copy_async<4 * W>(dst + (r1 + i * (THREADS / Q)) * HD + c, p, true);
+        return;
+    }
     MMA_UNROLL
     for (int i = 0; i < BN / (THREADS / Q); i++, p += step) {
         const int r = r1 + i * (THREADS / Q);
