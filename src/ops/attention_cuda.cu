@@ -275,7 +275,8 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     if (kind != FLASH_NONE) {
         cuda_profile_open();  // as in the forward
         if (kind == FLASH_MMA)
-            flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
+            flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd,
+                                true);
         else flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qp, kp, B, Sq, Sk, H, KV, hd);
         cuda_done(kind == FLASH_MMA ? "attention_block_backward (mma)" : "attention_block_backward (wmma)");
         return;
@@ -309,8 +310,18 @@ extern "C" void attention_backward(float *dqkv, float *rowdot, const float *dout
                                    const float *lse, const int *pos, int B, int S, int H, int KV, int hd,
                                    float *scratch) {
     const int ld = (H + 2 * KV) * hd;
-    zero_f32(dqkv, (size_t)B * S * ld);
     attention_rowdot(rowdot, dout, out, B, S, H, hd);
+    if ((size_t)B * H * S > 0 && use_flash(B, H, hd, "attention_backward") == FLASH_MMA) {
+        // The kernels write every value of dqkv (flash_mma::backward, add = false):
+        // no zeroing pass over it first.
+        const int *p = cuda_device_ints(pos, (size_t)S, 1);
+        cuda_profile_open();
+        flash_mma::backward(dqkv, dqkv, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, dout, lse, rowdot, p, p, B, S, S, H,
+                            KV, hd, false);
+        cuda_done("attention_backward (mma, whole)");
+        return;
+    }
+    zero_f32(dqkv, (size_t)B * S * ld);
     attention_block_backward(dqkv, dqkv, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, dout, lse, rowdot, pos, pos, B, S, S,
                              H, KV, hd, scratch);
 }

@@ -633,11 +633,13 @@ __device__ __forceinline__ float finite_lse2(float lse) { return lse == -INFINIT
 
 // ---- backward, dQ += dS K over one block of keys ----
 // grid (ceil(Sq / 64), B * H); dq (B*Sq, ldq) at column h*HD. A warp owns 16 query rows.
+// add: dq += the block's sum (a ring's blocks); else dq = it (one block: no zeroing
+// pass over dq first).
 template <int HD, bool VEC>
 __global__ void __launch_bounds__(THREADS)
     k_backward_dq(float *dq, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff, const float *dout,
                   const float *lse, const float *rowdot, const int *qpos, const int *kpos, int Sq, int Sk, int H,
-                  int KV, float scale) {
+                  int KV, float scale, bool add) {
     typedef Shape<HD> S;
     constexpr int LD = S::LD;
     FLASH_SMEM(smem);
@@ -706,8 +708,9 @@ __global__ void __launch_bounds__(THREADS)
         if (i >= Sq) continue;
         MMA_UNROLL
         for (int d = 0; d < S::DT; d++) {
-            dqb[(size_t)i * ldq + 8 * d + 2 * t] += dqacc[0][d][2 * hr];
-            dqb[(size_t)i * ldq + 8 * d + 2 * t + 1] += dqacc[0][d][2 * hr + 1];
+            float *o = dqb + (size_t)i * ldq + 8 * d + 2 * t;
+            o[0] = add ? o[0] + dqacc[0][d][2 * hr] : dqacc[0][d][2 * hr];
+            o[1] = add ? o[1] + dqacc[0][d][2 * hr + 1] : dqacc[0][d][2 * hr + 1];
         }
     }
 }
@@ -715,12 +718,12 @@ __global__ void __launch_bounds__(THREADS)
 // ---- backward, dK += dS^T Q and dV += P^T dO over every query head of the group ----
 // grid (ceil(Sk / 64), B * KV); dkv (B*Sk, ldkv) at columns koff + g*HD and voff +
 // g*HD. A warp owns 16 key rows; the products run transposed (keys as rows):
-// S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q.
+// S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q. add: as k_backward_dq.
 template <int HD, bool VEC>
 __global__ void __launch_bounds__(THREADS)
     k_backward_dkv(float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
                    const float *dout, const float *lse, const float *rowdot, const int *qpos, const int *kpos, int Sq,
-                   int Sk, int H, int KV, float scale) {
+                   int Sk, int H, int KV, float scale, bool add) {
     typedef Shape<HD> S;
     constexpr int LD = S::LD;
     constexpr bool KV_REGS = HD <= 64;  // K and V as A operands in registers; at 128 read per tile
@@ -826,8 +829,9 @@ __global__ void __launch_bounds__(THREADS)
         for (int d = 0; d < S::DT; d++)
             MMA_UNROLL
             for (int e = 0; e < 2; e++) {
-                dkb[(size_t)j * ldkv + 8 * d + 2 * t + e] += dk[0][d][2 * hr + e];
-                dvb[(size_t)j * ldkv + 8 * d + 2 * t + e] += dv[0][d][2 * hr + e];
+                float *ok = dkb + (size_t)j * ldkv + 8 * d + 2 * t + e, *ov = dvb + (size_t)j * ldkv + 8 * d + 2 * t + e;
+                *ok = add ? *ok + dk[0][d][2 * hr + e] : dk[0][d][2 * hr + e];
+                *ov = add ? *ov + dv[0][d][2 * hr + e] : dv[0][d][2 * hr + e];
             }
     }
 }
@@ -849,15 +853,15 @@ void forward_hd(float *o, float *m, float *l, const float *q, int ldq, const flo
 template <int HD, bool VEC>
 void backward_hd(float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff, int voff,
                  const float *dout, const float *lse, const float *rowdot, const int *qpos, const int *kpos, int B,
-                 int Sq, int Sk, int H, int KV) {
+                 int Sq, int Sk, int H, int KV, bool add) {
     const float scale = 1.0f / sqrtf((float)HD);
     const dim3 gq((unsigned)((Sq + BN - 1) / BN), (unsigned)(B * H)), gk((unsigned)((Sk + BN - 1) / BN), (unsigned)(B * KV));
     auto kdq = &k_backward_dq<HD, VEC>;
     auto kdkv = &k_backward_dkv<HD, VEC>;
     FLASH_LAUNCH(kdq, gq, Shape<HD>::fwd, dq, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot,
-                 qpos, kpos, Sq, Sk, H, KV, scale);
+                 qpos, kpos, Sq, Sk, H, KV, scale, add);
     FLASH_LAUNCH(kdkv, gk, Shape<HD>::dkv, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot,
-                 qpos, kpos, Sq, Sk, H, KV, scale);
+                 qpos, kpos, Sq, Sk, H, KV, scale, add);
 }
 
 // Every row start 16-byte aligned: the base pointers, the leading dimensions and
@@ -897,15 +901,18 @@ static inline void forward_whole(float *out, float *lse, const float *q, int ldq
 }
 
 // dout's rows (H * hd floats apart) are aligned with q's whenever its base is.
+// add: dq and dkv += the block's gradients (attention_block_backward); else the
+// kernels write them (attention_backward: one block, every value of dq's and dkv's
+// columns written, by exactly one thread: the zeroing pass before is not needed).
 static inline void backward(float *dq, float *dkv, const float *q, int ldq, const float *kv, int ldkv, int koff,
                             int voff, const float *dout, const float *lse, const float *rowdot, const int *qpos,
-                            const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd) {
+                            const int *kpos, int B, int Sq, int Sk, int H, int KV, int hd, bool add) {
     const bool vec = rows_aligned(q, ldq, kv, ldkv, koff, voff) && aligned16(dout);
 #define FLASH_MMA_BWD(HD)                                                                                          \
     (vec ? backward_hd<HD, true>(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, \
-                                 H, KV)                                                                           \
+                                 H, KV, add)                                                                      \
          : backward_hd<HD, false>(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq,    \
-                                  Sk, H, KV))
+                                  Sk, H, KV, add))
     switch (hd) {
     case 32: FLASH_MMA_BWD(32); break;
     case 64: FLASH_MMA_BWD(64); break;

@@ -181,7 +181,8 @@ static void bwd(Family f, float *dq, float *dkv, const float *q, int ldq, const 
                 int Sq, int Sk, int H, int KV, int hd) {
     if (f == WMMA)
         flash::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, H, KV, hd);
-    else flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, H, KV, hd);
+    else flash_mma::backward(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk, H, KV, hd,
+                             true);
 }
 
 // What a family's run gives: the forward's out and lse, the backward's increments
