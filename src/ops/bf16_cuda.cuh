@@ -25,7 +25,8 @@ __device__ static inline void store(__nv_bfloat16 *p, float x) { *p = __float2bf
 // per value (tens of instructions, more than the arithmetic of most of these ops);
 // instead the grid's y walks the rows (grid-stride beyond 65535 of them) and its x
 // the columns, each thread VEC consecutive values at a time: 4 (one 16-byte load of
-// floats, 8 bytes of bf16) where the rows allow it (rows_vec4), else 1.
+// floats, 8 bytes of bf16) where every row start is aligned for it (aligned_vec4 of
+// each base pointer, leading dimensions and row length multiples of 4), else 1.
 static inline dim3 rows_grid(size_t rows, size_t cols, unsigned threads, unsigned vec) {
     const size_t per_block = (size_t)threads * vec, x = (cols + per_block - 1) / per_block;
     return dim3((unsigned)(x < 1 ? 1 : x > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : x),
@@ -36,9 +37,9 @@ static inline dim3 rows_grid(size_t rows, size_t cols, unsigned threads, unsigne
     for (size_t c = (size_t)(vec) * ((size_t)blockIdx.x * blockDim.x + threadIdx.x); c < (size_t)(cols); \
          c += (size_t)(vec) * gridDim.x * blockDim.x)
 
-// 1 when runs of 4 values starting at every row of each pointer are aligned for one
-// vector access (16 bytes of floats, 8 of bf16): the pointers and the leading
-// dimensions (in values) multiples of 4 values, and the row length too (no tail).
+// 1 when p is aligned for a vector access of 4 of its values (16 bytes of floats,
+// 8 of bf16); every row start is, when the leading dimensions and row lengths (in
+// values) are multiples of 4 too, which the launchers check beside it.
 static inline bool aligned_vec4(const void *p, size_t value_bytes) {
     return (uintptr_t)p % (4 * value_bytes) == 0;
 }

@@ -62,7 +62,7 @@ const int32_t *cuda_device_ints(const int32_t *p, size_t n, int slot);
 // The id checks' records (ops_check_ids), allocated once by ops_init, not in a step.
 void cuda_id_checks_init(void);
 // After a host wait: fatal when an id check queued since the previous wait found an
-// id outside its vocabulary (ops_check_ids, ops/kernels_cuda.cu). ops_sync calls it.
+// id outside its vocabulary (ops_check_ids, ops/embedding_cuda.cu). ops_sync calls it.
 void cuda_report_id_checks(void);
 
 // 1 while products read bf16 operands (ops_set_matmul_bf16): the matrix products

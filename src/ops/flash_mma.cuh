@@ -45,7 +45,7 @@
 // packed values by an mma of P against ones (the tensor cores sum across the
 // quad). (2026-11-28, sm_90a, head dimension 64, counted in the SASS of a visible
 // tile off the diagonal from bench/sass_mix.sh's listing: forward 704 instructions a
-// warp, 136 of them mma; dQ 479 with 96; dK/dV 588 with 128.)
+// warp, 136 of them mma; dQ 486 with 96; dK/dV 589 with 128.)
 //
 // Loads. fp32 rows are read 16 bytes at a time where every row start is 16-byte
 // aligned (VEC: pointer, leading dimension and column offsets multiples of 4
@@ -152,9 +152,10 @@ __device__ __forceinline__ void block_min_max(int *lo, int *hi, int *scratch) {
 }
 
 // The block's threads stage rows [r0, r0 + R) of an fp32 matrix (row r at src + r *
-// ld, HD values) as a bf16 tile (row stride LD), rounded; rows at or past n are 0.
-template <int HD, int R, bool VEC>
-__device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t ld, int r0, int n) {
+// ld, HD values) as a bf16 tile (row stride LD), rounded. CHECK: rows at or past n
+// are 0 (a partial tile); without it every row is there and none is tested.
+template <int HD, int R, bool VEC, bool CHECK>
+__device__ __forceinline__ void stage_rows_as(bf16 *dst, const float *src, size_t ld, int r0, int n) {
     constexpr int LD = Shape<HD>::LD, Q = HD / 4;  // 4-value pieces per row
     static_assert(THREADS % Q == 0 && R % (THREADS / Q) == 0, "every thread stages the same pieces of each row");
     const int r1 = (int)threadIdx.x / Q, c = 4 * ((int)threadIdx.x % Q);  // the thread's first row, its column
@@ -166,7 +167,7 @@ __device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t l
     for (int i = 0; i < R / (THREADS / Q); i++, p += step) {
         const int r = r1 + i * (THREADS / Q);
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + r < n) v = VEC ? mma::load_f4(p) : make_float4(p[0], p[1], p[2], p[3]);
+        if (!CHECK || r0 + r < n) v = VEC ? mma::load_f4(p) : make_float4(p[0], p[1], p[2], p[3]);
         uint2 packed;
         packed.x = mma::pack_bf16(v.x, v.y);
         packed.y = mma::pack_bf16(v.z, v.w);
@@ -174,21 +175,19 @@ __device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t l
     }
 }
 
-// The block's threads round a fetched (64, HD) fp32 staging tile (TileStream: rows
-// past the data already zero) into a bf16 tile: stage_rows with nothing to test.
+// stage_rows_as, testing rows only where the tile runs past n (a branch the whole
+// block takes alike).
+template <int HD, int R, bool VEC>
+__device__ __forceinline__ void stage_rows(bf16 *dst, const float *src, size_t ld, int r0, int n) {
+    if (r0 + R <= n) stage_rows_as<HD, R, VEC, false>(dst, src, ld, r0, n);
+    else stage_rows_as<HD, R, VEC, true>(dst, src, ld, r0, n);
+}
+
+// A fetched (64, HD) fp32 staging tile (TileStream: rows past the data already
+// zero) rounded into a bf16 tile.
 template <int HD>
 __device__ __forceinline__ void stage_fetched(bf16 *dst, const float *src) {
-    constexpr int LD = Shape<HD>::LD, Q = HD / 4;
-    const int r1 = (int)threadIdx.x / Q, c = 4 * ((int)threadIdx.x % Q);
-    MMA_UNROLL
-    for (int i = 0; i < BN / (THREADS / Q); i++) {
-        const int r = r1 + i * (THREADS / Q);
-        const float4 v = *reinterpret_cast<const float4 *>(src + r * HD + c);
-        uint2 packed;
-        packed.x = mma::pack_bf16(v.x, v.y);
-        packed.y = mma::pack_bf16(v.z, v.w);
-        *reinterpret_cast<uint2 *>(dst + r * LD + c) = packed;
-    }
+    stage_rows_as<HD, BN, true, false>(dst, src, HD, 0, BN);
 }
 
 // A operands of a warp's 16 rows [r0, r0 + 16) of a staged tile: a[k] covers columns
@@ -368,27 +367,28 @@ __device__ __forceinline__ void tile_bounds(int *lo, int *hi, const int *pos, in
 }
 
 // cp.async of rows [r0, r0 + 64) of an fp32 matrix (row r at src + r * ld, HD values)
-// into a (64, HD) staging tile; rows at or past n zero-filled. 16 bytes at a time
-// where rows are 16-byte aligned (VEC), else 4.
-template <int HD, bool VEC>
-__device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t ld, int r0, int n) {
+// into a (64, HD) staging tile. 16 bytes at a time where rows are 16-byte aligned
+// (VEC), else 4. CHECK: rows at or past n zero-filled; without it every row is there.
+template <int HD, bool VEC, bool CHECK>
+__device__ __forceinline__ void fetch_rows_as(float *dst, const float *src, size_t ld, int r0, int n) {
     constexpr int W = VEC ? 4 : 1, Q = HD / W;  // floats per copy, copies per row
     static_assert(THREADS % Q == 0 && BN % (THREADS / Q) == 0, "every thread copies the same pieces of each row");
     const int r1 = (int)threadIdx.x / Q, c = W * ((int)threadIdx.x % Q);  // the thread's first row, its column
     const float *p = src + (size_t)(r0 + r1) * ld + c;  // its first piece; the next THREADS / Q rows on
     const size_t step = (size_t)(THREADS / Q) * ld;
-    if (r0 + BN <= n) {  // every row there (all tiles but a last partial one): no test a copy
-        MMA_UNROLL
-        for (int i = 0; i < BN / (THREADS / Q); i++, p += step)
-            mma::copy_async<4 * W>(dst + (r1 + i * (THREADS / Q)) * HD + c, p, true);
-        return;
-    }
     MMA_UNROLL
     for (int i = 0; i < BN / (THREADS / Q); i++, p += step) {
         const int r = r1 + i * (THREADS / Q);
-        const bool in = r0 + r < n;
+        const bool in = !CHECK || r0 + r < n;
         mma::copy_async<4 * W>(dst + r * HD + c, in ? p : src, in);  // (a valid address where nothing is read)
     }
+}
+
+// fetch_rows_as, testing rows only where the tile runs past n (as stage_rows).
+template <int HD, bool VEC>
+__device__ __forceinline__ void fetch_rows(float *dst, const float *src, size_t ld, int r0, int n) {
+    if (r0 + BN <= n) fetch_rows_as<HD, VEC, false>(dst, src, ld, r0, n);
+    else fetch_rows_as<HD, VEC, true>(dst, src, ld, r0, n);
 }
 
 // cp.async of entries [r0, r0 + 64) of a 4-byte array into dst (64); past n zero-filled.

@@ -1,11 +1,11 @@
-// ops/kernels_cuda.cu — the CUDA kernels of ops.h for the embedding, RMSNorm, the
-// residual, RoPE and SwiGLU, in fp32 (SwiGLU also from a gate|up kept in bf16).
+// ops/kernels_cuda.cu — the CUDA kernels of ops.h for RMSNorm, the residual, RoPE,
+// SwiGLU and the bf16 activation copies, in fp32 (SwiGLU also from a gate|up kept in
+// bf16); the embedding's and the id checks' are in ops/embedding_cuda.cu.
 // Same semantics as ops/cpu.c. The element-wise ones walk (rows, cols) grids, 4
 // values a thread where the rows are aligned for it (ops/bf16_cuda.cuh: rows_grid),
 // with no division per value. Sums run in a fixed order, never by atomics, so the
-// bits are the same every run: the embedding's gradient in the CPU's order (each
-// table entry's tokens in order), RMSNorm's weight gradient over fixed chunks of
-// rows whose partials are then added in order.
+// bits are the same every run: RMSNorm's weight gradient over fixed chunks of rows
+// whose partials are then added in order.
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -19,157 +19,13 @@ extern "C" {
 
 #define THREADS 256
 
-// -------------------------------------------------------------------- embedding
-
-// Ids in plain host memory are checked at once. Ids in a planned buffer may still
-// be on their way (a queued upload, ops.h), so a kernel checks them in stream order
-// and records the first bad position, and the host reads the records at its next
-// wait (cuda_report_id_checks, from ops_sync): the fatal comes before the step's
-// update, whose loss is read back first. Meanwhile every kernel that indexes by id
-// skips ids outside its table.
-#define ID_CHECKS 1024  // checks queued between two host waits at most (then a wait)
-
-typedef struct {
-    const char *what;
-    int N, V;
-} IdCheck;
-static IdCheck g_checks[ID_CHECKS];  // the checks queued since the last host wait
-static int g_n_checks;
-static int2 *g_check_rec;            // (ID_CHECKS) device: {first bad position or -1, its id}
-
-static void die_bad_id(const char *what, int id, int n, int V) {
-    die("%s: id %d at position %d is outside the vocabulary [0, %d): refused before any table "
-        "is indexed", what, id, n, V);
-}
-
-// rec = {the first n with ids[n] outside [0, V), ids[n]}, or {-1, 0}: each thread
-// finds the first bad position of its strided share, then a fixed tree takes the
-// least (no atomics: the same record every run).
-__global__ void k_check_ids(const int32_t *ids, int N, int V, int2 *rec) {
-    __shared__ int sh[ROW_THREADS];
-    int first = N;
-    for (int n = threadIdx.x; n < N && first == N; n += ROW_THREADS)
-        if (ids[n] < 0 || ids[n] >= V) first = n;
-    sh[threadIdx.x] = first;
-    __syncthreads();
-    for (int s = ROW_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s && sh[threadIdx.x + s] < sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *rec = sh[0] < N ? make_int2(sh[0], ids[sh[0]]) : make_int2(-1, 0);
-}
-
-void cuda_id_checks_init(void) { CUDA_CHECK(cudaMalloc(&g_check_rec, sizeof(int2) * ID_CHECKS)); }
-
-void cuda_report_id_checks(void) {
-    if (g_n_checks == 0) return;
-    int2 rec[ID_CHECKS];  // (g_n_checks)
-    const int n = g_n_checks;
-    g_n_checks = 0;
-    CUDA_CHECK(cudaMemcpy(rec, g_check_rec, sizeof(int2) * (size_t)n, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < n; i++)
-        if (rec[i].x >= 0) die_bad_id(g_checks[i].what, rec[i].y, rec[i].x, g_checks[i].V);
-}
-
-extern "C" void ops_check_ids(const int32_t *ids, int N, int V, const char *what) {
-    if (N <= 0) return;
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, ids) != cudaSuccess ||
-        (a.type != cudaMemoryTypeManaged && a.type != cudaMemoryTypeDevice)) {
-        cudaGetLastError();  // an unregistered host pointer may leave an error behind
-        for (int n = 0; n < N; n++)
-            if (ids[n] < 0 || ids[n] >= V) die_bad_id(what, ids[n], n, V);
-        return;
-    }
-    if (g_n_checks == ID_CHECKS) ops_sync();  // reports and empties the list
-    g_checks[g_n_checks] = IdCheck{what, N, V};
-    k_check_ids<<<1, ROW_THREADS, 0, cuda_stream()>>>(ids, N, V, g_check_rec + g_n_checks);
-    g_n_checks++;
-    cuda_done("ops_check_ids");
-}
-
-// out(N, D): row n = table[tokens[n] - v0] when inside [0, rows); else zeroed
-// (zero_others) or left alone.
-__global__ void k_embed(float *out, const int32_t *tokens, const float *table, int N, int D, int v0, int rows,
-                        int zero_others) {
-    ROWS_LOOP(n, N) {
-        const int r = tokens[n] - v0;
-        const bool inside = r >= 0 && r < rows;
-        if (!inside && !zero_others) continue;
-        float *o = out + n * D;
-        const float *row = table + (size_t)(inside ? r : 0) * D;
-        COLS_LOOP(c, D, 1) o[c] = inside ? row[c] : 0.0f;
-    }
-}
-
-// dtable(rows, D) += dout(N, D) scattered by token. Each table entry (r, c) has
-// one writer, which adds its tokens in order (the CPU's order): repeated tokens add
-// without atomics. The writers: a thread per column c and bucket r % EMBED_BUCKETS
-// (blockIdx.y), walking every token from shared memory and adding the ones of its
-// bucket. A thread per column alone (16 blocks at D = 2048) spent N dependent
-// read-modify-writes of the table (about 4 ms at N = 8192); a bucket's thread makes
-// N / EMBED_BUCKETS of them, and the buckets run side by side.
-#define EMBED_BUCKETS 64
-#define EMBED_TOKENS 1024  // tokens staged in shared memory at a time
-__global__ void k_embed_back(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int v0,
-                             int rows) {
-    __shared__ int32_t tok[EMBED_TOKENS];
-    const int c = blockIdx.x * blockDim.x + threadIdx.x, bucket = blockIdx.y;
-    for (int n0 = 0; n0 < N; n0 += EMBED_TOKENS) {
-        const int m = N - n0 < EMBED_TOKENS ? N - n0 : EMBED_TOKENS;
-        __syncthreads();  // every thread is done with the last chunk
-        for (int j = threadIdx.x; j < m; j += blockDim.x) tok[j] = tokens[n0 + j] - v0;
-        __syncthreads();
-        if (c >= D) continue;
-        for (int j = 0; j < m; j++) {
-            const int r = tok[j];  // the same for the whole block: no divergence
-            if (r >= 0 && r < rows && r % EMBED_BUCKETS == bucket)
-                dtable[(size_t)r * D + c] += dout[(size_t)(n0 + j) * D + c];
-        }
-    }
-}
-
-static void embed(float *out, const int32_t *tokens, const float *table, int N, int D, int v0, int rows,
-                  int zero_others, const char *what) {
-    if (N <= 0 || D <= 0) return;
-    const int32_t *t = cuda_device_ints(tokens, (size_t)N, 0);
-    k_embed<<<rows_grid((size_t)N, (size_t)D, THREADS, 1), THREADS, 0, cuda_stream()>>>(out, t, table, N, D, v0, rows,
-                                                                                 zero_others);
-    cuda_done(what);
-}
-
-static void embed_back(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int v0, int rows,
-                       const char *what) {
-    if (N <= 0 || D <= 0) return;
-    const int32_t *t = cuda_device_ints(tokens, (size_t)N, 0);
-    const dim3 grid(cuda_blocks((size_t)D, THREADS), EMBED_BUCKETS);
-    k_embed_back<<<grid, THREADS, 0, cuda_stream()>>>(dtable, dout, t, N, D, v0, rows);
-    cuda_done(what);
-}
-
-extern "C" void embedding_forward(float *out, const int32_t *tokens, const float *table, int N, int D, int V) {
-    ops_check_ids(tokens, N, V, "embedding");
-    embed(out, tokens, table, N, D, 0, V, 1, "embedding_forward");
-}
-
-extern "C" void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int D, int V) {
-    ops_check_ids(tokens, N, V, "embedding backward");
-    embed_back(dtable, dout, tokens, N, D, 0, V, "embedding_backward");
-}
-
-extern "C" void embedding_forward_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
-                                        int rows) {
-    embed(out, tokens, table, N, D, v0, rows, 1, "embedding_forward_range");
-}
-
-extern "C" void embedding_copy_range(float *out, const int32_t *tokens, const float *table, int N, int D, int v0,
-                                     int rows) {
-    embed(out, tokens, table, N, D, v0, rows, 0, "embedding_copy_range");
-}
-
-extern "C" void embedding_backward_range(float *dtable, const float *dout, const int32_t *tokens, int N, int D,
-                                         int v0, int rows) {
-    embed_back(dtable, dout, tokens, N, D, v0, rows, "embedding_backward_range");
+// Queue an element-wise kernel over a (rows, cols) grid (ops/bf16_cuda.cuh's
+// rows_grid): its 4-values-a-thread instance k4 where vec holds (every row start
+// aligned for it), else its one-value instance k1, with the same arguments.
+template <typename... P, typename... A>
+static void launch_rows(void (*k4)(P...), void (*k1)(P...), bool vec, size_t rows, size_t cols, A... args) {
+    if (vec) k4<<<rows_grid(rows, cols, THREADS, 4), THREADS, 0, cuda_stream()>>>(args...);
+    else k1<<<rows_grid(rows, cols, THREADS, 1), THREADS, 0, cuda_stream()>>>(args...);
 }
 
 // ---------------------------------------------------------------------- RMSNorm
@@ -261,12 +117,8 @@ static void rmsnorm_fwd(O *out, float *xhat, float *rstd, const float *in, const
 template <typename O>
 static void rmsnorm_rebuild_to(O *out, const float *xhat, const float *weight, int N, int D, const char *what) {
     if ((size_t)N * D == 0) return;
-    const dim3 grid4 = rows_grid((size_t)N, (size_t)D, THREADS, 4), grid1 = rows_grid((size_t)N, (size_t)D, THREADS, 1);
     const bool vec = D % 4 == 0 && aligned_vec4(out, sizeof(O)) && aligned_vec4(xhat, 4) && aligned_vec4(weight, 4);
-    if (vec)
-        k_rmsnorm_rebuild<O, 4><<<grid4, THREADS, 0, cuda_stream()>>>(out, xhat, weight, N, D);
-    else
-        k_rmsnorm_rebuild<O, 1><<<grid1, THREADS, 0, cuda_stream()>>>(out, xhat, weight, N, D);
+    launch_rows(&k_rmsnorm_rebuild<O, 4>, &k_rmsnorm_rebuild<O, 1>, vec, (size_t)N, (size_t)D, out, xhat, weight, N, D);
     cuda_done(what);
 }
 
@@ -319,10 +171,8 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n) {
 
 extern "C" void residual_forward(float *out, const float *a, const float *b, size_t n) {
     if (n == 0) return;
-    if (n % 4 == 0 && aligned_vec4(out, 4) && aligned_vec4(a, 4) && aligned_vec4(b, 4))
-        k_add<4><<<rows_grid(1, n, THREADS, 4), THREADS, 0, cuda_stream()>>>(out, a, b, n);
-    else
-        k_add<1><<<rows_grid(1, n, THREADS, 1), THREADS, 0, cuda_stream()>>>(out, a, b, n);
+    const bool vec = n % 4 == 0 && aligned_vec4(out, 4) && aligned_vec4(a, 4) && aligned_vec4(b, 4);
+    launch_rows(&k_add<4>, &k_add<1>, vec, 1, n, out, a, b, n);
     cuda_done("residual_forward");
 }
 
@@ -452,29 +302,19 @@ __global__ void k_swiglu_back(O *dgu, const float *dout, const T *gu, int N, int
 
 // Rows of F values (and 2F) allow 4 a thread when F is a multiple of 4 and every
 // base pointer is aligned for it.
-static bool swiglu_vec4(int F, const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-    return F % 4 == 0 && aligned_vec4(a, a_bytes) && aligned_vec4(b, b_bytes);
-}
-
 template <typename T, typename O>
 static void swiglu_fwd(O *out, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    if (swiglu_vec4(F, out, sizeof(O), gu, sizeof(T)))
-        k_swiglu<T, O, 4><<<rows_grid((size_t)N, (size_t)F, THREADS, 4), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
-    else
-        k_swiglu<T, O, 1><<<rows_grid((size_t)N, (size_t)F, THREADS, 1), THREADS, 0, cuda_stream()>>>(out, gu, N, F);
+    const bool vec = F % 4 == 0 && aligned_vec4(out, sizeof(O)) && aligned_vec4(gu, sizeof(T));
+    launch_rows(&k_swiglu<T, O, 4>, &k_swiglu<T, O, 1>, vec, (size_t)N, (size_t)F, out, gu, N, F);
     cuda_done(what);
 }
 
 template <typename T, typename O>
 static void swiglu_bwd(O *dgu, const float *dout, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    if (swiglu_vec4(F, dgu, sizeof(O), gu, sizeof(T)) && aligned_vec4(dout, sizeof(float)))
-        k_swiglu_back<T, O, 4><<<rows_grid((size_t)N, (size_t)F, THREADS, 4), THREADS, 0, cuda_stream()>>>(dgu, dout, gu,
-                                                                                                      N, F);
-    else
-        k_swiglu_back<T, O, 1><<<rows_grid((size_t)N, (size_t)F, THREADS, 1), THREADS, 0, cuda_stream()>>>(dgu, dout, gu,
-                                                                                                      N, F);
+    const bool vec = F % 4 == 0 && aligned_vec4(dgu, sizeof(O)) && aligned_vec4(gu, sizeof(T)) && aligned_vec4(dout, 4);
+    launch_rows(&k_swiglu_back<T, O, 4>, &k_swiglu_back<T, O, 1>, vec, (size_t)N, (size_t)F, dgu, dout, gu, N, F);
     cuda_done(what);
 }
 
@@ -506,13 +346,9 @@ __global__ static void k_round_rows(__nv_bfloat16 *dst, const S *src, size_t lin
 template <typename S>
 static void round_rows_any(__nv_bfloat16 *dst, const S *src, size_t lines, size_t len, size_t ld, size_t ld_dst) {
     if (lines == 0 || len == 0) return;
-    if (len % 4 == 0 && ld % 4 == 0 && ld_dst % 4 == 0 && aligned_vec4(src, sizeof(S)) &&
-        aligned_vec4(dst, sizeof(__nv_bfloat16)))
-        k_round_rows<S, 4><<<rows_grid(lines, len, THREADS, 4), THREADS, 0, cuda_stream()>>>(dst, src, lines, len, ld,
-                                                                                          ld_dst);
-    else
-        k_round_rows<S, 1><<<rows_grid(lines, len, THREADS, 1), THREADS, 0, cuda_stream()>>>(dst, src, lines, len, ld,
-                                                                                          ld_dst);
+    const bool vec = len % 4 == 0 && ld % 4 == 0 && ld_dst % 4 == 0 && aligned_vec4(src, sizeof(S)) &&
+                     aligned_vec4(dst, sizeof(__nv_bfloat16));
+    launch_rows(&k_round_rows<S, 4>, &k_round_rows<S, 1>, vec, lines, len, dst, src, lines, len, ld, ld_dst);
 }
 void round_rows(__nv_bfloat16 *dst, const float *src, size_t lines, size_t len, size_t ld, size_t ld_dst) {
     round_rows_any(dst, src, lines, len, ld, ld_dst);
