@@ -13,9 +13,9 @@
 // is thousands of serial shared-memory operations against a few hundred
 // tensor-core instructions. Here every product is mma.sync m16n8k16
 // (ops/mma_bf16.cuh), whose documented layout puts a row's scores in the four
-// lanes of a quad: the row maximum and sum are two shuffles, the rescale is a
-// register multiply, and the accumulators of P, rounded and packed, are directly
-// the A operand of P V (and dS of dS K). Shared memory holds only the staged bf16
+// lanes of a quad: the row maximum is two shuffles, the row sum an mma of P against
+// ones, the rescale a register multiply, and the accumulators of P, rounded and
+// packed, are directly the A operand of P V (and dS of dS K). Shared memory holds only the staged bf16
 // tiles, read by ldmatrix (transposed where the product wants the other layout),
 // its rows padded by 16 bytes so that ldmatrix's 8 rows fall in distinct banks.
 //

@@ -137,16 +137,12 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
-// The maximum and the sum over the four lanes of a quad (the lanes that hold one
-// row of an accumulator tile), every lane getting the result: a butterfly, so the
-// order of the additions is the same on every lane and every run.
+// The maximum over the four lanes of a quad (the lanes that hold one row of an
+// accumulator tile), every lane getting it: a butterfly of two shuffles. (A row's
+// sum is an mma of the tile against ones: BF16X2_ONES.)
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 }  // namespace mma
