@@ -89,13 +89,22 @@ NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CUDA_BUILD ?= build-cuda
 NVCCFLAGS  := -std=c++17 -O3 --threads 2 -Isrc -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++ -ldl
+# cuDNN's fused attention (training.attention = cudnn) through the header-only
+# cudnn-frontend (third_party/cudnn-frontend, v1.32.0 from PyPI's
+# nvidia-cudnn-frontend wheel, MIT): one C++ translation unit, host code only, so
+# the host compiler builds it (-O1: it only builds and launches cuDNN's plans;
+# about 35 s), cuDNN itself dlopened at run time (no link-time dependency). The
+# frontend's own warnings are its own (-isystem); ours fail the build.
+CUDNN_FE_FLAGS := -std=c++17 -O1 -Wall -Wextra -Werror -Isrc -isystem third_party/cudnn-frontend/include \
+                  -isystem $(CUDA_HOME)/include -DCUDNN_FRONTEND_SKIP_JSON_LIB -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
 CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
                $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
-              $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
+              $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \
+              $(CUDA_BUILD)/ops/cudnn_attention.o
 cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads \
       $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links $(CUDA_BUILD)/tests/attention_gpu
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
@@ -108,6 +117,10 @@ femtotron-cuda: $(BUILD)/main.o $(CUDA_OBJ)
 $(CUDA_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(CUDA_BUILD)/ops/cudnn_attention.o: src/ops/cudnn_attention.cpp src/ops/cudnn_attention.h src/util.h Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUDNN_FE_FLAGS) -c -o $@ $<
 
 $(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
@@ -139,7 +152,8 @@ EMU_BUILD ?= build-emu
 EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu/include \
                 $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
-             $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu))
+             $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \
+             $(EMU_BUILD)/cudnn_attention_emu.o
 EMU_LIBS  := -lstdc++
 emu: $(EMU_BUILD)/femtotron-cuda $(EMU_BUILD)/tests/gpu_ops $(EMU_BUILD)/tests/plan_memory_main \
      $(EMU_BUILD)/tests/dump_grads $(EMU_BUILD)/tests/nccl_ops $(EMU_BUILD)/tests/nccl_links \
@@ -149,6 +163,10 @@ $(EMU_BUILD)/%.o: src/%.cu $(wildcard src/ops/*.cuh) $(wildcard tests/emu/*.h te
 	@mkdir -p $(dir $@)
 	python3 tests/emu/cu2cpp.py $< > $(@:.o=.cpp)
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $(@:.o=.cpp)
+# cuDNN's fused attention stands in by its definition (tests/emu/cudnn_attention_emu.cpp).
+$(EMU_BUILD)/cudnn_attention_emu.o: tests/emu/cudnn_attention_emu.cpp src/ops/cudnn_attention.h Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU_BUILD)/femtotron-cuda: $(BUILD)/main.o $(EMU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(EMU_LIBS)
 $(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h $(EMU_OBJ)

@@ -53,11 +53,12 @@ cat >gpu-bundle/env.sh <<'ENV'
 # gpu-bundle/env.sh — source it in the repository root on the GPU machine (scripts/gpu_bundle.sh).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export OPAL_PREFIX="$here/mpi" PATH="$here/mpi/bin:$PATH" FORTUNES_DIR="$here/fortunes"
-# PyTorch's CUDA libraries (nvidia-* wheels), where the image's CUDA folder lacks one (NCCL).
+# PyTorch's CUDA libraries (nvidia-* wheels), where the image's CUDA folder lacks one (NCCL;
+# cuDNN, which training.attention = cudnn dlopens).
 torch_libs=$(python3 - <<'PY' 2>/dev/null
 import importlib, os
 dirs = []
-for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cu13"):
+for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cu13", "nvidia.cudnn"):
     try:
         for p in importlib.import_module(m).__path__:
             if os.path.isdir(os.path.join(p, "lib")):

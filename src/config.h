@@ -39,6 +39,9 @@ typedef enum { CKPT_DTYPE_FP32, CKPT_DTYPE_BF16 } CkptDtype;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
 // training.precision: auto resolves at validation to bf16 on cuda and fp32 on cpu.
 typedef enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 } Precision;
+// training.attention: whose kernels run a rank's attention (ops.h:
+// ops_set_attention_cudnn): femtotron's own, or cuDNN's fused ones (cuda, bf16, cp 1).
+typedef enum { ATTENTION_FEMTOTRON, ATTENTION_CUDNN } AttentionKernels;
 // parallel.comm: what carries the collectives of buffers (dist/comm.c): auto = NCCL
 // where the binary has it and every rank of a node has a GPU of its own, else MPI.
 typedef enum { COMM_AUTO, COMM_NCCL, COMM_MPI } CommLibrary;
@@ -52,6 +55,7 @@ extern const char *const DECAY_SHAPE_NAMES[];  // "linear", "cosine", "1-sqrt", 
 extern const char *const CKPT_DTYPE_NAMES[];   // "fp32", "bf16", NULL
 extern const char *const DEVICE_NAMES[];       // "cpu", "cuda", NULL
 extern const char *const PRECISION_NAMES[];    // "auto", "fp32", "bf16", NULL
+extern const char *const ATTENTION_NAMES[];    // "femtotron", "cudnn", NULL
 extern const char *const COMM_NAMES[];         // "auto", "nccl", "mpi", NULL
 const char *recompute_name(Recompute r);
 const char *pp_schedule_name(PpSchedule s);
@@ -149,6 +153,7 @@ typedef struct {
     Recompute recompute;   // activation recomputation
     Device device;         // cpu or cuda: the backend the binary must be built with
     Precision precision;   // fp32 or bf16 (auto until config_validate resolves it)
+    AttentionKernels attention;  // femtotron's attention kernels or cuDNN's
 } TrainingConfig;
 
 // wsd: the steps of the final decay, decay_steps or decay_fraction * steps rounded

@@ -37,12 +37,13 @@ const char *const DECAY_SHAPE_NAMES[] = {"linear", "cosine", "1-sqrt", NULL};
 const char *const CKPT_DTYPE_NAMES[] = {"fp32", "bf16", NULL};
 const char *const DEVICE_NAMES[] = {"cpu", "cuda", NULL};
 const char *const PRECISION_NAMES[] = {"auto", "fp32", "bf16", NULL};
+const char *const ATTENTION_NAMES[] = {"femtotron", "cudnn", NULL};
 const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 _Static_assert(sizeof(Recompute) == sizeof(int) && sizeof(PpSchedule) == sizeof(int) &&
                    sizeof(RankOrder) == sizeof(int) && sizeof(RopeType) == sizeof(int) &&
                    sizeof(LrSchedule) == sizeof(int) && sizeof(DecayShape) == sizeof(int) &&
                    sizeof(CkptDtype) == sizeof(int) && sizeof(Device) == sizeof(int) &&
-                   sizeof(Precision) == sizeof(int),
+                   sizeof(Precision) == sizeof(int) && sizeof(AttentionKernels) == sizeof(int),
                "KT_ENUM keys store their value through an int");
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
@@ -156,6 +157,9 @@ const KeyDef CFG_KEYS[] = {
     EKEY(training, precision, PRECISION_NAMES, "auto",
          "fp32 or bf16 (cuda only: matrix-product operands rounded to bf16, their sums and every other "
          "op in fp32); auto = bf16 on cuda, fp32 on cpu"),
+    EKEY(training, attention, ATTENTION_NAMES, "femtotron",
+         "attention kernels: femtotron (its own, every device and layout) or cudnn (cuDNN's fused flash "
+         "attention: cuda, bf16 and parallel.cp = 1; cuDNN 9 loaded at run time)"),
 
     KEY(parallel, dp, KT_INT, "1", "data-parallel ranks"),
     KEY(parallel, tp, KT_INT, "1", "tensor-parallel ranks"),

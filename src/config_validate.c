@@ -297,10 +297,29 @@ static void derive_batch(TrainingConfig *t, int dp) {
     }
 }
 
+// training.attention = cudnn: cuDNN's kernels take bf16 on a GPU, and mask causally
+// by index, which the ring's blocks of context parallelism are not (their keys are
+// another rank's chunks): with cp > 1 the key would change nothing, so it is refused.
+static void validate_attention(const Config *c) {
+    const TrainingConfig *t = &c->training;
+    if (t->attention != ATTENTION_CUDNN) return;
+    if (t->device != DEVICE_CUDA)
+        die("training.attention = cudnn needs training.device = cuda (cuDNN runs on NVIDIA GPUs; "
+            "set training.attention = femtotron)");
+    if (t->precision != PRECISION_BF16)
+        die("training.attention = cudnn needs training.precision = bf16 (cuDNN's fused attention takes bf16; "
+            "set training.attention = femtotron for fp32)");
+    if (c->parallel.cp > 1)
+        die("training.attention = cudnn with parallel.cp = %d: the ring's blocks of keys from other ranks need "
+            "femtotron's kernels, which take positions (set training.attention = femtotron, or parallel.cp = 1)",
+            c->parallel.cp);
+}
+
 void config_validate_layout(Config *c, int world_size) {
     validate_model(&c->model);
     validate_training(&c->training, c->model.max_position_embeddings);
     validate_parallel(&c->parallel, world_size);
+    validate_attention(c);
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);

@@ -31,8 +31,9 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     // sized from the widest operands of this rank's step, installed before step 1.
     if (cfg->training.device == DEVICE_CUDA) {
         const LlamaModel *m = &r->model;
-        const OpsBounds b = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
-                                            r->pipe.held[m->L + 1] != 0, bf16, kept);
+        OpsBounds b = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
+                                      r->pipe.held[m->L + 1] != 0, bf16, kept);
+        b.cudnn_attention = cfg->training.attention == ATTENTION_CUDNN;  // cuDNN's copies and workspace
         r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&b).total, "CUDA work buffers");
         if (!plan_only) ops_set_workspace(r->workspace, &b);
     }

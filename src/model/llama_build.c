@@ -244,6 +244,8 @@ OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int b
     // Rows: the micro-batch's N tokens (sequence parallel gathers them whole before
     // a product), or an expert's rows, at most all R this rank's experts receive.
     b.rows = N;
+    b.att_qkv = N * QKV;  // attention's q|k|v and output (cuDNN's copies: training.attention)
+    b.att_out = N * A;
     if (m->E > 0) {
         const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
         const size_t R = moe_expert_rows(&md);

@@ -3,6 +3,10 @@
 // may come from another context-parallel rank), the forward saving only the
 // log-sum-exp and the backward recomputing probabilities from it.
 //
+// Single-block attention (attention_forward/backward) can instead run on cuDNN's
+// fused kernels (training.attention = cudnn, ops_set_attention_cudnn; or
+// FEMTOTRON_ATTENTION=cudnn): ops/cudnn_attention.h, below.
+//
 // Three implementations of the forward and backward blocks. With bf16 products
 // (training.precision = bf16), the tensor-core kernels: at head dimensions 32, 64
 // and 128 those of ops/flash_mma.cuh (mma.sync, the score tiles in registers), at
@@ -23,6 +27,7 @@
 #include <string.h>
 
 #include "ops/cuda_common.cuh"
+#include "ops/cudnn_attention.h"
 #include "ops/flash_attention.cuh"
 #include "ops/flash_mma.cuh"
 
@@ -106,8 +111,8 @@ static int use_flash(int B, int H, int hd, const char *what) {
     if (!cuda_bf16_products()) return FLASH_NONE;
     const char *pick = getenv("FEMTOTRON_ATTENTION");  // read each time: gpu_ops checks both
     const bool wmma = pick && strcmp(pick, "wmma") == 0;
-    if (pick && !wmma && strcmp(pick, "mma") != 0)
-        die("FEMTOTRON_ATTENTION=%s: the attention kernels are mma (the default) or wmma", pick);
+    if (pick && !wmma && strcmp(pick, "mma") != 0 && strcmp(pick, "cudnn") != 0)
+        die("FEMTOTRON_ATTENTION=%s: the attention kernels are mma (the default), wmma or cudnn", pick);
     const int kind = !wmma && flash_mma::head_dim_ok(hd) ? FLASH_MMA : flash::head_dim_ok(hd) ? FLASH_WMMA : FLASH_NONE;
     if (kind != FLASH_NONE && (size_t)B * H > 65535u)
         die("%s: %d sequences x %d heads exceed the attention grid (65535)", what, B, H);
@@ -290,9 +295,103 @@ extern "C" void attention_block_backward(float *dq, float *dkv, const float *q, 
     cuda_done("attention_block_backward");
 }
 
+// ---- cuDNN's fused attention for the single-block ops (ops/cudnn_attention.h) ----
+
+static int g_cudnn;  // ops_set_attention_cudnn
+
+extern "C" void ops_set_attention_cudnn(int on) { g_cudnn = on != 0; }
+
+// cuDNN takes this single-block call: bf16 products, and FEMTOTRON_ATTENTION=cudnn,
+// or training.attention = cudnn where FEMTOTRON_ATTENTION is unset (the variable,
+// a developer's knob, wins: =mma or =wmma times femtotron's kernels in a cudnn run).
+static bool use_cudnn(void) {
+    if (!cuda_bf16_products()) return false;
+    const char *pick = getenv("FEMTOTRON_ATTENTION");
+    return pick ? strcmp(pick, "cudnn") == 0 : g_cudnn != 0;
+}
+
+// cuDNN's mask is causal by index (key j visible to query i iff j <= i), which is
+// ops.h's kpos[j] <= qpos[i] exactly when the positions increase along the
+// sequence, as a rank's single block's do (0 .. S-1). Checked once per positions
+// buffer: a host wait at its first call only.
+static void check_increasing(const int *pos, int S) {
+    static const int *seen;
+    static int seen_S;
+    if (pos == seen && S == seen_S) return;
+    int *h = (int *)xmalloc((size_t)S * sizeof(int), "positions for cuDNN's check");
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream_raw()));  // the positions may still be on their way up
+    CUDA_CHECK(cudaMemcpy(h, pos, (size_t)S * sizeof(int), cudaMemcpyDefault));
+    for (int i = 1; i < S; i++)
+        if (h[i] <= h[i - 1])
+            die("cuDNN attention (training.attention = cudnn) masks causally by index, but position %d is %d "
+                "after %d: set training.attention = femtotron",
+                i, h[i], h[i - 1]);
+    free(h);
+    seen = pos, seen_S = S;
+}
+
+// The work buffer WS_ATT carved as ops_cuda_cudnn_parts lays it out (the bf16
+// copies, then cuDNN's workspace): part[i] points at part i. Builds cuDNN's plan
+// for the call on first use; fatal where the plan wants more workspace than the
+// reserve the memory plan counted.
+static void cudnn_parts(char *part[CUDNN_PARTS], int backward, int B, int S, int H, int KV, int hd) {
+    const size_t rows = (size_t)B * S;
+    size_t bytes[CUDNN_PARTS];
+    ops_cuda_cudnn_parts(rows * (H + 2 * KV) * hd, rows * H * hd, bytes);
+    const size_t want = cudnn_attention_workspace(backward, B, S, H, KV, hd);
+    if (want > bytes[CUDNN_WS])
+        die("cuDNN's attention %s (B %d S %d H %d KV %d hd %d) wants %zu bytes of workspace, more than the %zu "
+            "the memory plan reserves (ops/cuda_workspace.h: OPS_CUDA_CUDNN_RESERVE)",
+            backward ? "backward" : "forward", B, S, H, KV, hd, want, bytes[CUDNN_WS]);
+    size_t total = 0;
+    for (int i = 0; i < CUDNN_PARTS; i++) total += bytes[i];
+    char *at = (char *)cuda_work_buffer(WS_ATT, total, "cuDNN attention's bf16 copies and workspace");
+    for (int i = 0; i < CUDNN_PARTS; i++) part[i] = at, at += bytes[i];
+}
+
+// attention_forward on cuDNN: q|k|v rounded to bf16, cuDNN's bf16 output widened
+// (exactly) into out, its stats straight into lse (both (B, H, S), natural log).
+static void cudnn_forward(float *out, float *lse, const float *qkv, const int *pos, int B, int S, int H, int KV,
+                          int hd) {
+    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
+    char *p[CUDNN_PARTS];
+    cudnn_parts(p, 0, B, S, H, KV, hd);
+    const size_t rows = (size_t)B * S;
+    uint16_t *qkv16 = (uint16_t *)p[CUDNN_QKV16], *o16 = (uint16_t *)p[CUDNN_O16];  // (rows, ld), (rows, H*hd)
+    round_to_bf16(qkv16, qkv, rows * (H + 2 * KV) * hd);
+    cuda_profile_open();
+    cudnn_attention_forward(o16, lse, qkv16, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
+    cuda_done("attention_forward (cudnn)");
+    widen_from_bf16(out, o16, rows * H * hd);
+}
+
+// attention_backward on cuDNN: q|k|v, out and dout rounded to bf16 (out's values
+// are bf16 already: the forward's, widened), cuDNN's bf16 q|k|v gradient widened
+// into dqkv. rowdot is left alone (cuDNN forms its own).
+static void cudnn_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                           const int *pos, int B, int S, int H, int KV, int hd) {
+    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
+    char *p[CUDNN_PARTS];
+    cudnn_parts(p, 1, B, S, H, KV, hd);
+    const size_t rows = (size_t)B * S, nqkv = rows * (H + 2 * KV) * hd, nout = rows * H * hd;
+    uint16_t *qkv16 = (uint16_t *)p[CUDNN_QKV16], *dqkv16 = (uint16_t *)p[CUDNN_DQKV16];  // (rows, ld) each
+    uint16_t *o16 = (uint16_t *)p[CUDNN_O16], *do16 = (uint16_t *)p[CUDNN_DO16];          // (rows, H*hd) each
+    round_to_bf16(qkv16, qkv, nqkv);
+    round_to_bf16(o16, out, nout);
+    round_to_bf16(do16, dout, nout);
+    cuda_profile_open();
+    cudnn_attention_backward(dqkv16, qkv16, o16, do16, lse, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
+    cuda_done("attention_backward (cudnn)");
+    widen_from_bf16(dqkv, dqkv16, nqkv);
+}
+
 extern "C" void attention_forward(float *out, float *lse, float *m, float *l, const float *qkv, const int *pos, int B,
                                   int S, int H, int KV, int hd, float *scratch) {
     const int ld = (H + 2 * KV) * hd;
+    if ((size_t)B * H * S > 0 && use_cudnn()) {
+        cudnn_forward(out, lse, qkv, pos, B, S, H, KV, hd);
+        return;
+    }
     if ((size_t)B * H * S > 0 && use_flash(B, H, hd, "attention_forward") == FLASH_MMA) {
         // One kernel: the block's init and finish folded in (flash_mma::forward_whole), m and l unused.
         const int *p = cuda_device_ints(pos, (size_t)S, 1);
@@ -310,6 +409,10 @@ extern "C" void attention_backward(float *dqkv, float *rowdot, const float *dout
                                    const float *lse, const int *pos, int B, int S, int H, int KV, int hd,
                                    float *scratch) {
     const int ld = (H + 2 * KV) * hd;
+    if ((size_t)B * H * S > 0 && use_cudnn()) {
+        cudnn_backward(dqkv, dout, qkv, out, lse, pos, B, S, H, KV, hd);
+        return;
+    }
     attention_rowdot(rowdot, dout, out, B, S, H, hd);
     if ((size_t)B * H * S > 0 && use_flash(B, H, hd, "attention_backward") == FLASH_MMA) {
         // The kernels write every value of dqkv (flash_mma::backward, add = false):

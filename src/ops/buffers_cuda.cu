@@ -91,7 +91,7 @@ extern "C" void ops_set_workspace(void *buf, const OpsBounds *b) {
     // The parts as ops_cuda_workspace lays them out, the first 256-byte aligned
     // (cuBLASLt's workspace) within the 256 bytes of slack it counts.
     const OpsCudaWorkspace w = ops_cuda_workspace(b);
-    const size_t sizes[WS_PARTS] = {w.lt, w.scratch, w.half[0], w.half[1], w.half[2]};
+    const size_t sizes[WS_PARTS] = {w.lt, w.scratch, w.half[0], w.half[1], w.half[2], w.att};
     char *at = (char *)(((uintptr_t)buf + 255) / 256 * 256);
     for (int i = 0; i < WS_PARTS; i++) {
         g_part[i] = at;

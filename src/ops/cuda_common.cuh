@@ -50,7 +50,7 @@ void cuda_done(const char *what);
 // least `bytes` of part `part`, reused by every op that needs it. The installed
 // workspace's part (ops.h: ops_set_workspace; fatal, naming `what`, when it holds
 // fewer), else a buffer the backend grows itself (contents not kept).
-enum { WS_LT, WS_SCRATCH, WS_HALF0, WS_HALF1, WS_HALF2, WS_PARTS };
+enum { WS_LT, WS_SCRATCH, WS_HALF0, WS_HALF1, WS_HALF2, WS_ATT, WS_PARTS };
 void *cuda_work_buffer(int part, size_t bytes, const char *what);
 // Part WS_SCRATCH: the row losses and reduction partials.
 void *cuda_scratch(size_t bytes);

@@ -15,6 +15,9 @@ typedef struct {
     size_t weight;    // most elements, as ops_cuda_operand_elements counts them, of a weight
                       // a product reads from outside the kept bf16 copy (0: none does)
     int bf16;         // bf16 products (training.precision)
+    size_t att_qkv;   // elements of one attention call's q|k|v, (B*S, (H+2KV)*hd) (0: no attention)
+    size_t att_out;   // elements of its output, (B*S, H*hd)
+    int cudnn_attention;  // training.attention = cudnn (with bf16): the att part below
 } OpsBounds;
 // The parts of the CUDA workspace for bounds b, in bytes (each a multiple of 256,
 // laid out in this order), and their total. Pure, in both builds (ops/cuda_workspace.c):
@@ -24,6 +27,7 @@ typedef struct {
     size_t scratch;  // (max(rows, OPS_CUDA_SUM_BLOCKS)) doubles: row losses, sum partials; or, if
                      // larger, (OPS_CUDA_COL_CHUNKS, in_cols) floats: column sums' partials
     size_t half[3];  // bf16 operand copies, slots 0..2 (0 bytes in fp32)
+    size_t att;      // cuDNN attention's buffers (ops_cuda_cudnn_parts; 0 bytes unless cudnn_attention)
     size_t total;    // the parts + 256 bytes of slack to align the first to 256
 } OpsCudaWorkspace;
 #define OPS_CUDA_LT_WORKSPACE ((size_t)32 << 20)  // llm.c's size on Hopper (GPU_NOTES.md)
@@ -34,6 +38,16 @@ typedef struct {
 // layer's q|k|v product reads, so in_cols bounds it.
 #define OPS_CUDA_COL_CHUNKS 64
 OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
+// The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
+// multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the
+// output and of its gradient (att_out each), cuDNN's bf16 q|k|v gradient
+// (att_qkv), and cuDNN's own workspace, reserved as OPS_CUDA_CUDNN_RESERVE(att_out)
+// because only cuDNN knows its size once it has picked a kernel (the backward's
+// fp32 query-gradient accumulator and row sums: at most 5 floats an output value;
+// an op asking more is fatal, naming both sizes).
+enum { CUDNN_QKV16, CUDNN_O16, CUDNN_DO16, CUDNN_DQKV16, CUDNN_WS, CUDNN_PARTS };
+#define OPS_CUDA_CUDNN_RESERVE(att_out) (5 * 4 * (size_t)(att_out) + ((size_t)32 << 20))
+void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t part[CUDNN_PARTS]);
 // Elements of the bf16 copy of an (rows, cols) operand: its rows padded to 8 values
 // (16 bytes, for cuBLASLt's vector loads).
 size_t ops_cuda_operand_elements(size_t rows, size_t cols);

@@ -48,6 +48,15 @@ int ops_has_bf16(void);
 // Q, K, V, dO, P and dS rounded to bf16, the softmax and every sum in fp32).
 // Every other op stays fp32. Fatal where ops_has_bf16() is 0.
 void ops_set_matmul_bf16(int on);
+// Single-block attention (attention_forward/backward) on cuDNN's fused kernels
+// from now on (training.attention = cudnn; set once, before step 1, like the
+// above): with bf16 products on, q|k|v, the output and its gradient rounded to
+// bf16, cuDNN's flash kernels (fp32 softmax and sums) writing a bf16 output and
+// bf16 gradients, widened back to fp32; the lse as ever. The block ops of context
+// parallelism keep femtotron's kernels. cuDNN loads on the first such call (fatal,
+// naming why, where it cannot); the work buffers it takes are OpsBounds'
+// cudnn_attention part. Fatal on the CPU backend, which has no cuDNN.
+void ops_set_attention_cudnn(int on);
 // The bf16 copy of the weights (bf16 products): `weights` (n) is the arena of this
 // rank's parameters and `copy` a planned buffer of n bf16 values (2n bytes). From
 // now on a product whose weight operand lies in the arena reads its bf16 copy at

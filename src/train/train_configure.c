@@ -50,6 +50,7 @@ void train_configure(Config *cfg, char **config_files, int n_files, int argc, ch
         // bf16 matrix products from here on (training.precision, resolved and checked
         // against this binary above; the other ops stay fp32: ops.h).
         ops_set_matmul_bf16(cfg->training.precision == PRECISION_BF16);
+        ops_set_attention_cudnn(cfg->training.attention == ATTENTION_CUDNN);
         return;
     }
     if (first == comm_world_rank()) {

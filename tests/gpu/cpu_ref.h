@@ -14,6 +14,7 @@
 #define ops_device cpu_ops_device
 #define ops_device_memory cpu_ops_device_memory
 #define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
+#define ops_set_attention_cudnn cpu_ops_set_attention_cudnn
 #define ops_keep_bf16_weights cpu_ops_keep_bf16_weights
 #define ops_bf16_weights_changed cpu_ops_bf16_weights_changed
 #define ops_set_workspace cpu_ops_set_workspace
@@ -96,6 +97,7 @@
 #undef ops_device
 #undef ops_device_memory
 #undef ops_set_matmul_bf16
+#undef ops_set_attention_cudnn
 #undef ops_keep_bf16_weights
 #undef ops_bf16_weights_changed
 #undef ops_set_workspace

@@ -198,6 +198,7 @@ static void test_matmul(void) {
 }
 
 #include "bf16_checks.h"  // the bf16 products (matmul and attention), with the helpers above
+#include "cudnn_checks.h"  // cuDNN's fused attention (training.attention = cudnn)
 
 static void test_embedding(void) {
     const int N = 50, D = 72, V = 30;  // repeated ids: the scatter adds
@@ -674,7 +675,7 @@ static void test_attention_kernel_refused(const char *self) {
     char out[4096];
     const int rc = run_self(self, "--attention-kernel", 0, out, sizeof out);
     CHECK(rc != 0 && strstr(out, "FEMTOTRON_ATTENTION=flash3") && strstr(out, "mma") && strstr(out, "wmma") &&
-              !strstr(out, "not refused"),
+              strstr(out, "cudnn") && !strstr(out, "not refused"),
           "FEMTOTRON_ATTENTION=flash3: refused, naming the kernels there are (status %d: %.200s)", rc, out);
 }
 
@@ -709,6 +710,10 @@ int main(int argc, char **argv) {
         test_attention_bf16(128, "wmma");
         test_attention_kernels_agree(64);
         test_attention_kernels_agree(128);
+        test_attention_cudnn(64, 256);
+        test_attention_cudnn(128, 256);
+        test_attention_cudnn(64, 150);  // a sequence not a multiple of cuDNN's tiles
+        test_cudnn_reserve_at_scale();
         test_attention_kernel_refused(argv[0]);
         test_workspace(argv[0]);
     }

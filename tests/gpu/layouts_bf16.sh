@@ -15,7 +15,13 @@
 #      the weights included);
 #   4. the bf16 copy of the weights changes no bit: dp 2 ZeRO-1, whose products read
 #      it, trains the losses of ZeRO-3, whose gathered weights are rounded for every
-#      product.
+#      product;
+#   5. cuDNN's attention (training.attention = cudnn) on one rank and on dp 2 x tp 2
+#      within 10 S of the one-rank bf16 run on femtotron's kernels: cuDNN rounds its
+#      q|k|v gradient to bf16 (2^-9 of each value) where femtotron's stays fp32 until
+#      the q|k|v products round it after RoPE, which moved the gradient norm by 2.3e-4
+#      (4.4 S) in the emulated build, whose stand-in for cuDNN (tests/emu) computes
+#      by the definition; an indexing or mask error moves the loss by 1e-2 and more.
 # Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
 # build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh).
 set -u
@@ -61,6 +67,20 @@ tol=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 4 * s }')
 echo "bf16 layout tolerance: 4 x $spread = $tol"
 parity "$tol" "$regex" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
 rc=${PIPESTATUS[0]}
+
+# 5. cuDNN's attention against femtotron's, both bf16 (LAYOUTS_CUDNN=0 leaves it out).
+if [ "${LAYOUTS_CUDNN:-1}" = 1 ]; then
+    cat >"$tmp/cudnn.txt" <<'ROWS'
+cudnn_r1        | -np 1 --training.attention cudnn --training.micro_batch_size 8
+cudnn_dp2_tp2   | -np 4 --training.attention cudnn --parallel.dp 2 --parallel.tp 2 --training.micro_batch_size 4
+ROWS
+    tol_cudnn=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 10 * s }')
+    echo "cuDNN attention tolerance: 10 x $spread = $tol_cudnn"
+    FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
+        PARITY_TOL=$tol_cudnn bash tests/shell/test_parity.sh "$tmp/cudnn.txt" "." |
+        sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
 
 # 4. The kept bf16 copy of the weights changes no bit: dp 2 with ZeRO-0 (products
 #    read the copy AdamW wrote) and ZeRO-1 (the copy of the gathered half rounded

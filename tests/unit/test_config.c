@@ -379,6 +379,7 @@ static void test_enums(void) {
         {"parallel.order", RANK_ORDER_NAMES, offsetof(Config, parallel.order)},
         {"training.device", DEVICE_NAMES, offsetof(Config, training.device)},
         {"training.precision", PRECISION_NAMES, offsetof(Config, training.precision)},
+        {"training.attention", ATTENTION_NAMES, offsetof(Config, training.attention)},
         {"parallel.comm", COMM_NAMES, offsetof(Config, parallel.comm)},
     };
     for (size_t k = 0; k < sizeof e / sizeof e[0]; k++) {
@@ -454,6 +455,23 @@ static void test_device(void) {
                 "parallel.comm = nccl|CPU build|make cuda|parallel.comm = mpi");
     expect_fail("comm gloo", (Case){.args = "--parallel.comm gloo"}, "parallel.comm|\"nccl\"");
     expect_fail("precision fp16", (Case){.args = "--training.precision fp16"}, "training.precision|\"bf16\"");
+    // training.attention = cudnn: cuda, bf16 and one context-parallel rank only.
+    CHECK(c.training.attention == ATTENTION_FEMTOTRON, "training.attention defaults to femtotron");
+    Case ok_cudnn = {.args = "--training.device cuda --training.attention cudnn --parallel.dp 2", .world = 2,
+                     .backend = 2, .bf16_ready = 1};
+    CHECK(run_captured(run_case_void, &ok_cudnn, 2, err, sizeof err) == 0,
+          "training.attention cudnn with cuda, bf16 and dp 2 passes");
+    expect_fail("cudnn on cpu", (Case){.args = "--training.attention cudnn", .world = 1},
+                "training.attention = cudnn needs training.device = cuda|training.attention = femtotron");
+    expect_fail("cudnn in fp32",
+                (Case){.args = "--training.device cuda --training.precision fp32 --training.attention cudnn",
+                       .world = 1, .backend = 2},
+                "training.attention = cudnn needs training.precision = bf16|training.attention = femtotron");
+    expect_fail("cudnn with cp 2",
+                (Case){.args = "--training.device cuda --training.attention cudnn --parallel.cp 2", .world = 2,
+                       .backend = 2, .bf16_ready = 1},
+                "training.attention = cudnn with parallel.cp = 2|ring|training.attention = femtotron");
+    expect_fail("attention flash", (Case){.args = "--training.attention flash"}, "training.attention|\"cudnn\"");
 }
 
 static void test_help(void) {
