@@ -4,7 +4,9 @@
 # bf16 products, on the attention shapes of the models bench/gpu_vs_pytorch.sh
 # trains, each run as femtotron's two tensor-core kernel families (FEMTOTRON_ATTENTION
 # = mma, the default, and wmma: build-cuda/tests/attention_gpu, bench/tools/
-# attention_gpu.c) and as PyTorch's scaled_dot_product_attention in bf16 (bench/
+# attention_gpu.c), as cuDNN's fused attention through femtotron's ops
+# (FEMTOTRON_ATTENTION=cudnn, training.attention = cudnn: the bf16 copies in and out
+# included) and as PyTorch's scaled_dot_product_attention in bf16 (bench/
 # tools/attention_torch.py, whichever backend PyTorch dispatches to), rounds
 # interleaved. Writes bench/results/attention_gpu.md: per shape and system the
 # median forward and backward times, TFLOP/s by FlashAttention's convention (causal
@@ -13,7 +15,7 @@
 # step holds and write fp32, as they run in training; PyTorch's take bf16.
 #
 # Knobs: ATT_SHAPES ["smollm-1.7b llama-3.2-1b llama-3.1-8b"] (or "tiny", for the
-# emulation), ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
+# emulation), ATT_SYSTEMS ["mma cudnn wmma torch"], ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
 # [build-cuda/tests/attention_gpu], TORCH_PYTHON [python3], RES [bench/results],
 # LIMIT_S [60] a run. Without an NVIDIA GPU it says so and exits 0.
 set -uo pipefail
@@ -50,8 +52,8 @@ notes=()
 for r in $(seq 1 "$ROUNDS"); do
     for s in $SHAPES; do
         read -r B S H KV hd <<<"${SHAPE[$s]}"
-        systems="mma wmma torch"
-        ((r % 2 == 0)) && systems="torch wmma mma"  # interleaved: each system first in turn
+        systems=${ATT_SYSTEMS:-"mma cudnn wmma torch"}
+        ((r % 2 == 0)) && systems=$(tr ' ' '\n' <<<"$systems" | tac | tr '\n' ' ')  # interleaved: each first in turn
         for sys in $systems; do
             if [[ $sys == torch ]]; then
                 ((torch_ok)) || continue

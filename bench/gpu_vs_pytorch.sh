@@ -31,6 +31,9 @@
 #   BUDGET_S [510] the whole script   FEMTO_TIMEOUT [150] EAGER_TIMEOUT [120] COMPILE_TIMEOUT [200]
 #   PRECISION [bf16] femtotron's training.precision (falls back to fp32, with a note,
 #             while the CUDA build refuses bf16)   PEAK_FLOPS [989e12] (H100 SXM bf16 dense)
+#   ATTENTION [cudnn] femtotron's training.attention: cudnn (cuDNN's fused kernels) or
+#             femtotron (its own); femtotron where precision is fp32, or where cuDNN fails
+#             (with a note)
 #   FEMTOTRON_CUDA [./femtotron-cuda]   PLAN_MEMORY [build-cuda/tests/plan_memory_main]
 #   TORCH_PYTHON [the first of python3, build/torch2env/bin/python whose torch sees a GPU]
 #   FEMTO_LAUNCH [""] a launcher before femtotron's command (e.g. "mpirun --allow-run-as-root -np 1")
@@ -59,6 +62,7 @@ FEMTO_TIMEOUT=${FEMTO_TIMEOUT:-150}
 EAGER_TIMEOUT=${EAGER_TIMEOUT:-120}
 COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-200}
 PRECISION=${PRECISION:-bf16}
+ATTENTION=${ATTENTION:-cudnn}
 PEAK_FLOPS=${PEAK_FLOPS:-989e12}
 GPU=${GPU:-0}
 HEADROOM_MIB=${HEADROOM_MIB:-3072}
@@ -170,12 +174,25 @@ DATA="$SCRATCH/data/train_*.bin"
 
 # ------------------------------------------------------------ the GPU's profile
 # For the planner's prediction of each femtotron run (issue 21, item 4): the
-# profile of this GPU in femtotron's precision, head dim 64 (every shape's).
+# profile of this GPU in femtotron's precision and attention kernels, head dim 64
+# (every shape's). Where cuDNN fails there, femtotron's runs use its own kernels.
 PROFILE_JSON=$RUNS/profile.json
+calibrate() {
+    timeout -k 10 "$CALIBRATE_TIMEOUT" "$FTC" bench calibrate --precision "$PRECISION" --head-dim 64 \
+        --attention "$([[ $PRECISION == bf16 ]] && echo "$ATTENTION" || echo femtotron)" \
+        --output "$PROFILE_JSON" >"$RUNS/calibrate.log" 2>&1
+}
 if [[ $CALIBRATE == 1 ]]; then
     say "bench calibrate (limit ${CALIBRATE_TIMEOUT} s)"
-    if timeout -k 10 "$CALIBRATE_TIMEOUT" "$FTC" bench calibrate --precision "$PRECISION" --head-dim 64 \
-        --output "$PROFILE_JSON" >"$RUNS/calibrate.log" 2>&1; then
+    calibrate
+    crc=$?
+    if ((crc != 0)) && grep -q '^femtotron: error: cuDNN' "$RUNS/calibrate.log" && [[ $ATTENTION == cudnn ]]; then
+        note "bench calibrate with --attention cudnn failed ($(grep -m1 '^femtotron: error: cuDNN' "$RUNS/calibrate.log" | cut -c1-240)): femtotron ran on its own attention kernels"
+        ATTENTION=femtotron
+        calibrate
+        crc=$?
+    fi
+    if ((crc == 0)); then
         sed 's/^/   /' "$RUNS/calibrate.log"
     else
         note "bench calibrate failed or ran past ${CALIBRATE_TIMEOUT} s: no planner predictions ($(tail -n 1 "$RUNS/calibrate.log" | cut -c1-200))"
@@ -194,7 +211,8 @@ femto_args() {  # shape B steps -> FARGS
            --model.max_position_embeddings "$S" --training.seq_length "$S"
            --training.micro_batch_size "$2" --training.global_batch_size $(($2 * ACCUM))
            --training.steps "$3" --training.threads "$(nproc)"
-           --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS")
+           --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS"
+           --training.attention "$([[ $PRECISION == bf16 ]] && echo "$ATTENTION" || echo femtotron)")
 }
 
 # The run config of femto_args (FARGS) as JSON, for `plan --config`.
@@ -237,7 +255,7 @@ femto_predict_mib() {  # shape B
 }
 
 # One run. Writes RUNS/NAME.{log,jsonl,mem,meta} (NAME = shape.system.round); sets STATUS:
-# ok | oom | timeout | failed | skipped | bf16-refused.
+# ok | oom | timeout | failed | skipped | bf16-refused | cudnn-failed.
 run_one() {  # shape system round B
     local shape=$1 sys=$2 r=$3 B=$4 name="$1.$2.$3" W=$WARMUP cap rc t1 t2 poll base need free
     local log=$RUNS/$name.log met=$RUNS/$name.jsonl
@@ -259,7 +277,7 @@ run_one() {  # shape system round B
         say "$shape $sys: skipped, out of the time budget"; return
     fi
     if [[ $sys == femtotron || $sys == profile ]]; then
-        meta precision "$PRECISION"
+        meta precision "$PRECISION$([[ $PRECISION == bf16 && $ATTENTION == cudnn ]] && echo ", cuDNN attention")"
         need=$(femto_predict_mib "$shape" "$B")
         free=$(smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1)
         if [[ -z $need ]]; then
@@ -315,6 +333,7 @@ run_one() {  # shape system round B
     grep -E '^(step|median|peak GPU|memory \(rank)' "$log" | tail -n 3 | sed 's/^/   /'
     if ((rc == 0)); then STATUS=ok
     elif grep -q 'no bf16 kernels' "$log"; then STATUS=bf16-refused
+    elif grep -q '^femtotron: error: cuDNN' "$log"; then STATUS=cudnn-failed
     elif ((rc == 124 || rc == 137)); then STATUS=timeout
     elif ((rc == 3)) || grep -qiE 'out of memory|OutOfMemoryError' "$log"; then STATUS=oom
     else STATUS=failed; fi
@@ -341,6 +360,11 @@ for r in $(seq 1 "$ROUNDS"); do
                     PRECISION=fp32
                     run_one "$shape" "$sys" "$r" "${MB[$shape]}"
                 fi
+                if [[ $STATUS == cudnn-failed ]]; then
+                    note "femtotron with training.attention cudnn failed ($(grep -m1 '^femtotron: error: cuDNN' "$RUNS/$shape.$sys.$r.log" | cut -c1-240)): femtotron ran on its own attention kernels"
+                    ATTENTION=femtotron
+                    run_one "$shape" "$sys" "$r" "${MB[$shape]}"
+                fi
                 if [[ $STATUS == oom ]]; then
                     if ((MB[$shape] > 1)); then
                         note "$shape: $sys ran out of GPU memory at micro-batch ${MB[$shape]}; every system of $shape runs at $((MB[$shape] / 2))"
@@ -355,5 +379,6 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RUNS/env.txt"
 echo "femto_precision_end=$PRECISION" >>"$RUNS/env.txt"
+echo "femto_attention_end=$ATTENTION" >>"$RUNS/env.txt"
 say "report"
 write_report

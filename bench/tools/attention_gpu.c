@@ -3,7 +3,8 @@
 // timed alone: attention_forward and attention_backward, as a training step calls
 // them (fp32 q|k|v packed per token, the causal mask, GQA), on seeded random inputs
 // in planned buffers. Precision "bf16" turns on bf16 products, which picks the
-// tensor-core kernels; FEMTOTRON_ATTENTION (mma | wmma) picks their family.
+// tensor-core kernels; FEMTOTRON_ATTENTION (mma | wmma | cudnn) picks their family
+// (cudnn: cuDNN's fused kernels, with the bf16 copies in and out that training runs).
 //
 //   attention_gpu B S H KV hd runs precision
 //   -> "attention B S H KV hd precision P kernel K fwd_ms F bwd_ms G fwd_tflops X bwd_tflops Y"

@@ -64,7 +64,8 @@
 
 static void calibrate_usage(void) {
     printf("usage: [mpirun -np N] femtotron bench calibrate [--output FILE] [--threads T]\n"
-           "                                                [--head-dim HD] [--precision P] [--quick]\n"
+           "                                                [--head-dim HD] [--precision P] [--attention K]\n"
+           "                                                [--quick]\n"
            "  Measures the hardware profile the planner uses, on every rank at once: GEMM and\n"
            "  attention rate curves, memory bandwidth, GEMM peak, and alpha-beta fits of\n"
            "  all-reduce, reduce-scatter, all-gather and p2p on groups of 2, 4, ... ranks.\n"
@@ -74,6 +75,8 @@ static void calibrate_usage(void) {
            "  --head-dim HD  head dim of the attention curves (default 64; use the model's)\n"
            "  --precision P  fp32 or bf16 matrix products (training.precision; default bf16\n"
            "                 on the CUDA build, fp32, the only one, on the CPU build)\n"
+           "  --attention K  femtotron or cudnn: the attention kernels the attention curves\n"
+           "                 time (training.attention; cudnn needs the CUDA build and bf16)\n"
            "  --quick        smaller shapes and messages (a few seconds)\n");
 }
 
@@ -102,9 +105,9 @@ static void print_curve(const char *name, const char *per, const RateCurve *c) {
 }
 
 static void print_summary(const Hardware *hw, const char *path, double seconds) {
-    printf("calibrated %d rank%s x %d thread%s (%d on this node) in %.1f s, %s matrix products\n",
+    printf("calibrated %d rank%s x %d thread%s (%d on this node) in %.1f s, %s matrix products, %s attention\n",
            hw->calib_ranks, hw->calib_ranks == 1 ? "" : "s", hw->calib_threads, hw->calib_threads == 1 ? "" : "s",
-           hw->gpus_per_node, seconds, hw->precision);
+           hw->gpus_per_node, seconds, hw->precision, hw->attention[0] ? hw->attention : "femtotron");
     char device[256];
     if (ops_device(device, sizeof device) > 0) printf("device    %s\n", device);
     if (hw->node_cores > 0)
@@ -143,7 +146,7 @@ int bench_calibrate_main(int argc, char **argv) {
     const char *output = "profile.json";
     int threads = 0;
     CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0, 0};
-    const char *precision = ops_has_bf16() ? "bf16" : "fp32";
+    const char *precision = ops_has_bf16() ? "bf16" : "fp32", *attention = "femtotron";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             if (comm_world_rank() == 0) calibrate_usage();
@@ -151,16 +154,18 @@ int bench_calibrate_main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--quick") == 0) {
             o.quick = 1;
         } else if (strcmp(argv[i], "--output") == 0 || strcmp(argv[i], "--threads") == 0 ||
-                   strcmp(argv[i], "--head-dim") == 0 || strcmp(argv[i], "--precision") == 0) {
+                   strcmp(argv[i], "--head-dim") == 0 || strcmp(argv[i], "--precision") == 0 ||
+                   strcmp(argv[i], "--attention") == 0) {
             if (i + 1 >= argc) die("bench calibrate: %s needs a value", argv[i]);
             if (strcmp(argv[i], "--output") == 0) output = argv[i + 1];
             else if (strcmp(argv[i], "--precision") == 0) precision = argv[i + 1];
+            else if (strcmp(argv[i], "--attention") == 0) attention = argv[i + 1];
             else if (strcmp(argv[i], "--threads") == 0) threads = parse_int(argv[i + 1], argv[i]);
             else o.head_dim = parse_int(argv[i + 1], argv[i]);
             i++;
         } else {
             die("bench calibrate: unknown option \"%s\" (options: --output FILE, --threads T, --head-dim HD, "
-                "--precision P, --quick)", argv[i]);
+                "--precision P, --attention K, --quick)", argv[i]);
         }
     }
     if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
@@ -168,7 +173,12 @@ int bench_calibrate_main(int argc, char **argv) {
     if (!strcmp(precision, "bf16") && !ops_has_bf16())
         die("bench calibrate: --precision bf16 needs bf16 kernels, which the CPU build has not: run it with "
             "./femtotron-cuda (make cuda) on a GPU, or measure fp32");
+    if (strcmp(attention, "femtotron") && strcmp(attention, "cudnn"))
+        die("bench calibrate: --attention must be femtotron or cudnn (got \"%s\")", attention);
+    if (!strcmp(attention, "cudnn") && strcmp(precision, "bf16"))
+        die("bench calibrate: --attention cudnn needs --precision bf16 (cuDNN's fused attention takes bf16)");
     ops_set_matmul_bf16(!strcmp(precision, "bf16"));  // products and attention's, as in training
+    ops_set_attention_cudnn(!strcmp(attention, "cudnn"));  // fatal on the CPU build, naming it
     o.bf16 = !strcmp(precision, "bf16");
     if (o.quick) o.target_s = 0.03;
     if (comm_world_rank() == 0) check_writable(output);
@@ -191,6 +201,7 @@ int bench_calibrate_main(int argc, char **argv) {
     hw.calib_threads = threads;
     hw.node_cores = o.gpu ? 0 : (int)cores;  // a GPU rank's speed does not depend on the host's cores
     snprintf(hw.precision, sizeof hw.precision, "%s", precision);
+    snprintf(hw.attention, sizeof hw.attention, "%s", attention);
     hw.attn_head_dim = o.head_dim;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     hw.mem_bytes = (double)pages * (double)page / local;

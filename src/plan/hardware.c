@@ -227,6 +227,7 @@ void hardware_save(const Hardware *hw, const char *path) {
     add_num(o, "node_cores", hw->node_cores);
     add_num(o, "attn_head_dim", hw->attn_head_dim);
     cJSON_AddStringToObject(o, "precision", hw->precision[0] ? hw->precision : "fp32");
+    cJSON_AddStringToObject(o, "attention", hw->attention[0] ? hw->attention : "femtotron");
     cJSON_AddItemToObject(o, "gemm", curve_json(&hw->gemm));
     cJSON_AddItemToObject(o, "attn_fwd", curve_json(&hw->attn_fwd));
     cJSON_AddItemToObject(o, "attn_bwd", curve_json(&hw->attn_bwd));
@@ -389,6 +390,11 @@ void hardware_load(Hardware *hw, const char *path) {
     if (prec && !(cJSON_IsString(prec) && (!strcmp(prec->valuestring, "fp32") || !strcmp(prec->valuestring, "bf16"))))
         die("hardware profile %s: key \"precision\" must be \"fp32\" or \"bf16\"", path);
     snprintf(hw->precision, sizeof hw->precision, "%s", prec ? prec->valuestring : "fp32");
+    // Profiles from before the key timed femtotron's attention kernels.
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(root, "attention");
+    if (att && !(cJSON_IsString(att) && (!strcmp(att->valuestring, "femtotron") || !strcmp(att->valuestring, "cudnn"))))
+        die("hardware profile %s: key \"attention\" must be \"femtotron\" or \"cudnn\"", path);
+    snprintf(hw->attention, sizeof hw->attention, "%s", att ? att->valuestring : "femtotron");
     load_curve(&hw->gemm, root, "gemm", path);
     load_curve(&hw->attn_fwd, root, "attn_fwd", path);
     load_curve(&hw->attn_bwd, root, "attn_bwd", path);

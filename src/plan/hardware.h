@@ -69,6 +69,9 @@ typedef struct {
     // The matrix products' precision the curves were measured in ("fp32", "bf16":
     // bench calibrate --precision; the built-in datasheet profiles are bf16).
     char precision[8];
+    // The attention kernels the attention curves timed ("femtotron", "cudnn": bench
+    // calibrate --attention, training.attention; profiles from before: femtotron).
+    char attention[12];
 } Hardware;
 
 // Fill hw with a built-in profile ("h100", "h200", "a100"); returns 0 when the

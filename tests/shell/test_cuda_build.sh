@@ -72,6 +72,14 @@ if grep -q cudart <<<"$libs" && grep -q cublasLt <<<"$libs" && grep -q nccl <<<"
 else
     failed "femtotron-cuda does not link cudart, cublasLt and NCCL: $(ldd ./femtotron-cuda)"
 fi
+# cuDNN (training.attention = cudnn) is dlopened on first use, not linked: the
+# binary starts, and trains on femtotron's kernels, where cuDNN is absent.
+if ! ldd ./femtotron-cuda | grep -q libcudnn && nm ./femtotron-cuda | grep -q ' T cudnn_attention_forward$' &&
+    strings -a ./femtotron-cuda | grep -q 'libcudnn.so.9'; then
+    pass "femtotron-cuda holds cuDNN's attention glue and loads libcudnn.so.9 at run time (not linked)"
+else
+    failed "femtotron-cuda and cuDNN: linked ($(ldd ./femtotron-cuda | grep -c libcudnn)) or the glue missing"
+fi
 
 # 4. No GPU here: the binary says so at once and fails.
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
