@@ -298,6 +298,11 @@ int plan_main(int argc, char **argv) {
         fprintf(stderr, "plan: note: the profile's attention curves are for head dim %d, the model's is %d: "
                         "attention times are off (run bench calibrate --head-dim %d for this model)\n",
                 p.hw.attn_head_dim, hd, hd);
+    const char *att = ATTENTION_NAMES[base.training.attention];
+    if (p.hw.attention[0] && strcmp(p.hw.attention, att))
+        fprintf(stderr, "plan: note: the profile's attention curves timed %s's kernels, the run uses %s's "
+                        "(training.attention): attention times are off (run bench calibrate --attention %s)\n",
+                p.hw.attention, att, att);
     if (!a.tsv && p.model.E > 0) {
         printf("plan: %s (%.3g B parameters, %.3g B active per token: %d experts, top-%d) on %d x %s, sequence "
                "%d, %lld sequences per step, budget %.1f GiB per rank\n\n", p.model.name,

@@ -128,10 +128,28 @@ expect_fail "--head-dim not a number" '--head-dim needs a positive integer (got 
 expect_fail "--precision fp16" '--precision must be fp32 or bf16 (got "fp16")' --precision fp16
 expect_fail "--precision bf16 on the CPU build" '--precision bf16 needs bf16 kernels, which the CPU build has not' \
     --precision bf16 --quick --output "$tmp/bf.json"
+expect_fail "--attention flash" '--attention must be femtotron or cudnn (got "flash")' --attention flash
+expect_fail "--attention cudnn in fp32" '--attention cudnn needs --precision bf16' --attention cudnn --precision fp32
 if [ -f "$tmp/p1.json" ]; then
-    p=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["precision"])' "$tmp/p1.json")
-    [ "$p" = fp32 ] && pass "the CPU build's profile records fp32 products" ||
-        failed "the CPU build's profile records precision $p"
+    p=$(/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["precision"], d["attention"])' "$tmp/p1.json")
+    [ "$p" = "fp32 femtotron" ] && pass "the CPU build's profile records fp32 products and femtotron's attention" ||
+        failed "the CPU build's profile records precision and attention $p"
+    # The planner says so when the run's attention kernels are not the ones the
+    # profile timed (a GPU run with training.attention = cudnn), and not otherwise.
+    cat >"$tmp/att.json" <<'JSON'
+{"model": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+           "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 256},
+ "training": {"seq_length": 256, "micro_batch_size": 2, "device": "cuda"}, "data": {"train": "x.bin"}}
+JSON
+    plain=$("$FT" plan --config "$tmp/att.json" --hardware this --profile "$tmp/p1.json" 2>&1)
+    sed 's/"device": "cuda"/"device": "cuda", "attention": "cudnn"/' "$tmp/att.json" >"$tmp/att_cudnn.json"
+    cudnn=$("$FT" plan --config "$tmp/att_cudnn.json" --hardware this --profile "$tmp/p1.json" 2>&1)
+    if ! grep -q "attention curves timed" <<<"$plain" &&
+        grep -q "timed femtotron's kernels, the run uses cudnn's (training.attention).*--attention cudnn" <<<"$cudnn"; then
+        pass "plan notes a profile timed on other attention kernels than the run's (training.attention cudnn)"
+    else
+        failed "plan's attention note: without: $(head -2 <<<"$plain") with cudnn: $(head -2 <<<"$cudnn")"
+    fi
 fi
 expect_fail "an output in a missing directory" "$tmp/nodir/p.json" --quick --output "$tmp/nodir/p.json"
 out=$("$FT" bench --help 2>&1)
