@@ -65,6 +65,13 @@ for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cu13", 
                 dirs.append(os.path.join(p, "lib"))
     except Exception:
         pass
+# cuDNN wherever a wheel put it (nvidia/cudnn/lib, nvidia/cu13/lib, torch/lib).
+import glob, site
+for sp in site.getsitepackages():
+    for f in glob.glob(os.path.join(sp, "nvidia", "*", "lib", "libcudnn.so.9")) + \
+             glob.glob(os.path.join(sp, "torch", "lib", "libcudnn.so.9")):
+        if os.path.dirname(f) not in dirs:
+            dirs.append(os.path.dirname(f))
 print(":".join(dirs))
 PY
 )
