@@ -710,10 +710,6 @@ int main(int argc, char **argv) {
         test_attention_bf16(128, "wmma");
         test_attention_kernels_agree(64);
         test_attention_kernels_agree(128);
-        test_attention_cudnn(64, 256);
-        test_attention_cudnn(128, 256);
-        test_attention_cudnn(64, 150);  // a sequence not a multiple of cuDNN's tiles
-        test_cudnn_reserve_at_scale();
         test_attention_kernel_refused(argv[0]);
         test_workspace(argv[0]);
     }
@@ -729,5 +725,13 @@ int main(int argc, char **argv) {
     test_moe_dispatch();
     test_queued_upload();
     test_bad_ids(argv[0]);
+    // cuDNN's attention last: a shape cuDNN has no plan for ends the process, naming
+    // cuDNN's reason (as training would), and only these checks are lost with it.
+    if (ops_has_bf16()) {
+        test_attention_cudnn(64, 256);
+        test_cudnn_reserve_at_scale();
+        test_attention_cudnn(128, 256);
+        test_attention_cudnn(64, 150);  // a sequence not a multiple of cuDNN's tiles
+    }
     return check_summary();
 }

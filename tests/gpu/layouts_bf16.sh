@@ -68,8 +68,9 @@ echo "bf16 layout tolerance: 4 x $spread = $tol"
 parity "$tol" "$regex" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
 rc=${PIPESTATUS[0]}
 
-# 5. cuDNN's attention against femtotron's, both bf16 (LAYOUTS_CUDNN=0 leaves it out).
-if [ "${LAYOUTS_CUDNN:-1}" = 1 ]; then
+# 5. cuDNN's attention against femtotron's, both bf16: the rows LAYOUTS_CUDNN (a
+#    regex, default all) names; LAYOUTS_CUDNN=0 leaves them out.
+if [ "${LAYOUTS_CUDNN:-.}" != 0 ]; then
     cat >"$tmp/cudnn.txt" <<'ROWS'
 cudnn_r1        | -np 1 --training.attention cudnn --training.micro_batch_size 8
 cudnn_dp2_tp2   | -np 4 --training.attention cudnn --parallel.dp 2 --parallel.tp 2 --training.micro_batch_size 4
@@ -77,7 +78,7 @@ ROWS
     tol_cudnn=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 10 * s }')
     echo "cuDNN attention tolerance: 10 x $spread = $tol_cudnn"
     FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
-        PARITY_TOL=$tol_cudnn bash tests/shell/test_parity.sh "$tmp/cudnn.txt" "." |
+        PARITY_TOL=$tol_cudnn bash tests/shell/test_parity.sh "$tmp/cudnn.txt" "${LAYOUTS_CUDNN:-.}" |
         sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi

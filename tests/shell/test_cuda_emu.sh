@@ -86,7 +86,7 @@ pool_run nccl,calibrate,resume,reference second_lane
 part gpu_ops build-emu/tests/gpu_ops
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
-LAYOUTS='^(cp2)$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
+LAYOUTS='^(cp2)$' LAYOUTS_CUDNN='^cudnn_dp2_tp2$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
 # generate.sh through tests/gpu/run.sh, as a GPU machine runs the tests in parts
 # (GPU_TESTS), with an nvidia-smi that lists the emulated GPU; a part run.sh does
 # not know is refused.
