@@ -106,7 +106,8 @@ CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \
               $(CUDA_BUILD)/ops/cudnn_attention.o
 cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads \
-      $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links $(CUDA_BUILD)/tests/attention_gpu
+      $(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links $(CUDA_BUILD)/tests/attention_gpu \
+      $(CUDA_BUILD)/tests/cudnn_graphs
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
 nvcc-flags:
 	@echo $(NVCCFLAGS)
@@ -127,8 +128,9 @@ $(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/b
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 
-# NCCL's collectives on one GPU, and its links between two (tests/gpu/nccl.sh).
-$(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links: $(CUDA_BUILD)/tests/%: tests/gpu/%.c $(CUDA_OBJ)
+# NCCL's collectives on one GPU, and its links between two (tests/gpu/nccl.sh); cuDNN's
+# attention graphs checked without a GPU (tests/shell/test_cuda_build.sh).
+$(CUDA_BUILD)/tests/nccl_ops $(CUDA_BUILD)/tests/nccl_links $(CUDA_BUILD)/tests/cudnn_graphs: $(CUDA_BUILD)/tests/%: tests/gpu/%.c $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 

@@ -73,15 +73,31 @@ void check(const fe::error_object &e, const char *step, const Key &k) {
         std::get<5>(k), step, e.err_msg.c_str());
 }
 
-// The graph for key k, built and cached on first use.
-fe::graph::Graph &graph_for(const Key &k) {
-    auto it = g_graphs.find(k);
-    if (it != g_graphs.end()) return *it->second;
-    const char *why = cudnn_attention_load();
-    if (why) die("cuDNN attention: %s", why);
+// dlopen cuDNN, once: "" when loaded, else dlopen's reason.
+const std::string &load_library() {
+    static std::string why;
+    static bool tried;
+    if (tried) return why;
+    tried = true;
+    // cuDNN 9's front library (it loads its graph and engine libraries itself):
+    // from LD_LIBRARY_PATH, the CUDA toolkit's lib, or PyTorch's nvidia-cudnn wheel.
+    cudnn_frontend::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (!cudnn_frontend::cudnn_dlhandle) {
+        const char *e = dlerror();
+        why = std::string("cannot load libcudnn.so.9 (") + (e ? e : "dlopen failed") +
+              "): install cuDNN 9 or put its lib folder on LD_LIBRARY_PATH";
+    }
+    return why;
+}
+
+// The graph for key k, defined (its tensors, the SDPA node, its outputs), not yet
+// built. sm_version > 0 names the GPU generation (90: Hopper) instead of asking
+// the device, for cudnn_attention_check_graph on a machine without one.
+std::shared_ptr<fe::graph::Graph> define_graph(const Key &k, int sm_version) {
     const auto [backward, B, S, H, KV, hd] = k;
     const int ld = (H + 2 * KV) * hd, A = H * hd;
     auto g = std::make_shared<fe::graph::Graph>();
+    if (sm_version > 0) g->set_sm_version(sm_version);  // before the nodes: they copy the context
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -116,6 +132,16 @@ fe::graph::Graph &graph_for(const Key &k) {
         dK->set_output(true).set_uid(DK_UID).set_dim({B, KV, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
         dV->set_output(true).set_uid(DV_UID).set_dim({B, KV, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
     }
+    return g;
+}
+
+// The graph for key k, built and cached on first use.
+fe::graph::Graph &graph_for(const Key &k) {
+    auto it = g_graphs.find(k);
+    if (it != g_graphs.end()) return *it->second;
+    const char *why = cudnn_attention_load();
+    if (why) die("cuDNN attention: %s", why);
+    std::shared_ptr<fe::graph::Graph> g = define_graph(k, 0);
     check(g->validate(), "validate", k);
     check(g->build_operation_graph(g_handle), "build_operation_graph", k);
     check(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", k);
@@ -137,15 +163,8 @@ void run(const Key &k, std::unordered_map<int64_t, void *> &pack, void *workspac
 extern "C" const char *cudnn_attention_load(void) {
     if (g_tried) return g_why.empty() ? nullptr : g_why.c_str();
     g_tried = true;
-    // cuDNN 9's front library (it loads its graph and engine libraries itself):
-    // from LD_LIBRARY_PATH, the CUDA toolkit's lib, or PyTorch's nvidia-cudnn wheel.
-    cudnn_frontend::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-    if (!cudnn_frontend::cudnn_dlhandle) {
-        const char *e = dlerror();
-        g_why = std::string("cannot load libcudnn.so.9 (") + (e ? e : "dlopen failed") +
-                "): install cuDNN 9 or put its lib folder on LD_LIBRARY_PATH";
-        return g_why.c_str();
-    }
+    g_why = load_library();
+    if (!g_why.empty()) return g_why.c_str();
     try {
         g_version = (long)fe::detail::get_backend_version();
         const cudnnStatus_t s = fe::detail::create_handle(&g_handle);
@@ -185,4 +204,18 @@ extern "C" void cudnn_attention_backward(uint16_t *dqkv16, const uint16_t *qkv16
         {STATS_UID, const_cast<float *>(lse)},         {DQ_UID, dqkv16},
         {DK_UID, dqkv16 + koff}, {DV_UID, dqkv16 + voff}};
     run(Key(1, B, S, H, KV, hd), pack, workspace, stream);
+}
+
+extern "C" const char *cudnn_attention_check_graph(int backward, int B, int S, int H, int KV, int hd,
+                                                    int sm_version) {
+    static std::string why;
+    why = load_library();
+    if (!why.empty()) return why.c_str();
+    try {
+        fe::error_object e = define_graph(Key(backward != 0, B, S, H, KV, hd), sm_version)->validate();
+        why = e.is_good() ? "" : e.err_msg;
+    } catch (const std::exception &x) {
+        why = x.what();
+    }
+    return why.empty() ? nullptr : why.c_str();
 }

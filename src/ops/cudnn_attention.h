@@ -45,6 +45,14 @@ void cudnn_attention_forward(uint16_t *o16, float *lse, const uint16_t *qkv16, i
 void cudnn_attention_backward(uint16_t *dqkv16, const uint16_t *qkv16, const uint16_t *o16, const uint16_t *do16,
                               const float *lse, int B, int S, int H, int KV, int hd, void *workspace, void *stream);
 
+// The check cuDNN's frontend makes of this shape's graph (dims, strides, types,
+// grouped-query heads, the outputs' layout) before building it, run for GPU
+// generation sm_version (90: Hopper) with cuDNN loaded but no GPU needed: NULL
+// when the graph is valid, else the frontend's reason (or why cuDNN did not load).
+// For tests on machines without a GPU (tests/gpu/cudnn_graphs.c); building the
+// plans, and cuDNN's support of the shape, need the GPU.
+const char *cudnn_attention_check_graph(int backward, int B, int S, int H, int KV, int hd, int sm_version);
+
 #ifdef __cplusplus
 }
 #endif

@@ -72,6 +72,17 @@ if grep -q cudart <<<"$libs" && grep -q cublasLt <<<"$libs" && grep -q nccl <<<"
 else
     failed "femtotron-cuda does not link cudart, cublasLt and NCCL: $(ldd ./femtotron-cuda)"
 fi
+# cuDNN's attention graphs for the trained shapes, checked by its frontend for
+# Hopper without a GPU (tests/gpu/cudnn_graphs.c; SKIP where cuDNN does not load).
+out=$("$tmp/build-cuda/tests/cudnn_graphs" 2>&1)
+rc=$?
+if grep -q '^SKIP' <<<"$out"; then
+    echo "$out" | head -1
+elif [ $rc -eq 0 ] && grep -Eq '^1[5-9] passed, 0 failed$' <<<"$out"; then
+    pass "cuDNN's frontend takes femtotron's attention graphs (forward and backward, 7 shapes, sm 90) and refuses head dim 20"
+else
+    failed "cuDNN's attention graphs (exit $rc): $(grep -v '^PASS' <<<"$out" | head -5)"
+fi
 # cuDNN (training.attention = cudnn) is dlopened on first use, not linked: the
 # binary starts, and trains on femtotron's kernels, where cuDNN is absent.
 if ! ldd ./femtotron-cuda | grep -q libcudnn && nm ./femtotron-cuda | grep -q ' T cudnn_attention_forward$' &&
