@@ -63,6 +63,8 @@ EAGER_TIMEOUT=${EAGER_TIMEOUT:-120}
 COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-200}
 PRECISION=${PRECISION:-bf16}
 ATTENTION=${ATTENTION:-cudnn}
+# femtotron's training.attention for the current PRECISION (cuDNN's takes bf16 only).
+femto_attention() { if [[ $PRECISION == bf16 ]]; then echo "$ATTENTION"; else echo femtotron; fi; }
 PEAK_FLOPS=${PEAK_FLOPS:-989e12}
 GPU=${GPU:-0}
 HEADROOM_MIB=${HEADROOM_MIB:-3072}
@@ -179,7 +181,7 @@ DATA="$SCRATCH/data/train_*.bin"
 PROFILE_JSON=$RUNS/profile.json
 calibrate() {
     timeout -k 10 "$CALIBRATE_TIMEOUT" "$FTC" bench calibrate --precision "$PRECISION" --head-dim 64 \
-        --attention "$([[ $PRECISION == bf16 ]] && echo "$ATTENTION" || echo femtotron)" \
+        --attention "$(femto_attention)" \
         --output "$PROFILE_JSON" >"$RUNS/calibrate.log" 2>&1
 }
 if [[ $CALIBRATE == 1 ]]; then
@@ -212,7 +214,7 @@ femto_args() {  # shape B steps -> FARGS
            --training.micro_batch_size "$2" --training.global_batch_size $(($2 * ACCUM))
            --training.steps "$3" --training.threads "$(nproc)"
            --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS"
-           --training.attention "$([[ $PRECISION == bf16 ]] && echo "$ATTENTION" || echo femtotron)")
+           --training.attention "$(femto_attention)")
 }
 
 # The run config of femto_args (FARGS) as JSON, for `plan --config`.
@@ -277,7 +279,7 @@ run_one() {  # shape system round B
         say "$shape $sys: skipped, out of the time budget"; return
     fi
     if [[ $sys == femtotron || $sys == profile ]]; then
-        meta precision "$PRECISION$([[ $PRECISION == bf16 && $ATTENTION == cudnn ]] && echo ", cuDNN attention")"
+        meta precision "$PRECISION$([[ $(femto_attention) == cudnn ]] && echo ", cuDNN attention")"
         need=$(femto_predict_mib "$shape" "$B")
         free=$(smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1)
         if [[ -z $need ]]; then

@@ -46,24 +46,33 @@ long g_version = 0;
 using Key = std::tuple<int, int, int, int, int, int>;  // (backward, B, S, H, KV, hd)
 std::map<Key, std::shared_ptr<fe::graph::Graph>> g_graphs;
 
-// A view of heads heads of width hd in a (B*S, ld) row-major bf16 buffer, starting
-// at the buffer's pointer (the caller offsets it to the first head's column).
-fe::graph::Tensor_attributes heads_view(const char *name, int64_t uid, int B, int heads, int S, int hd, int ld) {
-    return fe::graph::Tensor_attributes()
-        .set_name(name)
-        .set_uid(uid)
-        .set_dim({B, heads, S, hd})
-        .set_stride({(int64_t)S * ld, hd, ld, 1});
+// t as a view of `heads` heads of width hd in a (B*S, ld) row-major bf16 buffer,
+// from the buffer's pointer (the caller offsets it to the first head's column):
+// an input made with g->tensor(...) or an output the SDPA node returned.
+fe::graph::Tensor_attributes &heads_view(fe::graph::Tensor_attributes &t, int64_t uid, int B, int heads, int S,
+                                         int hd, int ld) {
+    return t.set_uid(uid).set_dim({B, heads, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
 }
 
-fe::graph::Tensor_attributes stats_view(int B, int H, int S) {
-    return fe::graph::Tensor_attributes()
-        .set_name("stats")
-        .set_uid(STATS_UID)
+// t as the (B, H, S) fp32 stats: the lse of ops.h.
+fe::graph::Tensor_attributes &stats_view(fe::graph::Tensor_attributes &t, int B, int H, int S) {
+    return t.set_uid(STATS_UID)
+        .set_data_type(fe::DataType_t::FLOAT)
         .set_dim({B, H, S, 1})
-        .set_stride({(int64_t)H * S, S, 1, 1})
-        .set_data_type(fe::DataType_t::FLOAT);
+        .set_stride({(int64_t)H * S, S, 1, 1});
 }
+
+// The same for an input being made (named(...)), by value for g->tensor.
+fe::graph::Tensor_attributes heads_view(fe::graph::Tensor_attributes &&t, int64_t uid, int B, int heads, int S, int hd,
+                                        int ld) {
+    return heads_view(t, uid, B, heads, S, hd, ld);
+}
+fe::graph::Tensor_attributes stats_view(fe::graph::Tensor_attributes &&t, int B, int H, int S) {
+    return stats_view(t, B, H, S);
+}
+
+// A named input tensor of the graph.
+fe::graph::Tensor_attributes named(const char *name) { return fe::graph::Tensor_attributes().set_name(name); }
 
 void check(const fe::error_object &e, const char *step, const Key &k) {
     if (e.is_good()) return;
@@ -101,9 +110,9 @@ std::shared_ptr<fe::graph::Graph> define_graph(const Key &k, int sm_version) {
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    auto Q = g->tensor(heads_view("Q", Q_UID, B, H, S, hd, ld));
-    auto K = g->tensor(heads_view("K", K_UID, B, KV, S, hd, ld));
-    auto V = g->tensor(heads_view("V", V_UID, B, KV, S, hd, ld));
+    auto Q = g->tensor(heads_view(named("Q"), Q_UID, B, H, S, hd, ld));
+    auto K = g->tensor(heads_view(named("K"), K_UID, B, KV, S, hd, ld));
+    auto V = g->tensor(heads_view(named("V"), V_UID, B, KV, S, hd, ld));
     const float scale = 1.0f / sqrtf((float)hd);
     if (!backward) {
         auto opts = fe::graph::SDPA_attributes()
@@ -112,25 +121,21 @@ std::shared_ptr<fe::graph::Graph> define_graph(const Key &k, int sm_version) {
                         .set_causal_mask(true)
                         .set_attn_scale(scale);
         auto [O, stats] = g->sdpa(Q, K, V, opts);
-        O->set_output(true).set_uid(O_UID).set_dim({B, H, S, hd}).set_stride({(int64_t)S * A, hd, A, 1});
-        stats->set_output(true)
-            .set_uid(STATS_UID)
-            .set_data_type(fe::DataType_t::FLOAT)
-            .set_dim({B, H, S, 1})
-            .set_stride({(int64_t)H * S, S, 1, 1});
+        heads_view(O->set_output(true), O_UID, B, H, S, hd, A);
+        stats_view(stats->set_output(true), B, H, S);
     } else {
-        auto O = g->tensor(heads_view("O", O_UID, B, H, S, hd, A));
-        auto dO = g->tensor(heads_view("dO", DO_UID, B, H, S, hd, A));
-        auto stats = g->tensor(stats_view(B, H, S));
+        auto O = g->tensor(heads_view(named("O"), O_UID, B, H, S, hd, A));
+        auto dO = g->tensor(heads_view(named("dO"), DO_UID, B, H, S, hd, A));
+        auto stats = g->tensor(stats_view(named("stats"), B, H, S));
         auto opts = fe::graph::SDPA_backward_attributes()
                         .set_name("attention_backward")
                         .set_causal_mask(true)
                         .set_deterministic_algorithm(true)
                         .set_attn_scale(scale);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
-        dQ->set_output(true).set_uid(DQ_UID).set_dim({B, H, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
-        dK->set_output(true).set_uid(DK_UID).set_dim({B, KV, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
-        dV->set_output(true).set_uid(DV_UID).set_dim({B, KV, S, hd}).set_stride({(int64_t)S * ld, hd, ld, 1});
+        heads_view(dQ->set_output(true), DQ_UID, B, H, S, hd, ld);  // into dqkv16, as Q, K, V into qkv16
+        heads_view(dK->set_output(true), DK_UID, B, KV, S, hd, ld);
+        heads_view(dV->set_output(true), DV_UID, B, KV, S, hd, ld);
     }
     return g;
 }

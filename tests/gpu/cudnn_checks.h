@@ -31,6 +31,17 @@ static int cudnn_ready(const char *what) {
     return 0;
 }
 
+// cuDNN's own workspace for this shape's plans (forward and backward) within the
+// reserve the memory plan counts (ops_cuda_cudnn_parts).
+static void expect_workspace_fits(int B, int S, int H, int KV, int hd) {
+    size_t part[CUDNN_PARTS];
+    ops_cuda_cudnn_parts((size_t)B * S * (H + 2 * KV) * hd, (size_t)B * S * H * hd, part);
+    const size_t wf = cudnn_attention_workspace(0, B, S, H, KV, hd), wb = cudnn_attention_workspace(1, B, S, H, KV, hd);
+    CHECK(wf <= part[CUDNN_WS] && wb <= part[CUDNN_WS],
+          "cuDNN's workspace at B %d S %d H %d/%d hd %d (forward %zu, backward %zu bytes) within the planned reserve %zu",
+          B, S, H, KV, hd, wf, wb, part[CUDNN_WS]);
+}
+
 // B 2, S tokens, 4 query heads on 2 key/value heads (grouped-query) of width hd.
 static void test_attention_cudnn(int hd, int S) {
     char what[112];
@@ -92,20 +103,13 @@ static void test_attention_cudnn(int hd, int S) {
     ops_set_attention_cudnn(0);
     unsetenv("FEMTOTRON_ATTENTION");
 
-    // cuDNN's own workspace for these plans fits the reserve the memory plan counts.
     ops_set_matmul_bf16(0);
     free(scratch), free(pos_h), free(first_out), free(first_d);
     buf_free(pos);
     pair_free(qkv), pair_free(out), pair_free(lse), pair_free(m), pair_free(l), pair_free(dout), pair_free(dqkv);
     pair_free(rowdot);
-    if (!cudnn_attention_version()) return;  // the emulation has none
-    const size_t rows = (size_t)B * S;
-    size_t part[CUDNN_PARTS];
-    ops_cuda_cudnn_parts(rows * ld, rows * H * hd, part);
-    const size_t wf = cudnn_attention_workspace(0, B, S, H, KV, hd), wb = cudnn_attention_workspace(1, B, S, H, KV, hd);
-    CHECK(wf <= part[CUDNN_WS] && wb <= part[CUDNN_WS],
-          "cuDNN's workspace (forward %zu, backward %zu bytes) within the planned reserve %zu (hd %d, S %d)", wf, wb,
-          part[CUDNN_WS], hd, S);
+    // cuDNN's own workspace for these plans (the emulation has none).
+    if (cudnn_attention_version()) expect_workspace_fits(B, S, H, KV, hd);
 }
 
 // The planned workspace's cuDNN part at a training shape (SmolLM-1.7B's attention,
@@ -117,11 +121,5 @@ static void test_cudnn_reserve_at_scale(void) {
         printf("SKIP cuDNN's workspace at SmolLM-1.7B's shape: the emulation has none (a real GPU checks it)\n");
         return;
     }
-    const int B = 4, S = 2048, H = 32, KV = 32, hd = 64;
-    size_t part[CUDNN_PARTS];
-    ops_cuda_cudnn_parts((size_t)B * S * (H + 2 * KV) * hd, (size_t)B * S * H * hd, part);
-    const size_t wf = cudnn_attention_workspace(0, B, S, H, KV, hd), wb = cudnn_attention_workspace(1, B, S, H, KV, hd);
-    CHECK(wf <= part[CUDNN_WS] && wb <= part[CUDNN_WS],
-          "cuDNN's workspace at B 4, S 2048, 32 heads of 64 (forward %zu, backward %zu bytes) within the reserve %zu",
-          wf, wb, part[CUDNN_WS]);
+    expect_workspace_fits(4, 2048, 32, 32, 64);
 }

@@ -30,9 +30,9 @@ GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
 BF16="--training.device cuda --training.precision bf16"
 DEFAULT='^(dp2_zero[0-3]|tp2_sp|pp2_afab_m8|pp2_1f1b_m8|pp2_int_m4|zb_pp2_m4|zbv_pp2_m4|cp2|dp2_tp2_pp2|tp2_cp2_pp2|recompute_(sel|full)_tp2_cp2_pp2)$'
-parity() {  # parity TOL REGEX: test_parity.sh's rows on the GPU binary, bf16 references
+parity() {  # parity TOL REGEX [ROWS]: test_parity.sh's rows (parity_layouts.txt) on the GPU binary, bf16 references
     FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
-        PARITY_TOL=$1 bash tests/shell/test_parity.sh tests/shell/parity_layouts.txt "$2"
+        PARITY_TOL=$1 bash tests/shell/test_parity.sh "${3:-tests/shell/parity_layouts.txt}" "$2"
 }
 
 # The splits, for every model the selected rows train (a row's third field: the
@@ -47,8 +47,7 @@ awk -F'|' -v re="$regex" '/^[[:space:]]*#/ || NF < 2 { next }
           printf "split%d_b1_a8 | -np 1 --training.micro_batch_size 1 --training.grad_acc_steps 8 | %s\n", k, m } }' \
     tests/shell/parity_layouts.txt >"$tmp/splits.txt"
 nsplit=$(wc -l <"$tmp/splits.txt")
-out=$(FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY PARITY_TOL=1 \
-    bash tests/shell/test_parity.sh "$tmp/splits.txt" ".")
+out=$(parity 1 "." "$tmp/splits.txt")
 spread=$(printf '%s\n' "$out" | awk -v want="$nsplit" '/^PASS split/ {
     for (i = 1; i <= NF; i++) if ($i ~ /^(worst_rel_diff|grad_norm_rel_diff)=/) { split($i, kv, "="); if (kv[2] + 0 > s) s = kv[2] + 0 }
     n++ } END { if (n == want && n > 0) printf "%.3g", s }')
@@ -77,9 +76,7 @@ cudnn_dp2_tp2   | -np 4 --training.attention cudnn --parallel.dp 2 --parallel.tp
 ROWS
     tol_cudnn=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 10 * s }')
     echo "cuDNN attention tolerance: 10 x $spread = $tol_cudnn"
-    FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
-        PARITY_TOL=$tol_cudnn bash tests/shell/test_parity.sh "$tmp/cudnn.txt" "${LAYOUTS_CUDNN:-.}" |
-        sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
+    parity "$tol_cudnn" "${LAYOUTS_CUDNN:-.}" "$tmp/cudnn.txt" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 
