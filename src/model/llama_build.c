@@ -246,6 +246,7 @@ OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int b
     b.rows = N;
     b.att_qkv = N * QKV;  // attention's q|k|v and output (cuDNN's copies: training.attention)
     b.att_out = N * A;
+    b.att_scores = ops_cuda_cudnn_scores((size_t)B, (size_t)m->Hl, (size_t)S);
     if (m->E > 0) {
         const MoeDims md = {(int)N, B, S, m->D, m->Fl, m->E, m->K, m->ep};
         const size_t R = moe_expert_rows(&md);

@@ -337,7 +337,7 @@ static void check_increasing(const int *pos, int S) {
 static void cudnn_parts(char *part[CUDNN_PARTS], int backward, int B, int S, int H, int KV, int hd) {
     const size_t rows = (size_t)B * S;
     size_t bytes[CUDNN_PARTS];
-    ops_cuda_cudnn_parts(rows * (H + 2 * KV) * hd, rows * H * hd, bytes);
+    ops_cuda_cudnn_parts(rows * (H + 2 * KV) * hd, rows * H * hd, ops_cuda_cudnn_scores(B, H, S), bytes);
     const size_t want = cudnn_attention_workspace(backward, B, S, H, KV, hd);
     if (want > bytes[CUDNN_WS])
         die("cuDNN's attention %s (B %d S %d H %d KV %d hd %d) wants %zu bytes of workspace, more than the %zu "

@@ -17,6 +17,7 @@ typedef struct {
     int bf16;         // bf16 products (training.precision)
     size_t att_qkv;   // elements of one attention call's q|k|v, (B*S, (H+2KV)*hd) (0: no attention)
     size_t att_out;   // elements of its output, (B*S, H*hd)
+    size_t att_scores;  // elements of its score matrix as cuDNN pads it (ops_cuda_cudnn_scores)
     int cudnn_attention;  // training.attention = cudnn (with bf16): the att part below
 } OpsBounds;
 // The parts of the CUDA workspace for bounds b, in bytes (each a multiple of 256,
@@ -41,13 +42,24 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
 // The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
 // multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the
 // output and of its gradient (att_out each), cuDNN's bf16 q|k|v gradient
-// (att_qkv), and cuDNN's own workspace, reserved as OPS_CUDA_CUDNN_RESERVE(att_out)
-// because only cuDNN knows its size once it has picked a kernel (the backward's
-// fp32 query-gradient accumulator and row sums: at most 5 floats an output value;
-// an op asking more is fatal, naming both sizes).
+// (att_qkv), and cuDNN's own workspace, reserved as OPS_CUDA_CUDNN_RESERVE
+// because only cuDNN knows its size once it has picked a kernel (an op asking
+// more is fatal, naming both sizes). The reserve has two terms:
+// - 2 bytes a padded score (att_scores): on Hopper the deterministic backward
+//   (the only one we ask for) is cuDNN's "dP workspace" decomposition, which
+//   stores dP for every (query, key) pair in bf16, B*H*S_pad*S_pad*2 bytes
+//   (cudnn-frontend's scaled_dot_product_flash_attention.h; cudnn-frontend PR
+//   398: quadratic in S until cuDNN 9.25's ordered-dQ engine). At SmolLM-1.7B's
+//   micro-batch (B 4, H 32, S 2048) that is 1.07 GB, the largest part by far;
+// - 5 floats an output value: the fp32 query-gradient accumulator and row sums
+//   of the other backward kernels, and the forward's, with 32 MiB of slack.
 enum { CUDNN_QKV16, CUDNN_O16, CUDNN_DO16, CUDNN_DQKV16, CUDNN_WS, CUDNN_PARTS };
-#define OPS_CUDA_CUDNN_RESERVE(att_out) (5 * 4 * (size_t)(att_out) + ((size_t)32 << 20))
-void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t part[CUDNN_PARTS]);
+#define OPS_CUDA_CUDNN_RESERVE(att_out, att_scores) \
+    (5 * 4 * (size_t)(att_out) + 2 * (size_t)(att_scores) + ((size_t)32 << 20))
+void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, size_t part[CUDNN_PARTS]);
+// B*H*S_pad*S_pad: one attention call's scores with S padded to a multiple of 128
+// (cuDNN pads to 64 queries and 128 keys; 128 for both is the safe bound).
+size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S);
 // Elements of the bf16 copy of an (rows, cols) operand: its rows padded to 8 values
 // (16 bytes, for cuBLASLt's vector loads).
 size_t ops_cuda_operand_elements(size_t rows, size_t cols);

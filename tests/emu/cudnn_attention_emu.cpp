@@ -12,6 +12,7 @@
 #include "ops/cudnn_attention.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
@@ -106,17 +107,47 @@ void backward(const Dims &d, uint16_t *dqkv16, const uint16_t *qkv, const uint16
 
 extern "C" const char *cudnn_attention_load(void) { return nullptr; }
 extern "C" long cudnn_attention_version(void) { return 0; }  // 0: the emulation, no library
-extern "C" size_t cudnn_attention_workspace(int, int, int, int, int, int) { return 0; }
+
+// The workspace the real library asks for on Hopper, so the emulated run meets the
+// reserve check of ops/attention_cuda.cu with sizes of the right order: the
+// deterministic backward's dP in bf16 (queries padded to 64, keys to 128, as
+// cudnn-frontend sizes it) and its fp32 row sums; the forward's stats-sized scratch.
+namespace {
+size_t pad(size_t x, size_t to) { return (x + to - 1) / to * to; }
+size_t workspace_bytes(int backward, int B, int S, int H) {
+    const size_t rows = (size_t)B * H * S * sizeof(float);
+    return backward ? (size_t)B * H * pad((size_t)S, 64) * pad((size_t)S, 128) * 2 + rows : rows;
+}
+// cuDNN owns its workspace during the call and leaves garbage in it: scribbled
+// over with NaN bytes first, so a workspace carved over one of the call's bf16
+// copies (a layout error in the parts) corrupts the results the tests compare.
+void scribble(void *workspace, size_t bytes) {
+    if (bytes && !workspace) abort();  // a call given no workspace where cuDNN asks for one
+    if (bytes) memset(workspace, 0xff, bytes);
+}
+}  // namespace
+
+extern "C" size_t cudnn_attention_workspace(int backward, int B, int S, int H, int, int) {
+    return workspace_bytes(backward, B, S, H);
+}
 
 extern "C" void cudnn_attention_forward(uint16_t *o16, float *lse, const uint16_t *qkv16, int B, int S, int H,
-                                        int KV, int hd, void *, void *stream) {
+                                        int KV, int hd, void *workspace, void *stream) {
     const Dims d{B, S, H, KV, hd, (H + 2 * KV) * hd, H * hd};
-    emu::enqueue([=]() { forward(d, o16, lse, qkv16); }, (cudaStream_t)stream);
+    const size_t ws = workspace_bytes(0, B, S, H);
+    emu::enqueue([=]() {
+        scribble(workspace, ws);
+        forward(d, o16, lse, qkv16);
+    }, (cudaStream_t)stream);
 }
 
 extern "C" void cudnn_attention_backward(uint16_t *dqkv16, const uint16_t *qkv16, const uint16_t *o16,
                                          const uint16_t *do16, const float *lse, int B, int S, int H, int KV, int hd,
-                                         void *, void *stream) {
+                                         void *workspace, void *stream) {
     const Dims d{B, S, H, KV, hd, (H + 2 * KV) * hd, H * hd};
-    emu::enqueue([=]() { backward(d, dqkv16, qkv16, o16, do16, lse); }, (cudaStream_t)stream);
+    const size_t ws = workspace_bytes(1, B, S, H);
+    emu::enqueue([=]() {
+        scribble(workspace, ws);
+        backward(d, dqkv16, qkv16, o16, do16, lse);
+    }, (cudaStream_t)stream);
 }

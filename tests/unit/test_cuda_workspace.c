@@ -47,17 +47,22 @@ static void test_parts(void) {
           "an operand's rows are padded to 8 values");
     // cuDNN's attention part: only with cudnn_attention and bf16; the bf16 copies of
     // q|k|v (1000 x 96), the output and its gradient (1000 x 64 each), cuDNN's q|k|v
-    // gradient, and the reserve for cuDNN's own workspace.
-    b.att_qkv = 1000 * 96, b.att_out = 1000 * 64;
+    // gradient, and the reserve for cuDNN's own workspace: 5 floats an output value,
+    // 2 bytes a padded score (B 2, H 4, S 500 -> 512: Hopper's deterministic
+    // backward keeps dP in bf16), 32 MiB.
+    b.att_qkv = 1000 * 96, b.att_out = 1000 * 64, b.att_scores = ops_cuda_cudnn_scores(2, 4, 500);
+    CHECK(b.att_scores == 2 * 4 * 512 * 512, "cuDNN's scores: B x H x S x S with S padded to 128 (%zu)", b.att_scores);
     const size_t before = ops_cuda_workspace(&b).total;
     CHECK(ops_cuda_workspace(&b).att == 0, "no cuDNN attention part unless training.attention = cudnn");
     b.cudnn_attention = 1;
     w = ops_cuda_workspace(&b);
     size_t part[CUDNN_PARTS];
-    ops_cuda_cudnn_parts(b.att_qkv, b.att_out, part);
-    const size_t want = r256(2 * 96000) * 2 + r256(2 * 64000) * 2 + r256(5 * 4 * 64000 + ((size_t)32 << 20));
+    ops_cuda_cudnn_parts(b.att_qkv, b.att_out, b.att_scores, part);
+    const size_t reserve = r256(5 * 4 * 64000 + 2 * 2 * 4 * 512 * 512 + ((size_t)32 << 20));
+    const size_t want = r256(2 * 96000) * 2 + r256(2 * 64000) * 2 + reserve;
     CHECK(w.att == want && w.total == before + want && part[CUDNN_QKV16] == r256(2 * 96000) &&
-              part[CUDNN_DO16] == r256(2 * 64000) && part[CUDNN_WS] == r256(OPS_CUDA_CUDNN_RESERVE(64000)),
+              part[CUDNN_DO16] == r256(2 * 64000) && part[CUDNN_WS] == reserve &&
+              reserve == r256(OPS_CUDA_CUDNN_RESERVE(64000, b.att_scores)),
           "cudnn: q|k|v, out, dout and dq|dk|dv in bf16 and cuDNN's reserve, %zu bytes more (%zu)", want, w.att);
     b.bf16 = 0;
     CHECK(ops_cuda_workspace(&b).att == 0, "no cuDNN attention part in fp32 (cuDNN's kernels take bf16)");
@@ -90,9 +95,10 @@ static void test_bounds(void) {
     CHECK(b.rows == 64 && b.out_cols == 257 && b.in_cols == 128 && b.weight == 0,
           "one rank: 64 rows, the head's 257 columns out, the down product's 128 in (%zu, %zu, %zu)", b.rows,
           b.out_cols, b.in_cols);
-    CHECK(b.att_qkv == 64 * 128 && b.att_out == 64 * 64 && !b.cudnn_attention,
-          "attention: 64 rows of q|k|v 128 wide and of output 64 wide (%zu, %zu); cuDNN's part off by default",
-          b.att_qkv, b.att_out);
+    CHECK(b.att_qkv == 64 * 128 && b.att_out == 64 * 64 && b.att_scores == 2 * 4 * 128 * 128 && !b.cudnn_attention,
+          "attention: 64 rows of q|k|v 128 wide and of output 64 wide, 2 x 4 heads of 32 x 32 scores padded to 128 "
+          "(%zu, %zu, %zu); cuDNN's part off by default",
+          b.att_qkv, b.att_out, b.att_scores);
     b = llama_op_bounds(&m, 2, 32, 0, 0, 0);
     CHECK(b.out_cols == 256, "a stage without the head: gate|up's 256 columns are the widest (%zu)", b.out_cols);
     b = llama_op_bounds(&m, 2, 32, 1, 1, 0);
@@ -107,6 +113,7 @@ static void test_bounds(void) {
     CHECK(b.rows == 64 && b.out_cols == 129 && b.in_cols == 64,
           "tp 2 with sequence parallel: the gathered 64 rows, 129 head rows out, 64 in (%zu, %zu, %zu)", b.rows,
           b.out_cols, b.in_cols);
+    CHECK(b.att_scores == 2 * 2 * 128 * 128, "tp 2: cuDNN's scores for this rank's 2 heads (%zu)", b.att_scores);
     llama_free(&m);
 }
 
