@@ -50,8 +50,8 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     } plan[] = {
         {&a->cos_t, S * half},          {&a->sin_t, S * half},
         {&a->resid, nres * Nr * D},     {&a->ln1, nk * Nr * D},
-        {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * N * QKV},
-        {&a->lse, nlse * R},            {&a->attn, nk * N * A},
+        {&a->ln1_rstd, nk * Nr},        {&a->qkv, nk * activations_qkv_slot(m, N)},
+        {&a->lse, nlse * R},            {&a->attn, nk * activations_attn_slot(m, N)},
         {&a->resid_mid, scr * Nr * D},  {&a->ln2, nk * Nr * D},
         {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * gu_floats},
         {&a->mlp_h, nk * h_floats},       {&a->lnf, head * Nr * D},
@@ -194,6 +194,18 @@ void activations_free(Activations *a) {
 static size_t slot_floats(size_t values, int bf16) {
     const size_t floats = bf16 ? (values + 1) / 2 : values;
     return (floats + 15) / 16 * 16;
+}
+
+// A layer's q|k|v and attention output: fp32, or bf16 halves under m->att_bf16
+// (rounded up to 16 floats, so every slot stays 64-byte aligned for the kernels).
+size_t activations_qkv_slot(const LlamaModel *m, size_t N) {
+    const size_t values = N * (size_t)(m->Hl + 2 * m->KVl) * m->hd;
+    return m->att_bf16 ? slot_floats(values, 1) : values;
+}
+
+size_t activations_attn_slot(const LlamaModel *m, size_t N) {
+    const size_t values = N * (size_t)m->Hl * m->hd;
+    return m->att_bf16 ? slot_floats(values, 1) : values;
 }
 
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N) { return slot_floats(N * 2 * m->Fl, m->mlp_bf16); }

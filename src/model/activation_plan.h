@@ -38,6 +38,10 @@ size_t wstash_bytes(const LlamaModel *m, StageUnits su, int B, int S);
 // One layer's slot of the stash's dgu and dqkv for N tokens, in floats: the
 // gradient in fp32, or in bf16 (m->mlp_bf16, m->qkv_bf16), rounded up to 16 floats
 // so that every slot starts 64-byte aligned as the scratch it stands in for does.
+// Floats of one layer's q|k|v (N, QKV) and attention output (N, A) slots: N x QKV
+// and N x A, or their bf16 halves under m->att_bf16, rounded up to 16 floats.
+size_t activations_qkv_slot(const LlamaModel *m, size_t N);
+size_t activations_attn_slot(const LlamaModel *m, size_t N);
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N);
 size_t wstash_dqkv_slot(const LlamaModel *m, size_t N);
 void wstash_alloc(WeightGradStash *st, const LlamaModel *m, StageUnits su, int B, int S);

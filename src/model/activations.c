@@ -2,9 +2,10 @@
 // buffers under the recomputation mode, and the ring-attention workspace.
 #include "model/activations.h"
 
+#include "model/activation_plan.h"
+
 LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
-    const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
     const size_t R = (size_t)a->B * m->Hl * a->S, Fl = m->E > 0 ? (size_t)m->Fsl : (size_t)m->Fl;
     const size_t k = m->recompute == RECOMPUTE_FULL ? 0 : (size_t)i;    // slot of ln1 .. mlp_h
     const size_t kl = m->recompute == RECOMPUTE_NONE ? (size_t)i : 0;   // slot of lse
@@ -13,9 +14,9 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
         .x = a->resid + kx * Nr * D,
         .ln1 = a->ln1 + k * Nr * D,
         .ln1_rstd = a->ln1_rstd + k * Nr,
-        .qkv = a->qkv + k * N * QKV,
+        .qkv = a->qkv + k * activations_qkv_slot(m, N),
         .lse = a->lse + kl * R,
-        .attn = a->attn + k * N * A,
+        .attn = a->attn + k * activations_attn_slot(m, N),
         .mid = a->resid_mid,
         .ln2 = a->ln2 + k * Nr * D,
         .ln2_rstd = a->ln2_rstd + k * Nr,

@@ -46,16 +46,29 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     // read as it is, once). Without full recomputation s.x and s.out are the one
     // stream buffer: x is last read by the residual add into mid.
     uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
-    if (m->qkv_bf16) {
+    if (m->att_bf16) {
+        // q|k|v and the attention output as bf16 in their fp32 slots (LlamaModel.att_bf16):
+        // the product writes bf16 (a->dqkv, free in the forward: room for a backend
+        // that rounds an fp32 result), RoPE rotates it in place, cuDNN reads it and
+        // writes a bf16 output, which the o product reads as it is (dbuf_i: room to widen it).
+        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn;  // (N, QKV), (N, A) bf16
         rmsnorm_forward_to_bf16(normed16, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-        tp_column_forward_from_bf16(tp, s.qkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+        tp_column_forward_bf16(tp, qkv16, a->dqkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+        rope_forward_bf16(qkv16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
+        tp_row_forward_from_bf16(tp, s.mid, attn16, a->dbuf_i, AT(w, u, lo->o), a->tp_partial, N, A, D);  // o
     } else {
-        rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-        tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+        if (m->qkv_bf16) {
+            rmsnorm_forward_to_bf16(normed16, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+            tp_column_forward_from_bf16(tp, s.qkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+        } else {
+            rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
+            tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
+        }
+        rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
+        tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);  // o
     }
-    rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-    tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);      // o
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
     if (m->mlp_bf16) rmsnorm_forward_to_bf16(normed16, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     else rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
@@ -362,15 +375,25 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
-    tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->o), dres, s.attn, AT(w, u, lo->o), a->tp_full, N, A,
-                    D);
-    if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-    ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
+    if (m->att_bf16) {  // bf16 q|k|v and output (the forward's): cuDNN's bf16 q|k|v gradient into
+        // dqkv's room, RoPE's backward from there to dbuf_i as bf16 (the attention's dout, read)
+        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn, *draw16 = (uint16_t *)a->dqkv;
+        tp_row_backward_from_bf16(tp, a->dbuf_i, AT(g, u, lo->o), dres, attn16, a->dqkv, AT(w, u, lo->o),
+                                  a->tp_full, N, A, D);
+        if (m->recompute == RECOMPUTE_SELECTIVE)
+            attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
+        attention_backward_bf16(draw16, a->dbuf_i, qkv16, attn16, s.lse, ra.pos, B, S, Hl, KVl, hd);
+        rope_backward_bf16((uint16_t *)a->dbuf_i, draw16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    } else {
+        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->o), dres, s.attn, AT(w, u, lo->o), a->tp_full, N, A, D);
+        if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
+        ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
+    }
     if (m->qkv_bf16) {  // the q|k|v gradient as bf16 into dbuf_i (the attention's dout is read),
         // where both q|k|v products read it as it is (dqkv: room to widen it where a backend
         // must), and their input rebuilt as bf16, as the forward wrote it
         uint16_t *dqkv16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, QKV), (Nr, D)
-        rope_backward_to_bf16(dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        if (!m->att_bf16) rope_backward_to_bf16(dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, normed16, AT(w, u, lo->qkv), a->tp_full,
                                 a->tp_partial, N, D, QKV);

@@ -43,6 +43,8 @@ typedef struct {
     int bf16_acts;        // 1: bf16 activations (training.precision = bf16): the dense MLP
                           // keeps gate|up in bf16 and rebuilds the SwiGLU output, and the
                           // gate|up and q|k|v gradients are bf16 (below)
+    int att_bf16;         // 1: q|k|v and the attention output kept as bf16 (LlamaModel.att_bf16;
+                          // bf16_acts with training.attention = cudnn)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -77,6 +79,13 @@ typedef struct {
                                  // and RoPE's backward and read as they are by the q|k|v
                                  // products (ops.h: rmsnorm_forward_to_bf16,
                                  // rope_backward_to_bf16); mlp_bf16 does the same for gate|up
+    int att_bf16;                // 1 (ModelShard.att_bf16, with qkv_bf16; cp 1): the attention's
+                                 // q|k|v and output are kept as bf16 in their fp32 slots (the
+                                 // q|k|v product writes bf16, RoPE rotates it in place, cuDNN
+                                 // reads it and writes a bf16 output, which the o product reads
+                                 // as it is: ops.h attention_forward_bf16), and cuDNN's bf16 q|k|v
+                                 // gradient goes through RoPE's backward as bf16: no fp32 copy of
+                                 // either is written or rounded again
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

@@ -136,7 +136,7 @@ static void layout_params(LlamaModel *m) {
 ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
 
 ModelShard model_tp_shard(int size, int rank, int sp) {
-    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}, 0};
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}, 0, 0};
     return s;
 }
 
@@ -144,7 +144,8 @@ ModelShard model_shard_of(const Config *cfg, GridCoords at) {
     const ParallelConfig *p = &cfg->parallel;
     ModelShard s = {tp_group(p->tp, at.tp, p->sequence_parallel), {p->cp, at.cp},
                     cfg->training.recompute, {p->ep, grid_ep_rank(p, at)},
-                    cfg->training.precision == PRECISION_BF16};
+                    cfg->training.precision == PRECISION_BF16,
+                    cfg->training.precision == PRECISION_BF16 && cfg->training.attention == ATTENTION_CUDNN};
     return s;
 }
 
@@ -172,6 +173,10 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->moe_aux = m->E > 0 && cfg->output_router_logits;
     m->mlp_bf16 = shard.bf16_acts && m->E == 0;  // a Mixtral block keeps its rows in fp32 (model/moe.h)
     m->qkv_bf16 = shard.bf16_acts;
+    m->att_bf16 = shard.bf16_acts && shard.att_bf16;
+    if (m->att_bf16 && m->cp.size > 1)  // config_validate refuses training.attention = cudnn with cp > 1
+        die("bf16 q|k|v for cuDNN's attention need context parallel 1 (got %d): the ring's blocks are femtotron's",
+            m->cp.size);
     if (shard.bf16_acts && m->D % 2)  // the norms' bf16 outputs travel as float pairs (tensor_parallel.c)
         die("training.precision = bf16 needs an even hidden_size (got %d)", m->D);
     m->Fs = m->E > 0 ? cfg->n_shared_experts * m->F : 0;

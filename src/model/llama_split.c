@@ -89,10 +89,18 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
-    if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-    ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
+    if (m->att_bf16) {  // bf16 q|k|v and output (LlamaModel.att_bf16): cuDNN's bf16 gradient into dqkv's room
+        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn;
+        if (m->recompute == RECOMPUTE_SELECTIVE)
+            attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
+        attention_backward_bf16((uint16_t *)a->dqkv, a->dbuf_i, qkv16, attn16, s.lse, ra.pos, B, S, Hl, KVl, hd);
+    } else {
+        if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
+        ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
+    }
     if (m->qkv_bf16) {  // as bf16 into the stash (qkv is read for the last time just above), read from there
-        rope_backward_to_bf16(k.dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        if (m->att_bf16) rope_backward_bf16(k.dqkv16, (uint16_t *)a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+        else rope_backward_to_bf16(k.dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         tp_column_backward_bf16(tp, k.d_ln1, NULL, k.dqkv16, a->dqkv, NULL, AT(w, u, lo->qkv), NULL,
                                 a->tp_partial, N, D, QKV);
     } else {
@@ -188,7 +196,10 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
         tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     }
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
-    tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
+    if (m->att_bf16)  // the attention output kept as bf16 (dbuf_i: room to widen it)
+        tp_row_backward_from_bf16(tp, NULL, AT(g, u, lo->o), k.d_o, (const uint16_t *)s.attn, a->dbuf_i, NULL,
+                                  a->tp_full, N, A, D);
+    else tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
     if (m->qkv_bf16) {
         rmsnorm_rebuild_to_bf16(normed16, s.ln1, k.norm_w, Nr, D);
         tp_column_backward_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, normed16, NULL, a->tp_full, NULL, N, D,

@@ -4,10 +4,13 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ops/bf16.h"
 #include "ops/fast_exp.h"
 #include "ops/ops.h"
+#include "util.h"
 
 // -------------------------------------------------------------------- attention
 //
@@ -280,3 +283,42 @@ void attention_backward(float *dqkv, float *rowdot, const float *dout, const flo
                              pos, pos, B, S, S, H, KV, hd, scratch);
 }
 
+
+// ---- bf16 q|k|v (LlamaModel.att_bf16; ops.h) ----
+// The reference for cuDNN's bf16 attention: the fp32 attention above on the
+// widened values (dout rounded to bf16 first, as cuDNN reads it), its output and
+// gradients rounded. Temporaries are allocated per call: the CPU trains with fp32
+// q|k|v (training.attention = cudnn is refused there), so only tests come here.
+static float *widened_copy(const uint16_t *x16, size_t n) {
+    float *x = xmalloc(sizeof(float) * n, "attention_bf16 operand");
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(x16[i]);
+    return x;
+}
+
+static void round_into(uint16_t *x16, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x16[i] = bf16_from_f32(x[i]);
+}
+
+void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, const int *pos, int B, int S, int H,
+                            int KV, int hd) {
+    const size_t nqkv = (size_t)B * S * (H + 2 * KV) * hd, nout = (size_t)B * S * H * hd, nrow = (size_t)B * H * S;
+    float *qkv = widened_copy(qkv16, nqkv), *out = xmalloc(sizeof(float) * nout, "attention_bf16 out");
+    float *ml = xmalloc(sizeof(float) * 2 * nrow, "attention_bf16 m, l");  // (2, B, H, S)
+    float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(hd), "attention_bf16 scratch");
+    attention_forward(out, lse, ml, ml + nrow, qkv, pos, B, S, H, KV, hd, scratch);
+    round_into(out16, out, nout);
+    free(qkv), free(out), free(ml), free(scratch);
+}
+
+void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+                             const float *lse, const int *pos, int B, int S, int H, int KV, int hd) {
+    const size_t nqkv = (size_t)B * S * (H + 2 * KV) * hd, nout = (size_t)B * S * H * hd, nrow = (size_t)B * H * S;
+    float *qkv = widened_copy(qkv16, nqkv), *out = widened_copy(out16, nout);
+    float *dq = xmalloc(sizeof(float) * (nqkv + nout + nrow), "attention_bf16 gradients");  // dqkv | dout | rowdot
+    float *d16 = dq + nqkv, *rowdot = d16 + nout;
+    for (size_t i = 0; i < nout; i++) d16[i] = bf16_to_f32(bf16_from_f32(dout[i]));
+    float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(hd), "attention_bf16 scratch");
+    attention_backward(dq, rowdot, d16, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+    round_into(dqkv16, dq, nqkv);
+    free(qkv), free(out), free(dq), free(scratch);
+}

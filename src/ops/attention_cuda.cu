@@ -385,6 +385,34 @@ static void cudnn_backward(float *dqkv, const float *dout, const float *qkv, con
     widen_from_bf16(dqkv, dqkv16, nqkv);
 }
 
+// The bf16 ops (LlamaModel.att_bf16): q|k|v, the output and the q|k|v gradient
+// are the model's own bf16 buffers, handed to cuDNN as they are; only dout is
+// rounded (into the part's dO copy). Always cuDNN: these ops exist for it.
+extern "C" void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, const int *pos, int B,
+                                       int S, int H, int KV, int hd) {
+    if ((size_t)B * H * S == 0) return;
+    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
+    char *p[CUDNN_PARTS];
+    cudnn_parts(p, 0, B, S, H, KV, hd);
+    cuda_profile_open();
+    cudnn_attention_forward(out16, lse, qkv16, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
+    cuda_done("attention_forward_bf16 (cudnn)");
+}
+
+extern "C" void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16,
+                                        const uint16_t *out16, const float *lse, const int *pos, int B, int S, int H,
+                                        int KV, int hd) {
+    if ((size_t)B * H * S == 0) return;
+    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
+    char *p[CUDNN_PARTS];
+    cudnn_parts(p, 1, B, S, H, KV, hd);
+    uint16_t *do16 = (uint16_t *)p[CUDNN_DO16];  // (B*S, H*hd)
+    round_to_bf16(do16, dout, (size_t)B * S * H * hd);
+    cuda_profile_open();
+    cudnn_attention_backward(dqkv16, qkv16, out16, do16, lse, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
+    cuda_done("attention_backward_bf16 (cudnn)");
+}
+
 extern "C" void attention_forward(float *out, float *lse, float *m, float *l, const float *qkv, const int *pos, int B,
                                   int S, int H, int KV, int hd, float *scratch) {
     const int ld = (H + 2 * KV) * hd;

@@ -201,9 +201,11 @@ extern "C" void rope_tables(float *cos_t, float *sin_t, int S, int hd, const dou
 
 // One thread per (token, q-or-k head, pair i): x1' = x1 c - x2 s, x2' = x2 c + x1 s,
 // with s negated for the backward (the transpose of a rotation). O: float (in
-// place, out = in) or __nv_bfloat16 (rope_backward_to_bf16: out apart from in).
-template <typename O>
-__global__ void k_rope(O *out, const float *in, const float *cos_t, const float *sin_t, int BS, int S, int heads,
+// place, out = in) or __nv_bfloat16 (rope_backward_to_bf16: out apart from in);
+// I: float, or __nv_bfloat16 widened (rope_forward_bf16 in place,
+// rope_backward_bf16 apart): a pair is read whole before it is written.
+template <typename O, typename I>
+__global__ void k_rope(O *out, const I *in, const float *cos_t, const float *sin_t, int BS, int S, int heads,
                        int row, int hd, float dir) {
     const unsigned half = (unsigned)hd / 2, pairs = (unsigned)heads * half;
     ROWS_LOOP(t, BS) {  // a token a row: its table rows, then (head, pair) by a 32-bit division
@@ -213,19 +215,19 @@ __global__ void k_rope(O *out, const float *in, const float *cos_t, const float 
             const unsigned h = (unsigned)e / half, i = (unsigned)e - h * half;
             const size_t j1 = base + (size_t)h * hd + i, j2 = j1 + half;
             const float c = ct[i], s = dir * st[i];
-            const float a = in[j1], b = in[j2];
+            const float a = widen(in[j1]), b = widen(in[j2]);
             store(out + j1, a * c - b * s);
             store(out + j2, b * c + a * s);
         }
     }
 }
 
-template <typename O>
-static void rope(O *out, const float *in, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd,
+template <typename O, typename I>
+static void rope(O *out, const I *in, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd,
                  float dir, const char *what) {
     if ((size_t)B * S * (H + KV) * (hd / 2) == 0) return;
     const dim3 grid = rows_grid((size_t)B * S, (size_t)(H + KV) * (hd / 2), THREADS, 1);
-    k_rope<O><<<grid, THREADS, 0, cuda_stream()>>>(out, in, cos_t, sin_t, B * S, S, H + KV,
+    k_rope<O, I><<<grid, THREADS, 0, cuda_stream()>>>(out, in, cos_t, sin_t, B * S, S, H + KV,
                                                                           (H + 2 * KV) * hd, hd, dir);
     cuda_done(what);
 }
@@ -248,6 +250,23 @@ extern "C" void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const
     const size_t tokens = (size_t)B * S, vw = (size_t)(row - v0);  // v: each token's last vw values, rounded
     round_rows(out + v0, dqkv + v0, tokens, vw, (size_t)row, (size_t)row);
     cuda_done("rope_backward_to_bf16 (v)");
+}
+
+extern "C" void rope_forward_bf16(uint16_t *qkv16, const float *cos_t, const float *sin_t, int B, int S, int H, int KV,
+                                  int hd) {
+    __nv_bfloat16 *x = (__nv_bfloat16 *)qkv16;
+    rope(x, (const __nv_bfloat16 *)x, cos_t, sin_t, B, S, H, KV, hd, 1.0f, "rope_forward_bf16");
+}
+
+extern "C" void rope_backward_bf16(uint16_t *dst16, const uint16_t *src16, const float *cos_t, const float *sin_t,
+                                   int B, int S, int H, int KV, int hd) {
+    __nv_bfloat16 *out = (__nv_bfloat16 *)dst16;
+    const __nv_bfloat16 *in = (const __nv_bfloat16 *)src16;
+    rope(out, in, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward_bf16");
+    const int row = (H + 2 * KV) * hd, v0 = (H + KV) * hd;
+    if ((size_t)B * S * (row - v0) == 0) return;
+    round_rows(out + v0, in + v0, (size_t)B * S, (size_t)(row - v0), (size_t)row, (size_t)row);  // v: copied
+    cuda_done("rope_backward_bf16 (v)");
 }
 
 // ----------------------------------------------------------------------- SwiGLU

@@ -269,6 +269,16 @@ void rope_backward(float *dqkv, const float *cos_t, const float *sin_t,
 void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t,
                            int B, int S, int H, int KV, int hd);
 
+// q|k|v kept as bf16 (LlamaModel.att_bf16, training.attention = cudnn): RoPE on
+// the bf16 values of qkv16(B*S, (H + 2*KV) * hd) in place, each pair widened,
+// rotated in fp32 as rope_forward does and rounded to the nearest bf16 as written
+// (v's columns untouched) ...
+void rope_forward_bf16(uint16_t *qkv16, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd);
+// ... and dst16 = rope_backward(src16) the same way, v's columns copied (dst16 and
+// src16 distinct).
+void rope_backward_bf16(uint16_t *dst16, const uint16_t *src16, const float *cos_t, const float *sin_t, int B, int S,
+                        int H, int KV, int hd);
+
 // ---- causal grouped-query attention, flash style ----
 //
 // Tiled attention with an online softmax (Dao et al. 2022; Rabe & Staats 2021):
@@ -316,6 +326,18 @@ void attention_forward(float *out, float *lse, float *m, float *l, const float *
 void attention_backward(float *dqkv, float *rowdot, const float *dout, const float *qkv,
                         const float *out, const float *lse, const int *pos, int B, int S, int H,
                         int KV, int hd, float *scratch);
+
+// The same single-block attention on bf16 q|k|v (LlamaModel.att_bf16): out16(B*S,
+// H*hd) written as bf16, lse(B, H, S) as ever; the backward reads dout(B*S, H*hd)
+// in fp32, rounds it to bf16, and writes dqkv16 as bf16 (dqkv16 must not overlap
+// dout). On CUDA cuDNN's fused kernels (fp32 softmax and sums; ops_set_attention_cudnn
+// need not be on: these ops are cuDNN's); on the CPU, the reference: the fp32 ops
+// above on the widened values, rounded as written (temporaries allocated per call:
+// the CPU trains with fp32 q|k|v, so only tests call it there).
+void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, const int *pos, int B, int S, int H,
+                            int KV, int hd);
+void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+                             const float *lse, const int *pos, int B, int S, int H, int KV, int hd);
 
 // ---- SwiGLU ----
 

@@ -52,6 +52,8 @@
 #define rope_forward cpu_rope_forward
 #define rope_backward cpu_rope_backward
 #define rope_backward_to_bf16 cpu_rope_backward_to_bf16
+#define rope_forward_bf16 cpu_rope_forward_bf16
+#define rope_backward_bf16 cpu_rope_backward_bf16
 #define attention_scratch_floats cpu_attention_scratch_floats
 #define attention_block_init cpu_attention_block_init
 #define attention_block_forward cpu_attention_block_forward
@@ -60,6 +62,8 @@
 #define attention_block_backward cpu_attention_block_backward
 #define attention_forward cpu_attention_forward
 #define attention_backward cpu_attention_backward
+#define attention_forward_bf16 cpu_attention_forward_bf16
+#define attention_backward_bf16 cpu_attention_backward_bf16
 #define swiglu_forward cpu_swiglu_forward
 #define swiglu_backward cpu_swiglu_backward
 #define round_to_bf16 cpu_round_to_bf16
@@ -135,6 +139,8 @@
 #undef rope_forward
 #undef rope_backward
 #undef rope_backward_to_bf16
+#undef rope_forward_bf16
+#undef rope_backward_bf16
 #undef attention_scratch_floats
 #undef attention_block_init
 #undef attention_block_forward
@@ -142,6 +148,8 @@
 #undef attention_rowdot
 #undef attention_block_backward
 #undef attention_forward
+#undef attention_forward_bf16
+#undef attention_backward_bf16
 #undef attention_backward
 #undef swiglu_forward
 #undef swiglu_backward

@@ -43,6 +43,53 @@ static void expect_workspace_fits(int B, int S, int H, int KV, int hd) {
           B, S, H, KV, hd, wf, wb, part[CUDNN_WS]);
 }
 
+// The bf16 ops (attention_forward_bf16 / attention_backward_bf16, what a model
+// with bf16 q|k|v calls) on q|k|v rounded to bf16: the same cuDNN graphs as the
+// fp32 ops' (out_fp32, dqkv_fp32: their results on the same q|k|v and dout), so
+// the same bits once widened, with no copy of q|k|v or the output made; and within
+// the tolerance of the CPU's reference (ops.h: the fp32 attention of the widened
+// values, rounded).
+static void expect_bf16_ops(Pair qkv, Pair dout, Pair lse, const float *out_fp32, const float *dqkv_fp32,
+                            const int *pos, const int *pos_h, int B, int S, int H, int KV, int hd) {
+    const size_t nq = qkv.n, no = (size_t)B * S * H * hd, nl = lse.n;
+    uint16_t *qkv16 = buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 q|k|v");   // (B*S, (H+2KV)*hd)
+    uint16_t *o16 = buf_alloc(MEM_ACTIVATIONS, no * 2, "bf16 out");       // (B*S, H*hd)
+    uint16_t *d16 = buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 dq|dk|dv");  // (B*S, (H+2KV)*hd)
+    float *lse2 = buf_alloc(MEM_ACTIVATIONS, nl * sizeof(float), "lse");  // (B, H, S)
+    float *wide = buf_alloc(MEM_ACTIVATIONS, nq * sizeof(float), "widened");
+    float *h = xmalloc(nq * sizeof(float), "host"), *hl = xmalloc(nl * sizeof(float), "host lse");
+    float *lse_fp32 = xmalloc(nl * sizeof(float), "lse of the fp32 ops");
+    ops_download(lse_fp32, lse.d, nl * sizeof(float));
+    round_to_bf16(qkv16, qkv.d, nq);
+    attention_forward_bf16(o16, lse2, qkv16, pos, B, S, H, KV, hd);
+    widen_from_bf16(wide, o16, no);
+    CHECK(same_bits(wide, no, out_fp32) && same_bits(lse2, nl, lse_fp32),
+          "attention_forward_bf16 (hd %d, S %d): the fp32 op's output and lse, bit for bit", hd, S);
+    attention_backward_bf16(d16, dout.d, qkv16, o16, lse2, pos, B, S, H, KV, hd);
+    widen_from_bf16(wide, d16, nq);
+    CHECK(same_bits(wide, nq, dqkv_fp32), "attention_backward_bf16 (hd %d, S %d): the fp32 op's dqkv, bit for bit", hd,
+          S);
+    // The CPU's reference on the same bf16 values.
+    uint16_t *q16h = xmalloc(nq * 2, "host q|k|v"), *o16h = xmalloc(no * 2, "host out"), *d16h = xmalloc(nq * 2, "d");
+    float *douth = xmalloc(no * sizeof(float), "host dout");
+    ops_download(q16h, qkv16, nq * 2);
+    ops_download(douth, dout.d, no * sizeof(float));
+    cpu_attention_forward_bf16(o16h, hl, q16h, pos_h, B, S, H, KV, hd);
+    cpu_attention_backward_bf16(d16h, douth, q16h, o16h, hl, pos_h, B, S, H, KV, hd);
+    Pair o = {wide, h, no}, d = {wide, h, nq};
+    widen_from_bf16(wide, o16, no);
+    cpu_widen_from_bf16(h, o16h, no);
+    char what[96];
+    snprintf(what, sizeof what, "attention_forward_bf16 vs the CPU (hd %d, S %d)", hd, S);
+    expect_bf16_close(what, o);
+    widen_from_bf16(wide, d16, nq);
+    cpu_widen_from_bf16(h, d16h, nq);
+    snprintf(what, sizeof what, "attention_backward_bf16 vs the CPU (hd %d, S %d)", hd, S);
+    expect_bf16_close(what, d);
+    buf_free(qkv16), buf_free(o16), buf_free(d16), buf_free(lse2), buf_free(wide);
+    free(h), free(hl), free(lse_fp32), free(q16h), free(o16h), free(d16h), free(douth);
+}
+
 // B 2, S tokens, 4 query heads on 2 key/value heads (grouped-query) of width hd.
 static void test_attention_cudnn(int hd, int S) {
     char what[112];
@@ -84,6 +131,7 @@ static void test_attention_cudnn(int hd, int S) {
     attention_backward(dqkv.d, rowdot.d, dout.d, qkv.d, out.d, lse.d, pos, B, S, H, KV, hd, NULL);
     CHECK(same_bits(out.d, out.n, first_out) && same_bits(dqkv.d, dqkv.n, first_d),
           "cuDNN attention (hd %d, S %d) twice: out and dqkv bit-identical", hd, S);
+    expect_bf16_ops(qkv, dout, lse, first_out, first_d, pos, pos_h, B, S, H, KV, hd);
 
     // training.attention's switch (ops_set_attention_cudnn) with FEMTOTRON_ATTENTION
     // unset takes cuDNN (the same bits); FEMTOTRON_ATTENTION=mma then times

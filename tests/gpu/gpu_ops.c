@@ -345,8 +345,48 @@ static void test_rope(void) {
     size_t same = bf16_compare(q16_g, q16_h, nq, &ulp);
     CHECK(ulp <= 1 && same * 100 >= nq * 99 && same_bits(qkv.d, nq, before),
           "rope_backward_to_bf16: %zu of %zu the CPU's bits, at most %d ulp apart; its input untouched", same, nq, ulp);
-    buf_free(q16_d);
-    free(q16_h), free(q16_g), free(before);
+    // The bf16 to bf16 pair (LlamaModel.att_bf16) on those bf16 values: the forward in
+    // place, the backward from it into another buffer, each against the CPU's; v's
+    // columns untouched by the forward and copied by the backward, bit for bit.
+    const int row = (H + 2 * KV) * hd, v0 = (H + KV) * hd;
+    uint16_t *r16_d = buf_alloc(MEM_ACTIVATIONS, nq * sizeof(uint16_t), "bf16 rotated");  // (B*S, row) each
+    uint16_t *r16_h = xmalloc(nq * sizeof(uint16_t), "bf16 rotated"), *in16 = xmalloc(nq * sizeof(uint16_t), "bf16");
+    memcpy(in16, q16_h, nq * sizeof(uint16_t));
+    ops_upload(q16_d, q16_h, nq * sizeof(uint16_t));
+    rope_forward_bf16(q16_d, c.d, s.d, B, S, H, KV, hd);
+    cpu_rope_forward_bf16(q16_h, c.h, s.h, B, S, H, KV, hd);
+    ops_download(q16_g, q16_d, nq * sizeof(uint16_t));
+    same = bf16_compare(q16_g, q16_h, nq, &ulp);
+    int v_kept = 1, moved = 0;
+    for (size_t t = 0; t < (size_t)B * S; t++)
+        for (int j = 0; j < row; j++) {
+            const size_t e = t * row + j;
+            if (j >= v0 && (q16_g[e] != in16[e] || q16_h[e] != in16[e])) v_kept = 0;
+            if (j < v0 && q16_g[e] != in16[e]) moved++;
+        }
+    CHECK(ulp <= 1 && same * 100 >= nq * 99 && v_kept && moved * 2 > B * S * v0,
+          "rope_forward_bf16 in place: %zu of %zu the CPU's bits, at most %d ulp apart; %d of %d q|k values moved, "
+          "v untouched", same, nq, ulp, moved, B * S * v0);
+    rope_backward_bf16(r16_d, q16_d, c.d, s.d, B, S, H, KV, hd);
+    cpu_rope_backward_bf16(r16_h, q16_h, c.h, s.h, B, S, H, KV, hd);
+    uint16_t *r16_g = xmalloc(nq * sizeof(uint16_t), "bf16 rotated back");
+    ops_download(r16_g, r16_d, nq * sizeof(uint16_t));
+    same = bf16_compare(r16_g, r16_h, nq, &ulp);
+    int v_copied = 1;
+    double err = 0.0, norm = 0.0;  // the rotation back against the forward's input: two bf16 roundings apart
+    for (size_t t = 0; t < (size_t)B * S; t++)
+        for (int j = 0; j < row; j++) {
+            const size_t e = t * row + j;
+            if (j >= v0 && r16_g[e] != q16_g[e]) v_copied = 0;
+            const double x = bf16_to_f32(in16[e]), y = bf16_to_f32(r16_g[e]);
+            err += (y - x) * (y - x), norm += x * x;
+        }
+    err = sqrt(err / norm);
+    CHECK(ulp <= 1 && same * 100 >= nq * 99 && v_copied && err < 1e-2,
+          "rope_backward_bf16: %zu of %zu the CPU's bits, at most %d ulp apart; v copied; the forward undone within "
+          "%.1e (2-norm, relative)", same, nq, ulp, err);
+    buf_free(q16_d), buf_free(r16_d);
+    free(q16_h), free(q16_g), free(before), free(r16_h), free(r16_g), free(in16);
     pair_free(c), pair_free(s), pair_free(qkv);
 }
 

@@ -17,11 +17,14 @@
 #      it, trains the losses of ZeRO-3, whose gathered weights are rounded for every
 #      product;
 #   5. cuDNN's attention (training.attention = cudnn) on one rank and on dp 2 x tp 2
-#      within 10 S of the one-rank bf16 run on femtotron's kernels: cuDNN rounds its
-#      q|k|v gradient to bf16 (2^-9 of each value) where femtotron's stays fp32 until
-#      the q|k|v products round it after RoPE, which moved the gradient norm by 2.3e-4
-#      (4.4 S) in the emulated build, whose stand-in for cuDNN (tests/emu) computes
-#      by the definition; an indexing or mask error moves the loss by 1e-2 and more.
+#      within 20 S of the one-rank bf16 run on femtotron's kernels: that run keeps
+#      q|k|v, the attention output and the q|k|v gradient in fp32, rounding each
+#      once where a product reads it; cudnn keeps them as bf16 (LlamaModel.att_bf16),
+#      so q|k|v is rounded before RoPE and again after it, and the gradient by cuDNN
+#      and again by RoPE's backward. That moved the gradient norm by 3.9e-4 (7.6 S)
+#      in the emulated build, whose stand-in for cuDNN (tests/emu) computes by the
+#      definition (2.3e-4 when only cuDNN's gradient was rounded); an indexing or
+#      mask error moves the loss by 1e-2 and more (200 S).
 # Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
 # build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh).
 set -u
@@ -74,8 +77,8 @@ if [ "${LAYOUTS_CUDNN:-.}" != 0 ]; then
 cudnn_r1        | -np 1 --training.attention cudnn --training.micro_batch_size 8
 cudnn_dp2_tp2   | -np 4 --training.attention cudnn --parallel.dp 2 --parallel.tp 2 --training.micro_batch_size 4
 ROWS
-    tol_cudnn=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 10 * s }')
-    echo "cuDNN attention tolerance: 10 x $spread = $tol_cudnn"
+    tol_cudnn=$(awk -v s="$spread" 'BEGIN { printf "%.3g", 20 * s }')
+    echo "cuDNN attention tolerance: 20 x $spread = $tol_cudnn"
     parity "$tol_cudnn" "${LAYOUTS_CUDNN:-.}" "$tmp/cudnn.txt" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi

@@ -56,12 +56,15 @@ typedef struct {
     int32_t tok[N], tgt[N];
 } Run;
 
+// bf16: 0 fp32 activations, 1 bf16 activations, 2 also q|k|v and the attention
+// output kept as bf16 (LlamaModel.att_bf16, what training.attention = cudnn adds).
 static void run_open(Run *r, Recompute rc, int bf16) {
     ModelConfig mc;
     small_config(&mc);
     ModelShard shard = model_whole();
     shard.recompute = rc;
-    shard.bf16_acts = bf16;
+    shard.bf16_acts = bf16 > 0;
+    shard.att_bf16 = bf16 == 2;
     llama_build(&r->m, &mc, shard);
     r->params = xcalloc(sizeof(float) * r->m.num_elements, "test");
     r->grads = xcalloc(sizeof(float) * r->m.num_elements, "test");
@@ -157,6 +160,35 @@ int main(void) {
     CHECK(dl > 0 && dl < 1e-2 && dg > 0 && dg < 2e-2,
           "bf16 activations vs fp32: loss %.6f vs %.6f (%.1e relative), gradients %.1e relative (2-norm): "
           "rounded, within bf16's reach", l_none, l_f32, dl, dg);
+    // 5. bf16 q|k|v and attention output (LlamaModel.att_bf16; on the CPU the
+    //    reference ops: the fp32 attention of the widened values, rounded): the
+    //    recomputation modes bit for bit, and within bf16's reach of the bf16
+    //    activations above, but not equal (q|k|v, the output and the q|k|v gradient
+    //    are rounded where they were fp32).
+    Run anone, asel, afull;
+    run_open(&anone, RECOMPUTE_NONE, 2);
+    run_open(&asel, RECOMPUTE_SELECTIVE, 2);
+    run_open(&afull, RECOMPUTE_FULL, 2);
+    CHECK(anone.m.att_bf16 && !none.m.att_bf16, "att_bf16 follows ModelShard.att_bf16");
+    const double la_none = loss_of(&anone, 1), la_sel = loss_of(&asel, 1), la_full = loss_of(&afull, 1);
+    CHECK(la_none == la_sel && la_none == la_full && !memcmp(anone.grads, asel.grads, sizeof(float) * ne) &&
+              !memcmp(anone.grads, afull.grads, sizeof(float) * ne),
+          "bf16 q|k|v and attention output: recompute none, selective and full give the same loss (%.9f) and "
+          "gradients, bit for bit", la_none);
+    const double dla = fabs(la_none - l_none) / l_none, dga = rel_norm(anone.grads, none.grads, ne);
+    CHECK(dla > 0 && dla < 1e-2 && dga > 0 && dga < 2e-2,
+          "bf16 q|k|v and attention output vs bf16 activations: loss %.6f vs %.6f (%.1e relative), gradients "
+          "%.1e relative (2-norm): rounded, within bf16's reach", la_none, l_none, dla, dga);
+    //    The plan: each layer's q|k|v (N x QKV) and attention output (N x A) slots in
+    //    bf16 halves (rounded to 16 floats: exact here), nothing else changed.
+    const StageUnits sa = llama_all_units(&none.m);
+    const size_t qkv_a = (size_t)N * (none.m.Hl + 2 * none.m.KVl) * none.m.hd, att_a = (size_t)N * none.m.Hl * none.m.hd;
+    const size_t saved = (size_t)none.m.L * (qkv_a + att_a) * 2;  // 4 bytes -> 2 a value
+    const size_t bb = activations_bytes(&none.m, sa, B, S, 1), ba = activations_bytes(&anone.m, sa, B, S, 1);
+    CHECK(qkv_a % 32 == 0 && att_a % 32 == 0 && bb - ba == saved,
+          "activation plan: bf16 q|k|v and attention output keep %zu bytes fewer (%zu -> %zu): half of each layer's "
+          "two fp32 slots", bb - ba, bb, ba);
+    run_close(&anone), run_close(&asel), run_close(&afull);
     // 4. The plan: a layer's MLP buffers 3 Fl floats -> 2 Fl bf16 values a token,
     //    per layer slot kept: every layer, or under full recomputation the one
     //    working layer of the shared scratch.

@@ -93,7 +93,8 @@ static int same_bits(Recompute rc, int bf16, int tied, StageUnits su, int piece_
     small_config(&mc, tied);
     ModelShard shard = model_whole();
     shard.recompute = rc;
-    shard.bf16_acts = bf16;
+    shard.bf16_acts = bf16 > 0;
+    shard.att_bf16 = bf16 == 2;  // q|k|v and the attention output kept as bf16 too (training.attention = cudnn)
     LlamaModel m;
     llama_build(&m, &mc, shard);
     const size_t ne = m.num_elements, nd = (size_t)N * m.D;
@@ -160,14 +161,15 @@ int main(void) {
         StageUnits su;
         const char *name;
     } stages[] = {{{0, 4}, "whole model"}, {{0, 2}, "first stage"}, {{2, 3}, "middle stage"}, {{3, 4}, "last stage"}};
-    for (int bf16 = 0; bf16 <= 1; bf16++)
+    const char *acts[] = {"", ", bf16 activations", ", bf16 activations with bf16 q|k|v and attention output"};
+    for (int bf16 = 0; bf16 <= 2; bf16++)
         for (int r = 0; r < 3; r++)
             for (int tied = 0; tied <= 1; tied++)
                 for (int s = 0; s < 4; s++) {
                     const char *why;
                     int ok = same_bits(rcs[r], bf16, tied, stages[s].su, 0, &why);
                     CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s%s", stages[s].name,
-                          tied ? "tied" : "untied", rc_name[r], bf16 ? ", bf16 activations" : "", ok ? "" : ": ", why);
+                          tied ? "tied" : "untied", rc_name[r], acts[bf16], ok ? "" : ": ", why);
                 }
     // The row tables in pieces of 3 rows (29 rows: 10 pieces; the final unit: its
     // norm, then 10 head pieces), as the ZeRO-2/3 engine hands them out.
