@@ -6,7 +6,9 @@
 # = mma, the default, and wmma: build-cuda/tests/attention_gpu, bench/tools/
 # attention_gpu.c), as cuDNN's fused attention through femtotron's ops
 # (FEMTOTRON_ATTENTION=cudnn, training.attention = cudnn: the bf16 copies in and out
-# included) and as PyTorch's scaled_dot_product_attention in bf16 (bench/
+# included), as cuDNN's on the bf16 q|k|v and output a cudnn training run keeps
+# (cudnn-kept: attention_forward_bf16 / attention_backward_bf16, only dout
+# rounded) and as PyTorch's scaled_dot_product_attention in bf16 (bench/
 # tools/attention_torch.py, whichever backend PyTorch dispatches to), rounds
 # interleaved. Writes bench/results/attention_gpu.md: per shape and system the
 # median forward and backward times, TFLOP/s by FlashAttention's convention (causal
@@ -15,7 +17,7 @@
 # step holds and write fp32, as they run in training; PyTorch's take bf16.
 #
 # Knobs: ATT_SHAPES ["smollm-1.7b llama-3.2-1b llama-3.1-8b"] (or "tiny", for the
-# emulation), ATT_SYSTEMS ["mma cudnn wmma torch"], ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
+# emulation), ATT_SYSTEMS ["mma cudnn cudnn-kept wmma torch"], ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
 # [build-cuda/tests/attention_gpu], TORCH_PYTHON [python3], RES [bench/results],
 # LIMIT_S [60] a run. Without an NVIDIA GPU it says so and exits 0.
 set -uo pipefail
@@ -52,12 +54,14 @@ notes=()
 for r in $(seq 1 "$ROUNDS"); do
     for s in $SHAPES; do
         read -r B S H KV hd <<<"${SHAPE[$s]}"
-        systems=${ATT_SYSTEMS:-"mma cudnn wmma torch"}
+        systems=${ATT_SYSTEMS:-"mma cudnn cudnn-kept wmma torch"}
         ((r % 2 == 0)) && systems=$(tr ' ' '\n' <<<"$systems" | tac | tr '\n' ' ')  # interleaved: each first in turn
         for sys in $systems; do
             if [[ $sys == torch ]]; then
                 ((torch_ok)) || continue
                 line=$(timeout -k 5 "$LIMIT" "$PY" bench/tools/attention_torch.py "$B" "$S" "$H" "$KV" "$hd" "$RUNS" 2>&1 | tail -n 1)
+            elif [[ $sys == cudnn-kept ]]; then
+                line=$(env -u FEMTOTRON_ATTENTION timeout -k 5 "$LIMIT" "$ATT" "$B" "$S" "$H" "$KV" "$hd" "$RUNS" bf16-kept 2>&1 | tail -n 1)
             else
                 line=$(FEMTOTRON_ATTENTION=$sys timeout -k 5 "$LIMIT" "$ATT" "$B" "$S" "$H" "$KV" "$hd" "$RUNS" bf16 2>&1 | tail -n 1)
             fi

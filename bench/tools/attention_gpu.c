@@ -4,9 +4,12 @@
 // them (fp32 q|k|v packed per token, the causal mask, GQA), on seeded random inputs
 // in planned buffers. Precision "bf16" turns on bf16 products, which picks the
 // tensor-core kernels; FEMTOTRON_ATTENTION (mma | wmma | cudnn) picks their family
-// (cudnn: cuDNN's fused kernels, with the bf16 copies in and out that training runs).
+// (cudnn: cuDNN's fused kernels, with the bf16 copies in and out of the fp32 ops).
+// Precision "bf16-kept" times attention_forward_bf16 and attention_backward_bf16
+// instead, on bf16 q|k|v and output, as a training run with training.attention =
+// cudnn calls them (LlamaModel.att_bf16): cuDNN's kernels with only dout rounded.
 //
-//   attention_gpu B S H KV hd runs precision
+//   attention_gpu B S H KV hd runs fp32|bf16|bf16-kept
 //   -> "attention B S H KV hd precision P kernel K fwd_ms F bwd_ms G fwd_tflops X bwd_tflops Y"
 //
 // F and G are medians over `runs` timed calls after two warm-ups, each timed from a
@@ -48,19 +51,20 @@ static float *random_buffer(size_t n, float scale, unsigned *seed, const char *w
 
 int main(int argc, char **argv) {
     if (argc != 8) {
-        fprintf(stderr, "usage: %s B S H KV hd runs fp32|bf16\n", argv[0]);
+        fprintf(stderr, "usage: %s B S H KV hd runs fp32|bf16|bf16-kept\n", argv[0]);
         return 2;
     }
     const int B = atoi(argv[1]), S = atoi(argv[2]), H = atoi(argv[3]), KV = atoi(argv[4]), hd = atoi(argv[5]),
               runs = atoi(argv[6]);
     const char *precision = argv[7];
     if (B < 1 || S < 1 || H < 1 || KV < 1 || H % KV || hd < 1 || runs < 1 ||
-        (strcmp(precision, "fp32") && strcmp(precision, "bf16"))) {
-        fprintf(stderr, "attention_gpu: B S H KV hd runs must be positive, KV divide H, precision fp32 or bf16\n");
+        (strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "bf16-kept"))) {
+        fprintf(stderr, "attention_gpu: B S H KV hd runs must be positive, KV divide H, precision fp32, bf16 or "
+                        "bf16-kept\n");
         return 2;
     }
     ops_init(0);
-    const int bf16 = !strcmp(precision, "bf16");
+    const int kept = !strcmp(precision, "bf16-kept"), bf16 = kept || !strcmp(precision, "bf16");
     if (bf16 && !ops_has_bf16()) {
         fprintf(stderr, "attention_gpu: the %s backend has no bf16 products\n", ops_backend_name());
         return 2;
@@ -83,15 +87,22 @@ int main(int argc, char **argv) {
     for (int i = 0; i < S; i++) pos_h[i] = i;
     int *pos = buf_alloc(MEM_ACTIVATIONS, sizeof(int) * S, "positions");  // (S)
     ops_upload(pos, pos_h, sizeof(int) * S);
+    // bf16-kept: the bf16 q|k|v (rounded once, here), output and q|k|v gradient
+    uint16_t *qkv16 = kept ? buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 qkv") : NULL;    // (B*S, (H + 2 KV) hd)
+    uint16_t *out16 = kept ? buf_alloc(MEM_ACTIVATIONS, no * 2, "bf16 out") : NULL;    // (B*S, H hd)
+    uint16_t *dqkv16 = kept ? buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 dqkv") : NULL;  // (B*S, (H + 2 KV) hd)
+    if (kept) round_to_bf16(qkv16, qkv, nq);
 
     double *tf = xmalloc(sizeof(double) * runs, "times"), *tb = xmalloc(sizeof(double) * runs, "times");
     for (int r = -2; r < runs; r++) {  // two warm-ups
         ops_sync();
         const double t0 = now();
-        attention_forward(out, lse, m, l, qkv, pos, B, S, H, KV, hd, scratch);
+        if (kept) attention_forward_bf16(out16, lse, qkv16, pos, B, S, H, KV, hd);
+        else attention_forward(out, lse, m, l, qkv, pos, B, S, H, KV, hd, scratch);
         ops_sync();
         const double t1 = now();
-        attention_backward(dqkv, rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+        if (kept) attention_backward_bf16(dqkv16, dout, qkv16, out16, lse, pos, B, S, H, KV, hd);
+        else attention_backward(dqkv, rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
         ops_sync();
         const double t2 = now();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
@@ -101,7 +112,7 @@ int main(int argc, char **argv) {
     const double f = tf[runs / 2], b = tb[runs / 2];
     const double pairs = (double)B * H * S * (S + 1) / 2.0;
     const char *pick = getenv("FEMTOTRON_ATTENTION");
-    const char *kernel = !bf16 ? "fp32" : pick && *pick ? pick : "default";
+    const char *kernel = kept ? "cudnn-kept" : !bf16 ? "fp32" : pick && *pick ? pick : "default";
     printf("attention B %d S %d H %d KV %d hd %d precision %s kernel %s fwd_ms %.3f bwd_ms %.3f "
            "fwd_tflops %.4g bwd_tflops %.4g\n",
            B, S, H, KV, hd, precision, kernel, f * 1e3, b * 1e3, 4.0 * hd * pairs / f / 1e12,
