@@ -287,55 +287,44 @@ void rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, i
     rope_rotate(dqkv, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
 }
 
-void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t, int B,
-                           int S, int H, int KV, int hd) {
+// RoPE written as bf16, from fp32 values (x32) or bf16 ones (x16, widened): each
+// pair rotated in fp32 by rope_pair and rounded as written; v's columns rounded
+// (x32) or copied (x16, where dst is not x16: the forward rotates in place).
+static void rope_rotate_to_bf16(uint16_t *dst, const float *x32, const uint16_t *x16, const float *cos_t,
+                                const float *sin_t, int B, int S, int H, int KV, int hd, float dir) {
     const int half = hd / 2, row = (H + 2 * KV) * hd, heads = H + KV;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < B * S; t++) {
         const float *c = cos_t + (size_t)(t % S) * half, *s = sin_t + (size_t)(t % S) * half;
-        const float *x = dqkv + (size_t)t * row;
-        uint16_t *y = dqkv16 + (size_t)t * row;
+        const size_t r = (size_t)t * row;
+        uint16_t *y = dst + r;
         for (int h = 0; h < heads; h++)
             for (int i = 0; i < half; i++) {
                 const size_t j = (size_t)h * hd + i;
+                const float a = x32 ? x32[r + j] : bf16_to_f32(x16[r + j]);
+                const float b = x32 ? x32[r + j + half] : bf16_to_f32(x16[r + j + half]);
                 float y1, y2;
-                rope_pair(x[j], x[j + half], c[i], -s[i], &y1, &y2);
+                rope_pair(a, b, c[i], dir * s[i], &y1, &y2);
                 y[j] = bf16_from_f32(y1), y[j + half] = bf16_from_f32(y2);
             }
-        for (int j = heads * hd; j < row; j++) y[j] = bf16_from_f32(x[j]);  // v: rounded as it is
+        for (int j = heads * hd; j < row; j++)  // v: rounded as it is, or copied
+            if (x32 || dst != x16) y[j] = x32 ? bf16_from_f32(x32[r + j]) : x16[r + j];
     }
 }
 
-// RoPE on bf16 q|k|v (LlamaModel.att_bf16): each pair widened, rotated in fp32 by
-// rope_pair, rounded as written; dst may be src (the forward, in place). v's
-// columns are copied where dst is not src.
-static void rope_rotate_bf16(uint16_t *dst, const uint16_t *src, const float *cos_t, const float *sin_t, int B,
-                             int S, int H, int KV, int hd, float dir) {
-    const int half = hd / 2, row = (H + 2 * KV) * hd, heads = H + KV;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < B * S; t++) {
-        const float *c = cos_t + (size_t)(t % S) * half, *s = sin_t + (size_t)(t % S) * half;
-        const uint16_t *x = src + (size_t)t * row;
-        uint16_t *y = dst + (size_t)t * row;
-        for (int h = 0; h < heads; h++)
-            for (int i = 0; i < half; i++) {
-                const size_t j = (size_t)h * hd + i;
-                float y1, y2;
-                rope_pair(bf16_to_f32(x[j]), bf16_to_f32(x[j + half]), c[i], dir * s[i], &y1, &y2);
-                y[j] = bf16_from_f32(y1), y[j + half] = bf16_from_f32(y2);
-            }
-        if (dst != src) memcpy(y + (size_t)heads * hd, x + (size_t)heads * hd, sizeof(uint16_t) * KV * hd);
-    }
+void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos_t, const float *sin_t, int B,
+                           int S, int H, int KV, int hd) {
+    rope_rotate_to_bf16(dqkv16, dqkv, NULL, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
 }
 
 void rope_forward_bf16(uint16_t *qkv16, const float *cos_t, const float *sin_t, int B, int S, int H, int KV,
                        int hd) {
-    rope_rotate_bf16(qkv16, qkv16, cos_t, sin_t, B, S, H, KV, hd, 1.0f);
+    rope_rotate_to_bf16(qkv16, NULL, qkv16, cos_t, sin_t, B, S, H, KV, hd, 1.0f);
 }
 
 void rope_backward_bf16(uint16_t *dst16, const uint16_t *src16, const float *cos_t, const float *sin_t, int B, int S,
                         int H, int KV, int hd) {
-    rope_rotate_bf16(dst16, src16, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
+    rope_rotate_to_bf16(dst16, NULL, src16, cos_t, sin_t, B, S, H, KV, hd, -1.0f);
 }
 
 // ----------------------------------------------------------------------- SwiGLU
