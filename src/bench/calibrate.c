@@ -23,6 +23,8 @@
 //   attn_*    attention_forward / attention_backward (causal, one sequence of
 //             S = 128 .. 2048 tokens, 8 heads of --head-dim), keyed by the FLOPs of
 //             one (sequence, head): forward 4·hd·S(S+1)/2, backward twice that;
+//             with --attention cudnn attention_forward_bf16 / attention_backward_bf16
+//             on bf16 q|k|v and output, the ops a cudnn run calls;
 //   mem_bw    one layer's elementwise kernels (rmsnorm, residual, RoPE, SwiGLU),
 //             priced as the step model counts them;
 //   peak      the square sgemm peak (bench_gemm_peak), raised to the best curve
@@ -145,7 +147,7 @@ static int parse_int(const char *s, const char *opt) {
 int bench_calibrate_main(int argc, char **argv) {
     const char *output = "profile.json";
     int threads = 0;
-    CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0, 0};
+    CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0, 0, 0};
     const char *precision = ops_has_bf16() ? "bf16" : "fp32", *attention = "femtotron";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -180,6 +182,7 @@ int bench_calibrate_main(int argc, char **argv) {
     ops_set_matmul_bf16(!strcmp(precision, "bf16"));  // products and attention's, as in training
     ops_set_attention_cudnn(!strcmp(attention, "cudnn"));  // fatal on the CPU build, naming it
     o.bf16 = !strcmp(precision, "bf16");
+    o.cudnn = !strcmp(attention, "cudnn");
     if (o.quick) o.target_s = 0.03;
     if (comm_world_rank() == 0) check_writable(output);
     double t0 = now_seconds();

@@ -158,23 +158,32 @@ static const int ATT_SEQ[] = {128, 256, 512, 1024, 2048};
 #define ATT_HEADS_GPU 64
 #define N_SEQ ((int)(sizeof ATT_SEQ / sizeof ATT_SEQ[0]))
 
-// Causal attention of one sequence (B = 1) of S tokens, H heads of hd.
+// Causal attention of one sequence (B = 1) of S tokens, H heads of hd. kept: the
+// bf16 ops on bf16 q|k|v and output (--attention cudnn: what a cudnn run calls,
+// LlamaModel.att_bf16), over the same buffers' first halves.
 typedef struct {
-    int S, hd, H;
+    int S, hd, H, kept;
     float *qkv, *dqkv, *out, *dout, *lse, *m, *l, *scratch;
     const int *pos;
 } AttnCall;
 
 static void attn_forward_call(const void *p) {
     const AttnCall *a = p;
-    attention_forward(a->out, a->lse, a->m, a->l, a->qkv, a->pos, 1, a->S, a->H, a->H, a->hd,
-                      a->scratch);
+    if (a->kept)
+        attention_forward_bf16((uint16_t *)a->out, a->lse, (const uint16_t *)a->qkv, a->pos, 1, a->S, a->H, a->H,
+                               a->hd);
+    else
+        attention_forward(a->out, a->lse, a->m, a->l, a->qkv, a->pos, 1, a->S, a->H, a->H, a->hd, a->scratch);
 }
 
 static void attn_backward_call(const void *p) {  // m serves as the rowdot scratch
     const AttnCall *a = p;
-    attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, a->H, a->H,
-                       a->hd, a->scratch);
+    if (a->kept)
+        attention_backward_bf16((uint16_t *)a->dqkv, a->dout, (const uint16_t *)a->qkv, (const uint16_t *)a->out,
+                                a->lse, a->pos, 1, a->S, a->H, a->H, a->hd);
+    else
+        attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, a->H, a->H, a->hd,
+                           a->scratch);
 }
 
 void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o) {
@@ -194,11 +203,15 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
     for (int i = 0; i < Smax; i++) pos[i] = i;
     calib_fill_random(qkv, S * ld, 7);
     calib_fill_random(dout, S * H * hd, 8);
+    if (o->cudnn) {  // bf16 q|k|v: random values rounded into qkv's first half (dqkv: free until the backward)
+        calib_fill_random(dqkv, S * ld, 7);
+        round_to_bf16((uint16_t *)qkv, dqkv, S * ld);
+    }
     double work[N_SEQ], rf[N_SEQ], rb[N_SEQ];
     for (int s = 0; s < ns; s++) {
         int Sq = ATT_SEQ[s];
         work[s] = 4.0 * hd * (double)Sq * (Sq + 1) / 2;  // one (sequence, head)
-        AttnCall a = {Sq, hd, H, qkv, dqkv, out, dout, lse, m, l, scratch, pos};
+        AttnCall a = {Sq, hd, H, o->cudnn, qkv, dqkv, out, dout, lse, m, l, scratch, pos};
         double fwd_s = calib_time_call((CalibCall){attn_forward_call, &a}, o);
         double bwd_s = calib_time_call((CalibCall){attn_backward_call, &a}, o);
         rf[s] = H * work[s] / fwd_s;

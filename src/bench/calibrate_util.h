@@ -15,6 +15,8 @@ typedef struct {
     int head_dim;     // head dim of the attention curves (the model's)
     int gpu;          // the ops run on a GPU: larger GEMM shapes
     int bf16;         // bf16 products (--precision bf16): every GEMM operand read as bf16
+    int cudnn;        // --attention cudnn: the attention curves time the bf16 ops a cudnn run
+                      // calls (attention_forward_bf16 / attention_backward_bf16, ops.h)
 } CalibOpts;
 
 // A call to time: fn(ctx).

@@ -57,6 +57,20 @@ else
     failed "calibrate bf16 exited with an error: $(tail -3 "$tmp/bf16.log")"
 fi
 
+# --attention cudnn: the attention curves time the bf16 ops a cudnn run calls
+# (attention_forward_bf16 / attention_backward_bf16), and the profile says so.
+if calibrate cudnn --attention cudnn; then
+    read -r att nf nb fastest <<<"$(key "$tmp/cudnn.json" \
+        "d.get('attention'), len(d['attn_fwd']['work']), len(d['attn_bwd']['work']), max(d['attn_fwd']['rate'] + d['attn_bwd']['rate'])")"
+    if [ "$att" = cudnn ] && [ "$nf" -ge 3 ] && [ "$nb" -ge 3 ] && awk -v r="$fastest" -v l="${limit:-2e15}" 'BEGIN{exit !(r > 0 && r < l)}'; then
+        echo "PASS calibrate --attention cudnn: attention \"cudnn\" in the profile, $nf forward and $nb backward points on cuDNN's bf16 ops"
+    else
+        failed "calibrate --attention cudnn profile: attention $att, $nf/$nb attention points, fastest $fastest"
+    fi
+else
+    failed "calibrate --attention cudnn exited with an error: $(tail -3 "$tmp/cudnn.log")"
+fi
+
 if calibrate fp32 --precision fp32; then
     read -r prec peak32 <<<"$(key "$tmp/fp32.json" "d['precision'], d['peak_flops']")"
     if [ "$prec" != fp32 ]; then
