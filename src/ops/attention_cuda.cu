@@ -301,9 +301,11 @@ static int g_cudnn;  // ops_set_attention_cudnn
 
 extern "C" void ops_set_attention_cudnn(int on) { g_cudnn = on != 0; }
 
-// cuDNN takes this single-block call: bf16 products, and FEMTOTRON_ATTENTION=cudnn,
-// or training.attention = cudnn where FEMTOTRON_ATTENTION is unset (the variable,
-// a developer's knob, wins: =mma or =wmma times femtotron's kernels in a cudnn run).
+// cuDNN takes this single-block call of the fp32 ops: bf16 products, and
+// FEMTOTRON_ATTENTION=cudnn, or ops_set_attention_cudnn where FEMTOTRON_ATTENTION is
+// unset (the variable, a developer's knob, wins: =mma or =wmma times femtotron's
+// kernels in bench/tools/attention_gpu.c). A training run with training.attention =
+// cudnn calls the bf16 ops below instead, which only cuDNN serves.
 static bool use_cudnn(void) {
     if (!cuda_bf16_products()) return false;
     const char *pick = getenv("FEMTOTRON_ATTENTION");
@@ -387,9 +389,19 @@ static void cudnn_backward(float *dqkv, const float *dout, const float *qkv, con
 
 // The bf16 ops (LlamaModel.att_bf16): q|k|v, the output and the q|k|v gradient
 // are the model's own bf16 buffers, handed to cuDNN as they are; only dout is
-// rounded (into the part's dO copy). Always cuDNN: these ops exist for it.
+// rounded (into the part's dO copy). Always cuDNN: these ops exist for it, so
+// FEMTOTRON_ATTENTION naming femtotron's kernels is refused rather than ignored.
+static void refuse_other_kernels(void) {
+    const char *pick = getenv("FEMTOTRON_ATTENTION");
+    if (pick && strcmp(pick, "cudnn") != 0)
+        die("FEMTOTRON_ATTENTION=%s, but this run keeps q|k|v in bf16 for cuDNN (training.attention = cudnn): set "
+            "training.attention = femtotron to run femtotron's kernels, or unset FEMTOTRON_ATTENTION",
+            pick);
+}
+
 extern "C" void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, const int *pos, int B,
                                        int S, int H, int KV, int hd) {
+    refuse_other_kernels();
     if ((size_t)B * H * S == 0) return;
     check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];
@@ -402,6 +414,7 @@ extern "C" void attention_forward_bf16(uint16_t *out16, float *lse, const uint16
 extern "C" void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16,
                                         const uint16_t *out16, const float *lse, const int *pos, int B, int S, int H,
                                         int KV, int hd) {
+    refuse_other_kernels();
     if ((size_t)B * H * S == 0) return;
     check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];

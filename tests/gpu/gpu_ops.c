@@ -691,8 +691,10 @@ static void test_workspace(const char *self) {
 }
 
 // FEMTOTRON_ATTENTION naming no kernel family: a bf16 attention ends the process
-// naming the value and the choices (a child: argv[0] --attention-kernel 0).
-static int attention_kernel_child(void) {
+// naming the value and the choices (a child: argv[0] --attention-kernel 0); naming
+// femtotron's mma kernels to the bf16 ops, which only cuDNN serves (a cudnn run's,
+// LlamaModel.att_bf16), ends it too, naming the fix (--attention-kernel 1).
+static int attention_kernel_child(int kept) {
     ops_init(0);
     ops_set_matmul_bf16(1);
     enum { B = 1, S = 16, H = 2, KV = 1, HD = 64, LD = (H + 2 * KV) * HD };
@@ -704,8 +706,9 @@ static int attention_kernel_child(void) {
     for (int i = 0; i < S; i++) pos_h[i] = i;
     ops_upload(pos, pos_h, sizeof pos_h);
     zero_f32(qkv, (size_t)S * LD);
-    setenv("FEMTOTRON_ATTENTION", "flash3", 1);
-    attention_forward(out, st, st + H * S, st + 2 * H * S, qkv, pos, B, S, H, KV, HD, NULL);
+    setenv("FEMTOTRON_ATTENTION", kept ? "mma" : "flash3", 1);
+    if (kept) attention_forward_bf16((uint16_t *)out, st, (const uint16_t *)qkv, pos, B, S, H, KV, HD);
+    else attention_forward(out, st, st + H * S, st + 2 * H * S, qkv, pos, B, S, H, KV, HD, NULL);
     ops_sync();
     printf("not refused\n");
     return 0;
@@ -717,11 +720,16 @@ static void test_attention_kernel_refused(const char *self) {
     CHECK(rc != 0 && strstr(out, "FEMTOTRON_ATTENTION=flash3") && strstr(out, "mma") && strstr(out, "wmma") &&
               strstr(out, "cudnn") && !strstr(out, "not refused"),
           "FEMTOTRON_ATTENTION=flash3: refused, naming the kernels there are (status %d: %.200s)", rc, out);
+    const int rk = run_self(self, "--attention-kernel", 1, out, sizeof out);
+    CHECK(rk != 0 && strstr(out, "FEMTOTRON_ATTENTION=mma") && strstr(out, "training.attention = femtotron") &&
+              !strstr(out, "not refused"),
+          "FEMTOTRON_ATTENTION=mma to the bf16 ops (a cudnn run's): refused rather than ignored, naming the fix "
+          "(status %d: %.200s)", rk, out);
 }
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad-id")) return bad_id_child(atoi(argv[2]));
-    if (argc == 3 && !strcmp(argv[1], "--attention-kernel")) return attention_kernel_child();
+    if (argc == 3 && !strcmp(argv[1], "--attention-kernel")) return attention_kernel_child(atoi(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "--beyond-workspace")) return beyond_workspace_child(atoi(argv[2]));
     ops_init(0);  // dies, saying so, without a GPU
     // Built against the CUDA objects (make cuda) this compares the GPU with the CPU;
