@@ -10,10 +10,10 @@ size_t ops_cuda_operand_elements(size_t rows, size_t cols) { return rows * round
 
 size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S) { return B * H * round_up(S, 128) * round_up(S, 128); }
 
-void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, size_t part[CUDNN_PARTS]) {
-    part[CUDNN_QKV16] = round_up(2 * att_qkv, 256);
-    part[CUDNN_O16] = part[CUDNN_DO16] = round_up(2 * att_out, 256);
-    part[CUDNN_DQKV16] = part[CUDNN_QKV16];
+void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, int copies, size_t part[CUDNN_PARTS]) {
+    part[CUDNN_QKV16] = part[CUDNN_DQKV16] = copies ? round_up(2 * att_qkv, 256) : 0;
+    part[CUDNN_O16] = copies ? round_up(2 * att_out, 256) : 0;
+    part[CUDNN_DO16] = round_up(2 * att_out, 256);
     part[CUDNN_WS] = round_up(OPS_CUDA_CUDNN_RESERVE(att_out, att_scores), 256);
 }
 
@@ -34,7 +34,7 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b) {
     }
     if (b->bf16 && b->cudnn_attention) {
         size_t part[CUDNN_PARTS];
-        ops_cuda_cudnn_parts(b->att_qkv, b->att_out, b->att_scores, part);
+        ops_cuda_cudnn_parts(b->att_qkv, b->att_out, b->att_scores, 0, part);  // a run calls the bf16 ops
         for (int i = 0; i < CUDNN_PARTS; i++) w.att += part[i];
     }
     // + 256 of slack: the backend starts the first part 256-byte aligned (cuBLASLt's

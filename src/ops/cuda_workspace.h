@@ -28,7 +28,8 @@ typedef struct {
     size_t scratch;  // (max(rows, OPS_CUDA_SUM_BLOCKS)) doubles: row losses, sum partials; or, if
                      // larger, (OPS_CUDA_COL_CHUNKS, in_cols) floats: column sums' partials
     size_t half[3];  // bf16 operand copies, slots 0..2 (0 bytes in fp32)
-    size_t att;      // cuDNN attention's buffers (ops_cuda_cudnn_parts; 0 bytes unless cudnn_attention)
+    size_t att;      // cuDNN attention's buffers (ops_cuda_cudnn_parts without the copies; 0 bytes
+                     // unless cudnn_attention)
     size_t total;    // the parts + 256 bytes of slack to align the first to 256
 } OpsCudaWorkspace;
 #define OPS_CUDA_LT_WORKSPACE ((size_t)32 << 20)  // llm.c's size on Hopper (GPU_NOTES.md)
@@ -42,7 +43,10 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
 // The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
 // multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the
 // output and of its gradient (att_out each), cuDNN's bf16 q|k|v gradient
-// (att_qkv), and cuDNN's own workspace, reserved as OPS_CUDA_CUDNN_RESERVE
+// (att_qkv), and cuDNN's own workspace. `copies` 0 leaves out the three that only
+// the fp32 ops on cuDNN use (q|k|v, the output, the q|k|v gradient: a cudnn
+// training run keeps those in bf16 itself and calls the bf16 ops, ops.h), which is
+// what the memory plan counts. cuDNN's workspace is reserved as OPS_CUDA_CUDNN_RESERVE
 // because only cuDNN knows its size once it has picked a kernel (an op asking
 // more is fatal, naming both sizes). The reserve has two terms:
 // - 2 bytes a padded score (att_scores): on Hopper the deterministic backward
@@ -56,7 +60,7 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
 enum { CUDNN_QKV16, CUDNN_O16, CUDNN_DO16, CUDNN_DQKV16, CUDNN_WS, CUDNN_PARTS };
 #define OPS_CUDA_CUDNN_RESERVE(att_out, att_scores) \
     (5 * 4 * (size_t)(att_out) + 2 * (size_t)(att_scores) + ((size_t)32 << 20))
-void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, size_t part[CUDNN_PARTS]);
+void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, int copies, size_t part[CUDNN_PARTS]);
 // B*H*S_pad*S_pad: one attention call's scores with S padded to a multiple of 128
 // (cuDNN pads to 64 queries and 128 keys; 128 for both is the safe bound).
 size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S);

@@ -35,7 +35,7 @@ static int cudnn_ready(const char *what) {
 // reserve the memory plan counts (ops_cuda_cudnn_parts).
 static void expect_workspace_fits(int B, int S, int H, int KV, int hd) {
     size_t part[CUDNN_PARTS];
-    ops_cuda_cudnn_parts((size_t)B * S * (H + 2 * KV) * hd, (size_t)B * S * H * hd, ops_cuda_cudnn_scores(B, H, S),
+    ops_cuda_cudnn_parts((size_t)B * S * (H + 2 * KV) * hd, (size_t)B * S * H * hd, ops_cuda_cudnn_scores(B, H, S), 0,
                          part);
     const size_t wf = cudnn_attention_workspace(0, B, S, H, KV, hd), wb = cudnn_attention_workspace(1, B, S, H, KV, hd);
     CHECK(wf <= part[CUDNN_WS] && wb <= part[CUDNN_WS],

@@ -45,25 +45,31 @@ static void test_parts(void) {
           w.half[2]);
     CHECK(ops_cuda_operand_elements(3, 17) == 3 * 24 && ops_cuda_operand_elements(0, 17) == 0,
           "an operand's rows are padded to 8 values");
-    // cuDNN's attention part: only with cudnn_attention and bf16; the bf16 copies of
-    // q|k|v (1000 x 96), the output and its gradient (1000 x 64 each), cuDNN's q|k|v
-    // gradient, and the reserve for cuDNN's own workspace: 5 floats an output value,
-    // 2 bytes a padded score (B 2, H 4, S 500 -> 512: Hopper's deterministic
-    // backward keeps dP in bf16), 32 MiB.
+    // cuDNN's attention part: only with cudnn_attention and bf16; what a run's bf16
+    // ops use: the bf16 copy of the output gradient (1000 x 64) and the reserve for
+    // cuDNN's own workspace: 5 floats an output value, 2 bytes a padded score (B 2,
+    // H 4, S 500 -> 512: Hopper's deterministic backward keeps dP in bf16), 32 MiB.
+    // The fp32 ops' parts (copies 1) add the copies of q|k|v (1000 x 96), the output
+    // and cuDNN's q|k|v gradient.
     b.att_qkv = 1000 * 96, b.att_out = 1000 * 64, b.att_scores = ops_cuda_cudnn_scores(2, 4, 500);
     CHECK(b.att_scores == 2 * 4 * 512 * 512, "cuDNN's scores: B x H x S x S with S padded to 128 (%zu)", b.att_scores);
     const size_t before = ops_cuda_workspace(&b).total;
     CHECK(ops_cuda_workspace(&b).att == 0, "no cuDNN attention part unless training.attention = cudnn");
     b.cudnn_attention = 1;
     w = ops_cuda_workspace(&b);
-    size_t part[CUDNN_PARTS];
-    ops_cuda_cudnn_parts(b.att_qkv, b.att_out, b.att_scores, part);
+    size_t part[CUDNN_PARTS], all[CUDNN_PARTS];
+    ops_cuda_cudnn_parts(b.att_qkv, b.att_out, b.att_scores, 0, part);
+    ops_cuda_cudnn_parts(b.att_qkv, b.att_out, b.att_scores, 1, all);
     const size_t reserve = r256(5 * 4 * 64000 + 2 * 2 * 4 * 512 * 512 + ((size_t)32 << 20));
-    const size_t want = r256(2 * 96000) * 2 + r256(2 * 64000) * 2 + reserve;
-    CHECK(w.att == want && w.total == before + want && part[CUDNN_QKV16] == r256(2 * 96000) &&
-              part[CUDNN_DO16] == r256(2 * 64000) && part[CUDNN_WS] == reserve &&
+    const size_t want = r256(2 * 64000) + reserve;
+    CHECK(w.att == want && w.total == before + want && part[CUDNN_QKV16] == 0 && part[CUDNN_O16] == 0 &&
+              part[CUDNN_DQKV16] == 0 && part[CUDNN_DO16] == r256(2 * 64000) && part[CUDNN_WS] == reserve &&
               reserve == r256(OPS_CUDA_CUDNN_RESERVE(64000, b.att_scores)),
-          "cudnn: q|k|v, out, dout and dq|dk|dv in bf16 and cuDNN's reserve, %zu bytes more (%zu)", want, w.att);
+          "cudnn: the bf16 ops' dout copy and cuDNN's reserve, %zu bytes more (%zu); no copy of q|k|v, the output "
+          "or their gradient", want, w.att);
+    CHECK(all[CUDNN_QKV16] == r256(2 * 96000) && all[CUDNN_DQKV16] == r256(2 * 96000) &&
+              all[CUDNN_O16] == r256(2 * 64000) && all[CUDNN_DO16] == part[CUDNN_DO16] && all[CUDNN_WS] == reserve,
+          "the fp32 ops on cuDNN: bf16 copies of q|k|v, the output and their gradients besides");
     b.bf16 = 0;
     CHECK(ops_cuda_workspace(&b).att == 0, "no cuDNN attention part in fp32 (cuDNN's kernels take bf16)");
 }
