@@ -50,6 +50,8 @@ typedef struct {
     double D, hd, Hl, KVl, Fl, Vl;  // local widths
     double bpv;                     // bytes per activation value
     int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
+    int att_kept;                   // ... with cuDNN's attention (the profile's "attention"): q|k|v and
+                                    // the attention output kept as bf16 (LlamaModel.att_bf16)
     // Where each group's collectives run: LINK_INTER / LINK_INTRA (the link class,
     // hardware_collective_s's intra_node), or LINK_PLACED + d: on dimension d's
     // bottleneck link in the placement, priced by link_hw[d].
@@ -127,6 +129,12 @@ static double attention_bwd_s(const Shape *s) {
     return total / curve_rate(&s->hw->attn_bwd, 2.0 * attention_block_work(s));
 }
 
+// RoPE's traffic on q and k, in values of bytes_per_value: read and write each,
+// half the bytes where they are kept as bf16 (att_kept).
+static double rope_values(const Shape *s) {
+    return 2 * s->N * (s->Hl + s->KVl) * s->hd * (s->att_kept ? 0.5 : 1.0);
+}
+
 // One decoder layer's forward.
 static Cost layer_fwd(const Shape *s) {
     const PlanLayout *l = s->l;
@@ -137,9 +145,10 @@ static Cost layer_fwd(const Shape *s) {
     c.compute = gemm_s(s, 2 * N * D * QKV) + gemm_s(s, 2 * N * A * D) + gemm_s(s, 2 * N * D * up) +
                 gemm_s(s, 2 * N * s->Fl * D) + attn;
     // rmsnorm x2 (read + write), residual x2 (2 reads + write), RoPE on q and k, SwiGLU
-    c.compute += elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
-    // bf16: o's input, the attention output (the norms write bf16 themselves)
-    c.compute += rounding_s(s, N * A);
+    c.compute += elementwise_s(s, 10 * Nr * D + rope_values(s) + 3 * N * s->Fl);
+    // bf16: o's input, the attention output (the norms write bf16 themselves), unless
+    // cuDNN wrote it as bf16 (att_kept)
+    if (!s->att_kept) c.compute += rounding_s(s, N * A);
     const double act = N * D * s->bpv;  // one gathered (N, D) activation
     if (l->tp > 1) {
         if (l->sp)
@@ -176,8 +185,9 @@ static Cost layer_bwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
-    c.compute += 2 * elementwise_s(s, 10 * Nr * D + 2 * N * (s->Hl + s->KVl) * s->hd + 3 * N * s->Fl);
-    // bf16: o's output gradient and input, and down's output gradient
+    c.compute += 2 * elementwise_s(s, 10 * Nr * D + rope_values(s) + 3 * N * s->Fl);
+    // bf16: o's output gradient and input, and down's output gradient (att_kept: o's
+    // input is kept as bf16, but cuDNN's dout is rounded instead: the same traffic)
     c.compute += rounding_s(s, 2 * N * D + N * A);
     const double act = N * D * s->bpv;
     if (l->tp > 1) {
@@ -299,6 +309,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.Vl = ceil((double)pm->V / l->tp);
     s.bpv = hw->bytes_per_value;
     s.rounds = hw->bytes_per_value == 4 && !strcmp(hw->precision, "bf16");
+    s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);

@@ -411,6 +411,30 @@ static void test_moe(void) {
           "working sets and the router probabilities (%.2f GiB more)", (a_moe - a_dense) / 1073741824.0);
 }
 
+// femtotron's bf16 run (a 4-byte profile of bf16 products) on cuDNN's attention
+// (the profile's "attention": cudnn) keeps q|k|v and the attention output in bf16:
+// no pass rounds o's input in the forward, and RoPE moves 2 bytes a value in both
+// directions. So against the same profile timed on femtotron's kernels, each
+// layer's step is shorter by (1.5 N A + 3 N (H + KV) hd) x 4 bytes / mem_bw
+// (the backward rounds cuDNN's dout where it rounded o's input: the same traffic).
+static void test_step_time_cudnn(void) {
+    Hardware hw = ideal(1e14, 0, 1e30);
+    hw.mem_bw = 2e12;
+    hw.bytes_per_value = 4;
+    strcpy(hw.precision, "bf16");
+    strcpy(hw.attention, "femtotron");
+    PlanProblem p = plan_problem("smollm-360m", 1, 2048, 8, hw);
+    PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
+    const StepTime f = plan_step_time(&p, &one);
+    strcpy(p.hw.attention, "cudnn");
+    const StepTime c = plan_step_time(&p, &one);
+    const double N = 2048, A = 15 * 64, HKV = (15 + 5) * 64, L = 32, micro = 8;
+    const double want = micro * L * (1.5 * N * A + 3 * N * HKV) * 4 / 2e12;
+    CHECK(rel_diff(f.total - c.total, want) < 1e-9 && f.optimizer == c.optimizer,
+          "cuDNN's bf16 q|k|v in the step model: %.3f ms less a step (want %.3f: no rounding of o's input, RoPE on "
+          "bf16)", 1e3 * (f.total - c.total), 1e3 * want);
+}
+
 int main(void) {
     test_moe();
     test_bubble();
@@ -418,6 +442,7 @@ int main(void) {
     test_zero_bubble_v();
     test_memory_formulas();
     test_step_time();
+    test_step_time_cudnn();
     test_search();
     return check_summary();
 }
