@@ -17,7 +17,7 @@
 # step holds and write fp32, as they run in training; PyTorch's take bf16.
 #
 # Knobs: ATT_SHAPES ["smollm-1.7b llama-3.2-1b llama-3.1-8b"] (or "tiny", for the
-# emulation), ATT_SYSTEMS ["mma cudnn cudnn-kept wmma torch"], ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
+# emulation), ATT_SYSTEMS ["mma cudnn-kept torch cudnn wmma": the rows a capped run needs most first], ROUNDS [2], RUNS [20] timed calls a run, ATT_BIN
 # [build-cuda/tests/attention_gpu], TORCH_PYTHON [python3], RES [bench/results],
 # LIMIT_S [60] a run. Without an NVIDIA GPU it says so and exits 0.
 set -uo pipefail
@@ -54,7 +54,7 @@ notes=()
 for r in $(seq 1 "$ROUNDS"); do
     for s in $SHAPES; do
         read -r B S H KV hd <<<"${SHAPE[$s]}"
-        systems=${ATT_SYSTEMS:-"mma cudnn cudnn-kept wmma torch"}
+        systems=${ATT_SYSTEMS:-"mma cudnn-kept torch cudnn wmma"}
         ((r % 2 == 0)) && systems=$(tr ' ' '\n' <<<"$systems" | tac | tr '\n' ' ')  # interleaved: each first in turn
         for sys in $systems; do
             if [[ $sys == torch ]]; then
