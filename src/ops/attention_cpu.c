@@ -283,7 +283,6 @@ void attention_backward(float *dqkv, float *rowdot, const float *dout, const flo
                              pos, pos, B, S, S, H, KV, hd, scratch);
 }
 
-
 // ---- bf16 q|k|v (LlamaModel.att_bf16; ops.h) ----
 // The reference for cuDNN's bf16 attention: the fp32 attention above on the
 // widened values (dout rounded to bf16 first, as cuDNN reads it), its output and
