@@ -34,41 +34,17 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     const float *w = lw.w;
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
-    const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
     const float eps = (float)m->cfg.rms_norm_eps;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     const LayerSaved s = layer_saved(m, a, i);
-    const RingAttention ra = activations_ring(m, a);
 
     // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
     // the input of the product after it (under bf16 activations as bf16, normed16,
     // read as it is, once). Without full recomputation s.x and s.out are the one
     // stream buffer: x is last read by the residual add into mid.
     uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
-    if (m->att_bf16) {
-        // q|k|v and the attention output as bf16 in their fp32 slots (LlamaModel.att_bf16):
-        // the product writes bf16 (a->dqkv, free in the forward: room for a backend
-        // that rounds an fp32 result), RoPE rotates it in place, cuDNN reads it and
-        // writes a bf16 output, which the o product reads as it is (dbuf_i: room to widen it).
-        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn;  // (N, QKV), (N, A) bf16
-        rmsnorm_forward_to_bf16(normed16, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-        tp_column_forward_bf16(tp, qkv16, a->dqkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
-        rope_forward_bf16(qkv16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-        attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
-        tp_row_forward_from_bf16(tp, s.mid, attn16, a->dbuf_i, AT(w, u, lo->o), a->tp_partial, N, A, D);  // o
-    } else {
-        if (m->qkv_bf16) {
-            rmsnorm_forward_to_bf16(normed16, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-            tp_column_forward_from_bf16(tp, s.qkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
-        } else {
-            rmsnorm_forward(a->normed, s.ln1, s.ln1_rstd, s.x, AT(w, u, lo->ln1), Nr, D, eps);
-            tp_column_forward(tp, s.qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
-        }
-        rope_forward(s.qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-        ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-        tp_row_forward(tp, s.mid, s.attn, AT(w, u, lo->o), a->tp_partial, N, A, D);  // o
-    }
+    llama_attention_forward(m, a, &s, w, u);
     residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
     if (m->mlp_bf16) rmsnorm_forward_to_bf16(normed16, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     else rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
@@ -328,7 +304,7 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
 static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D;
-    const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
+    const int QKV = (m->Hl + 2 * m->KVl) * m->hd;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     float *dres = a->dresid, *dd = a->dbuf_d;
@@ -338,7 +314,6 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     const LayerGrads lg = llama_layer_grads(m, pa, u);
     float *g = lg.g;
     const LayerSaved s = layer_saved(m, a, i);
-    const RingAttention ra = activations_ring(m, a);
 
     // MLP: out = mid + down(swiglu(gate_up(rmsnorm2(mid)))); dres flows to mid as is.
     if (m->E > 0) {  // or out = mid + moe(rmsnorm2(mid)) (model/moe.h)
@@ -374,31 +349,19 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     }
     tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
                      Nr, D);
-    // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x)))))
-    if (m->att_bf16) {  // bf16 q|k|v and output (the forward's): cuDNN's bf16 q|k|v gradient into
-        // dqkv's room, RoPE's backward from there to dbuf_i as bf16 (the attention's dout, read)
-        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn, *draw16 = (uint16_t *)a->dqkv;
-        tp_row_backward_from_bf16(tp, a->dbuf_i, AT(g, u, lo->o), dres, attn16, a->dqkv, AT(w, u, lo->o),
-                                  a->tp_full, N, A, D);
-        if (m->recompute == RECOMPUTE_SELECTIVE)
-            attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
-        attention_backward_bf16(draw16, a->dbuf_i, qkv16, attn16, s.lse, ra.pos, B, S, Hl, KVl, hd);
-        rope_backward_bf16((uint16_t *)a->dbuf_i, draw16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-    } else {
-        tp_row_backward(tp, a->dbuf_i, AT(g, u, lo->o), dres, s.attn, AT(w, u, lo->o), a->tp_full, N, A, D);
-        if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-        ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    }
-    if (m->qkv_bf16) {  // the q|k|v gradient as bf16 into dbuf_i (the attention's dout is read),
-        // where both q|k|v products read it as it is (dqkv: room to widen it where a backend
-        // must), and their input rebuilt as bf16, as the forward wrote it
+    // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x))))); the o product's input
+    // gradient into dbuf_i, the attention's dout. Under bf16 activations the q|k|v
+    // gradient goes as bf16 into dbuf_i too (dout is read first), where both q|k|v
+    // products read it as it is (dqkv: room to widen it where a backend must), and
+    // their input is rebuilt as bf16, as the forward wrote it.
+    llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
+    llama_attention_core_backward(m, a, &s, (uint16_t *)a->dbuf_i);
+    if (m->qkv_bf16) {
         uint16_t *dqkv16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, QKV), (Nr, D)
-        if (!m->att_bf16) rope_backward_to_bf16(dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, normed16, AT(w, u, lo->qkv), a->tp_full,
                                 a->tp_partial, N, D, QKV);
     } else {
-        rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         rmsnorm_rebuild(a->normed, s.ln1, AT(w, u, lo->ln1), Nr, D);
         tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
                            a->tp_partial, N, D, QKV);

@@ -1,5 +1,6 @@
 // model/llama_layer.h — what the two files of a stage's backward share inside
-// model/: the forward of one decoder layer (model/llama.c), which full
+// model/: the attention half of a layer (model/llama_attention.c), the forward of
+// one decoder layer (model/llama.c), which full
 // recomputation re-runs in the fused backward (llama.c) and in both halves of the
 // split one (model/llama_split.c), the address of a tensor inside a unit, and the
 // rows of a row table (embedding, head) inside one of its pieces.
@@ -50,6 +51,22 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 // mlp_h16, bit for bit the forward's). din must lie apart from mlp_h16 and dbuf_i.
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w);
+
+// The attention half of layer unit u (model/llama_attention.c), with its weights w
+// (the unit's, AT(w, u, .)): rmsnorm1 of s->x, the q|k|v product, RoPE and the
+// attention core into s's buffers, and the o product into s->mid (the residual add
+// is the caller's).
+void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, int u);
+// The o product's backward: dw += dout(Nr, D)^T attn and, with din not NULL, din(N,
+// A) = dout @ w (w: the o weight; NULL when din is), reading the kept output s->attn
+// as it is stored (bf16 under m->att_bf16; a->dqkv: the room to widen it).
+void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
+                      const float *dout, const float *w);
+// The attention core's backward from its output gradient in a->dbuf_i (N, A): the
+// output and lse rebuilt first under selective recomputation, then the q|k|v
+// gradient through RoPE's backward, into dqkv16 (N, QKV) as bf16 under
+// m->qkv_bf16 (it may be a->dbuf_i: dout is read first), else in a->dqkv in place.
+void llama_attention_core_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, uint16_t *dqkv16);
 
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).

@@ -70,7 +70,6 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     const float *w = lw.w;
     if (m->recompute == RECOMPUTE_FULL) llama_layer_forward_with(m, a, lw, i, 1);
     const LayerSaved s = layer_saved(m, a, i);
-    const RingAttention ra = activations_ring(m, a);
     const LayerStash k = layer_stash(m, a, st, &s, i);
 
     // MLP
@@ -89,22 +88,13 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
     tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
-    if (m->att_bf16) {  // bf16 q|k|v and output (LlamaModel.att_bf16): cuDNN's bf16 gradient into dqkv's room
-        uint16_t *qkv16 = (uint16_t *)s.qkv, *attn16 = (uint16_t *)s.attn;
-        if (m->recompute == RECOMPUTE_SELECTIVE)
-            attention_forward_bf16(attn16, s.lse, qkv16, ra.pos, B, S, Hl, KVl, hd);
-        attention_backward_bf16((uint16_t *)a->dqkv, a->dbuf_i, qkv16, attn16, s.lse, ra.pos, B, S, Hl, KVl, hd);
-    } else {
-        if (m->recompute == RECOMPUTE_SELECTIVE) ring_attention_forward(&m->cp, &ra, s.qkv, s.attn, s.lse);
-        ring_attention_backward(&m->cp, &ra, a->dqkv, a->dbuf_i, s.qkv, s.attn, s.lse);
-    }
-    if (m->qkv_bf16) {  // as bf16 into the stash (qkv is read for the last time just above), read from there
-        if (m->att_bf16) rope_backward_bf16(k.dqkv16, (uint16_t *)a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
-        else rope_backward_to_bf16(k.dqkv16, a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
+    // the q|k|v gradient as bf16 into the stash under bf16 activations (qkv is read for
+    // the last time there), read from there
+    llama_attention_core_backward(m, a, &s, k.dqkv16);
+    if (m->qkv_bf16) {
         tp_column_backward_bf16(tp, k.d_ln1, NULL, k.dqkv16, a->dqkv, NULL, AT(w, u, lo->qkv), NULL,
                                 a->tp_partial, N, D, QKV);
     } else {
-        rope_backward(a->dqkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
         tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
     }
@@ -173,7 +163,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
                                   const WeightGradStash *st, int i) {
     const TensorParallel *tp = &m->tp;
     const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
-    const int QKV = (m->Hl + 2 * m->KVl) * m->hd, A = m->Hl * m->hd;
+    const int QKV = (m->Hl + 2 * m->KVl) * m->hd;
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     if (m->recompute == RECOMPUTE_FULL) {  // the working set again, from the kept input
@@ -196,10 +186,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
         tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     }
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
-    if (m->att_bf16)  // the attention output kept as bf16 (dbuf_i: room to widen it)
-        tp_row_backward_from_bf16(tp, NULL, AT(g, u, lo->o), k.d_o, (const uint16_t *)s.attn, a->dbuf_i, NULL,
-                                  a->tp_full, N, A, D);
-    else tp_row_backward_weight(tp, AT(g, u, lo->o), k.d_o, s.attn, a->tp_full, N, A, D);
+    llama_o_backward(m, a, &s, NULL, AT(g, u, lo->o), k.d_o, NULL);
     if (m->qkv_bf16) {
         rmsnorm_rebuild_to_bf16(normed16, s.ln1, k.norm_w, Nr, D);
         tp_column_backward_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, normed16, NULL, a->tp_full, NULL, N, D,
