@@ -334,10 +334,12 @@ static void check_increasing(const int *pos, int S) {
 
 // The work buffer WS_ATT carved as ops_cuda_cudnn_parts lays it out (the bf16
 // copies, then cuDNN's workspace; copies 0, the bf16 ops: dout's copy only):
-// part[i] points at part i (an empty part at the next one). Builds cuDNN's plan
-// for the call on first use; fatal where the plan wants more workspace than the
-// reserve the memory plan counted.
-static void cudnn_parts(char *part[CUDNN_PARTS], int backward, int copies, int B, int S, int H, int KV, int hd) {
+// part[i] points at part i (an empty part at the next one). Checks the call's
+// positions (check_increasing) and builds cuDNN's plan for it on first use; fatal
+// where the plan wants more workspace than the reserve the memory plan counted.
+static void cudnn_parts(char *part[CUDNN_PARTS], int backward, int copies, const int *pos, int B, int S, int H, int KV,
+                        int hd) {
+    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     const size_t rows = (size_t)B * S;
     size_t bytes[CUDNN_PARTS];
     ops_cuda_cudnn_parts(rows * (H + 2 * KV) * hd, rows * H * hd, ops_cuda_cudnn_scores(B, H, S), copies, bytes);
@@ -356,9 +358,8 @@ static void cudnn_parts(char *part[CUDNN_PARTS], int backward, int copies, int B
 // (exactly) into out, its stats straight into lse (both (B, H, S), natural log).
 static void cudnn_forward(float *out, float *lse, const float *qkv, const int *pos, int B, int S, int H, int KV,
                           int hd) {
-    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];
-    cudnn_parts(p, 0, 1, B, S, H, KV, hd);
+    cudnn_parts(p, 0, 1, pos, B, S, H, KV, hd);
     const size_t rows = (size_t)B * S;
     uint16_t *qkv16 = (uint16_t *)p[CUDNN_QKV16], *o16 = (uint16_t *)p[CUDNN_O16];  // (rows, ld), (rows, H*hd)
     round_to_bf16(qkv16, qkv, rows * (H + 2 * KV) * hd);
@@ -373,9 +374,8 @@ static void cudnn_forward(float *out, float *lse, const float *qkv, const int *p
 // into dqkv. rowdot is left alone (cuDNN forms its own).
 static void cudnn_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                            const int *pos, int B, int S, int H, int KV, int hd) {
-    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];
-    cudnn_parts(p, 1, 1, B, S, H, KV, hd);
+    cudnn_parts(p, 1, 1, pos, B, S, H, KV, hd);
     const size_t rows = (size_t)B * S, nqkv = rows * (H + 2 * KV) * hd, nout = rows * H * hd;
     uint16_t *qkv16 = (uint16_t *)p[CUDNN_QKV16], *dqkv16 = (uint16_t *)p[CUDNN_DQKV16];  // (rows, ld) each
     uint16_t *o16 = (uint16_t *)p[CUDNN_O16], *do16 = (uint16_t *)p[CUDNN_DO16];          // (rows, H*hd) each
@@ -404,9 +404,8 @@ extern "C" void attention_forward_bf16(uint16_t *out16, float *lse, const uint16
                                        int S, int H, int KV, int hd) {
     refuse_other_kernels();
     if ((size_t)B * H * S == 0) return;
-    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];
-    cudnn_parts(p, 0, 0, B, S, H, KV, hd);
+    cudnn_parts(p, 0, 0, pos, B, S, H, KV, hd);
     cuda_profile_open();
     cudnn_attention_forward(out16, lse, qkv16, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
     cuda_done("attention_forward_bf16 (cudnn)");
@@ -417,9 +416,8 @@ extern "C" void attention_backward_bf16(uint16_t *dqkv16, const float *dout, con
                                         int KV, int hd) {
     refuse_other_kernels();
     if ((size_t)B * H * S == 0) return;
-    check_increasing(cuda_device_ints(pos, (size_t)S, 1), S);
     char *p[CUDNN_PARTS];
-    cudnn_parts(p, 1, 0, B, S, H, KV, hd);
+    cudnn_parts(p, 1, 0, pos, B, S, H, KV, hd);
     uint16_t *do16 = (uint16_t *)p[CUDNN_DO16];  // (B*S, H*hd)
     round_to_bf16(do16, dout, (size_t)B * S * H * hd);
     cuda_profile_open();
