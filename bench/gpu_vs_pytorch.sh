@@ -331,6 +331,7 @@ run_one() {  # shape system round B
     if [[ $sys == profile ]]; then
         meta op_profile "$(sed -n 's/^femtotron: cuda profile: //p' "$log" | tail -n 1)"
         meta op_profile_by_op "$(sed -n 's/^femtotron: cuda profile by op: //p' "$log" | tail -n 1)"
+        meta op_profile_by_product "$(sed -n 's/^femtotron: cuda profile by product: //p' "$log" | tail -n 1)"
     fi
     grep -E '^(step|median|peak GPU|memory \(rank)' "$log" | tail -n 3 | sed 's/^/   /'
     if ((rc == 0)); then STATUS=ok

@@ -148,7 +148,7 @@ def main():
     notes = [l.strip() for l in open(os.path.join(runs_dir, "notes.txt"))] \
         if os.path.exists(os.path.join(runs_dir, "notes.txt")) else []
 
-    head, rows, split_rows, shape_lines, plan_rows, prof_rows, op_rows = [], [], [], [], [], [], []
+    head, rows, split_rows, shape_lines, plan_rows, prof_rows, op_rows, prod_rows = [], [], [], [], [], [], [], []
     for shape in shapes:
         fields = [int(x) for x in env.get(f"shape_{shape}", "").split()]
         if len(fields) < 8:
@@ -190,6 +190,11 @@ def main():
             for name, secs, pct, calls in re.findall(r"(?:^|; )([^;]+?) ([0-9.]+) s \(([0-9.]+)%, (\d+)\)",
                                                      pm.get("op_profile_by_op", ""))[:10]:
                 op_rows.append(f"| {shape} | {name} | {float(secs) * 1e3:.1f} | {pct} | {calls} |")
+            # the matrix products by shape, with the rate each ran at (the ten costliest)
+            for name, secs, pct, calls, rate in re.findall(
+                    r"(?:^|; )([^;]+?) ([0-9.]+) s \(([0-9.]+)%, (\d+), ([0-9.e+-]+) TFLOP/s\)",
+                    pm.get("op_profile_by_product", ""))[:10]:
+                prod_rows.append(f"| {shape} | {name} | {float(secs) * 1e3:.1f} | {pct} | {calls} | {float(rate):.0f} |")
         for sys_ in systems:
             r = best.get(sys_)
             if r is None:
@@ -290,6 +295,16 @@ The ops with the most GPU time in that run (ten a shape):
 | shape | op | ms | % of the wall | calls |
 |---|---|---|---|---|
 """ + "\n".join(op_rows) + f"""
+
+Its matrix products by shape (cuBLASLt's column-major m x n x k: for a forward product
+out_dim x tokens x in_dim; N/T the operands' transposes; types of the operands and the
+output, +C where the product adds into its output), each with the rate it ran at
+(2 m n k a call over its GPU time, the product's kernel alone; the rounding of its
+operands to bf16 is the op "product operand rounding" above):
+
+| shape | product | ms | % of the wall | calls | TFLOP/s |
+|---|---|---|---|---|---|
+""" + "\n".join(prod_rows) + f"""
 
 The planner's step time for femtotron's run (`femtotron plan --config RUN --gpus 1 --hardware this
 --layout dp=1,mbs=B` with the profile `bench calibrate --precision {env.get('precision_calibrated', '?')}` measured on this

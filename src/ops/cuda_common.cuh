@@ -43,6 +43,14 @@ cudaStream_t cuda_stream_raw(void);
 void cuda_profile_open(void);
 void cuda_profile_close(const char *what);
 void cuda_profile_wait(double seconds);
+// 1 when FEMTOTRON_CUDA_PROFILE is set.
+int cuda_profile_on(void);
+// Close what the current op queued so far as an op of its own named `what` (when
+// it queued anything): a product's operand rounding, apart from its kernel.
+void cuda_profile_split(const char *what);
+// The op closing next is a matrix product of cuBLASLt's shape m x n x k, operand
+// and output types `types`, listed by shape with its TFLOP/s (2 m n k a call).
+void cuda_profile_product(const char *what, int m, int n, int k, const char *types);
 // After a kernel launch: fatal on a launch error (see the ordering rule above; an
 // error while the kernel runs shows at the next wait). `what` names the op.
 void cuda_done(const char *what);

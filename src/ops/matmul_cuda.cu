@@ -29,6 +29,7 @@
 // excluded.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/bf16_cuda.cuh"
@@ -298,6 +299,13 @@ static void gemm_to(int ta, int tb, int m, int n, int k, Operand A, Operand B, f
                    out_bf16};
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
+    if (cuda_profile_on()) {  // the operands' rounding apart; the product by its shape
+        cuda_profile_split("product operand rounding");
+        char types[48];
+        snprintf(types, sizeof types, "%c%c %s%s%s", ta ? 'T' : 'N', tb ? 'T' : 'N', g_bf16 ? "bf16" : "fp32",
+                 out_bf16 ? "->bf16" : "->fp32", beta != 0.0f ? " +C" : "");
+        cuda_profile_product(what, m, n, k, types);
+    }
     CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 cuda_work_buffer(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace"), WORKSPACE_BYTES,
                                 cuda_stream()));

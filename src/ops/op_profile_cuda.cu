@@ -15,6 +15,12 @@
 // host's time blocked in ops_sync (the GPU busy meanwhile, so it overlaps the
 // kinds and is not part of that sum), with the number of waits.
 //
+// The matrix products are also listed by shape (cuda_profile_product): cuBLASLt's
+// column-major m x n x k, operand and output types, with the TFLOP/s each shape
+// ran at, 2 m n k a call over its GPU time. That time is the product's kernel
+// alone: the bf16 rounding of its operands, queued before it, closes as an op of
+// its own ("product operand rounding", element-wise) at cuda_profile_split.
+//
 // (The first version waited for the stream after every op and timed on the host:
 // the waits slowed the run, and on an H200 its kinds added up to more than the wall
 // time, host -37%, which nothing here can do: an op's time is its events'.)
@@ -51,9 +57,19 @@ typedef struct {
     long calls;
 } OpTotal;
 
+// Per matrix-product shape: its name (the op's, then the shape), GPU seconds,
+// calls and FLOPs.
+enum { MAX_SHAPES = 128, SHAPE_NAME = 112 };
+typedef struct {
+    char name[SHAPE_NAME];
+    double seconds, flop;
+    long calls;
+} ShapeTotal;
+
 // An op's two events, recorded, not yet read.
 typedef struct {
-    int op;  // index into g_ops
+    int op;     // index into g_ops
+    int shape;  // index into g_shapes, -1 for an op that is not a product
     cudaEvent_t start, end;
 } Pending;
 
@@ -68,6 +84,8 @@ static Pending g_pending[MAX_PENDING];  // events created as needed, reused
 static int g_npending, g_created, g_open;
 static double g_first = -1.0, g_wait_s;
 static long g_waits;
+static ShapeTotal g_shapes[MAX_SHAPES];
+static int g_nshapes, g_next_shape = -1;  // g_next_shape: the shape the op closing next is of
 
 static int op_index(const char *what) {
     for (int i = 0; i < g_nops; i++)
@@ -90,6 +108,7 @@ static int resolve(int fatal) {
             return 0;
         }
         g_ops[g_pending[i].op].seconds += 1e-3 * ms;
+        if (g_pending[i].shape >= 0) g_shapes[g_pending[i].shape].seconds += 1e-3 * ms;
     }
     g_npending = 0;
     if (g_open && n > 0) {  // the open op's start event sits at n: it moves to the first slot
@@ -103,6 +122,28 @@ static int resolve(int fatal) {
 static int by_seconds(const void *a, const void *b) {
     const double x = ((const OpTotal *)a)->seconds, y = ((const OpTotal *)b)->seconds;
     return (x < y) - (x > y);
+}
+
+static int shape_by_seconds(const void *a, const void *b) {
+    const double x = ((const ShapeTotal *)a)->seconds, y = ((const ShapeTotal *)b)->seconds;
+    return (x < y) - (x > y);
+}
+
+// The products by shape, the most GPU time first (the first 24), each with the
+// rate it ran at.
+static void report_products(double wall) {
+    if (g_nshapes == 0) return;
+    char line[4096];
+    qsort(g_shapes, (size_t)g_nshapes, sizeof g_shapes[0], shape_by_seconds);
+    int at = snprintf(line, sizeof line, "femtotron: cuda profile by product:");
+    for (int i = 0; i < g_nshapes && i < 24 && at < (int)sizeof line; i++) {
+        const ShapeTotal *t = &g_shapes[i];
+        at += snprintf(line + at, sizeof line - at, "%s %s %.3f s (%.1f%%, %ld, %.4g TFLOP/s)", i ? ";" : "", t->name,
+                       t->seconds, wall > 0 ? 100.0 * t->seconds / wall : 0.0, t->calls,
+                       t->seconds > 0 ? 1e-12 * t->flop / t->seconds : 0.0);
+    }
+    if (at < (int)sizeof line) snprintf(line + at, sizeof line - at, "\n");
+    fputs(line, stderr);
 }
 
 static void report(void) {
@@ -136,6 +177,7 @@ static void report(void) {
                        g_ops[i].seconds, wall > 0 ? 100.0 * g_ops[i].seconds / wall : 0.0, g_ops[i].calls);
     if (at < (int)sizeof line) snprintf(line + at, sizeof line - at, "\n");
     fputs(line, stderr);
+    report_products(wall);
 }
 
 static int on(void) {
@@ -148,6 +190,8 @@ static int on(void) {
 }
 
 static int timed_thread(void) { return g_first >= 0 && pthread_equal(pthread_self(), g_thread); }
+
+int cuda_profile_on(void) { return on(); }
 
 void cuda_profile_open(void) {
     if (!on() || g_open) return;
@@ -170,13 +214,34 @@ void cuda_profile_open(void) {
 
 void cuda_profile_close(const char *what) {
     if (!on() || !timed_thread()) return;
-    const int op = op_index(what);
+    const int op = op_index(what), shape = g_next_shape;
     g_ops[op].calls++;
+    g_next_shape = -1;
     if (!g_open) return;  // an op that launched nothing on the stream: no GPU time
     g_open = 0;
     Pending *p = &g_pending[g_npending++];
     CUDA_CHECK(cudaEventRecord(p->end, cuda_stream_raw()));
     p->op = op;
+    p->shape = shape;
+}
+
+void cuda_profile_split(const char *what) {
+    if (on() && timed_thread() && g_open) cuda_profile_close(what);
+}
+
+void cuda_profile_product(const char *what, int m, int n, int k, const char *types) {
+    if (!on() || !timed_thread()) return;
+    char name[SHAPE_NAME];
+    snprintf(name, sizeof name, "%s %dx%dx%d %s", what, m, n, k, types);
+    int i = 0;
+    while (i < g_nshapes && strcmp(g_shapes[i].name, name)) i++;
+    if (i == g_nshapes) {
+        if (g_nshapes == MAX_SHAPES) return;  // (a mixture of experts' many row counts: the first 128 are listed)
+        memcpy(g_shapes[g_nshapes++].name, name, sizeof name);
+    }
+    g_shapes[i].calls++;
+    g_shapes[i].flop += 2.0 * m * n * k;
+    g_next_shape = i;
 }
 
 void cuda_profile_wait(double seconds) {

@@ -144,9 +144,10 @@ profile_line() { grep '^femtotron: cuda profile:' "$tmp/$1.log"; }
 if FEMTOTRON_CUDA_PROFILE=1 train_peak profiled >/dev/null; then
     line=$(profile_line profiled)
     by_op=$(grep '^femtotron: cuda profile by op:' "$tmp/profiled.log")
-    if "$PYTHON" - "$line" "$by_op" <<'PY'; then
+    by_product=$(grep '^femtotron: cuda profile by product:' "$tmp/profiled.log")
+    if "$PYTHON" - "$line" "$by_op" "$by_product" <<'PY'; then
 import re, sys
-line, by_op = sys.argv[1], sys.argv[2]
+line, by_op, by_product = sys.argv[1], sys.argv[2], sys.argv[3]
 wall = float(re.search(r"wall ([0-9.]+) s", line).group(1))
 kinds = {m[0]: (float(m[1]), int(m[2])) for m in re.findall(r"; ([a-z -]+) ([0-9.]+) s \([0-9.]+%, (\d+)\)", line)}
 waits = kinds.pop("waits", (0, 0))
@@ -159,10 +160,26 @@ gpu = sum(v[0] for v in kinds.values())
 # first, adding up to the kinds (the 24 shown hold nearly all of it)
 ok = all(kinds.get(k, (0, 0))[1] > 0 for k in need) and abs(gpu + host - wall) < 0.01 and host >= -0.01 \
     and waits[1] > 0 and len(ops) >= 5 and ops == sorted(ops, reverse=True) and 0.9 * gpu - 0.01 <= sum(ops) <= gpu + 0.01
+# the products by shape: named by op and cuBLASLt's m x n x k, most time first, each
+# with calls and a rate (2 m n k a call over its time), adding up to the matrix
+# products' kind (the 24 shown hold nearly all of it); their operands' rounding is
+# an element-wise op of its own
+prods = re.findall(r"(?:^|; )(matmul[^;]*? (\d+)x(\d+)x(\d+) [NT][NT] [^;]*?) ([0-9.]+) s \([0-9.]+%, (\d+), ([0-9.e+-]+) TFLOP/s\)",
+                   by_product.split(":", 1)[-1].lstrip())
+secs = [float(p[4]) for p in prods]
+mm = kinds.get("matrix products", (0, 0))[0]
+# (the seconds are printed to 1 ms, the rate to 4 digits)
+rates_ok = all(float(p[6]) > 0 and abs(2 * int(p[1]) * int(p[2]) * int(p[3]) * int(p[5]) / float(p[4]) / 1e12 - float(p[6]))
+               <= float(p[6]) * (0.0005 / float(p[4]) + 0.001) for p in prods if float(p[4]) >= 0.001)
+ok = ok and len(prods) >= 4 and secs == sorted(secs, reverse=True) and 0.9 * mm - 0.01 <= sum(secs) <= mm + 0.01 \
+    and rates_ok and "product operand rounding" in by_op
+if not ok:
+    print(f"products: {len(prods)} shapes, {sum(secs):.3f} s against matrix products {mm:.3f} s, rates ok {rates_ok}")
 sys.exit(0 if ok else 1)
 PY
         echo "PASS FEMTOTRON_CUDA_PROFILE=1: ${line#femtotron: cuda profile: }"
         echo "PASS its ops by name: ${by_op#femtotron: cuda profile by op: }" | cut -c1-400
+        echo "PASS its products by shape: ${by_product#femtotron: cuda profile by product: }" | cut -c1-400
     else
         failed "the op profile: '$line' / '$by_op' (every kind of a step with calls, the kinds and host adding up to the wall, the ops by name adding up to the kinds)"
     fi
