@@ -42,10 +42,9 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
     // the input of the product after it (under bf16 activations as bf16, normed16,
     // read as it is, once). Without full recomputation s.x and s.out are the one
-    // stream buffer: x is last read by the residual add into mid.
+    // stream buffer: x is last read by the o product, which adds it into mid.
     uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
-    llama_attention_forward(m, a, &s, w, u);
-    residual_forward(s.mid, s.mid, s.x, (size_t)Nr * D);
+    llama_attention_forward(m, a, &s, w, u);  // mid = x + o(...)
     if (m->mlp_bf16) rmsnorm_forward_to_bf16(normed16, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     else rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     if (m->E > 0) {  // Mixtral's sparse block (model/moe.h)
@@ -82,14 +81,14 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         if (recompute) return;  // the backward rebuilds the SwiGLU output itself
         uint16_t *h16 = mlp_h16(a);
         swiglu_forward_bf16(h16, s.gu16, N, Fl);
-        tp_row_forward_from_bf16(tp, s.out, h16, a->dbuf_i, AT(w, u, lo->down), a->tp_partial, N, Fl, D);  // down
+        tp_row_forward_from_bf16(tp, s.out, s.mid, h16, a->dbuf_i, AT(w, u, lo->down), a->tp_partial, N, Fl,
+                                 D);  // out = mid + down
     } else {
         tp_column_forward(tp, s.gu, a->normed, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);  // gate|up
         swiglu_forward(s.h, s.gu, N, Fl);
         if (recompute) return;
-        tp_row_forward(tp, s.out, s.h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);  // down
+        tp_row_forward(tp, s.out, s.mid, s.h, AT(w, u, lo->down), a->tp_partial, N, Fl, D);  // out = mid + down
     }
-    residual_forward(s.out, s.out, s.mid, (size_t)Nr * D);
 }
 
 // The down projection's backward: the weight gradient dw += dout^T h and, with din

@@ -39,15 +39,15 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
         tp_column_forward_bf16(tp, qkv16, a->dqkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
         rope_forward_bf16(qkv16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         core_forward(m, a, s);
-        tp_row_forward_from_bf16(tp, s->mid, (const uint16_t *)s->attn, a->dbuf_i, AT(w, u, lo->o), a->tp_partial,
-                                 N, A, D);  // o
+        tp_row_forward_from_bf16(tp, s->mid, s->x, (const uint16_t *)s->attn, a->dbuf_i, AT(w, u, lo->o),
+                                 a->tp_partial, N, A, D);  // mid = x + o
         return;
     }
     if (m->qkv_bf16) tp_column_forward_from_bf16(tp, s->qkv, normed16, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);
     else tp_column_forward(tp, s->qkv, a->normed, a->tp_full, AT(w, u, lo->qkv), N, D, QKV);  // q|k|v
     rope_forward(s->qkv, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
     core_forward(m, a, s);
-    tp_row_forward(tp, s->mid, s->attn, AT(w, u, lo->o), a->tp_partial, N, A, D);  // o
+    tp_row_forward(tp, s->mid, s->x, s->attn, AT(w, u, lo->o), a->tp_partial, N, A, D);  // mid = x + o
 }
 
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,

@@ -54,8 +54,8 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
 
 // The attention half of layer unit u (model/llama_attention.c), with its weights w
 // (the unit's, AT(w, u, .)): rmsnorm1 of s->x, the q|k|v product, RoPE and the
-// attention core into s's buffers, and the o product into s->mid (the residual add
-// is the caller's).
+// attention core into s's buffers, and mid = x + the o product into s->mid (on one
+// tensor-parallel rank the add is the product's: in its epilogue on CUDA).
 void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, int u);
 // The o product's backward: dw += dout(Nr, D)^T attn and, with din not NULL, din(N,
 // A) = dout @ w (w: the o weight; NULL when din is), reading the kept output s->attn

@@ -52,6 +52,15 @@ void matmul_forward(float *out, const float *in, const float *weight, int N, int
     matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
 }
 
+// The product, then the add: sgemm with beta 1 would add the residual into its
+// partial sums block by block (another rounding order than the GPU's epilogue).
+void matmul_forward_add(float *out, const float *add, const float *in, const float *weight, int N, int in_dim,
+                        int out_dim) {
+    if (out == add) die("matmul_forward_add: out must not alias the residual it adds");
+    matmul_forward(out, in, weight, N, in_dim, out_dim);
+    residual_forward(out, out, add, (size_t)N * out_dim);
+}
+
 void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                         const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     // dW += dout^T @ in : (out, N) x (N, in)
@@ -389,6 +398,13 @@ static const float *widened(float *scratch, const uint16_t *x16, size_t n) {
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                               int in_dim, int out_dim) {
     matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+}
+
+void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *in16, float *scratch,
+                                  const float *weight, int N, int in_dim, int out_dim) {
+    if (out == add) die("matmul_forward_from_bf16_add: out must not alias the residual it adds");
+    matmul_forward_from_bf16(out, in16, scratch, weight, N, in_dim, out_dim);
+    residual_forward(out, out, add, (size_t)N * out_dim);
 }
 
 // The fp32 product into out_scratch, then rounded: sgemm has no bf16 output.

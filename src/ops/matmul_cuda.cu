@@ -283,19 +283,27 @@ static Operand bf16_operand(int slot, const uint16_t *x16, float *scratch, int l
     return Operand{scratch, len};
 }
 
-// Column-major D(m, n) = alpha op(A) op(B) + beta D, D = C in place; A and B fp32,
-// or both bf16 copies (g_bf16); C fp32, or bf16 (out_bf16: bf16 operands only).
+// Column-major D(m, n) = alpha op(A) op(B) + beta Cin, D = C (Cin NULL: C, in
+// place); A and B fp32, or both bf16 copies (g_bf16); C fp32, or bf16 (out_bf16:
+// bf16 operands only). A separate Cin (same layout as C, not aliasing it) is the
+// residual add done in the product's epilogue: D = (the fp32 sums) + Cin, one
+// fp32 rounding, as the product followed by residual_forward.
 static void gemm_to(int ta, int tb, int m, int n, int k, Operand A, Operand B, float beta, void *C, int ldc,
-                    int out_bf16, const char *what) {
+                    int out_bf16, const char *what, const void *Cin = NULL) {
     if (m <= 0 || n <= 0) return;
     const size_t esize = out_bf16 ? 2 : 4;
-    if (k <= 0) {  // an empty sum: D = beta D
+    if (!Cin) Cin = C;
+    if (k <= 0) {  // an empty sum: D = beta Cin
         if (beta == 0.0f)
             CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * esize, 0, (size_t)m * esize, (size_t)n, cuda_stream()));
+        else if (Cin != C)  // (beta 1: the residual alone)
+            CUDA_CHECK(cudaMemcpy2DAsync(C, (size_t)ldc * esize, Cin, (size_t)ldc * esize, (size_t)m * esize,
+                                         (size_t)n, cudaMemcpyDeviceToDevice, cuda_stream()));
         cuda_done(what);
         return;
     }
-    PlanKey key = {m, n, k, A.ld, B.ld, ldc, ta, tb, alignment(A.p), alignment(B.p), alignment(C), beta != 0.0f, g_bf16,
+    const int align_c = alignment(C) < alignment(Cin) ? alignment(C) : alignment(Cin);
+    PlanKey key = {m, n, k, A.ld, B.ld, ldc, ta, tb, alignment(A.p), alignment(B.p), align_c, beta != 0.0f, g_bf16,
                    out_bf16};
     Plan *p = plan_for(&key);
     const float alpha = 1.0f;
@@ -306,7 +314,7 @@ static void gemm_to(int ta, int tb, int m, int n, int k, Operand A, Operand B, f
                  out_bf16 ? "->bf16" : "->fp32", beta != 0.0f ? " +C" : "");
         cuda_profile_product(what, m, n, k, types);
     }
-    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, C, p->c, C, p->c, &p->algo,
+    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A.p, p->a, B.p, p->b, &beta, Cin, p->c, C, p->c, &p->algo,
                                 cuda_work_buffer(WS_LT, WORKSPACE_BYTES, "cuBLASLt's workspace"), WORKSPACE_BYTES,
                                 cuda_stream()));
     cuda_done(what);
@@ -329,12 +337,28 @@ extern "C" void matmul_forward(float *out, const float *in, const float *weight,
     matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
 }
 
+// The residual add in the epilogue: C = add, beta 1, D = out.
+extern "C" void matmul_forward_add(float *out, const float *add, const float *in, const float *weight, int N,
+                                   int in_dim, int out_dim) {
+    if (out == add) die("matmul_forward_add: out must not alias the residual it adds");
+    gemm_to(1, 0, out_dim, N, in_dim, operand(0, weight, out_dim, in_dim, in_dim), operand(1, in, N, in_dim, in_dim),
+            1.0f, out, out_dim, 0, "matmul_forward_add", add);
+}
+
 
 extern "C" void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                                          int in_dim, int out_dim) {
     const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
     gemm(1, 0, out_dim, N, in_dim, w, bf16_operand(1, in16, scratch, N, in_dim), 0.0f, out, out_dim,
          "matmul_forward_from_bf16");
+}
+
+extern "C" void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *in16, float *scratch,
+                                             const float *weight, int N, int in_dim, int out_dim) {
+    if (out == add) die("matmul_forward_from_bf16_add: out must not alias the residual it adds");
+    const Operand w = operand(0, weight, out_dim, in_dim, in_dim);
+    gemm_to(1, 0, out_dim, N, in_dim, w, bf16_operand(1, in16, scratch, N, in_dim), 1.0f, out, out_dim, 0,
+            "matmul_forward_from_bf16_add", add);
 }
 
 // With bf16 operands cuBLASLt writes the bf16 output itself; with fp32 ones (no

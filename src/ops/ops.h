@@ -138,6 +138,14 @@ void matmul_forward(float *out, const float *in, const float *weight,
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight,
                        int N, int in_dim, int out_dim);
 
+// out(N, out_dim) = add(N, out_dim) + in @ weight^T, the residual add after an o
+// or down projection: bit for bit matmul_forward then residual_forward(out, out,
+// add) where the product's sums are the same, one fp32 rounding of the sum.
+// CUDA adds in the product's epilogue (cuBLASLt's C = add, D = out), saving the
+// add's pass over three (N, out_dim) fp32 matrices. out must not alias add.
+void matmul_forward_add(float *out, const float *add, const float *in, const float *weight,
+                        int N, int in_dim, int out_dim);
+
 // Products on operands kept as bf16 (a bf16 run's activations, model/activations.h),
 // read as they are: CUDA with bf16 products hands them to cuBLASLt as operands
 // (rows of a width that is not a multiple of 8, whose columns would be misaligned,
@@ -154,6 +162,9 @@ void matmul_forward_ld(float *out, int ld_out, const float *in, const float *wei
 // (N, in_dim) fp32 (a bf16 run's down projection, q|k|v).
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight,
                               int N, int in_dim, int out_dim);
+// The same plus add(N, out_dim), as matmul_forward_add (out must not alias add).
+void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *in16, float *scratch,
+                                  const float *weight, int N, int in_dim, int out_dim);
 // The same with out16(N, out_dim) bf16, each value rounded to the nearest bf16
 // (ties to even) from the fp32 sums as it is written (cuBLASLt's D type bf16, no
 // split-K partial sums in bf16): a bf16 run's gate|up. out_scratch(N, out_dim)

@@ -93,11 +93,21 @@ void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const f
     tp_reduce_finish(&r);
 }
 
-void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,
+// The residual add after a reduction (several ranks): out += add.
+static void add_after_reduce(const TensorParallel *tp, float *out, const float *add, int N, int D) {
+    if (add) residual_forward(out, out, add, (size_t)tp_rows(tp, N) * D);
+}
+
+void tp_row_forward(const TensorParallel *tp, float *out, const float *add, const float *x, const float *w,
                     float *partial, int N, int in_local, int D) {
+    if (add && tp->size == 1) {
+        matmul_forward_add(out, add, x, w, N, in_local, D);
+        return;
+    }
     float *p = tp->sp ? partial : out;
     matmul_forward(p, x, w, N, in_local, D);
     tp_reduce(tp, p, out, N, D);
+    add_after_reduce(tp, out, add, N, D);
 }
 
 void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const float *dout,
@@ -106,11 +116,16 @@ void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const floa
     matmul_backward(din, dw, dout_full, x, w, N, in_local, D, 0);
 }
 
-void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const uint16_t *x16, float *xscratch,
-                              const float *w, float *partial, int N, int in_local, int D) {
+void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const float *add, const uint16_t *x16,
+                              float *xscratch, const float *w, float *partial, int N, int in_local, int D) {
+    if (add && tp->size == 1) {
+        matmul_forward_from_bf16_add(out, add, x16, xscratch, w, N, in_local, D);
+        return;
+    }
     float *p = tp->sp ? partial : out;
     matmul_forward_from_bf16(p, x16, xscratch, w, N, in_local, D);
     tp_reduce(tp, p, out, N, D);
+    add_after_reduce(tp, out, add, N, D);
 }
 
 void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, const float *dout,

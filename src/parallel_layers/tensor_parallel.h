@@ -99,9 +99,12 @@ void tp_column_backward(const TensorParallel *tp, float *din, float *dw, const f
 void tp_column_backward_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,
                              float *dscratch, uint16_t *x16, const float *w, float *full, float *partial, int N,
                              int D, int out_local);
-// Row-parallel forward: out(tp_rows, D) = sum over the group of x(N, in_local) @
-// w(D, in_local)^T. partial(N, D) scratch (sequence parallel only; else in place in out).
-void tp_row_forward(const TensorParallel *tp, float *out, const float *x, const float *w,
+// Row-parallel forward: out(tp_rows, D) = add + the sum over the group of
+// x(N, in_local) @ w(D, in_local)^T, add(tp_rows, D) the residual stream (NULL:
+// none; not aliasing out). partial(N, D) scratch (sequence parallel only; else in
+// place in out). On one rank the add is the product's (ops.h: matmul_forward_add,
+// in the epilogue on CUDA); on several, after the reduction.
+void tp_row_forward(const TensorParallel *tp, float *out, const float *add, const float *x, const float *w,
                     float *partial, int N, int in_local, int D);
 // Row-parallel backward: dw(D, in_local) += gather(dout)^T @ x; din(N, in_local) =
 // gather(dout) @ w (overwritten). dout(tp_rows, D); full(N, D) scratch.
@@ -111,8 +114,8 @@ void tp_row_backward(const TensorParallel *tp, float *din, float *dw, const floa
 // matmul_*_from_bf16); xscratch(N, in_local) fp32 for a backend that widens it.
 // In both row-parallel backwards din may be NULL (w then too): the weight gradient
 // alone, the same kernels as tp_row_backward_weight runs.
-void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const uint16_t *x16, float *xscratch,
-                              const float *w, float *partial, int N, int in_local, int D);
+void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const float *add, const uint16_t *x16,
+                              float *xscratch, const float *w, float *partial, int N, int in_local, int D);
 void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, const float *dout,
                                const uint16_t *x16, float *xscratch, const float *w, float *full, int N,
                                int in_local, int D);

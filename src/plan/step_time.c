@@ -52,6 +52,9 @@ typedef struct {
     int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
     int att_kept;                   // ... with cuDNN's attention (the profile's "attention"): q|k|v and
                                     // the attention output kept as bf16 (LlamaModel.att_bf16)
+    int epilogue_add;               // ... on one tensor-parallel rank: the two residual adds in the o
+                                    // and down products' epilogues (ops.h: matmul_forward_add), which
+                                    // read the residual once instead of a pass reading two and writing one
     // Where each group's collectives run: LINK_INTER / LINK_INTRA (the link class,
     // hardware_collective_s's intra_node), or LINK_PLACED + d: on dimension d's
     // bottleneck link in the placement, priced by link_hw[d].
@@ -135,6 +138,10 @@ static double rope_values(const Shape *s) {
     return 2 * s->N * (s->Hl + s->KVl) * s->hd * (s->att_kept ? 0.5 : 1.0);
 }
 
+// The traffic of one residual add after a product, in values: a pass reading
+// both and writing the sum, or only the residual read by the product's epilogue.
+static double residual_values(const Shape *s) { return (s->epilogue_add ? 1 : 3) * s->Nr * s->D; }
+
 // One decoder layer's forward.
 static Cost layer_fwd(const Shape *s) {
     const PlanLayout *l = s->l;
@@ -144,8 +151,8 @@ static Cost layer_fwd(const Shape *s) {
     double attn = attention_fwd_s(s);
     c.compute = gemm_s(s, 2 * N * D * QKV) + gemm_s(s, 2 * N * A * D) + gemm_s(s, 2 * N * D * up) +
                 gemm_s(s, 2 * N * s->Fl * D) + attn;
-    // rmsnorm x2 (read + write), residual x2 (2 reads + write), RoPE on q and k, SwiGLU
-    c.compute += elementwise_s(s, 10 * Nr * D + rope_values(s) + 3 * N * s->Fl);
+    // rmsnorm x2 (read + write), residual x2, RoPE on q and k, SwiGLU
+    c.compute += elementwise_s(s, 4 * Nr * D + 2 * residual_values(s) + rope_values(s) + 3 * N * s->Fl);
     // bf16: o's input, the attention output (the norms write bf16 themselves), unless
     // cuDNN wrote it as bf16 (att_kept)
     if (!s->att_kept) c.compute += rounding_s(s, N * A);
@@ -171,7 +178,7 @@ static Cost layer_fwd(const Shape *s) {
 // layer_forward_with). Megatron-2022 (flash = 0) re-runs the whole layer.
 static Cost recompute_fwd(const Shape *s, Cost lf) {
     if (!s->pm->flash) return lf;
-    lf.compute -= gemm_s(s, 2 * s->N * s->Fl * s->D) + elementwise_s(s, 3 * s->Nr * s->D);
+    lf.compute -= gemm_s(s, 2 * s->N * s->Fl * s->D) + elementwise_s(s, residual_values(s));
     if (s->l->tp > 1)
         lf.tp -= coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra, s->N * s->D * s->bpv);
     return lf;
@@ -310,6 +317,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.bpv = hw->bytes_per_value;
     s.rounds = hw->bytes_per_value == 4 && !strcmp(hw->precision, "bf16");
     s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
+    s.epilogue_add = s.rounds && l->tp == 1;
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);

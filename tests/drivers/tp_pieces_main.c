@@ -180,9 +180,17 @@ static void test_row_linear(int sp) {
 
     float *y = cols_of(Yf, N, K, k0, Kl), *Wl = cols_of(W, D, K, k0, Kl);
     float *partial = zeros((size_t)N * D), *out = zeros((size_t)(sp ? Nr : N) * D);
-    tp_row_forward(&tp, out, y, Wl, partial, N, Kl, D);
+    tp_row_forward(&tp, out, NULL, y, Wl, partial, N, Kl, D);
     report(max_err(out, D, O + (size_t)n0 * D, D, Nr, D), TOL,
            "row-parallel sp=%d: forward output after tp_reduce (rows %d..%d)", sp, n0, n0 + Nr - 1);
+    // With the residual stream added (this rank's rows of it): out = R + the sum.
+    float *R = seeded("row.res", (size_t)N * D, 1.0, 0.0), *res = R + (size_t)n0 * D;
+    float *out_add = zeros((size_t)Nr * D), *want = zeros((size_t)Nr * D);
+    for (size_t i = 0; i < (size_t)Nr * D; i++) want[i] = O[(size_t)n0 * D + i] + res[i];
+    tp_row_forward(&tp, out_add, res, y, Wl, partial, N, Kl, D);
+    report(max_err(out_add, D, want, D, Nr, D), TOL, "row-parallel sp=%d: forward output plus the residual (rows %d..%d)",
+           sp, n0, n0 + Nr - 1);
+    free(R), free(out_add), free(want);
 
     float *dout = zeros((size_t)Nr * D), *full = zeros((size_t)N * D);
     memcpy(dout, dO + (size_t)n0 * D, sizeof(float) * (size_t)Nr * D);

@@ -3,7 +3,8 @@
 // record what they are told, the heuristic returns one algorithm that remembers
 // the preference's minimum alignments, and cublasLtMatmul multiplies in fp32 with
 // the host's BLAS (cblas_sgemm):
-//   D(m, n) = alpha op(A) op(B) + beta C, column-major, C not read when beta = 0,
+//   D(m, n) = alpha op(A) op(B) + beta C, column-major, C not read when beta = 0
+// (C may be D, or apart from it in the same layout: an epilogue's residual add),
 // A and B fp32 or both bf16 (widened to fp32 first: their products are exact in
 // fp32, as on tensor cores), C and D fp32. It
 // refuses what cuBLASLt refuses: a layout whose shape does not match the product,
@@ -170,28 +171,31 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     const EmuLtDesc dd = *desc;
     const EmuLtLayout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
     emu::enqueue([=]() {
-        // A bf16 D: the fp32 result in a dense m x n scratch (C widened into it first
-        // when beta reads it), then each value rounded to bf16 as it is written.
-        const bool half = d_l.type == CUDA_R_16BF;
+        // As the GPU's epilogue: the fp32 sums of the product first (alpha applied),
+        // then D = fma(beta, C, that) a value at a time, one rounding (sgemm with
+        // beta would add C into its partial sums block by block), C read only when
+        // beta is not 0 and may be D itself; a bf16 D rounded as it is written.
+        const bool half = d_l.type == CUDA_R_16BF, wide_out = half || be != 0.0f;
         std::vector<float> wide;
-        if (half) wide.assign(m * n, 0.0f);
-        float *d = half ? wide.data() : (float *)D;
-        const uint64_t ldd = half ? m : d_l.ld;
-        if ((C != D || half) && be != 0.0f)  // D = C first, then D = alpha AB + beta D
-            for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++)
-                    d[i + j * ldd] = half ? __bfloat162float(((const __nv_bfloat16 *)C)[i + j * c_l.ld])
-                                          : ((const float *)C)[i + j * c_l.ld];
+        if (wide_out) wide.assign(m * n, 0.0f);
+        float *d = wide_out ? wide.data() : (float *)D;
+        const uint64_t ldd = wide_out ? m : d_l.ld;
         std::vector<float> ta, tb;
         const float *a = emu_lt_f32(A, &a_l, ta), *b = emu_lt_f32(B, &b_l, tb);
         // sgemm with beta = 0 writes D without reading it (NaN there does not spread).
         cblas_sgemm(CblasColMajor, dd.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     dd.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, al, a, (int)a_l.ld, b,
-                    (int)b_l.ld, be, d, (int)ldd);
-        if (half)
-            for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++)
-                    ((__nv_bfloat16 *)D)[i + j * d_l.ld] = __float2bfloat16_rn(d[i + j * ldd]);
+                    (int)b_l.ld, 0.0f, d, (int)ldd);
+        if (!wide_out) return;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float v = d[i + j * ldd];
+                if (be != 0.0f)
+                    v = fmaf(be, half ? __bfloat162float(((const __nv_bfloat16 *)C)[i + j * c_l.ld])
+                                      : ((const float *)C)[i + j * c_l.ld], v);
+                if (half) ((__nv_bfloat16 *)D)[i + j * d_l.ld] = __float2bfloat16_rn(v);
+                else ((float *)D)[i + j * d_l.ld] = v;
+            }
     }, stream);
     return CUBLAS_STATUS_SUCCESS;
 }

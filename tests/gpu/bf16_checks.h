@@ -209,6 +209,54 @@ static void test_matmul_from_bf16(int N, int in, int out) {
         pair_free(dx2), pair_free(dw), pair_free(dw2);
 }
 
+// matmul_forward_add and matmul_forward_from_bf16_add (the o and down products on
+// one tensor-parallel rank, the residual add in cuBLASLt's epilogue: C = the
+// residual, D = out): the product plus the residual, one fp32 rounding, as the
+// product followed by residual_forward on the GPU (its plan may differ, the +C
+// key being another, so within 2^-20 of the largest value rather than bit for
+// bit; the emulation's epilogue gives the same bits), the residual untouched,
+// and against the CPU within TOL; bf16 and fp32 products, fp32 and bf16 inputs.
+static void test_matmul_forward_add(int N, int in, int out) {
+    const size_t nx = (size_t)N * in, ny = (size_t)N * out;
+    Pair x = pair_fill(nx, 1.0f), w = pair_fill((size_t)out * in, 0.1f), res = pair_fill(ny, 4.0f);
+    Pair y = pair_fill(ny, 1.0f), y2 = pair_fill(ny, 1.0f), scr = pair_fill(nx, 1.0f);
+    uint16_t *x16_d = bf16_twin(x, "bf16 input");  // (N, in); x: the widened input on both sides
+    float *a = xmalloc(ny * sizeof(float), "fused"), *b = xmalloc(ny * sizeof(float), "unfused");
+    float *wr = rounded_copy(w);  // (out, in) the weight as bf16 products read it
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int from16 = 0; from16 < 2; from16++) {
+            ops_set_matmul_bf16(bf16);
+            if (from16) {
+                matmul_forward_from_bf16_add(y.d, res.d, x16_d, scr.d, w.d, N, in, out);
+                matmul_forward_from_bf16(y2.d, x16_d, scr.d, w.d, N, in, out);
+            } else {
+                matmul_forward_add(y.d, res.d, x.d, w.d, N, in, out);
+                matmul_forward(y2.d, x.d, w.d, N, in, out);
+            }
+            residual_forward(y2.d, y2.d, res.d, ny);
+            ops_download(a, y.d, ny * sizeof(float));
+            ops_download(b, y2.d, ny * sizeof(float));
+            double num = 0.0, den = 0.0;
+            size_t same = 0;
+            for (size_t i = 0; i < ny; i++) {
+                num = fmax(num, fabs((double)a[i] - b[i]) + (isnan(a[i]) ? INFINITY : 0.0));
+                den = fmax(den, fabs((double)b[i]));
+                same += !memcmp(&a[i], &b[i], sizeof(float));
+            }
+            const char *op = from16 ? "matmul_forward_from_bf16_add" : "matmul_forward_add";
+            CHECK(num <= ldexp(den, -20) && pair_diff(res) == 0.0,
+                  "%s %s (%dx%dx%d) = the product then residual_forward within 2^-20 (%.2e; %zu of %zu bits equal), "
+                  "the residual untouched", bf16 ? "bf16" : "fp32", op, N, in, out, num / den, same, ny);
+            cpu_matmul_forward(y.h, x.h, bf16 ? wr : w.h, N, in, out);
+            for (size_t i = 0; i < ny; i++) y.h[i] += res.h[i];
+            expect_close(bf16 ? "bf16 forward + residual vs the CPU" : "fp32 forward + residual vs the CPU", y);
+        }
+    ops_set_matmul_bf16(0);
+    buf_free(x16_d);
+    free(a), free(b), free(wr);
+    pair_free(x), pair_free(w), pair_free(res), pair_free(y), pair_free(y2), pair_free(scr);
+}
+
 // matmul_backward_bf16 (a bf16 run's gate|up and q|k|v backward): the output
 // gradient and the input kept as bf16, handed to cuBLASLt as the operands
 // matmul_backward would round the widened values to, so with bf16 products the

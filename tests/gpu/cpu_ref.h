@@ -33,6 +33,7 @@
 #define scatter_rows_f32 cpu_scatter_rows_f32
 #define matmul_forward cpu_matmul_forward
 #define matmul_forward_ld cpu_matmul_forward_ld
+#define matmul_forward_add cpu_matmul_forward_add
 #define matmul_backward cpu_matmul_backward
 #define matmul_backward_ld cpu_matmul_backward_ld
 #define ops_check_ids cpu_ops_check_ids
@@ -69,6 +70,7 @@
 #define round_to_bf16 cpu_round_to_bf16
 #define matmul_forward_bf16 cpu_matmul_forward_bf16
 #define matmul_forward_from_bf16 cpu_matmul_forward_from_bf16
+#define matmul_forward_from_bf16_add cpu_matmul_forward_from_bf16_add
 #define matmul_backward_from_bf16 cpu_matmul_backward_from_bf16
 #define matmul_backward_bf16 cpu_matmul_backward_bf16
 #define widen_from_bf16 cpu_widen_from_bf16
@@ -120,6 +122,7 @@
 #undef scatter_rows_f32
 #undef matmul_forward
 #undef matmul_forward_ld
+#undef matmul_forward_add
 #undef matmul_backward
 #undef matmul_backward_ld
 #undef ops_check_ids
@@ -156,6 +159,7 @@
 #undef round_to_bf16
 #undef matmul_forward_bf16
 #undef matmul_forward_from_bf16
+#undef matmul_forward_from_bf16_add
 #undef matmul_backward_from_bf16
 #undef matmul_backward_bf16
 #undef widen_from_bf16

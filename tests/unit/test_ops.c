@@ -1014,6 +1014,18 @@ static void test_swiglu_bf16(void) {
     matmul_forward_from_bf16(o2, (uint16_t *)scr, scr, w, N, 2 * F, I);
     CHECK(ok && !memcmp(o1, o2, (size_t)N * I * sizeof(float)),
           "matmul_forward_from_bf16 = matmul_forward of the widened input, bit for bit (in place too)");
+    // The residual add after the product (matmul_*_add): the product, then + add.
+    float *res = fnew((size_t)N * I), *o3 = fnew((size_t)N * I);
+    fill(res, (size_t)N * I, -3, 3);
+    fill(scr, ngu, 7, 8);
+    matmul_forward_from_bf16_add(o2, res, gu16, scr, w, N, 2 * F, I);
+    matmul_forward_add(o3, res, y, w, N, 2 * F, I);
+    ok = 1;
+    for (size_t i = 0; i < (size_t)N * I; i++) {
+        const float want = o1[i] + res[i];
+        ok &= !memcmp(&o2[i], &want, sizeof want) && !memcmp(&o3[i], &want, sizeof want);
+    }
+    CHECK(ok, "matmul_forward_add and matmul_forward_from_bf16_add = the product + the residual, bit for bit");
     matmul_backward(dx1, dw1, dy, y, w, N, 2 * F, I, 0);
     fill(scr, ngu, 7, 8);
     matmul_backward_from_bf16(dx2, dw2, dy, gu16, scr, w, N, 2 * F, I, 0);

@@ -331,7 +331,9 @@ static void test_step_time(void) {
     // round their fp32 activation operands in passes of 6 bytes a value: per layer
     // and micro-batch the forward's o input (N x A), the backward's o (N x D, N x A)
     // and down (N x D) operands; the head's input in both directions and its
-    // logits' gradient (N x V) once. Nothing else moves.
+    // logits' gradient (N x V) once. And on one tensor-parallel rank each of a
+    // layer's two residual adds is the o or down product's epilogue, reading the
+    // residual (N x D, 4 bytes) where a pass read two and wrote one (12 bytes).
     Hardware h4 = ideal(1e14, 0, 1e30);
     h4.bytes_per_value = 4, h4.mem_bw = 1e12;
     PlanProblem p32 = plan_problem("smollm-360m", 1, 2048, 8, h4), p16 = p32;
@@ -340,10 +342,11 @@ static void test_step_time(void) {
     StepTime s32 = plan_step_time(&p32, &mb2), s16 = plan_step_time(&p16, &mb2);
     const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
     const double passes = 4 * (Ls * (Nt * A + 2 * Nt * D + Nt * A) + 2 * Nt * D + Nt * V);
-    const double want_bf16 = passes * 6.0 / h4.mem_bw;
+    const double epilogue = 4 * Ls * 2 * Nt * D * (12 - 4) / h4.mem_bw;
+    const double want_bf16 = passes * 6.0 / h4.mem_bw - epilogue;
     CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
-          "bf16 rounding passes: %.6g s of compute more than fp32 = %.6g s (6 bytes per rounded value)",
-          s16.compute - s32.compute, want_bf16);
+          "bf16 rounding passes less the epilogues' adds: %.6g s of compute more than fp32 = %.6g s (6 bytes per "
+          "rounded value; %.6g s less for the adds)", s16.compute - s32.compute, want_bf16, epilogue);
     // The breakdown adds up.
     PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
@@ -435,6 +438,30 @@ static void test_step_time_cudnn(void) {
           "bf16)", 1e3 * (f.total - c.total), 1e3 * want);
 }
 
+// The residual adds in the products' epilogues (the bf16 rounding check above: one
+// tensor-parallel rank) are a one-rank thing: on two ranks the adds are passes
+// after the reduction again, and a bf16 run costs an fp32 one's step plus its
+// rounding passes alone (a layer's o input N A_l forward; 2 N D + N A_l backward;
+// the head's final norm output N D both ways and the logits' gradient twice, its
+// din and weight gradient being separate products), 1.5 values of 4 bytes each.
+static void test_step_time_tp_adds(void) {
+    Hardware hw = ideal(1e14, 0, 1e30);
+    hw.mem_bw = 2e12;
+    hw.bytes_per_value = 4;
+    strcpy(hw.precision, "fp32");
+    PlanProblem p = plan_problem("smollm-360m", 2, 2048, 8, hw);
+    PlanLayout tp2 = {1, 2, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
+    const StepTime f2 = plan_step_time(&p, &tp2);
+    strcpy(p.hw.precision, "bf16");
+    const StepTime b2 = plan_step_time(&p, &tp2);
+    const double N = 2048, D = 960, Al = 15 * 64 / 2, Vl = 49152 / 2, L = 32, micro = 8, bw = 2e12;
+    const double rounding = micro * (L * 1.5 * (N * Al + 2 * N * D + N * Al) + 1.5 * (N * D + 2 * N * Vl + N * D)) *
+                            4 / bw;
+    CHECK(rel_diff(b2.total - f2.total, rounding) < 1e-9,
+          "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes alone (want %.3f; "
+          "no epilogue adds)", 1e3 * (b2.total - f2.total), 1e3 * rounding);
+}
+
 int main(void) {
     test_moe();
     test_bubble();
@@ -443,6 +470,7 @@ int main(void) {
     test_memory_formulas();
     test_step_time();
     test_step_time_cudnn();
+    test_step_time_tp_adds();
     test_search();
     return check_summary();
 }
