@@ -111,26 +111,31 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
 
 // The dense MLP's backward, dres(Nr, D) its output gradient: the down and gate|up
 // weight gradients into g, gate|up's input gradient into dd(Nr, D) (a->normed
-// rebuilt on the way). Under bf16 activations h's gradient dh(N, Fl) goes to dgu's
-// second half (its first holds the rebuilt h16, read meanwhile), and gate|up's
-// gradient, written as bf16 by SwiGLU's backward, to dbuf_i (free once down's
-// input is read), where both gate|up products read it as it is; dgu, free by then,
-// is the room to widen it for a backend that must.
+// rebuilt on the way). Under bf16 activations down's input gradient comes first,
+// as bf16 (dh16, in dgu's second half; dbuf_i the room for a backend that rounds
+// after the product); SwiGLU's backward then reads gate|up once to write gate|up's
+// gradient as bf16 into dbuf_i and rebuild down's input h16 beside it (mlp_h16,
+// bit for bit the forward's), which down's weight gradient reads (dh16's room, read
+// by then, is the room to widen it). Both gate|up products read the bf16 gradient
+// as it is; dgu, free by then, is the room to widen it for a backend that must.
 static void dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, float *g,
                                const LayerOffsets *lo, int u, float *dd) {
     const TensorParallel *tp = &m->tp;
     const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
-    float *dh = m->mlp_bf16 ? a->dgu + (size_t)N * Fl : a->dbuf_i;  // (N, Fl)
-    llama_down_backward(m, a, s, dh, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));
-    if (m->mlp_bf16) {  // gate|up's input rebuilt as bf16 too (normed16), as the forward wrote it
+    if (m->mlp_bf16) {
+        float *dh_room = a->dgu + (size_t)N * Fl;                                  // (N, Fl) fp32
+        uint16_t *dh16 = (uint16_t *)dh_room, *h16 = mlp_h16(a);                  // (N, Fl) bf16 each
         uint16_t *dgu16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, 2Fl), (Nr, D)
-        swiglu_backward_to_bf16(dgu16, dh, s->gu16, N, Fl);
+        tp_row_backward_input_to_bf16(tp, dh16, a->dbuf_i, a->dresid, AT(w, u, lo->down), a->tp_full, N, Fl, D);
+        swiglu_backward_bf16(dgu16, h16, dh16, s->gu16, N, Fl);
+        tp_row_backward_from_bf16(tp, NULL, AT(g, u, lo->down), a->dresid, h16, dh_room, NULL, a->tp_full, N, Fl, D);
         rmsnorm_rebuild_to_bf16(normed16, s->ln2, AT(w, u, lo->ln2), Nr, D);
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, normed16, AT(w, u, lo->gate_up),
                                 a->tp_full, a->tp_partial, N, D, 2 * Fl);
         return;
     }
-    swiglu_backward(a->dgu, dh, s->gu, N, Fl);
+    llama_down_backward(m, a, s, a->dbuf_i, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));  // dh(N, Fl)
+    swiglu_backward(a->dgu, a->dbuf_i, s->gu, N, Fl);
     rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
     tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up), a->tp_full,
                        a->tp_partial, N, D, 2 * Fl);

@@ -74,12 +74,15 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
 
     // MLP
     copy_f32(k.d_down, dres, (size_t)Nr * D);
-    tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
-    if (m->mlp_bf16) {  // dgu as bf16 into the stash, read from there (dgu: room to widen it)
-        swiglu_backward_to_bf16(k.dgu16, a->dbuf_i, s.gu16, N, Fl);
+    if (m->mlp_bf16) {  // down's input gradient as bf16 (dgu's second half), then dgu as bf16 into the stash,
+                        // read from there (dgu: room to widen it); W rebuilds down's input itself
+        uint16_t *dh16 = (uint16_t *)(a->dgu + (size_t)N * Fl);  // (N, Fl) bf16
+        tp_row_backward_input_to_bf16(tp, dh16, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
+        swiglu_backward_bf16(k.dgu16, NULL, dh16, s.gu16, N, Fl);
         tp_column_backward_bf16(tp, k.d_ln2, NULL, k.dgu16, a->dgu, NULL, AT(w, u, lo->gate_up), NULL,
                                 a->tp_partial, N, D, 2 * Fl);
     } else {
+        tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
         swiglu_backward(a->dgu, a->dbuf_i, s.gu, N, Fl);
         copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
         tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);

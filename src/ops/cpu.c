@@ -429,6 +429,13 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
     matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
 }
 
+// The fp32 product into din_scratch, then rounded: sgemm has no bf16 output.
+void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
+                                   int N, int in_dim, int out_dim) {
+    matmul_backward(din_scratch, NULL, dout, NULL, weight, N, in_dim, out_dim, 0);
+    round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+}
+
 // A bf16 token row is widened BF16_SPAN values at a time into fp32 on the stack,
 // then the fp32 loops above run on it: the same float operations as swiglu_forward
 // and swiglu_backward on the widened values, the results rounded as they are stored.
@@ -470,6 +477,28 @@ void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t 
             swiglu_back_span(dgw, duw, dout + (size_t)n * F + i0, gw, uw, k);
             round_span(dg + i0, dgw, k);
             round_span(dg + F + i0, duw, k);
+        }
+    }
+}
+
+void swiglu_backward_bf16(uint16_t *dgu16, uint16_t *h16, const uint16_t *dout16, const uint16_t *gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout16 + (size_t)n * F;
+        uint16_t *dg = dgu16 + (size_t)n * 2 * F;
+        float gw[BF16_SPAN], uw[BF16_SPAN], dw[BF16_SPAN], dgw[BF16_SPAN], duw[BF16_SPAN];
+        for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
+            const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
+            widen_span(gw, g + i0, k);
+            widen_span(uw, u + i0, k);
+            widen_span(dw, d + i0, k);
+            swiglu_back_span(dgw, duw, dw, gw, uw, k);
+            round_span(dg + i0, dgw, k);
+            round_span(dg + F + i0, duw, k);
+            if (h16) {  // swiglu_forward_bf16's values (dw is free again)
+                swiglu_span(dw, gw, uw, k);
+                round_span(h16 + (size_t)n * F + i0, dw, k);
+            }
         }
     }
 }

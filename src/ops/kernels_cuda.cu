@@ -300,12 +300,14 @@ __global__ void k_swiglu(O *out, const T *gu, int N, int F) {
 }
 
 // T as above; O: float (swiglu_backward) or __nv_bfloat16 (swiglu_backward_to_bf16:
-// the gate|up backward's operand).
-template <typename T, typename O, int VEC>
-__global__ void k_swiglu_back(O *dgu, const float *dout, const T *gu, int N, int F) {
+// the gate|up backward's operand); Dt: dout's type, float or __nv_bfloat16
+// (swiglu_backward_bf16, which with h not NULL also writes the SwiGLU output there,
+// k_swiglu's values: the same swiglu_value on the same widened inputs).
+template <typename T, typename Dt, typename O, int VEC>
+__global__ void k_swiglu_back(O *dgu, O *h, const Dt *dout, const T *gu, int N, int F) {
     ROWS_LOOP(n, N) {
         const T *g = gu + n * 2 * F, *u = g + F;
-        const float *d = dout + n * F;
+        const Dt *d = dout + n * F;
         O *dg = dgu + n * 2 * F, *du = dg + F;
         COLS_LOOP(i, F, VEC) {
             float gv[VEC], uv[VEC], dv[VEC], rg[VEC], ru[VEC];
@@ -315,6 +317,10 @@ __global__ void k_swiglu_back(O *dgu, const float *dout, const T *gu, int N, int
             for (int k = 0; k < VEC; k++) swiglu_grads(gv[k], uv[k], dv[k], &rg[k], &ru[k]);
             store_vals<VEC>(du + i, ru);
             store_vals<VEC>(dg + i, rg);
+            if (h) {  // (uniform across the grid)
+                for (int k = 0; k < VEC; k++) dv[k] = swiglu_value(gv[k], uv[k]);
+                store_vals<VEC>(h + n * F + i, dv);
+            }
         }
     }
 }
@@ -329,11 +335,13 @@ static void swiglu_fwd(O *out, const T *gu, int N, int F, const char *what) {
     cuda_done(what);
 }
 
-template <typename T, typename O>
-static void swiglu_bwd(O *dgu, const float *dout, const T *gu, int N, int F, const char *what) {
+template <typename T, typename Dt, typename O>
+static void swiglu_bwd(O *dgu, O *h, const Dt *dout, const T *gu, int N, int F, const char *what) {
     if ((size_t)N * F == 0) return;
-    const bool vec = F % 4 == 0 && aligned_vec4(dgu, sizeof(O)) && aligned_vec4(gu, sizeof(T)) && aligned_vec4(dout, 4);
-    launch_rows(&k_swiglu_back<T, O, 4>, &k_swiglu_back<T, O, 1>, vec, (size_t)N, (size_t)F, dgu, dout, gu, N, F);
+    const bool vec = F % 4 == 0 && aligned_vec4(dgu, sizeof(O)) && aligned_vec4(gu, sizeof(T)) &&
+                     aligned_vec4(dout, sizeof(Dt)) && (!h || aligned_vec4(h, sizeof(O)));
+    launch_rows(&k_swiglu_back<T, Dt, O, 4>, &k_swiglu_back<T, Dt, O, 1>, vec, (size_t)N, (size_t)F, dgu, h, dout, gu,
+                N, F);
     cuda_done(what);
 }
 
@@ -342,7 +350,7 @@ extern "C" void swiglu_forward(float *out, const float *gu, int N, int F) {
 }
 
 extern "C" void swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
-    swiglu_bwd(dgu, dout, gu, N, F, "swiglu_backward");
+    swiglu_bwd(dgu, (float *)NULL, dout, gu, N, F, "swiglu_backward");
 }
 
 // ------------------------------------------------------------ bf16 activations
@@ -398,5 +406,12 @@ extern "C" void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, 
 }
 
 extern "C" void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F) {
-    swiglu_bwd((__nv_bfloat16 *)dgu16, dout, (const __nv_bfloat16 *)gu, N, F, "swiglu_backward_to_bf16");
+    swiglu_bwd((__nv_bfloat16 *)dgu16, (__nv_bfloat16 *)NULL, dout, (const __nv_bfloat16 *)gu, N, F,
+               "swiglu_backward_to_bf16");
+}
+
+extern "C" void swiglu_backward_bf16(uint16_t *dgu16, uint16_t *h16, const uint16_t *dout16, const uint16_t *gu,
+                                    int N, int F) {
+    swiglu_bwd((__nv_bfloat16 *)dgu16, (__nv_bfloat16 *)h16, (const __nv_bfloat16 *)dout16,
+               (const __nv_bfloat16 *)gu, N, F, "swiglu_backward_bf16");
 }

@@ -413,6 +413,19 @@ extern "C" void matmul_backward_bf16(float *din, float *dweight, const uint16_t 
              accumulate_din);
 }
 
+// With bf16 operands cuBLASLt writes din16 itself; with fp32 ones the fp32 product
+// goes to din_scratch and is rounded (as matmul_forward_bf16).
+extern "C" void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout,
+                                              const float *weight, int N, int in_dim, int out_dim) {
+    if (!g_bf16) {
+        matmul_backward(din_scratch, NULL, dout, NULL, weight, N, in_dim, out_dim, 0);
+        round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+        return;
+    }
+    gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), operand(0, dout, N, out_dim, out_dim),
+            0.0f, din16, in_dim, 1, "matmul_backward din16");
+}
+
 extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,
                                 int N, int in_dim, int out_dim, int accumulate_din) {
     matmul_backward_ld(din, dweight, dout, out_dim, in, weight, N, in_dim, out_dim, accumulate_din);

@@ -186,6 +186,14 @@ void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, co
 void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, float *dscratch,
                           const uint16_t *in16, float *in_scratch, const float *weight, int N, int in_dim,
                           int out_dim, int accumulate_din);
+// The input gradient alone, written as bf16: din16(N, in_dim) = dout(N, out_dim) @
+// weight, each value rounded to the nearest bf16 from the fp32 sums as it is
+// written (cuBLASLt's D type bf16, as matmul_forward_bf16): a bf16 run's down
+// product, whose input gradient only SwiGLU's backward reads. din_scratch(N,
+// in_dim) fp32, apart from din16: where the backend cannot write bf16 from a
+// product, the product goes there, then round_to_bf16.
+void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
+                                   int N, int in_dim, int out_dim);
 
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
@@ -376,6 +384,11 @@ void widen_from_bf16(float *dst, const uint16_t *src, size_t n);
 // rounded an fp32 dgu to); dout(N, F) fp32.
 void swiglu_forward_bf16(uint16_t *out16, const uint16_t *gu, int N, int F);
 void swiglu_backward_to_bf16(uint16_t *dgu16, const float *dout, const uint16_t *gu, int N, int F);
+// swiglu_backward_to_bf16 with dout16(N, F) bf16 (matmul_backward_input_to_bf16's),
+// widened, and with h16(N, F) not NULL the SwiGLU output rebuilt beside it, the same
+// values swiglu_forward_bf16 writes, bit for bit: the down product's weight gradient
+// reads it after, so gate|up is read once for both. dgu16, h16, dout16 and gu apart.
+void swiglu_backward_bf16(uint16_t *dgu16, uint16_t *h16, const uint16_t *dout16, const uint16_t *gu, int N, int F);
 
 // ---- mixture of experts (model/moe.h): routing, grouping, dispatch and combine ----
 // N tokens, E experts, K experts per token (top-k), D hidden. A token's K choices

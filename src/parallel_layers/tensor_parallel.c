@@ -193,6 +193,11 @@ void tp_row_backward_input(const TensorParallel *tp, float *din, const float *do
     matmul_backward(din, NULL, tp_gather(tp, dout, full, N, D), NULL, w, N, in_local, D, 0);
 }
 
+void tp_row_backward_input_to_bf16(const TensorParallel *tp, uint16_t *din16, float *din_scratch, const float *dout,
+                                   const float *w, float *full, int N, int in_local, int D) {
+    matmul_backward_input_to_bf16(din16, din_scratch, tp_gather(tp, dout, full, N, D), w, N, in_local, D);
+}
+
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D) {
     matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);

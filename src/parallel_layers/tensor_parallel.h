@@ -145,6 +145,11 @@ void tp_column_backward_weight(const TensorParallel *tp, float *dw, const float 
 // din(N, in_local) = gather(dout) @ w (row-parallel); full(N, D) scratch.
 void tp_row_backward_input(const TensorParallel *tp, float *din, const float *dout, const float *w,
                            float *full, int N, int in_local, int D);
+// The same written as bf16 (ops.h: matmul_backward_input_to_bf16): din16(N,
+// in_local) = gather(dout) @ w rounded; din_scratch(N, in_local) fp32 for a
+// backend that rounds after the product.
+void tp_row_backward_input_to_bf16(const TensorParallel *tp, uint16_t *din16, float *din_scratch, const float *dout,
+                                   const float *w, float *full, int N, int in_local, int D);
 // dw(D, in_local) += gather(dout)^T @ x (row-parallel); full(N, D) scratch.
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D);

@@ -142,6 +142,18 @@ static double rope_values(const Shape *s) {
 // both and writing the sum, or only the residual read by the product's epilogue.
 static double residual_values(const Shape *s) { return (s->epilogue_add ? 1 : 3) * s->Nr * s->D; }
 
+// SwiGLU's traffic in values of bytes_per_value. fp32 (and a mixture of experts'
+// rows): the forward reads gate|up and writes the output, 3 N Fl values, and the
+// backward reads gate|up and the output gradient and writes gate|up's, twice that.
+// A dense bf16 run (LlamaModel.mlp_bf16) keeps gate|up as bf16: the forward reads
+// 4 bytes a position and writes 2; the backward reads gate|up (4) and down's input
+// gradient (2, which the down product wrote as bf16: 2 more), and writes gate|up's
+// gradient (4) and down's input rebuilt beside it (2): 14 bytes.
+static double swiglu_values(const Shape *s, int backward) {
+    if (!(s->rounds && s->pm->E == 0)) return (backward ? 6 : 3) * s->N * s->Fl;
+    return (backward ? 14.0 : 6.0) / s->bpv * s->N * s->Fl;
+}
+
 // One decoder layer's forward.
 static Cost layer_fwd(const Shape *s) {
     const PlanLayout *l = s->l;
@@ -152,7 +164,7 @@ static Cost layer_fwd(const Shape *s) {
     c.compute = gemm_s(s, 2 * N * D * QKV) + gemm_s(s, 2 * N * A * D) + gemm_s(s, 2 * N * D * up) +
                 gemm_s(s, 2 * N * s->Fl * D) + attn;
     // rmsnorm x2 (read + write), residual x2, RoPE on q and k, SwiGLU
-    c.compute += elementwise_s(s, 4 * Nr * D + 2 * residual_values(s) + rope_values(s) + 3 * N * s->Fl);
+    c.compute += elementwise_s(s, 4 * Nr * D + 2 * residual_values(s) + rope_values(s) + swiglu_values(s, 0));
     // bf16: o's input, the attention output (the norms write bf16 themselves), unless
     // cuDNN wrote it as bf16 (att_kept)
     if (!s->att_kept) c.compute += rounding_s(s, N * A);
@@ -192,7 +204,8 @@ static Cost layer_bwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
-    c.compute += 2 * elementwise_s(s, 10 * Nr * D + rope_values(s) + 3 * N * s->Fl);
+    // the norms' and RoPE's backward, priced as twice their forward, and SwiGLU's
+    c.compute += elementwise_s(s, 2 * (10 * Nr * D + rope_values(s)) + swiglu_values(s, 1));
     // bf16: o's output gradient and input, and down's output gradient (att_kept: o's
     // input is kept as bf16, but cuDNN's dout is rounded instead: the same traffic)
     c.compute += rounding_s(s, 2 * N * D + N * A);

@@ -257,6 +257,45 @@ static void test_matmul_forward_add(int N, int in, int out) {
     pair_free(x), pair_free(w), pair_free(res), pair_free(y), pair_free(y2), pair_free(scr);
 }
 
+// matmul_backward_input_to_bf16 (a bf16 run's down product: its input gradient,
+// which only SwiGLU's backward reads, written as bf16): as matmul_forward_bf16,
+// cuBLASLt's bf16 output against the fp32 input gradient rounded, at most 1 ulp
+// apart and at least 99% the same bits, the scratch untouched; with fp32 products
+// the fp32 product in the scratch (within TOL of the CPU's), then rounded, bit for bit.
+static void test_matmul_input_to_bf16(int N, int in, int out) {
+    const size_t n = (size_t)N * in;
+    Pair dy = pair_fill((size_t)N * out, 1.0f), w = pair_fill((size_t)out * in, 0.1f);
+    Pair dx = pair_fill(n, 1.0f), scr = pair_fill(n, 1.0f);
+    uint16_t *d16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 din");  // (N, in)
+    uint16_t *r16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "rounded din");
+    uint16_t *a = xmalloc(n * sizeof(uint16_t), "bf16 din"), *b = xmalloc(n * sizeof(uint16_t), "rounded");
+    float *f = xmalloc(n * sizeof(float), "fp32 din");
+    ops_set_matmul_bf16(1);
+    matmul_backward_input_to_bf16(d16, scr.d, dy.d, w.d, N, in, out);
+    matmul_backward(dx.d, NULL, dy.d, NULL, w.d, N, in, out, 0);
+    round_to_bf16(r16, dx.d, n);
+    ops_download(a, d16, n * sizeof(uint16_t));
+    ops_download(b, r16, n * sizeof(uint16_t));
+    int ulp;
+    size_t same = bf16_compare(a, b, n, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= n * 99 && pair_diff(scr) == 0.0,
+          "bf16 matmul_backward_input_to_bf16 (%dx%dx%d) = round_to_bf16(matmul_backward's din): %zu of %zu bits "
+          "equal, at most %d ulp apart; the scratch untouched", N, in, out, same, n, ulp);
+    ops_set_matmul_bf16(0);
+    matmul_backward_input_to_bf16(d16, scr.d, dy.d, w.d, N, in, out);
+    cpu_matmul_backward(scr.h, NULL, dy.h, NULL, w.h, N, in, out, 0);
+    expect_close("fp32 matmul_backward_input_to_bf16: its scratch", scr);
+    ops_download(f, scr.d, n * sizeof(float));
+    cpu_round_to_bf16(b, f, n);
+    ops_download(a, d16, n * sizeof(uint16_t));
+    same = bf16_compare(a, b, n, &ulp);
+    CHECK(same == n, "fp32 matmul_backward_input_to_bf16 (%dx%dx%d): its fp32 product rounded, %zu of %zu bits equal",
+          N, in, out, same, n);
+    buf_free(d16), buf_free(r16);
+    free(a), free(b), free(f);
+    pair_free(dy), pair_free(w), pair_free(dx), pair_free(scr);
+}
+
 // matmul_backward_bf16 (a bf16 run's gate|up and q|k|v backward): the output
 // gradient and the input kept as bf16, handed to cuBLASLt as the operands
 // matmul_backward would round the widened values to, so with bf16 products the
@@ -608,6 +647,37 @@ static void test_bf16_activations_at(int F) {
     const double wide_e = pair_diff(dgu);
     CHECK(wide_e <= 1.0 / 256, "swiglu_backward_to_bf16 (widened) rel. max-norm %.2e <= 2^-8 (%zu values)", wide_e,
           ngu);
+    // swiglu_backward_bf16: dout kept as bf16 (down's input gradient), widened, so
+    // the gradient is swiglu_backward_to_bf16's of the widened dout bit for bit, and
+    // the SwiGLU output it rebuilds beside it is swiglu_forward_bf16's bit for bit
+    // (the down product's weight gradient reads it in the forward's place); with h16
+    // NULL the same gradient. Against the CPU as above.
+    uint16_t *d16_d = bf16_twin(d, "bf16 dout");  // (N, F); d: its widened values
+    uint16_t *h16_d = buf_alloc(MEM_ACTIVATIONS, no * sizeof(uint16_t), "rebuilt swiglu");  // (N, F)
+    uint16_t *dk16_d = buf_alloc(MEM_ACTIVATIONS, ngu * sizeof(uint16_t), "bf16 dgu");      // (N, 2F)
+    uint16_t *dk16_g = xmalloc(ngu * sizeof(uint16_t), "bf16"), *h16_g = xmalloc(no * sizeof(uint16_t), "bf16");
+    uint16_t *d16_h = xmalloc(no * sizeof(uint16_t), "bf16 dout");
+    cpu_round_to_bf16(d16_h, d.h, no);
+    swiglu_backward_to_bf16(dg16_d, d.d, g16_d, N, F);
+    swiglu_backward_bf16(dk16_d, h16_d, d16_d, g16_d, N, F);
+    ops_download(dg16_g, dg16_d, ngu * sizeof(uint16_t));
+    ops_download(dk16_g, dk16_d, ngu * sizeof(uint16_t));
+    ops_download(h16_g, h16_d, no * sizeof(uint16_t));
+    int fused_ok = !memcmp(dk16_g, dg16_g, ngu * sizeof(uint16_t)) && !memcmp(h16_g, o16_g, no * sizeof(uint16_t));
+    swiglu_backward_bf16(dk16_d, NULL, d16_d, g16_d, N, F);
+    ops_download(dk16_g, dk16_d, ngu * sizeof(uint16_t));
+    fused_ok &= !memcmp(dk16_g, dg16_g, ngu * sizeof(uint16_t));
+    CHECK(fused_ok, "swiglu_backward_bf16, F %d: swiglu_backward_to_bf16's bits on the widened dout, and the rebuilt "
+          "output swiglu_forward_bf16's (with and without the rebuild)", F);
+    cpu_swiglu_backward_bf16(dg16_h, h16_g, d16_h, g16_h, N, F);  // (h16_g: the CPU's rebuild now)
+    same = bf16_compare(dk16_g, dg16_h, ngu, &ulp);
+    int hulp;
+    const size_t hsame = bf16_compare(h16_g, o16_h, no, &hulp);
+    CHECK(ulp <= 1 && same * 100 >= ngu * 99 && hsame == no,
+          "swiglu_backward_bf16 on the CPU, F %d: the GPU's within 1 ulp (%zu of %zu bits equal, at most %d ulp); its "
+          "rebuild the CPU's swiglu_forward_bf16 bit for bit (%zu of %zu)", F, same, ngu, ulp, hsame, no);
+    buf_free(d16_d), buf_free(h16_d), buf_free(dk16_d);
+    free(dk16_g), free(h16_g), free(d16_h);
     // The norms' bf16 outputs: the GPU's fp32 row sums may differ from the CPU's in
     // the last bit (another order), which moves a value on a bf16 midpoint by 1 ulp.
     const int Nn = 21, D = 96;

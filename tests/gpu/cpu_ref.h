@@ -76,6 +76,8 @@
 #define widen_from_bf16 cpu_widen_from_bf16
 #define swiglu_forward_bf16 cpu_swiglu_forward_bf16
 #define swiglu_backward_to_bf16 cpu_swiglu_backward_to_bf16
+#define swiglu_backward_bf16 cpu_swiglu_backward_bf16
+#define matmul_backward_input_to_bf16 cpu_matmul_backward_input_to_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
 #define cross_entropy_forward cpu_cross_entropy_forward
 #define ce_shard_max cpu_ce_shard_max
@@ -165,6 +167,8 @@
 #undef widen_from_bf16
 #undef swiglu_forward_bf16
 #undef swiglu_backward_to_bf16
+#undef swiglu_backward_bf16
+#undef matmul_backward_input_to_bf16
 #undef cross_entropy_forward_backward
 #undef cross_entropy_forward
 #undef ce_shard_max

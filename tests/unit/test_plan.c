@@ -333,7 +333,9 @@ static void test_step_time(void) {
     // and down (N x D) operands; the head's input in both directions and its
     // logits' gradient (N x V) once. And on one tensor-parallel rank each of a
     // layer's two residual adds is the o or down product's epilogue, reading the
-    // residual (N x D, 4 bytes) where a pass read two and wrote one (12 bytes).
+    // residual (N x D, 4 bytes) where a pass read two and wrote one (12 bytes). And
+    // SwiGLU moves bf16 gate|up: 6 bytes a position forward (fp32: 12), 14 backward
+    // (fp32: 24).
     Hardware h4 = ideal(1e14, 0, 1e30);
     h4.bytes_per_value = 4, h4.mem_bw = 1e12;
     PlanProblem p32 = plan_problem("smollm-360m", 1, 2048, 8, h4), p16 = p32;
@@ -343,10 +345,12 @@ static void test_step_time(void) {
     const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
     const double passes = 4 * (Ls * (Nt * A + 2 * Nt * D + Nt * A) + 2 * Nt * D + Nt * V);
     const double epilogue = 4 * Ls * 2 * Nt * D * (12 - 4) / h4.mem_bw;
-    const double want_bf16 = passes * 6.0 / h4.mem_bw - epilogue;
+    const double swiglu = 4 * Ls * Nt * 2560 * ((12 - 6) + (24 - 14)) / h4.mem_bw;
+    const double want_bf16 = passes * 6.0 / h4.mem_bw - epilogue - swiglu;
     CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
-          "bf16 rounding passes less the epilogues' adds: %.6g s of compute more than fp32 = %.6g s (6 bytes per "
-          "rounded value; %.6g s less for the adds)", s16.compute - s32.compute, want_bf16, epilogue);
+          "bf16 rounding passes less the epilogues' adds and bf16 SwiGLU: %.6g s of compute more than fp32 = %.6g s (6 bytes per "
+          "rounded value; %.6g s less for the adds, %.6g s for SwiGLU)", s16.compute - s32.compute, want_bf16, epilogue,
+          swiglu);
     // The breakdown adds up.
     PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
@@ -420,13 +424,19 @@ static void test_moe(void) {
 // directions. So against the same profile timed on femtotron's kernels, each
 // layer's step is shorter by (1.5 N A + 3 N (H + KV) hd) x 4 bytes / mem_bw
 // (the backward rounds cuDNN's dout where it rounded o's input: the same traffic).
-static void test_step_time_cudnn(void) {
+// (SmolLM-360M, sequence 2048, 8 micro-batches, on a 4-byte profile of precision
+// `precision` and 2 TB/s, over `gpus` GPUs.)
+static PlanProblem smollm_4byte(int gpus, const char *precision) {
     Hardware hw = ideal(1e14, 0, 1e30);
     hw.mem_bw = 2e12;
     hw.bytes_per_value = 4;
-    strcpy(hw.precision, "bf16");
-    strcpy(hw.attention, "femtotron");
-    PlanProblem p = plan_problem("smollm-360m", 1, 2048, 8, hw);
+    snprintf(hw.precision, sizeof hw.precision, "%s", precision);
+    snprintf(hw.attention, sizeof hw.attention, "femtotron");
+    return plan_problem("smollm-360m", gpus, 2048, 8, hw);
+}
+
+static void test_step_time_cudnn(void) {
+    PlanProblem p = smollm_4byte(1, "bf16");
     PlanLayout one = {1, 1, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     const StepTime f = plan_step_time(&p, &one);
     strcpy(p.hw.attention, "cudnn");
@@ -443,13 +453,10 @@ static void test_step_time_cudnn(void) {
 // after the reduction again, and a bf16 run costs an fp32 one's step plus its
 // rounding passes alone (a layer's o input N A_l forward; 2 N D + N A_l backward;
 // the head's final norm output N D both ways and the logits' gradient twice, its
-// din and weight gradient being separate products), 1.5 values of 4 bytes each.
+// din and weight gradient being separate products), 1.5 values of 4 bytes each,
+// less SwiGLU's bf16 traffic (16 bytes a position of Fl less than fp32's).
 static void test_step_time_tp_adds(void) {
-    Hardware hw = ideal(1e14, 0, 1e30);
-    hw.mem_bw = 2e12;
-    hw.bytes_per_value = 4;
-    strcpy(hw.precision, "fp32");
-    PlanProblem p = plan_problem("smollm-360m", 2, 2048, 8, hw);
+    PlanProblem p = smollm_4byte(2, "fp32");
     PlanLayout tp2 = {1, 2, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     const StepTime f2 = plan_step_time(&p, &tp2);
     strcpy(p.hw.precision, "bf16");
@@ -457,9 +464,10 @@ static void test_step_time_tp_adds(void) {
     const double N = 2048, D = 960, Al = 15 * 64 / 2, Vl = 49152 / 2, L = 32, micro = 8, bw = 2e12;
     const double rounding = micro * (L * 1.5 * (N * Al + 2 * N * D + N * Al) + 1.5 * (N * D + 2 * N * Vl + N * D)) *
                             4 / bw;
-    CHECK(rel_diff(b2.total - f2.total, rounding) < 1e-9,
-          "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes alone (want %.3f; "
-          "no epilogue adds)", 1e3 * (b2.total - f2.total), 1e3 * rounding);
+    const double swiglu = micro * L * N * (2560 / 2) * 16 / bw;
+    CHECK(rel_diff(b2.total - f2.total, rounding - swiglu) < 1e-9,
+          "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes less bf16 SwiGLU's "
+          "traffic (want %.3f; no epilogue adds)", 1e3 * (b2.total - f2.total), 1e3 * (rounding - swiglu));
 }
 
 int main(void) {
