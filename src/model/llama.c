@@ -126,9 +126,12 @@ static void dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerS
         float *dh_room = a->dgu + (size_t)N * Fl;                                  // (N, Fl) fp32
         uint16_t *dh16 = (uint16_t *)dh_room, *h16 = mlp_h16(a);                  // (N, Fl) bf16 each
         uint16_t *dgu16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, 2Fl), (Nr, D)
-        tp_row_backward_input_to_bf16(tp, dh16, a->dbuf_i, a->dresid, AT(w, u, lo->down), a->tp_full, N, Fl, D);
+        // down's two products, row-parallel: every token's output gradient, gathered
+        // once for both (tp_full is left alone in between)
+        const float *dout = tp_gather(tp, a->dresid, a->tp_full, N, D);  // (N, D)
+        matmul_backward_input_to_bf16(dh16, a->dbuf_i, dout, AT(w, u, lo->down), N, Fl, D);
         swiglu_backward_bf16(dgu16, h16, dh16, s->gu16, N, Fl);
-        tp_row_backward_from_bf16(tp, NULL, AT(g, u, lo->down), a->dresid, h16, dh_room, NULL, a->tp_full, N, Fl, D);
+        matmul_backward_from_bf16(NULL, AT(g, u, lo->down), dout, h16, dh_room, NULL, N, Fl, D, 0);
         rmsnorm_rebuild_to_bf16(normed16, s->ln2, AT(w, u, lo->ln2), Nr, D);
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, normed16, AT(w, u, lo->gate_up),
                                 a->tp_full, a->tp_partial, N, D, 2 * Fl);
