@@ -34,11 +34,13 @@ typedef struct {
 } OpsCudaWorkspace;
 #define OPS_CUDA_LT_WORKSPACE ((size_t)32 << 20)  // llm.c's size on Hopper (GPU_NOTES.md)
 #define OPS_CUDA_SUM_BLOCKS 256  // sum_squares' fixed grid: its partials' order never changes
-// Column sums over the rows (RMSNorm's weight gradient) run in this many fixed chunks
-// of rows, then add the chunks' partials in order: parallel over rows and columns,
-// the same association every run. Their width is the hidden size, which every
-// layer's q|k|v product reads, so in_cols bounds it.
-#define OPS_CUDA_COL_CHUNKS 64
+// Column sums over the rows (RMSNorm's weight gradient) run in at most this many
+// fixed chunks of rows, then add the chunks' partials in order: parallel over rows
+// and columns, the same association every run. Their width is the hidden size,
+// which every layer's q|k|v product reads, so in_cols bounds it. 512: the one-pass
+// backward (ops/kernels_cuda.cu) runs a block a chunk, so chunks of 16 rows at
+// SmolLM-1.7B's 8192 tokens give 512 blocks, about 4 a multiprocessor.
+#define OPS_CUDA_COL_CHUNKS 512
 OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
 // The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
 // multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the

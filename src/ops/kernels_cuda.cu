@@ -85,9 +85,10 @@ __global__ void k_rmsnorm_back_dx(float *din, const float *dout, const float *xh
 // dw_i += sum_n dy_i xh_i in two passes with a fixed association, so every SM
 // takes part (one thread per column walking all N rows kept 16 blocks busy: about
 // 1 ms a call at N = 8192, D = 2048, 49 calls a micro-batch for a 24-layer model)
-// and the bits are the same every run (no atomics). Pass 1: chunk k of
-// OPS_CUDA_COL_CHUNKS (rows [k c, (k+1) c), c = ceil(N / chunks), in order) into
-// partial(chunks, D); pass 2: dw_i += the chunks' partials, k in order.
+// and the bits are the same every run (no atomics). Pass 1: chunk k of at most
+// OPS_CUDA_COL_CHUNKS (rows [k c, (k+1) c), c = ceil(N / OPS_CUDA_COL_CHUNKS), in
+// order) into partial(chunks, D) (here, or folded into the dx pass below,
+// k_rmsnorm_back_fused); pass 2: dw_i += the chunks' partials, k in order.
 __global__ void k_rmsnorm_back_dw_part(float *partial, const float *dout, const float *xhat, int N, int D,
                                        int chunk) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
@@ -98,12 +99,82 @@ __global__ void k_rmsnorm_back_dw_part(float *partial, const float *dout, const 
     partial[(size_t)k * D + i] = acc;
 }
 
-__global__ void k_rmsnorm_back_dw_sum(float *dweight, const float *partial, int D) {
+__global__ void k_rmsnorm_back_dw_sum(float *dweight, const float *partial, int D, int chunks) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= D) return;
     float acc = 0.0f;
-    for (int k = 0; k < OPS_CUDA_COL_CHUNKS; k++) acc += partial[(size_t)k * D + i];
+    for (int k = 0; k < chunks; k++) acc += partial[(size_t)k * D + i];
     dweight[i] += acc;
+}
+
+// Both gradients in one pass over dout and xhat, for rows of D <= 4 ROW_THREADS G
+// values (D a multiple of 4, 16-byte aligned rows): block k takes the chunk's
+// rows [k c, (k+1) c) in order, each thread 4 consecutive columns in each of G
+// groups, the weight held in registers. Per row, with DIN, the dot product (this
+// thread's 4 G products, then the block's fixed tree) and dx as k_rmsnorm_back_dx;
+// with DW, dy xh added to the thread's running column sums, which end as the
+// chunk's partial(k, D), summed by k_rmsnorm_back_dw_sum as before. The two-kernel
+// path read dout and xhat twice (at SmolLM-1.7B's micro-batch 134 MB more a norm);
+// here once. DIN alone and DW alone (the zero-bubble split's halves) run the same
+// sums as both together, so the same bits.
+template <int G, bool DIN, bool DW>
+__global__ void k_rmsnorm_back_fused(float *din, float *partial, const float *dout, const float *xhat,
+                                     const float *weight, const float *rstd, int N, int D, int chunk) {
+    __shared__ float sh[ROW_THREADS];
+    const int n0 = blockIdx.x * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
+    float w[G][4], acc[G][4];
+    for (int g = 0; g < G; g++) {
+        const int c = 4 * (threadIdx.x + g * ROW_THREADS);
+        for (int j = 0; j < 4; j++) w[g][j] = 0.0f, acc[g][j] = 0.0f;
+        if (DIN && c < D) load_vals<4>(w[g], weight + c);
+    }
+    for (int n = n0; n < n1; n++) {
+        const size_t off = (size_t)n * D;
+        float dy[G][4], xh[G][4], dot = 0.0f;
+        for (int g = 0; g < G; g++) {
+            const int c = 4 * (threadIdx.x + g * ROW_THREADS);
+            if (c < D) {
+                load_vals<4>(dy[g], dout + off + c);
+                load_vals<4>(xh[g], xhat + off + c);
+            } else {
+                for (int j = 0; j < 4; j++) dy[g][j] = 0.0f, xh[g][j] = 0.0f;
+            }
+            for (int j = 0; j < 4; j++) {
+                if (DIN) dot += w[g][j] * dy[g][j] * xh[g][j];
+                if (DW) acc[g][j] += dy[g][j] * xh[g][j];
+            }
+        }
+        if (!DIN) continue;
+        dot = block_sum(dot, sh);
+        const float cc = dot / (float)D, r = rstd[n];
+        for (int g = 0; g < G; g++) {
+            const int c = 4 * (threadIdx.x + g * ROW_THREADS);
+            if (c >= D) continue;
+            float dx[4];
+            load_vals<4>(dx, din + off + c);
+            for (int j = 0; j < 4; j++) dx[j] += r * (w[g][j] * dy[g][j] - cc * xh[g][j]);
+            store_vals<4>(din + off + c, dx);
+        }
+    }
+    if (DW)
+        for (int g = 0; g < G; g++) {
+            const int c = 4 * (threadIdx.x + g * ROW_THREADS);
+            if (c < D) store_vals<4>(partial + (size_t)blockIdx.x * D + c, acc[g]);
+        }
+}
+
+template <int G>
+static void rmsnorm_back_fused(float *din, float *partial, const float *dout, const float *xhat, const float *weight,
+                               const float *rstd, int N, int D, int chunk, int chunks) {
+    if (din && partial)
+        k_rmsnorm_back_fused<G, true, true><<<chunks, ROW_THREADS, 0, cuda_stream()>>>(din, partial, dout, xhat, weight,
+                                                                                      rstd, N, D, chunk);
+    else if (din)
+        k_rmsnorm_back_fused<G, true, false><<<chunks, ROW_THREADS, 0, cuda_stream()>>>(din, partial, dout, xhat,
+                                                                                       weight, rstd, N, D, chunk);
+    else
+        k_rmsnorm_back_fused<G, false, true><<<chunks, ROW_THREADS, 0, cuda_stream()>>>(din, partial, dout, xhat,
+                                                                                       weight, rstd, N, D, chunk);
 }
 
 template <typename O>
@@ -142,16 +213,27 @@ extern "C" void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, cons
 
 extern "C" void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
                                  const float *weight, const float *rstd, int N, int D) {
-    if (N <= 0) return;
+    if (N <= 0 || (!din && !dweight)) return;
     // Either half may be skipped (ops.h: din or dweight NULL, the split backward).
-    if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, xhat, weight, rstd, D);
-    if (dweight) {
-        float *partial = (float *)cuda_scratch((size_t)OPS_CUDA_COL_CHUNKS * D * sizeof(float));  // (chunks, D)
-        const int chunk = (N + OPS_CUDA_COL_CHUNKS - 1) / OPS_CUDA_COL_CHUNKS;
-        const dim3 grid(cuda_blocks((size_t)D, THREADS), OPS_CUDA_COL_CHUNKS);
-        k_rmsnorm_back_dw_part<<<grid, THREADS, 0, cuda_stream()>>>(partial, dout, xhat, N, D, chunk);
-        k_rmsnorm_back_dw_sum<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, partial, D);
+    const int chunk = (N + OPS_CUDA_COL_CHUNKS - 1) / OPS_CUDA_COL_CHUNKS, chunks = (N + chunk - 1) / chunk;
+    float *partial = dweight ? (float *)cuda_scratch((size_t)OPS_CUDA_COL_CHUNKS * D * sizeof(float)) : NULL;  // (chunks, D)
+    const int groups = D <= 4 * ROW_THREADS ? 1 : D <= 8 * ROW_THREADS ? 2 : D <= 16 * ROW_THREADS ? 4 : 0;
+    const bool fused = groups && D % 4 == 0 && aligned_vec4(dout, 4) && aligned_vec4(xhat, 4) &&
+                       (!din || (aligned_vec4(din, 4) && aligned_vec4(weight, 4)));
+    if (fused) {  // one pass (k_rmsnorm_back_fused)
+        if (groups == 1) rmsnorm_back_fused<1>(din, partial, dout, xhat, weight, rstd, N, D, chunk, chunks);
+        else if (groups == 2) rmsnorm_back_fused<2>(din, partial, dout, xhat, weight, rstd, N, D, chunk, chunks);
+        else rmsnorm_back_fused<4>(din, partial, dout, xhat, weight, rstd, N, D, chunk, chunks);
+    } else {  // wider or unaligned rows: a pass for each gradient
+        if (din) k_rmsnorm_back_dx<<<N, ROW_THREADS, 0, cuda_stream()>>>(din, dout, xhat, weight, rstd, D);
+        if (dweight) {
+            const dim3 grid(cuda_blocks((size_t)D, THREADS), chunks);
+            k_rmsnorm_back_dw_part<<<grid, THREADS, 0, cuda_stream()>>>(partial, dout, xhat, N, D, chunk);
+        }
     }
+    if (dweight)
+        k_rmsnorm_back_dw_sum<<<cuda_blocks((size_t)D, THREADS), THREADS, 0, cuda_stream()>>>(dweight, partial, D,
+                                                                                           chunks);
     cuda_done("rmsnorm_backward");
 }
 

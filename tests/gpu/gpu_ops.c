@@ -231,24 +231,24 @@ static void test_embedding(void) {
 }
 
 // The sums over many rows, at sizes where the CUDA kernels split the work: RMSNorm's
-// weight gradient over 64 fixed chunks of rows (1000 rows: 16 a chunk, the last two
-// chunks partial and empty), the embedding's gradient over 64 buckets of table rows
+// weight gradient over at most 512 fixed chunks of rows (1001 rows: 2 a chunk, 501
+// chunks, the last partial), the embedding's gradient over 64 buckets of table rows
 // and tokens staged 1024 at a time (3000 tokens of a 257-entry vocabulary: each id
 // about 12 times, across the stagings). The embedding's keeps the CPU's order per
 // entry: its bits are the CPU's; both give the same bits twice.
 static void test_column_sums(void) {
-    const int N = 1000, D = 96, NT = 3000, V = 257;
+    const int N = 1001, D = 96, NT = 3000, V = 257;
     Pair dy = pair_fill((size_t)N * D, 1.0f), xh = pair_fill((size_t)N * D, 1.0f), w = pair_fill(D, 1.0f);
     Pair dw = pair_fill(D, 1.0f);
     float *dw0 = xmalloc(D * sizeof(float), "dw0"), *first = xmalloc(D * sizeof(float), "first dw");
     memcpy(dw0, dw.h, D * sizeof(float));
     rmsnorm_backward(NULL, dw.d, dy.d, xh.d, w.d, NULL, N, D);
     cpu_rmsnorm_backward(NULL, dw.h, dy.h, xh.h, w.h, NULL, N, D);
-    expect_close("rmsnorm_backward dweight, 1000 rows in 64 chunks", dw);
+    expect_close("rmsnorm_backward dweight, 1001 rows in 501 chunks", dw);
     ops_download(first, dw.d, D * sizeof(float));
     ops_upload(dw.d, dw0, D * sizeof(float));
     rmsnorm_backward(NULL, dw.d, dy.d, xh.d, w.d, NULL, N, D);
-    CHECK(same_bits(dw.d, D, first), "rmsnorm_backward dweight over 1000 rows twice: bit-identical");
+    CHECK(same_bits(dw.d, D, first), "rmsnorm_backward dweight over 1001 rows twice: bit-identical");
 
     int32_t *tok_d, *tok = ids_both(NT, 0, V, &tok_d);
     Pair dout = pair_fill((size_t)NT * D, 1.0f), dtable = pair_fill((size_t)V * D, 1.0f);
@@ -259,6 +259,41 @@ static void test_column_sums(void) {
     free(tok), free(dw0), free(first);
     buf_free(tok_d);
     pair_free(dy), pair_free(xh), pair_free(w), pair_free(dw), pair_free(dout), pair_free(dtable);
+}
+
+// RMSNorm's backward on each of its paths: one pass for rows of up to 4096 values
+// (a multiple of 4, aligned; 1, 2 or 4 groups of 4 a thread: D 96, 2048 and 2052),
+// a pass a gradient for wider or unaligned rows (D 4100, 97). On each, both
+// gradients in one call equal the input gradient alone then the weight gradient
+// alone (the zero-bubble split's halves) bit for bit, and the CPU's within TOL.
+static void test_norm_backward_paths(void) {
+    const int Ds[] = {96, 2048, 2052, 4100, 97}, N = 37;
+    for (size_t i = 0; i < sizeof Ds / sizeof Ds[0]; i++) {
+        const int D = Ds[i];
+        const size_t n = (size_t)N * D;
+        Pair dy = pair_fill(n, 1.0f), xh = pair_fill(n, 1.0f), w = pair_fill(D, 1.0f), rstd = pair_fill(N, 1.0f);
+        Pair dx = pair_fill(n, 1.0f), dw = pair_fill(D, 1.0f), dx2 = pair_fill(n, 1.0f), dw2 = pair_fill(D, 1.0f);
+        copy_f32(dx2.d, dx.d, n);  // both accumulate from the same values
+        copy_f32(dw2.d, dw.d, (size_t)D);
+        rmsnorm_backward(dx.d, dw.d, dy.d, xh.d, w.d, rstd.d, N, D);
+        rmsnorm_backward(dx2.d, NULL, dy.d, xh.d, w.d, rstd.d, N, D);
+        rmsnorm_backward(NULL, dw2.d, dy.d, xh.d, NULL, NULL, N, D);
+        float *a = xmalloc(n * sizeof(float), "dx"), *b = xmalloc(D * sizeof(float), "dw");
+        ops_download(a, dx.d, n * sizeof(float));
+        ops_download(b, dw.d, D * sizeof(float));
+        CHECK(same_bits(dx2.d, n, a) && same_bits(dw2.d, (size_t)D, b),
+              "rmsnorm_backward, D %d: both gradients in one call = the input gradient, then the weight gradient, "
+              "alone, bit for bit", D);
+        cpu_rmsnorm_backward(dx.h, dw.h, dy.h, xh.h, w.h, rstd.h, N, D);
+        char what[64];
+        snprintf(what, sizeof what, "rmsnorm_backward din, D %d", D);
+        expect_close(what, dx);
+        snprintf(what, sizeof what, "rmsnorm_backward dweight, D %d", D);
+        expect_close(what, dw);
+        free(a), free(b);
+        pair_free(dy), pair_free(xh), pair_free(w), pair_free(rstd), pair_free(dx), pair_free(dw), pair_free(dx2),
+            pair_free(dw2);
+    }
 }
 
 static void test_norm_residual_swiglu(void) {
@@ -653,16 +688,16 @@ static int beyond_workspace_child(int which) {
     void *ws = buf_alloc(MEM_ACTIVATIONS, ops_cuda_workspace(&WS_BOUNDS).total, "workspace");
     ops_set_workspace(ws, &WS_BOUNDS);
     ops_set_matmul_bf16(1);
-    // 3000 rows: more than the bounds' 29, and row losses (24000 bytes) beyond the scratch part (the larger
-    // of 256 partial sums and RMSNorm's 64 x 64 column partials: 16384 bytes)
-    enum { N = 3000, D = 64, V = 257 };
+    // 17000 rows: more than the bounds' 29, and row losses (136000 bytes) beyond the scratch part (the
+    // larger of 256 partial sums and RMSNorm's 512 x 64 column partials: 131072 bytes)
+    enum { N = 17000, D = 64, V = 257 };
     float *x = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * N * V, "x");        // (N, V)
     float *w = buf_alloc(MEM_ACTIVATIONS, sizeof(float) * V * D, "w");        // (V, D)
     int32_t *t = buf_alloc(MEM_ACTIVATIONS, sizeof(int32_t) * N, "targets");  // (N)
     double *acc = buf_alloc(MEM_ACTIVATIONS, sizeof(double), "loss");         // (1)
     if (which == 0) matmul_forward(x, x, w, 29, D, V);  // within the bounds
-    if (which == 1) matmul_forward(x, x, w, N, D, V);   // an input copy of 3000 rows
-    if (which == 2) cross_entropy_forward(x, t, N, V, acc);  // 3000 row losses
+    if (which == 1) matmul_forward(x, x, w, N, D, V);   // an input copy of 17000 rows
+    if (which == 2) cross_entropy_forward(x, t, N, V, acc);  // 17000 row losses
     ops_sync();
     printf("not refused\n");
     return 0;
@@ -674,8 +709,8 @@ static void test_workspace(const char *self) {
     test_matmul_bf16(29, 64, 257, 301);  // the checks of the same shape, now inside the planned parts
     ops_set_workspace(NULL, NULL);
     buf_free(ws);
-    const char *names[] = {"a bf16 product within the bounds", "a bf16 product of 3000 rows (bounds: 29)",
-                           "a cross-entropy of 3000 rows (16384 bytes of scratch planned)"};
+    const char *names[] = {"a bf16 product within the bounds", "a bf16 product of 17000 rows (bounds: 29)",
+                           "a cross-entropy of 17000 rows (131072 bytes of scratch planned)"};
     const char *parts[] = {NULL, "a bf16 operand copy", "the row losses or partial sums"};
     for (int k = 0; k < 3; k++) {
         char out[4096];
@@ -737,6 +772,7 @@ int main(int argc, char **argv) {
     // CPU with itself: a check of the driver, not of a backend.
     CHECK(!strcmp(cpu_ops_backend_name(), "cpu"), "the %s backend against the cpu one", ops_backend_name());
     test_buffers();
+    test_norm_backward_paths();
     test_matmul();
     if (ops_has_bf16()) {
         test_matmul_bf16(37, 96, 80, 130);

@@ -18,7 +18,7 @@ static size_t r256(size_t x) { return (x + 255) / 256 * 256; }
 static size_t r8(size_t x) { return (x + 7) / 8 * 8; }
 
 static void test_parts(void) {
-    OpsBounds b = {.rows = 1000, .in_cols = 4, .out_cols = 261, .weight = 0, .bf16 = 0};
+    OpsBounds b = {.rows = 1000, .in_cols = 1, .out_cols = 261, .weight = 0, .bf16 = 0};
     OpsCudaWorkspace w = ops_cuda_workspace(&b);
     CHECK(w.lt == (size_t)32 << 20 && w.scratch == r256(1000 * 8) && !w.half[0] && !w.half[1] && !w.half[2],
           "fp32: cuBLASLt's 32 MiB and 1000 doubles of row losses, no bf16 copies (scratch %zu)", w.scratch);
