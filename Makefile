@@ -100,7 +100,7 @@ CUDNN_FE_FLAGS := -std=c++17 -O1 -Wall -Wextra -Werror -Isrc -isystem third_part
                   -isystem $(CUDA_HOME)/include -DCUDNN_FRONTEND_SKIP_JSON_LIB -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
-CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/matmul_cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
                $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \
@@ -123,7 +123,7 @@ $(CUDA_BUILD)/ops/cudnn_attention.o: src/ops/cudnn_attention.cpp src/ops/cudnn_a
 	@mkdir -p $(dir $@)
 	$(CXX) $(CUDNN_FE_FLAGS) -c -o $@ $<
 
-$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/cudnn_checks.h \
+$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
                              $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
@@ -172,7 +172,7 @@ $(EMU_BUILD)/cudnn_attention_emu.o: tests/emu/cudnn_attention_emu.cpp src/ops/cu
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU_BUILD)/femtotron-cuda: $(BUILD)/main.o $(EMU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(EMU_LIBS)
-$(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/cudnn_checks.h \
+$(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
                             $(EMU_OBJ)
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
@@ -188,7 +188,7 @@ $(EMU_BUILD)/tests/attention_gpu: bench/tools/attention_gpu.c $(EMU_OBJ)
 
 # The same driver against the CPU kernels: the CPU compared with itself, a check of
 # the driver on machines without a GPU (tests/shell/test_cuda_build.sh).
-$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/cudnn_checks.h \
+$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
                            tests/gpu/cudnn_none.c $(OBJ)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< tests/gpu/cudnn_none.c $(OBJ) $(LDLIBS)

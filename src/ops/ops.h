@@ -8,7 +8,7 @@
 // The model, the engines and the parallel layers touch the contents of a planned
 // buffer only through these functions (copies and zeroing included, "buffers"
 // below), so that a backend whose buffers live in device memory can implement the
-// same list. The CPU implementation (ops/cpu.c, ops/attention_cpu.c,
+// same list. The CPU implementation (ops/cpu.c, ops/matmul_cpu.c, ops/attention_cpu.c,
 // ops/buffers_cpu.c) uses BLAS for every matrix product and OpenMP for the rest.
 #ifndef FEMTOTRON_OPS_H
 #define FEMTOTRON_OPS_H

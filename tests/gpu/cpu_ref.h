@@ -95,6 +95,7 @@
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
 #include "ops/cpu.c"
+#include "ops/matmul_cpu.c"
 #include "ops/loss_optim_cpu.c"
 #include "ops/moe_dispatch_cpu.c"
 

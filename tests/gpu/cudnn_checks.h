@@ -1,6 +1,6 @@
 // tests/gpu/cudnn_checks.h — cuDNN's fused attention (training.attention = cudnn,
 // ops/cudnn_attention.h) against the CPU's fp32 attention, included by gpu_ops.c
-// after bf16_checks.h (its Pair helpers, BF16_ATT_TOL, causal_positions).
+// after bf16_kernel_checks.h (BF16_ATT_TOL, causal_positions; gpu_ops.c's Pair helpers).
 //
 // Where cuDNN cannot load (a machine without cuDNN 9) the checks print SKIP with
 // the reason, unless FEMTOTRON_TEST_CUDNN=require (set by tests/gpu/run.sh on a

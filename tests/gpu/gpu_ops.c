@@ -8,7 +8,7 @@
 // order-sensitive ops are bit-identical (issue 14's determinism), planned buffers
 // are counted, host <-> buffer copies round-trip; the bf16 products equal the
 // fp32 products of bf16-rounded operands and the tensor-core attention is within
-// bf16's tolerance of the CPU's fp32 attention (bf16_checks.h). Ends on "N passed,
+// bf16's tolerance of the CPU's fp32 attention (bf16_kernel_checks.h). Ends on "N passed,
 // N failed".
 #define _POSIX_C_SOURCE 200809L  // setenv (FEMTOTRON_ATTENTION), popen
 #include "cpu_ref.h"  // first: the CPU kernels as cpu_*, then ops.h for the CUDA ones
@@ -197,7 +197,8 @@ static void test_matmul(void) {
     pair_free(x), pair_free(w), pair_free(y), pair_free(ywide), pair_free(dw), pair_free(dx);
 }
 
-#include "bf16_checks.h"  // the bf16 products (matmul and attention), with the helpers above
+#include "bf16_checks.h"         // the bf16 products, with the helpers above
+#include "bf16_kernel_checks.h"  // the bf16 attention and element-wise kernels
 #include "cudnn_checks.h"  // cuDNN's fused attention (training.attention = cudnn)
 
 static void test_embedding(void) {

@@ -1,0 +1,130 @@
+// ops/matmul_cpu.c — the CPU's matrix products (ops.h, "linear layers" and the
+// bf16 operands' products) through BLAS (OpenBLAS sgemm, or BLIS: make BLAS=blis),
+// and the thread count BLAS and OpenMP share. sgemm reads and writes fp32 only: a
+// bf16 operand is widened into its scratch first, a bf16 output rounded after.
+// The element-wise kernels are in ops/cpu.c.
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+
+#include "ops/bf16.h"
+#include "ops/ops.h"
+#include "util.h"
+
+// The BLAS's own thread count: OpenBLAS's extension (declared in its cblas.h on some
+// builds only), or BLIS's (make BLAS=blis).
+#ifdef FEMTOTRON_BLIS
+void bli_thread_set_num_threads(long num_threads);
+const char *bli_info_get_version_str(void);
+#define blas_set_threads(n) bli_thread_set_num_threads(n)
+void ops_blas_name(char *out, size_t size) { snprintf(out, size, "BLIS %s", bli_info_get_version_str()); }
+#else
+void openblas_set_num_threads(int num_threads);
+#define blas_set_threads(n) openblas_set_num_threads(n)
+void ops_blas_name(char *out, size_t size) {
+    const char *cfg = openblas_get_config();
+    snprintf(out, size, "%s", cfg ? cfg : "OpenBLAS (unknown build)");
+}
+#endif
+
+void ops_set_threads(int threads) {
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    blas_set_threads(threads);
+}
+
+// ---------------------------------------------------------------- linear layers
+
+void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
+                       int out_dim) {
+    // out = in @ W^T : (N, in) x (in, out), rows of out ld_out apart
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim,
+                weight, in_dim, 0.0f, out, ld_out);
+}
+
+void matmul_forward(float *out, const float *in, const float *weight, int N, int in_dim,
+                    int out_dim) {
+    matmul_forward_ld(out, out_dim, in, weight, N, in_dim, out_dim);
+}
+
+// The product, then the add: sgemm with beta 1 would add the residual into its
+// partial sums block by block (another rounding order than the GPU's epilogue).
+void matmul_forward_add(float *out, const float *add, const float *in, const float *weight, int N, int in_dim,
+                        int out_dim) {
+    if (out == add) die("matmul_forward_add: out must not alias the residual it adds");
+    matmul_forward(out, in, weight, N, in_dim, out_dim);
+    residual_forward(out, out, add, (size_t)N * out_dim);
+}
+
+void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
+                        const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    // dW += dout^T @ in : (out, N) x (N, in)
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout,
+                    ld_dout, in, in_dim, 1.0f, dweight, in_dim);
+    if (din == NULL) return;
+    // din (+)= dout @ W : (N, out) x (out, in)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout,
+                ld_dout, weight, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+}
+
+void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
+                     const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    matmul_backward_ld(din, dweight, dout, out_dim, in, weight, N, in_dim, out_dim, accumulate_din);
+}
+
+// ------------------------------------------------------------ bf16 operands
+
+// sgemm reads fp32 only: a bf16 operand x16(n) widened into its scratch, which
+// may be x16's own buffer (ops.h): then from the last value to the first, so
+// each float lands on bytes whose halves were read already (value i's float
+// covers halves 2i and 2i+1, never below i).
+static const float *widened(float *scratch, const uint16_t *x16, size_t n) {
+    if ((const void *)scratch != (const void *)x16) {
+        widen_from_bf16(scratch, x16, n);
+        return scratch;
+    }
+    for (size_t i = n; i-- > 0;) scratch[i] = bf16_to_f32(x16[i]);
+    return scratch;
+}
+
+void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
+                              int in_dim, int out_dim) {
+    matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+}
+
+void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *in16, float *scratch,
+                                  const float *weight, int N, int in_dim, int out_dim) {
+    if (out == add) die("matmul_forward_from_bf16_add: out must not alias the residual it adds");
+    matmul_forward_from_bf16(out, in16, scratch, weight, N, in_dim, out_dim);
+    residual_forward(out, out, add, (size_t)N * out_dim);
+}
+
+// The fp32 product into out_scratch, then rounded: sgemm has no bf16 output.
+void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in16, float *in_scratch,
+                         const float *weight, int N, int in_dim, int out_dim) {
+    matmul_forward(out_scratch, widened(in_scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+    round_to_bf16(out16, out_scratch, (size_t)N * out_dim);
+}
+
+void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16, float *scratch,
+                               const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    const float *in = dweight ? widened(scratch, in16, (size_t)N * in_dim) : NULL;
+    matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
+}
+
+void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, float *dscratch, const uint16_t *in16,
+                          float *in_scratch, const float *weight, int N, int in_dim, int out_dim,
+                          int accumulate_din) {
+    if (!din && !dweight) return;
+    const float *dout = widened(dscratch, dout16, (size_t)N * out_dim);
+    const float *in = dweight ? widened(in_scratch, in16, (size_t)N * in_dim) : NULL;
+    matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
+}
+
+// The fp32 product into din_scratch, then rounded: sgemm has no bf16 output.
+void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
+                                   int N, int in_dim, int out_dim) {
+    matmul_backward(din_scratch, NULL, dout, NULL, weight, N, in_dim, out_dim, 0);
+    round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+}
