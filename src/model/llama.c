@@ -95,7 +95,9 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 // not NULL, din(N, Fl) = dout @ w; dout(Nr, D). Under bf16 activations h is not
 // kept: the SwiGLU output is rebuilt as bf16 from the kept gate|up into dgu
 // (mlp_h16), the forward's op on the same values, so bit for bit, and dbuf_i is
-// the room to widen it, as in the forward.
+// the room to widen it, as in the forward; there the weight gradient alone (the
+// zero-bubble W's): the fused backward makes down's input gradient in bf16 and
+// rebuilds h in SwiGLU's pass itself (dense_mlp_backward).
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w) {
     const TensorParallel *tp = &m->tp;
@@ -104,9 +106,10 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
         tp_row_backward(tp, din, dw, dout, s->h, w, a->tp_full, N, Fl, D);
         return;
     }
+    if (din) die("llama_down_backward: under bf16 activations the weight gradient alone (a bug)");
     uint16_t *h16 = mlp_h16(a);
     swiglu_forward_bf16(h16, s->gu16, N, Fl);
-    tp_row_backward_from_bf16(tp, din, dw, dout, h16, a->dbuf_i, w, a->tp_full, N, Fl, D);
+    tp_row_backward_from_bf16(tp, NULL, dw, dout, h16, a->dbuf_i, NULL, a->tp_full, N, Fl, D);
 }
 
 // The dense MLP's backward, dres(Nr, D) its output gradient: the down and gate|up

@@ -48,7 +48,9 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 // s->gu16 under m->mlp_bf16): its weight gradient dw += dout(Nr, D)^T h and, with
 // din not NULL, its input gradient din(N, Fl) = dout @ w (w: the down weight; NULL
 // when din is), reading h as kept (s->h) or rebuilt (mlp_bf16: as bf16 into
-// mlp_h16, bit for bit the forward's). din must lie apart from mlp_h16 and dbuf_i.
+// mlp_h16, bit for bit the forward's; the weight gradient alone, din NULL: the
+// fused backward makes the bf16 input gradient itself). din must lie apart from
+// dbuf_i.
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w);
 
