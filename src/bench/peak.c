@@ -79,6 +79,10 @@ int bench_main(int argc, char **argv) {
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), n = ops_device(NULL, 0) > 0 ? 8192 : 2048;
     double seconds = 2.0;
     for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            bench_usage();
+            return 0;
+        }
         if (i + 1 >= argc) die("bench peak: %s needs a value", argv[i]);
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--size") == 0) n = atoi(argv[++i]);

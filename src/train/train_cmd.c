@@ -15,6 +15,7 @@
 #include "dist/comm.h"
 #include "dist/grid.h"
 #include "io/checkpoint.h"
+#include "ops/blas_cores.h"
 #include "ops/ops.h"
 #include "train/metrics_log.h"
 #include "train/preempt.h"
@@ -290,6 +291,8 @@ int train_main(int argc, char **argv) {
         print_sources("data.train", &t.train_data, (double)tc->steps * tc->global_batch_size);
         if (t.has_val) print_sources("data.val (each source scored on its own)", &t.val_data, 0);
         printf("threads %d per rank | %.3g model FLOPs/token\n", tc->threads, fpt);
+        char blas_note[320];
+        if (blas_kernels_note(blas_note, sizeof blas_note)) printf("BLAS: %s\n", blas_note);
         printf("MFU peak: %.1f GFLOP/s per rank, %.1f GFLOP/s in all (%s)\n", peak.per_rank / 1e9,
                peak.total / 1e9, peak.source);
     }

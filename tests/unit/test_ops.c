@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "model/rope.h"
+#include "ops/blas_cores.h"
 #include "ops/bf16.h"
 #include "ops/ops.h"
 #include "run_child.h"
@@ -1305,6 +1306,37 @@ static void test_threads(void) {
     tfree_all();
 }
 
+// OpenBLAS's fallback corrected (ops/blas_cores.c): an SSE core OpenBLAS fell back
+// to is replaced by the widest family the CPU's features allow; a core it
+// recognised, a CPU without AVX and an unknown choice are left alone.
+static void test_blas_cores(void) {
+    const unsigned avx = BLAS_CPU_AVX, avx2 = avx | BLAS_CPU_AVX2_FMA, avx512 = avx2 | BLAS_CPU_AVX512,
+                   bf16 = avx512 | BLAS_CPU_AVX512_BF16;
+    struct {
+        const char *chosen;
+        unsigned features;
+        const char *want;  // NULL: keep OpenBLAS's choice
+    } cases[] = {
+        {"Prescott", bf16, "Cooperlake"},  // Emerald Rapids under OpenBLAS 0.3.21
+        {"Prescott", avx512, "SkylakeX"},  {"Nehalem", avx2, "Haswell"},
+        {"Core2", avx, "Sandybridge"},     {"Prescott", 0, NULL},
+        {"Haswell", bf16, NULL},           {"Zen", avx512, NULL},
+        {"SkylakeX", bf16, NULL},          {"Sandybridge", avx512, NULL},
+        {NULL, bf16, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = blas_core_upgrade(cases[i].chosen, cases[i].features);
+        CHECK(got == cases[i].want || (got && cases[i].want && strcmp(got, cases[i].want) == 0),
+              "blas_core_upgrade(%s, features 0x%x) = %s", cases[i].chosen ? cases[i].chosen : "NULL",
+              cases[i].features, cases[i].want ? cases[i].want : "keep");
+    }
+    // The feature bits nest as the families do: AVX-512 implies AVX2 and FMA, which imply AVX.
+    unsigned f = blas_cpu_features();
+    CHECK((!(f & BLAS_CPU_AVX512_BF16) || (f & BLAS_CPU_AVX512)) && (!(f & BLAS_CPU_AVX512) || (f & BLAS_CPU_AVX2_FMA)) &&
+              (!(f & BLAS_CPU_AVX2_FMA) || (f & BLAS_CPU_AVX)),
+          "blas_cpu_features on this CPU (0x%x) nest: bf16 => AVX-512 => AVX2+FMA => AVX", f);
+}
+
 int main(void) {
     test_ids_outside_vocab();  // forks: before any OpenMP team exists
     test_buffers();
@@ -1323,5 +1355,6 @@ int main(void) {
     test_sum_squares_scale();
     test_adamw();
     test_threads();
+    test_blas_cores();
     return check_summary();
 }

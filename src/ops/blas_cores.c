@@ -1,0 +1,97 @@
+// ops/blas_cores.c — OpenBLAS's kernels matched to the CPU. Debian's OpenBLAS is
+// built with DYNAMIC_ARCH: as the library loads, it picks one family of kernels by
+// the CPU's vendor, family and model number. A model it does not know gets its
+// fallback, and 0.3.21 (Debian 12) falls back to Prescott's SSE3 kernels on Intel's
+// Emerald Rapids (family 6, model 207): sgemm at 29 GFLOP/s a core where its
+// SkylakeX (AVX-512) kernels run at 120 on the same core, so every CPU matrix
+// product took 4x too long. OpenBLAS reads OPENBLAS_CORETYPE only as it loads, so a
+// constructor here, which runs after OpenBLAS's (a library's constructors run before
+// the program's) and before main, compares OpenBLAS's choice with the CPU's vector
+// features; where OpenBLAS took an SSE-only core on a CPU with AVX or wider, it sets
+// OPENBLAS_CORETYPE to the family the features allow and starts the program again
+// (execv of /proc/self/exe, the same arguments and process id; nothing is open yet,
+// no MPI, no thread, no file); the program started again says so in its start-up
+// lines (blas_kernels_note). The families, widest first, in the order of
+// OpenBLAS's own fallback by feature: AVX-512 with bf16 → Cooperlake, AVX-512 →
+// SkylakeX, AVX2 and FMA → Haswell, AVX → Sandybridge.
+//
+// A user's OPENBLAS_CORETYPE is never changed (that is also what stops a second
+// start), a core OpenBLAS recognised is kept (even where a wider family would run:
+// that is OpenBLAS's call), and the BLIS build (make BLAS=blis) has no constructor.
+#define _POSIX_C_SOURCE 200809L  // setenv, execv
+#include "ops/blas_cores.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dist/comm.h"
+
+unsigned blas_cpu_features(void) {
+    __builtin_cpu_init();  // needed before main: the constructor below calls this
+    unsigned f = 0;
+    if (__builtin_cpu_supports("avx")) f |= BLAS_CPU_AVX;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= BLAS_CPU_AVX2_FMA;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        f |= BLAS_CPU_AVX512;
+    if ((f & BLAS_CPU_AVX512) && __builtin_cpu_supports("avx512bf16")) f |= BLAS_CPU_AVX512_BF16;
+    return f;
+}
+
+// OpenBLAS's x86-64 core names (driver/others/dynamic.c) whose kernels use AVX or
+// wider; every other x86 name (Prescott, Core2, Nehalem, Atom, Opteron, Barcelona,
+// ...) is an SSE core.
+static int is_vector_core(const char *name) {
+    static const char *const wide[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator",
+                                       "Haswell",     "Zen",       "SkylakeX",   "Cooperlake",  "SapphireRapids"};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        if (strcmp(name, wide[i]) == 0) return 1;
+    return 0;
+}
+
+const char *blas_core_upgrade(const char *chosen, unsigned features) {
+    if (chosen == NULL || is_vector_core(chosen)) return NULL;
+    if (features & BLAS_CPU_AVX512_BF16) return "Cooperlake";
+    if (features & BLAS_CPU_AVX512) return "SkylakeX";
+    if (features & BLAS_CPU_AVX2_FMA) return "Haswell";
+    if (features & BLAS_CPU_AVX) return "Sandybridge";
+    return NULL;
+}
+
+#ifndef FEMTOTRON_BLIS
+char *openblas_get_corename(void);
+
+// glibc calls a constructor with main's arguments (as it does every .init_array entry).
+__attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc < 1 || argv == NULL || getenv("OPENBLAS_CORETYPE") != NULL) return;
+    const char *chosen = openblas_get_corename();
+    const char *core = blas_core_upgrade(chosen, blas_cpu_features());
+    if (core == NULL) return;
+    // FEMTOTRON_BLAS_FALLBACK tells the program started again what OpenBLAS chose
+    // (blas_kernels_note); both travel to any program it starts in turn.
+    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0 || setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    int err = errno;  // only where the start failed: carry on with OpenBLAS's choice, slower but right
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("FEMTOTRON_BLAS_FALLBACK");
+    if (comm_launched_rank() == 0)
+        fprintf(stderr, "femtotron: warning: OpenBLAS chose its %s kernels (SSE) on a CPU with wider vectors, and "
+                "starting again with OPENBLAS_CORETYPE=%s failed (%s): matrix products run slower\n",
+                chosen, core, strerror(err));
+}
+#endif
+
+int blas_kernels_note(char *out, size_t size) {
+    const char *fallback = getenv("FEMTOTRON_BLAS_FALLBACK"), *core = getenv("OPENBLAS_CORETYPE");
+    if (fallback == NULL || core == NULL) return 0;
+    snprintf(out, size, "OpenBLAS's %s kernels, chosen by femtotron (OPENBLAS_CORETYPE=%s): OpenBLAS took this "
+             "CPU for %s (SSE), its fallback for a CPU it does not know; set OPENBLAS_CORETYPE yourself to choose",
+             core, core, fallback);
+    return 1;
+}
