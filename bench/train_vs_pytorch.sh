@@ -60,6 +60,12 @@ PEAK_GFLOPS=$("$FEMTO" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 PEAK=$(awk -v g="$PEAK_GFLOPS" 'BEGIN{printf "%.6e", g * 1e9}')
 echo "peak $PEAK_GFLOPS GFLOP/s"
 
+# The OpenBLAS kernels femtotron runs (ops/blas_cores.c chooses them in OpenBLAS's place
+# where OpenBLAS falls back to SSE on a CPU it does not know): Debian's PyTorch links
+# the same OpenBLAS, and gets the same kernels (PyPI's links MKL).
+BLAS_CORE=$(OPENBLAS_VERBOSE=2 "$FEMTO" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1)
+echo "OpenBLAS kernels: ${BLAS_CORE:-unknown}"
+
 run_femto() {  # config round
     local c=$1 r=$2 H L NH KV I V S B W T
     read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
@@ -100,8 +106,10 @@ run_torch() {  # config variant threads round
     if [[ -z $py ]]; then echo "(PyTorch variant $v is not installed: skipped)"; return; fi
     # torch.compile spends its first two steps compiling: two more warm-up steps.
     [[ $v == compile ]] && W=$((W + 2))
+    local blas=()
+    [[ $v == debian && -n $BLAS_CORE ]] && blas=("OPENBLAS_CORETYPE=$BLAS_CORE")
     # shellcheck disable=SC2046
-    "$py" bench/torch_train.py --data "$DATA" --hidden "$H" --layers "$L" --heads "$NH" \
+    env "${blas[@]}" "$py" bench/torch_train.py --data "$DATA" --hidden "$H" --layers "$L" --heads "$NH" \
         --kv-heads "$KV" --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" \
         --steps $((W + T)) --warmup-steps "$W" --threads "$t" --peak-flops "$PEAK" $(variant_args "$v") \
         --metrics "$SCRATCH/runs/$c.torch-$v.$t.$r.jsonl" | grep '^step' | tail -n 1
@@ -161,7 +169,7 @@ echo "== summary"
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 # How busy the shared machine was (others' work slows runs): 0 at start is quiet.
 LOAD="load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" \
+CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
     CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" "$PEAKS" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
@@ -216,7 +224,8 @@ md = f"""# femtotron vs PyTorch: training throughput
 
 {date} · {cpu} · GEMM peak {peak} GFLOP/s (fp32 sgemm, 2 threads, `femtotron bench peak`; the
 highest of the readings before the runs and before each round: {" ".join(f"{x:.1f}" for x in peaks)}),
-the MFU denominator of every row · {load}
+the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron and Debian's
+PyTorch; PyPI's PyTorch runs MKL) · {load}
 
 Against the fastest PyTorch variant:
 
