@@ -18,7 +18,7 @@
 // A user's OPENBLAS_CORETYPE is never changed (that is also what stops a second
 // start), a core OpenBLAS recognised is kept (even where a wider family would run:
 // that is OpenBLAS's call), and the BLIS build (make BLAS=blis) has no constructor.
-#define _POSIX_C_SOURCE 200809L  // setenv, execv
+#define _POSIX_C_SOURCE 200809L  // setenv, execv, readlink
 #include "ops/blas_cores.h"
 
 #include <errno.h>
@@ -73,6 +73,15 @@ __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, c
     const char *chosen = openblas_get_corename();
     const char *core = blas_core_upgrade(chosen, blas_cpu_features());
     if (core == NULL) return;
+    // Started through the dynamic loader (ld-linux-x86-64.so.2 ./femtotron ...),
+    // /proc/self/exe is the loader, which these arguments would not start: keep
+    // OpenBLAS's choice there.
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return;
+    exe[len] = '\0';
+    const char *base = strrchr(exe, '/');
+    if (strncmp(base ? base + 1 : exe, "ld-", 3) == 0) return;
     // FEMTOTRON_BLAS_FALLBACK tells the program started again what OpenBLAS chose
     // (blas_kernels_note); both travel to any program it starts in turn.
     if (setenv("OPENBLAS_CORETYPE", core, 1) != 0 || setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1) != 0) return;

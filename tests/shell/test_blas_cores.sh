@@ -49,6 +49,18 @@ else
         failed "no AVX: starts '$got', log: $(cat "$tmp/fallback.log")"
 fi
 
+# 2b. Started through the dynamic loader, /proc/self/exe is the loader: no start again
+# (the arguments would not start it), OpenBLAS's choice kept, the program runs.
+loader=$(ldd "$FT" | awk '/ld-linux/ { print $1; exit }')
+if [ -x "$loader" ]; then
+    env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 LD_PRELOAD="$tmp/prescott.so" "$loader" "$FT" bench peak --threads 1 \
+        --size 128 --seconds 0.05 >"$tmp/loader.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] && [ "$(wc -w <<<"$(cores "$tmp/loader.log")")" = 1 ] && grep -q '^gemm_peak_gflops' "$tmp/loader.log" &&
+        pass "started through $loader: OpenBLAS's choice kept, no second start, the program runs" ||
+        failed "through the loader (rc $rc): $(cat "$tmp/loader.log")"
+fi
+
 # 3. This machine as it is: OpenBLAS's own choice, corrected only where it is an SSE core.
 run "$tmp/own.log"
 got=$(cores "$tmp/own.log")
