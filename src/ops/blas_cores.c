@@ -94,13 +94,20 @@ __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, c
                 "starting again with OPENBLAS_CORETYPE=%s failed (%s): matrix products run slower\n",
                 chosen, core, strerror(err));
 }
-#endif
 
+// The kernels OpenBLAS loaded (its name for them: OPENBLAS_CORETYPE's value may be
+// an alias, SapphireRapids loading Cooperlake's on 0.3.21), where femtotron chose them.
 int blas_kernels_note(char *out, size_t size) {
     const char *fallback = getenv("FEMTOTRON_BLAS_FALLBACK"), *core = getenv("OPENBLAS_CORETYPE");
     if (fallback == NULL || core == NULL) return 0;
     snprintf(out, size, "OpenBLAS's %s kernels, chosen by femtotron (OPENBLAS_CORETYPE=%s): OpenBLAS took this "
              "CPU for %s (SSE), its fallback for a CPU it does not know; set OPENBLAS_CORETYPE yourself to choose",
-             core, core, fallback);
+             openblas_get_corename(), core, fallback);
     return 1;
 }
+#else
+int blas_kernels_note(char *out, size_t size) {  // BLIS chooses its own kernels
+    (void)out, (void)size;
+    return 0;
+}
+#endif
