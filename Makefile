@@ -12,12 +12,25 @@ CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp -Isrc
 # `make BLAS=blis build-blis/femtotron` links BLIS instead (Debian's
 # libblis-openmp-dev, through its CBLAS layer) into build-blis/, leaving ./femtotron
 # alone; bench/blas.sh compares the two.
+# `make BLAS=mkl build-mkl/femtotron` links Intel's oneMKL (its GNU-OpenMP threading
+# layer, so it too shares our thread pool) from MKLROOT: a oneAPI install, or
+# PyPI's `mkl` and `mkl-devel` wheels in a virtual environment, which
+# scripts/install_mkl.sh puts in build/mklenv (the default). bench/blas.sh compares all three.
 BLAS     ?= openblas
+MKLROOT  ?= $(CURDIR)/build/mklenv
 ifeq ($(BLAS),blis)
 BLASDIR  := /usr/lib/x86_64-linux-gnu/blis-openmp
 BLASLIB  := -lblis
 CFLAGS   += -DFEMTOTRON_BLIS
 BUILD    ?= build-blis
+else ifeq ($(BLAS),mkl)
+BLASDIR  := $(MKLROOT)/lib
+# the wheels ship only versioned names (libmkl_core.so.3): link the files themselves
+BLASLIB  := -Wl,--no-as-needed $(firstword $(wildcard $(BLASDIR)/libmkl_intel_lp64.so*)) \
+            $(firstword $(wildcard $(BLASDIR)/libmkl_gnu_thread.so*)) \
+            $(firstword $(wildcard $(BLASDIR)/libmkl_core.so*)) -Wl,--as-needed -ldl -lpthread
+CFLAGS   += -DFEMTOTRON_MKL -I$(MKLROOT)/include
+BUILD    ?= build-mkl
 else
 BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLASLIB  := -lopenblas
@@ -213,4 +226,4 @@ fuzz: femtotron fuzzers
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz build-cuda build-emu build-blis femtotron femtotron-cuda
+	rm -rf build build-asan build-fuzz build-cuda build-emu build-blis build-mkl femtotron femtotron-cuda

@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
 # bench/blas.sh — OpenBLAS (the default build) against BLIS (`make BLAS=blis
-# build-blis/femtotron`, Debian's libblis-openmp-dev) on this machine: the sgemm peak
+# build-blis/femtotron`, Debian's libblis-openmp-dev) and oneMKL (`make BLAS=mkl
+# build-mkl/femtotron`, PyPI's wheels by scripts/install_mkl.sh) on this machine: the sgemm peak
 # each measures (`bench peak`, 2 threads) and training tokens/s of bench/train_vs_pytorch.sh's
 # two configs (small: hidden 512, 8 layers, seq 256, micro-batch 8; gpt2: hidden 768,
 # 12 layers, vocab 32768, seq 512, micro-batch 4), the two binaries interleaved ROUNDS
 # times, the median timed step of each run (steps after the third), best round kept.
-# Installs libblis-openmp-dev with apt when it is missing (as root), else says so.
-# Output: bench/results/blas.md. Usage: bench/blas.sh (env: ROUNDS=2)
+# Installs libblis-openmp-dev with apt and oneMKL with pip when missing; a build that
+# cannot be had is left out with a warning.
+# Output: bench/results/blas.md. Usage: bench/blas.sh (env: ROUNDS=2, BLASES="openblas blis mkl")
 . "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-2}
-if [ ! -e /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so ]; then
-    apt-get install -y -q libblis-openmp-dev >/dev/null 2>&1 || { echo "BLIS is not installed (apt-get install libblis-openmp-dev)"; exit 1; }
-fi
-make -s -j2 BLAS=blis build-blis/femtotron >/dev/null
-cp build-blis/femtotron "$TMP/femtotron-blis"
 bench_private_binary
+declare -A BIN=([openblas]="$FT")
+builds=openblas
+for b in ${BLASES:-blis mkl}; do
+    case $b in
+        openblas) continue ;;
+        blis) [ -e /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so ] ||
+                  apt-get install -y -q libblis-openmp-dev >/dev/null 2>&1 ;;
+        mkl) bash scripts/install_mkl.sh >/dev/null 2>&1 ;;
+        *) echo "blas.sh: unknown build '$b' (openblas, blis, mkl)" >&2; exit 2 ;;
+    esac
+    if make -s -j2 BLAS="$b" "build-$b/femtotron" >/dev/null 2>&1; then
+        cp "build-$b/femtotron" "$TMP/femtotron-$b"; BIN[$b]="$TMP/femtotron-$b"; builds="$builds $b"
+    else echo "WARNING: the $b build could not be made (library missing?): left out" >&2; fi
+done
 mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$FT" prepare --input "${TEXTS[@]}" --split-on % --output "$TMP/data" --force >/dev/null
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A CFG=([small]="512 8 8 1536 8192 256 8 8" [gpt2]="768 12 12 2048 32768 512 4 6")
 : >"$TMP/rows"
 for r in $(seq 1 "$ROUNDS"); do
-    for bin in openblas blis; do
-        b="$FT"; [ "$bin" = blis ] && b="$TMP/femtotron-blis"
+    for bin in $builds; do
+        b=${BIN[$bin]}
         peak=$("$b" bench peak --threads 2 --seconds 4 | awk '{ print $2 }')
         echo "$bin peak $r $peak" >>"$TMP/rows"
         for c in small gpt2; do
@@ -49,15 +60,19 @@ for line in open(rows):
     v = float(v)
     best[b, what] = max(best.get((b, what), 0.0), v)
     rounds.setdefault((b, what), []).append(v)
-L = ["# OpenBLAS vs BLIS for femtotron's CPU matrix products", "",
+builds = list(dict.fromkeys(b for b, _ in best))  # in the order they ran, OpenBLAS first
+NAMES = {"openblas": "OpenBLAS (default)", "blis": "BLIS (`make BLAS=blis`)", "mkl": "oneMKL (`make BLAS=mkl`)"}
+others = [b for b in builds if b != "openblas"]
+L = ["# OpenBLAS vs BLIS and oneMKL for femtotron's CPU matrix products", "",
      f"{datetime.datetime.now():%Y-%m-%d %H:%M} · load average at start {load0}, at end {load1} · "
-     "bench/blas.sh: both binaries interleaved, best round kept (per-round figures after the slash)", "",
-     "| | OpenBLAS (default) | BLIS (`make BLAS=blis`) | BLIS / OpenBLAS |", "|---|---:|---:|---:|"]
+     "bench/blas.sh: the binaries interleaved, best round kept (per-round figures after the slash)", "",
+     "| | " + " | ".join(NAMES[b] for b in builds) + " | " + " | ".join(f"{NAMES[b].split(' (')[0]} / OpenBLAS" for b in others) + " |",
+     "|---|" + "---:|" * (len(builds) + len(others))]
 for what, label in (("peak", "sgemm peak GFLOP/s (2 threads)"), ("small", "small tok/s"), ("gpt2", "gpt2 tok/s")):
-    o, b = best["openblas", what], best["blis", what]
     fmt = lambda k: f"{best[k]:.1f} / " + " ".join(f"{v:.1f}" for v in rounds[k]) if what == "peak" else \
         f"{best[k]:.0f} / " + " ".join(f"{v:.0f}" for v in rounds[k])
-    L.append(f"| {label} | {fmt(('openblas', what))} | {fmt(('blis', what))} | {b / o:.3f} |")
+    L.append(f"| {label} | " + " | ".join(fmt((b, what)) for b in builds) + " | " +
+             " | ".join(f"{best[b, what] / best['openblas', what]:.3f}" for b in others) + " |")
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY

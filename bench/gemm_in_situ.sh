@@ -23,8 +23,13 @@ cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_
 cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" -lopenblas
 # the attention kernels alone, on the same shapes (build/ops is what ./femtotron links)
 OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
-cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o build/ops/buffers_cpu.o \
+cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o build/ops/buffers_cpu.o build/util.o \
     -o "$TMP/attention_alone" -L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas -lm
+# The helpers link OpenBLAS without femtotron's constructor (ops/blas_cores.c): give
+# them, and the run, the kernels femtotron's binary runs (OpenBLAS's own fallback on a
+# CPU it does not know would time SSE kernels "alone").
+core=$(OPENBLAS_VERBOSE=2 "$FT" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1)
+[ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin" \
@@ -36,7 +41,7 @@ LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin
 {
 echo "# sgemm in a training step vs alone ($CONFIG config, 1 rank x 2 threads)"
 echo
-echo "$(date -u '+%Y-%m-%d %H:%M UTC') · GEMM peak $PEAK GFLOP/s (\`bench peak --threads 2\`) · load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') · OpenBLAS's ${core:-default} kernels · GEMM peak $PEAK GFLOP/s (\`bench peak --threads 2\`) · load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
 echo
 echo "Steps (ms): $(python3 -c "
 import json

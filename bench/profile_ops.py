@@ -7,7 +7,7 @@ the planned buffers, data) and its page faults.
 
 Reads two `perf report --stdio -n --sort dso,symbol` texts (the shorter run's file,
 then the longer one's) and prints one Markdown table row per category with its share
-of the extra steps' samples: the matrix products (OpenBLAS), each family of
+of the extra steps' samples: the matrix products (OpenBLAS, oneMKL or BLIS), each family of
 femtotron's own kernels (attention, RMSNorm, SwiGLU, RoPE, cross-entropy and
 embedding, AdamW, other element-wise), the OpenMP runtime (threads waiting at the
 end of parallel regions, or for the other thread of a GEMM), memset/memcpy and the
@@ -19,7 +19,7 @@ import sys
 
 # First match wins: (category, dso regex, symbol regex).
 RULES = [
-    ("matrix products (OpenBLAS sgemm)", r"libopenblas", r"."),
+    ("matrix products (BLAS sgemm)", r"libopenblas|libmkl|libblis", r"."),
     ("start-up: init, RoPE tables, data", r"femtotron", r"^(llama_init|init_|philox|rope_freq|rope_frequencies|prepare|tok)"),
     ("start-up: init, RoPE tables, data", r"libm\.", r"."),
     ("attention (flash-style blocks)", r"femtotron", r"^attention|ring_attention"),

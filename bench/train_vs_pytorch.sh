@@ -11,10 +11,15 @@
 #   compile  PyTorch 2.x, torch.compile of the model (SDPA attention)
 # PyTorch 2.x comes from a virtual environment, TORCH2_VENV, that this script
 # creates with pip when it is missing; where pip cannot install it, those rows say so.
+# femtotron builds (FEMTO_BLAS): openblas (./femtotron, the default build) and mkl
+# (build-mkl/femtotron: make BLAS=mkl, oneMKL from PyPI by scripts/install_mkl.sh;
+# left out with a warning where it cannot be installed). PyPI's PyTorch multiplies
+# with oneMKL too, so the mkl row compares everything but the matrix products.
 #
 # Environment knobs (defaults in brackets):
 #   CONFIGS ["small gpt2"]   ROUNDS [2]   TORCH_THREADS ["1 2"]   FEMTO_THREADS [2]
-#   VARIANTS ["debian sdpa plain compile"]   PYTHON [/usr/bin/python3: Debian's torch]
+#   VARIANTS ["debian sdpa plain compile"]   FEMTO_BLAS ["openblas mkl"]
+#   PYTHON [/usr/bin/python3: Debian's torch]
 #   TORCH2_VENV [build/torch2env]   SCRATCH [a fresh mktemp -d, removed at the end]
 set -euo pipefail
 
@@ -26,6 +31,7 @@ TORCH_THREADS=${TORCH_THREADS:-"1 2"}
 FEMTO_THREADS=${FEMTO_THREADS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 VARIANTS=${VARIANTS:-"debian sdpa plain compile"}
+FEMTO_BLAS=${FEMTO_BLAS:-"openblas mkl"}
 TORCH2_VENV=${TORCH2_VENV:-build/torch2env}
 OUT=bench/results
 if [[ -n ${SCRATCH:-} ]]; then mkdir -p "$SCRATCH"; else
@@ -49,6 +55,19 @@ if ! make -s femtotron; then
 fi
 FEMTO="$SCRATCH/femtotron"  # a private copy: others may rebuild ./femtotron meanwhile
 cp femtotron "$FEMTO"
+declare -A FEMTO_BIN=([openblas]="$FEMTO")
+BUILDS=""
+for b in $FEMTO_BLAS; do
+    case $b in
+        openblas) BUILDS="$BUILDS openblas" ;;
+        mkl) if bash scripts/install_mkl.sh && make -s -j2 BLAS=mkl build-mkl/femtotron; then
+                 cp build-mkl/femtotron "$SCRATCH/femtotron-mkl"
+                 FEMTO_BIN[mkl]="$SCRATCH/femtotron-mkl"
+                 BUILDS="$BUILDS mkl"
+             else echo "WARNING: oneMKL could not be installed or built: no femtotron + oneMKL rows" >&2; fi ;;
+        *) echo "train_vs_pytorch.sh: FEMTO_BLAS: unknown build '$b' (openblas, mkl)" >&2; exit 2 ;;
+    esac
+done
 
 echo "== data: fortunes -> $SCRATCH/data"
 mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
@@ -66,15 +85,15 @@ echo "peak $PEAK_GFLOPS GFLOP/s"
 BLAS_CORE=$(OPENBLAS_VERBOSE=2 "$FEMTO" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1)
 echo "OpenBLAS kernels: ${BLAS_CORE:-unknown}"
 
-run_femto() {  # config round
-    local c=$1 r=$2 H L NH KV I V S B W T
+run_femto() {  # config round build
+    local c=$1 r=$2 b=$3 H L NH KV I V S B W T
     read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
-    "$FEMTO" train --data.train "$DATA" --model.hidden_size "$H" --model.num_hidden_layers "$L" \
+    "${FEMTO_BIN[$b]}" train --data.train "$DATA" --model.hidden_size "$H" --model.num_hidden_layers "$L" \
         --model.num_attention_heads "$NH" --model.num_key_value_heads "$KV" \
         --model.intermediate_size "$I" --model.vocab_size "$V" --model.max_position_embeddings "$S" \
         --training.seq_length "$S" --training.micro_batch_size "$B" --training.steps $((W + T)) \
         --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
-        --logging.metrics "$SCRATCH/runs/$c.femto.$FEMTO_THREADS.$r.jsonl" | grep '^step' | tail -n 1
+        --logging.metrics "$SCRATCH/runs/$c.femto-$b.$FEMTO_THREADS.$r.jsonl" | grep '^step' | tail -n 1
 }
 
 # PyTorch 2.x in its own virtual environment (PyPI's wheel, about 5 GB with its CUDA
@@ -126,8 +145,10 @@ for c in $CONFIGS; do
         p=$("$FEMTO" bench peak --threads 2 --seconds 3 | awk '{print $2}')
         PEAKS="$PEAKS $p"
         echo "== $c round $r: GEMM peak $p GFLOP/s"
-        echo "== $c round $r: femtotron, $FEMTO_THREADS threads ($(cut -d' ' -f1 /proc/loadavg) load)"
-        run_femto "$c" "$r"
+        for b in $BUILDS; do
+            echo "== $c round $r: femtotron ($b), $FEMTO_THREADS threads ($(cut -d' ' -f1 /proc/loadavg) load)"
+            run_femto "$c" "$r" "$b"
+        done
         for v in $VARIANTS; do
             for t in $TORCH_THREADS; do
                 echo "== $c round $r: PyTorch $v, $t threads ($(cut -d' ' -f1 /proc/loadavg) load)"
@@ -148,10 +169,11 @@ PROFILE="$SCRATCH/profile.md"
 : >"$PROFILE"
 if command -v perf >/dev/null && perf record -o /dev/null -q -- true 2>/dev/null; then
     for c in $CONFIGS; do
+      for b in $BUILDS; do
         read -r H L NH KV I V S B W T <<<"${CFG[$c]}"
         for steps in $((W + T)) $((W + 2 * T)); do
-            echo "== $c: femtotron under perf record, $steps steps"
-            perf record -q -F 499 -o "$SCRATCH/$c.$steps.perf" -- "$FEMTO" train --data.train "$DATA" \
+            echo "== $c: femtotron ($b) under perf record, $steps steps"
+            perf record -q -F 499 -o "$SCRATCH/$c.$steps.perf" -- "${FEMTO_BIN[$b]}" train --data.train "$DATA" \
                 --model.hidden_size "$H" --model.num_hidden_layers "$L" --model.num_attention_heads "$NH" \
                 --model.num_key_value_heads "$KV" --model.intermediate_size "$I" --model.vocab_size "$V" \
                 --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
@@ -159,7 +181,8 @@ if command -v perf >/dev/null && perf record -o /dev/null -q -- true 2>/dev/null
                 >/dev/null 2>&1
             perf report -i "$SCRATCH/$c.$steps.perf" --stdio -n --sort dso,symbol >"$SCRATCH/$c.$steps.txt" 2>/dev/null
         done
-        python3 bench/profile_ops.py "$c" "$SCRATCH/$c.$((W + T)).txt" "$SCRATCH/$c.$((W + 2 * T)).txt" >>"$PROFILE"
+        python3 bench/profile_ops.py "$c, $b" "$SCRATCH/$c.$((W + T)).txt" "$SCRATCH/$c.$((W + 2 * T)).txt" >>"$PROFILE"
+      done
     done
 else
     echo "(perf is not available here: no profile by op)"
@@ -169,7 +192,7 @@ echo "== summary"
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 # How busy the shared machine was (others' work slows runs): 0 at start is quiet.
 LOAD="load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
+CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
     CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" "$PEAKS" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
@@ -200,8 +223,16 @@ for line in os.environ["CFGS"].splitlines():
             mfu = tps * timed[0]["mfu"] / timed[0]["tokens_per_s"] * rescale
             res.setdefault(th, []).append((tps, mfu, recs[0]["loss"]))
         return {th: max(v) + ("/".join(f"{x[0]:.0f}" for x in v),) for th, v in res.items()}
-    f = stats("femto")
-    ft = max(f, key=lambda k: f[k][0])
+    # each femtotron build at its best thread count; the ratios use the faster build
+    BUILD_NAMES = {"openblas": "OpenBLAS", "mkl": "oneMKL"}
+    fb = {}
+    for b in os.environ["BUILDS"].split():
+        f = stats(f"femto-{b}")
+        if f:
+            ft = max(f, key=lambda k: f[k][0])
+            fb[b] = (ft,) + f[ft]  # (threads, tok/s, MFU, step-1 loss, per-round tok/s)
+    if not fb: continue
+    F = fb[max(fb, key=lambda b: fb[b][1])]
     best = None
     for v in os.environ["VARIANTS"].split():
         t = stats(f"torch-{v}")
@@ -210,38 +241,39 @@ for line in os.environ["CFGS"].splitlines():
             continue
         tt = max(t, key=lambda k: t[k][0])
         tried = ", ".join(f"{k}: {t[k][0]:.0f}" for k in sorted(t))  # best run per thread count
-        rows.append(f"| {c} | {NAMES[v]} | {t[tt][0]:.0f} | {f[ft][0] / t[tt][0]:.2f}x | {100 * t[tt][1]:.1f}% | "
+        rows.append(f"| {c} | {NAMES[v]} | {t[tt][0]:.0f} | {F[1] / t[tt][0]:.2f}x | {100 * t[tt][1]:.1f}% | "
                     f"{tt} (by threads: {tried}) | {t[tt][3]} | {t[tt][2]:.3f} |")
         if best is None or t[tt][0] > best[1]: best = (v, t[tt][0])
-    rows.append(f"| {c} | **femtotron** | **{f[ft][0]:.0f}** | 1.00x | **{100 * f[ft][1]:.1f}%** | {ft} | "
-                f"{f[ft][3]} | {f[ft][2]:.3f} (ln V = {math.log(int(V)):.3f}) |")
-    if best:
-        best_rows.append(f"| {c} | {f[ft][0]:.0f} | {NAMES[best[0]]}: {best[1]:.0f} | **{f[ft][0] / best[1]:.2f}x** | "
-                         f"{100 * f[ft][1]:.1f}% |")
-        plot.append(f"{c} {f[ft][0]:.1f} {best[1]:.1f}")
+    for b, (ft, tps, mfu, loss, per_round) in fb.items():
+        rows.append(f"| {c} | **femtotron ({BUILD_NAMES[b]})** | **{tps:.0f}** | {F[1] / tps:.2f}x | **{100 * mfu:.1f}%** "
+                    f"| {ft} | {per_round} | {loss:.3f} (ln V = {math.log(int(V)):.3f}) |")
+        if best:
+            best_rows.append(f"| {c} | {BUILD_NAMES[b]} | {tps:.0f} | {NAMES[best[0]]}: {best[1]:.0f} | "
+                             f"**{tps / best[1]:.2f}x** | {100 * mfu:.1f}% |")
+    if best: plot.append(f"{c} {F[1]:.1f} {best[1]:.1f}")
 date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
 md = f"""# femtotron vs PyTorch: training throughput
 
 {date} · {cpu} · GEMM peak {peak} GFLOP/s (fp32 sgemm, 2 threads, `femtotron bench peak`; the
 highest of the readings before the runs and before each round: {" ".join(f"{x:.1f}" for x in peaks)}),
-the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron and Debian's
-PyTorch; PyPI's PyTorch runs MKL) · {load}
+the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron's default
+build and Debian's PyTorch; PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL) · {load}
 
 Against the fastest PyTorch variant:
 
-| config | femtotron tok/s | best PyTorch tok/s | femtotron / best PyTorch | femtotron MFU |
-|---|---|---|---|---|
+| config | femtotron's BLAS | femtotron tok/s | best PyTorch tok/s | femtotron / best PyTorch | femtotron MFU |
+|---|---|---|---|---|---|
 """ + "\n".join(best_rows) + """
 
 Every run:
 
-| config | system | tok/s | femtotron / this | MFU | threads (best) | tok/s per round | step-1 loss |
+| config | system | tok/s | faster femtotron / this | MFU | threads (best) | tok/s per round | step-1 loss |
 |---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + """
 
 Configs: small = hidden 512, 8 layers, 8 heads / 4 kv, intermediate 1536, vocab 8192,
 seq 256, micro-batch 8; gpt2 = hidden 768, 12 layers, 12 heads / 4 kv, intermediate 2048,
-vocab 32768, seq 512, micro-batch 4. Runs interleaved femtotron, each PyTorch variant at
+vocab 32768, seq 512, micro-batch 4. Runs interleaved: each femtotron build, each PyTorch variant at
 each thread count, ... per round; tok/s = tokens per step / the run's median timed step
 (warm-up steps dropped; torch.compile two more, its compilation), best round kept (other
 users' load only slows a run down). MFU = model FLOPs/token (6 N_matmul + 6 L S D) x

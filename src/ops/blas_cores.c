@@ -17,7 +17,8 @@
 //
 // A user's OPENBLAS_CORETYPE is never changed (that is also what stops a second
 // start), a core OpenBLAS recognised is kept (even where a wider family would run:
-// that is OpenBLAS's call), and the BLIS build (make BLAS=blis) has no constructor.
+// that is OpenBLAS's call), and the BLIS and MKL builds (make BLAS=blis, BLAS=mkl) have
+// no constructor.
 #define _POSIX_C_SOURCE 200809L  // setenv, execv, readlink
 #include "ops/blas_cores.h"
 
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+#include "ops/ops.h"
 
 unsigned blas_cpu_features(void) {
     __builtin_cpu_init();  // needed before main: the constructor below calls this
@@ -63,7 +65,7 @@ const char *blas_core_upgrade(const char *chosen, unsigned features) {
     return NULL;
 }
 
-#ifndef FEMTOTRON_BLIS
+#if !defined(FEMTOTRON_BLIS) && !defined(FEMTOTRON_MKL)
 char *openblas_get_corename(void);
 
 // glibc calls a constructor with main's arguments (as it does every .init_array entry).
@@ -103,6 +105,15 @@ int blas_kernels_note(char *out, size_t size) {
     snprintf(out, size, "OpenBLAS's %s kernels, chosen by femtotron (OPENBLAS_CORETYPE=%s): OpenBLAS took this "
              "CPU for %s (SSE), its fallback for a CPU it does not know; set OPENBLAS_CORETYPE yourself to choose",
              openblas_get_corename(), core, fallback);
+    return 1;
+}
+#elif defined(FEMTOTRON_MKL)
+// oneMKL chooses its kernels by the CPU's features; the line names the library, as
+// the MKL build (make BLAS=mkl) is a choice a user made and may want to see taken.
+int blas_kernels_note(char *out, size_t size) {
+    char name[200];
+    ops_blas_name(name, sizeof name);
+    snprintf(out, size, "%s (make BLAS=mkl)", name);
     return 1;
 }
 #else

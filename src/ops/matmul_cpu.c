@@ -1,5 +1,6 @@
 // ops/matmul_cpu.c — the CPU's matrix products (ops.h, "linear layers" and the
-// bf16 operands' products) through BLAS (OpenBLAS sgemm, or BLIS: make BLAS=blis),
+// bf16 operands' products) through BLAS (OpenBLAS sgemm, or BLIS: make BLAS=blis, or
+// oneMKL: make BLAS=mkl),
 // and the thread count BLAS and OpenMP share. sgemm reads and writes fp32 only: a
 // bf16 operand is widened into its scratch first, a bf16 output rounded after.
 // The element-wise kernels are in ops/cpu.c.
@@ -18,6 +19,17 @@ void bli_thread_set_num_threads(long num_threads);
 const char *bli_info_get_version_str(void);
 #define blas_set_threads(n) bli_thread_set_num_threads(n)
 void ops_blas_name(char *out, size_t size) { snprintf(out, size, "BLIS %s", bli_info_get_version_str()); }
+#elif defined(FEMTOTRON_MKL)
+// oneMKL (make BLAS=mkl): its own prototypes (mkl_service.h), as MKL's headers
+// spell them. MKL's GNU threading layer runs on libgomp, our pool.
+void MKL_Set_Num_Threads(int num_threads);
+void MKL_Get_Version_String(char *buf, int len);
+#define blas_set_threads(n) MKL_Set_Num_Threads(n)
+void ops_blas_name(char *out, size_t size) {
+    char v[198];
+    MKL_Get_Version_String(v, (int)sizeof v);
+    snprintf(out, size, "%s", v);
+}
 #else
 void openblas_set_num_threads(int num_threads);
 #define blas_set_threads(n) openblas_set_num_threads(n)
