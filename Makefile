@@ -25,6 +25,9 @@ CFLAGS   += -DFEMTOTRON_BLIS
 BUILD    ?= build-blis
 else ifeq ($(BLAS),mkl)
 BLASDIR  := $(MKLROOT)/lib
+ifeq ($(wildcard $(BLASDIR)/libmkl_core.so*),)
+$(error BLAS=mkl: no oneMKL in MKLROOT=$(MKLROOT) (no $(BLASDIR)/libmkl_core.so*): run bash scripts/install_mkl.sh, or give MKLROOT)
+endif
 # the wheels ship only versioned names (libmkl_core.so.3): link the files themselves
 BLASLIB  := -Wl,--no-as-needed $(firstword $(wildcard $(BLASDIR)/libmkl_intel_lp64.so*)) \
             $(firstword $(wildcard $(BLASDIR)/libmkl_gnu_thread.so*)) \
