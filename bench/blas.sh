@@ -63,7 +63,7 @@ for line in open(rows):
 builds = list(dict.fromkeys(b for b, _ in best))  # in the order they ran, OpenBLAS first
 NAMES = {"openblas": "OpenBLAS (default)", "blis": "BLIS (`make BLAS=blis`)", "mkl": "oneMKL (`make BLAS=mkl`)"}
 others = [b for b in builds if b != "openblas"]
-L = ["# OpenBLAS vs BLIS and oneMKL for femtotron's CPU matrix products", "",
+L = ["# OpenBLAS vs " + " and ".join(NAMES[b].split(" (")[0] for b in others) + " for femtotron's CPU matrix products", "",
      f"{datetime.datetime.now():%Y-%m-%d %H:%M} · load average at start {load0}, at end {load1} · "
      "bench/blas.sh: the binaries interleaved, best round kept (per-round figures after the slash)", "",
      "| | " + " | ".join(NAMES[b] for b in builds) + " | " + " | ".join(f"{NAMES[b].split(' (')[0]} / OpenBLAS" for b in others) + " |",
