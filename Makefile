@@ -29,9 +29,9 @@ ifeq ($(wildcard $(BLASDIR)/libmkl_core.so*),)
 $(error BLAS=mkl: no oneMKL in MKLROOT=$(MKLROOT) (no $(BLASDIR)/libmkl_core.so*): run bash scripts/install_mkl.sh, or give MKLROOT)
 endif
 # the wheels ship only versioned names (libmkl_core.so.3): link the files themselves
-BLASLIB  := -Wl,--no-as-needed $(firstword $(wildcard $(BLASDIR)/libmkl_intel_lp64.so*)) \
-            $(firstword $(wildcard $(BLASDIR)/libmkl_gnu_thread.so*)) \
-            $(firstword $(wildcard $(BLASDIR)/libmkl_core.so*)) -Wl,--as-needed -ldl -lpthread
+mkl_lib   = $(firstword $(wildcard $(BLASDIR)/libmkl_$(1).so*))
+BLASLIB  := -Wl,--no-as-needed $(call mkl_lib,intel_lp64) $(call mkl_lib,gnu_thread) $(call mkl_lib,core) \
+            -Wl,--as-needed -ldl -lpthread
 CFLAGS   += -DFEMTOTRON_MKL -I$(MKLROOT)/include
 BUILD    ?= build-mkl
 else

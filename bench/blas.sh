@@ -11,20 +11,14 @@
 # Output: bench/results/blas.md. Usage: bench/blas.sh (env: ROUNDS=2, BLASES="openblas blis mkl")
 . "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-2}
+. "$(dirname "$0")/blas_lib.sh"
 bench_private_binary
 declare -A BIN=([openblas]="$FT")
 builds=openblas
 for b in ${BLASES:-blis mkl}; do
-    case $b in
-        openblas) continue ;;
-        blis) [ -e /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so ] ||
-                  apt-get install -y -q libblis-openmp-dev >/dev/null 2>&1 ;;
-        mkl) bash scripts/install_mkl.sh >/dev/null 2>&1 ;;
-        *) echo "blas.sh: unknown build '$b' (openblas, blis, mkl)" >&2; exit 2 ;;
-    esac
-    if make -s -j2 BLAS="$b" "build-$b/femtotron" >/dev/null 2>&1; then
-        cp "build-$b/femtotron" "$TMP/femtotron-$b"; BIN[$b]="$TMP/femtotron-$b"; builds="$builds $b"
-    else echo "WARNING: the $b build could not be made (library missing?): left out" >&2; fi
+    [ "$b" = openblas ] && continue
+    if bin=$(blas_build "$b" "$TMP"); then BIN[$b]=$bin; builds="$builds $b"
+    elif [ $? = 2 ]; then exit 2; fi
 done
 mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$FT" prepare --input "${TEXTS[@]}" --split-on % --output "$TMP/data" --force >/dev/null

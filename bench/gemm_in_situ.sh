@@ -28,7 +28,8 @@ cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention
 # The helpers link OpenBLAS without femtotron's constructor (ops/blas_cores.c): give
 # them, and the run, the kernels femtotron's binary runs (OpenBLAS's own fallback on a
 # CPU it does not know would time SSE kernels "alone").
-core=$(OPENBLAS_VERBOSE=2 "$FT" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1)
+. "$(dirname "$0")/blas_lib.sh"
+core=$(openblas_core "$FT")
 [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -55,16 +55,13 @@ if ! make -s femtotron; then
 fi
 FEMTO="$SCRATCH/femtotron"  # a private copy: others may rebuild ./femtotron meanwhile
 cp femtotron "$FEMTO"
+. bench/blas_lib.sh
 declare -A FEMTO_BIN=([openblas]="$FEMTO")
 BUILDS=""
 for b in $FEMTO_BLAS; do
     case $b in
         openblas) BUILDS="$BUILDS openblas" ;;
-        mkl) if bash scripts/install_mkl.sh && make -s -j2 BLAS=mkl build-mkl/femtotron; then
-                 cp build-mkl/femtotron "$SCRATCH/femtotron-mkl"
-                 FEMTO_BIN[mkl]="$SCRATCH/femtotron-mkl"
-                 BUILDS="$BUILDS mkl"
-             else echo "WARNING: oneMKL could not be installed or built: no femtotron + oneMKL rows" >&2; fi ;;
+        mkl) if bin=$(blas_build mkl "$SCRATCH"); then FEMTO_BIN[mkl]=$bin; BUILDS="$BUILDS mkl"; fi ;;
         *) echo "train_vs_pytorch.sh: FEMTO_BLAS: unknown build '$b' (openblas, mkl)" >&2; exit 2 ;;
     esac
 done
@@ -82,7 +79,7 @@ echo "peak $PEAK_GFLOPS GFLOP/s"
 # The OpenBLAS kernels femtotron runs (ops/blas_cores.c chooses them in OpenBLAS's place
 # where OpenBLAS falls back to SSE on a CPU it does not know): Debian's PyTorch links
 # the same OpenBLAS, and gets the same kernels (PyPI's links MKL).
-BLAS_CORE=$(OPENBLAS_VERBOSE=2 "$FEMTO" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1)
+BLAS_CORE=$(openblas_core "$FEMTO")
 echo "OpenBLAS kernels: ${BLAS_CORE:-unknown}"
 
 run_femto() {  # config round build

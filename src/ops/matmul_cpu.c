@@ -5,6 +5,7 @@
 // bf16 operand is widened into its scratch first, a bf16 output rounded after.
 // The element-wise kernels are in ops/cpu.c.
 #include <cblas.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 
@@ -20,16 +21,10 @@ const char *bli_info_get_version_str(void);
 #define blas_set_threads(n) bli_thread_set_num_threads(n)
 void ops_blas_name(char *out, size_t size) { snprintf(out, size, "BLIS %s", bli_info_get_version_str()); }
 #elif defined(FEMTOTRON_MKL)
-// oneMKL (make BLAS=mkl): its own prototypes (mkl_service.h), as MKL's headers
-// spell them. MKL's GNU threading layer runs on libgomp, our pool.
-void MKL_Set_Num_Threads(int num_threads);
-void MKL_Get_Version_String(char *buf, int len);
-#define blas_set_threads(n) MKL_Set_Num_Threads(n)
-void ops_blas_name(char *out, size_t size) {
-    char v[198];
-    MKL_Get_Version_String(v, (int)sizeof v);
-    snprintf(out, size, "%s", v);
-}
+// oneMKL (make BLAS=mkl): its GNU threading layer runs on libgomp, our pool.
+#include <mkl_service.h>
+#define blas_set_threads(n) mkl_set_num_threads(n)
+void ops_blas_name(char *out, size_t size) { mkl_get_version_string(out, size < INT_MAX ? (int)size : INT_MAX); }
 #else
 void openblas_set_num_threads(int num_threads);
 #define blas_set_threads(n) openblas_set_num_threads(n)

@@ -44,8 +44,8 @@ open(sys.argv[1].rsplit('/', 1)[0] + '/cmp', 'w').write(f"{len(a)} and {len(b)} 
 sys.exit(0 if ok else 1)
 PY
 
-# The same run again, then 4 steps + resume + 4: the same bits (oneMKL's sums do not
-# change between runs on the same machine, threads and alignment).
+# The same run again, then a resume from its step-4 checkpoint: the same bits (oneMKL's
+# sums do not change between runs on the same machine, threads and alignment).
 train "$MKL" again --training.steps 8
 [ "$(losses "$tmp/again.jsonl")" = "$(losses "$tmp/mkl.jsonl")" ] &&
     pass "oneMKL build: the same 8 losses, bit for bit, run twice" ||

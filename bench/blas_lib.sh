@@ -1,0 +1,30 @@
+# bench/blas_lib.sh — what the benchmarks that compare BLAS builds share. Source it
+# from the repository root (bench/lib.sh's scripts are there already):
+#   blas_build NAME DIR   make femtotron's NAME build (blis: Debian's libblis-openmp-dev,
+#                         installed with apt when missing; mkl: oneMKL from PyPI,
+#                         scripts/install_mkl.sh), copy it to DIR/femtotron-NAME (a
+#                         private copy, as bench_private_binary) and print that path;
+#                         where the library cannot be had or the build fails, a warning
+#                         on stderr and status 1
+#   openblas_core BIN     the OpenBLAS kernels BIN runs (OpenBLAS's own "Core:" line;
+#                         ops/blas_cores.c may have chosen them), empty when unknown
+
+blas_build() {
+    local name=$1 dir=$2
+    case $name in
+        blis) [ -e /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so ] ||
+                  apt-get install -y -q libblis-openmp-dev >/dev/null 2>&1 ;;
+        mkl) bash scripts/install_mkl.sh >/dev/null 2>&1 ;;
+        *) echo "blas_build: unknown build '$name' (blis, mkl)" >&2; return 2 ;;
+    esac
+    if ! make -s -j2 BLAS="$name" "build-$name/femtotron" >/dev/null 2>&1; then
+        echo "WARNING: femtotron's $name build could not be made (library missing?): left out" >&2
+        return 1
+    fi
+    cp "build-$name/femtotron" "$dir/femtotron-$name"
+    echo "$dir/femtotron-$name"
+}
+
+openblas_core() {
+    OPENBLAS_VERBOSE=2 "$1" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1
+}
