@@ -132,8 +132,17 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                     copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd,
                                 kt, ATT_KC, 0.0f, sc, ATT_KC);
+                    // A row whose running max is still -inf has accumulated nothing: its
+                    // output row is the zero of attention_block_init, so it needs no
+                    // rescaling, and a tile of such rows (the first chunk a tile sees)
+                    // lets the product below overwrite instead of add. The rescale read
+                    // and wrote a strided output row per query and chunk, and was a third
+                    // of the forward's time outside its products.
+                    int fresh = 1;  // every row of the tile has accumulated nothing yet
                     for (int r = 0; r < mq; r++) {
                         float *srow = sc + (size_t)r * ATT_KC, rmax = -INFINITY;
+                        const int empty = mb[i0 + r] == -INFINITY;
+                        fresh &= empty;
                         const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
                         for (int c = nv; c < nkt; c++) srow[c] = 0.0f;  // masked: no weight
                         if (nv == 0) continue;  // nothing visible in this chunk for this row
@@ -152,10 +161,11 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         }
                         lb[i0 + r] = lb[i0 + r] * alpha + sum;
                         mb[i0 + r] = mnew;
-                        for (int d = 0; d < hd; d++) orow[d] *= alpha;
+                        if (!empty && alpha != 1.0f)
+                            for (int d = 0; d < hd; d++) orow[d] *= alpha;
                     }
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nkt, 1.0f, sc,
-                                ATT_KC, vc, hd, 1.0f, ob + (size_t)i0 * ldo, ldo);
+                                ATT_KC, vc, hd, fresh ? 0.0f : 1.0f, ob + (size_t)i0 * ldo, ldo);
                 }
             }
         }
