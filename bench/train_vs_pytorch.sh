@@ -133,15 +133,18 @@ run_torch() {  # config variant threads round
 }
 
 # Interleaved so that the machine's noise hits every system alike.
-# The GEMM peak is measured again before every round: one reading taken while
-# another tenant was busy would inflate every MFU, so the table divides by the
-# highest of them (the runs themselves log MFU against the first).
-PEAKS="$PEAK_GFLOPS"
+# The GEMM peak is measured again before every round, with every build (each BLAS
+# has its own peak, and a build's MFU is against the best any of them reached): one
+# reading taken while another tenant was busy would inflate every MFU, so the table
+# divides by the highest of them all (the runs themselves log MFU against the first).
+PEAKS="openblas:$PEAK_GFLOPS"
 for c in $CONFIGS; do
     for r in $(seq 1 "$ROUNDS"); do
-        p=$("$FEMTO" bench peak --threads 2 --seconds 3 | awk '{print $2}')
-        PEAKS="$PEAKS $p"
-        echo "== $c round $r: GEMM peak $p GFLOP/s"
+        for b in $BUILDS; do
+            p=$("${FEMTO_BIN[$b]}" bench peak --threads 2 --seconds 3 | awk '{print $2}')
+            PEAKS="$PEAKS $b:$p"
+            echo "== $c round $r: GEMM peak $p GFLOP/s ($b)"
+        done
         for b in $BUILDS; do
             echo "== $c round $r: femtotron ($b), $FEMTO_THREADS threads ($(cut -d' ' -f1 /proc/loadavg) load)"
             run_femto "$c" "$r" "$b"
@@ -194,7 +197,8 @@ CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PR
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" "$PEAKS" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
 runs, out, peak_logged, cpu, load, peaks = sys.argv[1:]
-peaks = [float(x) for x in peaks.split()]
+peak_readings = [(x.split(":")[0], float(x.split(":")[1])) for x in peaks.split()]  # (build, GFLOP/s)
+peaks = [g for _, g in peak_readings]
 peak = f"{max(peaks):.1f}"
 rescale = float(peak_logged) / max(peaks)  # the runs logged MFU against the first reading
 versions = dict(v.split(" ", 1) for v in os.environ["VERSIONS"].split(";"))
@@ -252,7 +256,7 @@ date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
 md = f"""# femtotron vs PyTorch: training throughput
 
 {date} · {cpu} · GEMM peak {peak} GFLOP/s (fp32 sgemm, 2 threads, `femtotron bench peak`; the
-highest of the readings before the runs and before each round: {" ".join(f"{x:.1f}" for x in peaks)}),
+highest of the readings before the runs and, with every build, before each round: {", ".join(f"{b} {x:.1f}" for b, x in peak_readings)}),
 the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron's default
 build and Debian's PyTorch; PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL) · {load}
 
@@ -294,7 +298,7 @@ EOF
 gnuplot <<EOF
 set terminal pngcairo size 720,420 noenhanced
 set output "$OUT/train_vs_pytorch.png"
-set title "Training throughput, fp32 CPU ($CPU, peak $(tr ' ' '\n' <<<"$PEAKS" | sort -g | tail -n 1) GFLOP/s)"
+set title "Training throughput, fp32 CPU ($CPU, peak $(tr ' ' '\n' <<<"$PEAKS" | cut -d: -f2 | sort -g | tail -n 1) GFLOP/s)"
 set ylabel "tokens/s"
 set style data histogram
 set style histogram clustered gap 1
