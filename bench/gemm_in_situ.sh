@@ -5,9 +5,14 @@
 # gpt2 (default) or small config of bench/train_vs_pytorch.sh (CONFIG=small). The attention's tile products (under 2e8
 # FLOPs each, one thread each inside OpenMP regions) are one row, in thread-seconds,
 # and the attention kernels are timed alone too (bench/tools/attention_alone.c).
+# "Alone" is timed twice: warm (the operands stay in the caches from call to call)
+# and cold (512 MiB of other memory written before each call, so the operands come
+# from DRAM, as a step's do). BLAS=mkl times femtotron's oneMKL build (make BLAS=mkl,
+# scripts/install_mkl.sh) with helpers linked against oneMKL.
 #
-# Output: bench/results/gemm_in_situ.md (gemm_in_situ_small.md for CONFIG=small).
-# Usage: [CONFIG=small] bench/gemm_in_situ.sh (~2 min)
+# Output: bench/results/gemm_in_situ.md (gemm_in_situ_small.md for CONFIG=small;
+# _mkl before .md for BLAS=mkl).
+# Usage: [CONFIG=small] [BLAS=mkl] bench/gemm_in_situ.sh (~2 min)
 . "$(dirname "$0")/lib.sh"
 bench_private_binary
 bench_corpus
@@ -19,18 +24,32 @@ case $CONFIG in
     small) OUT=$RES/gemm_in_situ_small.md; read -r D L H KV F V S B <<<"512 8 8 4 1536 8192 256 8" ;;
     *) echo "gemm_in_situ.sh: CONFIG=$CONFIG: give gpt2 or small" >&2; exit 2 ;;
 esac
+. "$(dirname "$0")/blas_lib.sh"
 cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_rates.so" -ldl
-cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" -lopenblas
-# the attention kernels alone, on the same shapes (build/ops is what ./femtotron links)
-OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
-cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c build/ops/attention_cpu.o build/ops/buffers_cpu.o build/util.o \
-    -o "$TMP/attention_alone" -L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas -lm
+case ${BLAS:-openblas} in
+    openblas)
+        OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+        BLAS_LINK=(-L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas)
+        OBJ=build ;;  # what ./femtotron links
+    mkl)
+        FT=$(blas_build mkl "$TMP") || exit 1
+        MKLLIB=${MKLROOT:-build/mklenv}/lib
+        BLAS_LINK=("$MKLLIB"/libmkl_intel_lp64.so.? "$MKLLIB"/libmkl_gnu_thread.so.? "$MKLLIB"/libmkl_core.so.?
+                   -Wl,-rpath,"$(cd "$MKLLIB" && pwd)" -lgomp -lm -ldl -lpthread)
+        OBJ=build-mkl OUT=${OUT%.md}_mkl.md ;;
+    *) echo "gemm_in_situ.sh: BLAS=$BLAS: give openblas or mkl" >&2; exit 2 ;;
+esac
+cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" "${BLAS_LINK[@]}"
+# the attention kernels alone, on the same shapes and the build's own objects
+cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c $OBJ/ops/attention_cpu.o $OBJ/ops/buffers_cpu.o $OBJ/util.o \
+    -o "$TMP/attention_alone" "${BLAS_LINK[@]}" -lm
 # The helpers link OpenBLAS without femtotron's constructor (ops/blas_cores.c): give
 # them, and the run, the kernels femtotron's binary runs (OpenBLAS's own fallback on a
 # CPU it does not know would time SSE kernels "alone").
-. "$(dirname "$0")/blas_lib.sh"
 core=$(openblas_core "$FT")
 [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
+blas_name="OpenBLAS's ${core:-default} kernels"
+[ "${BLAS:-openblas}" = mkl ] && blas_name="oneMKL (make BLAS=mkl)"
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin" \
@@ -42,23 +61,24 @@ LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin
 {
 echo "# sgemm in a training step vs alone ($CONFIG config, 1 rank x 2 threads)"
 echo
-echo "$(date -u '+%Y-%m-%d %H:%M UTC') · OpenBLAS's ${core:-default} kernels · GEMM peak $PEAK GFLOP/s (\`bench peak --threads 2\`) · load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $blas_name · GEMM peak $PEAK GFLOP/s (\`bench peak --threads 2\`) · load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
 echo
 echo "Steps (ms): $(python3 -c "
 import json
 print(', '.join(str(round(x['step_ms'])) for x in map(json.loads, open('$TMP/m.jsonl')) if 'event' not in x))")"
 echo "(step 1 included below: the shim counts every call)"
 echo
-echo "| M | N | K | op | calls | in the step GFLOP/s | alone GFLOP/s | in step / alone | seconds |"
-echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+echo "| M | N | K | op | calls | in the step GFLOP/s | alone, warm GFLOP/s | in step / warm | alone, cold GFLOP/s | in step / cold | seconds |"
+echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 } >"$OUT"
 total_s=0
 while read -r tag m n k tr calls s; do
     [ "$tag" = sgemm ] || continue
-    alone=$(OPENBLAS_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}")
-    awk -v m="$m" -v n="$n" -v k="$k" -v tr="$tr" -v c="$calls" -v s="$s" -v a="$alone" 'BEGIN {
+    alone=$(OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}")
+    cold=$(OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}" 10 1)
+    awk -v m="$m" -v n="$n" -v k="$k" -v tr="$tr" -v c="$calls" -v s="$s" -v a="$alone" -v co="$cold" 'BEGIN {
         r = 2 * m * n * k * c / s / 1e9
-        printf "| %d | %d | %d | %s | %d | %.1f | %.1f | %.2f | %.2f |\n", m, n, k, tr, c, r, a, r / a, s }' >>"$OUT"
+        printf "| %d | %d | %d | %s | %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f |\n", m, n, k, tr, c, r, a, r / a, co, r / co, s }' >>"$OUT"
 done <"$TMP/rates.txt"
 awk '$1 == "sgemm" { f += 2 * $2 * $3 * $4 * $6; s += $7 }
      $1 == "sgemm_small" { printf "\nAttention tiles: %d calls, %.2f thread-seconds, %.1f GFLOP/s per thread.\n", $2, $3, $4 / $3 / 1e9 }
