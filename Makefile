@@ -51,7 +51,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu
 
-.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags emu
+.PHONY: blas-libs all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags emu
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)
@@ -127,6 +127,10 @@ cuda: femtotron-cuda $(CUDA_BUILD)/tests/gpu_ops $(CUDA_BUILD)/tests/plan_memory
 # The flags nvcc gets (tests/shell/test_cuda_build.sh checks a warning fails them).
 nvcc-flags:
 	@echo $(NVCCFLAGS)
+
+# How this BLAS build links its BLAS (bench/gemm_in_situ.sh links its helpers alike).
+blas-libs:
+	@echo -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) $(BLASLIB)
 
 femtotron-cuda: $(BUILD)/main.o $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)

@@ -26,30 +26,25 @@ case $CONFIG in
 esac
 . "$(dirname "$0")/blas_lib.sh"
 cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_rates.so" -ldl
-case ${BLAS:-openblas} in
-    openblas)
-        OBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
-        BLAS_LINK=(-L"$OBLAS" -Wl,-rpath,"$OBLAS" -lopenblas)
-        OBJ=build ;;  # what ./femtotron links
-    mkl)
-        FT=$(blas_build mkl "$TMP") || exit 1
-        MKLLIB=${MKLROOT:-build/mklenv}/lib
-        BLAS_LINK=("$MKLLIB"/libmkl_intel_lp64.so.? "$MKLLIB"/libmkl_gnu_thread.so.? "$MKLLIB"/libmkl_core.so.?
-                   -Wl,-rpath,"$(cd "$MKLLIB" && pwd)" -lgomp -lm -ldl -lpthread)
-        OBJ=build-mkl OUT=${OUT%.md}_mkl.md ;;
+BLAS=${BLAS:-openblas}
+case $BLAS in
+    openblas) OBJ=build ;;  # what ./femtotron links
+    mkl) FT=$(blas_build mkl "$TMP") || exit 1; OBJ=build-mkl OUT=${OUT%.md}_mkl.md ;;
     *) echo "gemm_in_situ.sh: BLAS=$BLAS: give openblas or mkl" >&2; exit 2 ;;
 esac
+# the helpers link the BLAS as the build does (the Makefile's blas-libs)
+read -r -a BLAS_LINK <<<"$(make -s BLAS="$BLAS" blas-libs) -fopenmp -lm"
 cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" "${BLAS_LINK[@]}"
 # the attention kernels alone, on the same shapes and the build's own objects
 cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c $OBJ/ops/attention_cpu.o $OBJ/ops/buffers_cpu.o $OBJ/util.o \
-    -o "$TMP/attention_alone" "${BLAS_LINK[@]}" -lm
+    -o "$TMP/attention_alone" "${BLAS_LINK[@]}"
 # The helpers link OpenBLAS without femtotron's constructor (ops/blas_cores.c): give
 # them, and the run, the kernels femtotron's binary runs (OpenBLAS's own fallback on a
 # CPU it does not know would time SSE kernels "alone").
 core=$(openblas_core "$FT")
 [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 blas_name="OpenBLAS's ${core:-default} kernels"
-[ "${BLAS:-openblas}" = mkl ] && blas_name="oneMKL (make BLAS=mkl)"
+[ "$BLAS" = mkl ] && blas_name="oneMKL (make BLAS=mkl)"
 PEAK=$("$FT" bench peak --threads 2 --seconds 5 | awk '{print $2}')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 LD_PRELOAD="$TMP/sgemm_rates.so" "$FT" train --data.train "$TMP/data/train_*.bin" \
@@ -71,11 +66,13 @@ echo
 echo "| M | N | K | op | calls | in the step GFLOP/s | alone, warm GFLOP/s | in step / warm | alone, cold GFLOP/s | in step / cold | seconds |"
 echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 } >"$OUT"
-total_s=0
+alone_rate() {  # reps cold: this row's shape alone, 2 threads (bench/tools/sgemm_alone.c)
+    OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}" "$@"
+}
 while read -r tag m n k tr calls s; do
     [ "$tag" = sgemm ] || continue
-    alone=$(OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}")
-    cold=$(OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}" 10 1)
+    alone=$(alone_rate 10 0)
+    cold=$(alone_rate 10 1)
     awk -v m="$m" -v n="$n" -v k="$k" -v tr="$tr" -v c="$calls" -v s="$s" -v a="$alone" -v co="$cold" 'BEGIN {
         r = 2 * m * n * k * c / s / 1e9
         printf "| %d | %d | %d | %s | %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f |\n", m, n, k, tr, c, r, a, r / a, co, r / co, s }' >>"$OUT"
