@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpu_floor.py RUNS [--sdpa SHAPE=FWD_MS,BWD_MS ...] [--gemm TFLOPS ...] [--bw TBPS ...]
+"""gpu_floor.py RUNS [--attention-md FILE] [--sdpa SHAPE=FWD_MS,BWD_MS ...] [--gemm TFLOPS ...] [--bw TBPS ...]
 
 How fast femtotron's GPU step could be with its present passes, and whether that
 reaches issue 21's targets: the planner (`femtotron plan`, plan/step_time.c, which
@@ -7,9 +7,11 @@ prices every matrix product, the attention, each element-wise pass and AdamW) ru
 on idealised copies of a measured profile instead of the measured one:
   - every matrix product at one rate (--gemm, TFLOP/s: e.g. the best point of
     `bench calibrate`'s curve, or the 8192^3 rate PyTorch reaches on the card);
-  - the attention at a measured speed (--sdpa: PyTorch's flash SDPA forward and
-    backward in ms a layer and micro-batch, bench/attention_gpu.sh's torch-sdpa-flash
-    row), and at twice it (what cuDNN's fused kernels are said to reach on Hopper);
+  - the attention at PyTorch's flash SDPA speed (forward and backward ms a layer and
+    micro-batch: --sdpa, or the torch rows of bench/attention_gpu.sh's table given
+    with --attention-md), and at cuDNN's as measured there (its femtotron cudnn-kept
+    row) or, without one, at twice SDPA's (what cuDNN's fused kernels are said to
+    reach on Hopper);
   - the element-wise passes and AdamW at a copy bandwidth (--bw, TB/s; a
     device-to-device copy moves about 4.3 on an H200).
 Each floor is split by running the planner again with the products, then the
@@ -52,46 +54,82 @@ def plan_ms(binary, config, mbs, profile, scratch):
     return 1e3 * float(row["step_s"]), 1e3 * float(row["optimizer_s"])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs")
-    ap.add_argument("--sdpa", action="append", default=[], metavar="SHAPE=FWD_MS,BWD_MS")
-    ap.add_argument("--gemm", type=float, nargs="+", default=None, help="TFLOP/s (default: the profile's best, 790)")
-    ap.add_argument("--bw", type=float, nargs="+", default=[3.5, 4.3], help="TB/s")
-    ap.add_argument("--femtotron", default="./femtotron")
-    ap.add_argument("--peak", type=float, default=989e12)
-    a = ap.parse_args()
-    sdpa = []  # (shape, forward ms, backward ms)
+def attention_rows(path):
+    """{shape: {system: (fwd ms, bwd ms)}} from bench/attention_gpu.sh's table."""
+    rows = {}
+    for line in open(path):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and "(" in cells[0]:
+            try:
+                rows.setdefault(cells[0].split()[0], {})[cells[1]] = (float(cells[2]), float(cells[3]))
+            except ValueError:
+                pass  # the header
+    return rows
+
+
+def attention_speeds(a):
+    """{shape: [(label, fwd ms, bwd ms), ...]}: --sdpa's and --attention-md's. PyTorch's SDPA
+    as measured, then cuDNN's kept-bf16 ops as measured (femtotron cudnn-kept), or where
+    there is no such row twice SDPA's speed (what GPU_NOTES gives cuDNN's kernels on Hopper)."""
+    sdpa, cudnn = {}, {}
     for item in a.sdpa:
         try:
             shape, times = item.split("=")
             fwd_ms, bwd_ms = (float(x) for x in times.split(","))
         except ValueError:
             sys.exit(f"gpu_floor.py: --sdpa {item}: expected SHAPE=FWD_MS,BWD_MS, e.g. smollm-1.7b=0.241,0.552")
-        sdpa.append((shape, fwd_ms, bwd_ms))
-    need = [os.path.join(a.runs, "profile.json")] + [os.path.join(a.runs, f"{x[0]}.femtotron.1.run.json") for x in sdpa]
-    for f in need:
-        if not os.path.exists(f):
-            sys.exit(f"gpu_floor.py: no {f}: RUNS must be a bench/gpu_vs_pytorch.sh runs directory with the "
-                     "profile and the shape's femtotron run")
-    if not a.sdpa:
-        sys.exit("gpu_floor.py: give --sdpa SHAPE=FWD_MS,BWD_MS for each shape (bench/attention_gpu.sh's SDPA row)")
-    base = json.load(open(need[0]))
+        sdpa[shape] = (fwd_ms, bwd_ms)
+    if a.attention_md:
+        if not os.path.exists(a.attention_md):
+            sys.exit(f"gpu_floor.py: no {a.attention_md} (bench/attention_gpu.sh writes it)")
+        for shape, systems in attention_rows(a.attention_md).items():
+            for name, times in systems.items():
+                if name.startswith("torch") and shape not in sdpa:
+                    sdpa[shape] = times
+                elif name == "femtotron cudnn-kept":
+                    cudnn[shape] = times
+    speeds = {}
+    for shape, (f, b) in sdpa.items():
+        speeds[shape] = [("PyTorch's SDPA", f, b),
+                         ("cuDNN (measured)", *cudnn[shape]) if shape in cudnn else ("2x SDPA", f / 2, b / 2)]
+    return speeds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs")
+    ap.add_argument("--sdpa", action="append", default=[], metavar="SHAPE=FWD_MS,BWD_MS")
+    ap.add_argument("--attention-md", help="bench/attention_gpu.sh's attention_gpu.md: its SDPA and cudnn-kept rows")
+    ap.add_argument("--gemm", type=float, nargs="+", default=None, help="TFLOP/s (default: the profile's best, 790)")
+    ap.add_argument("--bw", type=float, nargs="+", default=[3.5, 4.3], help="TB/s")
+    ap.add_argument("--femtotron", default="./femtotron")
+    ap.add_argument("--peak", type=float, default=989e12)
+    a = ap.parse_args()
+    # the shapes of --sdpa, and those of the attention table with a femtotron run here
+    given = {item.split("=")[0] for item in a.sdpa}
+    speeds = {k: v for k, v in attention_speeds(a).items()
+              if k in given or os.path.exists(os.path.join(a.runs, f"{k}.femtotron.1.run.json"))}
+    profile = os.path.join(a.runs, "profile.json")
+    if not os.path.exists(profile):
+        sys.exit(f"gpu_floor.py: no {profile}: RUNS must be a bench/gpu_vs_pytorch.sh runs directory")
+    if not speeds:
+        sys.exit("gpu_floor.py: no attention speeds: give --sdpa SHAPE=FWD_MS,BWD_MS or --attention-md FILE")
+    base = json.load(open(profile))
     gemms = [g * 1e12 for g in a.gemm] if a.gemm else [max(base["gemm"]["rate"]), 790e12]
     scratch = os.path.join(a.runs, "floor_profile.json")
     print("| shape | products TFLOP/s | element-wise TB/s | attention | products ms | attention ms "
           "| element-wise ms | AdamW ms | floor ms | 1.2x target ms | 55% MFU ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for shape, fwd_ms, bwd_ms in sdpa:
+    for shape, variants in speeds.items():
         config = os.path.join(a.runs, f"{shape}.femtotron.1.run.json")
+        if not os.path.exists(config):
+            sys.exit(f"gpu_floor.py: no {config}: no femtotron run of {shape} in RUNS")
         cfg = json.load(open(config))
         m, t = cfg["model"], cfg["training"]
         B, S, H = t["micro_batch_size"], t["seq_length"], m["num_attention_heads"]
         hd = m["hidden_size"] // H
-        # the planner's attention work of one (sequence, head), causal, and its rates
-        # at the measured milliseconds of B * H of them
-        work = 4.0 * hd * S * (S + 1) / 2
-        fwd_rate, bwd_rate = work * B * H / (fwd_ms * 1e-3), 2 * work * B * H / (bwd_ms * 1e-3)
+        # the planner's attention work of one (sequence, head), causal: a call does B * H
+        work = 4.0 * hd * S * (S + 1) / 2 * B * H
         fields = [m["hidden_size"], m["num_hidden_layers"], H, m["num_key_value_heads"],
                   m["intermediate_size"], m["vocab_size"], S, B]
         tokens = t["global_batch_size"] * S
@@ -102,9 +140,10 @@ def main():
         target = f"{min(steps) / 1.2:.1f}" if steps else "no PyTorch run"
         for gemm in gemms:
             for bw in (x * 1e12 for x in a.bw):
-                for name, k in (("PyTorch's SDPA", 1.0), ("2x SDPA", 2.0)):
+                for name, fwd_ms, bwd_ms in variants:
                     p = copy.deepcopy(base)
-                    p.update(gemm=flat(gemm), attn_fwd=flat(k * fwd_rate), attn_bwd=flat(k * bwd_rate), mem_bw=bw)
+                    p.update(gemm=flat(gemm), attn_fwd=flat(work / (fwd_ms * 1e-3)),
+                             attn_bwd=flat(2 * work / (bwd_ms * 1e-3)), mem_bw=bw)
                     floor, adam = plan_ms(a.femtotron, config, B, p, scratch)
                     p.update(gemm=flat(FREE))
                     no_gemm, _ = plan_ms(a.femtotron, config, B, p, scratch)

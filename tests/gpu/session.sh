@@ -30,7 +30,8 @@
 # a new folder under /tmp, printed): session.md (the record: versions, the command,
 # the table, every FAIL and SKIP line, the benchmarks' tables), session.log (all
 # output), versions.txt, sanitizer.log, attention_gpu.md, attention_ncu.tar.gz,
-# gpu_vs_pytorch.md and gpu_vs_pytorch_runs.tar.gz. Copy session.md to bench/results/gpu_session_DATE.md
+# gpu_vs_pytorch.md and gpu_vs_pytorch_runs.tar.gz; session.md also holds the step's
+# floor against issue 21's targets (bench/tools/gpu_floor.py). Copy session.md to bench/results/gpu_session_DATE.md
 # and the benchmarks' files to bench/results/ here.
 #
 # Knobs (defaults in brackets): SESSION_BUDGET_S [560] the whole script;
@@ -124,6 +125,7 @@ done
 att_note="left out (SESSION_BENCH=0)"
 bench_note="left out (SESSION_BENCH=0)"
 ncu_note="left out (SESSION_BENCH=0)"
+floor_note="left out (SESSION_BENCH=0)"
 if [ "${SESSION_BENCH:-1}" = 1 ]; then
     left=$((BUDGET - $(elapsed) - 10))
     if [ "$left" -ge "${ATT_MIN_S:-60}" ]; then
@@ -158,6 +160,19 @@ if [ "${SESSION_BENCH:-1}" = 1 ]; then
         bench_note="not run: $left s left, under BENCH_MIN_S=${BENCH_MIN_S:-120}"
     fi
     say "== benchmark $bench_note"
+    # How fast the step could be against the targets (bench/tools/gpu_floor.py): the
+    # planner on this run's profile made ideal, with this run's attention timings.
+    if [ -f "$OUT/gpu_vs_pytorch_runs.tar.gz" ] && [ -f "$OUT/attention_gpu.md" ]; then
+        fl=$(mktemp -d)
+        tar xzf "$OUT/gpu_vs_pytorch_runs.tar.gz" -C "$fl" &&
+            timeout -k 5 30 python3 bench/tools/gpu_floor.py "$fl/runs" --attention-md "$OUT/attention_gpu.md" \
+                --femtotron "${GPU_BIN:-./femtotron-cuda}" >"$OUT/floor.md" 2>>"$LOG"
+        floor_note="ran (exit $?)"
+        rm -rf "$fl"
+    else
+        floor_note="not run: it needs the benchmark's runs and the attention table"
+    fi
+    say "== step floor $floor_note"
 fi
 
 # 6. The record.
@@ -199,6 +214,9 @@ fi
     echo
     echo "## Benchmark (bench/gpu_vs_pytorch.sh): $bench_note"
     if [ -f "$OUT/gpu_vs_pytorch.md" ]; then echo; cat "$OUT/gpu_vs_pytorch.md"; fi
+    echo
+    echo "## The step's floor (bench/tools/gpu_floor.py, from this run's profile and attention table): $floor_note"
+    if [ -s "$OUT/floor.md" ]; then echo; cat "$OUT/floor.md"; fi
 } >"$REC"
 # The reply of the device tool holds the end of the output: the failures and the
 # table last, where it shows them even if the files did not come back.
@@ -207,7 +225,7 @@ if [ -s "$OUT/problems.txt" ]; then
     say "Failures and skips (the first 40; all in session.md):"
     head -n 40 "$OUT/problems.txt" | cut -c1-300 | tee -a "$LOG"
 fi
-rm -f "$OUT/problems.txt"
+rm -f "$OUT/problems.txt" "$OUT/floor.md"  # both in session.md (the device tool brings back 8 files)
 sed -n '/^| part/,/^\*\*/p' "$REC" | tee -a "$LOG"
 [ -f "$OUT/attention_gpu.md" ] && sed -n '/^| shape/,/^$/p' "$OUT/attention_gpu.md" | tee -a "$LOG"
 say "record: $REC; log: $LOG"

@@ -125,10 +125,11 @@ if [ "$rc" -eq 0 ] && [ -f "$rec" ] && grep -q '^gpu=' "$rec" && grep -q '^femto
     grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron cudnn | ' "$rec" &&
     grep -q '^| tiny (B 1 S 96 H 4/2 hd 64) | femtotron cudnn-kept | ' "$rec" && [ -s "$sess/a/attention_gpu.md" ] &&
     [ -s "$sess/a/session.log" ] && grep -q '^## Attention counters .*: ran (exit 0)$' "$rec" &&
+    grep -q "^## The step's floor .*: not run: it needs the benchmark's runs" "$rec" && [ ! -e "$sess/a/floor.md" ] &&
     tar xzf "$sess/a/attention_ncu.tar.gz" -C "$sess" &&
     grep -q -- '--clock-control none .*k_forward|k_backward_dq|k_backward_dkv' "$sess/ncu/attention_ncu.txt" &&
     grep -q '^_ZN9flash_mma9k_forwardILi64ELb1ELb1EEEv 3 instructions: HMMA 1, LDSM 1, BAR 1$' "$sess/ncu/attention_sass.txt"; then
-    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, times both attention kernel families and cuDNN's, through the fp32 ops and on kept bf16 (bench/attention_gpu.sh), packs the attention kernels' counters and instruction mix (bench/attention_ncu.sh, stand-in tools), leaves out the training benchmark without the time for it"
+    echo "PASS [emulated GPU] tests/gpu/session.sh: one call runs the parts, records versions and a row per part, times both attention kernel families and cuDNN's, through the fp32 ops and on kept bf16 (bench/attention_gpu.sh), packs the attention kernels' counters and instruction mix (bench/attention_ncu.sh, stand-in tools), leaves out the training benchmark without the time for it (and the step's floor, which needs its runs)"
 else
     echo "FAIL [emulated GPU] tests/gpu/session.sh (exit $rc): $(tail -3 <<<"$out") $(cat "$rec" 2>/dev/null | head -40)"
     fail=1

@@ -329,3 +329,66 @@ if [ "$ep_rows" -gt 0 ] && [ "$ep4" -gt 0 ] && [ "${keys[${#keys[@]}-1]}" = 2 ] 
         pass "own mixture of experts on 4 ranks: $ep_rows ep2 and $ep4 ep4 layouts offered; the printed dp2 tp2 ep2 command trains, its largest rank's $meas bytes as planned"
     else fail "own MoE dp2 tp2 ep2: planned '$pred' bytes, measured '$meas': $(grep -E '^memory' "$T/moecmd.out" | tr '\n' ' ')"; fi
 else fail "own MoE: $ep_rows ep2 rows, $ep4 ep4 rows, keys '${keys[*]}': $(oneline "$T/moecmd.out" 2>/dev/null) $(head -c 300 "$T/moe.tsv")"; fi
+
+# bench/tools/gpu_floor.py: the planner on idealised copies of a measured GPU profile
+# (the H200 runs kept in bench/results). Its split must add up to its floor, the
+# products must take 6 N_matmul T / rate (N_matmul counted here from the run's
+# config), the attention the milliseconds given times layers x micro-batches, the
+# passes and AdamW scale as 1 / bandwidth, and the 1.2x target be the fastest
+# PyTorch step / 1.2.
+# The attention timings as bench/attention_gpu.sh writes them: PyTorch's SDPA and
+# cuDNN's kept-bf16 ops for the shape, and a shape without a femtotron run (left out).
+cat >"$T/att.md" <<'MD'
+| shape | system | fwd ms | bwd ms | fwd TFLOP/s | bwd TFLOP/s | fwd+bwd vs PyTorch |
+| --- | --- | --- | --- | --- | --- | --- |
+| smollm-1.7b (B 4 S 2048 H 32/32 hd 64) | femtotron cudnn-kept | 0.300 | 0.700 | 1 | 1 | 0.79x |
+| smollm-1.7b (B 4 S 2048 H 32/32 hd 64) | torch-sdpa-flash | 0.241 | 0.552 | 285.1 | 311.4 | — |
+| llama-3.1-8b (B 1 S 8192 H 32/8 hd 128) | torch-sdpa-flash | 0.967 | 2.584 | 568.5 | 532.0 | — |
+MD
+if tar xzf bench/results/gpu_vs_pytorch_runs.tar.gz -C "$T" 2>"$T/tar.err" &&
+   python3 bench/tools/gpu_floor.py "$T/runs" --attention-md "$T/att.md" --gemm 700 --bw 2 4 \
+       --femtotron "$FT" >"$T/floor.md" 2>&1; then
+    if python3 - "$T/runs" "$T/floor.md" >"$T/floor.chk" 2>&1 <<'PY'
+import glob, json, statistics, sys
+runs, table = sys.argv[1:]
+cfg = json.load(open(f"{runs}/smollm-1.7b.femtotron.1.run.json"))
+m, t = cfg["model"], cfg["training"]
+D, L, H, KV, I, V = (m[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                    "num_key_value_heads", "intermediate_size", "vocab_size"))
+hd = D // H
+n_matmul = L * (D * (H + 2 * KV) * hd + H * hd * D + 3 * D * I) + V * D
+tokens = t["global_batch_size"] * t["seq_length"]
+calls = L * t["global_batch_size"] // t["micro_batch_size"]       # attention calls of a step, each way
+steps = []
+for p in glob.glob(f"{runs}/smollm-1.7b.*.meta"):
+    if ".femtotron." in p or ".profile." in p:
+        continue
+    warm = int(dict(l.strip().split("=", 1) for l in open(p) if "=" in l).get("warmup", "0"))
+    ms = [r["step_ms"] for r in map(json.loads, open(p[:-5] + ".jsonl")) if r.get("step", 0) > warm and "step_ms" in r]
+    if ms:
+        steps.append(statistics.median(ms))
+rows = [[c.strip().strip("*") for c in l.strip().strip("|").split("|")] for l in open(table)
+        if l.startswith("| ") and not l.startswith("| shape")]
+assert len(rows) == 4 and all(r[0] == "smollm-1.7b" for r in rows), rows  # 1 rate x 2 bandwidths x 2 attention speeds
+want = {"PyTorch's SDPA": calls * (0.241 + 0.552), "cuDNN (measured)": calls * (0.300 + 0.700)}
+passes = {}
+for shape, rate, bw, att, prod, att_ms, ew, adam, floor, target, mfu in rows:
+    assert abs(float(prod) - 6 * n_matmul * tokens / 700e12 * 1e3) < 0.2, (prod, n_matmul)
+    assert abs(float(att_ms) - want[att]) < 0.2, (att, att_ms)
+    assert abs(float(prod) + float(att_ms) + float(ew) + float(adam) - float(floor)) < 0.25, rows
+    assert abs(float(target) - min(steps) / 1.2) < 0.1, (target, steps)
+    passes.setdefault(bw, float(ew) + float(adam))
+assert abs(passes["2.0"] / passes["4.0"] - 2.0) < 0.01, passes
+print(f"products {rows[0][4]} ms, SDPA {rows[0][5]} ms, cuDNN {rows[1][5]} ms, passes + AdamW {passes['2.0']:.1f} / {passes['4.0']:.1f} ms, "
+      f"1.2x target {rows[0][9]} ms")
+PY
+    then pass "bench/tools/gpu_floor.py on the H200 runs: the split adds up; $(cat "$T/floor.chk")"
+    else fail "bench/tools/gpu_floor.py's table: $(oneline "$T/floor.chk") $(oneline "$T/floor.md")"; fi
+else fail "bench/tools/gpu_floor.py: $(oneline "$T/floor.md") $(oneline "$T/tar.err" 2>/dev/null)"; fi
+if python3 bench/tools/gpu_floor.py "$T/nonesuch" --sdpa smollm-1.7b=1,2 --femtotron "$FT" >"$T/floor_bad.out" 2>&1; then
+    fail "gpu_floor.py without a runs directory succeeded"
+elif grep -q "^gpu_floor.py: no $T/nonesuch/profile.json" "$T/floor_bad.out" &&
+     ! python3 bench/tools/gpu_floor.py "$T/runs" --sdpa smollm-1.7b=1 >"$T/floor_bad2.out" 2>&1 &&
+     grep -q 'expected SHAPE=FWD_MS,BWD_MS' "$T/floor_bad2.out"; then
+    pass "gpu_floor.py: a missing runs directory and a malformed --sdpa are named"
+else fail "gpu_floor.py bad inputs: $(oneline "$T/floor_bad.out") $(oneline "$T/floor_bad2.out" 2>/dev/null)"; fi
