@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpu_vs_pytorch_report as report  # noqa: E402  (flops, load_run)
@@ -114,16 +115,26 @@ def main():
         sys.exit(f"gpu_floor.py: no {profile}: RUNS must be a bench/gpu_vs_pytorch.sh runs directory")
     if not speeds:
         sys.exit("gpu_floor.py: no attention speeds: give --sdpa SHAPE=FWD_MS,BWD_MS or --attention-md FILE")
+    for shape in speeds:
+        if not os.path.exists(os.path.join(a.runs, f"{shape}.femtotron.1.run.json")):
+            sys.exit(f"gpu_floor.py: no {shape}.femtotron.1.run.json in {a.runs}: no femtotron run of {shape} there")
     base = json.load(open(profile))
     gemms = [g * 1e12 for g in a.gemm] if a.gemm else [max(base["gemm"]["rate"]), 790e12]
-    scratch = os.path.join(a.runs, "floor_profile.json")
+    fd, scratch = tempfile.mkstemp(suffix=".json", prefix="gpu_floor_profile.")  # each idealised profile
+    os.close(fd)
+    try:
+        table(a, speeds, base, gemms, scratch)
+    finally:
+        os.remove(scratch)
+
+
+def table(a, speeds, base, gemms, scratch):
+    """Prints the floors: per shape, product rate, bandwidth and attention speed."""
     print("| shape | products TFLOP/s | element-wise TB/s | attention | products ms | attention ms "
           "| element-wise ms | AdamW ms | floor ms | 1.2x target ms | 55% MFU ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shape, variants in speeds.items():
         config = os.path.join(a.runs, f"{shape}.femtotron.1.run.json")
-        if not os.path.exists(config):
-            sys.exit(f"gpu_floor.py: no {config}: no femtotron run of {shape} in RUNS")
         cfg = json.load(open(config))
         m, t = cfg["model"], cfg["training"]
         B, S, H = t["micro_batch_size"], t["seq_length"], m["num_attention_heads"]
@@ -152,7 +163,6 @@ def main():
                     print(f"| {shape} | {gemm / 1e12:.0f} | {bw / 1e12:.1f} | {name} | {floor - no_gemm:.1f} "
                           f"| {no_gemm - passes:.1f} | {passes - adam:.1f} | {adam:.1f} | **{floor:.1f}** "
                           f"| {target} | {mfu55_ms:.1f} |")
-    os.remove(scratch)
 
 
 if __name__ == "__main__":
