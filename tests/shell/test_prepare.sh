@@ -365,6 +365,12 @@ refused "standard input named twice is refused" "standard input (-) is named twi
     --input - - --output "$T/bad8"
 refused "a glob matching only directories with nothing to read is refused" \
     "input pattern $T/nothing_h\* matches only directories without a file" --input "$T/nothing_h*" --output "$T/bad9"
+: >"$T/empty.txt"
+printf '%%\n%%\n' >"$T/separators.txt"
+refused "an input with no text in it is refused, naming the output and the counts" \
+    "prepare: no tokens written to $T/bad10: 0 document(s) kept, 1 skipped" --input "$T/empty.txt" --output "$T/bad10"
+refused "an input of only --split-on separators is refused" \
+    "prepare: no tokens written to $T/bad11: 0 document(s) kept" --input "$T/separators.txt" --split-on % --output "$T/bad11"
 check "no output directory was made for inputs refused while expanding them" \
     bash -c "! ls -d '$T'/bad[5-9] 2>/dev/null | grep -q ."
 mkdir -p "$T/globdirs/empty" "$T/globdirs/full" "$T/globdirs/hidden_only"
