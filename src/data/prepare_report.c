@@ -91,7 +91,7 @@ void prepare_report(const Prepare *pp, const char *out_dir) {
     // `train` finding no shard to match its glob later.
     if (tokens == 0)
         die("prepare: no tokens written to %s: %llu document(s) kept, %llu skipped as shorter than "
-            "--min-bytes %llu (empty inputs, or a --split-on or --field that matches nothing?)",
+            "--min-bytes %llu (empty inputs, or a --split-on that leaves only separators?)",
             out_dir, (unsigned long long)pp->next_doc, (unsigned long long)pp->skipped,
             (unsigned long long)pp->min_bytes);
 }
