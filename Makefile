@@ -51,7 +51,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
             $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu
 
-.PHONY: blas-libs all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags emu
+.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags blas-libs emu
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)

@@ -69,9 +69,10 @@ def attention_rows(path):
 
 
 def attention_speeds(a):
-    """{shape: [(label, fwd ms, bwd ms), ...]}: --sdpa's and --attention-md's. PyTorch's SDPA
-    as measured, then cuDNN's kept-bf16 ops as measured (femtotron cudnn-kept), or where
-    there is no such row twice SDPA's speed (what GPU_NOTES gives cuDNN's kernels on Hopper)."""
+    """{shape: [(label, fwd ms, bwd ms), ...]}: every --sdpa shape, and the attention table's
+    shapes with a femtotron run in RUNS (the table has more). PyTorch's SDPA as measured,
+    then cuDNN's kept-bf16 ops as measured (femtotron cudnn-kept), or where there is no
+    such row twice SDPA's speed (what GPU_NOTES gives cuDNN's kernels on Hopper)."""
     sdpa, cudnn = {}, {}
     for item in a.sdpa:
         try:
@@ -84,6 +85,8 @@ def attention_speeds(a):
         if not os.path.exists(a.attention_md):
             sys.exit(f"gpu_floor.py: no {a.attention_md} (bench/attention_gpu.sh writes it)")
         for shape, systems in attention_rows(a.attention_md).items():
+            if not os.path.exists(os.path.join(a.runs, f"{shape}.femtotron.1.run.json")):
+                continue
             for name, times in systems.items():
                 if name.startswith("torch") and shape not in sdpa:
                     sdpa[shape] = times
@@ -106,10 +109,7 @@ def main():
     ap.add_argument("--femtotron", default="./femtotron")
     ap.add_argument("--peak", type=float, default=989e12)
     a = ap.parse_args()
-    # the shapes of --sdpa, and those of the attention table with a femtotron run here
-    given = {item.split("=")[0] for item in a.sdpa}
-    speeds = {k: v for k, v in attention_speeds(a).items()
-              if k in given or os.path.exists(os.path.join(a.runs, f"{k}.femtotron.1.run.json"))}
+    speeds = attention_speeds(a)
     profile = os.path.join(a.runs, "profile.json")
     if not os.path.exists(profile):
         sys.exit(f"gpu_floor.py: no {profile}: RUNS must be a bench/gpu_vs_pytorch.sh runs directory")
@@ -139,7 +139,8 @@ def table(a, speeds, base, gemms, scratch):
         m, t = cfg["model"], cfg["training"]
         B, S, H = t["micro_batch_size"], t["seq_length"], m["num_attention_heads"]
         hd = m["hidden_size"] // H
-        # the planner's attention work of one (sequence, head), causal: a call does B * H
+        # the planner's attention work of one (sequence, head), causal, as plan/step_time.c
+        # (attention_block_work) counts it: a call does B * H of them
         work = 4.0 * hd * S * (S + 1) / 2 * B * H
         fields = [m["hidden_size"], m["num_hidden_layers"], H, m["num_key_value_heads"],
                   m["intermediate_size"], m["vocab_size"], S, B]

@@ -310,6 +310,13 @@ int prepare_main(int argc, char **argv) {
     }
 
     prepare_report(&pp, out_dir);
+    // Nothing to train on: an error here, after the report and where the cause is
+    // known, rather than `train` finding no shard to match its glob later.
+    if (train->tokens + val->tokens == 0)
+        die("prepare: no tokens written to %s: %llu document(s) kept, %llu skipped as shorter than "
+            "--min-bytes %llu (empty inputs, or a --split-on that leaves only separators?)",
+            out_dir, (unsigned long long)pp.next_doc, (unsigned long long)pp.skipped,
+            (unsigned long long)pp.min_bytes);
     free(pp.arena);
     free(pp.seg);
     free(pp.states);

@@ -87,11 +87,4 @@ void prepare_report(const Prepare *pp, const char *out_dir) {
         warn("prepare: the input held %llu bytes that are not valid UTF-8; each was encoded as "
              "its byte token (Hugging Face tokenizers accepts valid UTF-8 only)",
              (unsigned long long)pp->invalid_utf8);
-    // Nothing to train on: a clear error here, where the cause is known, rather than
-    // `train` finding no shard to match its glob later.
-    if (tokens == 0)
-        die("prepare: no tokens written to %s: %llu document(s) kept, %llu skipped as shorter than "
-            "--min-bytes %llu (empty inputs, or a --split-on that leaves only separators?)",
-            out_dir, (unsigned long long)pp->next_doc, (unsigned long long)pp->skipped,
-            (unsigned long long)pp->min_bytes);
 }
