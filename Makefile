@@ -69,6 +69,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(OBJ) $(LDLIBS)
 
+# The CPU's bf16 products against naive loops: the oneMKL build only
+# (tests/shell/test_blas_mkl.sh: make BLAS=mkl build-mkl/tests/test_bf16_products).
+$(BUILD)/tests/test_bf16_products: tests/mkl/test_bf16_products.c $(OBJ) tests/unit/check.h
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(OBJ) $(LDLIBS)
+
 # The CUDA backend's tensor-core attention kernels run on CPU threads (tests/emu):
 # C++, built by the host compiler, no CUDA toolkit needed.
 CXX ?= g++
@@ -116,7 +122,7 @@ CUDNN_FE_FLAGS := -std=c++17 -O1 -Wall -Wextra -Werror -Isrc -isystem third_part
                   -isystem $(CUDA_HOME)/include -DCUDNN_FRONTEND_SKIP_JSON_LIB -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
-CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/matmul_cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o \
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/matmul_cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o $(BUILD)/ops/matmul_bf16_cpu.o \
                $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \

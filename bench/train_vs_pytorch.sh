@@ -15,11 +15,18 @@
 # (build-mkl/femtotron: make BLAS=mkl, oneMKL from PyPI by scripts/install_mkl.sh;
 # left out with a warning where it cannot be installed). PyPI's PyTorch multiplies
 # with oneMKL too, so the mkl row compares everything but the matrix products.
+# PRECISION=bf16: bf16 mixed precision on both sides instead, written to
+# bench/results/train_vs_pytorch_bf16.{md,png}: femtotron's oneMKL build with
+# training.precision = bf16 (bf16 products through oneMKL's cblas_gemm_bf16bf16f32, on
+# AMX where the CPU has it; OpenBLAS's build has none), PyTorch 2.x with
+# torch.autocast(cpu, bfloat16) (--dtype bf16: oneDNN's bf16 kernels), fp32 master
+# weights and AdamW on both; MFU against the bf16 product's peak (`bench peak
+# --precision bf16`).
 #
 # Environment knobs (defaults in brackets):
 #   CONFIGS ["small gpt2"]   ROUNDS [2]   TORCH_THREADS ["1 2"]   FEMTO_THREADS [2]
 #   VARIANTS ["debian sdpa plain compile"]   FEMTO_BLAS ["openblas mkl"]
-#   PYTHON [/usr/bin/python3: Debian's torch]
+#   PYTHON [/usr/bin/python3: Debian's torch]   PRECISION [fp32; bf16: VARIANTS "sdpa compile", FEMTO_BLAS mkl]
 #   TORCH2_VENV [build/torch2env]   SCRATCH [a fresh mktemp -d, removed at the end]
 set -euo pipefail
 
@@ -30,8 +37,14 @@ ROUNDS=${ROUNDS:-2}
 TORCH_THREADS=${TORCH_THREADS:-"1 2"}
 FEMTO_THREADS=${FEMTO_THREADS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
-VARIANTS=${VARIANTS:-"debian sdpa plain compile"}
-FEMTO_BLAS=${FEMTO_BLAS:-"openblas mkl"}
+PRECISION=${PRECISION:-fp32}
+case $PRECISION in
+    fp32) SUFFIX="" DEFAULT_VARIANTS="debian sdpa plain compile" DEFAULT_BLAS="openblas mkl" ;;
+    bf16) SUFFIX="_bf16" DEFAULT_VARIANTS="sdpa compile" DEFAULT_BLAS="mkl" ;;
+    *) echo "train_vs_pytorch.sh: PRECISION must be fp32 or bf16 (got '$PRECISION')" >&2; exit 2 ;;
+esac
+VARIANTS=${VARIANTS:-$DEFAULT_VARIANTS}
+FEMTO_BLAS=${FEMTO_BLAS:-$DEFAULT_BLAS}
 TORCH2_VENV=${TORCH2_VENV:-build/torch2env}
 OUT=bench/results
 if [[ -n ${SCRATCH:-} ]]; then mkdir -p "$SCRATCH"; else
@@ -60,19 +73,22 @@ declare -A FEMTO_BIN=([openblas]="$FEMTO")
 BUILDS=""
 for b in $FEMTO_BLAS; do
     case $b in
-        openblas) BUILDS="$BUILDS openblas" ;;
+        openblas) [[ $PRECISION == fp32 ]] || { echo "train_vs_pytorch.sh: OpenBLAS's build has no bf16 products (FEMTO_BLAS=mkl)" >&2; exit 2; }
+                  BUILDS="$BUILDS openblas" ;;
         mkl) if bin=$(blas_build mkl "$SCRATCH"); then FEMTO_BIN[mkl]=$bin; BUILDS="$BUILDS mkl"; fi ;;
         *) echo "train_vs_pytorch.sh: FEMTO_BLAS: unknown build '$b' (openblas, mkl)" >&2; exit 2 ;;
     esac
 done
+[[ -n $BUILDS ]] || { echo "train_vs_pytorch.sh: no femtotron build to run" >&2; exit 1; }
+FIRST_BUILD=$(awk '{print $1}' <<<"$BUILDS")
 
 echo "== data: fortunes -> $SCRATCH/data"
 mapfile -t TEXTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$FEMTO" prepare --input "${TEXTS[@]}" --split-on % --output "$SCRATCH/data" --force | tail -n 1
 DATA="$SCRATCH/data/train_*.bin"
 
-echo "== GEMM peak (2 threads)"
-PEAK_GFLOPS=$("$FEMTO" bench peak --threads 2 --seconds 5 | awk '{print $2}')
+echo "== GEMM peak (2 threads, $PRECISION)"
+PEAK_GFLOPS=$("${FEMTO_BIN[$FIRST_BUILD]}" bench peak --threads 2 --seconds 5 --precision "$PRECISION" | awk '{print $2}')
 PEAK=$(awk -v g="$PEAK_GFLOPS" 'BEGIN{printf "%.6e", g * 1e9}')
 echo "peak $PEAK_GFLOPS GFLOP/s"
 
@@ -89,7 +105,7 @@ run_femto() {  # config round build
         --model.num_attention_heads "$NH" --model.num_key_value_heads "$KV" \
         --model.intermediate_size "$I" --model.vocab_size "$V" --model.max_position_embeddings "$S" \
         --training.seq_length "$S" --training.micro_batch_size "$B" --training.steps $((W + T)) \
-        --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
+        --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" --training.precision "$PRECISION" \
         --logging.metrics "$SCRATCH/runs/$c.femto-$b.$FEMTO_THREADS.$r.jsonl" | grep '^step' | tail -n 1
 }
 
@@ -127,7 +143,7 @@ run_torch() {  # config variant threads round
     # shellcheck disable=SC2046
     env "${blas[@]}" "$py" bench/torch_train.py --data "$DATA" --hidden "$H" --layers "$L" --heads "$NH" \
         --kv-heads "$KV" --intermediate "$I" --vocab "$V" --seq "$S" --batch "$B" \
-        --steps $((W + T)) --warmup-steps "$W" --threads "$t" --peak-flops "$PEAK" $(variant_args "$v") \
+        --steps $((W + T)) --warmup-steps "$W" --threads "$t" --peak-flops "$PEAK" --dtype "$PRECISION" $(variant_args "$v") \
         --metrics "$SCRATCH/runs/$c.torch-$v.$t.$r.jsonl" | grep '^step' | tail -n 1
     echo "$W" >"$SCRATCH/runs/$c.torch-$v.warmup"
 }
@@ -137,11 +153,11 @@ run_torch() {  # config variant threads round
 # has its own peak, and a build's MFU is against the best any of them reached): one
 # reading taken while another tenant was busy would inflate every MFU, so the table
 # divides by the highest of them all (the runs themselves log MFU against the first).
-PEAKS="openblas:$PEAK_GFLOPS"
+PEAKS="$FIRST_BUILD:$PEAK_GFLOPS"
 for c in $CONFIGS; do
     for r in $(seq 1 "$ROUNDS"); do
         for b in $BUILDS; do
-            p=$("${FEMTO_BIN[$b]}" bench peak --threads 2 --seconds 3 | awk '{print $2}')
+            p=$("${FEMTO_BIN[$b]}" bench peak --threads 2 --seconds 3 --precision "$PRECISION" | awk '{print $2}')
             PEAKS="$PEAKS $b:$p"
             echo "== $c round $r: GEMM peak $p GFLOP/s ($b)"
         done
@@ -178,7 +194,7 @@ if command -v perf >/dev/null && perf record -o /dev/null -q -- true 2>/dev/null
                 --model.num_key_value_heads "$KV" --model.intermediate_size "$I" --model.vocab_size "$V" \
                 --model.max_position_embeddings "$S" --training.seq_length "$S" --training.micro_batch_size "$B" \
                 --training.steps "$steps" --training.threads "$FEMTO_THREADS" --training.peak_flops "$PEAK" \
-                >/dev/null 2>&1
+                --training.precision "$PRECISION" >/dev/null 2>&1
             perf report -i "$SCRATCH/$c.$steps.perf" --stdio -n --sort dso,symbol >"$SCRATCH/$c.$steps.txt" 2>/dev/null
         done
         python3 bench/profile_ops.py "$c, $b" "$SCRATCH/$c.$((W + T)).txt" "$SCRATCH/$c.$((W + 2 * T)).txt" >>"$PROFILE"
@@ -192,7 +208,7 @@ echo "== summary"
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 # How busy the shared machine was (others' work slows runs): 0 at start is quiet.
 LOAD="load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
+PRECISION="$PRECISION" SUFFIX="$SUFFIX" CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
     CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" "$PEAKS" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
@@ -253,13 +269,23 @@ for line in os.environ["CFGS"].splitlines():
                              f"**{tps / best[1]:.2f}x** | {100 * mfu:.1f}% |")
     if best: plot.append(f"{c} {F[1]:.1f} {best[1]:.1f}")
 date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-md = f"""# femtotron vs PyTorch: training throughput
+bf16 = os.environ["PRECISION"] == "bf16"
+title = " in bf16 mixed precision" if bf16 else ""
+what = ("the bf16 product, 2 threads, `femtotron bench peak --precision bf16`" if bf16 else
+        "fp32 sgemm, 2 threads, `femtotron bench peak`")
+how = ("""
+bf16 mixed precision on both sides: femtotron `training.precision bf16` (every product's
+operands rounded to bf16, fp32 sums, fp32 master weights, gradients and AdamW), PyTorch
+`torch.autocast("cpu", bfloat16)` around forward and loss (`bench/torch_train.py --dtype bf16`),
+fp32 parameters, gradients and AdamW.
+""" if bf16 else "")
+md = f"""# femtotron vs PyTorch: training throughput{title}
 
-{date} · {cpu} · GEMM peak {peak} GFLOP/s (fp32 sgemm, 2 threads, `femtotron bench peak`; the
+{date} · {cpu} · GEMM peak {peak} GFLOP/s ({what}; the
 highest of the readings before the runs and, with every build, before each round: {", ".join(f"{b} {x:.1f}" for b, x in peak_readings)}),
 the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron's default
 build and Debian's PyTorch; PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL) · {load}
-
+{how}
 Against the fastest PyTorch variant:
 
 | config | femtotron's BLAS | femtotron tok/s | best PyTorch tok/s | femtotron / best PyTorch | femtotron MFU |
@@ -290,15 +316,16 @@ every thread; bench/profile_ops.py sorts the symbols into kinds of op):
 | config | kind | share of samples |
 |---|---|---|
 """ + prof + "\n"
-open(f"{out}/train_vs_pytorch.md", "w").write(md)
+sfx = os.environ["SUFFIX"]
+open(f"{out}/train_vs_pytorch{sfx}.md", "w").write(md)
 open(f"{out}/train_vs_pytorch.dat", "w").write("# config femtotron best-pytorch\n" + "\n".join(plot) + "\n")
 print(md)
 EOF
 
 gnuplot <<EOF
 set terminal pngcairo size 720,420 noenhanced
-set output "$OUT/train_vs_pytorch.png"
-set title "Training throughput, fp32 CPU ($CPU, peak $(tr ' ' '\n' <<<"$PEAKS" | cut -d: -f2 | sort -g | tail -n 1) GFLOP/s)"
+set output "$OUT/train_vs_pytorch$SUFFIX.png"
+set title "Training throughput, $PRECISION CPU ($CPU, peak $(tr ' ' '\n' <<<"$PEAKS" | cut -d: -f2 | sort -g | tail -n 1) GFLOP/s)"
 set ylabel "tokens/s"
 set style data histogram
 set style histogram clustered gap 1
@@ -312,4 +339,4 @@ plot "$OUT/train_vs_pytorch.dat" using 2:xtic(1) title "femtotron" lc rgb "#1f77
      "" using 3 title "fastest PyTorch variant" lc rgb "#ff7f0e"
 EOF
 rm -f "$OUT/train_vs_pytorch.dat"
-echo "wrote $OUT/train_vs_pytorch.md and $OUT/train_vs_pytorch.png"
+echo "wrote $OUT/train_vs_pytorch$SUFFIX.md and $OUT/train_vs_pytorch$SUFFIX.png"

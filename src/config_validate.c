@@ -68,14 +68,10 @@ static void validate_model(const ModelConfig *m) {
     }
 }
 
-// training.precision "auto" becomes bf16 on cuda and fp32 on cpu; bf16 exists on the
-// GPU backend only (the CPU kernels are fp32 throughout).
+// training.precision "auto" becomes bf16 on cuda and fp32 on cpu (bf16 on the CPU
+// is asked for by name: the oneMKL build has its products, config_check_backend).
 static void resolve_precision(TrainingConfig *t) {
     if (t->precision == PRECISION_AUTO) t->precision = t->device == DEVICE_CUDA ? PRECISION_BF16 : PRECISION_FP32;
-    if (t->device == DEVICE_CPU && t->precision == PRECISION_BF16)
-        die("training.precision = bf16 needs training.device = cuda: the CPU build computes in fp32 only "
-            "(set training.precision = fp32, or build ./femtotron-cuda with `make cuda` and run it on a "
-            "machine with an NVIDIA GPU)");
 }
 
 void config_check_backend(const Config *c, Device backend, int bf16_ready) {
@@ -90,6 +86,11 @@ void config_check_backend(const Config *c, Device backend, int bf16_ready) {
     if (c->parallel.comm == COMM_NCCL && backend == DEVICE_CPU)
         die("parallel.comm = nccl: this is the CPU build (./femtotron), which has no NCCL; build ./femtotron-cuda "
             "with `make cuda`, or set parallel.comm = mpi or auto");
+    if (t->precision == PRECISION_BF16 && !bf16_ready && backend == DEVICE_CPU)
+        die("training.precision = bf16 on the CPU needs the oneMKL build, whose BLAS has a bf16 product "
+            "(bash scripts/install_mkl.sh && make BLAS=mkl build-mkl/femtotron; AMX runs it on recent Xeons): "
+            "this build's BLAS has none; set training.precision = fp32, or run ./femtotron-cuda (make cuda) "
+            "with training.device = cuda on a GPU");
     if (t->precision == PRECISION_BF16 && !bf16_ready)
         die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels yet "
             "(issue 14); set training.precision = fp32");

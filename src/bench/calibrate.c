@@ -148,7 +148,9 @@ int bench_calibrate_main(int argc, char **argv) {
     const char *output = "profile.json";
     int threads = 0;
     CalibOpts o = {0, 0.06, 64, ops_device(NULL, 0) > 0, 0, 0};
-    const char *precision = ops_has_bf16() ? "bf16" : "fp32", *attention = "femtotron";
+    // bf16 by default where a GPU is (the CUDA build's training default); the CPU
+    // measures fp32 unless asked (its bf16 products, oneMKL's, are asked for by name)
+    const char *precision = ops_has_bf16() && o.gpu ? "bf16" : "fp32", *attention = "femtotron";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             if (comm_world_rank() == 0) calibrate_usage();
@@ -173,8 +175,9 @@ int bench_calibrate_main(int argc, char **argv) {
     if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
         die("bench calibrate: --precision must be fp32 or bf16 (got \"%s\")", precision);
     if (!strcmp(precision, "bf16") && !ops_has_bf16())
-        die("bench calibrate: --precision bf16 needs bf16 kernels, which the CPU build has not: run it with "
-            "./femtotron-cuda (make cuda) on a GPU, or measure fp32");
+        die("bench calibrate: --precision bf16 needs bf16 products, which this build has not: run it with "
+            "./femtotron-cuda (make cuda) on a GPU, or the oneMKL build (make BLAS=mkl build-mkl/femtotron) on a "
+            "CPU, or measure fp32");
     if (strcmp(attention, "femtotron") && strcmp(attention, "cudnn"))
         die("bench calibrate: --attention must be femtotron or cudnn (got \"%s\")", attention);
     if (!strcmp(attention, "cudnn") && strcmp(precision, "bf16"))
@@ -211,7 +214,7 @@ int bench_calibrate_main(int argc, char **argv) {
     if (o.gpu) hw.mem_bytes = (double)ops_device_memory();  // per rank: its GPU's (ranks sharing one: less)
 
     group_barrier(GROUP_WORLD);
-    double peak = bench_gemm_peak(o.quick ? 1024 : o.gpu ? 8192 : 2048, o.quick ? 0.3 : 1.0);
+    double peak = bench_gemm_peak(o.quick ? 1024 : o.gpu ? 8192 : 2048, o.quick ? 0.3 : 1.0, o.bf16);
     calib_world_median(&peak, &hw.peak_flops, 1);
     calib_measure_gemm(&hw.gemm, &o);
     for (int i = 0; i < hw.gemm.n; i++)

@@ -57,13 +57,14 @@ static void cache_dir(char *dir, size_t size) {
     else snprintf(dir, size, "%s/.cache/femtotron", home && home[0] ? home : "/tmp");
 }
 
-// The cache file of machine m under dir: peak-HOST.json.
-static void cache_path(const char *dir, const Machine *m, char *path, size_t size) {
+// The cache file of machine m under dir: peak-HOST.json for the fp32 product,
+// peak-HOST-bf16.json for the bf16 one (training.precision = bf16).
+static void cache_path(const char *dir, const Machine *m, int bf16, char *path, size_t size) {
     char host[sizeof m->host];
     snprintf(host, sizeof host, "%s", m->host);
     for (char *c = host; *c; c++)  // a file name, whatever the host is called
         if (*c == '/' || *c == ' ') *c = '_';
-    snprintf(path, size, "%s/peak-%s.json", dir, host);
+    snprintf(path, size, "%s/peak-%s%s.json", dir, host, bf16 ? "-bf16" : "");
 }
 
 static const char *json_str(const cJSON *o, const char *key) {
@@ -138,22 +139,22 @@ static int cache_write(const char *dir, const char *path, const Machine *m, doub
     return -1;
 }
 
-// The node leader's part of case 3: one core's sgemm peak, from the cache or
-// measured now (with one thread, so the number does not depend on how the launcher
-// bound this rank) and cached. `how` says which.
-static double node_per_core(int threads, char *how, size_t how_size) {
+// The node leader's part of case 3: one core's sgemm peak (bf16: its bf16
+// product's), from the cache or measured now (with one thread, so the number does
+// not depend on how the launcher bound this rank) and cached. `how` says which.
+static double node_per_core(int threads, int bf16, char *how, size_t how_size) {
     char dir[CFG_PATH_MAX], path[CFG_PATH_MAX + 300], why[2 * CFG_PATH_MAX + 1200], when[64];
     Machine m;  // read once: /proc/cpuinfo and the BLAS build
     machine_identity(&m);
     cache_dir(dir, sizeof dir);
-    cache_path(dir, &m, path, sizeof path);
+    cache_path(dir, &m, bf16, path, sizeof path);
     double per_core = cache_read(path, &m, why, sizeof why, when, sizeof when);
     if (per_core > 0) {
         snprintf(how, how_size, "cached in %s on %s; delete it to measure again", path, when);
         return per_core;
     }
     ops_set_threads(1);
-    per_core = bench_gemm_peak(PEAK_GEMM_N, PEAK_SECONDS);
+    per_core = bench_gemm_peak(PEAK_GEMM_N, PEAK_SECONDS, bf16);
     ops_set_threads(threads);
     time_t now = time(NULL);
     struct tm tm;
@@ -208,7 +209,7 @@ static void gpu_peak(RunPeak *r, Precision precision) {
     } else {
         // Every rank measures its own GPU's product in the run's precision (no
         // cache: one product of 4096^3 takes milliseconds on a GPU).
-        per_gpu = bench_gemm_peak(4096, 0.5);
+        per_gpu = bench_gemm_peak(4096, 0.5, precision == PRECISION_BF16);
         snprintf(how, sizeof how, "measured on %s (a 4096-cube product of the run's precision; the table of "
                  "datasheet peaks knows H100, H200 and A100 SXM parts only)", device);
     }
@@ -243,7 +244,8 @@ RunPeak run_peak(const Config *cfg, int threads) {
         const int leader = comm_node_leader(), ranks_here = comm_local_size();
         char how[4 * CFG_PATH_MAX + 3000] = "";
         double *table = xcalloc(sizeof(double) * (size_t)world, "peak table");  // (world) per-core peak by leader
-        if (rank == leader) table[rank] = node_per_core(threads, how, sizeof how);
+        const int bf16 = cfg->training.precision == PRECISION_BF16;
+        if (rank == leader) table[rank] = node_per_core(threads, bf16, how, sizeof how);
         group_barrier(GROUP_WORLD);
         group_allreduce_sum_f64(GROUP_WORLD, table, (size_t)world);
         const double per_core = table[leader];
@@ -251,9 +253,9 @@ RunPeak run_peak(const Config *cfg, int threads) {
         const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
         const int used = ranks_here * threads < cores ? ranks_here * threads : cores;
         r.per_rank = per_core * used / ranks_here;
-        snprintf(r.source, sizeof r.source, "node peak %.1f GFLOP/s = %.1f per core x %d cores, %s; "
-                 "%d ranks x %d threads here use %d of them", per_core * cores / 1e9, per_core / 1e9, cores,
-                 how, ranks_here, threads, used);
+        snprintf(r.source, sizeof r.source, "node %s peak %.1f GFLOP/s = %.1f per core x %d cores, %s; "
+                 "%d ranks x %d threads here use %d of them", bf16 ? "bf16 product" : "sgemm",
+                 per_core * cores / 1e9, per_core / 1e9, cores, how, ranks_here, threads, used);
     }
     r.total = r.per_rank;
     group_allreduce_sum_f64(GROUP_WORLD, &r.total, 1);

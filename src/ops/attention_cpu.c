@@ -9,6 +9,7 @@
 
 #include "ops/bf16.h"
 #include "ops/fast_exp.h"
+#include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -41,6 +42,13 @@
 // Threads take whole (b, h) pairs (forward) or (b, kv head) pairs (backward,
 // because a kv head's gradient sums over the query heads of its group) and call
 // single-threaded BLAS.
+
+// bf16 products (training.precision = bf16, cpu_bf16_products()): the products read
+// the values the CUDA backend's flash kernels read (ops/flash_attention.cuh): Q, K,
+// V and dO rounded to bf16 in their copies, P and dS rounded once formed (dS from
+// the fp32 P), l summing the rounded P; the tile products stay sgemm on those
+// values (each product of two bf16 values is exact in fp32, the sums fp32), and the
+// softmax, lse, rowdot and accumulators stay fp32.
 
 #define ATT_T 32    // query rows per tile
 #define ATT_KC 128  // keys per chunk (the online softmax rescales once per chunk)
@@ -93,6 +101,14 @@ static void add_rows(float *dst, int ld, const float *src, int rows, int hd) {
     }
 }
 
+static inline float bf16_rounded(float x) { return bf16_to_f32(bf16_from_f32(x)); }
+
+// x(rows, cols), rows ld apart, each value rounded to the nearest bf16 in place.
+static void round_block(float *x, int rows, int cols, int ld) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) x[(size_t)r * ld + c] = bf16_rounded(x[(size_t)r * ld + c]);
+}
+
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
     memset(o, 0, sizeof(float) * (size_t)B * Sq * H * hd);
     for (size_t i = 0; i < (size_t)B * H * Sq; i++) {
@@ -107,6 +123,7 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                              float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+    const int r16 = cpu_bf16_products();
     // keys any query of the block sees (a prefix)
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -126,10 +143,12 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(vc, hd, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                if (r16) round_block(kt, hd, nk, ATT_KC), round_block(vc, nk, hd, hd);
                 for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                     const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
                     const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
                     copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
+                    if (r16) round_block(qc, mq, hd, hd);
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd,
                                 kt, ATT_KC, 0.0f, sc, ATT_KC);
                     // A row whose running max is still -inf has accumulated nothing: its
@@ -156,7 +175,8 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         float alpha = fast_expf(mb[i0 + r] - mnew), sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                         for (int c = 0; c < nv; c++) {
-                            srow[c] = fast_expf(srow[c] - mnew);
+                            const float p = fast_expf(srow[c] - mnew);
+                            srow[c] = r16 ? bf16_rounded(p) : p;  // bf16: P V and l read the rounded P
                             sum += srow[c];
                         }
                         lb[i0 + r] = lb[i0 + r] * alpha + sum;
@@ -205,6 +225,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                               int Sq, int Sk, int H, int KV, int hd, float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+    const int r16 = cpu_bf16_products();
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
@@ -227,6 +248,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_transposed(vt, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(kc, hd, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
+                if (r16) round_block(kt, hd, nk, ATT_KC), round_block(vt, hd, nk, ATT_KC), round_block(kc, nk, hd, hd);
                 memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
                 memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
@@ -240,6 +262,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                         const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);
                         copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
                         copy_rows_f32(doc, hd, dob + (size_t)i0 * ldo, ldo, mq, hd);
+                        if (r16) round_block(qc, mq, hd, hd), round_block(doc, mq, hd, hd);
                         // Recompute the chunk's probabilities from the saved log-sum-exp.
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc,
                                     hd, kt, ATT_KC, 0.0f, P, ATT_KC);
@@ -254,9 +277,12 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, 1.0f, doc,
                                     hd, vt, ATT_KC, 0.0f, dS, ATT_KC);
                         for (int r = 0; r < mq; r++) {
-                            const float *prow = P + (size_t)r * ATT_KC;
+                            float *prow = P + (size_t)r * ATT_KC;
                             float *drow = dS + (size_t)r * ATT_KC, dr = rb[i0 + r];
                             for (int c = 0; c < nkt; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
+                            if (r16)  // the products read P and dS rounded (dS from the fp32 P)
+                                for (int c = 0; c < nkt; c++)
+                                    prow[c] = bf16_rounded(prow[c]), drow[c] = bf16_rounded(drow[c]);
                         }
                         // dQ += dS K ; dK += dS^T Q ; dV += P^T dO (the last two into the
                         // chunk's contiguous sums, added to dkv once per chunk)

@@ -19,20 +19,9 @@ int ops_device(char *name, size_t size) {
 }
 size_t ops_device_memory(void) { return 0; }
 
-int ops_has_bf16(void) { return 0; }
-void ops_set_matmul_bf16(int on) {
-    if (on) die("the CPU build has no bf16 matrix products (training.precision = bf16 needs ./femtotron-cuda)");
-}
-
 void ops_set_attention_cudnn(int on) {
     if (on) die("the CPU build has no cuDNN (training.attention = cudnn needs ./femtotron-cuda)");
 }
-
-void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
-    (void)weights;
-    if (n || copy) die("the CPU build has no bf16 products, so no bf16 copy of the weights to keep");
-}
-void ops_bf16_weights_changed(void) {}  // nothing kept
 
 void ops_set_workspace(void *buf, const OpsBounds *b) {
     (void)b;

@@ -3,13 +3,16 @@
 // oneMKL: make BLAS=mkl),
 // and the thread count BLAS and OpenMP share. sgemm reads and writes fp32 only: a
 // bf16 operand is widened into its scratch first, a bf16 output rounded after.
-// The element-wise kernels are in ops/cpu.c.
+// With bf16 products on (training.precision = bf16, the oneMKL build) every product
+// goes to ops/matmul_bf16_cpu.c's bf16 product instead: fp32 operands rounded,
+// bf16 ones read as they are. The element-wise kernels are in ops/cpu.c.
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 
 #include "ops/bf16.h"
+#include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -42,8 +45,30 @@ void ops_set_threads(int threads) {
 
 // ---------------------------------------------------------------- linear layers
 
+// bf16 products: out(N, out_dim), rows ld_out apart, = in16(N, in_dim) @ W^T, W's
+// bf16 operand (slot 0) from its kept copy or rounded.
+static void forward_bf16(float *out, int ld_out, const uint16_t *in16, const float *weight, int N, int in_dim,
+                         int out_dim) {
+    const uint16_t *w16 = cpu_bf16_operand(0, weight, out_dim, in_dim, in_dim);
+    cpu_gemm_bf16(0, 1, N, out_dim, in_dim, in16, in_dim, w16, in_dim, 0.0f, out, ld_out);
+}
+
+// bf16 products: dW += dout16^T @ in16 and din (+)= dout16 @ W (W in slot 2), with
+// dout16(N, out_dim) and in16(N, in_dim) contiguous bf16 (in16 read only for dW).
+static void backward_bf16(float *din, float *dweight, const uint16_t *dout16, const uint16_t *in16,
+                          const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (dweight) cpu_gemm_bf16(1, 0, out_dim, in_dim, N, dout16, out_dim, in16, in_dim, 1.0f, dweight, in_dim);
+    if (!din) return;
+    const uint16_t *w16 = cpu_bf16_operand(2, weight, out_dim, in_dim, in_dim);
+    cpu_gemm_bf16(0, 0, N, in_dim, out_dim, dout16, out_dim, w16, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+}
+
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
                        int out_dim) {
+    if (cpu_bf16_products()) {
+        forward_bf16(out, ld_out, cpu_bf16_operand(1, in, N, in_dim, in_dim), weight, N, in_dim, out_dim);
+        return;
+    }
     // out = in @ W^T : (N, in) x (in, out), rows of out ld_out apart
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim,
                 weight, in_dim, 0.0f, out, ld_out);
@@ -65,6 +90,13 @@ void matmul_forward_add(float *out, const float *add, const float *in, const flo
 
 void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                         const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (cpu_bf16_products()) {
+        if (!din && !dweight) return;
+        const uint16_t *d16 = cpu_bf16_operand(0, dout, N, out_dim, ld_dout);
+        const uint16_t *in16 = dweight ? cpu_bf16_operand(1, in, N, in_dim, in_dim) : NULL;
+        backward_bf16(din, dweight, d16, in16, weight, N, in_dim, out_dim, accumulate_din);
+        return;
+    }
     // dW += dout^T @ in : (out, N) x (N, in)
     if (dweight)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout,
@@ -97,7 +129,8 @@ static const float *widened(float *scratch, const uint16_t *x16, size_t n) {
 
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                               int in_dim, int out_dim) {
-    matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+    if (cpu_bf16_products()) forward_bf16(out, out_dim, in16, weight, N, in_dim, out_dim);
+    else matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
 }
 
 void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *in16, float *scratch,
@@ -107,15 +140,22 @@ void matmul_forward_from_bf16_add(float *out, const float *add, const uint16_t *
     residual_forward(out, out, add, (size_t)N * out_dim);
 }
 
-// The fp32 product into out_scratch, then rounded: sgemm has no bf16 output.
+// The fp32 product into out_scratch, then rounded: neither sgemm nor oneMKL's bf16
+// product writes bf16.
 void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in16, float *in_scratch,
                          const float *weight, int N, int in_dim, int out_dim) {
-    matmul_forward(out_scratch, widened(in_scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
+    matmul_forward_from_bf16(out_scratch, in16, in_scratch, weight, N, in_dim, out_dim);
     round_to_bf16(out16, out_scratch, (size_t)N * out_dim);
 }
 
 void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16, float *scratch,
                                const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (cpu_bf16_products()) {
+        if (!din && !dweight) return;
+        backward_bf16(din, dweight, cpu_bf16_operand(0, dout, N, out_dim, out_dim), in16, weight, N, in_dim,
+                      out_dim, accumulate_din);
+        return;
+    }
     const float *in = dweight ? widened(scratch, in16, (size_t)N * in_dim) : NULL;
     matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
 }
@@ -124,12 +164,16 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
                           float *in_scratch, const float *weight, int N, int in_dim, int out_dim,
                           int accumulate_din) {
     if (!din && !dweight) return;
+    if (cpu_bf16_products()) {
+        backward_bf16(din, dweight, dout16, in16, weight, N, in_dim, out_dim, accumulate_din);
+        return;
+    }
     const float *dout = widened(dscratch, dout16, (size_t)N * out_dim);
     const float *in = dweight ? widened(in_scratch, in16, (size_t)N * in_dim) : NULL;
     matmul_backward(din, dweight, dout, in, weight, N, in_dim, out_dim, accumulate_din);
 }
 
-// The fp32 product into din_scratch, then rounded: sgemm has no bf16 output.
+// The fp32 product into din_scratch, then rounded (as matmul_forward_bf16).
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
                                    int N, int in_dim, int out_dim) {
     matmul_backward(din_scratch, NULL, dout, NULL, weight, N, in_dim, out_dim, 0);

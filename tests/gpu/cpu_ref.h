@@ -91,11 +91,17 @@
 #define moe_dispatch cpu_moe_dispatch
 #define ops_set_threads cpu_ops_set_threads
 #define ops_blas_name cpu_ops_blas_name
+// ops/matmul_bf16_cpu.h's own names (a second copy of them is in the CPU build's
+// objects, which tests/shell/test_cuda_build.sh's gpu_ops_cpu links too)
+#define cpu_bf16_products cpu_ref_bf16_products
+#define cpu_bf16_operand cpu_ref_bf16_operand
+#define cpu_gemm_bf16 cpu_ref_gemm_bf16
 
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
 #include "ops/cpu.c"
 #include "ops/matmul_cpu.c"
+#include "ops/matmul_bf16_cpu.c"
 #include "ops/loss_optim_cpu.c"
 #include "ops/moe_dispatch_cpu.c"
 
@@ -183,6 +189,9 @@
 #undef moe_dispatch
 #undef ops_set_threads
 #undef ops_blas_name
+#undef cpu_bf16_products
+#undef cpu_bf16_operand
+#undef cpu_gemm_bf16
 #undef FEMTOTRON_OPS_H
 #include "ops/ops.h"
 

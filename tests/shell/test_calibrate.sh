@@ -126,7 +126,7 @@ expect_fail "--threads zero" '--threads needs a positive integer (got "0")' --th
 expect_fail "--output without a value" '--output needs a value' --output
 expect_fail "--head-dim not a number" '--head-dim needs a positive integer (got "x")' --head-dim x
 expect_fail "--precision fp16" '--precision must be fp32 or bf16 (got "fp16")' --precision fp16
-expect_fail "--precision bf16 on the CPU build" '--precision bf16 needs bf16 kernels, which the CPU build has not' \
+expect_fail "--precision bf16 on the OpenBLAS build" '--precision bf16 needs bf16 products, which this build has not' \
     --precision bf16 --quick --output "$tmp/bf.json"
 expect_fail "--attention flash" '--attention must be femtotron or cudnn (got "flash")' --attention flash
 expect_fail "--attention cudnn in fp32" '--attention cudnn needs --precision bf16' --attention cudnn --precision fp32

@@ -23,8 +23,9 @@ else
 fi
 out=$("$FT" train --data.train "$tmp/none.bin" --training.precision bf16 2>&1)
 rc=$?
-if [ $rc -eq 1 ] && grep -q "training.precision = bf16 needs training.device = cuda" <<<"$out"; then
-    pass "the CPU binary refuses training.precision bf16"
+if [ $rc -eq 1 ] && grep -q "training.precision = bf16 on the CPU needs the oneMKL build" <<<"$out" &&
+    grep -q "make BLAS=mkl" <<<"$out"; then
+    pass "the CPU binary (OpenBLAS) refuses training.precision bf16, naming the oneMKL build"
 else
     failed "CPU binary with training.precision bf16: exit $rc: $out"
 fi

@@ -431,12 +431,24 @@ static void test_device(void) {
     Case ok_cpu = {.args = "--training.precision fp32", .world = 1, .backend = 1};
     Case ok_cuda = {.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 2};
     Case ok_bf16 = {.args = "--training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
+    Case ok_cpu_bf16 = {.args = "--training.precision bf16", .world = 1, .backend = 1, .bf16_ready = 1};
     CHECK(run_captured(run_case_void, &ok_cpu, 2, err, sizeof err) == 0 &&
               run_captured(run_case_void, &ok_cuda, 2, err, sizeof err) == 0 &&
-              run_captured(run_case_void, &ok_bf16, 2, err, sizeof err) == 0,
-          "cpu/fp32 on the CPU build, cuda/fp32 on the CUDA build, cuda/bf16 with bf16 kernels pass");
-    expect_fail("bf16 on cpu", (Case){.args = "--training.precision bf16", .world = 1},
-                "training.precision = bf16 needs training.device = cuda|fp32|make cuda|./femtotron-cuda");
+              run_captured(run_case_void, &ok_bf16, 2, err, sizeof err) == 0 &&
+              run_captured(run_case_void, &ok_cpu_bf16, 2, err, sizeof err) == 0,
+          "cpu/fp32 on the CPU build, cuda/fp32 on the CUDA build, cuda/bf16 with bf16 kernels, cpu/bf16 on a "
+          "CPU build with bf16 products (oneMKL's) pass");
+    {
+        Config cpu;
+        config_defaults(&cpu);
+        config_set(&cpu, "data.train", "train.bin");
+        config_validate(&cpu, 1);
+        CHECK(cpu.training.precision == PRECISION_FP32, "precision auto on cpu resolves to fp32 (bf16 by name only)");
+    }
+    expect_fail("bf16 on a CPU build without bf16 products",
+                (Case){.args = "--training.precision bf16", .world = 1, .backend = 1},
+                "training.precision = bf16 on the CPU needs the oneMKL build|make BLAS=mkl|training.precision = fp32|"
+                "./femtotron-cuda");
     expect_fail("cuda on the CPU build", (Case){.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 1},
                 "training.device = cuda|CPU build|make cuda|./femtotron-cuda|training.device = cpu");
     expect_fail("cpu on the CUDA build", (Case){.world = 1, .backend = 2},

@@ -1,0 +1,145 @@
+// ops/matmul_bf16_cpu.c — bf16 matrix products on the CPU (training.precision =
+// bf16), in the oneMKL build (make BLAS=mkl): cblas_gemm_bf16bf16f32 multiplies
+// bf16 operands into fp32 sums and an fp32 output, on AMX tiles where the CPU has
+// them (Sapphire Rapids and later: about 4.5x sgemm's rate on the Xeon here,
+// 1.5-2.0 TFLOP/s against 0.32-0.43 on two cores), with AVX512-BF16 or converted
+// operands elsewhere. OpenBLAS, BLIS and Debian's build of OpenBLAS have no such
+// product (OpenBLAS's sbgemm is not in Debian's 0.3.21): their builds keep
+// ops_has_bf16() 0 and refuse bf16 by name.
+//
+// The numerics are the CUDA backend's (ops/matmul_cuda.cu): each fp32 operand is
+// rounded to the nearest bf16 (ties to even) into a contiguous copy, the product of
+// two bf16 values is exact in fp32, and the sums, the output and the weight
+// gradients' accumulation (beta 1) stay fp32. Weights are read from the kept bf16
+// copy of the parameters (ops_keep_bf16_weights), each weight rounded once per
+// optimizer step; operands a run keeps as bf16 (the norms' outputs, gate|up, the
+// SwiGLU output, the gate|up and q|k|v gradients) are read as they are.
+//
+// The rounded copies live in three grow-only buffers (one per operand slot of a
+// product), sized by the largest operand; products are called from one thread of a
+// rank (the BLAS threads the product itself).
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef FEMTOTRON_MKL
+#include <mkl.h>
+#endif
+
+#include "ops/bf16.h"
+#include "ops/matmul_bf16_cpu.h"
+#include "ops/ops.h"
+#include "util.h"
+
+#ifdef FEMTOTRON_MKL
+int ops_has_bf16(void) { return 1; }
+#else
+int ops_has_bf16(void) { return 0; }
+#endif
+
+static int g_bf16;  // ops_set_matmul_bf16
+
+void ops_set_matmul_bf16(int on) {
+    if (on && !ops_has_bf16())
+        die("this build's BLAS has no bf16 matrix product (training.precision = bf16 needs the oneMKL build: "
+            "bash scripts/install_mkl.sh && make BLAS=mkl build-mkl/femtotron, or ./femtotron-cuda on a GPU)");
+    g_bf16 = on != 0;
+}
+
+int cpu_bf16_products(void) { return g_bf16; }
+
+// ---------------------------------------------------------------- rounded copies
+
+typedef struct {
+    uint16_t *p;  // (cap) bf16
+    size_t cap;
+} Scratch;
+static Scratch g_slot[3];
+
+// x(rows, cols), rows ld apart, rounded into slot's buffer (rows, cols) contiguous.
+static const uint16_t *rounded_operand(int slot, const float *x, int rows, int cols, int ld) {
+    const size_t n = (size_t)rows * cols;
+    Scratch *s = &g_slot[slot];
+    if (n > s->cap) {
+        free(s->p);
+        s->p = xmalloc(sizeof(uint16_t) * n, "a bf16 operand copy");
+        s->cap = n;
+    }
+    uint16_t *dst = s->p;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *src = x + (size_t)r * ld;
+        uint16_t *d = dst + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) d[c] = bf16_from_f32(src[c]);
+    }
+    return dst;
+}
+
+// ------------------------------------------------------ the kept copy of weights
+//
+// g_copy mirrors the arena [g_w, g_w + g_n) element for element. A tensor (a
+// contiguous slice the products read as a weight) is rounded the first time a
+// product reads it after ops_bf16_weights_changed(), which starts a new
+// generation; g_seen lists the slices with the generation they were rounded in (a
+// few hundred a rank; past MAX_SEEN the oldest entry is reused, and its slice is
+// rounded again when next read: the same values).
+#define MAX_SEEN 4096
+static const float *g_w;  // (g_n) the arena, NULL when none is kept
+static size_t g_n;
+static uint16_t *g_copy;  // (g_n) its bf16 copy, a planned buffer
+static unsigned g_gen = 1;
+static struct {
+    const float *p;
+    size_t n;
+    unsigned gen;
+} g_seen[MAX_SEEN];
+static int g_nseen, g_oldest;
+
+void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
+    if ((n || copy) && !ops_has_bf16())
+        die("this build has no bf16 products, so no bf16 copy of the weights to keep");
+    g_w = n ? weights : NULL;
+    g_n = n;
+    g_copy = copy;
+    g_nseen = g_oldest = 0;
+}
+
+void ops_bf16_weights_changed(void) { g_gen++; }
+
+// The kept copy of the contiguous weight x(n), rounded now if this generation has
+// not yet; NULL when x is not in the arena.
+static const uint16_t *kept_copy(const float *x, size_t n) {
+    if (!g_w || x < g_w || x + n > g_w + g_n) return NULL;
+    uint16_t *c = g_copy + (x - g_w);
+    int i = 0;
+    while (i < g_nseen && !(g_seen[i].p == x && g_seen[i].n == n)) i++;
+    if (i < g_nseen && g_seen[i].gen == g_gen) return c;
+    if (i == g_nseen) {  // a new slice: a free entry, or the oldest one
+        if (g_nseen < MAX_SEEN) g_nseen++;
+        else i = g_oldest, g_oldest = (g_oldest + 1) % MAX_SEEN;
+        g_seen[i].p = x, g_seen[i].n = n;
+    }
+    round_to_bf16(c, x, n);
+    g_seen[i].gen = g_gen;
+    return c;
+}
+
+const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, int ld) {
+    if (slot < 0 || slot > 2) die("cpu_bf16_operand: slot %d (0-2)", slot);
+    if (ld == cols) {
+        const uint16_t *kept = kept_copy(x, (size_t)rows * cols);
+        if (kept) return kept;
+    }
+    return rounded_operand(slot, x, rows, cols, ld);
+}
+
+void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                   float beta, float *C, int ldc) {
+#ifdef FEMTOTRON_MKL
+    cblas_gemm_bf16bf16f32(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+                           1.0f, (const MKL_BF16 *)A, lda, (const MKL_BF16 *)B, ldb, beta, C, ldc);
+#else
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C,
+        (void)ldc;
+    die("cpu_gemm_bf16: this build has no bf16 product (ops_set_matmul_bf16 refuses bf16 here)");
+#endif
+}

@@ -1,0 +1,24 @@
+// ops/matmul_bf16_cpu.h — the CPU's bf16 products (ops/matmul_bf16_cpu.c), for
+// the CPU kernels only: the layers above see ops.h's matmul_* and
+// ops_set_matmul_bf16.
+#ifndef FEMTOTRON_MATMUL_BF16_CPU_H
+#define FEMTOTRON_MATMUL_BF16_CPU_H
+
+#include <stdint.h>
+
+// 1 while bf16 products are on (ops_set_matmul_bf16; only where ops_has_bf16()).
+int cpu_bf16_products(void);
+
+// The bf16 operand a product reads for the fp32 x(rows, cols), rows ld apart: the
+// kept copy of a weight in the arena (ops_keep_bf16_weights), else x rounded to the
+// nearest bf16 into the contiguous scratch of `slot` (0-2: the operands of one
+// product take different slots), rows cols apart. Valid until that slot is used
+// again.
+const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, int ld);
+
+// Row-major C(M, N) = op(A) op(B) + beta C: A and B bf16 (op: transposed where ta /
+// tb), the exact products summed in fp32, C fp32.
+void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                   float beta, float *C, int ldc);
+
+#endif

@@ -1,0 +1,251 @@
+// tests/mkl/test_bf16_products.c — the CPU's bf16 products (training.precision =
+// bf16 in the oneMKL build: ops/matmul_bf16_cpu.c, ops/attention_cpu.c), against
+// naive double loops on operands rounded to bf16 by bf16_from_f32 (nearest, ties
+// to even): every matmul_* of ops.h with bf16 on, the kept copy of the weights and
+// its generations, and the attention's forward and backward. Each product must be
+// the rounded operands' product up to fp32 summation (relative 1e-5 of the sum of
+// |terms|), and each must be farther than that from the unrounded product, so a
+// product that skipped the rounding fails. Built and run by
+// tests/shell/test_blas_mkl.sh (make BLAS=mkl build-mkl/tests/test_bf16_products).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ops/bf16.h"
+#include "ops/ops.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float unif(float lo, float hi) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 11) * 0x1.0p-53);
+}
+static float *fnew(size_t n, float lo, float hi) {
+    float *x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = unif(lo, hi);
+    return x;
+}
+static double r16(float x) { return bf16_to_f32(bf16_from_f32(x)); }
+
+// out(N, O) = sum_k a(N, K)[n, k] b(O, K)[o, k] (b as a weight, rows O), on values
+// rounded to bf16 (round) or not; mag gets the sums of |terms| for the tolerance.
+static void naive_abt(double *out, double *mag, const float *a, const float *b, int N, int K, int O, int round) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < O; o++) {
+            double s = 0, m = 0;
+            for (int k = 0; k < K; k++) {
+                double x = round ? r16(a[(size_t)n * K + k]) : a[(size_t)n * K + k];
+                double y = round ? r16(b[(size_t)o * K + k]) : b[(size_t)o * K + k];
+                s += x * y, m += fabs(x * y);
+            }
+            out[(size_t)n * O + o] = s, mag[(size_t)n * O + o] = m;
+        }
+}
+
+// Worst |got - want| / (mag + tiny) over n values, got offset by base (a += target).
+static double worst(const float *got, const double *want, const double *mag, const float *base, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - (base ? base[i] : 0) - want[i]) / (mag[i] + 1e-30);
+        if (e > w) w = e;
+    }
+    return w;
+}
+
+// x^T as a new (cols, rows) array
+static float *transposed(const float *x, int rows, int cols) {
+    float *t = malloc(sizeof(float) * (size_t)rows * cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    return t;
+}
+
+static const double TOL = 1e-5;
+
+static void test_products(void) {
+    const int N = 37, K = 70, O = 45;  // odd sizes: no kernel's blocking divides them
+    float *in = fnew((size_t)N * K, -1, 1), *w = fnew((size_t)O * K, -1, 1), *out = fnew((size_t)N * O, 0, 0);
+    double *want = malloc(sizeof(double) * N * O), *mag = malloc(sizeof(double) * N * O);
+    double *raw = malloc(sizeof(double) * N * O), *rawmag = malloc(sizeof(double) * N * O);
+    naive_abt(want, mag, in, w, N, K, O, 1);
+    naive_abt(raw, rawmag, in, w, N, K, O, 0);
+    matmul_forward(out, in, w, N, K, O);
+    const double e = worst(out, want, mag, NULL, (size_t)N * O), eraw = worst(out, raw, rawmag, NULL, (size_t)N * O);
+    CHECK(e < TOL && eraw > 10 * TOL,
+          "matmul_forward (bf16): the rounded operands' product (err %.1e), not the unrounded one (%.1e away)", e,
+          eraw);
+
+    // from bf16, bf16 output
+    uint16_t *in16 = malloc(sizeof(uint16_t) * N * K), *out16 = malloc(sizeof(uint16_t) * N * O);
+    round_to_bf16(in16, in, (size_t)N * K);
+    float *scratch = fnew((size_t)N * (K > O ? K : O), 0, 0);
+    matmul_forward_from_bf16(out, in16, scratch, w, N, K, O);
+    CHECK(worst(out, want, mag, NULL, (size_t)N * O) < TOL, "matmul_forward_from_bf16 (bf16): the same product");
+    matmul_forward_bf16(out16, out, in16, scratch, w, N, K, O);  // out: the fp32 product, then rounded
+    int ok = worst(out, want, mag, NULL, (size_t)N * O) < TOL;
+    for (int i = 0; i < N * O; i++) ok &= out16[i] == bf16_from_f32(out[i]);
+    CHECK(ok, "matmul_forward_bf16 (bf16): the product rounded to bf16 as written");
+    float *add = fnew((size_t)N * O, -1, 1), *out2 = fnew((size_t)N * O, 0, 0);
+    matmul_forward_add(out2, add, in, w, N, K, O);
+    CHECK(worst(out2, want, mag, add, (size_t)N * O) < TOL, "matmul_forward_add (bf16): the product + the residual");
+
+    // backward: dW += dout^T in ; din = dout W
+    float *dout = fnew((size_t)N * O, -1, 1), *dw0 = fnew((size_t)O * K, -1, 1), *dw = malloc(sizeof(float) * O * K);
+    float *din = fnew((size_t)N * K, 0, 0);
+    memcpy(dw, dw0, sizeof(float) * O * K);
+    matmul_backward(din, dw, dout, in, w, N, K, O, 0);
+    double *wdw = malloc(sizeof(double) * O * K), *mdw = malloc(sizeof(double) * O * K);
+    double *wdi = malloc(sizeof(double) * N * K), *mdi = malloc(sizeof(double) * N * K);
+    float *doutT = transposed(dout, N, O), *inT = transposed(in, N, K), *wT = transposed(w, O, K);
+    naive_abt(wdw, mdw, doutT, inT, O, N, K, 1);  // dW[o, k] = sum_n dout[n, o] in[n, k]
+    naive_abt(wdi, mdi, dout, wT, N, O, K, 1);    // din[n, k] = sum_o dout[n, o] w[o, k]
+    const double ew = worst(dw, wdw, mdw, dw0, (size_t)O * K), ei = worst(din, wdi, mdi, NULL, (size_t)N * K);
+    double *rdw = malloc(sizeof(double) * O * K), *rmdw = malloc(sizeof(double) * O * K);
+    naive_abt(rdw, rmdw, doutT, inT, O, N, K, 0);
+    CHECK(ew < TOL && ei < TOL && worst(dw, rdw, rmdw, dw0, (size_t)O * K) > 10 * TOL,
+          "matmul_backward (bf16): dW += rounded dout^T in (err %.1e, accumulated), din = rounded dout W (%.1e)", ew,
+          ei);
+    // the same with dout and in kept as bf16, and din accumulated
+    uint16_t *dout16 = malloc(sizeof(uint16_t) * N * O);
+    round_to_bf16(dout16, dout, (size_t)N * O);
+    memcpy(dw, dw0, sizeof(float) * O * K);
+    float *din0 = fnew((size_t)N * K, -1, 1);
+    memcpy(din, din0, sizeof(float) * N * K);
+    matmul_backward_bf16(din, dw, dout16, scratch, in16, scratch, w, N, K, O, 1);
+    CHECK(worst(dw, wdw, mdw, dw0, (size_t)O * K) < TOL && worst(din, wdi, mdi, din0, (size_t)N * K) < TOL,
+          "matmul_backward_bf16 (bf16): dW and din (+)= from the kept bf16 operands");
+    memcpy(dw, dw0, sizeof(float) * O * K);
+    matmul_backward_from_bf16(din, dw, dout, in16, scratch, w, N, K, O, 0);
+    CHECK(worst(dw, wdw, mdw, dw0, (size_t)O * K) < TOL && worst(din, wdi, mdi, NULL, (size_t)N * K) < TOL,
+          "matmul_backward_from_bf16 (bf16): dW and din");
+    // a strided output gradient (matmul_backward_ld): dout's rows 2 O apart
+    float *wide = fnew((size_t)N * 2 * O, -9, 9);
+    for (int n = 0; n < N; n++) memcpy(wide + (size_t)n * 2 * O, dout + (size_t)n * O, sizeof(float) * O);
+    memcpy(dw, dw0, sizeof(float) * O * K);
+    matmul_backward_ld(din, dw, wide, 2 * O, in, w, N, K, O, 0);
+    CHECK(worst(dw, wdw, mdw, dw0, (size_t)O * K) < TOL && worst(din, wdi, mdi, NULL, (size_t)N * K) < TOL,
+          "matmul_backward_ld (bf16): dout read ld apart, rounded into a contiguous copy");
+
+    // The kept copy: read until the generation changes, then rounded afresh.
+    uint16_t *copy = malloc(sizeof(uint16_t) * O * K);
+    ops_keep_bf16_weights(w, (size_t)O * K, copy);
+    ops_bf16_weights_changed();
+    matmul_forward(out, in, w, N, K, O);
+    int same = 1;
+    for (int i = 0; i < O * K; i++) same &= copy[i] == bf16_from_f32(w[i]);
+    CHECK(same && worst(out, want, mag, NULL, (size_t)N * O) < TOL,
+          "a weight in the kept arena: its bf16 copy rounded on first use, the same product");
+    const float w0 = w[0];
+    for (int i = 0; i < O * K; i++) w[i] = -w[i];  // an update the copy has not seen
+    matmul_forward(out, in, w, N, K, O);
+    CHECK(worst(out, want, mag, NULL, (size_t)N * O) < TOL, "within a generation the product reads the copy");
+    ops_bf16_weights_changed();
+    matmul_forward(out, in, w, N, K, O);
+    double *neg = malloc(sizeof(double) * N * O);
+    for (int i = 0; i < N * O; i++) neg[i] = -want[i];
+    CHECK(worst(out, neg, mag, NULL, (size_t)N * O) < TOL && copy[0] == bf16_from_f32(-w0),
+          "after ops_bf16_weights_changed the weight is rounded again");
+    ops_keep_bf16_weights(NULL, 0, NULL);
+    free(in), free(w), free(out), free(want), free(mag), free(raw), free(rawmag), free(in16), free(out16);
+    free(scratch), free(add), free(out2), free(dout), free(dw0), free(dw), free(din), free(wdw), free(mdw);
+    free(wdi), free(mdi), free(doutT), free(inT), free(wT), free(rdw), free(rmdw), free(dout16), free(din0);
+    free(wide), free(copy), free(neg);
+}
+
+// Causal GQA attention on bf16-rounded q, k, v with P rounded (l sums the rounded
+// P): out and lse; one chunk of keys (S <= 128), so the kernel's running max is
+// the row's max. Backward: P from lse, dP = dO16 V16, dS = P (dP - rowdot) scale,
+// dV += r(P)^T dO16, dK += r(dS)^T Q16, dQ += r(dS) K16.
+static void naive_attention(double *out, double *lse, double *dqkv, const float *qkv, const float *dout,
+                            const double *rowdot, int B, int S, int H, int KV, int hd) {
+    const int W = (H + 2 * KV) * hd, group = H / KV;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *p = malloc(sizeof(double) * S);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < S; t++) {
+                const int g = h / group;
+                const float *q = qkv + (size_t)(b * S + t) * W + (size_t)h * hd;
+                double mx = -INFINITY;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + (size_t)(b * S + j) * W + (size_t)(H + g) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += r16(q[d]) * r16(k[d]);
+                    p[j] = s * scale, mx = fmax(mx, p[j]);
+                }
+                double l = 0, sc[512];
+                for (int j = 0; j <= t; j++) sc[j] = p[j], p[j] = r16((float)exp(p[j] - mx)), l += p[j];
+                double *o = out + (size_t)(b * S + t) * H * hd + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) {
+                    double s = 0;
+                    for (int j = 0; j <= t; j++) s += p[j] * r16(qkv[(size_t)(b * S + j) * W + (size_t)(H + KV + g) * hd + d]);
+                    o[d] = s / l;
+                }
+                lse[((size_t)b * H + h) * S + t] = mx + log(l);
+                if (!dout) continue;
+                const float *dob = dout + (size_t)(b * S + t) * H * hd + (size_t)h * hd;
+                const double rd = rowdot[((size_t)b * H + h) * S + t];
+                for (int j = 0; j <= t; j++) {
+                    const size_t kr = (size_t)(b * S + j) * W;
+                    const double P = exp(sc[j] - (mx + log(l)));
+                    double dp = 0;
+                    for (int d = 0; d < hd; d++) dp += r16(dob[d]) * r16(qkv[kr + (size_t)(H + KV + g) * hd + d]);
+                    const double dS = r16((float)(P * (dp - rd) * scale)), Pr = r16((float)P);
+                    for (int d = 0; d < hd; d++) {
+                        dqkv[(size_t)(b * S + t) * W + (size_t)h * hd + d] += dS * r16(qkv[kr + (size_t)(H + g) * hd + d]);
+                        dqkv[kr + (size_t)(H + g) * hd + d] += dS * r16(q[d]);
+                        dqkv[kr + (size_t)(H + KV + g) * hd + d] += Pr * r16(dob[d]);
+                    }
+                }
+            }
+    free(p);
+}
+
+static void test_attention(void) {
+    const int B = 2, S = 70, H = 4, KV = 2, hd = 16, W = (H + 2 * KV) * hd;
+    const size_t nq = (size_t)B * S * W, no = (size_t)B * S * H * hd, nr = (size_t)B * H * S;
+    float *qkv = fnew(nq, -2, 2), *out = fnew(no, 0, 0), *lse = fnew(nr, 0, 0), *ml = fnew(2 * nr, 0, 0);
+    float *dout = fnew(no, -1, 1), *dqkv = fnew(nq, 0, 0), *rowdot = fnew(nr, 0, 0);
+    float *scratch = fnew(attention_scratch_floats(hd), 0, 0);
+    int *pos = malloc(sizeof(int) * S);
+    for (int i = 0; i < S; i++) pos[i] = i;
+    attention_forward(out, lse, ml, ml + nr, qkv, pos, B, S, H, KV, hd, scratch);
+    attention_backward(dqkv, rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+    double *want = malloc(sizeof(double) * no), *wlse = malloc(sizeof(double) * nr), *rd = malloc(sizeof(double) * nr);
+    double *wdq = calloc(nq, sizeof(double));
+    for (size_t i = 0; i < nr; i++) rd[i] = rowdot[i];  // dout . out, fp32 (ops.h: attention_rowdot)
+    naive_attention(want, wlse, wdq, qkv, dout, rd, B, S, H, KV, hd);
+    double eo = 0, el = 0, eg = 0, gmax = 0;
+    for (size_t i = 0; i < no; i++) eo = fmax(eo, fabs(out[i] - want[i]));
+    for (size_t i = 0; i < nr; i++) el = fmax(el, fabs(lse[i] - wlse[i]));
+    for (size_t i = 0; i < nq; i++) eg = fmax(eg, fabs(dqkv[i] - wdq[i])), gmax = fmax(gmax, fabs(wdq[i]));
+    // The fp32 attention (bf16 products off) on the same inputs, as far from the
+    // reference as skipping the rounding would be. The kernel and the reference
+    // differ where a P or dS lies within its fp32 error (fast_expf's, the sums'
+    // order) of a bf16 rounding boundary: a few values one bf16 step (2^-8) apart.
+    double dplain = 0, gplain = 0;
+    ops_set_matmul_bf16(0);
+    attention_forward(out, lse, ml, ml + nr, qkv, pos, B, S, H, KV, hd, scratch);
+    attention_backward(dqkv, rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+    ops_set_matmul_bf16(1);
+    for (size_t i = 0; i < no; i++) dplain = fmax(dplain, fabs(out[i] - want[i]));
+    for (size_t i = 0; i < nq; i++) gplain = fmax(gplain, fabs(dqkv[i] - wdq[i]));
+    CHECK(eo < 1e-3 && el < 1e-3 && 10 * eo < dplain,
+          "attention_forward (bf16): q, k, v and P rounded, l over the rounded P (out err %.1e, lse %.1e; the fp32 "
+          "attention is %.1e away)", eo, el, dplain);
+    CHECK(eg < 1e-3 * gmax && 10 * eg < gplain,
+          "attention_backward (bf16): q, k, v, dO, P and dS rounded for the products (err %.1e of %.2f; the fp32 "
+          "backward is %.1e away)", eg, gmax, gplain);
+    free(qkv), free(out), free(lse), free(ml), free(dout), free(dqkv), free(rowdot), free(scratch), free(pos);
+    free(want), free(wlse), free(rd), free(wdq);
+}
+
+int main(void) {
+    CHECK(ops_has_bf16(), "this build has bf16 products (oneMKL's cblas_gemm_bf16bf16f32)");
+    ops_set_threads(2);
+    ops_set_matmul_bf16(1);
+    test_products();
+    test_attention();
+    return check_summary();
+}
