@@ -45,18 +45,45 @@
 
 // bf16 products (training.precision = bf16, cpu_bf16_products()): the products read
 // the values the CUDA backend's flash kernels read (ops/flash_attention.cuh): Q, K,
-// V and dO rounded to bf16 in their copies, P and dS rounded once formed (dS from
-// the fp32 P), l summing the rounded P; the tile products stay sgemm on those
-// values (each product of two bf16 values is exact in fp32, the sums fp32), and the
-// softmax, lse, rowdot and accumulators stay fp32.
+// V and dO rounded to bf16 from their fp32 copies into bf16 ones, P and dS rounded
+// once formed (dS from the fp32 P), l summing the rounded P. The tile products are
+// then oneMKL's bf16 product (cpu_gemm_bf16: exact products, fp32 sums; 2-2.7x
+// sgemm's rate on these tiles with AMX), and the softmax, lse, rowdot and
+// accumulators stay fp32.
 
 #define ATT_T 32    // query rows per tile
 #define ATT_KC 128  // keys per chunk (the online softmax rescales once per chunk)
 
 // Per thread, forward: kt (hd, KC), vc (KC, hd), qc (T, hd), sc (T, KC);
-// backward: kt, vt (hd, KC), kc, dkc, dvc (KC, hd), qc, doc (T, hd), p, ds (T, KC).
-static size_t att_thread_floats(int hd) {
+// backward: kt, vt (hd, KC), kc, dkc, dvc (KC, hd), qc, doc (T, hd), p, ds (T, KC);
+// then, after att_fp32_floats, the bf16 copies of bf16 products (Tiles16).
+static size_t att_fp32_floats(int hd) {
     return 5 * (size_t)hd * ATT_KC + 2 * (size_t)ATT_T * hd + 2 * (size_t)ATT_T * ATT_KC;
+}
+// bf16 values: k, v (as kt and vt or vc), kc (hd x KC each), q, dO (T x hd), P, dS
+// (T x KC), in floats (two a float), rounded up to 16 floats
+static size_t att_bf16_floats(int hd) {
+    const size_t halves = 3 * (size_t)hd * ATT_KC + 2 * (size_t)ATT_T * hd + 2 * (size_t)ATT_T * ATT_KC;
+    return (halves / 2 + 15) / 16 * 16;
+}
+static size_t att_thread_floats(int hd) { return att_fp32_floats(hd) + att_bf16_floats(hd); }
+
+// A thread's bf16 tiles (bf16 products), in its scratch after the fp32 ones.
+typedef struct {
+    uint16_t *k, *v, *kc;  // (hd, KC) kt or (KC, hd) kc layouts, as their fp32 twins; v: vt (bwd) or vc (fwd)
+    uint16_t *q, *dout;    // (T, hd)
+    uint16_t *p, *ds;      // (T, KC)
+} Tiles16;
+static Tiles16 tiles16(float *thread_scratch, int hd) {
+    Tiles16 t;
+    t.k = (uint16_t *)(thread_scratch + att_fp32_floats(hd));
+    t.v = t.k + (size_t)hd * ATT_KC;
+    t.kc = t.v + (size_t)hd * ATT_KC;
+    t.q = t.kc + (size_t)hd * ATT_KC;
+    t.dout = t.q + (size_t)ATT_T * hd;
+    t.p = t.dout + (size_t)ATT_T * hd;
+    t.ds = t.p + (size_t)ATT_T * ATT_KC;
+    return t;
 }
 
 size_t attention_scratch_floats(int hd) { return (size_t)omp_get_max_threads() * att_thread_floats(hd); }
@@ -103,10 +130,11 @@ static void add_rows(float *dst, int ld, const float *src, int rows, int hd) {
 
 static inline float bf16_rounded(float x) { return bf16_to_f32(bf16_from_f32(x)); }
 
-// x(rows, cols), rows ld apart, each value rounded to the nearest bf16 in place.
-static void round_block(float *x, int rows, int cols, int ld) {
+// dst(rows, cols) bf16 = x(rows, cols) rounded to the nearest bf16; both with rows
+// ld apart.
+static void to_bf16_block(uint16_t *dst, const float *x, int rows, int cols, int ld) {
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) x[(size_t)r * ld + c] = bf16_rounded(x[(size_t)r * ld + c]);
+        for (int c = 0; c < cols; c++) dst[(size_t)r * ld + c] = bf16_from_f32(x[(size_t)r * ld + c]);
 }
 
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
@@ -133,6 +161,7 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
             float *vc = kt + (size_t)hd * ATT_KC;                                          // (KC, hd)
             float *qc = vc + (size_t)ATT_KC * hd;                                          // (T, hd)
             float *sc = qc + (size_t)ATT_T * hd;                                           // (T, KC)
+            const Tiles16 t16 = tiles16(kt, hd);  // bf16 products' copies
             const int g = h / group;
             const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
             const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
@@ -143,14 +172,18 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(vc, hd, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                if (r16) round_block(kt, hd, nk, ATT_KC), round_block(vc, nk, hd, hd);
+                if (r16) to_bf16_block(t16.k, kt, hd, nk, ATT_KC), to_bf16_block(t16.v, vc, nk, hd, hd);
                 for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                     const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
                     const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
                     copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
-                    if (r16) round_block(qc, mq, hd, hd);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd,
-                                kt, ATT_KC, 0.0f, sc, ATT_KC);
+                    if (r16) {
+                        to_bf16_block(t16.q, qc, mq, hd, hd);
+                        cpu_gemm_bf16(0, 0, mq, nkt, hd, scale, t16.q, hd, t16.k, ATT_KC, 0.0f, sc, ATT_KC);
+                    } else {
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
+                                    ATT_KC, 0.0f, sc, ATT_KC);
+                    }
                     // A row whose running max is still -inf has accumulated nothing: its
                     // output row is the zero of attention_block_init, so it needs no
                     // rescaling, and a tile of such rows (the first chunk a tile sees)
@@ -184,8 +217,14 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         if (!empty && alpha != 1.0f)
                             for (int d = 0; d < hd; d++) orow[d] *= alpha;
                     }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nkt, 1.0f, sc,
-                                ATT_KC, vc, hd, fresh ? 0.0f : 1.0f, ob + (size_t)i0 * ldo, ldo);
+                    if (r16) {  // P as rounded above (exact in bf16)
+                        to_bf16_block(t16.p, sc, mq, nkt, ATT_KC);
+                        cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.p, ATT_KC, t16.v, hd, fresh ? 0.0f : 1.0f,
+                                      ob + (size_t)i0 * ldo, ldo);
+                    } else {
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hd, nkt, 1.0f, sc, ATT_KC, vc,
+                                    hd, fresh ? 0.0f : 1.0f, ob + (size_t)i0 * ldo, ldo);
+                    }
                 }
             }
         }
@@ -239,6 +278,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
             float *doc = qc + (size_t)ATT_T * hd;                                          // (T, hd)
             float *P = doc + (size_t)ATT_T * hd;                                           // (T, KC)
             float *dS = P + (size_t)ATT_T * ATT_KC;                                        // (T, KC)
+            const Tiles16 t16 = tiles16(kt, hd);  // bf16 products' copies
             const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
             const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
             float *dkb = dkv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
@@ -248,7 +288,9 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_transposed(vt, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(kc, hd, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                if (r16) round_block(kt, hd, nk, ATT_KC), round_block(vt, hd, nk, ATT_KC), round_block(kc, nk, hd, hd);
+                if (r16)
+                    to_bf16_block(t16.k, kt, hd, nk, ATT_KC), to_bf16_block(t16.v, vt, hd, nk, ATT_KC),
+                        to_bf16_block(t16.kc, kc, nk, hd, hd);
                 memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
                 memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
@@ -262,10 +304,14 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                         const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);
                         copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
                         copy_rows_f32(doc, hd, dob + (size_t)i0 * ldo, ldo, mq, hd);
-                        if (r16) round_block(qc, mq, hd, hd), round_block(doc, mq, hd, hd);
                         // Recompute the chunk's probabilities from the saved log-sum-exp.
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc,
-                                    hd, kt, ATT_KC, 0.0f, P, ATT_KC);
+                        if (r16) {
+                            to_bf16_block(t16.q, qc, mq, hd, hd), to_bf16_block(t16.dout, doc, mq, hd, hd);
+                            cpu_gemm_bf16(0, 0, mq, nkt, hd, scale, t16.q, hd, t16.k, ATT_KC, 0.0f, P, ATT_KC);
+                        } else {
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
+                                        ATT_KC, 0.0f, P, ATT_KC);
+                        }
                         for (int r = 0; r < mq; r++) {
                             float *prow = P + (size_t)r * ATT_KC;
                             const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
@@ -274,15 +320,23 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                             for (int c = nv; c < nkt; c++) prow[c] = 0.0f;
                         }
                         // dP = dO V^T, then dS = P (dP - rowdot) / sqrt(hd)
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, 1.0f, doc,
-                                    hd, vt, ATT_KC, 0.0f, dS, ATT_KC);
+                        if (r16)
+                            cpu_gemm_bf16(0, 0, mq, nkt, hd, 1.0f, t16.dout, hd, t16.v, ATT_KC, 0.0f, dS, ATT_KC);
+                        else
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, 1.0f, doc, hd, vt,
+                                        ATT_KC, 0.0f, dS, ATT_KC);
                         for (int r = 0; r < mq; r++) {
-                            float *prow = P + (size_t)r * ATT_KC;
+                            const float *prow = P + (size_t)r * ATT_KC;
                             float *drow = dS + (size_t)r * ATT_KC, dr = rb[i0 + r];
                             for (int c = 0; c < nkt; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
-                            if (r16)  // the products read P and dS rounded (dS from the fp32 P)
-                                for (int c = 0; c < nkt; c++)
-                                    prow[c] = bf16_rounded(prow[c]), drow[c] = bf16_rounded(drow[c]);
+                        }
+                        if (r16) {  // the products read P and dS rounded (dS from the fp32 P)
+                            to_bf16_block(t16.p, P, mq, nkt, ATT_KC), to_bf16_block(t16.ds, dS, mq, nkt, ATT_KC);
+                            cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.ds, ATT_KC, t16.kc, hd, 1.0f,
+                                          dqb + (size_t)i0 * ldq, ldq);
+                            cpu_gemm_bf16(1, 0, nkt, hd, mq, 1.0f, t16.ds, ATT_KC, t16.q, hd, 1.0f, dkc, hd);
+                            cpu_gemm_bf16(1, 0, nkt, hd, mq, 1.0f, t16.p, ATT_KC, t16.dout, hd, 1.0f, dvc, hd);
+                            continue;
                         }
                         // dQ += dS K ; dK += dS^T Q ; dV += P^T dO (the last two into the
                         // chunk's contiguous sums, added to dkv once per chunk)

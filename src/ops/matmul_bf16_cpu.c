@@ -132,14 +132,14 @@ const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, i
     return rounded_operand(slot, x, rows, cols, ld);
 }
 
-void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                   float beta, float *C, int ldc) {
+void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B,
+                   int ldb, float beta, float *C, int ldc) {
 #ifdef FEMTOTRON_MKL
     cblas_gemm_bf16bf16f32(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-                           1.0f, (const MKL_BF16 *)A, lda, (const MKL_BF16 *)B, ldb, beta, C, ldc);
+                           alpha, (const MKL_BF16 *)A, lda, (const MKL_BF16 *)B, ldb, beta, C, ldc);
 #else
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C,
-        (void)ldc;
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+        (void)C, (void)ldc;
     die("cpu_gemm_bf16: this build has no bf16 product (ops_set_matmul_bf16 refuses bf16 here)");
 #endif
 }

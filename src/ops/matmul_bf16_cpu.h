@@ -16,9 +16,9 @@ int cpu_bf16_products(void);
 // again.
 const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, int ld);
 
-// Row-major C(M, N) = op(A) op(B) + beta C: A and B bf16 (op: transposed where ta /
-// tb), the exact products summed in fp32, C fp32.
-void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                   float beta, float *C, int ldc);
+// Row-major C(M, N) = alpha op(A) op(B) + beta C: A and B bf16 (op: transposed
+// where ta / tb), the exact products summed in fp32, C fp32.
+void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B,
+                   int ldb, float beta, float *C, int ldc);
 
 #endif

@@ -50,17 +50,17 @@ void ops_set_threads(int threads) {
 static void forward_bf16(float *out, int ld_out, const uint16_t *in16, const float *weight, int N, int in_dim,
                          int out_dim) {
     const uint16_t *w16 = cpu_bf16_operand(0, weight, out_dim, in_dim, in_dim);
-    cpu_gemm_bf16(0, 1, N, out_dim, in_dim, in16, in_dim, w16, in_dim, 0.0f, out, ld_out);
+    cpu_gemm_bf16(0, 1, N, out_dim, in_dim, 1.0f, in16, in_dim, w16, in_dim, 0.0f, out, ld_out);
 }
 
 // bf16 products: dW += dout16^T @ in16 and din (+)= dout16 @ W (W in slot 2), with
 // dout16(N, out_dim) and in16(N, in_dim) contiguous bf16 (in16 read only for dW).
 static void backward_bf16(float *din, float *dweight, const uint16_t *dout16, const uint16_t *in16,
                           const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (dweight) cpu_gemm_bf16(1, 0, out_dim, in_dim, N, dout16, out_dim, in16, in_dim, 1.0f, dweight, in_dim);
+    if (dweight) cpu_gemm_bf16(1, 0, out_dim, in_dim, N, 1.0f, dout16, out_dim, in16, in_dim, 1.0f, dweight, in_dim);
     if (!din) return;
     const uint16_t *w16 = cpu_bf16_operand(2, weight, out_dim, in_dim, in_dim);
-    cpu_gemm_bf16(0, 0, N, in_dim, out_dim, dout16, out_dim, w16, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+    cpu_gemm_bf16(0, 0, N, in_dim, out_dim, 1.0f, dout16, out_dim, w16, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
 }
 
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
