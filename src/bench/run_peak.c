@@ -253,8 +253,8 @@ RunPeak run_peak(const Config *cfg, int threads) {
         const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
         const int used = ranks_here * threads < cores ? ranks_here * threads : cores;
         r.per_rank = per_core * used / ranks_here;
-        snprintf(r.source, sizeof r.source, "node %s peak %.1f GFLOP/s = %.1f per core x %d cores, %s; "
-                 "%d ranks x %d threads here use %d of them", bf16 ? "bf16 product" : "sgemm",
+        snprintf(r.source, sizeof r.source, "node %speak %.1f GFLOP/s = %.1f per core x %d cores, %s; "
+                 "%d ranks x %d threads here use %d of them", bf16 ? "bf16 product " : "",
                  per_core * cores / 1e9, per_core / 1e9, cores, how, ranks_here, threads, used);
     }
     r.total = r.per_rank;

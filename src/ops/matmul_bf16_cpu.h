@@ -21,4 +21,10 @@ const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, i
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B,
                    int ldb, float beta, float *C, int ldc);
 
+// AdamW's share of the kept copy: where param(n) lies in the kept arena and bf16
+// products are on, the copy's slice for param, which the update writes with the
+// new values rounded to the nearest bf16 (the next generation then reads it without
+// rounding it again; ops_bf16_weights_changed); else NULL.
+uint16_t *cpu_bf16_copy_for_update(const float *param, size_t n);
+
 #endif

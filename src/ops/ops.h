@@ -37,15 +37,17 @@ void ops_blas_name(char *out, size_t size);
 int ops_device(char *name, size_t size);
 // Bytes of memory of this rank's device (0 on the CPU: buffers are host memory).
 size_t ops_device_memory(void);
-// 1 when the backend has bf16 kernels (training.precision = bf16), else 0.
+// 1 when the backend has bf16 kernels (training.precision = bf16), else 0: the
+// CUDA backend, and the CPU's in the oneMKL build (ops/matmul_bf16_cpu.c).
 int ops_has_bf16(void);
 // The matrix products' precision from now on (training.precision; main.c's
 // train command sets it once, before step 1): 0 = fp32 operands and fp32 sums
-// (the default, and the CPU's only mode); 1 = bf16 operands, each fp32 input
+// (the default); 1 = bf16 operands, each fp32 input
 // rounded to the nearest bf16 (ties to even) as the product reads it, the
 // products summed in fp32 into fp32 outputs, which is what tensor cores do with
 // bf16 inputs. Attention's products follow it too (ops/flash_attention.cuh:
-// Q, K, V, dO, P and dS rounded to bf16, the softmax and every sum in fp32).
+// Q, K, V, dO, P and dS rounded to bf16, the softmax and every sum in fp32; the
+// CPU's ops/attention_cpu.c the same).
 // Every other op stays fp32. Fatal where ops_has_bf16() is 0.
 void ops_set_matmul_bf16(int on);
 // Single-block attention (attention_forward/backward) on cuDNN's fused kernels

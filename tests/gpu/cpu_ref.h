@@ -96,6 +96,7 @@
 #define cpu_bf16_products cpu_ref_bf16_products
 #define cpu_bf16_operand cpu_ref_bf16_operand
 #define cpu_gemm_bf16 cpu_ref_gemm_bf16
+#define cpu_bf16_copy_for_update cpu_ref_bf16_copy_for_update
 
 #include "ops/attention_cpu.c"
 #include "ops/buffers_cpu.c"
@@ -192,6 +193,7 @@
 #undef cpu_bf16_products
 #undef cpu_bf16_operand
 #undef cpu_gemm_bf16
+#undef cpu_bf16_copy_for_update
 #undef FEMTOTRON_OPS_H
 #include "ops/ops.h"
 

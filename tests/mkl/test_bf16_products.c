@@ -146,6 +146,24 @@ static void test_products(void) {
     for (int i = 0; i < N * O; i++) neg[i] = -want[i];
     CHECK(worst(out, neg, mag, NULL, (size_t)N * O) < TOL && copy[0] == bf16_from_f32(-w0),
           "after ops_bf16_weights_changed the weight is rounded again");
+    // AdamW writes the copy of what it updates: the next generation reads it as
+    // written, without rounding the weight again (so values changed after the update,
+    // which never happens in training, are not seen: that is how the test sees it).
+    float *g = fnew((size_t)O * K, -1, 1), *mom = fnew((size_t)O * K, 0, 0), *var = fnew((size_t)O * K, 0, 0);
+    adamw_update(w, g, mom, var, (size_t)O * K, 1.0f, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1);
+    int written = 1;
+    for (int i = 0; i < O * K; i++) written &= copy[i] == bf16_from_f32(w[i]);
+    ops_bf16_weights_changed();
+    naive_abt(want, mag, in, w, N, K, O, 1);  // the updated weight's product
+    for (int i = 0; i < O * K; i++) w[i] = 3 * w[i];
+    matmul_forward(out, in, w, N, K, O);
+    CHECK(written && worst(out, want, mag, NULL, (size_t)N * O) < TOL,
+          "adamw_update writes the kept copy (the updated weights rounded), and the next step reads it unrounded");
+    ops_bf16_weights_changed();  // a generation AdamW did not write: rounded when read
+    matmul_forward(out, in, w, N, K, O);
+    naive_abt(want, mag, in, w, N, K, O, 1);
+    CHECK(worst(out, want, mag, NULL, (size_t)N * O) < TOL, "a generation without AdamW's copy rounds the weight");
+    free(g), free(mom), free(var);
     ops_keep_bf16_weights(NULL, 0, NULL);
     free(in), free(w), free(out), free(want), free(mag), free(raw), free(rawmag), free(in16), free(out16);
     free(scratch), free(add), free(out2), free(dout), free(dw0), free(dw), free(din), free(wdw), free(mdw);
