@@ -279,12 +279,14 @@ operands rounded to bf16, fp32 sums, fp32 master weights, gradients and AdamW), 
 `torch.autocast("cpu", bfloat16)` around forward and loss (`bench/torch_train.py --dtype bf16`),
 fp32 parameters, gradients and AdamW.
 """ if bf16 else "")
+blas_note = ("oneMKL on both sides (femtotron's `make BLAS=mkl` build, PyPI's PyTorch through oneDNN)" if bf16 else
+             f"OpenBLAS's {os.environ['BLAS_CORE']} kernels (femtotron's default build and Debian's PyTorch; "
+             "PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL)")
 md = f"""# femtotron vs PyTorch: training throughput{title}
 
 {date} · {cpu} · GEMM peak {peak} GFLOP/s ({what}; the
 highest of the readings before the runs and, with every build, before each round: {", ".join(f"{b} {x:.1f}" for b, x in peak_readings)}),
-the MFU denominator of every row · OpenBLAS's {os.environ["BLAS_CORE"]} kernels (femtotron's default
-build and Debian's PyTorch; PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL) · {load}
+the MFU denominator of every row · {blas_note} · {load}
 {how}
 Against the fastest PyTorch variant:
 

@@ -21,13 +21,13 @@
 // rank (the BLAS threads the product itself).
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #ifdef FEMTOTRON_MKL
 #include <mkl.h>
 #endif
 
 #include "ops/bf16.h"
+#include "ops/bf16_spans.h"
 #include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
@@ -96,32 +96,14 @@ static struct {
 } g_seen[MAX_SEEN];
 static int g_nseen, g_oldest;
 
-// The arena's slices AdamW wrote into the copy itself (cpu_bf16_copy_for_update),
-// as offsets [lo, hi): pending until ops_bf16_weights_changed, then fresh for the
-// new generation, where a weight inside one fresh span is read without rounding.
-// AdamW's runs come in arena order and merge; past MAX_SPANS one is forgotten and
-// its weights are rounded as before (the same values).
-#define MAX_SPANS 1024
-typedef struct {
-    size_t lo, hi;
-} Span;
-static Span g_pending[MAX_SPANS], g_fresh[MAX_SPANS];
-static int g_npending, g_nfresh;
+// The arena's slices AdamW wrote into the copy itself (cpu_bf16_copy_for_update):
+// ops/bf16_spans.h.
+static Bf16Spans g_spans;
 
 uint16_t *cpu_bf16_copy_for_update(const float *p, size_t n) {
     if (!g_bf16 || !g_w || n == 0 || p < g_w || p + n > g_w + g_n) return NULL;
-    const size_t lo = (size_t)(p - g_w), hi = lo + n;
-    if (g_npending && g_pending[g_npending - 1].hi == lo) g_pending[g_npending - 1].hi = hi;
-    else if (g_npending < MAX_SPANS) g_pending[g_npending++] = (Span){lo, hi};
-    else return NULL;  // not recorded: the update leaves the copy to be rounded when read
-    return g_copy + lo;
-}
-
-// 1 when AdamW wrote [lo, hi) of the copy for this generation.
-static int fresh(size_t lo, size_t hi) {
-    for (int i = 0; i < g_nfresh; i++)
-        if (g_fresh[i].lo <= lo && hi <= g_fresh[i].hi) return 1;
-    return 0;
+    bf16_spans_add(&g_spans, (size_t)(p - g_w), (size_t)(p - g_w) + n);  // no room: rounded when read instead
+    return g_copy + (p - g_w);
 }
 
 void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
@@ -131,14 +113,12 @@ void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
     g_n = n;
     g_copy = copy;
     g_nseen = g_oldest = 0;
-    g_npending = g_nfresh = 0;
+    g_spans.npending = g_spans.nfresh = 0;
 }
 
 void ops_bf16_weights_changed(void) {
     g_gen++;
-    memcpy(g_fresh, g_pending, sizeof(Span) * (size_t)g_npending);
-    g_nfresh = g_npending;
-    g_npending = 0;
+    bf16_spans_next(&g_spans);
 }
 
 // The kept copy of the contiguous weight x(n), rounded now if this generation has
@@ -154,7 +134,7 @@ static const uint16_t *kept_copy(const float *x, size_t n) {
         else i = g_oldest, g_oldest = (g_oldest + 1) % MAX_SEEN;
         g_seen[i].p = x, g_seen[i].n = n;
     }
-    if (!fresh((size_t)(x - g_w), (size_t)(x - g_w) + n)) round_to_bf16(c, x, n);  // else AdamW wrote it
+    if (!bf16_spans_fresh(&g_spans, (size_t)(x - g_w), (size_t)(x - g_w) + n)) round_to_bf16(c, x, n);  // else AdamW wrote it
     g_seen[i].gen = g_gen;
     return c;
 }

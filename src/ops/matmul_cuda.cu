@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "ops/bf16_cuda.cuh"
+#include "ops/bf16_spans.h"
 #include "ops/cuda_common.cuh"
 
 extern "C" {
@@ -180,34 +181,14 @@ static unsigned g_w_gen = 1;
 static Rounded g_rounded[MAX_ROUNDED];
 static int g_nrounded, g_next_rounded;
 
-// The arena's slices the optimizer wrote into the copy (cuda_bf16_copy_for_update),
-// as offsets [lo, hi): pending until ops_bf16_weights_changed, then fresh for the
-// new generation, where a weight inside one fresh span needs no rounding. Adjacent
-// updates (AdamW's runs, in arena order) merge; past MAX_SPANS one is forgotten,
-// and its weights are rounded as before (the same values).
-#define MAX_SPANS 1024
-typedef struct {
-    size_t lo, hi;
-} Span;
-static Span g_pending[MAX_SPANS], g_fresh[MAX_SPANS];
-static int g_npending, g_nfresh;
-
-static void add_span(Span *s, int *n, size_t lo, size_t hi) {
-    if (*n && s[*n - 1].hi == lo) s[*n - 1].hi = hi;
-    else if (*n < MAX_SPANS) s[(*n)++] = Span{lo, hi};
-}
+// The arena's slices the optimizer wrote into the copy (cuda_bf16_copy_for_update):
+// ops/bf16_spans.h.
+static Bf16Spans g_spans;
 
 void *cuda_bf16_copy_for_update(const float *p, size_t n) {
     if (!g_w || n == 0 || p < g_w || p + n > g_w + g_w_n) return NULL;
-    add_span(g_pending, &g_npending, (size_t)(p - g_w), (size_t)(p - g_w) + n);
+    bf16_spans_add(&g_spans, (size_t)(p - g_w), (size_t)(p - g_w) + n);  // no room: rounded when read instead
     return g_w_copy + (p - g_w);
-}
-
-// 1 when the optimizer wrote [lo, hi) of the copy for this generation.
-static int fresh(size_t lo, size_t hi) {
-    for (int i = 0; i < g_nfresh; i++)
-        if (g_fresh[i].lo <= lo && hi <= g_fresh[i].hi) return 1;
-    return 0;
 }
 
 extern "C" void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
@@ -215,13 +196,11 @@ extern "C" void ops_keep_bf16_weights(const float *weights, size_t n, void *copy
     g_w_n = n;
     g_w_copy = (__nv_bfloat16 *)copy;
     g_nrounded = g_next_rounded = 0;
-    g_npending = g_nfresh = 0;
+    g_spans.npending = g_spans.nfresh = 0;
 }
 extern "C" void ops_bf16_weights_changed(void) {
     g_w_gen++;
-    memcpy(g_fresh, g_pending, (size_t)g_npending * sizeof(Span));
-    g_nfresh = g_npending;
-    g_npending = 0;
+    bf16_spans_next(&g_spans);
 }
 
 // The kept copy of the contiguous weight x (n values), rounded now if this
@@ -239,7 +218,7 @@ static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
         r->p = x;
         r->n = n;
     }
-    if (!fresh((size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
+    if (!bf16_spans_fresh(&g_spans, (size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
         round_rows(c, x, 1, n, n, n);
     r->gen = g_w_gen;
     return c;
