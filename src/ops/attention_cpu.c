@@ -206,11 +206,18 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         float *orow = ob + (size_t)(i0 + r) * ldo;
                         float mnew = mb[i0 + r] > rmax ? mb[i0 + r] : rmax;
                         float alpha = fast_expf(mb[i0 + r] - mnew), sum = 0.0f;
+                        if (r16) {  // bf16: P V and l read the rounded P
 #pragma omp simd reduction(+ : sum)
-                        for (int c = 0; c < nv; c++) {
-                            const float p = fast_expf(srow[c] - mnew);
-                            srow[c] = r16 ? bf16_rounded(p) : p;  // bf16: P V and l read the rounded P
-                            sum += srow[c];
+                            for (int c = 0; c < nv; c++) {
+                                srow[c] = bf16_rounded(fast_expf(srow[c] - mnew));
+                                sum += srow[c];
+                            }
+                        } else {  // (a loop of its own: its vector width, so its sums' order, as without bf16)
+#pragma omp simd reduction(+ : sum)
+                            for (int c = 0; c < nv; c++) {
+                                srow[c] = fast_expf(srow[c] - mnew);
+                                sum += srow[c];
+                            }
                         }
                         lb[i0 + r] = lb[i0 + r] * alpha + sum;
                         mb[i0 + r] = mnew;

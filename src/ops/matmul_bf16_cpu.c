@@ -13,12 +13,15 @@
 // gradients' accumulation (beta 1) stay fp32. Weights are read from the kept bf16
 // copy of the parameters (ops_keep_bf16_weights), which AdamW writes as it updates
 // this rank's parameters (cpu_bf16_copy_for_update) and the first product to read a
-// weight rounds otherwise (another rank's shard, gathered); operands a run keeps as bf16 (the norms' outputs, gate|up, the
-// SwiGLU output, the gate|up and q|k|v gradients) are read as they are.
+// weight rounds otherwise (another rank's shard, gathered); operands a run keeps as
+// bf16 (the norms' outputs, gate|up, the SwiGLU output, the gate|up and q|k|v
+// gradients) are read as they are.
 //
-// The rounded copies live in three grow-only buffers (one per operand slot of a
-// product), sized by the largest operand; products are called from one thread of a
-// rank (the BLAS threads the product itself).
+// The rounded copies of other operands live in three grow-only buffers (one per
+// operand slot of a product), sized by the largest operand a product rounds (the
+// logits' gradient, (N, V) at 2 bytes a value), allocated as they grow and not
+// among the planned buffers (the CUDA backend plans its copies: ops_set_workspace);
+// products are called from one thread of a rank (the BLAS threads the product).
 #include <stdio.h>
 #include <stdlib.h>
 
