@@ -27,14 +27,17 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
         r->bf16_weights = buf_take(plan_only, MEM_PARAMS, 2 * r->dp.n_elements, "bf16 weight copy");
         if (!plan_only) ops_keep_bf16_weights(r->dp.params, r->dp.n_elements, r->bf16_weights);
     }
-    // The CUDA backend's own work buffers (ops.h: OpsBounds), planned like the rest:
+    // The backend's own work buffers (ops.h: OpsBounds), planned like the rest:
     // sized from the widest operands of this rank's step, installed before step 1.
-    if (cfg->training.device == DEVICE_CUDA) {
+    // CUDA's always; the CPU's under bf16 products (their operands' bf16 copies).
+    const int cuda = cfg->training.device == DEVICE_CUDA;
+    if (cuda || bf16) {
         const LlamaModel *m = &r->model;
         OpsBounds b = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
                                       r->pipe.held[m->L + 1] != 0, bf16, kept);
         b.cudnn_attention = cfg->training.attention == ATTENTION_CUDNN;  // cuDNN's copies and workspace
-        r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, ops_cuda_workspace(&b).total, "CUDA work buffers");
+        r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, cuda ? ops_cuda_workspace(&b).total : ops_cpu_workspace_bytes(&b),
+                                cuda ? "CUDA work buffers" : "bf16 operand copies");
         if (!plan_only) ops_set_workspace(r->workspace, &b);
     }
     // The pipeline's and the ring's messages over NCCL links where the collectives

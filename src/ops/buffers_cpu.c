@@ -23,11 +23,6 @@ void ops_set_attention_cudnn(int on) {
     if (on) die("the CPU build has no cuDNN (training.attention = cudnn needs ./femtotron-cuda)");
 }
 
-void ops_set_workspace(void *buf, const OpsBounds *b) {
-    (void)b;
-    if (buf) die("the CPU build has no work buffers of its own to install (training.device = cuda needs ./femtotron-cuda)");
-}
-
 void ops_upload(void *dst_buffer, const void *src_host, size_t bytes) { memcpy(dst_buffer, src_host, bytes); }
 
 void ops_download(void *dst_host, const void *src_buffer, size_t bytes) { memcpy(dst_host, src_buffer, bytes); }

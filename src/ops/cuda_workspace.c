@@ -42,3 +42,8 @@ OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b) {
     w.total = 256 + w.lt + w.scratch + w.half[0] + w.half[1] + w.half[2] + w.att;
     return w;
 }
+
+size_t ops_cpu_workspace_bytes(const OpsBounds *b) {
+    const OpsCudaWorkspace w = ops_cuda_workspace(b);
+    return w.half[0] + w.half[1] + w.half[2];
+}

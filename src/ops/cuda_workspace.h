@@ -42,6 +42,9 @@ typedef struct {
 // SmolLM-1.7B's 8192 tokens give 512 blocks, about 4 a multiprocessor.
 #define OPS_CUDA_COL_CHUNKS 512
 OpsCudaWorkspace ops_cuda_workspace(const OpsBounds *b);
+// The CPU backend's work buffers for bounds b, in bytes: bf16 products' operand
+// copies in the same three slots (half[0..2]; 0 in fp32), nothing else.
+size_t ops_cpu_workspace_bytes(const OpsBounds *b);
 // The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
 // multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the
 // output and of its gradient (att_out each), cuDNN's bf16 q|k|v gradient

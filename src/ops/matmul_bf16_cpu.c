@@ -17,11 +17,13 @@
 // bf16 (the norms' outputs, gate|up, the SwiGLU output, the gate|up and q|k|v
 // gradients) are read as they are.
 //
-// The rounded copies of other operands live in three grow-only buffers (one per
-// operand slot of a product), sized by the largest operand a product rounds (the
-// logits' gradient, (N, V) at 2 bytes a value), allocated as they grow and not
-// among the planned buffers (the CUDA backend plans its copies: ops_set_workspace);
-// products are called from one thread of a rank (the BLAS threads the product).
+// The rounded copies of other operands live in three slots, one per operand of a
+// product (0: a backward's output gradient or a forward's weight, 1: an input, 2: a
+// backward's weight), as in the CUDA backend: a training rank installs them as one
+// planned buffer sized from its step's widest operands (ops_set_workspace, the
+// CUDA workspace's slot sizes), and an operand that would not fit is fatal; with
+// none installed (tests, bench, generation) each slot grows as needed. Products are
+// called from one thread of a rank (the BLAS threads the product itself).
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -31,6 +33,7 @@
 
 #include "ops/bf16.h"
 #include "ops/bf16_spans.h"
+#include "ops/cuda_workspace.h"
 #include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
@@ -57,13 +60,38 @@ int cpu_bf16_products(void) { return g_bf16; }
 typedef struct {
     uint16_t *p;  // (cap) bf16
     size_t cap;
+    int planned;  // p lies in the installed workspace (else grown here, freed here)
 } Scratch;
 static Scratch g_slot[3];
+
+static void release_slots(void) {
+    for (int i = 0; i < 3; i++) {
+        if (!g_slot[i].planned) free(g_slot[i].p);
+        g_slot[i] = (Scratch){NULL, 0, 0};
+    }
+}
+
+void ops_set_workspace(void *buf, const OpsBounds *b) {
+    release_slots();
+    if (!buf) return;
+    if (!ops_has_bf16() || !b->bf16)
+        die("ops_set_workspace: the CPU backend's only work buffers are bf16 products' operand copies "
+            "(training.precision = bf16 in the oneMKL build)");
+    const OpsCudaWorkspace w = ops_cuda_workspace(b);
+    char *at = buf;  // the three slots in order, ops_cpu_workspace_bytes(b) in all
+    for (int i = 0; i < 3; i++) {
+        g_slot[i] = (Scratch){(uint16_t *)at, w.half[i] / sizeof(uint16_t), 1};
+        at += w.half[i];
+    }
+}
 
 // x(rows, cols), rows ld apart, rounded into slot's buffer (rows, cols) contiguous.
 static const uint16_t *rounded_operand(int slot, const float *x, int rows, int cols, int ld) {
     const size_t n = (size_t)rows * cols;
     Scratch *s = &g_slot[slot];
+    if (n > s->cap && s->planned)
+        die("a bf16 operand copy of %d x %d values exceeds its planned slot %d (%zu values): the step's bounds "
+            "(llama_op_bounds) missed a product's shape", rows, cols, slot, s->cap);
     if (n > s->cap) {
         free(s->p);
         s->p = xmalloc(sizeof(uint16_t) * n, "a bf16 operand copy");

@@ -87,7 +87,8 @@ void ops_bf16_weights_changed(void);
 // (OpsBounds, OpsCudaWorkspace and their sizes: ops/cuda_workspace.h.)
 // Install `buf` (ops_cuda_workspace(b).total bytes, a planned buffer) as the
 // backend's work buffers, releasing those it grew itself; NULL uninstalls it.
-// CUDA only: fatal on the CPU backend, which has none.
+// The CPU backend's only work buffers are bf16 products' operand copies
+// (ops_cpu_workspace_bytes(b) bytes, the same slots; fatal there in fp32).
 void ops_set_workspace(void *buf, const OpsBounds *b);
 // Host memory <-> a planned buffer, `bytes` bytes (the places where host code
 // prepares or reads buffer contents: token ids, positions, checkpoint pieces, the

@@ -7,13 +7,17 @@
 // |terms|), and each must be farther than that from the unrounded product, so a
 // product that skipped the rounding fails. Built and run by
 // tests/shell/test_blas_mkl.sh (make BLAS=mkl build-mkl/tests/test_bf16_products).
+#define _POSIX_C_SOURCE 200809L  // fork, waitpid
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ops/bf16.h"
+#include "ops/cuda_workspace.h"
 #include "ops/ops.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -259,11 +263,47 @@ static void test_attention(void) {
     free(want), free(wlse), free(rd), free(wdq);
 }
 
+// A training rank's planned operand copies (ops_set_workspace): products within the
+// step's bounds run in them, the same results; a product wider than the bounds is
+// fatal, naming the slot (a child process, as die() exits).
+static void test_workspace(void) {
+    const int N = 16, K = 24, O = 40;
+    OpsBounds b = {0};
+    b.bf16 = 1, b.rows = N, b.in_cols = K, b.out_cols = O, b.weight = (size_t)O * K;
+    const size_t bytes = ops_cpu_workspace_bytes(&b);
+    void *ws = malloc(bytes);
+    float *in = fnew((size_t)2 * N * K, -1, 1), *w = fnew((size_t)O * K, -1, 1), *out = fnew((size_t)2 * N * O, 0, 0);
+    double *want = malloc(sizeof(double) * 2 * N * O), *mag = malloc(sizeof(double) * 2 * N * O);
+    naive_abt(want, mag, in, w, N, K, O, 1);
+    ops_set_workspace(ws, &b);
+    matmul_forward(out, in, w, N, K, O);
+    CHECK(worst(out, want, mag, NULL, (size_t)N * O) < TOL,
+          "an installed workspace (%zu bytes: the bounds' three slots) holds the operand copies of a product within "
+          "the bounds", bytes);
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        matmul_forward(out, in, w, 2 * N, K, O);  // twice the rows the bounds allow
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "a product with more rows than the bounds is fatal (exit %d)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    ops_set_workspace(NULL, NULL);  // back to slots that grow
+    matmul_forward(out, in, w, 2 * N, K, O);
+    naive_abt(want, mag, in, w, 2 * N, K, O, 1);
+    CHECK(worst(out, want, mag, NULL, (size_t)2 * N * O) < TOL, "uninstalled, the slots grow again");
+    free(ws), free(in), free(w), free(out), free(want), free(mag);
+}
+
 int main(void) {
     CHECK(ops_has_bf16(), "this build has bf16 products (oneMKL's cblas_gemm_bf16bf16f32)");
     ops_set_threads(2);
     ops_set_matmul_bf16(1);
     test_products();
     test_attention();
+    test_workspace();
     return check_summary();
 }
