@@ -5,6 +5,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "ops/adamw_element.h"
 #include "ops/bf16.h"
 #include "ops/fast_exp.h"
 #include "ops/matmul_bf16_cpu.h"
@@ -105,18 +106,6 @@ void sum_squares(const float *x, size_t n, double *acc) {
     *acc += s;
 }
 
-// AdamW on element i: m, v and param updated in place; returns the new param.
-static inline float adamw_one(float *param, const float *grad, float *m, float *v, size_t i, float grad_scale,
-                              float beta1, float beta2, float eps, float bc2_sqrt, float step_size, float decay) {
-    float g = grad[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    return param[i] = param[i] * decay - step_size * mi / denom;
-}
-
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                   float grad_scale, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t) {
@@ -131,10 +120,11 @@ void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
     if (copy16) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++)
-            copy16[i] = bf16_from_f32(adamw_one(param, grad, m, v, i, grad_scale, beta1, beta2, eps, bc2_sqrt, step_size, decay));
+            copy16[i] = bf16_from_f32(
+                adamw_element(param, grad, m, v, i, grad_scale, beta1, beta2, eps, bc2_sqrt, step_size, decay));
         return;
     }
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++)
-        adamw_one(param, grad, m, v, i, grad_scale, beta1, beta2, eps, bc2_sqrt, step_size, decay);
+        adamw_element(param, grad, m, v, i, grad_scale, beta1, beta2, eps, bc2_sqrt, step_size, decay);
 }

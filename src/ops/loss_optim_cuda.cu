@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include "ops/adamw_element.h"
 #include "ops/cuda_common.cuh"
 #include "ops/reduce_cuda.cuh"
 
@@ -191,14 +192,7 @@ __global__ void k_adamw(float *param, const float *grad, float *m, float *v, siz
                         float beta1, float beta2, float eps, float decay, float step_size, float bc2_sqrt,
                         __nv_bfloat16 *copy) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        const float p = param[i] * decay - step_size * mi / denom;
-        param[i] = p;
+        const float p = adamw_element(param, grad, m, v, i, grad_scale, beta1, beta2, eps, bc2_sqrt, step_size, decay);
         if (copy) copy[i] = __float2bfloat16_rn(p);
     }
 }

@@ -32,7 +32,7 @@
 #endif
 
 #include "ops/bf16.h"
-#include "ops/bf16_spans.h"
+#include "ops/bf16_kept.h"
 #include "ops/cuda_workspace.h"
 #include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
@@ -109,31 +109,16 @@ static const uint16_t *rounded_operand(int slot, const float *x, int rows, int c
 
 // ------------------------------------------------------ the kept copy of weights
 //
-// g_copy mirrors the arena [g_w, g_w + g_n) element for element. A tensor (a
-// contiguous slice the products read as a weight) is rounded the first time a
-// product reads it after ops_bf16_weights_changed(), which starts a new
-// generation; g_seen lists the slices with the generation they were rounded in (a
-// few hundred a rank; past MAX_SEEN the oldest entry is reused, and its slice is
-// rounded again when next read: the same values).
-#define MAX_SEEN 4096
+// g_copy mirrors the arena [g_w, g_w + g_n) element for element; which slices hold
+// the current generation, and which AdamW wrote: ops/bf16_kept.h.
 static const float *g_w;  // (g_n) the arena, NULL when none is kept
 static size_t g_n;
 static uint16_t *g_copy;  // (g_n) its bf16 copy, a planned buffer
-static unsigned g_gen = 1;
-static struct {
-    const float *p;
-    size_t n;
-    unsigned gen;
-} g_seen[MAX_SEEN];
-static int g_nseen, g_oldest;
-
-// The arena's slices AdamW wrote into the copy itself (cpu_bf16_copy_for_update):
-// ops/bf16_spans.h.
-static Bf16Spans g_spans;
+static Bf16Kept g_kept;
 
 uint16_t *cpu_bf16_copy_for_update(const float *p, size_t n) {
     if (!g_bf16 || !g_w || n == 0 || p < g_w || p + n > g_w + g_n) return NULL;
-    bf16_spans_add(&g_spans, (size_t)(p - g_w), (size_t)(p - g_w) + n);  // no room: rounded when read instead
+    bf16_kept_written(&g_kept, (size_t)(p - g_w), (size_t)(p - g_w) + n);
     return g_copy + (p - g_w);
 }
 
@@ -143,30 +128,17 @@ void ops_keep_bf16_weights(const float *weights, size_t n, void *copy) {
     g_w = n ? weights : NULL;
     g_n = n;
     g_copy = copy;
-    g_nseen = g_oldest = 0;
-    g_spans.npending = g_spans.nfresh = 0;
+    bf16_kept_reset(&g_kept);
 }
 
-void ops_bf16_weights_changed(void) {
-    g_gen++;
-    bf16_spans_next(&g_spans);
-}
+void ops_bf16_weights_changed(void) { bf16_kept_next(&g_kept); }
 
-// The kept copy of the contiguous weight x(n), rounded now if this generation has
-// not yet; NULL when x is not in the arena.
+// The kept copy of the contiguous weight x(n), rounded now unless this generation
+// has it already; NULL when x is not in the arena.
 static const uint16_t *kept_copy(const float *x, size_t n) {
     if (!g_w || x < g_w || x + n > g_w + g_n) return NULL;
     uint16_t *c = g_copy + (x - g_w);
-    int i = 0;
-    while (i < g_nseen && !(g_seen[i].p == x && g_seen[i].n == n)) i++;
-    if (i < g_nseen && g_seen[i].gen == g_gen) return c;
-    if (i == g_nseen) {  // a new slice: a free entry, or the oldest one
-        if (g_nseen < MAX_SEEN) g_nseen++;
-        else i = g_oldest, g_oldest = (g_oldest + 1) % MAX_SEEN;
-        g_seen[i].p = x, g_seen[i].n = n;
-    }
-    if (!bf16_spans_fresh(&g_spans, (size_t)(x - g_w), (size_t)(x - g_w) + n)) round_to_bf16(c, x, n);  // else AdamW wrote it
-    g_seen[i].gen = g_gen;
+    if (bf16_kept_stale(&g_kept, (size_t)(x - g_w), n)) round_to_bf16(c, x, n);
     return c;
 }
 

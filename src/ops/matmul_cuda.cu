@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "ops/bf16_cuda.cuh"
-#include "ops/bf16_spans.h"
+#include "ops/bf16_kept.h"
 #include "ops/cuda_common.cuh"
 
 extern "C" {
@@ -163,31 +163,17 @@ typedef struct {
 
 // The bf16 copy of the weights (ops_keep_bf16_weights): g_w_copy mirrors the
 // arena [g_w, g_w + g_w_n) element for element; a weight operand's slice of it is
-// rounded once per generation (ops_bf16_weights_changed bumps g_w_gen) and then
-// read by every product until the next. g_rounded records which slices (start,
-// length) hold the current generation: a few hundred tensors a rank, searched in
-// order; when full, slots are reused round robin (a slice rounded twice gets the
-// same values, so reuse changes no result).
-#define MAX_ROUNDED 4096
-typedef struct {
-    const float *p;
-    size_t n;
-    unsigned gen;
-} Rounded;
+// rounded once per generation (ops_bf16_weights_changed starts one) and then read
+// by every product until the next, unless the optimizer wrote it
+// (cuda_bf16_copy_for_update): the bookkeeping of ops/bf16_kept.h.
 static const float *g_w;         // (g_w_n) the arena, NULL when none is kept
 static size_t g_w_n;
 static __nv_bfloat16 *g_w_copy;  // (g_w_n) its bf16 copy, a planned buffer
-static unsigned g_w_gen = 1;
-static Rounded g_rounded[MAX_ROUNDED];
-static int g_nrounded, g_next_rounded;
-
-// The arena's slices the optimizer wrote into the copy (cuda_bf16_copy_for_update):
-// ops/bf16_spans.h.
-static Bf16Spans g_spans;
+static Bf16Kept g_kept;
 
 void *cuda_bf16_copy_for_update(const float *p, size_t n) {
     if (!g_w || n == 0 || p < g_w || p + n > g_w + g_w_n) return NULL;
-    bf16_spans_add(&g_spans, (size_t)(p - g_w), (size_t)(p - g_w) + n);  // no room: rounded when read instead
+    bf16_kept_written(&g_kept, (size_t)(p - g_w), (size_t)(p - g_w) + n);
     return g_w_copy + (p - g_w);
 }
 
@@ -195,32 +181,16 @@ extern "C" void ops_keep_bf16_weights(const float *weights, size_t n, void *copy
     g_w = n ? weights : NULL;
     g_w_n = n;
     g_w_copy = (__nv_bfloat16 *)copy;
-    g_nrounded = g_next_rounded = 0;
-    g_spans.npending = g_spans.nfresh = 0;
+    bf16_kept_reset(&g_kept);
 }
-extern "C" void ops_bf16_weights_changed(void) {
-    g_w_gen++;
-    bf16_spans_next(&g_spans);
-}
+extern "C" void ops_bf16_weights_changed(void) { bf16_kept_next(&g_kept); }
 
-// The kept copy of the contiguous weight x (n values), rounded now if this
-// generation has not rounded it yet; NULL when x is not in the arena.
+// The kept copy of the contiguous weight x (n values), rounded now unless this
+// generation has it already; NULL when x is not in the arena.
 static const __nv_bfloat16 *kept_copy(const float *x, size_t n) {
     if (!g_w || x < g_w || x + n > g_w + g_w_n) return NULL;
     __nv_bfloat16 *c = g_w_copy + (x - g_w);
-    Rounded *r = NULL;
-    for (int i = 0; i < g_nrounded && !r; i++)
-        if (g_rounded[i].p == x && g_rounded[i].n == n) r = &g_rounded[i];
-    if (r && r->gen == g_w_gen) return c;
-    if (!r) {
-        r = &g_rounded[g_nrounded < MAX_ROUNDED ? g_nrounded++ : g_next_rounded];
-        if (g_nrounded == MAX_ROUNDED) g_next_rounded = (g_next_rounded + 1) % MAX_ROUNDED;
-        r->p = x;
-        r->n = n;
-    }
-    if (!bf16_spans_fresh(&g_spans, (size_t)(x - g_w), (size_t)(x - g_w) + n))  // else the optimizer wrote it already
-        round_rows(c, x, 1, n, n, n);
-    r->gen = g_w_gen;
+    if (bf16_kept_stale(&g_kept, (size_t)(x - g_w), n)) round_rows(c, x, 1, n, n, n);
     return c;
 }
 
