@@ -60,16 +60,20 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
     exit 0
 fi
 
-# 1. The binaries: the bundle's where it came along, else built here.
-if [ -f gpu-bundle.tar.gz ]; then
-    tar xzf gpu-bundle.tar.gz || { say "FAIL unpacking gpu-bundle.tar.gz"; exit 1; }
+# 1. The binaries: the bundle's where it came along, else built here. GPU_BUNDLE
+# (default gpu-bundle.tar.gz) names it: tests/shell/test_cuda_emu.sh points it
+# elsewhere, so that a developer's bundle (ignored by git) never unpacks its older
+# binaries over a working tree's builds.
+GPU_BUNDLE=${GPU_BUNDLE:-gpu-bundle.tar.gz}
+if [ -f "$GPU_BUNDLE" ]; then
+    tar xzf "$GPU_BUNDLE" || { say "FAIL unpacking $GPU_BUNDLE"; exit 1; }
     envmsg=$(mktemp)
     # shellcheck disable=SC1091
     . gpu-bundle/env.sh 2>"$envmsg"  # its notes of libraries still missing, if any
     tee -a "$LOG" <"$envmsg"
     rm -f "$envmsg"
     export PREBUILT=1
-    say "== binaries from gpu-bundle.tar.gz ($(elapsed) s)"
+    say "== binaries from $GPU_BUNDLE ($(elapsed) s)"
 elif [ "${PREBUILT:-0}" != 1 ]; then
     say "== make cuda ($(elapsed) s)"
     { make -s -j"$(nproc)" cuda && make -s -j"$(nproc)" femtotron build/tests/plan_memory_main build/tests/dump_grads; } \

@@ -106,6 +106,8 @@ fi
 # with its FAIL line and run again under the sanitizer (a stand-in that prints
 # memcheck's summary), and the benchmark left out when too little time is left.
 sess=$(mktemp -d)
+# Never a developer's gpu-bundle.tar.gz: its binaries would replace this tree's.
+export GPU_BUNDLE="$sess/no-bundle.tar.gz"
 # Stand-ins for Nsight Compute and cuobjdump (bench/attention_ncu.sh's tools): the
 # arguments ncu was given, and one kernel's machine code of three instructions.
 printf '#!/bin/sh\necho "ncu $*"\n' >"$fake/ncu"
