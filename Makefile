@@ -64,6 +64,9 @@ $(BUILD)/femtotron: $(BUILD)/main.o $(OBJ)
 $(BUILD)/%.o: src/%.c $(shell find src -name '*.h') Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+# The AMX attention's element-wise passes with 512-bit vectors (ops/attention_amx_cpu.c:
+# its own file so that the fp32 kernels keep their width, and their sums' order).
+$(BUILD)/ops/attention_amx_cpu.o: CFLAGS += -mprefer-vector-width=512
 
 $(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.h
 	@mkdir -p $(BUILD)/tests
@@ -122,7 +125,7 @@ CUDNN_FE_FLAGS := -std=c++17 -O1 -Wall -Wextra -Werror -Isrc -isystem third_part
                   -isystem $(CUDA_HOME)/include -DCUDNN_FRONTEND_SKIP_JSON_LIB -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 # The CPU build's own pieces, replaced in the CUDA build: the CPU kernels, and the
 # absent device collectives library (dist/device_comm_none.c; NCCL's is a .cu file).
-CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/matmul_cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/buffers_cpu.o $(BUILD)/ops/matmul_bf16_cpu.o \
+CPU_KERNELS := $(BUILD)/ops/cpu.o $(BUILD)/ops/matmul_cpu.o $(BUILD)/ops/loss_optim_cpu.o $(BUILD)/ops/attention_cpu.o $(BUILD)/ops/attention_amx_cpu.o $(BUILD)/ops/buffers_cpu.o $(BUILD)/ops/matmul_bf16_cpu.o \
                $(BUILD)/ops/moe_dispatch_cpu.o $(BUILD)/dist/device_comm_none.o
 CUDA_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
               $(patsubst src/%.cu,$(CUDA_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \

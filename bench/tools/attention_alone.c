@@ -5,12 +5,16 @@
 // and values; backward 10 hd S(S+1)/2: scores recomputed, dP, dQ, dK, dV).
 // Threads: OMP_NUM_THREADS. Built by bench/gemm_in_situ.sh against build/ops
 // (attention_cpu.o and buffers_cpu.o, whose copy_rows_f32 it uses). A 7th argument
-// "bf16" switches bf16 products on (link the oneMKL build's ops/matmul_bf16_cpu.o).
-//   attention_alone B S H KV hd R [bf16]  ->  "attention fwd F ms bwd G ms total T GFLOP/s"
+// "bf16" switches bf16 products on (link the oneMKL build's ops/matmul_bf16_cpu.o):
+// their tiles on AMX where the CPU has it (ops/amx_tiles.h); "bf16-mkl" on oneMKL's
+// bf16 product instead.
+//   attention_alone B S H KV hd R [bf16|bf16-mkl]  ->  "attention fwd F ms bwd G ms total T GFLOP/s"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 
 static float *random_floats(size_t n, unsigned *seed) {  // (n) uniform in [-1, 1)
@@ -22,10 +26,11 @@ static float *random_floats(size_t n, unsigned *seed) {  // (n) uniform in [-1, 
 
 int main(int argc, char **argv) {
     if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: %s B S H KV hd runs [bf16]\n", argv[0]);
+        fprintf(stderr, "usage: %s B S H KV hd runs [bf16|bf16-mkl]\n", argv[0]);
         return 2;
     }
     if (argc == 8) ops_set_matmul_bf16(1);  // dies where this build has no bf16 product
+    if (argc == 8 && strcmp(argv[7], "bf16-mkl") == 0) cpu_attention_use_amx(0);
     const int B = atoi(argv[1]), S = atoi(argv[2]), H = atoi(argv[3]), KV = atoi(argv[4]),
               hd = atoi(argv[5]), runs = atoi(argv[6]);
     const size_t ld = (size_t)(H + 2 * KV) * hd, nq = (size_t)B * S * ld;

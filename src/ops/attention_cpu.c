@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention_tiles.h"
 #include "ops/bf16.h"
 #include "ops/fast_exp.h"
 #include "ops/matmul_bf16_cpu.h"
@@ -51,23 +52,6 @@
 // sgemm's rate on these tiles with AMX), and the softmax, lse, rowdot and
 // accumulators stay fp32.
 
-#define ATT_T 32    // query rows per tile
-#define ATT_KC 128  // keys per chunk (the online softmax rescales once per chunk)
-
-// Per thread, forward: kt (hd, KC), vc (KC, hd), qc (T, hd), sc (T, KC);
-// backward: kt, vt (hd, KC), kc, dkc, dvc (KC, hd), qc, doc (T, hd), p, ds (T, KC);
-// then, after att_fp32_floats, the bf16 copies of bf16 products (Tiles16).
-static size_t att_fp32_floats(int hd) {
-    return 5 * (size_t)hd * ATT_KC + 2 * (size_t)ATT_T * hd + 2 * (size_t)ATT_T * ATT_KC;
-}
-// bf16 values: k, v (as kt and vt or vc), kc (hd x KC each), q, dO (T x hd), P, dS
-// (T x KC), in floats (two a float), rounded up to 16 floats
-static size_t att_bf16_floats(int hd) {
-    const size_t halves = 3 * (size_t)hd * ATT_KC + 2 * (size_t)ATT_T * hd + 2 * (size_t)ATT_T * ATT_KC;
-    return (halves / 2 + 15) / 16 * 16;
-}
-static size_t att_thread_floats(int hd) { return att_fp32_floats(hd) + att_bf16_floats(hd); }
-
 // A thread's bf16 tiles (bf16 products), in its scratch after the fp32 ones.
 typedef struct {
     uint16_t *k, *v, *kc;  // (hd, KC) kt or (KC, hd) kc layouts, as their fp32 twins; v: vt (bwd) or vc (fwd)
@@ -88,26 +72,6 @@ static Tiles16 tiles16(float *thread_scratch, int hd) {
 
 size_t attention_scratch_floats(int hd) { return (size_t)omp_get_max_threads() * att_thread_floats(hd); }
 
-// How many of the positions pos[0..n) are <= p: pos increases, so they are the
-// first ones. With key positions, the keys a query at position p sees.
-static int count_at_most(const int *pos, int n, int p) {
-    int lo = 0, hi = n;  // pos[0..lo) <= p < pos[hi..n)
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (pos[mid] <= p)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-// The first query tile (a multiple of ATT_T) with a query that sees key position kp:
-// the tile of the first query not before kp.
-static int first_tile_seeing(const int *qpos, int Sq, int kp) {
-    return count_at_most(qpos, Sq, kp - 1) / ATT_T * ATT_T;
-}
-
 // dst(hd, ATT_KC) = transpose of the rows of src(rows, ld), rows <= ATT_KC. Eight
 // source rows at a time: with ld a multiple of 1 KiB their lines share an L1 set,
 // and eight fit its ways (row by row, or all rows per column, ran 1.4x slower).
@@ -119,22 +83,33 @@ static void copy_rows_transposed(float *dst, const float *src, int ld, int rows,
     }
 }
 
-// dst(rows, ld) += src(rows, hd)
-static void add_rows(float *dst, int ld, const float *src, int rows, int hd) {
-    for (int r = 0; r < rows; r++) {
-        float *drow = dst + (size_t)r * ld;
-        const float *srow = src + (size_t)r * hd;
-        for (int d = 0; d < hd; d++) drow[d] += srow[d];
-    }
-}
-
-static inline float bf16_rounded(float x) { return bf16_to_f32(bf16_from_f32(x)); }
-
 // dst(rows, cols) bf16 = x(rows, cols) rounded to the nearest bf16; both with rows
 // ld apart.
 static void to_bf16_block(uint16_t *dst, const float *x, int rows, int cols, int ld) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) dst[(size_t)r * ld + c] = bf16_from_f32(x[(size_t)r * ld + c]);
+}
+
+// Backward: the probabilities of a query tile against a chunk, rebuilt from the
+// saved log-sum-exp: P(mq, ATT_KC) holds the scaled scores of the first nkt keys on
+// entry, exp(s - lse) on exit (0 where masked).
+static void probs_from_lse(float *P, const float *lse, const int *qpos, const int *kpos, int mq, int nkt) {
+    for (int r = 0; r < mq; r++) {
+        float *prow = P + (size_t)r * ATT_KC;
+        const int nv = count_at_most(kpos, nkt, qpos[r]);
+        const float lse_r = lse[r];
+        for (int c = 0; c < nv; c++) prow[c] = fast_expf(prow[c] - lse_r);
+        for (int c = nv; c < nkt; c++) prow[c] = 0.0f;
+    }
+}
+
+// dS = P (dP - rowdot) / sqrt(hd): dS(mq, ATT_KC) holds dP = dO V^T on entry.
+static void scores_gradient(float *dS, const float *P, const float *rowdot, int mq, int nkt, float scale) {
+    for (int r = 0; r < mq; r++) {
+        const float *prow = P + (size_t)r * ATT_KC;
+        float *drow = dS + (size_t)r * ATT_KC, dr = rowdot[r];
+        for (int c = 0; c < nkt; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
+    }
 }
 
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
@@ -154,6 +129,11 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
     const int r16 = cpu_bf16_products();
     // keys any query of the block sees (a prefix)
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
+    if (cpu_attention_amx(hd)) {
+        attention_block_forward_amx(o, m, l, q, ldq, kv, ldkv, koff, voff, qpos, kpos, B, Sq, Sk, H, KV, hd, kend,
+                                    scratch);
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -184,46 +164,8 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
                                     ATT_KC, 0.0f, sc, ATT_KC);
                     }
-                    // A row whose running max is still -inf has accumulated nothing: its
-                    // output row is the zero of attention_block_init, so it needs no
-                    // rescaling, and a tile of such rows (the first chunk a tile sees)
-                    // lets the product below overwrite instead of add. The rescale read
-                    // and wrote a strided output row per query and chunk, and was a third
-                    // of the forward's time outside its products.
-                    int fresh = 1;  // every row of the tile has accumulated nothing yet
-                    for (int r = 0; r < mq; r++) {
-                        float *srow = sc + (size_t)r * ATT_KC, rmax = -INFINITY;
-                        const int empty = mb[i0 + r] == -INFINITY;
-                        fresh &= empty;
-                        const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
-                        for (int c = nv; c < nkt; c++) srow[c] = 0.0f;  // masked: no weight
-                        if (nv == 0) continue;  // nothing visible in this chunk for this row
-                        // (simd reductions: a plain loop would take the max, and add the
-                        // sum below, one element at a time, in order)
-#pragma omp simd reduction(max : rmax)
-                        for (int c = 0; c < nv; c++) rmax = srow[c] > rmax ? srow[c] : rmax;
-                        // Online softmax: rescale what was accumulated under the old max.
-                        float *orow = ob + (size_t)(i0 + r) * ldo;
-                        float mnew = mb[i0 + r] > rmax ? mb[i0 + r] : rmax;
-                        float alpha = fast_expf(mb[i0 + r] - mnew), sum = 0.0f;
-                        if (r16) {  // bf16: P V and l read the rounded P
-#pragma omp simd reduction(+ : sum)
-                            for (int c = 0; c < nv; c++) {
-                                srow[c] = bf16_rounded(fast_expf(srow[c] - mnew));
-                                sum += srow[c];
-                            }
-                        } else {  // (a loop of its own: its vector width, so its sums' order, as without bf16)
-#pragma omp simd reduction(+ : sum)
-                            for (int c = 0; c < nv; c++) {
-                                srow[c] = fast_expf(srow[c] - mnew);
-                                sum += srow[c];
-                            }
-                        }
-                        lb[i0 + r] = lb[i0 + r] * alpha + sum;
-                        mb[i0 + r] = mnew;
-                        if (!empty && alpha != 1.0f)
-                            for (int d = 0; d < hd; d++) orow[d] *= alpha;
-                    }
+                    const int fresh = online_softmax_tile(sc, ATT_KC, ob + (size_t)i0 * ldo, ldo, mb + i0, lb + i0, qpos + i0,
+                                                          kpos + j0, mq, nkt, hd, r16);
                     if (r16) {  // P as rounded above (exact in bf16)
                         to_bf16_block(t16.p, sc, mq, nkt, ATT_KC);
                         cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.p, ATT_KC, t16.v, hd, fresh ? 0.0f : 1.0f,
@@ -273,6 +215,11 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
     const float scale = 1.0f / sqrtf((float)hd);
     const int r16 = cpu_bf16_products();
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
+    if (cpu_attention_amx(hd)) {
+        attention_block_backward_amx(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk,
+                                     H, KV, hd, kend, scratch);
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
@@ -319,24 +266,14 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
                                         ATT_KC, 0.0f, P, ATT_KC);
                         }
-                        for (int r = 0; r < mq; r++) {
-                            float *prow = P + (size_t)r * ATT_KC;
-                            const int nv = count_at_most(kpos + j0, nkt, qpos[i0 + r]);
-                            const float lse_r = lb[i0 + r];
-                            for (int c = 0; c < nv; c++) prow[c] = fast_expf(prow[c] - lse_r);
-                            for (int c = nv; c < nkt; c++) prow[c] = 0.0f;
-                        }
+                        probs_from_lse(P, lb + i0, qpos + i0, kpos + j0, mq, nkt);
                         // dP = dO V^T, then dS = P (dP - rowdot) / sqrt(hd)
                         if (r16)
                             cpu_gemm_bf16(0, 0, mq, nkt, hd, 1.0f, t16.dout, hd, t16.v, ATT_KC, 0.0f, dS, ATT_KC);
                         else
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, 1.0f, doc, hd, vt,
                                         ATT_KC, 0.0f, dS, ATT_KC);
-                        for (int r = 0; r < mq; r++) {
-                            const float *prow = P + (size_t)r * ATT_KC;
-                            float *drow = dS + (size_t)r * ATT_KC, dr = rb[i0 + r];
-                            for (int c = 0; c < nkt; c++) drow[c] = prow[c] * (drow[c] - dr) * scale;
-                        }
+                        scores_gradient(dS, P, rb + i0, mq, nkt, scale);
                         if (r16) {  // the products read P and dS rounded (dS from the fp32 P)
                             to_bf16_block(t16.p, P, mq, nkt, ATT_KC), to_bf16_block(t16.ds, dS, mq, nkt, ATT_KC);
                             cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.ds, ATT_KC, t16.kc, hd, 1.0f,

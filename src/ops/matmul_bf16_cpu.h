@@ -21,6 +21,13 @@ const uint16_t *cpu_bf16_operand(int slot, const float *x, int rows, int cols, i
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B,
                    int ldb, float beta, float *C, int ldc);
 
+// The attention's bf16 tile products (ops/attention_cpu.c): on AMX (ops/amx_tiles.h)
+// where cpu_attention_amx(hd) says so (bf16 products on, AMX on this CPU and
+// allowed, hd a multiple of 32, not turned off), else cpu_gemm_bf16.
+// cpu_attention_use_amx(0) turns AMX off (tests and the bench compare the two).
+int cpu_attention_amx(int hd);
+void cpu_attention_use_amx(int on);
+
 // AdamW's share of the kept copy: where param(n) lies in the kept arena and bf16
 // products are on, the copy's slice for param, which the update writes with the
 // new values rounded to the nearest bf16 (the next generation then reads it without

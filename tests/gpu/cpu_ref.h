@@ -97,8 +97,13 @@
 #define cpu_bf16_operand cpu_ref_bf16_operand
 #define cpu_gemm_bf16 cpu_ref_gemm_bf16
 #define cpu_bf16_copy_for_update cpu_ref_bf16_copy_for_update
+#define cpu_attention_amx cpu_ref_attention_amx
+#define cpu_attention_use_amx cpu_ref_attention_use_amx
+#define attention_block_forward_amx cpu_ref_attention_block_forward_amx
+#define attention_block_backward_amx cpu_ref_attention_block_backward_amx
 
 #include "ops/attention_cpu.c"
+#include "ops/attention_amx_cpu.c"
 #include "ops/buffers_cpu.c"
 #include "ops/cpu.c"
 #include "ops/matmul_cpu.c"

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "ops/bf16.h"
 #include "ops/cuda_workspace.h"
+#include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -224,8 +225,14 @@ static void naive_attention(double *out, double *lse, double *dqkv, const float 
     free(p);
 }
 
-static void test_attention(void) {
-    const int B = 2, S = 70, H = 4, KV = 2, hd = 16, W = (H + 2 * KV) * hd;
+// The attention against naive_attention, where the forward takes the keys in one
+// chunk (its running max is then the row's max, as the reference's): with hd 16 on
+// oneMKL's bf16 product (chunks of 128 keys), with hd 64 and 128 on AMX where the
+// CPU has it (cpu_attention_amx; its forward's chunks are 512 keys, 256 at hd 32:
+// S 300 and 200 take the backward's 128-key chunks through several, a last query tile of 12 or 8
+// rows and chunks that no product width divides).
+static void test_attention(int S, int hd) {
+    const int B = 2, H = 4, KV = 2, W = (H + 2 * KV) * hd;
     const size_t nq = (size_t)B * S * W, no = (size_t)B * S * H * hd, nr = (size_t)B * H * S;
     float *qkv = fnew(nq, -2, 2), *out = fnew(no, 0, 0), *lse = fnew(nr, 0, 0), *ml = fnew(2 * nr, 0, 0);
     float *dout = fnew(no, -1, 1), *dqkv = fnew(nq, 0, 0), *rowdot = fnew(nr, 0, 0);
@@ -253,14 +260,78 @@ static void test_attention(void) {
     ops_set_matmul_bf16(1);
     for (size_t i = 0; i < no; i++) dplain = fmax(dplain, fabs(out[i] - want[i]));
     for (size_t i = 0; i < nq; i++) gplain = fmax(gplain, fabs(dqkv[i] - wdq[i]));
+    const char *engine = cpu_attention_amx(hd) ? "AMX" : "oneMKL";
     CHECK(eo < 1e-3 && el < 1e-3 && 10 * eo < dplain,
-          "attention_forward (bf16): q, k, v and P rounded, l over the rounded P (out err %.1e, lse %.1e; the fp32 "
-          "attention is %.1e away)", eo, el, dplain);
+          "attention_forward (bf16, hd %d, tiles on %s): q, k, v and P rounded, l over the rounded P (out err %.1e, "
+          "lse %.1e; the fp32 attention is %.1e away)", hd, engine, eo, el, dplain);
     CHECK(eg < 1e-3 * gmax && 10 * eg < gplain,
-          "attention_backward (bf16): q, k, v, dO, P and dS rounded for the products (err %.1e of %.2f; the fp32 "
-          "backward is %.1e away)", eg, gmax, gplain);
+          "attention_backward (bf16, hd %d, tiles on %s): q, k, v, dO, P and dS rounded for the products (err %.1e "
+          "of %.2f; the fp32 backward is %.1e away)", hd, engine, eg, gmax, gplain);
     free(qkv), free(out), free(lse), free(ml), free(dout), free(dqkv), free(rowdot), free(scratch), free(pos);
     free(want), free(wlse), free(rd), free(wdq);
+}
+
+// The AMX tiles (ops/attention_amx_cpu.c) against oneMKL's where both take the
+// same chunks, so that they round the same values and differ only in their fp32
+// sums' order (which can move a P or a dS across a bf16 rounding boundary): the
+// backward of S tokens (chunks of 128 keys) on the same out and lse, and a block of
+// a context-parallel ring in both directions (the last third of the queries
+// against 128 keys of which they see some, at offsets into a shared q|k|v). Within
+// 1e-5 of the largest value forward and 1e-3 backward, where the fp32 attention is
+// 1e-3 and more away.
+static void test_attention_amx(int S, int hd) {
+    if (!cpu_attention_amx(hd)) {
+        printf("SKIP attention on AMX (hd %d): this CPU has no AMX-BF16, or the kernel refused its tiles\n", hd);
+        return;
+    }
+    const int B = 2, H = 6, KV = 2, W = (H + 2 * KV) * hd, ldo = H * hd;
+    const size_t nq = (size_t)B * S * W, no = (size_t)B * S * H * hd, nr = (size_t)B * H * S;
+    float *qkv = fnew(nq, -2, 2), *dout = fnew(no, -1, 1), *scratch = fnew(attention_scratch_floats(hd), 0, 0);
+    float *out = fnew(no, 0, 0), *lse = fnew(nr, 0, 0), *ml = fnew(2 * nr, 0, 0), *rowdot = fnew(nr, 0, 0);
+    int *pos = malloc(sizeof(int) * S);
+    for (int i = 0; i < S; i++) pos[i] = i;
+    cpu_attention_use_amx(0);
+    attention_forward(out, lse, ml, ml + nr, qkv, pos, B, S, H, KV, hd, scratch);
+    float *dqkv[3];  // AMX, oneMKL, fp32
+    for (int e = 0; e < 3; e++) {
+        dqkv[e] = fnew(nq, 0, 0);
+        cpu_attention_use_amx(e == 0);
+        ops_set_matmul_bf16(e < 2);
+        attention_backward(dqkv[e], rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
+    }
+    ops_set_matmul_bf16(1);
+    double d = 0, f = 0, gmax = 0;
+    for (size_t i = 0; i < nq; i++)
+        d = fmax(d, fabs(dqkv[0][i] - dqkv[1][i])), f = fmax(f, fabs(dqkv[0][i] - dqkv[2][i])),
+        gmax = fmax(gmax, fabs(dqkv[1][i]));
+    CHECK(d < 1e-3 * gmax && 10 * d < f,
+          "attention_backward on AMX tiles = on oneMKL's (S %d, hd %d: within %.1e of %.2f; the fp32 backward %.1e "
+          "away)", S, hd, d, gmax, f);
+    // The ring block: queries q0.. against keys k0..k0+128 (one chunk either way).
+    const int Sq = S / 3, q0 = S - Sq, Sk = 128, k0 = q0 - 64;
+    const size_t nob = (size_t)B * Sq * ldo, nrb = (size_t)B * H * Sq;
+    float *o2[2], *m2[2], *l2[2], *dq2[2];
+    for (int e = 0; e < 2; e++) {
+        cpu_attention_use_amx(e == 0);
+        o2[e] = fnew(nob, 0, 0), m2[e] = fnew(nrb, 0, 0), l2[e] = fnew(nrb, 0, 0), dq2[e] = fnew(nq, 0, 0);
+        attention_block_init(o2[e], m2[e], l2[e], B, Sq, H, hd);
+        attention_block_forward(o2[e], m2[e], l2[e], qkv + (size_t)q0 * W, W, qkv + (size_t)k0 * W, W, H * hd,
+                                (H + KV) * hd, pos + q0, pos + k0, B, Sq, Sk, H, KV, hd, scratch);
+        attention_block_backward(dq2[e], dq2[e] + (size_t)(k0 - q0) * W + (size_t)q0 * W, qkv + (size_t)q0 * W, W,
+                                 qkv + (size_t)k0 * W, W, H * hd, (H + KV) * hd, dout + (size_t)q0 * ldo, lse, rowdot,
+                                 pos + q0, pos + k0, B, Sq, Sk, H, KV, hd, scratch);
+    }
+    cpu_attention_use_amx(1);
+    double dc = 0, cmax = 0, dl = 0, gc = 0, gcmax = 0;
+    for (size_t i = 0; i < nob; i++) dc = fmax(dc, fabs(o2[0][i] - o2[1][i])), cmax = fmax(cmax, fabs(o2[1][i]));
+    for (size_t i = 0; i < nrb; i++) dl = fmax(dl, fabs(l2[0][i] - l2[1][i]) / l2[1][i]);
+    for (size_t i = 0; i < nq; i++) gc = fmax(gc, fabs(dq2[0][i] - dq2[1][i])), gcmax = fmax(gcmax, fabs(dq2[1][i]));
+    CHECK(cmax > 0 && gcmax > 0 && dc < 1e-5 * cmax && dl < 1e-5 && gc < 1e-3 * gcmax,
+          "a context-parallel block (queries %d.. against keys %d..%d) on AMX tiles = on oneMKL's (out %.1e of %.2f, "
+          "l %.1e relative, gradients %.1e of %.2f)", q0, k0, k0 + Sk, dc, cmax, dl, gc, gcmax);
+    for (int e = 0; e < 3; e++) free(dqkv[e]);
+    for (int e = 0; e < 2; e++) free(o2[e]), free(m2[e]), free(l2[e]), free(dq2[e]);
+    free(qkv), free(dout), free(scratch), free(out), free(lse), free(ml), free(rowdot), free(pos);
 }
 
 // A training rank's planned operand copies (ops_set_workspace): products within the
@@ -303,7 +374,12 @@ int main(void) {
     ops_set_threads(2);
     ops_set_matmul_bf16(1);
     test_products();
-    test_attention();
+    test_attention(70, 16);
+    test_attention(300, 64);
+    test_attention(200, 128);
+    test_attention(200, 32);  // AMX forward chunks of 256 keys (512 do not fit hd 32's scratch)
+    test_attention_amx(300, 64);
+    test_attention_amx(200, 128);
     test_workspace();
     return check_summary();
 }
