@@ -24,7 +24,7 @@ RULES = [
     ("bf16 rounding of product operands and outputs", r"femtotron", r"^(round_to_bf16|rounded_operand|kept_copy)"),
     ("start-up: init, RoPE tables, data", r"femtotron", r"^(llama_init|init_|philox|rope_freq|rope_frequencies|prepare|tok)"),
     ("start-up: init, RoPE tables, data", r"libm\.", r"."),
-    ("attention (flash-style blocks)", r"femtotron", r"^attention|ring_attention"),
+    ("attention (flash-style blocks)", r"femtotron", r"^(attention|ring_attention|online_softmax|probs_and_gradient|amx_)"),
     ("RMSNorm", r"femtotron", r"^rmsnorm|norm_"),
     ("SwiGLU", r"femtotron", r"^swiglu"),
     ("RoPE", r"femtotron", r"^rope"),

@@ -290,6 +290,18 @@ static inline void swiglu_back_span(float *dg, float *du, const float *d, const 
     }
 }
 
+// swiglu_back_span, and o = swiglu_span's values (the same expressions on the same
+// exp, so the same bits) from one exp a value instead of two.
+static inline void swiglu_back_span_rebuild(float *dg, float *du, float *o, const float *d, const float *g,
+                                            const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        const float e = fast_expf(-g[i]), s = 1.0f / (1.0f + e);
+        du[i] = d[i] * g[i] * s;
+        dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+        o[i] = g[i] / (1.0f + e) * u[i];
+    }
+}
+
 void swiglu_forward(float *out, const float *gu, int N, int F) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -369,19 +381,20 @@ void swiglu_backward_bf16(uint16_t *dgu16, uint16_t *h16, const uint16_t *dout16
     for (int n = 0; n < N; n++) {
         const uint16_t *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout16 + (size_t)n * F;
         uint16_t *dg = dgu16 + (size_t)n * 2 * F;
-        float gw[BF16_SPAN], uw[BF16_SPAN], dw[BF16_SPAN], dgw[BF16_SPAN], duw[BF16_SPAN];
+        float gw[BF16_SPAN], uw[BF16_SPAN], dw[BF16_SPAN], dgw[BF16_SPAN], duw[BF16_SPAN], hw[BF16_SPAN];
         for (int i0 = 0; i0 < F; i0 += BF16_SPAN) {
             const int k = F - i0 < BF16_SPAN ? F - i0 : BF16_SPAN;
             widen_span(gw, g + i0, k);
             widen_span(uw, u + i0, k);
             widen_span(dw, d + i0, k);
-            swiglu_back_span(dgw, duw, dw, gw, uw, k);
+            if (h16) {  // with swiglu_forward_bf16's values
+                swiglu_back_span_rebuild(dgw, duw, hw, dw, gw, uw, k);
+                round_span(h16 + (size_t)n * F + i0, hw, k);
+            } else {
+                swiglu_back_span(dgw, duw, dw, gw, uw, k);
+            }
             round_span(dg + i0, dgw, k);
             round_span(dg + F + i0, duw, k);
-            if (h16) {  // swiglu_forward_bf16's values (dw is free again)
-                swiglu_span(dw, gw, uw, k);
-                round_span(h16 + (size_t)n * F + i0, dw, k);
-            }
         }
     }
 }
