@@ -40,18 +40,18 @@ _Static_assert(ATT_T == 32 && ATT_KC % 32 == 0, "AMX products take operands in m
 
 static int round_up_32(int n) { return (n + 31) / 32 * 32; }
 
-// A thread's AMX operands, carved from its attention scratch (att_thread_floats,
-// which holds them for head dimensions of 32 and more).
+// The backward's operands, carved from a thread's attention scratch
+// (att_thread_floats, which holds them for head dimensions of 32 and more).
 typedef struct {
-    float *s, *ds;          // (T, KC): scores, then P; dP (backward)
-    float *dk, *dv;         // (KC, hd): the chunk's key and value gradients (backward)
-    float *acc;             // (T, hd): a tile's P V or dS K before it is added
+    float *s, *ds;          // (T, KC): Q K^T; dP = dO V^T
+    float *dk, *dv;         // (KC, hd): the chunk's key and value gradients
+    float *acc;             // (T, hd): a tile's dS K before it is added to dQ
     uint32_t *kt, *vt;      // (hd/2, KC): K^T and V^T in VNNI pairs (along hd)
-    uint32_t *kv;           // (KC/2, hd): V (forward) or K (backward) in VNNI pairs (along keys)
+    uint32_t *kv;           // (KC/2, hd): K in VNNI pairs (along keys)
     uint16_t *q, *dout;     // (T, hd): the query tile and its output gradient, bf16
     uint32_t *qp, *doutp;   // (T/2, hd): both in VNNI pairs (along queries)
-    uint16_t *p, *dsr;      // (T, KC): P (forward) and dS rounded
-    uint16_t *pt, *dst;     // (KC, T): P and dS rounded, transposed (backward)
+    uint16_t *dsr;          // (T, KC): dS rounded
+    uint16_t *pt, *dst;     // (KC, T): P and dS rounded, transposed
     uint32_t *zp, *zds;     // (T/2, KC): the same in pairs along queries, on the way there
 } AmxTiles;
 
@@ -71,13 +71,12 @@ static AmxTiles amx_tiles(float *thread_scratch, int hd) {
     t.dout = (uint16_t *)at, at += TH / 2;
     t.qp = (uint32_t *)at, at += TH / 2;
     t.doutp = (uint32_t *)at, at += TH / 2;
-    t.p = (uint16_t *)at, at += TK / 2;
     t.dsr = (uint16_t *)at, at += TK / 2;
     t.pt = (uint16_t *)at, at += TK / 2;
     t.dst = (uint16_t *)at, at += TK / 2;
     t.zp = (uint32_t *)at, at += TK / 2;
     t.zds = (uint32_t *)at, at += TK / 2;
-    if ((size_t)(at - thread_scratch) > att_thread_floats(hd))  // 5 TK + 3.5 KH + 3 TH against 6.5 KH + 3 TK + 3 TH
+    if ((size_t)(at - thread_scratch) > att_thread_floats(hd))  // 4.5 TK + 3.5 KH + 3 TH against 6.5 KH + 3 TK + 3 TH
         die("attention: the AMX operands need %zu floats a thread, the scratch has %zu",
             (size_t)(at - thread_scratch), att_thread_floats(hd));
     return t;
