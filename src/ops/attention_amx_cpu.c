@@ -185,11 +185,10 @@ void attention_block_forward_amx(float *o, float *m, float *l, const float *q, i
         for (int h = 0; h < H; h++) {
             const AmxForward t = amx_forward_tiles(scratch + (size_t)omp_get_thread_num() * att_thread_floats(hd), hd);
             const int kc = t.kc, g = h / group;
-            const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
-            const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
-            float *ob = o + (size_t)b * Sq * ldo + (size_t)h * hd;
-            float *mb = m + ((size_t)b * H + h) * Sq, *lb = l + ((size_t)b * H + h) * Sq;
+            const HeadOut ho = head_out(q, ldq, o, m, l, b, h, Sq, H, hd);
+            const size_t kvb = kv_rows(b, g, Sk, ldkv, hd);
+            const float *qb = ho.q, *kb = kv + kvb + koff, *vb = kv + kvb + voff;
+            float *ob = ho.o, *mb = ho.m, *lb = ho.l;
             for (int j0 = 0; j0 < kend; j0 += kc) {
                 const int nk = j0 + kc < kend ? kc : kend - j0, n32 = round_up_32(nk);
                 // (s is free until the first tile: the rounded rows of K pass through it)
@@ -222,10 +221,9 @@ void attention_block_backward_amx(float *dq, float *dkv, const float *q, int ldq
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
             AmxTiles t = amx_tiles(scratch + (size_t)omp_get_thread_num() * att_thread_floats(hd), hd);
-            const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
-            float *dkb = dkv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            float *dvb = dkv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
+            const size_t kvb = kv_rows(b, g, Sk, ldkv, hd);
+            const float *kb = kv + kvb + koff, *vb = kv + kvb + voff;
+            float *dkb = dkv + kvb + koff, *dvb = dkv + kvb + voff;
             for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0, n32 = round_up_32(nk);
                 // (dk is free until zeroed below: the packs' rounded rows pass through it)
@@ -235,11 +233,9 @@ void attention_block_backward_amx(float *dq, float *dkv, const float *q, int ldq
                 memset(t.dk, 0, sizeof(float) * (size_t)n32 * hd);
                 memset(t.dv, 0, sizeof(float) * (size_t)n32 * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
-                    const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
-                    float *dqb = dq + (size_t)b * Sq * ldq + (size_t)h * hd;
-                    const float *dob = dout + (size_t)b * Sq * ldo + (size_t)h * hd;
-                    const float *lb = lse + ((size_t)b * H + h) * Sq;
-                    const float *rb = rowdot + ((size_t)b * H + h) * Sq;
+                    const HeadRows hr = head_rows(q, dq, ldq, dout, lse, rowdot, b, h, Sq, H, hd);
+                    const float *qb = hr.q, *dob = hr.dout, *lb = hr.lse, *rb = hr.rowdot;
+                    float *dqb = hr.dq;
                     for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                         const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
                         const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]), w = round_up_32(nkt);

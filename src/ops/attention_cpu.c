@@ -143,11 +143,10 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
             float *sc = qc + (size_t)ATT_T * hd;                                           // (T, KC)
             const Tiles16 t16 = tiles16(kt, hd);  // bf16 products' copies
             const int g = h / group;
-            const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
-            const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
-            float *ob = o + (size_t)b * Sq * ldo + (size_t)h * hd;
-            float *mb = m + ((size_t)b * H + h) * Sq, *lb = l + ((size_t)b * H + h) * Sq;
+            const HeadOut ho = head_out(q, ldq, o, m, l, b, h, Sq, H, hd);
+            const size_t kvb = kv_rows(b, g, Sk, ldkv, hd);
+            const float *qb = ho.q, *kb = kv + kvb + koff, *vb = kv + kvb + voff;
+            float *ob = ho.o, *mb = ho.m, *lb = ho.l;
             for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
@@ -233,10 +232,9 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
             float *P = doc + (size_t)ATT_T * hd;                                           // (T, KC)
             float *dS = P + (size_t)ATT_T * ATT_KC;                                        // (T, KC)
             const Tiles16 t16 = tiles16(kt, hd);  // bf16 products' copies
-            const float *kb = kv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            const float *vb = kv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
-            float *dkb = dkv + (size_t)b * Sk * ldkv + koff + (size_t)g * hd;
-            float *dvb = dkv + (size_t)b * Sk * ldkv + voff + (size_t)g * hd;
+            const size_t kvb = kv_rows(b, g, Sk, ldkv, hd);
+            const float *kb = kv + kvb + koff, *vb = kv + kvb + voff;
+            float *dkb = dkv + kvb + koff, *dvb = dkv + kvb + voff;
             for (int j0 = 0; j0 < kend; j0 += ATT_KC) {
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
@@ -248,11 +246,9 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                 memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
                 memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
-                    const float *qb = q + (size_t)b * Sq * ldq + (size_t)h * hd;
-                    float *dqb = dq + (size_t)b * Sq * ldq + (size_t)h * hd;
-                    const float *dob = dout + (size_t)b * Sq * ldo + (size_t)h * hd;
-                    const float *lb = lse + ((size_t)b * H + h) * Sq;
-                    const float *rb = rowdot + ((size_t)b * H + h) * Sq;
+                    const HeadRows hr = head_rows(q, dq, ldq, dout, lse, rowdot, b, h, Sq, H, hd);
+                    const float *qb = hr.q, *dob = hr.dout, *lb = hr.lse, *rb = hr.rowdot;
+                    float *dqb = hr.dq;
                     for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                         const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
                         const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);

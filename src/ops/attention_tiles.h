@@ -59,6 +59,45 @@ static inline void add_rows(float *dst, int ld, const float *src, int rows, int 
     }
 }
 
+// Where (sequence b, kv head g)'s first key and value sit in a block's k|v rows
+// (ldkv apart; its keys at koff, its values at voff past that).
+static inline size_t kv_rows(int b, int g, int Sk, int ldkv, int hd) { return (size_t)b * Sk * ldkv + (size_t)g * hd; }
+
+// What one (sequence b, query head h) of a block's forward reads and writes: its
+// queries (rows ldq apart), output rows (H hd apart), running maxima and sums (Sq
+// each).
+typedef struct {
+    const float *q;
+    float *o, *m, *l;
+} HeadOut;
+static inline HeadOut head_out(const float *q, int ldq, float *o, float *m, float *l, int b, int h, int Sq, int H,
+                               int hd) {
+    HeadOut r;
+    r.q = q + (size_t)b * Sq * ldq + (size_t)h * hd;
+    r.o = o + (size_t)b * Sq * H * hd + (size_t)h * hd;
+    r.m = m + ((size_t)b * H + h) * Sq;
+    r.l = l + ((size_t)b * H + h) * Sq;
+    return r;
+}
+
+// What one (sequence b, query head h) of a block's backward reads and writes: its
+// queries and their gradient (rows ldq apart), its output gradient (rows H hd
+// apart), its log-sum-exps and rowdots (Sq each).
+typedef struct {
+    const float *q, *dout, *lse, *rowdot;
+    float *dq;
+} HeadRows;
+static inline HeadRows head_rows(const float *q, float *dq, int ldq, const float *dout, const float *lse,
+                                 const float *rowdot, int b, int h, int Sq, int H, int hd) {
+    HeadRows r;
+    r.q = q + (size_t)b * Sq * ldq + (size_t)h * hd;
+    r.dq = dq + (size_t)b * Sq * ldq + (size_t)h * hd;
+    r.dout = dout + (size_t)b * Sq * H * hd + (size_t)h * hd;
+    r.lse = lse + ((size_t)b * H + h) * Sq;
+    r.rowdot = rowdot + ((size_t)b * H + h) * Sq;
+    return r;
+}
+
 static inline float bf16_rounded(float x) { return bf16_to_f32(bf16_from_f32(x)); }
 
 // The online softmax of one query tile against one chunk of keys (forward). On
