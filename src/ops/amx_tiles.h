@@ -1,6 +1,7 @@
 // ops/amx_tiles.h — bf16 tile products on Intel AMX (Advanced Matrix Extensions:
 // Sapphire Rapids and later), for the CPU attention kernels' small products
-// (ops/attention_cpu.c). Static functions: one translation unit includes it.
+// (ops/attention_amx_cpu.c), and the packing of their operands. Static functions:
+// one translation unit includes it.
 //
 // Why not oneMKL's bf16 product there. The attention's products are 32 x 128 x 64
 // and the like, thousands a layer. oneMKL runs each on AMX too, but packs both
@@ -183,10 +184,10 @@ static void amx_pack_columns(uint32_t *dst, int KC, const float *x, int ld, int 
 // V for P V: the pairs run along the keys.
 static void amx_pack_rows(uint32_t *dst, const float *x, int ld, int n, int n_pad, int cols) {
     for (int r = 0; r < n_pad / 2; r++) {
-        const float *a = x + (size_t)(2 * r) * ld, *b = a + ld;
+        const float *a = x + (size_t)(2 * r) * ld;  // (its next row only where there is one)
         uint32_t *d = dst + (size_t)r * cols;
         if (2 * r + 1 < n)
-            for (int c = 0; c < cols; c++) d[c] = amx_pair(a[c], b[c]);
+            for (int c = 0; c < cols; c++) d[c] = amx_pair(a[c], a[ld + c]);
         else if (2 * r < n)
             for (int c = 0; c < cols; c++) d[c] = amx_pair(a[c], 0.0f);
         else
