@@ -92,8 +92,8 @@ void config_check_backend(const Config *c, Device backend, int bf16_ready) {
             "this build's BLAS has none; set training.precision = fp32, or run ./femtotron-cuda (make cuda) "
             "with training.device = cuda on a GPU");
     if (t->precision == PRECISION_BF16 && !bf16_ready)
-        die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels yet "
-            "(issue 14); set training.precision = fp32");
+        die("training.precision = bf16 (the default on cuda): this build has no bf16 kernels; set "
+            "training.precision = fp32");
 }
 
 static void validate_training(TrainingConfig *t, int max_pos) {

@@ -152,7 +152,8 @@ static void amx_transpose16(uint32_t *dst, int ldd, const uint32_t *src, int lds
 // dst(cols, rows) words = src(rows, cols) transposed, rows and cols multiples of 16.
 static void amx_transpose_words(uint32_t *dst, int ldd, const uint32_t *src, int lds, int rows, int cols) {
     for (int i = 0; i < rows; i += 16)
-        for (int j = 0; j < cols; j += 16) amx_transpose16(dst + (size_t)j * ldd + i, ldd, src + (size_t)i * lds + j, lds);
+        for (int j = 0; j < cols; j += 16)
+            amx_transpose16(dst + (size_t)j * ldd + i, ldd, src + (size_t)i * lds + j, lds);
 }
 
 static inline uint32_t amx_pair(float lo, float hi) {
@@ -162,8 +163,7 @@ static inline uint32_t amx_pair(float lo, float hi) {
 // An A operand: dst(rows_pad, cols) bf16 = x(rows, cols) rounded (rows ld apart),
 // rows past `rows` zero.
 static void amx_round_rows(uint16_t *dst, const float *x, int ld, int rows, int rows_pad, int cols) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = bf16_from_f32(x[(size_t)r * ld + c]);
+    bf16_round_rows(dst, cols, x, ld, rows, cols);
     memset(dst + (size_t)rows * cols, 0, sizeof(uint16_t) * (size_t)(rows_pad - rows) * cols);
 }
 

@@ -91,11 +91,10 @@ static void scale_tile(float *s, int ld, int mq, int n, float scale) {
 // dst(T, ld) bf16: rows r < mq hold x(T, ld)'s first n columns rounded and zeros up
 // to w; the rows after, zeros up to w.
 static void round_tile(uint16_t *dst, const float *x, int ld, int mq, int n, int w) {
+    bf16_round_rows(dst, ld, x, ld, mq, n);
     for (int r = 0; r < ATT_T; r++) {
-        uint16_t *d = dst + (size_t)r * ld;
         const int k = r < mq ? n : 0;
-        for (int c = 0; c < k; c++) d[c] = bf16_from_f32(x[(size_t)r * ld + c]);
-        memset(d + k, 0, sizeof(uint16_t) * (size_t)(w - k));
+        memset(dst + (size_t)r * ld + k, 0, sizeof(uint16_t) * (size_t)(w - k));
     }
 }
 

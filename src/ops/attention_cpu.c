@@ -83,13 +83,6 @@ static void copy_rows_transposed(float *dst, const float *src, int ld, int rows,
     }
 }
 
-// dst(rows, cols) bf16 = x(rows, cols) rounded to the nearest bf16; both with rows
-// ld apart.
-static void to_bf16_block(uint16_t *dst, const float *x, int rows, int cols, int ld) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)r * ld + c] = bf16_from_f32(x[(size_t)r * ld + c]);
-}
-
 // Backward: the probabilities of a query tile against a chunk, rebuilt from the
 // saved log-sum-exp: P(mq, ATT_KC) holds the scaled scores of the first nkt keys on
 // entry, exp(s - lse) on exit (0 where masked).
@@ -151,22 +144,25 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                 const int nk = j0 + ATT_KC < kend ? ATT_KC : kend - j0;
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(vc, hd, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                if (r16) to_bf16_block(t16.k, kt, hd, nk, ATT_KC), to_bf16_block(t16.v, vc, nk, hd, hd);
+                if (r16) {
+                    bf16_round_rows(t16.k, ATT_KC, kt, ATT_KC, hd, nk);
+                    bf16_round_rows(t16.v, hd, vc, hd, nk, hd);
+                }
                 for (int i0 = first_tile_seeing(qpos, Sq, kpos[j0]); i0 < Sq; i0 += ATT_T) {
                     const int i1 = i0 + ATT_T < Sq ? i0 + ATT_T : Sq, mq = i1 - i0;
                     const int nkt = count_at_most(kpos + j0, nk, qpos[i1 - 1]);  // keys the tile sees
                     copy_rows_f32(qc, hd, qb + (size_t)i0 * ldq, ldq, mq, hd);
                     if (r16) {
-                        to_bf16_block(t16.q, qc, mq, hd, hd);
+                        bf16_round_rows(t16.q, hd, qc, hd, mq, hd);
                         cpu_gemm_bf16(0, 0, mq, nkt, hd, scale, t16.q, hd, t16.k, ATT_KC, 0.0f, sc, ATT_KC);
                     } else {
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
                                     ATT_KC, 0.0f, sc, ATT_KC);
                     }
-                    const int fresh = online_softmax_tile(sc, ATT_KC, ob + (size_t)i0 * ldo, ldo, mb + i0, lb + i0, qpos + i0,
-                                                          kpos + j0, mq, nkt, hd, r16);
+                    const int fresh = online_softmax_tile(sc, ATT_KC, ob + (size_t)i0 * ldo, ldo, mb + i0, lb + i0,
+                                                          qpos + i0, kpos + j0, mq, nkt, hd, r16);
                     if (r16) {  // P as rounded above (exact in bf16)
-                        to_bf16_block(t16.p, sc, mq, nkt, ATT_KC);
+                        bf16_round_rows(t16.p, ATT_KC, sc, ATT_KC, mq, nkt);
                         cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.p, ATT_KC, t16.v, hd, fresh ? 0.0f : 1.0f,
                                       ob + (size_t)i0 * ldo, ldo);
                     } else {
@@ -240,9 +236,11 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                 copy_rows_transposed(kt, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_transposed(vt, vb + (size_t)j0 * ldkv, ldkv, nk, hd);
                 copy_rows_f32(kc, hd, kb + (size_t)j0 * ldkv, ldkv, nk, hd);
-                if (r16)
-                    to_bf16_block(t16.k, kt, hd, nk, ATT_KC), to_bf16_block(t16.v, vt, hd, nk, ATT_KC),
-                        to_bf16_block(t16.kc, kc, nk, hd, hd);
+                if (r16) {
+                    bf16_round_rows(t16.k, ATT_KC, kt, ATT_KC, hd, nk);
+                    bf16_round_rows(t16.v, ATT_KC, vt, ATT_KC, hd, nk);
+                    bf16_round_rows(t16.kc, hd, kc, hd, nk, hd);
+                }
                 memset(dkc, 0, sizeof(float) * (size_t)nk * hd);
                 memset(dvc, 0, sizeof(float) * (size_t)nk * hd);
                 for (int h = g * group; h < (g + 1) * group; h++) {
@@ -256,7 +254,8 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                         copy_rows_f32(doc, hd, dob + (size_t)i0 * ldo, ldo, mq, hd);
                         // Recompute the chunk's probabilities from the saved log-sum-exp.
                         if (r16) {
-                            to_bf16_block(t16.q, qc, mq, hd, hd), to_bf16_block(t16.dout, doc, mq, hd, hd);
+                            bf16_round_rows(t16.q, hd, qc, hd, mq, hd);
+                            bf16_round_rows(t16.dout, hd, doc, hd, mq, hd);
                             cpu_gemm_bf16(0, 0, mq, nkt, hd, scale, t16.q, hd, t16.k, ATT_KC, 0.0f, P, ATT_KC);
                         } else {
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, nkt, hd, scale, qc, hd, kt,
@@ -271,7 +270,8 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                                         ATT_KC, 0.0f, dS, ATT_KC);
                         scores_gradient(dS, P, rb + i0, mq, nkt, scale);
                         if (r16) {  // the products read P and dS rounded (dS from the fp32 P)
-                            to_bf16_block(t16.p, P, mq, nkt, ATT_KC), to_bf16_block(t16.ds, dS, mq, nkt, ATT_KC);
+                            bf16_round_rows(t16.p, ATT_KC, P, ATT_KC, mq, nkt);
+                            bf16_round_rows(t16.ds, ATT_KC, dS, ATT_KC, mq, nkt);
                             cpu_gemm_bf16(0, 0, mq, hd, nkt, 1.0f, t16.ds, ATT_KC, t16.kc, hd, 1.0f,
                                           dqb + (size_t)i0 * ldq, ldq);
                             cpu_gemm_bf16(1, 0, nkt, hd, mq, 1.0f, t16.ds, ATT_KC, t16.q, hd, 1.0f, dkc, hd);

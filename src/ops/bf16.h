@@ -28,4 +28,14 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+// dst(rows, cols) = x(rows, cols) rounded by bf16_from_f32, their rows ld_dst and
+// ld_x values apart: the rounded copy every bf16 product's operand goes through.
+static inline void bf16_round_rows(uint16_t *dst, size_t ld_dst, const float *x, size_t ld_x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = dst + (size_t)r * ld_dst;
+        const float *xr = x + (size_t)r * ld_x;
+        for (int c = 0; c < cols; c++) d[c] = bf16_from_f32(xr[c]);
+    }
+}
+
 #endif

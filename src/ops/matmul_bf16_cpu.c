@@ -99,11 +99,7 @@ static const uint16_t *rounded_operand(int slot, const float *x, int rows, int c
     }
     uint16_t *dst = s->p;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float *src = x + (size_t)r * ld;
-        uint16_t *d = dst + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) d[c] = bf16_from_f32(src[c]);
-    }
+    for (int r = 0; r < rows; r++) bf16_round_rows(dst + (size_t)r * cols, cols, x + (size_t)r * ld, ld, 1, cols);
     return dst;
 }
 
