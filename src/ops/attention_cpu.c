@@ -106,7 +106,7 @@ static void scores_gradient(float *dS, const float *P, const float *rowdot, int 
 }
 
 void attention_block_init(float *o, float *m, float *l, int B, int Sq, int H, int hd) {
-    memset(o, 0, sizeof(float) * (size_t)B * Sq * H * hd);
+    zero_f32(o, (size_t)B * Sq * H * hd);  // both threads: a layer's output is megabytes
     for (size_t i = 0; i < (size_t)B * H * Sq; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
@@ -307,7 +307,7 @@ void attention_backward(float *dqkv, float *rowdot, const float *dout, const flo
                         const float *out, const float *lse, const int *pos, int B, int S, int H,
                         int KV, int hd, float *scratch) {
     const int ld = (H + 2 * KV) * hd;
-    memset(dqkv, 0, sizeof(float) * (size_t)B * S * ld);
+    zero_f32(dqkv, (size_t)B * S * ld);
     attention_rowdot(rowdot, dout, out, B, S, H, hd);
     attention_block_backward(dqkv, dqkv, qkv, ld, qkv, ld, H * hd, (H + KV) * hd, dout, lse, rowdot,
                              pos, pos, B, S, S, H, KV, hd, scratch);
