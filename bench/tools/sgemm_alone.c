@@ -11,19 +11,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "sgemm_tool.h"
+
 #define COLD_BYTES ((size_t)512 << 20)  // more than the caches a VM of this kind sees
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static float *filled(size_t n) {
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);  // as buf_alloc aligns
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    return p;
-}
 
 int main(int argc, char **argv) {
     if (argc < 6) return 2;

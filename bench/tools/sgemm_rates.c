@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "sgemm_tool.h"
+
 typedef void (*SgemmFn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
                         const blasint, const blasint, const blasint, const float, const float *, const blasint,
                         const float *, const blasint, const float, float *, const blasint);
@@ -21,12 +23,6 @@ static struct {
 static int n_shapes;
 static long small_calls;
 static double small_s, small_flops;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 void cblas_sgemm(const enum CBLAS_ORDER o, const enum CBLAS_TRANSPOSE ta, const enum CBLAS_TRANSPOSE tb,
                  const blasint M, const blasint N, const blasint K, const float alpha, const float *A,

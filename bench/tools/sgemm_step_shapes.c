@@ -35,24 +35,13 @@
 #define SGEMM cblas_sgemm
 #endif
 
+#include "sgemm_tool.h"
+
 #define NSET 6
 
 typedef struct {
     int m, n, k, ta, tb, calls;
 } Shape;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static float *filled(size_t n) {
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);  // as buf_alloc aligns
-    if (!p) exit(1);
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    return p;
-}
 
 #ifdef LIB_ONEDNN
 static dnnl_engine_t g_engine;
