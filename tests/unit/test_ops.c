@@ -1263,6 +1263,38 @@ static void test_buffers(void) {
     for (int r = 0; r < 6; r++)
         for (int c = 0; c < 5; c++) ok &= dst[r * 5 + c] == src[r * 10 + 3 + c];
     CHECK(ok, "copy_rows_f32: a 6 x 5 block out of rows of 10 at column 3");
+
+    // Above 2 MB zero_f32, zero_f64 and copy_f32 cut the buffer into one piece a
+    // thread (ops/buffers_cpu.c): an odd length at an address off the cache lines,
+    // every value written and the neighbours on both sides untouched, from outside
+    // and from inside a parallel region (there one call).
+    const size_t big = ((size_t)1 << 20) + 13;  // (big) floats: 4 MB and 52 bytes
+    float *x = malloc(sizeof(float) * (big + 8)), *y = malloc(sizeof(float) * (big + 8));  // (big + 8) each
+    double *z = malloc(sizeof(double) * (big + 8));                                           // (big + 8)
+    for (int inside = 0; inside < 2; inside++) {
+        for (size_t i = 0; i < big + 8; i++) x[i] = (float)(i % 1000) + 0.25f, y[i] = -1.0f, z[i] = 2.0;
+#pragma omp parallel if (inside)
+        {
+#pragma omp single
+            {
+                copy_f32(y + 3, x + 5, big);
+                zero_f32(x + 3, big);
+                zero_f64(z + 3, big);
+            }
+        }
+        int copied = y[2] == -1.0f && y[big + 3] == -1.0f, zeroed = x[2] != 0.0f && x[big + 3] != 0.0f;
+        int zeroed64 = z[2] == 2.0 && z[big + 3] == 2.0;
+        for (size_t i = 0; i < big; i++) {
+            copied &= y[3 + i] == (float)((i + 5) % 1000) + 0.25f;
+            zeroed &= x[3 + i] == 0.0f;
+            zeroed64 &= z[3 + i] == 0.0;
+        }
+        CHECK(copied && zeroed && zeroed64,
+              "copy_f32, zero_f32, zero_f64 of %zu values off the cache lines, %s a parallel region: every value "
+              "written, the neighbours untouched (copied %d, zeroed %d, zeroed f64 %d)",
+              big, inside ? "inside" : "outside", copied, zeroed, zeroed64);
+    }
+    free(x), free(y), free(z);
 }
 
 static void test_threads(void) {
