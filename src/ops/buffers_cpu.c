@@ -42,49 +42,35 @@ void ops_sync(void) {}
 // the step on one thread while the other waited). Below PAR_BYTES, or inside a
 // parallel region (a nested team would be one thread anyway), one call.
 #define PAR_BYTES ((size_t)1 << 21)
-#define PIECE_ALIGN 64  // pieces start on cache lines of dst
+#define PIECE_ALIGN 64  // piece boundaries sit a multiple of 64 bytes from dst (cache lines, where dst is on one)
 
-// Bytes [lo, hi) of `bytes` for thread t of nt, cut on PIECE_ALIGN.
-static void piece(size_t bytes, int t, int nt, size_t *lo, size_t *hi) {
+// The bytes [0, bytes) of dst written: copied from src, or zeroed where src is NULL;
+// thread t of nt takes [lo, hi), cut on PIECE_ALIGN.
+static void fill_or_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes < PAR_BYTES || omp_in_parallel()) {
+        if (src) memcpy(dst, src, bytes);
+        else memset(dst, 0, bytes);
+        return;
+    }
     const size_t lines = (bytes + PIECE_ALIGN - 1) / PIECE_ALIGN;
-    *lo = lines * (size_t)t / (size_t)nt * PIECE_ALIGN;
-    *hi = lines * (size_t)(t + 1) / (size_t)nt * PIECE_ALIGN;
-    if (*hi > bytes) *hi = bytes;
-    if (*lo > bytes) *lo = bytes;
-}
-
-static void fill_zero(void *dst, size_t bytes) {
-    if (bytes < PAR_BYTES || omp_in_parallel()) {
-        memset(dst, 0, bytes);
-        return;
-    }
 #pragma omp parallel
     {
-        size_t lo, hi;
-        piece(bytes, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        memset((char *)dst + lo, 0, hi - lo);
+        const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        size_t lo = lines * t / nt * PIECE_ALIGN, hi = lines * (t + 1) / nt * PIECE_ALIGN;
+        if (hi > bytes) hi = bytes;
+        if (lo > bytes) lo = bytes;
+        if (src) memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
+        else memset((char *)dst + lo, 0, hi - lo);
     }
 }
 
-void copy_f32(float *dst, const float *src, size_t n) {
-    const size_t bytes = sizeof(float) * n;
-    if (bytes < PAR_BYTES || omp_in_parallel()) {
-        memcpy(dst, src, bytes);
-        return;
-    }
-#pragma omp parallel
-    {
-        size_t lo, hi;
-        piece(bytes, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
-    }
-}
+void copy_f32(float *dst, const float *src, size_t n) { fill_or_copy(dst, src, sizeof(float) * n); }
 
 void move_f32(float *dst, const float *src, size_t n) { memmove(dst, src, sizeof(float) * n); }
 
-void zero_f32(float *x, size_t n) { fill_zero(x, sizeof(float) * n); }
+void zero_f32(float *x, size_t n) { fill_or_copy(x, NULL, sizeof(float) * n); }
 
-void zero_f64(double *x, size_t n) { fill_zero(x, sizeof(double) * n); }
+void zero_f64(double *x, size_t n) { fill_or_copy(x, NULL, sizeof(double) * n); }
 
 void copy_rows_f32(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                    size_t cols) {
