@@ -306,19 +306,21 @@ inline bool pinned_memory(const void *p, size_t bytes) {
 }
 
 // ---- the block scheduler ----
-// Context switches: on x86-64 a few instructions (the callee-saved registers, the
-// stack pointer, MXCSR and the x87 control word), since ucontext's swapcontext
-// makes a system call each time and a block of 256 threads meeting at 8 barriers
-// switches 4,000 times; elsewhere ucontext.
+// Context switches: on x86-64 a few instructions (the callee-saved registers and the
+// stack pointer), since ucontext's swapcontext makes a system call each time and a
+// block of 256 threads meeting at 8 barriers switches 2,000 times; elsewhere
+// ucontext. MXCSR and the x87 control word are not switched: nothing here changes
+// the floating-point environment, so every context has the process's, and loading
+// them (ldmxcsr, fldcw) took over half of a switch's time.
 enum State { NEW, READY, WAIT_BLOCK, WAIT_WARP, DONE };
 constexpr size_t STACK_BYTES = 256 * 1024;
 #if defined(__x86_64__)
 extern "C" void emu_ctx_switch(void **save_sp, void *load_sp);
 asm(".text\n.weak emu_ctx_switch\n.type emu_ctx_switch,@function\nemu_ctx_switch:\n"
     "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
-    "subq $8, %rsp\nstmxcsr (%rsp)\nfnstcw 4(%rsp)\n"
+    "subq $8, %rsp\n"
     "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
-    "ldmxcsr (%rsp)\nfldcw 4(%rsp)\naddq $8, %rsp\n"
+    "addq $8, %rsp\n"
     "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n");
 struct Context {
     void *sp = nullptr;
@@ -328,11 +330,7 @@ inline void switch_to(Context *save, Context *load) { emu_ctx_switch(&save->sp, 
 inline void make_context(Context *c, char *stack, void (*entry)()) {
     uintptr_t top = ((uintptr_t)stack + STACK_BYTES) & ~(uintptr_t)15;
     void **sp = (void **)(top - 72);  // after the switch pops 64 bytes, rsp = top - 8, as after a call
-    uint32_t csr[2] = {__builtin_ia32_stmxcsr(), 0};
-    unsigned short cw;
-    __asm__ volatile("fnstcw %0" : "=m"(cw));
-    csr[1] = cw;
-    memcpy(&sp[0], csr, 8);
+    sp[0] = nullptr;                               // the switch's 8 bytes of padding (keeps rsp 16-aligned)
     for (int i = 1; i <= 6; i++) sp[i] = nullptr;  // r15 r14 r13 r12 rbx rbp
     sp[7] = (void *)entry;                          // where the switch's ret goes
     sp[8] = nullptr;                                // entry's return address: it never returns
@@ -384,21 +382,47 @@ inline const std::function<void()> *body;
 inline bool direct, used_barrier;
 inline unsigned char *smem;
 
+inline void entry();
+// Thread t made the running one: a stack and a fresh context if it is NEW.
+inline Context *resume(unsigned t) {
+    Thread &th = threads[t];
+    if (th.state == NEW) {
+        if (free_stacks.empty()) free_stacks.push_back((char *)malloc(STACK_BYTES));
+        th.stack = free_stacks.back();
+        free_stacks.pop_back();
+        make_context(&th.ctx, th.stack, entry);
+    }
+    th.state = READY;
+    current = t;
+    threadIdx = dim3(t);
+    return &th.ctx;
+}
+
+// The running thread, suspended at a barrier or done, hands over to the next thread
+// of the round that can run (index order), or to the scheduler at the round's end:
+// one switch a thread and round, not two through the scheduler.
+inline void leave() {
+    const unsigned from = current, n = (unsigned)threads.size();
+    unsigned t = from + 1;
+    while (t < n && threads[t].state != NEW && threads[t].state != READY) t++;
+    switch_to(&threads[from].ctx, t < n ? resume(t) : &scheduler);
+}
+
 inline void barrier(State kind) {
     if (direct)
         emu_fail("a kernel reached a barrier in a later block but in none of its first block's threads; "
                  "run it without the plain-call shortcut (not emulated)");
     used_barrier = true;
-    Thread &t = threads[current];
-    t.state = kind;
-    switch_to(&t.ctx, &scheduler);
+    threads[current].state = kind;
+    leave();
 }
 
-// A thread's start: run the kernel, then back to the scheduler for good.
+// A thread's start: run the kernel, then on to the next thread for good (its stack
+// goes back to the pool at the round's end, once nothing runs on it).
 inline void entry() {
     (*body)();
     threads[current].state = DONE;
-    switch_to(&threads[current].ctx, &scheduler);
+    leave();
     emu_fail("a finished thread was resumed");
 }
 
@@ -422,26 +446,16 @@ inline void run_block(unsigned n) {
         return;
     }
     threads.assign(n, Thread());
-    unsigned live = n;
     for (;;) {
-        for (unsigned t = 0; t < n; t++) {
-            Thread &th = threads[t];
-            if (th.state != NEW && th.state != READY) continue;
-            if (th.state == NEW) {
-                if (free_stacks.empty()) free_stacks.push_back((char *)malloc(STACK_BYTES));
-                th.stack = free_stacks.back();
-                free_stacks.pop_back();
-                make_context(&th.ctx, th.stack, entry);
-            }
-            th.state = READY;
-            current = t;
-            threadIdx = dim3(t);
-            switch_to(&scheduler, &th.ctx);
-            if (th.state == DONE) {
-                free_stacks.push_back(th.stack);
-                th.stack = nullptr;
-                live--;
-            }
+        // A round: every thread that can run, in index order, each handing over to
+        // the next (leave), the last back here.
+        unsigned first = 0;
+        while (first < n && threads[first].state != NEW && threads[first].state != READY) first++;
+        if (first < n) switch_to(&scheduler, resume(first));
+        unsigned live = 0;
+        for (auto &th : threads) {
+            if (th.state != DONE) live++;
+            else if (th.stack) free_stacks.push_back(th.stack), th.stack = nullptr;
         }
         if (live == 0) {
             check_collectives(n);
