@@ -49,7 +49,8 @@ OBJ      := $(SRC:src/%.c=$(BUILD)/%.o)
 # all build into $(BUILD)/tests; tests/README.md describes the kinds.
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grads \
-            $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu
+            $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu \
+            $(BUILD)/tests/test_threads_emu
 
 .PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags blas-libs emu
 all: femtotron
@@ -88,6 +89,11 @@ $(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h
 
 # The emulated streams' orders (CUDA_EMU_STREAMS) show a missing event.
 $(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_emu.h
+	@mkdir -p $(BUILD)/tests
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
+
+# The emulated block scheduler: barrier order, releases, deadlocks, stacks.
+$(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp tests/emu/cuda_emu.h
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 

@@ -479,8 +479,9 @@ inline void run_block(unsigned n) {
                     wlive += s != DONE;
                     wwait += s == WAIT_WARP;
                 }
-                if (wlive && wwait == wlive) {
-                    for (unsigned l = 0; l < 32; l++) threads[w * 32 + l].state = READY;
+                if (wlive && wwait == wlive) {  // its waiting lanes go on; lanes that returned stay done
+                    for (unsigned l = 0; l < 32; l++)
+                        if (threads[w * 32 + l].state == WAIT_WARP) threads[w * 32 + l].state = READY;
                     released = true;
                 }
             }

@@ -1,0 +1,214 @@
+// tests/emu/test_threads_emu.cpp — the emulated block scheduler (tests/emu/cuda_emu.h),
+// which every emulated kernel of the CUDA backend runs on. A block's threads are
+// user-level contexts run in index order; at a barrier each hands over to the next
+// thread that can run, the last back to the scheduler, which then releases the
+// block barrier (every live thread at __syncthreads) or a warp's (its live lanes all
+// at __syncwarp), or reports a deadlock. Checked:
+//   - the order: every thread's step before a barrier comes before any thread's
+//     step after it, threads in index order within a round;
+//   - a shared-memory tree reduction over 256 threads (8 barriers), two blocks;
+//   - threads that return early no longer hold a barrier;
+//   - a warp barrier releases its warp while another warp waits at the block's, and
+//     the block's barrier waits for a thread at its warp's barrier;
+//   - a barrier that can never be released (a lane at __syncthreads, the rest of
+//     its warp at __syncwarp) ends the process naming the deadlock;
+//   - the stacks of finished threads go back to the pool and are reused: three
+//     blocks of 1024 threads meeting at barriers allocate 1024 stacks, not 3072.
+#include "cuda_emu.h"
+#include "../unit/check.h"
+
+#include <signal.h>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+static int g_log[4096];  // what the threads did, in the order they did it
+static int g_n;
+
+__global__ void k_rounds() {  // three steps, two barriers between them
+    const int t = threadIdx.x;
+    g_log[g_n++] = t;
+    __syncthreads();
+    g_log[g_n++] = 1000 + t;
+    __syncthreads();
+    g_log[g_n++] = 2000 + t;
+}
+
+__global__ void k_tree_sum(float *out) {  // sum of 1 .. 256 + 256 * block, every thread's copy
+    __shared__ float sh[256];
+    const int t = threadIdx.x;
+    sh[t] = (float)(t + 1 + 256 * blockIdx.x);
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (t < s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    out[blockIdx.x * 256 + t] = sh[0];
+}
+
+__global__ void k_early_exit() {  // threads from 64 on return at once
+    const int t = threadIdx.x;
+    if (t >= 64) return;
+    g_log[g_n++] = t;
+    __syncthreads();
+    g_log[g_n++] = 1000 + t;
+}
+
+__global__ void k_warp_then_block() {  // warp 0 meets at its barrier, warp 1 at the block's
+    const int t = threadIdx.x;
+    g_log[g_n++] = t;
+    if (t < 32) {
+        __syncwarp();
+        g_log[g_n++] = 100 + t;
+    } else {
+        __syncthreads();
+        g_log[g_n++] = 200 + t;
+    }
+}
+
+__global__ void k_lone_lane() {  // warp 1 is lane 32 alone (33-63 return), at its warp's barrier
+    const int t = threadIdx.x;
+    if (t > 32) return;
+    g_log[g_n++] = t;
+    if (t == 32) {
+        __syncwarp();
+        g_log[g_n++] = 100 + t;
+    } else {
+        __syncthreads();
+        g_log[g_n++] = 200 + t;
+    }
+}
+
+__global__ void k_deadlock() {  // lane 0 at the block's barrier, lanes 1-31 at the warp's
+    if (threadIdx.x == 0) __syncthreads();
+    else __syncwarp();
+}
+
+__global__ void k_stacks(int *count) {  // 1024 threads, two barriers
+    __shared__ int sh[1024];
+    sh[threadIdx.x] = 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0;
+        for (int i = 0; i < 1024; i++) s += sh[i];
+        count[blockIdx.x] = s;
+    }
+    __syncthreads();
+}
+
+// The log against the expected sequence; "" when equal, else the first difference.
+static std::string log_differs(const std::vector<int> &want) {
+    if (g_n != (int)want.size()) return "logged " + std::to_string(g_n) + " steps, expected " + std::to_string(want.size());
+    for (int i = 0; i < g_n; i++)
+        if (g_log[i] != want[i])
+            return "step " + std::to_string(i) + " was " + std::to_string(g_log[i]) + ", expected " +
+                   std::to_string(want[i]);
+    return "";
+}
+
+// Runs k_deadlock in a child process: its exit status and what it printed on stderr.
+static std::string deadlock_child(int *status) {
+    int fds[2];
+    if (pipe(fds) != 0) return "pipe failed";
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        emu_kernel_call(k_deadlock, dim3(1), dim3(32))();
+        cudaDeviceSynchronize();
+        _exit(0);  // not reached: the scheduler aborts
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    ssize_t r;
+    while ((r = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)r);
+    close(fds[0]);
+    waitpid(pid, status, 0);
+    return err;
+}
+
+int main(void) {
+    std::vector<int> want;
+
+    g_n = 0;
+    emu_kernel_call(k_rounds, dim3(1), dim3(96))();
+    cudaDeviceSynchronize();
+    for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 96; t++) want.push_back(1000 * r + t);
+    std::string d = log_differs(want);
+    CHECK(d.empty(), "96 threads, two barriers: each round in thread order, no step past a barrier early (%s)",
+          d.empty() ? "288 steps as expected" : d.c_str());
+
+    float *out = nullptr;
+    cudaMalloc((void **)&out, 2 * 256 * sizeof(float));
+    emu_kernel_call(k_tree_sum, dim3(2), dim3(256))(out);
+    std::vector<float> host(512);
+    cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int i = 0; i < 512; i++) wrong += host[i] != (i < 256 ? 32896.0f : 32896.0f + 65536.0f);
+    CHECK(wrong == 0, "a shared-memory tree sum over 256 threads (8 barriers), two blocks: %d of 512 values wrong "
+          "(block 0 %g, block 1 %g)", wrong, host[0], host[256]);
+    cudaFree(out);
+
+    g_n = 0;
+    emu_kernel_call(k_early_exit, dim3(1), dim3(128))();
+    cudaDeviceSynchronize();
+    want.clear();
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 64; t++) want.push_back(1000 * r + t);
+    d = log_differs(want);
+    CHECK(d.empty(), "threads that returned early do not hold the others' barrier (%s)",
+          d.empty() ? "128 steps as expected" : d.c_str());
+
+    // Round 1: every thread logs t; warp 0 stops at __syncwarp, warp 1 at
+    // __syncthreads. Not all live threads are at the block's barrier, so warp 0 is
+    // released: it logs 100 + t and ends. Then warp 1, the only live threads, all at
+    // the block's barrier, is released: 200 + t.
+    g_n = 0;
+    emu_kernel_call(k_warp_then_block, dim3(1), dim3(64))();
+    cudaDeviceSynchronize();
+    want.clear();
+    for (int t = 0; t < 64; t++) want.push_back(t);
+    for (int t = 0; t < 32; t++) want.push_back(100 + t);
+    for (int t = 32; t < 64; t++) want.push_back(200 + t);
+    d = log_differs(want);
+    CHECK(d.empty(), "a warp barrier releases its warp while another warp waits at the block's (%s)",
+          d.empty() ? "128 steps as expected" : d.c_str());
+
+    // The block barrier waits for lane 32 too, which is at its warp's barrier (one
+    // live thread short): lane 32 goes on and ends first, then warp 0.
+    g_n = 0;
+    emu_kernel_call(k_lone_lane, dim3(1), dim3(64))();
+    cudaDeviceSynchronize();
+    want.clear();
+    for (int t = 0; t <= 32; t++) want.push_back(t);
+    want.push_back(132);
+    for (int t = 0; t < 32; t++) want.push_back(200 + t);
+    d = log_differs(want);
+    CHECK(d.empty(), "the block's barrier waits for a live thread still at its warp's barrier (%s)",
+          d.empty() ? "66 steps as expected" : d.c_str());
+
+    int status = 0;
+    const std::string err = deadlock_child(&status);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && err.find("deadlock in block (0,0,0)") != std::string::npos &&
+              err.find("32 threads live, 1 at __syncthreads") != std::string::npos,
+          "a barrier that can never be released ends the run naming the deadlock (%s)",
+          err.empty() ? "no message" : err.substr(0, err.find('\n')).c_str());
+
+    int *count = nullptr;
+    cudaMalloc((void **)&count, 3 * sizeof(int));
+    const size_t pooled = emu::free_stacks.size();
+    emu_kernel_call(k_stacks, dim3(3), dim3(1024))(count);
+    int got[3] = {0, 0, 0};
+    cudaMemcpy(got, count, sizeof got, cudaMemcpyDeviceToHost);
+    const size_t after = emu::free_stacks.size();
+    CHECK(got[0] == 1024 && got[1] == 1024 && got[2] == 1024 && after == (pooled > 1024 ? pooled : 1024),
+          "three blocks of 1024 threads at barriers: sums %d %d %d, stacks in the pool %zu before, %zu after "
+          "(finished threads' stacks reused)", got[0], got[1], got[2], pooled, after);
+    cudaFree(count);
+
+    return check_summary();
+}
