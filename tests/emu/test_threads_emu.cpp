@@ -97,14 +97,25 @@ __global__ void k_stacks(int *count) {  // 1024 threads, two barriers
     __syncthreads();
 }
 
-// The log against the expected sequence; "" when equal, else the first difference.
-static std::string log_differs(const std::vector<int> &want) {
+// Runs kernel k on one block of n threads and compares what its threads logged
+// with `want`: "N steps as expected", or the first difference (ok false).
+static std::string run_logged(void (*k)(), unsigned n, const std::vector<int> &want, bool *ok) {
+    g_n = 0;
+    emu_kernel_call(k, dim3(1), dim3(n))();
+    cudaDeviceSynchronize();
+    *ok = false;
     if (g_n != (int)want.size()) return "logged " + std::to_string(g_n) + " steps, expected " + std::to_string(want.size());
     for (int i = 0; i < g_n; i++)
         if (g_log[i] != want[i])
             return "step " + std::to_string(i) + " was " + std::to_string(g_log[i]) + ", expected " +
                    std::to_string(want[i]);
-    return "";
+    *ok = true;
+    return std::to_string(g_n) + " steps as expected";
+}
+
+// thread ids lo .. hi - 1, each plus `add`, appended to v
+static void ids(std::vector<int> &v, int lo, int hi, int add) {
+    for (int t = lo; t < hi; t++) v.push_back(add + t);
 }
 
 // Runs k_deadlock in a child process: its exit status and what it printed on stderr.
@@ -131,16 +142,11 @@ static std::string deadlock_child(int *status) {
 }
 
 int main(void) {
+    bool ok = false;
     std::vector<int> want;
-
-    g_n = 0;
-    emu_kernel_call(k_rounds, dim3(1), dim3(96))();
-    cudaDeviceSynchronize();
-    for (int r = 0; r < 3; r++)
-        for (int t = 0; t < 96; t++) want.push_back(1000 * r + t);
-    std::string d = log_differs(want);
-    CHECK(d.empty(), "96 threads, two barriers: each round in thread order, no step past a barrier early (%s)",
-          d.empty() ? "288 steps as expected" : d.c_str());
+    ids(want, 0, 96, 0), ids(want, 0, 96, 1000), ids(want, 0, 96, 2000);
+    std::string d = run_logged(k_rounds, 96, want, &ok);
+    CHECK(ok, "96 threads, two barriers: each round in thread order, no step past a barrier early (%s)", d.c_str());
 
     float *out = nullptr;
     cudaMalloc((void **)&out, 2 * 256 * sizeof(float));
@@ -153,43 +159,26 @@ int main(void) {
           "(block 0 %g, block 1 %g)", wrong, host[0], host[256]);
     cudaFree(out);
 
-    g_n = 0;
-    emu_kernel_call(k_early_exit, dim3(1), dim3(128))();
-    cudaDeviceSynchronize();
     want.clear();
-    for (int r = 0; r < 2; r++)
-        for (int t = 0; t < 64; t++) want.push_back(1000 * r + t);
-    d = log_differs(want);
-    CHECK(d.empty(), "threads that returned early do not hold the others' barrier (%s)",
-          d.empty() ? "128 steps as expected" : d.c_str());
+    ids(want, 0, 64, 0), ids(want, 0, 64, 1000);
+    d = run_logged(k_early_exit, 128, want, &ok);
+    CHECK(ok, "threads that returned early do not hold the others' barrier (%s)", d.c_str());
 
     // Round 1: every thread logs t; warp 0 stops at __syncwarp, warp 1 at
     // __syncthreads. Not all live threads are at the block's barrier, so warp 0 is
     // released: it logs 100 + t and ends. Then warp 1, the only live threads, all at
     // the block's barrier, is released: 200 + t.
-    g_n = 0;
-    emu_kernel_call(k_warp_then_block, dim3(1), dim3(64))();
-    cudaDeviceSynchronize();
     want.clear();
-    for (int t = 0; t < 64; t++) want.push_back(t);
-    for (int t = 0; t < 32; t++) want.push_back(100 + t);
-    for (int t = 32; t < 64; t++) want.push_back(200 + t);
-    d = log_differs(want);
-    CHECK(d.empty(), "a warp barrier releases its warp while another warp waits at the block's (%s)",
-          d.empty() ? "128 steps as expected" : d.c_str());
+    ids(want, 0, 64, 0), ids(want, 0, 32, 100), ids(want, 32, 64, 200);
+    d = run_logged(k_warp_then_block, 64, want, &ok);
+    CHECK(ok, "a warp barrier releases its warp while another warp waits at the block's (%s)", d.c_str());
 
     // The block barrier waits for lane 32 too, which is at its warp's barrier (one
     // live thread short): lane 32 goes on and ends first, then warp 0.
-    g_n = 0;
-    emu_kernel_call(k_lone_lane, dim3(1), dim3(64))();
-    cudaDeviceSynchronize();
     want.clear();
-    for (int t = 0; t <= 32; t++) want.push_back(t);
-    want.push_back(132);
-    for (int t = 0; t < 32; t++) want.push_back(200 + t);
-    d = log_differs(want);
-    CHECK(d.empty(), "the block's barrier waits for a live thread still at its warp's barrier (%s)",
-          d.empty() ? "66 steps as expected" : d.c_str());
+    ids(want, 0, 33, 0), ids(want, 32, 33, 100), ids(want, 0, 32, 200);
+    d = run_logged(k_lone_lane, 64, want, &ok);
+    CHECK(ok, "the block's barrier waits for a live thread still at its warp's barrier (%s)", d.c_str());
 
     int status = 0;
     const std::string err = deadlock_child(&status);
