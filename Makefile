@@ -52,7 +52,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/dump_grad
             $(BUILD)/tests/plan_memory_main $(BUILD)/tests/test_flash_emu $(BUILD)/tests/test_streams_emu \
             $(BUILD)/tests/test_threads_emu
 
-.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags blas-libs emu
+.PHONY: all test clean tests-bin fuzzers fuzz-bins fuzz cuda nvcc-flags blas-libs emu emu-asan
 all: femtotron
 
 femtotron: $(BUILD)/main.o $(OBJ)
@@ -188,11 +188,18 @@ $(CUDA_BUILD)/tests/plan_memory_main $(CUDA_BUILD)/tests/dump_grads: $(CUDA_BUIL
 # CI. The kernels run as written, block by block: slow, for small shapes.
 EMU_BUILD ?= build-emu
 EMU_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu/include \
-                $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+                $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(EMU_SAN)
 EMU_OBJ   := $(filter-out $(CPU_KERNELS),$(OBJ)) \
              $(patsubst src/%.cu,$(EMU_BUILD)/%.o,$(wildcard src/ops/*.cu src/dist/*.cu)) \
              $(EMU_BUILD)/cudnn_attention_emu.o
-EMU_LIBS  := -lstdc++
+EMU_LIBS  := -lstdc++ $(EMU_SAN)
+# `make emu-asan`: the same with the kernels and the emulation built with
+# AddressSanitizer into build-emu-asan, so a kernel's read or write past a
+# cudaMalloc'd buffer, the dynamic shared memory or a __shared__ array is reported
+# (the emulation allocates each exactly; tests/shell/test_cuda_emu.sh runs gpu_ops
+# with it). The C objects are the CPU build's, uninstrumented.
+emu-asan:
+	$(MAKE) emu EMU_BUILD=build-emu-asan EMU_SAN="-fsanitize=address -fno-omit-frame-pointer"
 emu: $(EMU_BUILD)/femtotron-cuda $(EMU_BUILD)/tests/gpu_ops $(EMU_BUILD)/tests/plan_memory_main \
      $(EMU_BUILD)/tests/dump_grads $(EMU_BUILD)/tests/nccl_ops $(EMU_BUILD)/tests/nccl_links \
      $(EMU_BUILD)/tests/attention_gpu
@@ -248,4 +255,4 @@ fuzz: femtotron fuzzers
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz build-cuda build-emu build-blis build-mkl femtotron femtotron-cuda
+	rm -rf build build-asan build-fuzz build-cuda build-emu build-emu-asan build-blis build-mkl femtotron femtotron-cuda

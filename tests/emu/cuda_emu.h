@@ -540,8 +540,9 @@ inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_by
     const unsigned nthreads = block.x * block.y * block.z;
     gridDim = grid;
     blockDim = block;
-    std::vector<unsigned char> mem(smem_bytes + 128);
-    smem = mem.data() + (128 - (uintptr_t)mem.data() % 128) % 128;
+    void *mem = nullptr;  // exactly smem_bytes: under AddressSanitizer a kernel reading past it is reported
+    if (posix_memalign(&mem, 128, smem_bytes ? smem_bytes : 1) != 0) emu_fail("out of host memory for shared memory");
+    smem = (unsigned char *)mem;
     body = &fn;
     const auto known = barrier_free.find(kernel);
     direct = known != barrier_free.end() && known->second;
@@ -560,6 +561,8 @@ inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_by
                 }
             }
     body = nullptr;
+    smem = nullptr;
+    free(mem);
 }
 }  // namespace emu
 
@@ -749,8 +752,12 @@ inline cudaError_t cudaFuncSetAttribute(K *kernel, cudaFuncAttribute, int value)
     return cudaSuccess;
 }
 
+// 256-byte aligned, as cudaMalloc's, and exactly `bytes` long: built with
+// AddressSanitizer (make emu-asan) an access past the end is reported, not hidden
+// in rounding slack.
 inline void *emu_alloc(size_t bytes) {
-    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    void *p = nullptr;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) p = nullptr;
     if (p) {
         memset(p, 0xff, bytes);  // uninitialised device memory reads as NaN
         emu::allocations[(uintptr_t)p] = bytes;
@@ -773,8 +780,8 @@ inline cudaError_t cudaFree(void *p) {
 }
 // Pinned host memory: plain memory the copies read when they run (see the top).
 inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
-    *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    if (!*p) return cudaErrorMemoryAllocation;
+    *p = nullptr;
+    if (posix_memalign(p, 256, bytes ? bytes : 1) != 0 || !*p) return cudaErrorMemoryAllocation;
     emu::pinned[(uintptr_t)*p] = bytes;
     return cudaSuccess;
 }

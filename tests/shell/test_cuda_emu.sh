@@ -6,7 +6,8 @@
 # drivers, and this runs issue 14's GPU tests with them in the GPU's place:
 #   - tests/gpu/gpu_ops.c: every op of the CUDA backend against the CPU's (fp32
 #     within 1e-5; bf16 products exact on rounded operands; the tensor-core
-#     attention within 2e-2 of the fp32 one, twice bit-identical);
+#     attention within 2e-2 of the fp32 one, twice bit-identical), built with
+#     AddressSanitizer, so an access past a buffer fails it;
 #   - tests/gpu/train_parity.sh: one rank within 1e-5 of the CPU over 10 steps, twice
 #     bit-identical, the memory line equal to the CUDA build's predictor, dp 2 and
 #     tp 2 sharing the device, host waits per step independent of the micro-batches;
@@ -46,14 +47,15 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 fail=0
-make -s -j2 emu femtotron build/tests/plan_memory_main build/tests/dump_grads >/tmp/emu_make.$$ 2>&1 ||
+make -s -j2 emu emu-asan femtotron build/tests/plan_memory_main build/tests/dump_grads >/tmp/emu_make.$$ 2>&1 ||
     { echo "FAIL make emu: $(tail -5 /tmp/emu_make.$$)"; rm -f /tmp/emu_make.$$; exit 1; }
 rm -f /tmp/emu_make.$$
 export GPU_BIN=build-emu/femtotron-cuda PLAN_MEMORY=build-emu/tests/plan_memory_main GPU_OPS=build-emu/tests/gpu_ops \
     GPU_DUMP_GRADS=build-emu/tests/dump_grads
 
 # part NAME COMMAND...: its PASS/FAIL lines, marked as emulated; a failure without a
-# FAIL line of its own (a crash) gets one.
+# FAIL line of its own (a crash) gets one, with AddressSanitizer's report where
+# there is one (the error, the access, the kernel).
 part() {
     local name=$1; shift
     local out rc
@@ -61,7 +63,8 @@ part() {
     rc=$?
     printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | sed -E 's/^(PASS|FAIL) /\1 [emulated GPU] /'
     if [ "$rc" -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^FAIL '; then
-        echo "FAIL [emulated GPU] $name exited with status $rc: $(printf '%s\n' "$out" | tail -3)"
+        echo "FAIL [emulated GPU] $name exited with status $rc: $(printf '%s\n' "$out" |
+            grep -A3 -m1 'ERROR: AddressSanitizer' || printf '%s\n' "$out" | tail -3)"
     fi
     [ "$rc" -eq 0 ] || fail=1
 }
@@ -82,7 +85,12 @@ second_lane() {
     part resume_devices bash tests/gpu/resume_devices.sh
 }
 pool_run nccl,calibrate,resume second_lane
-part gpu_ops build-emu/tests/gpu_ops
+# gpu_ops built with AddressSanitizer (make emu-asan; the emulation allocates
+# device buffers and shared memory exactly): an op reading or writing past a
+# buffer on any of its test shapes fails it, as compute-sanitizer's memcheck would
+# on a GPU. (2026-11-29: no report from any op; a mutation reading one value past
+# RMSNorm's row is caught.)
+ASAN_OPTIONS=detect_leaks=0 part gpu_ops build-emu-asan/tests/gpu_ops
 part reference bash tests/gpu/reference.sh
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
