@@ -398,14 +398,43 @@ inline Context *resume(unsigned t) {
     return &th.ctx;
 }
 
+// CUDA_EMU_THREADS: `up` (the default) runs each round of a block's threads in
+// index order, `down` in reverse. A GPU runs them in no set order, so a kernel
+// whose threads read what another wrote (or overwrite what another still reads)
+// without a barrier between gets one of the two orders wrong: running its tests in
+// both shows a missing __syncthreads or __syncwarp (tests/shell/test_cuda_emu.sh
+// runs gpu_ops both ways), as compute-sanitizer's racecheck would on a GPU.
+inline bool threads_down() {
+    static const bool down = [] {
+        const char *v = getenv("CUDA_EMU_THREADS");
+        if (!v || !v[0] || !strcmp(v, "up")) return false;
+        if (!strcmp(v, "down")) return true;
+        emu_fail("CUDA_EMU_THREADS must be up or down");
+    }();
+    return down;
+}
+constexpr unsigned ROUND_START = ~0u;
+// The thread of this round after `from` (ROUND_START: the first) that can run, in
+// the round's order; threads.size() when none is left.
+inline unsigned next_runnable(unsigned from) {
+    const unsigned n = (unsigned)threads.size();
+    auto runnable = [](const Thread &th) { return th.state == NEW || th.state == READY; };
+    if (threads_down()) {
+        for (unsigned t = from == ROUND_START ? n : from; t-- > 0;)
+            if (runnable(threads[t])) return t;
+        return n;
+    }
+    for (unsigned t = from == ROUND_START ? 0 : from + 1; t < n; t++)
+        if (runnable(threads[t])) return t;
+    return n;
+}
+
 // The running thread, suspended at a barrier or done, hands over to the next thread
-// of the round that can run (index order), or to the scheduler at the round's end:
-// one switch a thread and round, not two through the scheduler.
+// of the round that can run, or to the scheduler at the round's end: one switch a
+// thread and round, not two through the scheduler.
 inline void leave() {
-    const unsigned from = current, n = (unsigned)threads.size();
-    unsigned t = from + 1;
-    while (t < n && threads[t].state != NEW && threads[t].state != READY) t++;
-    switch_to(&threads[from].ctx, t < n ? resume(t) : &scheduler);
+    const unsigned from = current, t = next_runnable(from);
+    switch_to(&threads[from].ctx, t < threads.size() ? resume(t) : &scheduler);
 }
 
 inline void barrier(State kind) {
@@ -437,8 +466,8 @@ inline void run_block(unsigned n) {
     if (xslots.size() < 2 * (size_t)(n / 32)) xslots.resize(2 * (size_t)(n / 32));
     for (XSlot &x : xslots) x.done = 0;  // call counts start again in every block
     if (direct) {
-        for (unsigned t = 0; t < n; t++) {
-            threadIdx = dim3(t);
+        for (unsigned i = 0; i < n; i++) {
+            threadIdx = dim3(threads_down() ? n - 1 - i : i);
             (*body)();
         }
         check_collectives(n);
@@ -447,10 +476,9 @@ inline void run_block(unsigned n) {
     }
     threads.assign(n, Thread());
     for (;;) {
-        // A round: every thread that can run, in index order, each handing over to
-        // the next (leave), the last back here.
-        unsigned first = 0;
-        while (first < n && threads[first].state != NEW && threads[first].state != READY) first++;
+        // A round: every thread that can run, in the round's order, each handing
+        // over to the next (leave), the last back here.
+        const unsigned first = next_runnable(ROUND_START);
         if (first < n) switch_to(&scheduler, resume(first));
         unsigned live = 0;
         for (auto &th : threads) {

@@ -13,7 +13,10 @@
 //   - a barrier that can never be released (a lane at __syncthreads, the rest of
 //     its warp at __syncwarp) ends the process naming the deadlock;
 //   - the stacks of finished threads go back to the pool and are reused: three
-//     blocks of 1024 threads meeting at barriers allocate 1024 stacks, not 3072.
+//     blocks of 1024 threads meeting at barriers allocate 1024 stacks, not 3072;
+//   - CUDA_EMU_THREADS=down runs each round in reverse thread order (a child
+//     process), and a shared value read from a neighbour without a barrier is
+//     wrong in both orders (63 and 1 of 64 threads), right in both with one.
 #include "cuda_emu.h"
 #include "../unit/check.h"
 
@@ -80,6 +83,15 @@ __global__ void k_lone_lane() {  // warp 1 is lane 32 alone (33-63 return), at i
     }
 }
 
+template <bool SYNC>  // two kernels: a kernel's first block tells the emulation whether it meets at barriers
+__global__ void k_neighbour(float *out, float base) {  // out[t] = what thread t + 1 (mod 64) shared
+    __shared__ float sh[64];
+    const int t = threadIdx.x;
+    sh[t] = base + t;
+    if (SYNC) __syncthreads();
+    out[t] = sh[(t + 1) % 64];
+}
+
 __global__ void k_deadlock() {  // lane 0 at the block's barrier, lanes 1-31 at the warp's
     if (threadIdx.x == 0) __syncthreads();
     else __syncwarp();
@@ -118,6 +130,23 @@ static void ids(std::vector<int> &v, int lo, int hi, int add) {
     for (int t = lo; t < hi; t++) v.push_back(add + t);
 }
 
+// k_neighbour on one block of 64 threads (a fresh base each call, so a value left by
+// an earlier launch shows): how many threads read a wrong value.
+static int neighbour_wrong(bool sync) {
+    static float base = 0.0f;
+    base += 1000.0f;
+    float *out = nullptr;
+    cudaMalloc((void **)&out, 64 * sizeof(float));
+    if (sync) emu_kernel_call(k_neighbour<true>, dim3(1), dim3(64))(out, base);
+    else emu_kernel_call(k_neighbour<false>, dim3(1), dim3(64))(out, base);
+    float host[64];
+    cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
+    cudaFree(out);
+    int wrong = 0;
+    for (int t = 0; t < 64; t++) wrong += host[t] != base + (float)((t + 1) % 64);
+    return wrong;
+}
+
 // Runs k_deadlock in a child process: its exit status and what it printed on stderr.
 static std::string deadlock_child(int *status) {
     int fds[2];
@@ -141,12 +170,37 @@ static std::string deadlock_child(int *status) {
     return err;
 }
 
-int main(void) {
+// The checks of CUDA_EMU_THREADS=down, in a process of its own (the order is read
+// once a process): each round in reverse thread order, and a read of a
+// neighbour's shared value without a barrier wrong for the one thread that runs
+// before its neighbour (up, it is wrong for all but one).
+static int down_child(void) {
+    bool ok = false;
+    std::vector<int> want;
+    for (int r = 0; r < 3; r++)
+        for (int t = 95; t >= 0; t--) want.push_back(1000 * r + t);
+    const std::string d = run_logged(k_rounds, 96, want, &ok);
+    CHECK(ok, "CUDA_EMU_THREADS=down: each round in reverse thread order, no step past a barrier early (%s)",
+          d.c_str());
+    const int racy = neighbour_wrong(false), synced = neighbour_wrong(true);
+    CHECK(racy == 1 && synced == 0,
+          "CUDA_EMU_THREADS=down: a neighbour's shared value read without a barrier is wrong for %d of 64 threads "
+          "(expected 1: the missing barrier shows), with one for %d (expected 0)", racy, synced);
+    return check_summary();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--down")) return down_child();
     bool ok = false;
     std::vector<int> want;
     ids(want, 0, 96, 0), ids(want, 0, 96, 1000), ids(want, 0, 96, 2000);
     std::string d = run_logged(k_rounds, 96, want, &ok);
     CHECK(ok, "96 threads, two barriers: each round in thread order, no step past a barrier early (%s)", d.c_str());
+
+    const int racy = neighbour_wrong(false), synced = neighbour_wrong(true);
+    CHECK(racy == 63 && synced == 0,
+          "a neighbour's shared value read without a barrier is wrong for %d of 64 threads (expected 63: all but the "
+          "last read it before it is written), with one for %d (expected 0)", racy, synced);
 
     float *out = nullptr;
     cudaMalloc((void **)&out, 2 * 256 * sizeof(float));
@@ -199,5 +253,10 @@ int main(void) {
           "(finished threads' stacks reused)", got[0], got[1], got[2], pooled, after);
     cudaFree(count);
 
+    // The same binary in reverse thread order: its checks' lines are this run's.
+    const std::string cmd = std::string("CUDA_EMU_THREADS=down '") + argv[0] + "' --down";
+    fflush(stdout);
+    const int rc = system(cmd.c_str());
+    CHECK(rc == 0, "the checks in reverse thread order (CUDA_EMU_THREADS=down) ran and passed (status %d)", rc);
     return check_summary();
 }

@@ -7,7 +7,9 @@
 #   - tests/gpu/gpu_ops.c: every op of the CUDA backend against the CPU's (fp32
 #     within 1e-5; bf16 products exact on rounded operands; the tensor-core
 #     attention within 2e-2 of the fp32 one, twice bit-identical), built with
-#     AddressSanitizer, so an access past a buffer fails it;
+#     AddressSanitizer, so an access past a buffer fails it, and again (with
+#     tests/emu/test_flash_emu) with a block's threads run in reverse order, so a
+#     missing barrier fails it;
 #   - tests/gpu/train_parity.sh: one rank within 1e-5 of the CPU over 10 steps, twice
 #     bit-identical, the memory line equal to the CUDA build's predictor, dp 2 and
 #     tp 2 sharing the device, host waits per step independent of the micro-batches;
@@ -47,7 +49,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 fail=0
-make -s -j2 emu emu-asan femtotron build/tests/plan_memory_main build/tests/dump_grads >/tmp/emu_make.$$ 2>&1 ||
+make -s -j2 emu emu-asan femtotron build/tests/plan_memory_main build/tests/dump_grads build/tests/test_flash_emu >/tmp/emu_make.$$ 2>&1 ||
     { echo "FAIL make emu: $(tail -5 /tmp/emu_make.$$)"; rm -f /tmp/emu_make.$$; exit 1; }
 rm -f /tmp/emu_make.$$
 export GPU_BIN=build-emu/femtotron-cuda PLAN_MEMORY=build-emu/tests/plan_memory_main GPU_OPS=build-emu/tests/gpu_ops \
@@ -91,6 +93,12 @@ pool_run nccl,calibrate,resume second_lane
 # on a GPU. (2026-11-29: no report from any op; a mutation reading one value past
 # RMSNorm's row is caught.)
 ASAN_OPTIONS=detect_leaks=0 part gpu_ops build-emu-asan/tests/gpu_ops
+# gpu_ops and the attention kernels' test again with each round of a block's
+# threads run in reverse order (CUDA_EMU_THREADS=down; tests/emu/cuda_emu.h): a
+# thread reading shared memory another wrote without a barrier between, which the
+# index order can hide, reads a wrong value one way or the other.
+CUDA_EMU_THREADS=down part gpu_ops_down build-emu/tests/gpu_ops
+CUDA_EMU_THREADS=down part flash_down build/tests/test_flash_emu
 part reference bash tests/gpu/reference.sh
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
