@@ -11,7 +11,8 @@
 // resumes the waiting threads once every live thread of the block (__syncthreads)
 // or of the warp (__syncwarp) has arrived, or fails naming the deadlock. A kernel
 // whose first block never reaches a barrier runs its later blocks as plain calls.
-// Blocks run one after another, so a function-level static is the block's shared
+// Blocks run one after another (in grid order, or reversed: CUDA_EMU_ORDER below),
+// so a function-level static is the block's shared
 // memory (__shared__ is `static`); dynamic shared memory is one buffer per block,
 // filled with NaN bytes before each block, as is cudaMalloc'd memory, so a read of
 // what no thread wrote shows up.
@@ -398,18 +399,19 @@ inline Context *resume(unsigned t) {
     return &th.ctx;
 }
 
-// CUDA_EMU_THREADS: `up` (the default) runs each round of a block's threads in
-// index order, `down` in reverse. A GPU runs them in no set order, so a kernel
-// whose threads read what another wrote (or overwrite what another still reads)
-// without a barrier between gets one of the two orders wrong: running its tests in
-// both shows a missing __syncthreads or __syncwarp (tests/shell/test_cuda_emu.sh
+// CUDA_EMU_ORDER: `up` (the default) runs a launch's blocks in grid order and each
+// round of a block's threads in index order, `down` both in reverse. A GPU runs
+// them in no set order, so a kernel whose threads read what another wrote (or
+// overwrite what another still reads) without a barrier between, or whose blocks
+// depend on one another, gets one of the two orders wrong: running its tests both
+// ways shows a missing __syncthreads or __syncwarp (tests/shell/test_cuda_emu.sh
 // runs gpu_ops both ways), as compute-sanitizer's racecheck would on a GPU.
-inline bool threads_down() {
+inline bool order_down() {
     static const bool down = [] {
-        const char *v = getenv("CUDA_EMU_THREADS");
+        const char *v = getenv("CUDA_EMU_ORDER");
         if (!v || !v[0] || !strcmp(v, "up")) return false;
         if (!strcmp(v, "down")) return true;
-        emu_fail("CUDA_EMU_THREADS must be up or down");
+        emu_fail("CUDA_EMU_ORDER must be up or down");
     }();
     return down;
 }
@@ -419,7 +421,7 @@ constexpr unsigned ROUND_START = ~0u;
 inline unsigned next_runnable(unsigned from) {
     const unsigned n = (unsigned)threads.size();
     auto runnable = [](const Thread &th) { return th.state == NEW || th.state == READY; };
-    if (threads_down()) {
+    if (order_down()) {
         for (unsigned t = from == ROUND_START ? n : from; t-- > 0;)
             if (runnable(threads[t])) return t;
         return n;
@@ -467,7 +469,7 @@ inline void run_block(unsigned n) {
     for (XSlot &x : xslots) x.done = 0;  // call counts start again in every block
     if (direct) {
         for (unsigned i = 0; i < n; i++) {
-            threadIdx = dim3(threads_down() ? n - 1 - i : i);
+            threadIdx = dim3(order_down() ? n - 1 - i : i);
             (*body)();
         }
         check_collectives(n);
@@ -574,20 +576,20 @@ inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_by
     body = &fn;
     const auto known = barrier_free.find(kernel);
     direct = known != barrier_free.end() && known->second;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx = dim3(bx, by, bz);
-                memset(smem, 0xff, smem_bytes);  // NaN floats: unwritten shared memory shows
-                used_barrier = false;
-                run_block(nthreads);
-                if (!direct && !used_barrier) {
-                    barrier_free[kernel] = true;
-                    direct = true;
-                } else if (!direct) {
-                    barrier_free[kernel] = false;
-                }
-            }
+    const uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t i = 0; i < blocks; i++) {  // x fastest, then y, then z; or the reverse (CUDA_EMU_ORDER)
+        const uint64_t b = order_down() ? blocks - 1 - i : i;
+        blockIdx = dim3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y));
+        memset(smem, 0xff, smem_bytes);  // NaN floats: unwritten shared memory shows
+        used_barrier = false;
+        run_block(nthreads);
+        if (!direct && !used_barrier) {
+            barrier_free[kernel] = true;
+            direct = true;
+        } else if (!direct) {
+            barrier_free[kernel] = false;
+        }
+    }
     body = nullptr;
     smem = nullptr;
     free(mem);

@@ -14,8 +14,8 @@
 //     its warp at __syncwarp) ends the process naming the deadlock;
 //   - the stacks of finished threads go back to the pool and are reused: three
 //     blocks of 1024 threads meeting at barriers allocate 1024 stacks, not 3072;
-//   - CUDA_EMU_THREADS=down runs each round in reverse thread order (a child
-//     process), and a shared value read from a neighbour without a barrier is
+//   - a grid's blocks run in grid order, x fastest; CUDA_EMU_ORDER=down runs
+//     them and each round of threads in reverse order (a child process), and a shared value read from a neighbour without a barrier is
 //     wrong in both orders (63 and 1 of 64 threads), right in both with one.
 #include "cuda_emu.h"
 #include "../unit/check.h"
@@ -81,6 +81,20 @@ __global__ void k_lone_lane() {  // warp 1 is lane 32 alone (33-63 return), at i
         __syncthreads();
         g_log[g_n++] = 200 + t;
     }
+}
+
+__global__ void k_block_order() {  // each block's position, as the blocks run
+    if (threadIdx.x == 0) g_log[g_n++] = 10 * (int)blockIdx.y + (int)blockIdx.x;
+}
+
+// A grid of 3 x 2 blocks: the order its blocks ran in, "" when it is `want`.
+static std::string block_order_differs(const std::vector<int> &want) {
+    g_n = 0;
+    emu_kernel_call(k_block_order, dim3(3, 2), dim3(32))();
+    cudaDeviceSynchronize();
+    std::string got;
+    for (int i = 0; i < g_n; i++) got += (i ? " " : "") + std::to_string(g_log[i]);
+    return std::vector<int>(g_log, g_log + g_n) == want ? "" : got;
 }
 
 template <bool SYNC>  // two kernels: a kernel's first block tells the emulation whether it meets at barriers
@@ -170,7 +184,7 @@ static std::string deadlock_child(int *status) {
     return err;
 }
 
-// The checks of CUDA_EMU_THREADS=down, in a process of its own (the order is read
+// The checks of CUDA_EMU_ORDER=down, in a process of its own (the order is read
 // once a process): each round in reverse thread order, and a read of a
 // neighbour's shared value without a barrier wrong for the one thread that runs
 // before its neighbour (up, it is wrong for all but one).
@@ -180,11 +194,14 @@ static int down_child(void) {
     for (int r = 0; r < 3; r++)
         for (int t = 95; t >= 0; t--) want.push_back(1000 * r + t);
     const std::string d = run_logged(k_rounds, 96, want, &ok);
-    CHECK(ok, "CUDA_EMU_THREADS=down: each round in reverse thread order, no step past a barrier early (%s)",
+    CHECK(ok, "CUDA_EMU_ORDER=down: each round in reverse thread order, no step past a barrier early (%s)",
           d.c_str());
+    const std::string b = block_order_differs({12, 11, 10, 2, 1, 0});
+    CHECK(b.empty(), "CUDA_EMU_ORDER=down: a 3 x 2 grid's blocks run in reverse grid order (%s)",
+          b.empty() ? "(2,1) first, (0,0) last" : b.c_str());
     const int racy = neighbour_wrong(false), synced = neighbour_wrong(true);
     CHECK(racy == 1 && synced == 0,
-          "CUDA_EMU_THREADS=down: a neighbour's shared value read without a barrier is wrong for %d of 64 threads "
+          "CUDA_EMU_ORDER=down: a neighbour's shared value read without a barrier is wrong for %d of 64 threads "
           "(expected 1: the missing barrier shows), with one for %d (expected 0)", racy, synced);
     return check_summary();
 }
@@ -197,6 +214,8 @@ int main(int argc, char **argv) {
     std::string d = run_logged(k_rounds, 96, want, &ok);
     CHECK(ok, "96 threads, two barriers: each round in thread order, no step past a barrier early (%s)", d.c_str());
 
+    const std::string b = block_order_differs({0, 1, 2, 10, 11, 12});
+    CHECK(b.empty(), "a 3 x 2 grid's blocks run in grid order, x fastest (%s)", b.empty() ? "(0,0) first" : b.c_str());
     const int racy = neighbour_wrong(false), synced = neighbour_wrong(true);
     CHECK(racy == 63 && synced == 0,
           "a neighbour's shared value read without a barrier is wrong for %d of 64 threads (expected 63: all but the "
@@ -254,9 +273,9 @@ int main(int argc, char **argv) {
     cudaFree(count);
 
     // The same binary in reverse thread order: its checks' lines are this run's.
-    const std::string cmd = std::string("CUDA_EMU_THREADS=down '") + argv[0] + "' --down";
+    const std::string cmd = std::string("CUDA_EMU_ORDER=down '") + argv[0] + "' --down";
     fflush(stdout);
     const int rc = system(cmd.c_str());
-    CHECK(rc == 0, "the checks in reverse thread order (CUDA_EMU_THREADS=down) ran and passed (status %d)", rc);
+    CHECK(rc == 0, "the checks in reverse thread order (CUDA_EMU_ORDER=down) ran and passed (status %d)", rc);
     return check_summary();
 }

@@ -5,7 +5,8 @@
 # ./femtotron-cuda in fp32:
 #   1. one rank: every step's loss and gradient norm, and the validation loss of
 #      steps 5 and 10, within 1e-5 relative of the CPU;
-#   2. the same GPU run twice: losses, gradient norms and validation losses bit-identical (determinism);
+#   2. the same GPU run twice: losses, gradient norms and validation losses bit-identical (determinism;
+#      emulated, the second run in reverse block and thread order);
 #   3. the GPU run's memory line equals the planner's prediction, per category;
 #   4. one rank accumulating 4 micro-batches per step (each with its own token
 #      staging row), and two ranks sharing the GPU (dp 2 ZeRO-1, tp 2 with sequence
@@ -71,7 +72,10 @@ run cpu 1 "$CPU_BIN" || exit 1
 if run gpu 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
     if r=$(compare "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" 1e-5 val); then echo "PASS one rank on the GPU equals the CPU within 1e-5: $r"
     else failed "one rank on the GPU against the CPU: $r"; fi
-    if run gpu_again 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
+    # Under the emulation (tests/emu) the second run takes each launch's blocks, and
+    # each round of a block's threads, in reverse order (CUDA_EMU_ORDER; a GPU's
+    # runtime ignores it), so its bits must not depend on the order either.
+    if CUDA_EMU_ORDER=down run gpu_again 1 "$GPU_BIN" "${GPU_ARGS[@]}"; then
         if r=$(compare "$tmp/gpu.jsonl" "$tmp/gpu_again.jsonl" 0 val); then echo "PASS the GPU run twice: bit-identical losses, gradient norms and validation losses"
         else failed "the GPU run twice differs: $r"; fi
     fi

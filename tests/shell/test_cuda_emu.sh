@@ -94,11 +94,11 @@ pool_run nccl,calibrate,resume second_lane
 # RMSNorm's row is caught.)
 ASAN_OPTIONS=detect_leaks=0 part gpu_ops build-emu-asan/tests/gpu_ops
 # gpu_ops and the attention kernels' test again with each round of a block's
-# threads run in reverse order (CUDA_EMU_THREADS=down; tests/emu/cuda_emu.h): a
+# threads run in reverse order (CUDA_EMU_ORDER=down; tests/emu/cuda_emu.h): a
 # thread reading shared memory another wrote without a barrier between, which the
 # index order can hide, reads a wrong value one way or the other.
-CUDA_EMU_THREADS=down part gpu_ops_down build-emu/tests/gpu_ops
-CUDA_EMU_THREADS=down part flash_down build/tests/test_flash_emu
+CUDA_EMU_ORDER=down part gpu_ops_down build-emu/tests/gpu_ops
+CUDA_EMU_ORDER=down part flash_down build/tests/test_flash_emu
 part reference bash tests/gpu/reference.sh
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
