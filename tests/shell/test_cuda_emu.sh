@@ -74,9 +74,9 @@ part() {
 # NCCL's part (8 emulated GPUs, a rank each; the longest), then calibrate and resume,
 # run in a second lane beside the others (tests/shell/pool.sh). The emulated kernels
 # are CPU-bound, so the two lanes slow each other, but together they fill the 2
-# cores of a CI machine: measured 2026-11-29, the first lane ended after 138 s, the
-# second after 141 (the reference part moved to the first lane evened them out: 126
-# against 157 s before). Its watchdog checks time a hung collective against
+# cores of a CI machine: measured 2026-11-29 (the builds done), the first lane,
+# with gpu_ops under AddressSanitizer and both reversed parts, ended after 164 s,
+# the second after 165. Its watchdog checks time a hung collective against
 # parallel.timeout_s = 3 s, and the ones that complete take milliseconds, even
 # beside another part.
 . tests/shell/pool.sh
@@ -93,10 +93,11 @@ pool_run nccl,calibrate,resume second_lane
 # on a GPU. (2026-11-29: no report from any op; a mutation reading one value past
 # RMSNorm's row is caught.)
 ASAN_OPTIONS=detect_leaks=0 part gpu_ops build-emu-asan/tests/gpu_ops
-# gpu_ops and the attention kernels' test again with each round of a block's
-# threads run in reverse order (CUDA_EMU_ORDER=down; tests/emu/cuda_emu.h): a
-# thread reading shared memory another wrote without a barrier between, which the
-# index order can hide, reads a wrong value one way or the other.
+# gpu_ops and the attention kernels' test again with a launch's blocks and each
+# round of a block's threads run in reverse order (CUDA_EMU_ORDER=down;
+# tests/emu/cuda_emu.h): a thread reading shared memory another wrote without a
+# barrier between, which the index order can hide, reads a wrong value one way or
+# the other.
 CUDA_EMU_ORDER=down part gpu_ops_down build-emu/tests/gpu_ops
 CUDA_EMU_ORDER=down part flash_down build/tests/test_flash_emu
 part reference bash tests/gpu/reference.sh
