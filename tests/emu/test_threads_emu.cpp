@@ -1,6 +1,6 @@
 // tests/emu/test_threads_emu.cpp — the emulated block scheduler (tests/emu/cuda_emu.h),
 // which every emulated kernel of the CUDA backend runs on. A block's threads are
-// user-level contexts run in index order; at a barrier each hands over to the next
+// user-level contexts run in index order (or reversed); at a barrier each hands over to the next
 // thread that can run, the last back to the scheduler, which then releases the
 // block barrier (every live thread at __syncthreads) or a warp's (its live lanes all
 // at __syncwarp), or reports a deadlock. Checked:
@@ -15,8 +15,9 @@
 //   - the stacks of finished threads go back to the pool and are reused: three
 //     blocks of 1024 threads meeting at barriers allocate 1024 stacks, not 3072;
 //   - a grid's blocks run in grid order, x fastest; CUDA_EMU_ORDER=down runs
-//     them and each round of threads in reverse order (a child process), and a shared value read from a neighbour without a barrier is
-//     wrong in both orders (63 and 1 of 64 threads), right in both with one.
+//     them and each round of threads in reverse order (a child process);
+//   - a shared value read from a neighbour without a barrier is wrong in both
+//     orders (63 and 1 of 64 threads), right in both with the barrier.
 #include "cuda_emu.h"
 #include "../unit/check.h"
 
@@ -26,7 +27,7 @@
 #include <unistd.h>
 #include <vector>
 
-static int g_log[4096];  // what the threads did, in the order they did it
+static int g_log[4096];  // (steps) what the threads did, in the order they did it
 static int g_n;
 
 __global__ void k_rounds() {  // three steps, two barriers between them
