@@ -45,7 +45,9 @@ void ops_sync(void) {}
 #define PIECE_ALIGN 64  // piece boundaries sit a multiple of 64 bytes from dst (cache lines, where dst is on one)
 
 // The bytes [0, bytes) of dst written: copied from src, or zeroed where src is NULL;
-// thread t of nt takes [lo, hi), cut on PIECE_ALIGN.
+// thread t of nt takes [lo, hi), cut on PIECE_ALIGN. Only the last piece's end can
+// pass `bytes` (lines * PIECE_ALIGN rounds it up by less than a line; no piece
+// starts that late while bytes >= PAR_BYTES), so only hi is clamped.
 static void fill_or_copy(void *dst, const void *src, size_t bytes) {
     if (bytes < PAR_BYTES || omp_in_parallel()) {
         if (src) memcpy(dst, src, bytes);
@@ -56,9 +58,9 @@ static void fill_or_copy(void *dst, const void *src, size_t bytes) {
 #pragma omp parallel
     {
         const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
-        size_t lo = lines * t / nt * PIECE_ALIGN, hi = lines * (t + 1) / nt * PIECE_ALIGN;
+        const size_t lo = lines * t / nt * PIECE_ALIGN;
+        size_t hi = lines * (t + 1) / nt * PIECE_ALIGN;
         if (hi > bytes) hi = bytes;
-        if (lo > bytes) lo = bytes;
         if (src) memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
         else memset((char *)dst + lo, 0, hi - lo);
     }
