@@ -92,10 +92,12 @@ $(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_e
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 
-# The emulated block scheduler: barrier order, releases, deadlocks, stacks.
-$(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp tests/emu/cuda_emu.h
+# The emulated block scheduler: barrier order, releases, deadlocks, stacks, shared
+# memory; its kernels' __shared__ arrays rewritten as the .cu files' are.
+$(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp tests/emu/cuda_emu.h tests/emu/cu2cpp.py
 	@mkdir -p $(BUILD)/tests
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
+	python3 tests/emu/cu2cpp.py $< > $@.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $@.cpp
 
 $(BUILD)/tests/%: tests/drivers/%.c $(OBJ)
 	@mkdir -p $(BUILD)/tests

@@ -12,10 +12,12 @@
 // or of the warp (__syncwarp) has arrived, or fails naming the deadlock. A kernel
 // whose first block never reaches a barrier runs its later blocks as plain calls.
 // Blocks run one after another (in grid order, or reversed: CUDA_EMU_ORDER below),
-// so a function-level static is the block's shared
-// memory (__shared__ is `static`); dynamic shared memory is one buffer per block,
-// filled with NaN bytes before each block, as is cudaMalloc'd memory, so a read of
-// what no thread wrote shows up.
+// so a function-level static is the block's shared memory: tests/emu/cu2cpp.py
+// declares each `__shared__ T name[N];` as a static EmuStaticShared (below; this
+// header defines no __shared__, so a form cu2cpp does not rewrite fails to compile).
+// Those arrays and the dynamic shared memory (one buffer per block) are filled with
+// NaN bytes before each block, as cudaMalloc'd memory is once, so a read of what no
+// thread of the block wrote shows up, instead of what the last block left there.
 //
 // WMMA (m16n16k16, bf16 operands, fp32 accumulators): a fragment holds the whole
 // 16x16 tile (a GPU spreads it over the warp in an unspecified layout, which the
@@ -84,7 +86,6 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
 #define __align__(n) alignas(n)
 
 [[noreturn]] inline void emu_fail(const char *what) {
@@ -382,6 +383,13 @@ inline std::vector<std::vector<AsyncCopy>> async_copies;  // per thread of the r
 inline const std::function<void()> *body;
 inline bool direct, used_barrier;
 inline unsigned char *smem;
+// Every static shared array a kernel has declared so far (EmuStaticShared registers
+// itself the first time its declaration runs): refilled with NaN bytes before each block.
+struct SharedArray {
+    void *p;
+    size_t bytes;
+};
+inline std::vector<SharedArray> static_shared;
 
 inline void entry();
 // Thread t made the running one: a stack and a fresh context if it is NEW.
@@ -581,6 +589,7 @@ inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_by
         const uint64_t b = order_down() ? blocks - 1 - i : i;
         blockIdx = dim3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y));
         memset(smem, 0xff, smem_bytes);  // NaN floats: unwritten shared memory shows
+        for (const SharedArray &a : static_shared) memset(a.p, 0xff, a.bytes);
         used_barrier = false;
         run_block(nthreads);
         if (!direct && !used_barrier) {
@@ -595,6 +604,21 @@ inline void run_launch(const void *kernel, dim3 grid, dim3 block, size_t smem_by
     free(mem);
 }
 }  // namespace emu
+
+// `__shared__ T name[N];` in a kernel, as tests/emu/cu2cpp.py writes it: a function-
+// level `static EmuStaticShared<T[N]>`, and `name` a reference to its array v. The
+// first thread to reach the declaration constructs it (filled with NaN bytes, and
+// registered, so every later block starts from NaN bytes too).
+template <typename A>
+struct EmuStaticShared {
+    static_assert(std::is_array<A>::value && std::is_trivially_copyable<A>::value,
+                  "__shared__ holds arrays of plain values (as CUDA: no constructors)");
+    alignas(16) A v;
+    EmuStaticShared() {
+        memset(&v, 0xff, sizeof v);
+        emu::static_shared.push_back({&v, sizeof v});
+    }
+};
 
 inline void __syncthreads() { emu::barrier(emu::WAIT_BLOCK); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {

@@ -17,7 +17,10 @@
 //   - a grid's blocks run in grid order, x fastest; CUDA_EMU_ORDER=down runs
 //     them and each round of threads in reverse order (a child process);
 //   - a shared value read from a neighbour without a barrier is wrong in both
-//     orders (63 and 1 of 64 threads), right in both with the barrier.
+//     orders (63 and 1 of 64 threads), right in both with the barrier;
+//   - a __shared__ array reads as NaN where no thread of the block wrote it: in a
+//     launch's first block (not the zero a C++ static starts as) and in later blocks
+//     and launches (not what the last block left).
 #include "cuda_emu.h"
 #include "../unit/check.h"
 
@@ -105,6 +108,13 @@ __global__ void k_neighbour(float *out, float base) {  // out[t] = what thread t
     sh[t] = base + t;
     if (SYNC) __syncthreads();
     out[t] = sh[(t + 1) % 64];
+}
+
+__global__ void k_stale(float *out) {  // reads its slot before writing it: what the block found there
+    __shared__ float sh[32];
+    const int t = threadIdx.x;
+    out[blockIdx.x * 32 + t] = sh[t];
+    sh[t] = (float)(100 * blockIdx.x + t);
 }
 
 __global__ void k_deadlock() {  // lane 0 at the block's barrier, lanes 1-31 at the warp's
@@ -260,6 +270,19 @@ int main(int argc, char **argv) {
               err.find("32 threads live, 1 at __syncthreads") != std::string::npos,
           "a barrier that can never be released ends the run naming the deadlock (%s)",
           err.empty() ? "no message" : err.substr(0, err.find('\n')).c_str());
+
+    float *found = nullptr;
+    cudaMalloc((void **)&found, 2 * 2 * 32 * sizeof(float));
+    emu_kernel_call(k_stale, dim3(2), dim3(32))(found);
+    emu_kernel_call(k_stale, dim3(2), dim3(32))(found + 64);
+    float seen[128];
+    cudaMemcpy(seen, found, sizeof seen, cudaMemcpyDeviceToHost);
+    int numbers = 0;
+    for (int i = 0; i < 128; i++) numbers += !isnan(seen[i]);
+    CHECK(numbers == 0, "a __shared__ array's unwritten values read as NaN in every block of two launches: %d of 128 "
+          "reads saw a number (first block %g, second %g: zero, or the last block's values, unless refilled)",
+          numbers, seen[0], seen[33]);
+    cudaFree(found);
 
     int *count = nullptr;
     cudaMalloc((void **)&count, 3 * sizeof(int));
