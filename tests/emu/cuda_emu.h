@@ -1081,10 +1081,11 @@ inline float bf16_half(uint32_t reg, int hi) {
 }
 }  // namespace emu
 
-// shfl.sync.bfly: the value of lane (this lane ^ lane_mask), for 4-byte T.
+// shfl.sync.bfly: the value of lane (this lane ^ lane_mask), for 4-byte T, and 8-byte
+// T (double, long long: CUDA's overloads shuffle the two halves).
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-    static_assert(sizeof(T) == 4, "4-byte shuffles only are emulated");
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "4- and 8-byte shuffles only are emulated");
     if (mask != 0xffffffffu || width != 32) emu_fail("__shfl_xor_sync with a partial mask or width is not emulated");
     const emu::XSlot &slot = emu::warp_exchange(v);
     return emu::from_lane<T>(slot, (threadIdx.x % 32) ^ (unsigned)lane_mask);
