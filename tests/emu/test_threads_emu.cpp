@@ -18,6 +18,8 @@
 //     them and each round of threads in reverse order (a child process);
 //   - a shared value read from a neighbour without a barrier is wrong in both
 //     orders (63 and 1 of 64 threads), right in both with the barrier;
+//   - __shfl_xor_sync of 4- and 8-byte values (float, double, long long) gives
+//     each lane lane ^ mask's value, all 64 bits of it;
 //   - a __shared__ array reads as NaN where no thread of the block wrote it: in a
 //     launch's first block (not the zero a C++ static starts as) and in later blocks
 //     and launches (not what the last block left).
@@ -115,6 +117,13 @@ __global__ void k_stale(float *out) {  // reads its slot before writing it: what
     const int t = threadIdx.x;
     out[blockIdx.x * 32 + t] = sh[t];
     sh[t] = (float)(100 * blockIdx.x + t);
+}
+
+__global__ void k_shuffles(double *d, long long *q, float *f) {  // lane l gets lane l ^ 5's values
+    const int l = threadIdx.x;
+    d[l] = __shfl_xor_sync(0xffffffffu, 1e12 * l + 0.25, 5);  // needs all 64 bits
+    q[l] = __shfl_xor_sync(0xffffffffu, (1LL << 40) * l + l, 5);
+    f[l] = __shfl_xor_sync(0xffffffffu, 0.5f + (float)l, 5);
 }
 
 __global__ void k_deadlock() {  // lane 0 at the block's barrier, lanes 1-31 at the warp's
@@ -270,6 +279,26 @@ int main(int argc, char **argv) {
               err.find("32 threads live, 1 at __syncthreads") != std::string::npos,
           "a barrier that can never be released ends the run naming the deadlock (%s)",
           err.empty() ? "no message" : err.substr(0, err.find('\n')).c_str());
+
+    double *sd = nullptr;
+    long long *sq = nullptr;
+    float *sf = nullptr;
+    cudaMalloc((void **)&sd, 32 * sizeof(double));
+    cudaMalloc((void **)&sq, 32 * sizeof(long long));
+    cudaMalloc((void **)&sf, 32 * sizeof(float));
+    emu_kernel_call(k_shuffles, dim3(1), dim3(32))(sd, sq, sf);
+    double hd[32];
+    long long hq[32];
+    float hf[32];
+    cudaMemcpy(hd, sd, sizeof hd, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hq, sq, sizeof hq, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hf, sf, sizeof hf, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        bad += hd[l] != 1e12 * (l ^ 5) + 0.25 || hq[l] != (1LL << 40) * (l ^ 5) + (l ^ 5) || hf[l] != 0.5f + (float)(l ^ 5);
+    CHECK(bad == 0, "__shfl_xor_sync with mask 5: every lane gets lane ^ 5's double, long long and float (%d of 32 "
+          "lanes wrong; lane 0 got %.17g, %lld)", bad, hd[0], hq[0]);
+    cudaFree(sd), cudaFree(sq), cudaFree(sf);
 
     float *found = nullptr;
     cudaMalloc((void **)&found, 2 * 2 * 32 * sizeof(float));
