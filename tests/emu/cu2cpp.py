@@ -7,8 +7,8 @@ written as one) as C++ for the host emulation of CUDA (tests/emu/cuda_emu.h):
     array inside a function-local `static EmuStaticShared<T[N]...>`, which the
     emulation fills with NaN bytes before every block (cuda_emu.h: a block reading
     what none of its threads wrote sees NaN, not what the last block left or the
-    zero a C++ static starts as). The header defines no `__shared__`, so a form this
-    does not know fails to compile instead of silently keeping stale contents.
+    zero a C++ static starts as). A form this does not know stops it, naming the
+    line; in a header it does not read, the header's `__shared__` fails to compile.
 Nothing else changes; a #line keeps compiler messages on the source's lines."""
 import re
 import sys

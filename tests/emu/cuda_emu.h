@@ -14,7 +14,8 @@
 // Blocks run one after another (in grid order, or reversed: CUDA_EMU_ORDER below),
 // so a function-level static is the block's shared memory: tests/emu/cu2cpp.py
 // declares each `__shared__ T name[N];` as a static EmuStaticShared (below; this
-// header defines no __shared__, so a form cu2cpp does not rewrite fails to compile).
+// header's __shared__ is a name that fails to compile, so a form cu2cpp does not
+// rewrite, or a header it does not read, cannot silently keep stale contents).
 // Those arrays and the dynamic shared memory (one buffer per block) are filled with
 // NaN bytes before each block, as cudaMalloc'd memory is once, so a read of what no
 // thread of the block wrote shows up, instead of what the last block left there.
@@ -87,6 +88,9 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+// tests/emu/cu2cpp.py rewrites each `__shared__ T name[N];` (EmuStaticShared, below);
+// one it did not see (in a header, say) fails to compile, naming why.
+#define __shared__ shared_memory_not_rewritten_by_tests_emu_cu2cpp_py
 
 [[noreturn]] inline void emu_fail(const char *what) {
     fprintf(stderr, "cuda_emu: %s\n", what);
