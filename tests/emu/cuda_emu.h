@@ -617,7 +617,7 @@ template <typename A>
 struct EmuStaticShared {
     static_assert(std::is_array<A>::value && std::is_trivially_copyable<A>::value,
                   "__shared__ holds arrays of plain values (as CUDA: no constructors)");
-    alignas(16) A v;
+    A v;  // nothing after it: under AddressSanitizer a read past the array is reported
     EmuStaticShared() {
         memset(&v, 0xff, sizeof v);
         emu::static_shared.push_back({&v, sizeof v});
