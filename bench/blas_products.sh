@@ -27,16 +27,13 @@ CC=${CC:-cc}
 declare -A RUN=()  # library -> the command that runs its binary, less the shape arguments
 libs=""
 
-# A PyPI wheel's files, unpacked into LIBDIR/NAME (once).
+# A PyPI wheel's files, unpacked into LIBDIR/NAME (once; bench/wheel.sh).
+. bench/wheel.sh
 wheel() {
     local pkg=$1 dir=$LIBDIR/$2
     [ -d "$dir" ] && return 0
-    local tmp
-    tmp=$(mktemp -d "$LIBDIR/dl.XXXXXX")
-    if pip download -q --no-deps -d "$tmp" "$pkg" >/dev/null 2>&1; then
-        mkdir -p "$dir" && python3 -m zipfile -e "$tmp"/*.whl "$dir" && rm -rf "$tmp" && return 0
-    fi
-    rm -rf "$tmp"
+    wheel_unpack "$pkg" "$dir.part" && mv "$dir.part" "$dir" && return 0
+    rm -rf "$dir.part"
     echo "WARNING: could not download $pkg from PyPI: left out" >&2
     return 1
 }

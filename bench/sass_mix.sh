@@ -20,12 +20,11 @@ CUOBJDUMP=$(command -v cuobjdump || true)
 if [[ -z $CUOBJDUMP ]] || ! command -v nvdisasm >/dev/null && [[ ! -x $CUDA_HOME/bin/nvdisasm ]]; then
     tools=build/sass-tools
     if [[ ! -x $tools/nvidia/cu13/bin/cuobjdump || ! -x $tools/nvidia/cu13/bin/nvdisasm ]]; then
-        mkdir -p "$tools"
+        . bench/wheel.sh
         for w in nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; do
-            pip download --no-deps -q -d "$tools" "$w" >/dev/null 2>&1 ||
+            wheel_unpack "$w" "$tools" ||
                 { echo "SKIP no $w (not installed, and pip could not fetch it): bench/sass_mix.sh did not run"; exit 0; }
         done
-        for w in "$tools"/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
         chmod +x "$tools"/nvidia/cu13/bin/*
     fi
     CUOBJDUMP=$tools/nvidia/cu13/bin/cuobjdump
