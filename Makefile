@@ -93,11 +93,12 @@ $(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_e
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 
 # The emulated block scheduler: barrier order, releases, deadlocks, stacks, shared
-# memory; its kernels' __shared__ arrays rewritten as the .cu files' are.
+# memory; its kernels' __shared__ arrays rewritten as the .cu files' are (the C++ it
+# compiles goes to $(BUILD)/emu-src: every file of $(BUILD)/tests is a test to run).
 $(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp tests/emu/cuda_emu.h tests/emu/cu2cpp.py
-	@mkdir -p $(BUILD)/tests
-	python3 tests/emu/cu2cpp.py $< > $@.cpp
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $@.cpp
+	@mkdir -p $(BUILD)/tests $(BUILD)/emu-src
+	python3 tests/emu/cu2cpp.py $< > $(BUILD)/emu-src/test_threads_emu.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $(BUILD)/emu-src/test_threads_emu.cpp
 
 $(BUILD)/tests/%: tests/drivers/%.c $(OBJ)
 	@mkdir -p $(BUILD)/tests
