@@ -164,18 +164,31 @@ static void ids(std::vector<int> &v, int lo, int hi, int add) {
     for (int t = lo; t < hi; t++) v.push_back(add + t);
 }
 
+// A device array of n values (NaN bytes, as cudaMalloc's here), and its values
+// copied back to the host once the launches writing it ran, the array freed.
+template <typename T>
+static T *device_array(size_t n) {
+    T *p = nullptr;
+    cudaMalloc((void **)&p, n * sizeof(T));
+    return p;
+}
+template <typename T>
+static std::vector<T> to_host_and_free(T *dev, size_t n) {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost);
+    cudaFree(dev);
+    return h;
+}
+
 // k_neighbour on one block of 64 threads (a fresh base each call, so a value left by
 // an earlier launch shows): how many threads read a wrong value.
 static int neighbour_wrong(bool sync) {
     static float base = 0.0f;
     base += 1000.0f;
-    float *out = nullptr;
-    cudaMalloc((void **)&out, 64 * sizeof(float));
+    float *out = device_array<float>(64);
     if (sync) emu_kernel_call(k_neighbour<true>, dim3(1), dim3(64))(out, base);
     else emu_kernel_call(k_neighbour<false>, dim3(1), dim3(64))(out, base);
-    float host[64];
-    cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
-    cudaFree(out);
+    const std::vector<float> host = to_host_and_free(out, 64);
     int wrong = 0;
     for (int t = 0; t < 64; t++) wrong += host[t] != base + (float)((t + 1) % 64);
     return wrong;
@@ -241,16 +254,13 @@ int main(int argc, char **argv) {
           "a neighbour's shared value read without a barrier is wrong for %d of 64 threads (expected 63: all but the "
           "last read it before it is written), with one for %d (expected 0)", racy, synced);
 
-    float *out = nullptr;
-    cudaMalloc((void **)&out, 2 * 256 * sizeof(float));
+    float *out = device_array<float>(512);
     emu_kernel_call(k_tree_sum, dim3(2), dim3(256))(out);
-    std::vector<float> host(512);
-    cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    const std::vector<float> host = to_host_and_free(out, 512);
     int wrong = 0;
     for (int i = 0; i < 512; i++) wrong += host[i] != (i < 256 ? 32896.0f : 32896.0f + 65536.0f);
     CHECK(wrong == 0, "a shared-memory tree sum over 256 threads (8 barriers), two blocks: %d of 512 values wrong "
           "(block 0 %g, block 1 %g)", wrong, host[0], host[256]);
-    cudaFree(out);
 
     want.clear();
     ids(want, 0, 64, 0), ids(want, 0, 64, 1000);
@@ -280,50 +290,37 @@ int main(int argc, char **argv) {
           "a barrier that can never be released ends the run naming the deadlock (%s)",
           err.empty() ? "no message" : err.substr(0, err.find('\n')).c_str());
 
-    double *sd = nullptr;
-    long long *sq = nullptr;
-    float *sf = nullptr;
-    cudaMalloc((void **)&sd, 32 * sizeof(double));
-    cudaMalloc((void **)&sq, 32 * sizeof(long long));
-    cudaMalloc((void **)&sf, 32 * sizeof(float));
+    double *sd = device_array<double>(32);
+    long long *sq = device_array<long long>(32);
+    float *sf = device_array<float>(32);
     emu_kernel_call(k_shuffles, dim3(1), dim3(32))(sd, sq, sf);
-    double hd[32];
-    long long hq[32];
-    float hf[32];
-    cudaMemcpy(hd, sd, sizeof hd, cudaMemcpyDeviceToHost);
-    cudaMemcpy(hq, sq, sizeof hq, cudaMemcpyDeviceToHost);
-    cudaMemcpy(hf, sf, sizeof hf, cudaMemcpyDeviceToHost);
+    const std::vector<double> hd = to_host_and_free(sd, 32);
+    const std::vector<long long> hq = to_host_and_free(sq, 32);
+    const std::vector<float> hf = to_host_and_free(sf, 32);
     int bad = 0;
     for (int l = 0; l < 32; l++)
         bad += hd[l] != 1e12 * (l ^ 5) + 0.25 || hq[l] != (1LL << 40) * (l ^ 5) + (l ^ 5) || hf[l] != 0.5f + (float)(l ^ 5);
     CHECK(bad == 0, "__shfl_xor_sync with mask 5: every lane gets lane ^ 5's double, long long and float (%d of 32 "
           "lanes wrong; lane 0 got %.17g, %lld)", bad, hd[0], hq[0]);
-    cudaFree(sd), cudaFree(sq), cudaFree(sf);
 
-    float *found = nullptr;
-    cudaMalloc((void **)&found, 2 * 2 * 32 * sizeof(float));
+    float *found = device_array<float>(2 * 2 * 32);  // (launch, block, thread)
     emu_kernel_call(k_stale, dim3(2), dim3(32))(found);
     emu_kernel_call(k_stale, dim3(2), dim3(32))(found + 64);
-    float seen[128];
-    cudaMemcpy(seen, found, sizeof seen, cudaMemcpyDeviceToHost);
+    const std::vector<float> seen = to_host_and_free(found, 128);
     int numbers = 0;
     for (int i = 0; i < 128; i++) numbers += !isnan(seen[i]);
     CHECK(numbers == 0, "a __shared__ array's unwritten values read as NaN in every block of two launches: %d of 128 "
           "reads saw a number (first block %g, second %g: zero, or the last block's values, unless refilled)",
           numbers, seen[0], seen[33]);
-    cudaFree(found);
 
-    int *count = nullptr;
-    cudaMalloc((void **)&count, 3 * sizeof(int));
+    int *count = device_array<int>(3);
     const size_t pooled = emu::free_stacks.size();
     emu_kernel_call(k_stacks, dim3(3), dim3(1024))(count);
-    int got[3] = {0, 0, 0};
-    cudaMemcpy(got, count, sizeof got, cudaMemcpyDeviceToHost);
+    const std::vector<int> got = to_host_and_free(count, 3);  // (the launch runs at this wait)
     const size_t after = emu::free_stacks.size();
     CHECK(got[0] == 1024 && got[1] == 1024 && got[2] == 1024 && after == (pooled > 1024 ? pooled : 1024),
           "three blocks of 1024 threads at barriers: sums %d %d %d, stacks in the pool %zu before, %zu after "
           "(finished threads' stacks reused)", got[0], got[1], got[2], pooled, after);
-    cudaFree(count);
 
     // The same binary in reverse thread order: its checks' lines are this run's.
     const std::string cmd = std::string("CUDA_EMU_ORDER=down '") + argv[0] + "' --down";
