@@ -60,6 +60,8 @@ typedef struct Activations {
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd
     float *lnf_xhat;         // (Nr, D) last stage only: the final norm's xhat
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
+    int dlogits16;           // 1: the forward left dlogits as bf16 in place, rows CE_LD16(Vl)
+                             // apart (bf16 products: ops.h, cross_entropy_forward_backward_bf16)
     // scratch (shared between in-flight micro-batches)
     float *resid_mid;        // (Nr, D) forward: the residual after attention
     float *normed;           // (Nr, D) a norm's output w * xhat (forward, rebuilt in backward);

@@ -298,8 +298,11 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
     for (int i = 0; i < a->nl; i++) layer_forward(m, pa, a, i);
     if (!a->has_head) return 0.0;
     head_forward(m, pa, a, N);
-    tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale, want_grads, a->tp_stats,
-                     loss_sum);
+    // Under bf16 products only the head's products read dlogits, each rounding them
+    // to bf16 as it reads: the loss writes them rounded in the first place (ops.h).
+    a->dlogits16 = want_grads && ops_matmul_bf16();
+    tp_cross_entropy(&m->tp, &m->vocab, m->V, a->logits, targets, N, grad_scale,
+                     !want_grads ? CE_NO_GRADS : a->dlogits16 ? CE_GRADS_BF16 : CE_GRADS_F32, a->tp_stats, loss_sum);
     return want_grads && m->moe_aux ? aux_loss(m, a, grad_scale) : 0.0;
 }
 
@@ -382,6 +385,15 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
     llama_layer_grads_done(m, pa, u);
 }
 
+void llama_head_products(const LlamaModel *m, const Activations *a, float *din, float *dw, const float *x_full,
+                         const float *w, int r0, int r1, int N, int accumulate_din) {
+    if (a->dlogits16)
+        matmul_backward_ld16(din, dw, (const uint16_t *)a->logits + r0, CE_LD16(m->Vl), x_full, w, N, m->D, r1 - r0,
+                             accumulate_din);
+    else
+        matmul_backward_ld(din, dw, a->logits + r0, m->Vl, x_full, w, N, m->D, r1 - r0, accumulate_din);
+}
+
 // One head piece's backward: din(N, D) (+)= dlogits[:, r0:r1] @ head[r0:r1] and
 // dhead[r0:r1] += dlogits[:, r0:r1]^T @ x_full. *first: nothing in din yet. Under
 // tensor parallelism the last piece starts the reduction of din before its
@@ -397,12 +409,11 @@ static void head_piece_backward(const LlamaModel *m, Activations *a, const float
     llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     const size_t at = hoff + (size_t)r0 * D - lo;
     if (r1 > r0) {
-        matmul_backward_ld(din, overlap ? NULL : g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0,
-                           !*first);
+        llama_head_products(m, a, din, overlap ? NULL : g + at, x_full, w + at, r0, r1, N, !*first);
         *first = 0;
     }
     if (last) *r = tp_reduce_start(tp, din, a->dbuf_d, N, D);
-    if (r1 > r0 && overlap) matmul_backward_ld(NULL, g + at, a->logits + r0, m->Vl, x_full, w + at, N, D, r1 - r0, 0);
+    if (r1 > r0 && overlap) llama_head_products(m, a, NULL, g + at, x_full, w + at, r0, r1, N, 0);
 }
 
 // Backward of the head and the final norm; a->logits holds dlogits. Leaves the

@@ -74,6 +74,13 @@ void llama_attention_core_backward(const LlamaModel *m, Activations *a, const La
 // range [lo, hi) of a piece (model/param_access.h: pieces are whole rows).
 void llama_piece_rows(const LlamaModel *m, size_t off, int rows, size_t lo, size_t hi, int *r0, int *r1);
 
+// The head's products on the columns [r0, r1) of dlogits, as matmul_backward_ld:
+// din(N, D) (+)= dlogits[:, r0:r1] @ w and dw += dlogits[:, r0:r1]^T @ x_full (w,
+// dw: the head's rows r0 .. r1-1), dlogits in a->logits as the forward left them
+// (fp32, or bf16 under a->dlogits16).
+void llama_head_products(const LlamaModel *m, const Activations *a, float *din, float *dw, const float *x_full,
+                         const float *w, int r0, int r1, int N, int accumulate_din);
+
 // The embedding's backward (model/llama.c): every token's gradient dout(Nr, D)
 // scattered into this rank's rows of the table, piece by piece, each piece handed
 // over when done; the fused backward passes the residual gradient, the split one

@@ -116,8 +116,7 @@ static void head_piece_input(const LlamaModel *m, Activations *a, const float *w
     int r0, r1;
     llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     if (r1 <= r0) return;
-    matmul_backward_ld(din, NULL, a->logits + r0, m->Vl, NULL, w + (hoff + (size_t)r0 * m->D - lo), N, m->D,
-                       r1 - r0, !*first);
+    llama_head_products(m, a, din, NULL, NULL, w + (hoff + (size_t)r0 * m->D - lo), r0, r1, N, !*first);
     *first = 0;
 }
 
@@ -210,8 +209,7 @@ static void head_piece_weight(const LlamaModel *m, Activations *a, const float *
     int r0, r1;
     llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
     if (r1 > r0)
-        matmul_backward_ld(NULL, g + (hoff + (size_t)r0 * m->D - lo), a->logits + r0, m->Vl, x_full, NULL, N,
-                           m->D, r1 - r0, 0);
+        llama_head_products(m, a, NULL, g + (hoff + (size_t)r0 * m->D - lo), x_full, NULL, r0, r1, N, 0);
 }
 
 static void head_backward_weight(const LlamaModel *m, const ParamAccess *pa, Activations *a,

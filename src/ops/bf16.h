@@ -38,4 +38,20 @@ static inline void bf16_round_rows(uint16_t *dst, size_t ld_dst, const float *x,
     }
 }
 
+// x(n) rounded by bf16_from_f32 in place: value j's bf16 lands at ((uint16_t *)x)[j],
+// bytes 2j and 2j+1, inside float j/2, which lies at or before j; so, in ascending
+// order, no float is written over before it is read. Chunks of 64 go through a
+// local copy, so the reads (as float) and the writes (as bytes) stay apart for a
+// compiler that assumes the two types never alias. The second half of x's bytes
+// is left as it was. (A bf16 loss gradient: cross_entropy_forward_backward_bf16.)
+static inline void bf16_narrow_in_place(float *x, size_t n) {
+    unsigned char *bytes = (unsigned char *)x;
+    uint16_t chunk[64];  // (64) bf16
+    for (size_t j0 = 0; j0 < n; j0 += 64) {
+        const size_t c = n - j0 < 64 ? n - j0 : 64;
+        for (size_t k = 0; k < c; k++) chunk[k] = bf16_from_f32(x[j0 + k]);
+        memcpy(bytes + 2 * j0, chunk, 2 * c);
+    }
+}
+
 #endif

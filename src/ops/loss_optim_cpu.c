@@ -14,8 +14,10 @@
 
 // ---------------------------------------------------------------- cross-entropy
 
-void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
-                                    float grad_scale, double *loss_sum) {
+// grads16: each row's gradient narrowed to bf16 in place once it is complete (ops.h:
+// rows CE_LD16(V) values apart, the same values rounded).
+static void cross_entropy(float *logits, const int32_t *targets, int N, int V, float grad_scale, int grads16,
+                          double *loss_sum) {
     ops_check_ids(targets, N, V, "cross-entropy target");
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)
@@ -35,8 +37,19 @@ void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N
         float inv = grad_scale / sum;
         for (int j = 0; j < V; j++) x[j] *= inv;
         x[targets[n]] -= grad_scale;
+        if (grads16) bf16_narrow_in_place(x, (size_t)V);
     }
     *loss_sum += loss;
+}
+
+void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
+                                    float grad_scale, double *loss_sum) {
+    cross_entropy(logits, targets, N, V, grad_scale, 0, loss_sum);
+}
+
+void cross_entropy_forward_backward_bf16(float *logits, const int32_t *targets, int N, int V,
+                                         float grad_scale, double *loss_sum) {
+    cross_entropy(logits, targets, N, V, grad_scale, 1, loss_sum);
 }
 
 void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V, double *loss_sum) {
@@ -93,6 +106,7 @@ void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int v
         for (int j = valid; j < Vl; j++) x[j] = 0.0f;
         int t = targets[n] - v0;
         if (t >= 0 && t < valid) x[t] -= grad_scale;
+        if (want_grads == CE_GRADS_BF16) bf16_narrow_in_place(x, (size_t)Vl);
     }
     *loss_sum += loss;
 }

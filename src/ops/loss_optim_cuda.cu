@@ -57,8 +57,46 @@ __device__ static void row_max_sumexp(const float *x, int V, float *sh, float *m
     *mx = row_max;
 }
 
+// Values a thread holds between its reads and its writes in ce_row_grads' bf16 form.
+#define CE_CHUNK 8
+
+// A row's gradient in place, (softmax - onehot(t)) * grad_scale: x(Vl), its columns
+// from `valid` on padding (0), t the target's column or -1 where it lies elsewhere;
+// inv = grad_scale / sum exp(x - mx). fp32, or with BF16 each value rounded to bf16
+// at (bf16 *)x + j (ops.h: cross_entropy_forward_backward_bf16), where value j lands
+// on the bytes of float j/2, which another warp may not have read yet. So the row
+// goes in chunks of CE_CHUNK values a thread: read whole into registers, a barrier,
+// then written. Chunk k (values [kC, (k+1)C), C = CE_CHUNK * ROW_THREADS) writes
+// floats below (k+1)C/2, all read before its barrier; chunk k+1 reads from (k+1)C
+// on, above every write so far. Every thread of the block must call it.
+template <bool BF16>
+__device__ static void ce_row_grads(float *x, int Vl, int valid, float mx, float inv, int t, float grad_scale) {
+    if (!BF16) {
+        for (int j = threadIdx.x; j < Vl; j += ROW_THREADS) {
+            const float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+            x[j] = j == t ? p - grad_scale : p;
+        }
+        return;
+    }
+    __nv_bfloat16 *x16 = (__nv_bfloat16 *)x;  // (Vl) in the first half of the row's bytes
+    for (int k0 = 0; k0 < Vl; k0 += CE_CHUNK * ROW_THREADS) {
+        float g[CE_CHUNK];
+        for (int i = 0; i < CE_CHUNK; i++) {
+            const int j = k0 + i * ROW_THREADS + threadIdx.x;
+            const float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+            g[i] = j == t ? p - grad_scale : p;
+        }
+        __syncthreads();  // the chunk read by every thread before any value lands
+        for (int i = 0; i < CE_CHUNK; i++) {
+            const int j = k0 + i * ROW_THREADS + threadIdx.x;
+            if (j < Vl) x16[j] = __float2bfloat16_rn(g[i]);
+        }
+    }
+}
+
 // One block per row of logits(N, V): loss[n] = log(sum exp(x - max)) + max - x_t;
-// with grads, x becomes (softmax - onehot(t)) * grad_scale.
+// with grads, x becomes (softmax - onehot(t)) * grad_scale (BF16: ce_row_grads).
+template <bool BF16>
 __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_scale, int want_grads, double *loss) {
     __shared__ float sh[ROW_THREADS];
     float *x = logits + (size_t)blockIdx.x * V;
@@ -72,31 +110,34 @@ __global__ void k_ce(float *logits, const int32_t *targets, int V, float grad_sc
     __syncthreads();  // every thread has read x[t] before anyone overwrites it
     if (threadIdx.x == 0) loss[blockIdx.x] = valid ? (double)logf(sum) + (double)mx - (double)xt : 0.0;
     if (!want_grads) return;
-    const float inv = grad_scale / sum;
-    for (int j = threadIdx.x; j < V; j += ROW_THREADS) {
-        float p = expf(x[j] - mx) * inv;
-        x[j] = j == t ? p - grad_scale : p;
-    }
+    ce_row_grads<BF16>(x, V, V, mx, grad_scale / sum, valid ? t : -1, grad_scale);
 }
 
+// want_grads: CE_NO_GRADS, CE_GRADS_F32 or CE_GRADS_BF16 (ops.h).
 static void ce(float *logits, const int32_t *targets, int N, int V, float grad_scale, int want_grads,
                double *loss_sum, const char *what) {
     ops_check_ids(targets, N, V, "cross-entropy target");
     if (N <= 0) return;
     const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
     double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
-    k_ce<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, V, grad_scale, want_grads, loss);
+    const auto kernel = want_grads == CE_GRADS_BF16 ? k_ce<true> : k_ce<false>;
+    kernel<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, V, grad_scale, want_grads, loss);
     cuda_done(what);
     add_sum(loss, (size_t)N, loss_sum, what);
 }
 
 extern "C" void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
                                                float grad_scale, double *loss_sum) {
-    ce(logits, targets, N, V, grad_scale, 1, loss_sum, "cross_entropy_forward_backward");
+    ce(logits, targets, N, V, grad_scale, CE_GRADS_F32, loss_sum, "cross_entropy_forward_backward");
+}
+
+extern "C" void cross_entropy_forward_backward_bf16(float *logits, const int32_t *targets, int N, int V,
+                                                    float grad_scale, double *loss_sum) {
+    ce(logits, targets, N, V, grad_scale, CE_GRADS_BF16, loss_sum, "cross_entropy_forward_backward_bf16");
 }
 
 extern "C" void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V, double *loss_sum) {
-    ce((float *)logits, targets, N, V, 0.0f, 0, loss_sum, "cross_entropy_forward");  // read only: no grads
+    ce((float *)logits, targets, N, V, 0.0f, CE_NO_GRADS, loss_sum, "cross_entropy_forward");  // read only
 }
 
 __global__ void k_shard_max(const float *logits, int Vl, int valid, float *rowmax) {
@@ -123,19 +164,16 @@ __global__ void k_shard_sums(const float *logits, const int32_t *targets, int Vl
     }
 }
 
+template <bool BF16>
 __global__ void k_shard_finish(float *logits, const int32_t *targets, int Vl, int valid, int v0, const float *rowmax,
                                const float *sumexp, const float *tlogit, float grad_scale, int want_grads,
                                double *loss) {
     const int n = blockIdx.x;
     if (threadIdx.x == 0) loss[n] = (double)logf(sumexp[n]) + (double)rowmax[n] - (double)tlogit[n];
     if (!want_grads) return;
-    float *x = logits + (size_t)n * Vl;
-    const float inv = grad_scale / sumexp[n], mx = rowmax[n];
-    const int t = targets[n] - v0;
-    for (int j = threadIdx.x; j < Vl; j += ROW_THREADS) {
-        float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
-        x[j] = j == t && t < valid ? p - grad_scale : p;  // a target outside the shard: no onehot here
-    }
+    const int t = targets[n] - v0;  // a target outside the shard: no onehot here
+    ce_row_grads<BF16>(logits + (size_t)n * Vl, Vl, valid, rowmax[n], grad_scale / sumexp[n],
+                       t >= 0 && t < valid ? t : -1, grad_scale);
 }
 
 extern "C" void ce_shard_max(const float *logits, int N, int Vl, int valid, float *rowmax) {
@@ -158,8 +196,9 @@ extern "C" void ce_shard_finish(float *logits, const int32_t *targets, int N, in
     if (N <= 0) return;
     const int32_t *t = cuda_device_ints(targets, (size_t)N, 0);
     double *loss = (double *)cuda_scratch((size_t)N * sizeof(double));  // (N)
-    k_shard_finish<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, Vl, valid, v0, rowmax, sumexp, tlogit,
-                                                         grad_scale, want_grads, loss);
+    const auto kernel = want_grads == CE_GRADS_BF16 ? k_shard_finish<true> : k_shard_finish<false>;
+    kernel<<<N, ROW_THREADS, 0, cuda_stream()>>>(logits, t, Vl, valid, v0, rowmax, sumexp, tlogit, grad_scale,
+                                                 want_grads, loss);
     cuda_done("ce_shard_finish");
     add_sum(loss, (size_t)N, loss_sum, "ce_shard_finish");
 }

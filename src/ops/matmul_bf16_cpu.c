@@ -54,6 +54,7 @@ void ops_set_matmul_bf16(int on) {
 }
 
 int cpu_bf16_products(void) { return g_bf16; }
+int ops_matmul_bf16(void) { return g_bf16; }
 
 // ---------------------------------------------------------------- rounded copies
 

@@ -54,13 +54,14 @@ static void forward_bf16(float *out, int ld_out, const uint16_t *in16, const flo
 }
 
 // bf16 products: dW += dout16^T @ in16 and din (+)= dout16 @ W (W in slot 2), with
-// dout16(N, out_dim) and in16(N, in_dim) contiguous bf16 (in16 read only for dW).
-static void backward_bf16(float *din, float *dweight, const uint16_t *dout16, const uint16_t *in16,
+// dout16(N, out_dim) bf16, rows ld_d apart, and in16(N, in_dim) contiguous bf16
+// (in16 read only for dW).
+static void backward_bf16(float *din, float *dweight, const uint16_t *dout16, int ld_d, const uint16_t *in16,
                           const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (dweight) cpu_gemm_bf16(1, 0, out_dim, in_dim, N, 1.0f, dout16, out_dim, in16, in_dim, 1.0f, dweight, in_dim);
+    if (dweight) cpu_gemm_bf16(1, 0, out_dim, in_dim, N, 1.0f, dout16, ld_d, in16, in_dim, 1.0f, dweight, in_dim);
     if (!din) return;
     const uint16_t *w16 = cpu_bf16_operand(2, weight, out_dim, in_dim, in_dim);
-    cpu_gemm_bf16(0, 0, N, in_dim, out_dim, 1.0f, dout16, out_dim, w16, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
+    cpu_gemm_bf16(0, 0, N, in_dim, out_dim, 1.0f, dout16, ld_d, w16, in_dim, accumulate_din ? 1.0f : 0.0f, din, in_dim);
 }
 
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
@@ -94,7 +95,7 @@ void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_do
         if (!din && !dweight) return;
         const uint16_t *d16 = cpu_bf16_operand(0, dout, N, out_dim, ld_dout);
         const uint16_t *in16 = dweight ? cpu_bf16_operand(1, in, N, in_dim, in_dim) : NULL;
-        backward_bf16(din, dweight, d16, in16, weight, N, in_dim, out_dim, accumulate_din);
+        backward_bf16(din, dweight, d16, out_dim, in16, weight, N, in_dim, out_dim, accumulate_din);
         return;
     }
     // dW += dout^T @ in : (out, N) x (N, in)
@@ -110,6 +111,16 @@ void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_do
 void matmul_backward(float *din, float *dweight, const float *dout, const float *in,
                      const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     matmul_backward_ld(din, dweight, dout, out_dim, in, weight, N, in_dim, out_dim, accumulate_din);
+}
+
+// oneMKL's bf16 product reads dout16 with its leading dimension as it is.
+void matmul_backward_ld16(float *din, float *dweight, const uint16_t *dout16, size_t ld16, const float *in,
+                          const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (!cpu_bf16_products()) die("matmul_backward_ld16: a bf16 output gradient needs bf16 products (a bug)");
+    if (!din && !dweight) return;
+    if (ld16 > INT_MAX) die("matmul_backward_ld16: rows %zu values apart, more than a BLAS index holds", ld16);
+    const uint16_t *in16 = dweight ? cpu_bf16_operand(1, in, N, in_dim, in_dim) : NULL;
+    backward_bf16(din, dweight, dout16, (int)ld16, in16, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 // ------------------------------------------------------------ bf16 operands
@@ -152,8 +163,8 @@ void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, co
                                const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     if (cpu_bf16_products()) {
         if (!din && !dweight) return;
-        backward_bf16(din, dweight, cpu_bf16_operand(0, dout, N, out_dim, out_dim), in16, weight, N, in_dim,
-                      out_dim, accumulate_din);
+        backward_bf16(din, dweight, cpu_bf16_operand(0, dout, N, out_dim, out_dim), out_dim, in16, weight, N,
+                      in_dim, out_dim, accumulate_din);
         return;
     }
     const float *in = dweight ? widened(scratch, in16, (size_t)N * in_dim) : NULL;
@@ -165,7 +176,7 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
                           int accumulate_din) {
     if (!din && !dweight) return;
     if (cpu_bf16_products()) {
-        backward_bf16(din, dweight, dout16, in16, weight, N, in_dim, out_dim, accumulate_din);
+        backward_bf16(din, dweight, dout16, out_dim, in16, weight, N, in_dim, out_dim, accumulate_din);
         return;
     }
     const float *dout = widened(dscratch, dout16, (size_t)N * out_dim);

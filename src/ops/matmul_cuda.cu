@@ -29,6 +29,7 @@
 // excluded.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,6 +77,7 @@ static int g_bf16;  // ops_set_matmul_bf16
 // the work buffers WS_HALF0 + slot (cuda_work_buffer), as cuBLASLt's workspace is WS_LT.
 
 extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
+extern "C" int ops_matmul_bf16(void) { return g_bf16; }
 int cuda_bf16_products(void) { return g_bf16; }
 
 void cuda_matmul_init(void) { CUBLAS_CHECK(cublasLtCreate(&g_lt)); }
@@ -360,6 +362,21 @@ extern "C" void matmul_backward_bf16(float *din, float *dweight, const uint16_t 
     const Operand x = dweight ? bf16_operand(1, in16, in_scratch, N, in_dim) : Operand{NULL, in_dim};
     backward(din, dweight, bf16_operand(0, dout16, dscratch, N, out_dim), x, weight, N, in_dim, out_dim,
              accumulate_din);
+}
+
+// dout16 read as it is where its columns start 16-byte aligned (rows a multiple of 8
+// values apart, as the loss's are at a vocabulary slice of a multiple of 4: CE_LD16),
+// else through its padded copy in slot 0.
+extern "C" void matmul_backward_ld16(float *din, float *dweight, const uint16_t *dout16, size_t ld16, const float *in,
+                                     const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
+    if (!g_bf16) die("matmul_backward_ld16: a bf16 output gradient needs bf16 products (a bug)");
+    if (!din && !dweight) return;
+    if (ld16 > INT_MAX) die("matmul_backward_ld16: rows %zu values apart, more than cuBLASLt's index holds", ld16);
+    const Operand d = ld16 % 8 == 0 && alignment(dout16) == 16
+                          ? Operand{dout16, (int)ld16}
+                          : padded_copy(0, (const __nv_bfloat16 *)dout16, N, out_dim, (int)ld16);
+    const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};
+    backward(din, dweight, d, x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
 // With bf16 operands cuBLASLt writes din16 itself; with fp32 ones the fp32 product

@@ -50,6 +50,10 @@ int ops_has_bf16(void);
 // CPU's ops/attention_cpu.c the same).
 // Every other op stays fp32. Fatal where ops_has_bf16() is 0.
 void ops_set_matmul_bf16(int on);
+// What ops_set_matmul_bf16 last set (0 before any call): the model asks it where
+// an activation only products read can be written as bf16 in the first place
+// (the loss's gradient: cross_entropy_forward_backward_bf16).
+int ops_matmul_bf16(void);
 // Single-block attention (attention_forward/backward) on cuDNN's fused kernels
 // from now on (training.attention = cudnn; set once, before step 1, like the
 // above): with bf16 products on, q|k|v, the output and its gradient rounded to
@@ -197,6 +201,15 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
 // product, the product goes there, then round_to_bf16.
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
                                    int N, int in_dim, int out_dim);
+
+// matmul_backward_ld with the output gradient kept as bf16, dout16(N, out_dim) with
+// rows ld16 values apart (a column block of cross_entropy_forward_backward_bf16's
+// dlogits, ld16 = CE_LD16(Vl)), read as it is by bf16 products (through a padded
+// copy where its columns would not be 16-byte aligned). Needs bf16 products: a
+// backend with fp32 ones would have to widen it, and the logits' own buffer is
+// the only room for that (fatal).
+void matmul_backward_ld16(float *din, float *dweight, const uint16_t *dout16, size_t ld16, const float *in,
+                          const float *weight, int N, int in_dim, int out_dim, int accumulate_din);
 
 // dweight(out_dim, in_dim) += dout(N, out_dim)^T @ in(N, in_dim)
 // din(N, in_dim) (+)= dout @ weight       (accumulate_din: 0 overwrite, 1 add)
@@ -452,6 +465,19 @@ double moe_aux_loss(float *aux_g, const float *count, const float *psum, int B, 
 // targets[n] must be in [0, V) (checked: fatal otherwise).
 void cross_entropy_forward_backward(float *logits, const int32_t *targets, int N, int V,
                                     float grad_scale, double *loss_sum);
+// The same, with dlogits written as bf16 in place for bf16 products: each value the
+// fp32 op writes, rounded to the nearest bf16 (ties to even), row n's V values at
+// (uint16_t *)logits + n * CE_LD16(V), the first half of its own fp32 row's bytes
+// (so no row is written over another's before that is read; the second half is
+// left undefined). Only the head's products read dlogits, and a bf16 product
+// rounds its fp32 operand to these very values, so the products are the same bit
+// for bit, without the pass that rounded the fp32 gradient, and with half the
+// bytes written (issue 21: 8.4 of the 23 GB the head and loss move over an
+// 8192-token micro-batch at Llama-3.2-1B's 128256 ids, 3.2 of 8.9 at SmolLM's
+// 49152). matmul_backward_ld16 reads the result.
+#define CE_LD16(V) (2 * (size_t)(V))  // leading dimension, in bf16 values, of a bf16 dlogits
+void cross_entropy_forward_backward_bf16(float *logits, const int32_t *targets, int N, int V,
+                                         float grad_scale, double *loss_sum);
 // Loss only (validation): *loss_sum += the sum of -log softmax[target]; logits untouched.
 void cross_entropy_forward(const float *logits, const int32_t *targets, int N, int V,
                            double *loss_sum);
@@ -467,7 +493,12 @@ void ce_shard_sums(const float *logits, const int32_t *targets, int N, int Vl, i
                    const float *rowmax, float *sumexp, float *tlogit);
 // 3) with the group-wide max, sum and target logit: *loss_sum += the SUM of the
 //    losses log(sumexp) + max - tlogit; with want_grads, logits become
-//    dlogits = (softmax - onehot) * grad_scale (padding columns 0).
+//    dlogits = (softmax - onehot) * grad_scale (padding columns 0): fp32 where
+//    want_grads is CE_GRADS_F32, bf16 in place as cross_entropy_forward_backward_bf16
+//    writes them (rows CE_LD16(Vl) apart) where it is CE_GRADS_BF16.
+#define CE_NO_GRADS 0  // (macros: tests/gpu/cpu_ref.h reads this header twice)
+#define CE_GRADS_F32 1
+#define CE_GRADS_BF16 2
 void ce_shard_finish(float *logits, const int32_t *targets, int N, int Vl, int valid, int v0,
                      const float *rowmax, const float *sumexp, const float *tlogit,
                      float grad_scale, int want_grads, double *loss_sum);

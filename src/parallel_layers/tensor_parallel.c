@@ -245,7 +245,9 @@ void tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, flo
                       const int32_t *targets, int N, float grad_scale, int want_grads, float *stats,
                       double *loss_sum) {
     if (tp->size == 1) {
-        if (want_grads)
+        if (want_grads == CE_GRADS_BF16)
+            cross_entropy_forward_backward_bf16(logits, targets, N, V, grad_scale, loss_sum);
+        else if (want_grads)
             cross_entropy_forward_backward(logits, targets, N, V, grad_scale, loss_sum);
         else
             cross_entropy_forward(logits, targets, N, V, loss_sum);

@@ -174,7 +174,8 @@ void tp_embedding_backward(const TensorParallel *tp, const VocabShard *vs, float
 // Vocab-parallel cross-entropy over logits(N, Vl) of a vocabulary of V: adds the
 // SUM of the losses of the N tokens (the same on every rank of the group) to
 // *loss_sum (a planned buffer of one double, ops.h); with want_grads the logits
-// become dlogits * grad_scale. stats(3N) is scratch.
+// become dlogits * grad_scale: fp32 (CE_GRADS_F32), or bf16 in place, rows
+// CE_LD16(Vl) apart (CE_GRADS_BF16, ops.h). stats(3N) is scratch.
 void tp_cross_entropy(const TensorParallel *tp, const VocabShard *vs, int V, float *logits,
                       const int32_t *targets, int N, float grad_scale, int want_grads, float *stats,
                       double *loss_sum);

@@ -240,7 +240,10 @@ static double layer_wgrad_s(const Shape *s) {
 
 static Cost head_fwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
-    c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + 3 * s->N * s->Vl) +
+    // the loss reads the logits twice and writes their gradient: fp32, or under bf16
+    // products bf16 in place (half a value a logit; ops.h: cross_entropy_forward_backward_bf16)
+    const double loss_values = (s->rounds ? 2.5 : 3.0) * s->N * s->Vl;
+    c.compute = gemm_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 2 * s->Nr * s->D + loss_values) +
                 rounding_s(s, s->N * s->D);  // bf16: the final norm's output
     if (s->l->tp > 1) {
         if (s->l->sp) c.tp = coll(s, COLL_ALLGATHER, s->l->tp, s->tp_intra, s->N * s->D * s->bpv);
@@ -251,9 +254,9 @@ static Cost head_fwd(const Shape *s) {
 static Cost head_bwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_bwd_s(s, 2 * s->N * s->D * s->Vl) + elementwise_s(s, 4 * s->Nr * s->D + s->N * s->Vl);
-    // bf16: the logits' gradient (once; twice under tensor parallelism, whose din
-    // and weight gradient are separate products) and the final norm's output
-    c.compute += rounding_s(s, (s->l->tp > 1 ? 2 : 1) * s->N * s->Vl + s->N * s->D);
+    // bf16: the final norm's output (the logits' gradient is bf16 already, as the
+    // loss wrote it, and read as it is: head_fwd)
+    c.compute += rounding_s(s, s->N * s->D);
     if (s->l->tp > 1) {
         double act = s->N * s->D * s->bpv;
         c.tp = coll(s, s->l->sp ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE, s->l->tp, s->tp_intra, act);

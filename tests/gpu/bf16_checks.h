@@ -362,6 +362,96 @@ static void test_matmul_backward_bf16(int N, int in, int out) {
 // weights written without ops_bf16_weights_changed() are not seen (the copy is
 // kept: the trainer says "changed" before every step and validation), and after
 // it they are; the backward's din reads the copy too.
+// The loss's bf16 gradient (cross_entropy_forward_backward_bf16, ce_shard_finish with
+// CE_GRADS_BF16) against the fp32 op on the same logits on the GPU: each row's
+// values, in the first half of its own bytes, the fp32 gradient rounded (at most 1
+// ulp apart, at most one value a row not the same bits: nvcc may fuse the target's
+// p - grad_scale with the product before it in one form and not the other), the
+// same loss; padding columns 0. Then matmul_backward_ld16 on column blocks of that
+// bf16 dlogits (read as it is at r0 % 8 == 0 with rows 2V a multiple of 8 apart,
+// through a padded copy otherwise) against the CPU's fp32 product of the widened
+// values. V = 1000 and Vl = 1003: rows that take each path.
+static void test_cross_entropy_bf16(int V, int r0, int cols) {
+    const int N = 19;
+    const size_t n = (size_t)N * V, ld16 = CE_LD16(V);
+    int32_t *tgt_d, *tgt = ids_both(N, 0, V, &tgt_d);
+    Pair lg = pair_fill(n, 4.0f), g32 = pair_fill(n, 0.0f);
+    copy_f32(g32.d, lg.d, n);
+    double *acc32 = acc_new(0.5), *acc16 = acc_new(0.5);
+    cross_entropy_forward_backward(g32.d, tgt_d, N, V, 0.7f, acc32);
+    cross_entropy_forward_backward_bf16(lg.d, tgt_d, N, V, 0.7f, acc16);
+    const double l32 = acc_read(acc32), l16 = acc_read(acc16);
+    float *f = xmalloc(n * sizeof(float), "fp32 dlogits"), *raw = xmalloc(n * sizeof(float), "bf16 dlogits");
+    ops_download(f, g32.d, n * sizeof(float)), ops_download(raw, lg.d, n * sizeof(float));
+    uint16_t *want = xmalloc(n * sizeof(uint16_t), "rounded"), *got = xmalloc(n * sizeof(uint16_t), "bf16");
+    int rows_off = 0;  // rows with more than one value not the same bits
+    for (int r = 0; r < N; r++) {
+        int off = 0;
+        for (int j = 0; j < V; j++) {
+            want[(size_t)r * V + j] = bf16_from_f32(f[(size_t)r * V + j]);
+            got[(size_t)r * V + j] = ((const uint16_t *)raw)[(size_t)r * ld16 + j];
+            off += got[(size_t)r * V + j] != want[(size_t)r * V + j];
+        }
+        rows_off += off > 1;
+    }
+    int ulp;
+    size_t same = bf16_compare(got, want, n, &ulp);
+    CHECK(l16 == l32 && ulp <= 1 && rows_off == 0,
+          "cross_entropy_forward_backward_bf16 (V %d): the fp32 gradient rounded in place (%zu of %zu the same bits, "
+          "at most %d ulp apart, %d rows with more than one off), loss %.17g vs %.17g",
+          V, same, n, ulp, rows_off, l16, l32);
+    // the head's products on columns [r0, r0 + cols) of the bf16 dlogits
+    const int D = 72;
+    Pair x = pair_fill((size_t)N * D, 1.0f), w = pair_fill((size_t)cols * D, 0.1f);
+    Pair din = pair_fill((size_t)N * D, 1.0f), dw = pair_fill((size_t)cols * D, 1.0f);
+    float *wide = xmalloc(n * sizeof(float), "widened dlogits"), *wr = rounded_copy(w), *xr = rounded_copy(x);
+    for (size_t i = 0; i < n; i++) wide[i] = bf16_to_f32(got[i]);
+    ops_set_matmul_bf16(1);
+    for (int acc = 0; acc < 2; acc++) {
+        matmul_backward_ld16(din.d, dw.d, (const uint16_t *)lg.d + r0, ld16, x.d, w.d, N, D, cols, acc);
+        cpu_matmul_backward_ld(din.h, dw.h, wide + r0, V, xr, wr, N, D, cols, acc);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "matmul_backward_ld16 din (cols %d.., rows %zu apart)", r0, ld16);
+    expect_close(what, din);
+    snprintf(what, sizeof what, "matmul_backward_ld16 dweight (cols %d.., rows %zu apart)", r0, ld16);
+    expect_close(what, dw);
+    // a vocabulary shard: ids v0 .. v0+valid-1, padding columns after them
+    const int Vl = V, valid = V - 5, v0 = 300;
+    Pair sh = pair_fill(n, 4.0f), s32 = pair_fill(n, 0.0f), st = pair_fill(3 * (size_t)N, 1.0f);
+    copy_f32(s32.d, sh.d, n);
+    for (int i = 0; i < N; i++) tgt[i] = v0 + tgt[i] % valid + (i == 2 ? valid : 0);  // row 2's in another shard
+    ops_upload(tgt_d, tgt, (size_t)N * sizeof(int32_t));
+    ce_shard_max(sh.d, N, Vl, valid, st.d);
+    ce_shard_sums(sh.d, tgt_d, N, Vl, valid, v0, st.d, st.d + N, st.d + 2 * N);
+    acc32 = acc_new(0.0), acc16 = acc_new(0.0);
+    ce_shard_finish(s32.d, tgt_d, N, Vl, valid, v0, st.d, st.d + N, st.d + 2 * N, 0.7f, CE_GRADS_F32, acc32);
+    ce_shard_finish(sh.d, tgt_d, N, Vl, valid, v0, st.d, st.d + N, st.d + 2 * N, 0.7f, CE_GRADS_BF16, acc16);
+    ops_download(f, s32.d, n * sizeof(float)), ops_download(raw, sh.d, n * sizeof(float));
+    int pad = 0;
+    rows_off = 0;
+    for (int r = 0; r < N; r++) {
+        int off = 0;
+        for (int j = 0; j < Vl; j++) {
+            want[(size_t)r * Vl + j] = bf16_from_f32(f[(size_t)r * Vl + j]);
+            got[(size_t)r * Vl + j] = ((const uint16_t *)raw)[(size_t)r * ld16 + j];
+            off += got[(size_t)r * Vl + j] != want[(size_t)r * Vl + j];
+            pad += j >= valid && got[(size_t)r * Vl + j] != 0;
+        }
+        rows_off += off > 1;
+    }
+    same = bf16_compare(got, want, n, &ulp);
+    const double s32l = acc_read(acc32), s16l = acc_read(acc16);
+    CHECK(s16l == s32l && ulp <= 1 && rows_off == 0 && pad == 0,
+          "ce_shard_finish CE_GRADS_BF16 (Vl %d): the fp32 gradient rounded in place (%zu of %zu the same bits, at "
+          "most %d ulp apart, %d rows with more than one off), padding 0 (%d not), the same loss",
+          Vl, same, n, ulp, rows_off, pad);
+    free(tgt), free(f), free(raw), free(want), free(got), free(wide), free(wr), free(xr);
+    buf_free(tgt_d);
+    pair_free(lg), pair_free(g32), pair_free(x), pair_free(w), pair_free(din), pair_free(dw), pair_free(sh);
+    pair_free(s32), pair_free(st);
+}
+
 static void test_kept_weights(void) {
     const int N = 24, in = 64, out = 48;
     const size_t off = 40, nw = (size_t)out * in, n = off + nw + 16;  // the weight inside the arena

@@ -14,6 +14,7 @@
 #define ops_device cpu_ops_device
 #define ops_device_memory cpu_ops_device_memory
 #define ops_set_matmul_bf16 cpu_ops_set_matmul_bf16
+#define ops_matmul_bf16 cpu_ops_matmul_bf16
 #define ops_set_attention_cudnn cpu_ops_set_attention_cudnn
 #define ops_keep_bf16_weights cpu_ops_keep_bf16_weights
 #define ops_bf16_weights_changed cpu_ops_bf16_weights_changed
@@ -36,6 +37,7 @@
 #define matmul_forward_add cpu_matmul_forward_add
 #define matmul_backward cpu_matmul_backward
 #define matmul_backward_ld cpu_matmul_backward_ld
+#define matmul_backward_ld16 cpu_matmul_backward_ld16
 #define ops_check_ids cpu_ops_check_ids
 #define embedding_forward cpu_embedding_forward
 #define embedding_backward cpu_embedding_backward
@@ -79,6 +81,7 @@
 #define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define matmul_backward_input_to_bf16 cpu_matmul_backward_input_to_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
+#define cross_entropy_forward_backward_bf16 cpu_cross_entropy_forward_backward_bf16
 #define cross_entropy_forward cpu_cross_entropy_forward
 #define ce_shard_max cpu_ce_shard_max
 #define ce_shard_sums cpu_ce_shard_sums
@@ -118,6 +121,7 @@
 #undef ops_device
 #undef ops_device_memory
 #undef ops_set_matmul_bf16
+#undef ops_matmul_bf16
 #undef ops_set_attention_cudnn
 #undef ops_keep_bf16_weights
 #undef ops_bf16_weights_changed
@@ -140,6 +144,7 @@
 #undef matmul_forward_add
 #undef matmul_backward
 #undef matmul_backward_ld
+#undef matmul_backward_ld16
 #undef ops_check_ids
 #undef embedding_forward
 #undef embedding_backward
@@ -183,6 +188,7 @@
 #undef swiglu_backward_bf16
 #undef matmul_backward_input_to_bf16
 #undef cross_entropy_forward_backward
+#undef cross_entropy_forward_backward_bf16
 #undef cross_entropy_forward
 #undef ce_shard_max
 #undef ce_shard_sums

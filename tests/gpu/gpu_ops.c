@@ -790,6 +790,9 @@ int main(int argc, char **argv) {
         test_matmul_backward_bf16(37, 96, 80);
         test_matmul_backward_bf16(29, 64, 130);
         test_matmul_backward_bf16(29, 130, 64);
+        test_cross_entropy_bf16(1000, 8, 320);  // rows 2000 bf16 apart, column 8: read as they are
+        test_cross_entropy_bf16(1000, 3, 257);  // column 3: 6-byte aligned, through a padded copy
+        test_cross_entropy_bf16(1001, 0, 1001);  // rows 2002 apart: 4-byte aligned, a padded copy
         test_kept_weights();
         test_adamw_writes_copy();
         test_attention_bf16(32, "mma");

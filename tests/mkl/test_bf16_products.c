@@ -369,6 +369,44 @@ static void test_workspace(void) {
     free(ws), free(in), free(w), free(out), free(want), free(mag);
 }
 
+// matmul_backward_ld16 on a column block of a bf16 dlogits (rows CE_LD16(V) apart, as
+// the loss leaves them) = matmul_backward_ld on the fp32 values those bf16 came from,
+// bit for bit: the bf16 product rounds its fp32 operand to the very same values.
+// Both gradients, din accumulated into and overwritten; fatal with fp32 products.
+static void test_backward_ld16(void) {
+    const int N = 12, D = 24, V = 40, r0 = 8, cols = 24;  // columns [r0, r0 + cols) of the vocabulary
+    float *d32 = fnew((size_t)N * V, -1, 1), *x = fnew((size_t)N * D, -1, 1), *w = fnew((size_t)cols * D, -1, 1);
+    uint16_t *d16 = malloc(sizeof(uint16_t) * (size_t)N * CE_LD16(V));  // (N, 2V): the first V of each row used
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) d16[(size_t)n * CE_LD16(V) + j] = bf16_from_f32(d32[(size_t)n * V + j]);
+    int same = 1;
+    for (int acc = 0; acc < 2; acc++) {
+        float *din[2] = {fnew((size_t)N * D, -1, 1), fnew((size_t)N * D, 0, 0)};   // (N, D) each, alike
+        float *dw[2] = {fnew((size_t)cols * D, -1, 1), fnew((size_t)cols * D, 0, 0)};  // (cols, D) each, alike
+        memcpy(din[1], din[0], sizeof(float) * (size_t)N * D), memcpy(dw[1], dw[0], sizeof(float) * cols * D);
+        matmul_backward_ld(din[0], dw[0], d32 + r0, V, x, w, N, D, cols, acc);
+        matmul_backward_ld16(din[1], dw[1], d16 + r0, CE_LD16(V), x, w, N, D, cols, acc);
+        same &= !memcmp(din[0], din[1], sizeof(float) * (size_t)N * D) &&
+                !memcmp(dw[0], dw[1], sizeof(float) * (size_t)cols * D);
+        for (int e = 0; e < 2; e++) free(din[e]), free(dw[e]);
+    }
+    CHECK(same, "matmul_backward_ld16 on bf16 rows CE_LD16(V) apart = matmul_backward_ld on the fp32 values, din "
+                "(overwritten and accumulated) and dweight bit for bit");
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        ops_set_matmul_bf16(0);
+        matmul_backward_ld16(x, NULL, d16, CE_LD16(V), NULL, w, N, D, cols, 0);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "matmul_backward_ld16 with fp32 products is fatal (exit %d)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    free(d32), free(x), free(w), free(d16);
+}
+
 int main(void) {
     CHECK(ops_has_bf16(), "this build has bf16 products (oneMKL's cblas_gemm_bf16bf16f32)");
     ops_set_threads(2);
@@ -381,5 +419,6 @@ int main(void) {
     test_attention_amx(300, 64);
     test_attention_amx(200, 128);
     test_workspace();
+    test_backward_ld16();
     return check_summary();
 }

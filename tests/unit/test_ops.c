@@ -1102,6 +1102,61 @@ static void test_cross_entropy(void) {
     }
 }
 
+// The bf16 gradient forms (ops.h: cross_entropy_forward_backward_bf16, ce_shard_finish
+// with CE_GRADS_BF16) against the fp32 ones on the same logits: the same loss, and
+// each row's values, narrowed in place into the first half of its bytes, the fp32
+// gradient rounded to nearest even, bit for bit. Widths with a partial last chunk of
+// the in-place narrowing (64 values) and a vocabulary slice with padding columns.
+static void test_cross_entropy_bf16(void) {
+    static const int widths[] = {11, 64, 130, 257, 1000};
+    for (int k = 0; k < 5; k++) {
+        const int N = 5, V = widths[k], Vl = V + 3, v0 = 7;  // the shard: ids v0 .. v0+V-1, 3 padding columns
+        const size_t nl = (size_t)N * Vl;
+        rng_seed(170 + k);
+        float *logits = fnew(nl), *f32 = fnew(nl), *b16 = fnew(nl);
+        int32_t *tg = talloc(N * sizeof(int32_t));
+        fill(logits, nl, -4, 4);
+        for (int n = 0; n < N; n++) tg[n] = (int32_t)(rng_u64() % (uint64_t)V);
+        // whole vocabulary: rows V apart
+        memcpy(f32, logits, (size_t)N * V * sizeof(float));
+        memcpy(b16, logits, (size_t)N * V * sizeof(float));
+        double l32 = 0.0, l16 = 0.0;
+        cross_entropy_forward_backward(f32, tg, N, V, 0.29f, &l32);
+        cross_entropy_forward_backward_bf16(b16, tg, N, V, 0.29f, &l16);
+        int bad = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < V; j++)
+                bad += ((const uint16_t *)b16)[(size_t)n * CE_LD16(V) + j] != bf16_from_f32(f32[(size_t)n * V + j]);
+        CHECK(l16 == l32 && bad == 0,
+              "cross_entropy_forward_backward_bf16 V=%d: loss %.17g vs fp32's %.17g, %d of %d values not the fp32 "
+              "gradient rounded",
+              V, l16, l32, bad, N * V);
+        // a vocabulary slice: targets v0 .. v0+V-1 land in it, the statistics over it alone
+        for (int n = 0; n < N; n++) tg[n] += n == 1 ? 9999 : v0;  // row 1's target lies in another slice
+        float *st = fnew(3 * (size_t)N);  // rowmax, sumexp, tlogit
+        ce_shard_max(logits, N, Vl, V, st);
+        ce_shard_sums(logits, tg, N, Vl, V, v0, st, st + N, st + 2 * N);
+        memcpy(f32, logits, nl * sizeof(float));
+        memcpy(b16, logits, nl * sizeof(float));
+        l32 = l16 = 0.0;
+        ce_shard_finish(f32, tg, N, Vl, V, v0, st, st + N, st + 2 * N, 0.29f, CE_GRADS_F32, &l32);
+        ce_shard_finish(b16, tg, N, Vl, V, v0, st, st + N, st + 2 * N, 0.29f, CE_GRADS_BF16, &l16);
+        bad = 0;
+        int pad = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < Vl; j++) {
+                const uint16_t h = ((const uint16_t *)b16)[(size_t)n * CE_LD16(Vl) + j];
+                bad += h != bf16_from_f32(f32[(size_t)n * Vl + j]);
+                pad += j >= V && h != 0;
+            }
+        CHECK(l16 == l32 && bad == 0 && pad == 0,
+              "ce_shard_finish CE_GRADS_BF16 Vl=%d: loss %.17g vs fp32's %.17g, %d of %d values not the fp32 "
+              "gradient rounded, %d padding values not 0",
+              Vl, l16, l32, bad, N * Vl, pad);
+        tfree_all();
+    }
+}
+
 // --------------------------------------------------------------- optimizer ----
 
 // sum_squares into a fresh accumulator.
@@ -1384,6 +1439,7 @@ int main(void) {
     test_swiglu();
     test_swiglu_bf16();
     test_cross_entropy();
+    test_cross_entropy_bf16();
     test_sum_squares_scale();
     test_adamw();
     test_threads();
