@@ -371,6 +371,27 @@ static void test_matmul_backward_bf16(int N, int in, int out) {
 // bf16 dlogits (read as it is at r0 % 8 == 0 with rows 2V a multiple of 8 apart,
 // through a padded copy otherwise) against the CPU's fp32 product of the widened
 // values. V = 1000 and Vl = 1003: rows that take each path.
+// The bf16 rows of raw (N rows ld16 halves apart, V values each) into got(N, V), the
+// fp32 rows f(N, V) rounded into want(N, V): the rows with more than one value not
+// the same bits; *pad counts values from column `valid` on that are not 0.
+static int bf16_rows_against(const float *f, const float *raw, int N, int V, size_t ld16, int valid, uint16_t *want,
+                             uint16_t *got, int *pad) {
+    int rows_off = 0;
+    *pad = 0;
+    for (int r = 0; r < N; r++) {
+        int off = 0;
+        for (int j = 0; j < V; j++) {
+            const size_t i = (size_t)r * V + j;
+            want[i] = bf16_from_f32(f[i]);
+            got[i] = ((const uint16_t *)raw)[(size_t)r * ld16 + j];
+            off += got[i] != want[i];
+            *pad += j >= valid && got[i] != 0;
+        }
+        rows_off += off > 1;
+    }
+    return rows_off;
+}
+
 static void test_cross_entropy_bf16(int V, int r0, int cols) {
     const int N = 19;
     const size_t n = (size_t)N * V, ld16 = CE_LD16(V);
@@ -384,17 +405,7 @@ static void test_cross_entropy_bf16(int V, int r0, int cols) {
     float *f = xmalloc(n * sizeof(float), "fp32 dlogits"), *raw = xmalloc(n * sizeof(float), "bf16 dlogits");
     ops_download(f, g32.d, n * sizeof(float)), ops_download(raw, lg.d, n * sizeof(float));
     uint16_t *want = xmalloc(n * sizeof(uint16_t), "rounded"), *got = xmalloc(n * sizeof(uint16_t), "bf16");
-    int rows_off = 0;  // rows with more than one value not the same bits
-    for (int r = 0; r < N; r++) {
-        int off = 0;
-        for (int j = 0; j < V; j++) {
-            want[(size_t)r * V + j] = bf16_from_f32(f[(size_t)r * V + j]);
-            got[(size_t)r * V + j] = ((const uint16_t *)raw)[(size_t)r * ld16 + j];
-            off += got[(size_t)r * V + j] != want[(size_t)r * V + j];
-        }
-        rows_off += off > 1;
-    }
-    int ulp;
+    int pad, ulp, rows_off = bf16_rows_against(f, raw, N, V, ld16, V, want, got, &pad);
     size_t same = bf16_compare(got, want, n, &ulp);
     CHECK(l16 == l32 && ulp <= 1 && rows_off == 0,
           "cross_entropy_forward_backward_bf16 (V %d): the fp32 gradient rounded in place (%zu of %zu the same bits, "
@@ -428,18 +439,7 @@ static void test_cross_entropy_bf16(int V, int r0, int cols) {
     ce_shard_finish(s32.d, tgt_d, N, Vl, valid, v0, st.d, st.d + N, st.d + 2 * N, 0.7f, CE_GRADS_F32, acc32);
     ce_shard_finish(sh.d, tgt_d, N, Vl, valid, v0, st.d, st.d + N, st.d + 2 * N, 0.7f, CE_GRADS_BF16, acc16);
     ops_download(f, s32.d, n * sizeof(float)), ops_download(raw, sh.d, n * sizeof(float));
-    int pad = 0;
-    rows_off = 0;
-    for (int r = 0; r < N; r++) {
-        int off = 0;
-        for (int j = 0; j < Vl; j++) {
-            want[(size_t)r * Vl + j] = bf16_from_f32(f[(size_t)r * Vl + j]);
-            got[(size_t)r * Vl + j] = ((const uint16_t *)raw)[(size_t)r * ld16 + j];
-            off += got[(size_t)r * Vl + j] != want[(size_t)r * Vl + j];
-            pad += j >= valid && got[(size_t)r * Vl + j] != 0;
-        }
-        rows_off += off > 1;
-    }
+    rows_off = bf16_rows_against(f, raw, N, Vl, ld16, valid, want, got, &pad);
     same = bf16_compare(got, want, n, &ulp);
     const double s32l = acc_read(acc32), s16l = acc_read(acc16);
     CHECK(s16l == s32l && ulp <= 1 && rows_off == 0 && pad == 0,
