@@ -15,7 +15,8 @@
 // cost a pass over each operand per product, except where no copy is needed: a
 // weight read from the kept bf16 copy of the parameters (ops_keep_bf16_weights,
 // below), and inputs and output gradients kept as bf16 already (matmul_*_from_bf16,
-// matmul_forward_bf16, matmul_backward_bf16), handed over as they are.
+// matmul_forward_bf16, matmul_backward_bf16, and matmul_backward_ld16 on the loss's
+// bf16 gradient), handed over as they are.
 // Every other activation operand still takes its pass (issue 21).
 //
 // Row-major to column-major: a row-major X(r, c) with leading dimension ld is, read
