@@ -87,11 +87,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < S; i++) pos_h[i] = i;
     int *pos = buf_alloc(MEM_ACTIVATIONS, sizeof(int) * S, "positions");  // (S)
     ops_upload(pos, pos_h, sizeof(int) * S);
-    // bf16-kept: the bf16 q|k|v (rounded once, here), output and q|k|v gradient
+    // bf16-kept: the bf16 q|k|v and dout (rounded once, here), output and q|k|v gradient
     uint16_t *qkv16 = kept ? buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 qkv") : NULL;    // (B*S, (H + 2 KV) hd)
     uint16_t *out16 = kept ? buf_alloc(MEM_ACTIVATIONS, no * 2, "bf16 out") : NULL;    // (B*S, H hd)
+    uint16_t *dout16 = kept ? buf_alloc(MEM_ACTIVATIONS, no * 2, "bf16 dout") : NULL;  // (B*S, H hd)
     uint16_t *dqkv16 = kept ? buf_alloc(MEM_ACTIVATIONS, nq * 2, "bf16 dqkv") : NULL;  // (B*S, (H + 2 KV) hd)
-    if (kept) round_to_bf16(qkv16, qkv, nq);
+    if (kept) round_to_bf16(qkv16, qkv, nq), round_to_bf16(dout16, dout, no);
 
     double *tf = xmalloc(sizeof(double) * runs, "times"), *tb = xmalloc(sizeof(double) * runs, "times");
     for (int r = -2; r < runs; r++) {  // two warm-ups
@@ -101,7 +102,7 @@ int main(int argc, char **argv) {
         else attention_forward(out, lse, m, l, qkv, pos, B, S, H, KV, hd, scratch);
         ops_sync();
         const double t1 = now();
-        if (kept) attention_backward_bf16(dqkv16, dout, qkv16, out16, lse, pos, B, S, H, KV, hd);
+        if (kept) attention_backward_bf16(dqkv16, dout16, qkv16, out16, lse, pos, B, S, H, KV, hd);
         else attention_backward(dqkv, rowdot, dout, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
         ops_sync();
         const double t2 = now();

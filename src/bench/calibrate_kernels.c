@@ -159,8 +159,8 @@ static const int ATT_SEQ[] = {128, 256, 512, 1024, 2048};
 #define N_SEQ ((int)(sizeof ATT_SEQ / sizeof ATT_SEQ[0]))
 
 // Causal attention of one sequence (B = 1) of S tokens, H heads of hd. kept: the
-// bf16 ops on bf16 q|k|v and output (--attention cudnn: what a cudnn run calls,
-// LlamaModel.att_bf16), over the same buffers' first halves.
+// bf16 ops on bf16 q|k|v, output and dout (--attention cudnn: what a cudnn run
+// calls, LlamaModel.att_bf16), over the same buffers' first halves.
 typedef struct {
     int S, hd, H, kept;
     float *qkv, *dqkv, *out, *dout, *lse, *m, *l, *scratch;
@@ -179,8 +179,8 @@ static void attn_forward_call(const void *p) {
 static void attn_backward_call(const void *p) {  // m serves as the rowdot scratch
     const AttnCall *a = p;
     if (a->kept)
-        attention_backward_bf16((uint16_t *)a->dqkv, a->dout, (const uint16_t *)a->qkv, (const uint16_t *)a->out,
-                                a->lse, a->pos, 1, a->S, a->H, a->H, a->hd);
+        attention_backward_bf16((uint16_t *)a->dqkv, (const uint16_t *)a->dout, (const uint16_t *)a->qkv,
+                                (const uint16_t *)a->out, a->lse, a->pos, 1, a->S, a->H, a->H, a->hd);
     else
         attention_backward(a->dqkv, a->m, a->dout, a->qkv, a->out, a->lse, a->pos, 1, a->S, a->H, a->H, a->hd,
                            a->scratch);
@@ -203,9 +203,12 @@ void calib_measure_attention(RateCurve *fwd, RateCurve *bwd, const CalibOpts *o)
     for (int i = 0; i < Smax; i++) pos[i] = i;
     calib_fill_random(qkv, S * ld, 7);
     calib_fill_random(dout, S * H * hd, 8);
-    if (o->cudnn) {  // bf16 q|k|v: random values rounded into qkv's first half (dqkv: free until the backward)
+    if (o->cudnn) {  // bf16 q|k|v and dout: random values rounded into their first halves (dqkv: free until
+                     // the backward)
         calib_fill_random(dqkv, S * ld, 7);
         round_to_bf16((uint16_t *)qkv, dqkv, S * ld);
+        calib_fill_random(dqkv, S * H * hd, 8);
+        round_to_bf16((uint16_t *)dout, dqkv, S * H * hd);
     }
     double work[N_SEQ], rf[N_SEQ], rb[N_SEQ];
     for (int s = 0; s < ns; s++) {

@@ -53,8 +53,11 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                       const float *dout, const float *w) {
     const int N = a->B * a->S, A = m->Hl * m->hd;
-    if (m->att_bf16)  // the output kept as bf16 (a->dqkv: room to widen it)
-        tp_row_backward_from_bf16(&m->tp, din, dw, dout, (const uint16_t *)s->attn, a->dqkv, w, a->tp_full, N, A,
+    if (m->att_bf16 && din)  // din as bf16, cuDNN's dout; the output kept as bf16 (a->dqkv: room to widen it)
+        tp_row_backward_from_bf16_to_bf16(&m->tp, (uint16_t *)din, NULL, dw, dout, (const uint16_t *)s->attn,
+                                          a->dqkv, w, a->tp_full, N, A, m->D);
+    else if (m->att_bf16)
+        tp_row_backward_from_bf16(&m->tp, NULL, dw, dout, (const uint16_t *)s->attn, a->dqkv, w, a->tp_full, N, A,
                                   m->D);
     else if (din) tp_row_backward(&m->tp, din, dw, dout, s->attn, w, a->tp_full, N, A, m->D);
     else tp_row_backward_weight(&m->tp, dw, dout, s->attn, a->tp_full, N, A, m->D);
@@ -66,8 +69,8 @@ void llama_attention_core_backward(const LlamaModel *m, Activations *a, const La
     if (m->recompute == RECOMPUTE_SELECTIVE) core_forward(m, a, s);  // lse (and the output) again
     if (m->att_bf16) {  // cuDNN's bf16 gradient into dqkv's room, then RoPE's backward as bf16
         uint16_t *raw16 = (uint16_t *)a->dqkv;  // (N, QKV) bf16
-        attention_backward_bf16(raw16, a->dbuf_i, (const uint16_t *)s->qkv, (const uint16_t *)s->attn, s->lse,
-                                ra.pos, B, S, Hl, KVl, hd);
+        attention_backward_bf16(raw16, (const uint16_t *)a->dbuf_i, (const uint16_t *)s->qkv,
+                                (const uint16_t *)s->attn, s->lse, ra.pos, B, S, Hl, KVl, hd);
         rope_backward_bf16(dqkv16, raw16, a->cos_t, a->sin_t, B, S, Hl, KVl, hd);
         return;
     }

@@ -61,10 +61,12 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
 void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, int u);
 // The o product's backward: dw += dout(Nr, D)^T attn and, with din not NULL, din(N,
 // A) = dout @ w (w: the o weight; NULL when din is), reading the kept output s->attn
-// as it is stored (bf16 under m->att_bf16; a->dqkv: the room to widen it).
+// as it is stored (bf16 under m->att_bf16; a->dqkv: the room to widen it). Under
+// m->att_bf16 din is written as bf16 (N, A) halves, as cuDNN's backward reads it.
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                       const float *dout, const float *w);
-// The attention core's backward from its output gradient in a->dbuf_i (N, A): the
+// The attention core's backward from its output gradient in a->dbuf_i (N, A; bf16
+// under m->att_bf16, as llama_o_backward and the split B write it): the
 // output and lse rebuilt first under selective recomputation, then the q|k|v
 // gradient through RoPE's backward, into dqkv16 (N, QKV) as bf16 under
 // m->qkv_bf16 (it may be a->dbuf_i: dout is read first), else in a->dqkv in place.

@@ -339,13 +339,13 @@ void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, 
     free(qkv), free(out), free(ml), free(scratch);
 }
 
-void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+void attention_backward_bf16(uint16_t *dqkv16, const uint16_t *dout16, const uint16_t *qkv16, const uint16_t *out16,
                              const float *lse, const int *pos, int B, int S, int H, int KV, int hd) {
     const size_t nqkv = (size_t)B * S * (H + 2 * KV) * hd, nout = (size_t)B * S * H * hd, nrow = (size_t)B * H * S;
     float *qkv = widened_copy(qkv16, nqkv), *out = widened_copy(out16, nout);
     float *dq = xmalloc(sizeof(float) * (nqkv + nout + nrow), "attention_bf16 gradients");  // dqkv | dout | rowdot
     float *d16 = dq + nqkv, *rowdot = d16 + nout;
-    for (size_t i = 0; i < nout; i++) d16[i] = bf16_to_f32(bf16_from_f32(dout[i]));
+    for (size_t i = 0; i < nout; i++) d16[i] = bf16_to_f32(dout16[i]);
     float *scratch = xmalloc(sizeof(float) * attention_scratch_floats(hd), "attention_bf16 scratch");
     attention_backward(dq, rowdot, d16, qkv, out, lse, pos, B, S, H, KV, hd, scratch);
     round_into(dqkv16, dq, nqkv);

@@ -333,7 +333,7 @@ static void check_increasing(const int *pos, int S) {
 }
 
 // The work buffer WS_ATT carved as ops_cuda_cudnn_parts lays it out (the bf16
-// copies, then cuDNN's workspace; copies 0, the bf16 ops: dout's copy only):
+// copies, then cuDNN's workspace; copies 0, the bf16 ops: the workspace alone):
 // part[i] points at part i (an empty part at the next one). Checks the call's
 // positions (check_increasing) and builds cuDNN's plan for it on first use; fatal
 // where the plan wants more workspace than the reserve the memory plan counted.
@@ -411,17 +411,16 @@ extern "C" void attention_forward_bf16(uint16_t *out16, float *lse, const uint16
     cuda_done("attention_forward_bf16 (cudnn)");
 }
 
-extern "C" void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16,
+// dout16 as the o product wrote it, handed to cuDNN as it is (no rounding pass).
+extern "C" void attention_backward_bf16(uint16_t *dqkv16, const uint16_t *dout16, const uint16_t *qkv16,
                                         const uint16_t *out16, const float *lse, const int *pos, int B, int S, int H,
                                         int KV, int hd) {
     refuse_other_kernels();
     if ((size_t)B * H * S == 0) return;
     char *p[CUDNN_PARTS];
     cudnn_parts(p, 1, 0, pos, B, S, H, KV, hd);
-    uint16_t *do16 = (uint16_t *)p[CUDNN_DO16];  // (B*S, H*hd)
-    round_to_bf16(do16, dout, (size_t)B * S * H * hd);
     cuda_profile_open();
-    cudnn_attention_backward(dqkv16, qkv16, out16, do16, lse, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
+    cudnn_attention_backward(dqkv16, qkv16, out16, dout16, lse, B, S, H, KV, hd, p[CUDNN_WS], (void *)cuda_stream());
     cuda_done("attention_backward_bf16 (cudnn)");
 }
 

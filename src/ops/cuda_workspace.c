@@ -12,8 +12,7 @@ size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S) { return B * H * roun
 
 void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, int copies, size_t part[CUDNN_PARTS]) {
     part[CUDNN_QKV16] = part[CUDNN_DQKV16] = copies ? round_up(2 * att_qkv, 256) : 0;
-    part[CUDNN_O16] = copies ? round_up(2 * att_out, 256) : 0;
-    part[CUDNN_DO16] = round_up(2 * att_out, 256);
+    part[CUDNN_O16] = part[CUDNN_DO16] = copies ? round_up(2 * att_out, 256) : 0;
     part[CUDNN_WS] = round_up(OPS_CUDA_CUDNN_RESERVE(att_out, att_scores), 256);
 }
 

@@ -48,10 +48,10 @@ size_t ops_cpu_workspace_bytes(const OpsBounds *b);
 // The att part for cuDNN's attention (ops/attention_cuda.cu), in bytes, each a
 // multiple of 256, in this order: the bf16 copies of q|k|v (att_qkv), of the
 // output and of its gradient (att_out each), cuDNN's bf16 q|k|v gradient
-// (att_qkv), and cuDNN's own workspace. `copies` 0 leaves out the three that only
-// the fp32 ops on cuDNN use (q|k|v, the output, the q|k|v gradient: a cudnn
-// training run keeps those in bf16 itself and calls the bf16 ops, ops.h), which is
-// what the memory plan counts. cuDNN's workspace is reserved as OPS_CUDA_CUDNN_RESERVE
+// (att_qkv), and cuDNN's own workspace. `copies` 0 leaves out the four copies,
+// which only the fp32 ops on cuDNN use (a cudnn training run keeps q|k|v, the
+// output and their gradients in bf16 itself and calls the bf16 ops, ops.h): cuDNN's
+// workspace alone, which is what the memory plan counts. cuDNN's workspace is reserved as OPS_CUDA_CUDNN_RESERVE
 // because only cuDNN knows its size once it has picked a kernel (an op asking
 // more is fatal, naming both sizes). The reserve has two terms:
 // - 2 bytes a padded score (att_scores): on Hopper the deterministic backward

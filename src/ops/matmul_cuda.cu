@@ -380,17 +380,29 @@ extern "C" void matmul_backward_ld16(float *din, float *dweight, const uint16_t 
     backward(din, dweight, d, x, weight, N, in_dim, out_dim, accumulate_din);
 }
 
-// With bf16 operands cuBLASLt writes din16 itself; with fp32 ones the fp32 product
+// With bf16 operands cuBLASLt writes din16 itself, both products reading dout's one
+// copy in slot 0 (backward's order: dW, then din); with fp32 ones the fp32 product
 // goes to din_scratch and is rounded (as matmul_forward_bf16).
-extern "C" void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout,
-                                              const float *weight, int N, int in_dim, int out_dim) {
+extern "C" void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight,
+                                                  const float *dout, const uint16_t *in16, float *in_scratch,
+                                                  const float *weight, int N, int in_dim, int out_dim) {
     if (!g_bf16) {
-        matmul_backward(din_scratch, NULL, dout, NULL, weight, N, in_dim, out_dim, 0);
+        if (!din_scratch) die("matmul_backward_from_bf16_to_bf16: no room for the fp32 input gradient (a bug)");
+        matmul_backward_from_bf16(din_scratch, dweight, dout, in16, in_scratch, weight, N, in_dim, out_dim, 0);
         round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
         return;
     }
-    gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), operand(0, dout, N, out_dim, out_dim),
-            0.0f, din16, in_dim, 1, "matmul_backward din16");
+    const Operand d = operand(0, dout, N, out_dim, out_dim);
+    if (dweight)
+        gemm(0, 1, in_dim, out_dim, N, bf16_operand(1, in16, in_scratch, N, in_dim), d, 1.0f, dweight, in_dim,
+             "matmul_backward dW");
+    gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, 0.0f, din16, in_dim, 1,
+            "matmul_backward din16");
+}
+
+extern "C" void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout,
+                                              const float *weight, int N, int in_dim, int out_dim) {
+    matmul_backward_from_bf16_to_bf16(din16, din_scratch, NULL, dout, NULL, NULL, weight, N, in_dim, out_dim);
 }
 
 extern "C" void matmul_backward(float *din, float *dweight, const float *dout, const float *in, const float *weight,

@@ -201,6 +201,16 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
 // product, the product goes there, then round_to_bf16.
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
                                    int N, int in_dim, int out_dim);
+// Both gradients of matmul_backward_from_bf16 (dweight += dout^T @ in16 widened;
+// dweight NULL: not wanted), with din16(N, in_dim) written as bf16 as
+// matmul_backward_input_to_bf16 writes it, the two products reading one bf16
+// rounding of dout: the o product under cuDNN's attention (LlamaModel.att_bf16),
+// whose input gradient only cuDNN's backward reads, as bf16. in_scratch(N, in_dim)
+// as matmul_backward_from_bf16's scratch; din_scratch as above, which only a
+// backend without bf16 products uses (NULL where they are on: fatal otherwise).
+void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const float *dout,
+                                       const uint16_t *in16, float *in_scratch, const float *weight, int N,
+                                       int in_dim, int out_dim);
 
 // matmul_backward_ld with the output gradient kept as bf16, dout16(N, out_dim) with
 // rows ld16 values apart (a column block of cross_entropy_forward_backward_bf16's
@@ -363,15 +373,15 @@ void attention_backward(float *dqkv, float *rowdot, const float *dout, const flo
                         int KV, int hd, float *scratch);
 
 // The same single-block attention on bf16 q|k|v (LlamaModel.att_bf16): out16(B*S,
-// H*hd) written as bf16, lse(B, H, S) as ever; the backward reads dout(B*S, H*hd)
-// in fp32, rounds it to bf16, and writes dqkv16 as bf16 (dqkv16 must not overlap
-// dout). On CUDA cuDNN's fused kernels (fp32 softmax and sums; ops_set_attention_cudnn
+// H*hd) written as bf16, lse(B, H, S) as ever; the backward reads dout16(B*S, H*hd)
+// as bf16 (the o product writes it so: matmul_backward_from_bf16_to_bf16) and
+// writes dqkv16 as bf16 (dqkv16 must not overlap dout16). On CUDA cuDNN's fused kernels (fp32 softmax and sums; ops_set_attention_cudnn
 // need not be on: these ops are cuDNN's); on the CPU, the reference: the fp32 ops
 // above on the widened values, rounded as written (temporaries allocated per call:
 // the CPU trains with fp32 q|k|v, so only tests call it there).
 void attention_forward_bf16(uint16_t *out16, float *lse, const uint16_t *qkv16, const int *pos, int B, int S, int H,
                             int KV, int hd);
-void attention_backward_bf16(uint16_t *dqkv16, const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+void attention_backward_bf16(uint16_t *dqkv16, const uint16_t *dout16, const uint16_t *qkv16, const uint16_t *out16,
                              const float *lse, const int *pos, int B, int S, int H, int KV, int hd);
 
 // ---- SwiGLU ----

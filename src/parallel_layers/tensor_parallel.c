@@ -135,6 +135,13 @@ void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, 
     matmul_backward_from_bf16(din, dw, dout_full, x16, xscratch, w, N, in_local, D, 0);
 }
 
+void tp_row_backward_from_bf16_to_bf16(const TensorParallel *tp, uint16_t *din16, float *din_scratch, float *dw,
+                                       const float *dout, const uint16_t *x16, float *xscratch, const float *w,
+                                       float *full, int N, int in_local, int D) {
+    matmul_backward_from_bf16_to_bf16(din16, din_scratch, dw, tp_gather(tp, dout, full, N, D), x16, xscratch, w, N,
+                                      in_local, D);
+}
+
 // tp_column_backward's kernels, in its order, for the parts asked for: din NULL is
 // tp_column_backward_weight's, dw NULL tp_column_backward_input's.
 void tp_column_backward_bf16(const TensorParallel *tp, float *din, float *dw, const uint16_t *dout16,

@@ -119,6 +119,13 @@ void tp_row_forward_from_bf16(const TensorParallel *tp, float *out, const float 
 void tp_row_backward_from_bf16(const TensorParallel *tp, float *din, float *dw, const float *dout,
                                const uint16_t *x16, float *xscratch, const float *w, float *full, int N,
                                int in_local, int D);
+// The same with din written as bf16, din16(N, in_local) (ops.h:
+// matmul_backward_from_bf16_to_bf16: one rounding of gather(dout) for both
+// products; din_scratch NULL where the products are bf16): the o product under
+// cuDNN's attention, whose input gradient cuDNN reads as bf16.
+void tp_row_backward_from_bf16_to_bf16(const TensorParallel *tp, uint16_t *din16, float *din_scratch, float *dw,
+                                       const float *dout, const uint16_t *x16, float *xscratch, const float *w,
+                                       float *full, int N, int in_local, int D);
 
 // RMSNorm backward with a replicated weight, from the forward's kept xhat(Nr, D) and
 // rstd(Nr) (ops.h: rmsnorm_backward): din(Nr, D) += ..., dweight(D) += ...

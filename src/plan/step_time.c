@@ -207,8 +207,8 @@ static Cost layer_bwd(const Shape *s) {
     // the norms' and RoPE's backward, priced as twice their forward, and SwiGLU's
     c.compute += elementwise_s(s, 2 * (10 * Nr * D + rope_values(s)) + swiglu_values(s, 1));
     // bf16: o's output gradient and input, and down's output gradient (att_kept: o's
-    // input is kept as bf16, but cuDNN's dout is rounded instead: the same traffic)
-    c.compute += rounding_s(s, 2 * N * D + N * A);
+    // input is kept as bf16, and its input gradient, cuDNN's dout, written as bf16)
+    c.compute += rounding_s(s, 2 * N * D + (s->att_kept ? 0 : N * A));
     const double act = N * D * s->bpv;
     if (l->tp > 1) {
         // Column blocks (qkv, gate|up): the input gradient is reduced while the

@@ -297,6 +297,53 @@ static void test_matmul_input_to_bf16(int N, int in, int out) {
     pair_free(dy), pair_free(w), pair_free(dx), pair_free(scr);
 }
 
+// matmul_backward_from_bf16_to_bf16 (the o product under cuDNN's attention: din as
+// bf16 for cuDNN, dweight from the output kept as bf16, one rounding of dout): with
+// bf16 products dweight bit for bit matmul_backward_from_bf16's (the same product on
+// the same operands) and din16 its fp32 din rounded, at most 1 ulp apart and at
+// least 99% the same bits (as matmul_forward_bf16); with fp32 products din goes
+// through din_scratch (within TOL of the CPU's) and is rounded from it, bit for bit.
+static void test_matmul_from_bf16_to_bf16(int N, int in, int out) {
+    const size_t n = (size_t)N * in, nw = (size_t)out * in;
+    Pair dy = pair_fill((size_t)N * out, 1.0f), w = pair_fill(nw, 0.1f), x = pair_fill(n, 1.0f);
+    Pair dx = pair_fill(n, 1.0f), scr = pair_fill(n, 1.0f), xs = pair_fill(n, 1.0f);
+    Pair dw = pair_fill(nw, 1.0f), dw2 = pair_fill(nw, 1.0f);
+    uint16_t *x16 = bf16_twin(x, "bf16 input");  // (N, in); x: the widened input on both sides
+    copy_f32(dw2.d, dw.d, nw);  // dweight accumulates: both start from the same values
+    uint16_t *d16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 din");  // (N, in)
+    uint16_t *r16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "rounded din");
+    uint16_t *a = xmalloc(n * sizeof(uint16_t), "bf16 din"), *b = xmalloc(n * sizeof(uint16_t), "rounded");
+    float *ga = xmalloc(nw * sizeof(float), "dw"), *gb = xmalloc(nw * sizeof(float), "dw");
+    ops_set_matmul_bf16(1);
+    matmul_backward_from_bf16_to_bf16(d16, NULL, dw.d, dy.d, x16, xs.d, w.d, N, in, out);
+    matmul_backward_from_bf16(dx.d, dw2.d, dy.d, x16, xs.d, w.d, N, in, out, 0);
+    round_to_bf16(r16, dx.d, n);
+    ops_download(a, d16, n * sizeof(uint16_t)), ops_download(b, r16, n * sizeof(uint16_t));
+    ops_download(ga, dw.d, nw * sizeof(float)), ops_download(gb, dw2.d, nw * sizeof(float));
+    int ulp;
+    size_t same = bf16_compare(a, b, n, &ulp);
+    CHECK(ulp <= 1 && same * 100 >= n * 99 && !memcmp(ga, gb, nw * sizeof(float)) && pair_diff(xs) == 0.0,
+          "bf16 matmul_backward_from_bf16_to_bf16 (%dx%dx%d): din16 = matmul_backward_from_bf16's din rounded (%zu of "
+          "%zu bits equal, at most %d ulp apart), dweight its bits; the scratch untouched", N, in, out, same, n, ulp);
+    ops_set_matmul_bf16(0);
+    ops_download(dw.h, dw.d, nw * sizeof(float));  // dweight accumulates onto what the GPU holds
+    matmul_backward_from_bf16_to_bf16(d16, scr.d, dw.d, dy.d, x16, xs.d, w.d, N, in, out);
+    cpu_matmul_backward(scr.h, dw.h, dy.h, x.h, w.h, N, in, out, 0);
+    expect_close("fp32 matmul_backward_from_bf16_to_bf16: din's scratch", scr);
+    expect_close("fp32 matmul_backward_from_bf16_to_bf16: dweight", dw);
+    float *f = xmalloc(n * sizeof(float), "fp32 din");
+    ops_download(f, scr.d, n * sizeof(float));
+    cpu_round_to_bf16(b, f, n);
+    ops_download(a, d16, n * sizeof(uint16_t));
+    same = bf16_compare(a, b, n, &ulp);
+    CHECK(same == n, "fp32 matmul_backward_from_bf16_to_bf16 (%dx%dx%d): din16 its scratch rounded, %zu of %zu bits "
+          "equal", N, in, out, same, n);
+    buf_free(x16), buf_free(d16), buf_free(r16);
+    free(a), free(b), free(ga), free(gb), free(f);
+    pair_free(dy), pair_free(w), pair_free(x), pair_free(dx), pair_free(scr), pair_free(xs), pair_free(dw),
+        pair_free(dw2);
+}
+
 // matmul_backward_bf16 (a bf16 run's gate|up and q|k|v backward): the output
 // gradient and the input kept as bf16, handed to cuBLASLt as the operands
 // matmul_backward would round the widened values to, so with bf16 products the

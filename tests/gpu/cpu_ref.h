@@ -80,6 +80,7 @@
 #define swiglu_backward_to_bf16 cpu_swiglu_backward_to_bf16
 #define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define matmul_backward_input_to_bf16 cpu_matmul_backward_input_to_bf16
+#define matmul_backward_from_bf16_to_bf16 cpu_matmul_backward_from_bf16_to_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
 #define cross_entropy_forward_backward_bf16 cpu_cross_entropy_forward_backward_bf16
 #define cross_entropy_forward cpu_cross_entropy_forward
@@ -187,6 +188,7 @@
 #undef swiglu_backward_to_bf16
 #undef swiglu_backward_bf16
 #undef matmul_backward_input_to_bf16
+#undef matmul_backward_from_bf16_to_bf16
 #undef cross_entropy_forward_backward
 #undef cross_entropy_forward_backward_bf16
 #undef cross_entropy_forward

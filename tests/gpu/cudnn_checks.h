@@ -65,15 +65,17 @@ static void expect_bf16_ops(Pair qkv, Pair dout, Pair lse, const float *out_fp32
     widen_from_bf16(wide, o16, no);
     CHECK(same_bits(wide, no, out_fp32) && same_bits(lse2, nl, lse_fp32),
           "attention_forward_bf16 (hd %d, S %d): the fp32 op's output and lse, bit for bit", hd, S);
-    attention_backward_bf16(d16, dout.d, qkv16, o16, lse2, pos, B, S, H, KV, hd);
+    uint16_t *do16 = buf_alloc(MEM_ACTIVATIONS, no * 2, "bf16 dout");  // (B*S, H*hd): as the o product writes it
+    round_to_bf16(do16, dout.d, no);
+    attention_backward_bf16(d16, do16, qkv16, o16, lse2, pos, B, S, H, KV, hd);
     widen_from_bf16(wide, d16, nq);
     CHECK(same_bits(wide, nq, dqkv_fp32), "attention_backward_bf16 (hd %d, S %d): the fp32 op's dqkv, bit for bit", hd,
           S);
     // The CPU's reference on the same bf16 values.
     uint16_t *q16h = xmalloc(nq * 2, "host q|k|v"), *o16h = xmalloc(no * 2, "host out"), *d16h = xmalloc(nq * 2, "d");
-    float *douth = xmalloc(no * sizeof(float), "host dout");
+    uint16_t *douth = xmalloc(no * 2, "host dout");
     ops_download(q16h, qkv16, nq * 2);
-    ops_download(douth, dout.d, no * sizeof(float));
+    ops_download(douth, do16, no * 2);
     cpu_attention_forward_bf16(o16h, hl, q16h, pos_h, B, S, H, KV, hd);
     cpu_attention_backward_bf16(d16h, douth, q16h, o16h, hl, pos_h, B, S, H, KV, hd);
     Pair o = {wide, h, no}, d = {wide, h, nq};
@@ -86,7 +88,7 @@ static void expect_bf16_ops(Pair qkv, Pair dout, Pair lse, const float *out_fp32
     cpu_widen_from_bf16(h, d16h, nq);
     snprintf(what, sizeof what, "attention_backward_bf16 vs the CPU (hd %d, S %d)", hd, S);
     expect_bf16_close(what, d);
-    buf_free(qkv16), buf_free(o16), buf_free(d16), buf_free(lse2), buf_free(wide);
+    buf_free(qkv16), buf_free(o16), buf_free(d16), buf_free(do16), buf_free(lse2), buf_free(wide);
     free(h), free(hl), free(lse_fp32), free(q16h), free(o16h), free(d16h), free(douth);
 }
 

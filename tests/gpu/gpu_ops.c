@@ -787,6 +787,8 @@ int main(int argc, char **argv) {
         test_matmul_input_to_bf16(37, 96, 80);
         test_matmul_input_to_bf16(29, 130, 64);  // din rows of 130: 4-byte aligned bf16 output rows
         test_matmul_forward_add(29, 130, 66);  // in 130 through a padded copy; out 66: C and D 8-byte aligned rows
+        test_matmul_from_bf16_to_bf16(37, 96, 80);
+        test_matmul_from_bf16_to_bf16(29, 130, 64);  // din rows of 130 (4-byte aligned), the input through a padded copy
         test_matmul_backward_bf16(37, 96, 80);
         test_matmul_backward_bf16(29, 64, 130);
         test_matmul_backward_bf16(29, 130, 64);
