@@ -53,9 +53,10 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                       const float *dout, const float *w) {
     const int N = a->B * a->S, A = m->Hl * m->hd;
-    if (m->att_bf16 && din)  // din as bf16, cuDNN's dout; the output kept as bf16 (a->dqkv: room to widen it)
-        tp_row_backward_from_bf16_to_bf16(&m->tp, (uint16_t *)din, NULL, dw, dout, (const uint16_t *)s->attn,
-                                          a->dqkv, w, a->tp_full, N, A, m->D);
+    if (m->att_bf16 && din)  // din as bf16, cuDNN's dout, its own buffer the room to round it in place where a
+                             // backend must; the output kept as bf16 (a->dqkv: room to widen it)
+        tp_row_backward_from_bf16_to_bf16(&m->tp, (uint16_t *)din, din, dw, dout, (const uint16_t *)s->attn, a->dqkv,
+                                          w, a->tp_full, N, A, m->D);
     else if (m->att_bf16)
         tp_row_backward_from_bf16(&m->tp, NULL, dw, dout, (const uint16_t *)s->attn, a->dqkv, w, a->tp_full, N, A,
                                   m->D);

@@ -91,7 +91,8 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     // Attention
     copy_f32(k.d_o, dres, (size_t)Nr * D);
     if (m->att_bf16)  // cuDNN reads the attention output's gradient as bf16, as the product writes it
-        tp_row_backward_input_to_bf16(tp, (uint16_t *)a->dbuf_i, NULL, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
+        tp_row_backward_input_to_bf16(tp, (uint16_t *)a->dbuf_i, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A,
+                                      D);
     else tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
     // the q|k|v gradient as bf16 into the stash under bf16 activations (qkv is read for
     // the last time there), read from there

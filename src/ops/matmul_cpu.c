@@ -186,13 +186,15 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
 
 // The fp32 products (dout rounded once under bf16 products), din into din_scratch,
 // then rounded (as matmul_forward_bf16): neither sgemm nor oneMKL's bf16 product
-// writes bf16.
+// writes bf16. In din16's own buffer the rounding goes in ascending order, one
+// thread (ops/bf16.h: bf16_narrow_in_place; only tests train so on the CPU).
 void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const float *dout,
                                        const uint16_t *in16, float *in_scratch, const float *weight, int N,
                                        int in_dim, int out_dim) {
     if (!din_scratch) die("matmul_backward_from_bf16_to_bf16: no room for the fp32 input gradient (a bug)");
     matmul_backward_from_bf16(din_scratch, dweight, dout, in16, in_scratch, weight, N, in_dim, out_dim, 0);
-    round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+    if ((void *)din_scratch == (void *)din16) bf16_narrow_in_place(din_scratch, (size_t)N * in_dim);
+    else round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
 }
 
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,

@@ -387,7 +387,9 @@ extern "C" void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_sc
                                                   const float *dout, const uint16_t *in16, float *in_scratch,
                                                   const float *weight, int N, int in_dim, int out_dim) {
     if (!g_bf16) {
-        if (!din_scratch) die("matmul_backward_from_bf16_to_bf16: no room for the fp32 input gradient (a bug)");
+        if (!din_scratch || (const void *)din_scratch == (const void *)din16)
+            die("matmul_backward_from_bf16_to_bf16: with fp32 products the input gradient needs room of its own, "
+                "apart from din16 (a bug: cuDNN's runs have bf16 products)");
         matmul_backward_from_bf16(din_scratch, dweight, dout, in16, in_scratch, weight, N, in_dim, out_dim, 0);
         round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
         return;

@@ -196,9 +196,10 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
 // The input gradient alone, written as bf16: din16(N, in_dim) = dout(N, out_dim) @
 // weight, each value rounded to the nearest bf16 from the fp32 sums as it is
 // written (cuBLASLt's D type bf16, as matmul_forward_bf16): a bf16 run's down
-// product, whose input gradient only SwiGLU's backward reads. din_scratch(N,
-// in_dim) fp32, apart from din16: where the backend cannot write bf16 from a
-// product, the product goes there, then round_to_bf16.
+// product, whose input gradient only SwiGLU's backward reads, and o's in the split
+// backward under cuDNN. din_scratch(N, in_dim) fp32: where the backend cannot
+// write bf16 from a product, the product goes there, then is rounded; apart from
+// din16, or din16's own buffer on the CPU (as matmul_backward_from_bf16_to_bf16).
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,
                                    int N, int in_dim, int out_dim);
 // Both gradients of matmul_backward_from_bf16 (dweight += dout^T @ in16 widened;
@@ -206,8 +207,11 @@ void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const fl
 // matmul_backward_input_to_bf16 writes it, the two products reading one bf16
 // rounding of dout: the o product under cuDNN's attention (LlamaModel.att_bf16),
 // whose input gradient only cuDNN's backward reads, as bf16. in_scratch(N, in_dim)
-// as matmul_backward_from_bf16's scratch; din_scratch as above, which only a
-// backend without bf16 products uses (NULL where they are on: fatal otherwise).
+// as matmul_backward_from_bf16's scratch. din_scratch(N, in_dim) fp32, which only a
+// backend that rounds after its product uses (the CPU; CUDA with fp32 products):
+// it may be din16's own buffer (din16 at its start), then narrowed in place, which
+// only the CPU does (CUDA's cuDNN runs have bf16 products; it refuses the case
+// with fp32 ones, as it refuses NULL there).
 void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const float *dout,
                                        const uint16_t *in16, float *in_scratch, const float *weight, int N,
                                        int in_dim, int out_dim);
