@@ -25,6 +25,7 @@
 #include "ops/amx_tiles.h"
 #include "ops/attention_tiles.h"
 #include "ops/matmul_bf16_cpu.h"
+#include "ops/ops.h"
 #include "util.h"
 
 // cpu_attention_use_amx(0) runs the products on oneMKL's bf16 product as before
@@ -33,7 +34,7 @@ static int g_attention_amx = 1;
 
 void cpu_attention_use_amx(int on) { g_attention_amx = on; }
 
-int cpu_attention_amx(int hd) { return cpu_bf16_products() && g_attention_amx && hd % 32 == 0 && amx_usable(); }
+int cpu_attention_amx(int hd) { return ops_matmul_bf16() && g_attention_amx && hd % 32 == 0 && amx_usable(); }
 
 _Static_assert(ATT_T == 32 && ATT_KC % 32 == 0, "AMX products take operands in multiples of 32; dK's and dV's "
                                                 "sum over a query tile is one 32-deep step");

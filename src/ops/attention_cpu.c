@@ -44,7 +44,7 @@
 // because a kv head's gradient sums over the query heads of its group) and call
 // single-threaded BLAS.
 
-// bf16 products (training.precision = bf16, cpu_bf16_products()): the products read
+// bf16 products (training.precision = bf16, ops_matmul_bf16()): the products read
 // the values the CUDA backend's flash kernels read (ops/flash_attention.cuh): Q, K,
 // V and dO rounded to bf16 from their fp32 copies into bf16 ones, P and dS rounded
 // once formed (dS from the fp32 P), l summing the rounded P. The tile products are
@@ -119,7 +119,7 @@ void attention_block_forward(float *o, float *m, float *l, const float *q, int l
                              float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int r16 = cpu_bf16_products();
+    const int r16 = ops_matmul_bf16();
     // keys any query of the block sees (a prefix)
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
     if (cpu_attention_amx(hd)) {
@@ -208,7 +208,7 @@ void attention_block_backward(float *dq, float *dkv, const float *q, int ldq, co
                               int Sq, int Sk, int H, int KV, int hd, float *scratch) {
     const int group = H / KV, ldo = H * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int r16 = cpu_bf16_products();
+    const int r16 = ops_matmul_bf16();
     const int kend = Sq > 0 ? count_at_most(kpos, Sk, qpos[Sq - 1]) : 0;
     if (cpu_attention_amx(hd)) {
         attention_block_backward_amx(dq, dkv, q, ldq, kv, ldkv, koff, voff, dout, lse, rowdot, qpos, kpos, B, Sq, Sk,

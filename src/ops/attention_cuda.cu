@@ -108,7 +108,7 @@ static void check_hd(int hd, const char *what) {
 // grids' y is B * H (at most 65535).
 enum { FLASH_NONE, FLASH_MMA, FLASH_WMMA };
 static int use_flash(int B, int H, int hd, const char *what) {
-    if (!cuda_bf16_products()) return FLASH_NONE;
+    if (!ops_matmul_bf16()) return FLASH_NONE;
     const char *pick = getenv("FEMTOTRON_ATTENTION");  // read each time: gpu_ops checks both
     const bool wmma = pick && strcmp(pick, "wmma") == 0;
     if (pick && !wmma && strcmp(pick, "mma") != 0 && strcmp(pick, "cudnn") != 0)
@@ -307,7 +307,7 @@ extern "C" void ops_set_attention_cudnn(int on) { g_cudnn = on != 0; }
 // kernels in bench/tools/attention_gpu.c). A training run with training.attention =
 // cudnn calls the bf16 ops below instead, which only cuDNN serves.
 static bool use_cudnn(void) {
-    if (!cuda_bf16_products()) return false;
+    if (!ops_matmul_bf16()) return false;
     const char *pick = getenv("FEMTOTRON_ATTENTION");
     return pick ? strcmp(pick, "cudnn") == 0 : g_cudnn != 0;
 }

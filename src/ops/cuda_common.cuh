@@ -73,9 +73,6 @@ void cuda_id_checks_init(void);
 // id outside its vocabulary (ops_check_ids, ops/embedding_cuda.cu). ops_sync calls it.
 void cuda_report_id_checks(void);
 
-// 1 while products read bf16 operands (ops_set_matmul_bf16): the matrix products
-// (ops/matmul_cuda.cu) and attention's products (ops/flash_attention.cuh).
-int cuda_bf16_products(void);
 // The kept bf16 weight copy's slice (an __nv_bfloat16 array) for an optimizer
 // update of the weights [p, p + n) (ops/matmul_cuda.cu, ops_keep_bf16_weights):
 // NULL when no copy is kept or the range is outside the arena. The update writes

@@ -60,6 +60,12 @@ __device__ static void row_max_sumexp(const float *x, int V, float *sh, float *m
 // Values a thread holds between its reads and its writes in ce_row_grads' bf16 form.
 #define CE_CHUNK 8
 
+// Column j's value of ce_row_grads' gradient (0 from `valid` on, the target's less grad_scale).
+__device__ static float ce_grad(const float *x, int j, int valid, float mx, float inv, int t, float grad_scale) {
+    const float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+    return j == t ? p - grad_scale : p;
+}
+
 // A row's gradient in place, (softmax - onehot(t)) * grad_scale: x(Vl), its columns
 // from `valid` on padding (0), t the target's column or -1 where it lies elsewhere;
 // inv = grad_scale / sum exp(x - mx). fp32, or with BF16 each value rounded to bf16
@@ -72,20 +78,14 @@ __device__ static void row_max_sumexp(const float *x, int V, float *sh, float *m
 template <bool BF16>
 __device__ static void ce_row_grads(float *x, int Vl, int valid, float mx, float inv, int t, float grad_scale) {
     if (!BF16) {
-        for (int j = threadIdx.x; j < Vl; j += ROW_THREADS) {
-            const float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
-            x[j] = j == t ? p - grad_scale : p;
-        }
+        for (int j = threadIdx.x; j < Vl; j += ROW_THREADS) x[j] = ce_grad(x, j, valid, mx, inv, t, grad_scale);
         return;
     }
     __nv_bfloat16 *x16 = (__nv_bfloat16 *)x;  // (Vl) in the first half of the row's bytes
     for (int k0 = 0; k0 < Vl; k0 += CE_CHUNK * ROW_THREADS) {
         float g[CE_CHUNK];
-        for (int i = 0; i < CE_CHUNK; i++) {
-            const int j = k0 + i * ROW_THREADS + threadIdx.x;
-            const float p = j < valid ? expf(x[j] - mx) * inv : 0.0f;
-            g[i] = j == t ? p - grad_scale : p;
-        }
+        for (int i = 0; i < CE_CHUNK; i++)
+            g[i] = ce_grad(x, k0 + i * ROW_THREADS + threadIdx.x, valid, mx, inv, t, grad_scale);
         __syncthreads();  // the chunk read by every thread before any value lands
         for (int i = 0; i < CE_CHUNK; i++) {
             const int j = k0 + i * ROW_THREADS + threadIdx.x;

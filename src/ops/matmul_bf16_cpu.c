@@ -53,7 +53,6 @@ void ops_set_matmul_bf16(int on) {
     g_bf16 = on != 0;
 }
 
-int cpu_bf16_products(void) { return g_bf16; }
 int ops_matmul_bf16(void) { return g_bf16; }
 
 // ---------------------------------------------------------------- rounded copies

@@ -6,9 +6,6 @@
 
 #include <stdint.h>
 
-// 1 while bf16 products are on (ops_set_matmul_bf16; only where ops_has_bf16()).
-int cpu_bf16_products(void);
-
 // The bf16 operand a product reads for the fp32 x(rows, cols), rows ld apart: the
 // kept copy of a weight in the arena (ops_keep_bf16_weights), else x rounded to the
 // nearest bf16 into the contiguous scratch of `slot` (0-2: the operands of one

@@ -66,7 +66,7 @@ static void backward_bf16(float *din, float *dweight, const uint16_t *dout16, in
 
 void matmul_forward_ld(float *out, int ld_out, const float *in, const float *weight, int N, int in_dim,
                        int out_dim) {
-    if (cpu_bf16_products()) {
+    if (ops_matmul_bf16()) {
         forward_bf16(out, ld_out, cpu_bf16_operand(1, in, N, in_dim, in_dim), weight, N, in_dim, out_dim);
         return;
     }
@@ -91,7 +91,7 @@ void matmul_forward_add(float *out, const float *add, const float *in, const flo
 
 void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                         const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (cpu_bf16_products()) {
+    if (ops_matmul_bf16()) {
         if (!din && !dweight) return;
         const uint16_t *d16 = cpu_bf16_operand(0, dout, N, out_dim, ld_dout);
         const uint16_t *in16 = dweight ? cpu_bf16_operand(1, in, N, in_dim, in_dim) : NULL;
@@ -116,7 +116,7 @@ void matmul_backward(float *din, float *dweight, const float *dout, const float 
 // oneMKL's bf16 product reads dout16 with its leading dimension as it is.
 void matmul_backward_ld16(float *din, float *dweight, const uint16_t *dout16, size_t ld16, const float *in,
                           const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (!cpu_bf16_products()) die("matmul_backward_ld16: a bf16 output gradient needs bf16 products (a bug)");
+    if (!ops_matmul_bf16()) die("matmul_backward_ld16: a bf16 output gradient needs bf16 products (a bug)");
     if (!din && !dweight) return;
     if (ld16 > INT_MAX) die("matmul_backward_ld16: rows %zu values apart, more than a BLAS index holds", ld16);
     const uint16_t *in16 = dweight ? cpu_bf16_operand(1, in, N, in_dim, in_dim) : NULL;
@@ -140,7 +140,7 @@ static const float *widened(float *scratch, const uint16_t *x16, size_t n) {
 
 void matmul_forward_from_bf16(float *out, const uint16_t *in16, float *scratch, const float *weight, int N,
                               int in_dim, int out_dim) {
-    if (cpu_bf16_products()) forward_bf16(out, out_dim, in16, weight, N, in_dim, out_dim);
+    if (ops_matmul_bf16()) forward_bf16(out, out_dim, in16, weight, N, in_dim, out_dim);
     else matmul_forward(out, widened(scratch, in16, (size_t)N * in_dim), weight, N, in_dim, out_dim);
 }
 
@@ -161,7 +161,7 @@ void matmul_forward_bf16(uint16_t *out16, float *out_scratch, const uint16_t *in
 
 void matmul_backward_from_bf16(float *din, float *dweight, const float *dout, const uint16_t *in16, float *scratch,
                                const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
-    if (cpu_bf16_products()) {
+    if (ops_matmul_bf16()) {
         if (!din && !dweight) return;
         backward_bf16(din, dweight, cpu_bf16_operand(0, dout, N, out_dim, out_dim), out_dim, in16, weight, N,
                       in_dim, out_dim, accumulate_din);
@@ -175,7 +175,7 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
                           float *in_scratch, const float *weight, int N, int in_dim, int out_dim,
                           int accumulate_din) {
     if (!din && !dweight) return;
-    if (cpu_bf16_products()) {
+    if (ops_matmul_bf16()) {
         backward_bf16(din, dweight, dout16, out_dim, in16, weight, N, in_dim, out_dim, accumulate_din);
         return;
     }

@@ -79,7 +79,6 @@ static int g_bf16;  // ops_set_matmul_bf16
 
 extern "C" void ops_set_matmul_bf16(int on) { g_bf16 = on != 0; }
 extern "C" int ops_matmul_bf16(void) { return g_bf16; }
-int cuda_bf16_products(void) { return g_bf16; }
 
 void cuda_matmul_init(void) { CUBLAS_CHECK(cublasLtCreate(&g_lt)); }
 

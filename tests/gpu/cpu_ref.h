@@ -97,7 +97,6 @@
 #define ops_blas_name cpu_ops_blas_name
 // ops/matmul_bf16_cpu.h's own names (a second copy of them is in the CPU build's
 // objects, which tests/shell/test_cuda_build.sh's gpu_ops_cpu links too)
-#define cpu_bf16_products cpu_ref_bf16_products
 #define cpu_bf16_operand cpu_ref_bf16_operand
 #define cpu_gemm_bf16 cpu_ref_gemm_bf16
 #define cpu_bf16_copy_for_update cpu_ref_bf16_copy_for_update
@@ -203,11 +202,11 @@
 #undef moe_dispatch
 #undef ops_set_threads
 #undef ops_blas_name
-#undef cpu_bf16_products
 #undef cpu_bf16_operand
 #undef cpu_gemm_bf16
 #undef cpu_bf16_copy_for_update
 #undef FEMTOTRON_OPS_H
+#undef FEMTOTRON_OPS_MATMUL_H
 #include "ops/ops.h"
 
 #endif
