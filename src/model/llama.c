@@ -91,62 +91,6 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     }
 }
 
-// The down projection's backward: the weight gradient dw += dout^T h and, with din
-// not NULL, din(N, Fl) = dout @ w; dout(Nr, D). Under bf16 activations h is not
-// kept: the SwiGLU output is rebuilt as bf16 from the kept gate|up into dgu
-// (mlp_h16), the forward's op on the same values, so bit for bit, and dbuf_i is
-// the room to widen it, as in the forward; there the weight gradient alone (the
-// zero-bubble W's): the fused backward makes down's input gradient in bf16 and
-// rebuilds h in SwiGLU's pass itself (dense_mlp_backward).
-void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
-                         const float *dout, const float *w) {
-    const TensorParallel *tp = &m->tp;
-    const int N = a->B * a->S, Fl = m->Fl, D = m->D;
-    if (!m->mlp_bf16) {  // din NULL: the kernels tp_row_backward_weight runs
-        tp_row_backward(tp, din, dw, dout, s->h, w, a->tp_full, N, Fl, D);
-        return;
-    }
-    if (din) die("llama_down_backward: under bf16 activations the weight gradient alone (a bug)");
-    uint16_t *h16 = mlp_h16(a);
-    swiglu_forward_bf16(h16, s->gu16, N, Fl);
-    tp_row_backward_from_bf16(tp, NULL, dw, dout, h16, a->dbuf_i, NULL, a->tp_full, N, Fl, D);
-}
-
-// The dense MLP's backward, dres(Nr, D) its output gradient: the down and gate|up
-// weight gradients into g, gate|up's input gradient into dd(Nr, D) (a->normed
-// rebuilt on the way). Under bf16 activations down's input gradient comes first,
-// as bf16 (dh16, in dgu's second half; dbuf_i the room for a backend that rounds
-// after the product); SwiGLU's backward then reads gate|up once to write gate|up's
-// gradient as bf16 into dbuf_i and rebuild down's input h16 beside it (mlp_h16,
-// bit for bit the forward's), which down's weight gradient reads (dh16's room, read
-// by then, is the room to widen it). Both gate|up products read the bf16 gradient
-// as it is; dgu, free by then, is the room to widen it for a backend that must.
-static void dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, float *g,
-                               const LayerOffsets *lo, int u, float *dd) {
-    const TensorParallel *tp = &m->tp;
-    const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
-    if (m->mlp_bf16) {
-        float *dh_room = a->dgu + (size_t)N * Fl;                                  // (N, Fl) fp32
-        uint16_t *dh16 = (uint16_t *)dh_room, *h16 = mlp_h16(a);                  // (N, Fl) bf16 each
-        uint16_t *dgu16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, 2Fl), (Nr, D)
-        // down's two products, row-parallel: every token's output gradient, gathered
-        // once for both (tp_full is left alone in between)
-        const float *dout = tp_gather(tp, a->dresid, a->tp_full, N, D);  // (N, D)
-        matmul_backward_input_to_bf16(dh16, a->dbuf_i, dout, AT(w, u, lo->down), N, Fl, D);
-        swiglu_backward_bf16(dgu16, h16, dh16, s->gu16, N, Fl);
-        matmul_backward_from_bf16(NULL, AT(g, u, lo->down), dout, h16, dh_room, NULL, N, Fl, D, 0);
-        rmsnorm_rebuild_to_bf16(normed16, s->ln2, AT(w, u, lo->ln2), Nr, D);
-        tp_column_backward_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, normed16, AT(w, u, lo->gate_up),
-                                a->tp_full, a->tp_partial, N, D, 2 * Fl);
-        return;
-    }
-    llama_down_backward(m, a, s, a->dbuf_i, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));  // dh(N, Fl)
-    swiglu_backward(a->dgu, a->dbuf_i, s->gu, N, Fl);
-    rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
-    tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up), a->tp_full,
-                       a->tp_partial, N, D, 2 * Fl);
-}
-
 // A layer's weights and gradients: one piece, or under expert parallelism the
 // dense piece and the experts' piece (model/param_access.h).
 
@@ -308,13 +252,40 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
 
 // -------------------------------------------------------------------- backward
 
+// Under bf16 products the down products (m->mlp_bf16) and the o product under
+// cuDNN's attention (m->att_bf16) read the residual stream's gradient dres as
+// bf16 (ops_matmul.h: matmul_backward_bf16_to_bf16): dres16, in a->normed's first
+// Nr*D halves. The norm's backward that leaves dres for them writes it too, beside
+// the fp32 sums (ops.h: rmsnorm_backward_with_bf16; the second norm for o, the
+// first norm, and the final one, for the next layer's down), so no product rounds
+// it in a pass of its own and down's two read one copy. a->normed is free from
+// the norm's backward until those products have read it: the rebuild of the next
+// product's input comes after them, and only full recomputation, which rewrites
+// it in the layer's forward first, comes between (there nothing is carried over).
+static int dres16_for_mlp(const LlamaModel *m) { return m->mlp_bf16 && ops_matmul_bf16(); }
+static int dres16_for_o(const LlamaModel *m) { return m->att_bf16 && ops_matmul_bf16(); }
+static uint16_t *dres16_of(Activations *a) { return (uint16_t *)a->normed; }  // (Nr, D) bf16
+// Whether the norm's backward above layer slot i (the first norm of slot i + 1, or
+// the final norm for the stage's last slot) writes dres16 for slot i's down.
+static int dres16_carried(const LlamaModel *m, int i) {
+    return i >= 0 && dres16_for_mlp(m) && m->recompute != RECOMPUTE_FULL;
+}
+// dres16 gathered over the tensor-parallel group, (N, D) bf16: rounded from dres
+// first unless a norm's backward wrote it (fresh).
+static const uint16_t *dres16_gathered(const LlamaModel *m, Activations *a, int fresh, int N) {
+    if (!fresh) round_to_bf16(dres16_of(a), a->dresid, (size_t)llama_rows(m, N) * m->D);
+    return tp_gather_bf16(&m->tp, dres16_of(a), a->tp_full, N, m->D);
+}
+
 // One decoder layer backward: dres (Nr, D) holds the gradient of the layer output on
 // entry and of the layer input on exit. What recomputation dropped is rebuilt first
 // from the kept buffers with the forward's own kernels and inputs, so it is
 // bit-identical: under full the layer forward from the kept input (the weights are
 // acquired once for both: under ZeRO-3 the gather the backward makes anyway), under
 // selective the attention core (its lse; the output it rewrites is identical).
-static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i) {
+// fresh: dres16 holds dres already (dres16_carried); returns whether the layer
+// left it so for slot i - 1.
+static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int i, int fresh) {
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D;
     const int QKV = (m->Hl + 2 * m->KVl) * m->hd;
@@ -358,16 +329,21 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         const size_t r0 = tp->sp ? (size_t)tp->rank * Nr : 0;  // this rank's rows of the stream
         matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
-        dense_mlp_backward(m, a, &s, w, g, lo, u, dd);
+        llama_dense_mlp_backward(m, a, &s, w, g, lo, u, dd,
+                                 dres16_for_mlp(m) ? dres16_gathered(m, a, fresh, N) : NULL);
     }
-    tp_norm_backward(tp, dres, AT(g, u, lo->ln2), dd, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw,
-                     Nr, D);
+    tp_norm_backward(tp, dres, dres16_for_o(m) ? dres16_of(a) : NULL, AT(g, u, lo->ln2), dd, s.ln2,
+                     AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw, Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x))))); the o product's input
     // gradient into dbuf_i, the attention's dout. Under bf16 activations the q|k|v
     // gradient goes as bf16 into dbuf_i too (dout is read first), where both q|k|v
     // products read it as it is (dqkv: room to widen it where a backend must), and
     // their input is rebuilt as bf16, as the forward wrote it.
-    llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
+    if (dres16_for_o(m))  // din as bf16 (cuDNN's dout), its own buffer the CPU's room to round it in place
+        matmul_backward_bf16_to_bf16((uint16_t *)a->dbuf_i, a->dbuf_i, AT(g, u, lo->o), dres16_gathered(m, a, 1, N),
+                                     (const uint16_t *)s.attn, AT(w, u, lo->o), N, m->Hl * m->hd, D);
+    else
+        llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
     llama_attention_core_backward(m, a, &s, (uint16_t *)a->dbuf_i);
     if (m->qkv_bf16) {
         uint16_t *dqkv16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, QKV), (Nr, D)
@@ -379,10 +355,12 @@ static void layer_backward(const LlamaModel *m, const ParamAccess *pa, Activatio
         tp_column_backward(tp, dd, AT(g, u, lo->qkv), a->dqkv, a->normed, AT(w, u, lo->qkv), a->tp_full,
                            a->tp_partial, N, D, QKV);
     }
-    tp_norm_backward(tp, dres, AT(g, u, lo->ln1), dd, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, a->tp_dw,
-                     Nr, D);
+    const int carried = dres16_carried(m, i - 1);
+    tp_norm_backward(tp, dres, carried ? dres16_of(a) : NULL, AT(g, u, lo->ln1), dd, s.ln1, AT(w, u, lo->ln1),
+                     s.ln1_rstd, a->tp_dw, Nr, D);
     llama_layer_release(m, pa, u);
     llama_layer_grads_done(m, pa, u);
+    return carried;
 }
 
 void llama_head_products(const LlamaModel *m, const Activations *a, float *din, float *dw, const float *x_full,
@@ -418,8 +396,9 @@ static void head_piece_backward(const LlamaModel *m, Activations *a, const float
 
 // Backward of the head and the final norm; a->logits holds dlogits. Leaves the
 // gradient of the stage output in a->dresid. Every head piece but the norm's is
-// handed over as soon as its weight gradient is in; the norm's piece last.
-static void head_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int N) {
+// handed over as soon as its weight gradient is in; the norm's piece last. Returns
+// whether dres16 holds that gradient too (dres16_carried).
+static int head_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a, int N) {
     const TensorParallel *tp = &m->tp;
     const int Nr = llama_rows(m, N), D = m->D, uf = m->L + 1, tied = m->cfg.tie_word_embeddings;
     const int uh = tied ? 0 : uf;
@@ -445,10 +424,12 @@ static void head_backward(const LlamaModel *m, const ParamAccess *pa, Activation
     tp_reduce_finish(&r);
     float *dres = a->dresid;  // (Nr, D)
     zero_f32(dres, (size_t)Nr * D);
-    tp_norm_backward(tp, dres, gf + (m->final_norm - lo), a->dbuf_d, a->lnf_xhat, wf + (m->final_norm - lo),
-                     a->lnf_rstd, a->tp_dw, Nr, D);
+    const int carried = dres16_carried(m, a->nl - 1);
+    tp_norm_backward(tp, dres, carried ? dres16_of(a) : NULL, gf + (m->final_norm - lo), a->dbuf_d, a->lnf_xhat,
+                     wf + (m->final_norm - lo), a->lnf_rstd, a->tp_dw, Nr, D);
     pa->release_piece(pa->ctx, uf, 0);
     pa->piece_grads_done(pa->ctx, uf, 0);
+    return carried;
 }
 
 // Embedding backward (model/llama_layer.h): every token's gradient dout(Nr, D)
@@ -474,11 +455,12 @@ void llama_embed_backward(const LlamaModel *m, const ParamAccess *pa, Activation
 const float *llama_stage_backward(const LlamaModel *m, const ParamAccess *pa, Activations *a,
                                   const int32_t *tokens, const float *dx_out) {
     const int N = a->B * a->S, Nr = llama_rows(m, N), D = m->D;
+    int fresh = 0;  // dres16 holds dresid (layer_backward)
     if (a->has_head)
-        head_backward(m, pa, a, N);
+        fresh = head_backward(m, pa, a, N);
     else
         copy_f32(a->dresid, dx_out, (size_t)Nr * D);
-    for (int i = a->nl - 1; i >= 0; i--) layer_backward(m, pa, a, i);
+    for (int i = a->nl - 1; i >= 0; i--) fresh = layer_backward(m, pa, a, i, fresh);
     if (!a->has_embed) return a->dresid;
     llama_embed_backward(m, pa, a, tokens, a->dresid, N);
     return NULL;

@@ -54,6 +54,22 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w);
 
+// The dense MLP's backward (model/llama_mlp.c), a->dresid(Nr, D) its output
+// gradient: the down and gate|up weight gradients into g (the unit's, AT(g, u, .);
+// w its weights, lo its offsets), gate|up's input gradient into dd(Nr, D)
+// (a->normed rebuilt on the way). Under bf16 activations down's input gradient
+// comes first, as bf16 (dh16, in dgu's second half; dbuf_i the room for a backend
+// that rounds after the product); SwiGLU's backward then reads gate|up once to
+// write gate|up's gradient as bf16 into dbuf_i and rebuild down's input h16
+// beside it (mlp_h16, bit for bit the forward's), which down's weight gradient
+// reads (dh16's room, read by then, is the room to widen it). Both gate|up
+// products read the bf16 gradient as it is; dgu, free by then, is the room to
+// widen it for a backend that must. dout16 (N, D) (NULL: dresid, gathered, and
+// rounded by each product that reads it): under bf16 products the gathered
+// output gradient as bf16, which both down products read as it is.
+void llama_dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, float *g,
+                              const LayerOffsets *lo, int u, float *dd, const uint16_t *dout16);
+
 // The attention half of layer unit u (model/llama_attention.c), with its weights w
 // (the unit's, AT(w, u, .)): rmsnorm1 of s->x, the q|k|v product, RoPE and the
 // attention core into s's buffers, and mid = x + the o product into s->mid (on one

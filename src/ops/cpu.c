@@ -141,9 +141,15 @@ void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, const float *we
 
 void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
                       const float *weight, const float *rstd, int N, int D) {
+    rmsnorm_backward_with_bf16(din, NULL, dweight, dout, xhat, weight, rstd, N, D);
+}
+
+void rmsnorm_backward_with_bf16(float *din, uint16_t *din16, float *dweight, const float *dout, const float *xhat,
+                                const float *weight, const float *rstd, int N, int D) {
     // y_i = w_i xh_i, xh_i = x_i r, r = (mean(x^2) + eps)^(-1/2), dr/dx_j = -r^3 x_j / D
     // dx_j = r w_j dy_j - (r^3 / D) x_j sum_i(w_i dy_i x_i) = r (w_j dy_j - xh_j c),
     // c = sum_i(w_i dy_i xh_i) / D: x enters only through xh.
+    if (din16 && !din) die("rmsnorm_backward_with_bf16: a bf16 copy of no input gradient (a bug)");
     // Either half may be skipped (din or dweight NULL: the split backward of a
     // zero-bubble schedule); each half is the same loop either way, so the bits are too.
     if (din) {
@@ -156,6 +162,7 @@ void rmsnorm_backward(float *din, float *dweight, const float *dout, const float
             for (int i = 0; i < D; i++) dot += weight[i] * dy[i] * xh[i];
             float c = dot / (float)D;
             for (int i = 0; i < D; i++) dx[i] += r * (weight[i] * dy[i] - c * xh[i]);
+            if (din16) bf16_round_rows(din16 + (size_t)n * D, D, dx, D, 1, D);  // the sum, as written
         }
     }
     // dw_i = sum_n dy_i xh_i: split over columns so threads never share an output.

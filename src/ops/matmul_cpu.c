@@ -188,13 +188,27 @@ void matmul_backward_bf16(float *din, float *dweight, const uint16_t *dout16, fl
 // then rounded (as matmul_forward_bf16): neither sgemm nor oneMKL's bf16 product
 // writes bf16. In din16's own buffer the rounding goes in ascending order, one
 // thread (ops/bf16.h: bf16_narrow_in_place; only tests train so on the CPU).
+static void din_to_bf16(uint16_t *din16, float *din_scratch, size_t n) {
+    if ((void *)din_scratch == (void *)din16) bf16_narrow_in_place(din_scratch, n);
+    else round_to_bf16(din16, din_scratch, n);
+}
+
 void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const float *dout,
                                        const uint16_t *in16, float *in_scratch, const float *weight, int N,
                                        int in_dim, int out_dim) {
     if (!din_scratch) die("matmul_backward_from_bf16_to_bf16: no room for the fp32 input gradient (a bug)");
     matmul_backward_from_bf16(din_scratch, dweight, dout, in16, in_scratch, weight, N, in_dim, out_dim, 0);
-    if ((void *)din_scratch == (void *)din16) bf16_narrow_in_place(din_scratch, (size_t)N * in_dim);
-    else round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+    din_to_bf16(din16, din_scratch, (size_t)N * in_dim);
+}
+
+// oneMKL's bf16 product reads both operands as they are; din as above.
+void matmul_backward_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const uint16_t *dout16,
+                                  const uint16_t *in16, const float *weight, int N, int in_dim, int out_dim) {
+    if (!ops_matmul_bf16())
+        die("matmul_backward_bf16_to_bf16: a bf16 output gradient read as it is needs bf16 products (a bug)");
+    if (din16 && !din_scratch) die("matmul_backward_bf16_to_bf16: no room for the fp32 input gradient (a bug)");
+    backward_bf16(din16 ? din_scratch : NULL, dweight, dout16, out_dim, in16, weight, N, in_dim, out_dim, 0);
+    if (din16) din_to_bf16(din16, din_scratch, (size_t)N * in_dim);
 }
 
 void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout, const float *weight,

@@ -401,6 +401,23 @@ extern "C" void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_sc
             "matmul_backward din16");
 }
 
+// Both operands as they are (padded copies in slots 0 and 1 where their rows are
+// not a multiple of 8 values), din16 written by cuBLASLt.
+extern "C" void matmul_backward_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight,
+                                             const uint16_t *dout16, const uint16_t *in16, const float *weight, int N,
+                                             int in_dim, int out_dim) {
+    (void)din_scratch;  // the CPU's room: cuBLASLt writes bf16 itself
+    if (!g_bf16) die("matmul_backward_bf16_to_bf16: a bf16 output gradient read as it is needs bf16 products (a bug)");
+    if (!din16 && !dweight) return;
+    const Operand d = bf16_operand(0, dout16, NULL, N, out_dim);
+    if (dweight)
+        gemm(0, 1, in_dim, out_dim, N, bf16_operand(1, in16, NULL, N, in_dim), d, 1.0f, dweight, in_dim,
+             "matmul_backward dW");
+    if (din16)
+        gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, 0.0f, din16, in_dim, 1,
+                "matmul_backward din16");
+}
+
 extern "C" void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout,
                                               const float *weight, int N, int in_dim, int out_dim) {
     matmul_backward_from_bf16_to_bf16(din16, din_scratch, NULL, dout, NULL, NULL, weight, N, in_dim, out_dim);

@@ -190,6 +190,13 @@ void rmsnorm_rebuild_to_bf16(uint16_t *out16, const float *xhat, const float *we
 // neither weight nor rstd).
 void rmsnorm_backward(float *din, float *dweight, const float *dout, const float *xhat,
                       const float *weight, const float *rstd, int N, int D);
+// The same, din wanted, and din16(N, D) = each sum din + dx rounded to the nearest
+// bf16 as it is written (din16 NULL: rmsnorm_backward): under bf16 products the
+// residual stream's gradient as the next products read it (model/llama.c: the
+// down and o products' output gradient), bit for bit round_to_bf16 of din after
+// the op, without that op's pass over it. din16 must not overlap din or dout.
+void rmsnorm_backward_with_bf16(float *din, uint16_t *din16, float *dweight, const float *dout, const float *xhat,
+                                const float *weight, const float *rstd, int N, int D);
 
 // ---- residual ----
 

@@ -91,6 +91,14 @@ void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const fl
 void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const float *dout,
                                        const uint16_t *in16, float *in_scratch, const float *weight, int N,
                                        int in_dim, int out_dim);
+// The same from the output gradient dout16(N, out_dim) kept as bf16, read as it is
+// (the residual stream's gradient as a norm's backward wrote it beside the fp32
+// values: ops.h, rmsnorm_backward_with_bf16): din16 (NULL: not wanted) and
+// dweight (NULL: not wanted; in16 unread) as above from the same operand. Needs
+// bf16 products (fatal otherwise: a backend with fp32 ones reads the fp32
+// gradient, unrounded). din_scratch(N, in_dim) fp32 as above, for the CPU only.
+void matmul_backward_bf16_to_bf16(uint16_t *din16, float *din_scratch, float *dweight, const uint16_t *dout16,
+                                  const uint16_t *in16, const float *weight, int N, int in_dim, int out_dim);
 
 // matmul_backward_ld with the output gradient kept as bf16, dout16(N, out_dim) with
 // rows ld16 values apart (a column block of cross_entropy_forward_backward_bf16's

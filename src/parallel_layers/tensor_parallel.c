@@ -68,6 +68,11 @@ static uint16_t *gather16(const TensorParallel *tp, uint16_t *x16, float *full, 
     return (uint16_t *)*room;
 }
 
+const uint16_t *tp_gather_bf16(const TensorParallel *tp, const uint16_t *x16, float *full, int N, int D) {
+    float *room;
+    return gather16(tp, (uint16_t *)x16, full, N, D, &room);
+}
+
 void tp_column_forward_from_bf16(const TensorParallel *tp, float *out, uint16_t *x16, float *full, const float *w,
                                  int N, int D, int out_local) {
     float *room;
@@ -174,10 +179,11 @@ static void norm_dw_finish(const TensorParallel *tp, float *dweight, float *dw_s
     residual_forward(dweight, dweight, dw_scratch, (size_t)D);
 }
 
-void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
+void tp_norm_backward(const TensorParallel *tp, float *din, uint16_t *din16, float *dweight, const float *dout,
                       const float *xhat, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D) {
-    rmsnorm_backward(din, norm_dw_target(tp, dweight, dw_scratch, D), dout, xhat, weight, rstd, Nr, D);
+    rmsnorm_backward_with_bf16(din, din16, norm_dw_target(tp, dweight, dw_scratch, D), dout, xhat, weight, rstd, Nr,
+                               D);
     norm_dw_finish(tp, dweight, dw_scratch, D);
 }
 

@@ -58,6 +58,9 @@ int tp_rows(const TensorParallel *tp, int N);
 // The full (N, D) activation from this rank's x(tp_rows, D): x itself without
 // sequence parallel, else `full` after an all-gather.
 const float *tp_gather(const TensorParallel *tp, const float *x, float *full, int N, int D);
+// The same for a bf16 x16(tp_rows, D), D even: x16 itself, or the first half of
+// full(N, D floats) after an all-gather of its bits.
+const uint16_t *tp_gather_bf16(const TensorParallel *tp, const uint16_t *x16, float *full, int N, int D);
 
 // partial(N, D) summed over the group into out(tp_rows, D). Without sequence parallel
 // the all-reduce is in place and out must equal partial; with it, a reduce-scatter.
@@ -131,7 +134,9 @@ void tp_row_backward_from_bf16_to_bf16(const TensorParallel *tp, uint16_t *din16
 // rstd(Nr) (ops.h: rmsnorm_backward): din(Nr, D) += ..., dweight(D) += ...
 // With sequence parallel each rank sees only its token shard, so the weight's
 // contribution is summed over the group (into dw_scratch(D)) before it joins dweight.
-void tp_norm_backward(const TensorParallel *tp, float *din, float *dweight, const float *dout,
+// din16(Nr, D) (NULL: not wanted): din's sums rounded to bf16 as written (ops.h:
+// rmsnorm_backward_with_bf16).
+void tp_norm_backward(const TensorParallel *tp, float *din, uint16_t *din16, float *dweight, const float *dout,
                       const float *xhat, const float *weight, const float *rstd, float *dw_scratch,
                       int Nr, int D);
 

@@ -52,6 +52,9 @@ typedef struct {
     int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
     int att_kept;                   // ... with cuDNN's attention (the profile's "attention"): q|k|v and
                                     // the attention output kept as bf16 (LlamaModel.att_bf16)
+    int dres16;                     // ... with the fused backward (no split schedule): the residual
+                                    // stream's gradient written as bf16 by the norms' backward for
+                                    // the down and o products (model/llama.c: dres16)
     int epilogue_add;               // ... on one tensor-parallel rank: the two residual adds in the o
                                     // and down products' epilogues (ops.h: matmul_forward_add), which
                                     // read the residual once instead of a pass reading two and writing one
@@ -206,9 +209,20 @@ static Cost layer_bwd(const Shape *s) {
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
     // the norms' and RoPE's backward, priced as twice their forward, and SwiGLU's
     c.compute += elementwise_s(s, 2 * (10 * Nr * D + rope_values(s)) + swiglu_values(s, 1));
-    // bf16: o's output gradient and input, and down's output gradient (att_kept: o's
-    // input is kept as bf16, and its input gradient, cuDNN's dout, written as bf16)
-    c.compute += rounding_s(s, 2 * N * D + (s->att_kept ? 0 : N * A));
+    // bf16: the residual stream's gradient as down and o read it, and o's input
+    // unless cuDNN wrote it as bf16 (att_kept; then o writes its input gradient,
+    // cuDNN's dout, as bf16 too). Under s->dres16 the norm's backward before each
+    // reader writes the gradient as bf16 beside its fp32 sums (half a value a
+    // position): o's under att_kept, down's in a dense model unless full
+    // recomputation comes between (then a pass rounds it, once for both of down's
+    // products); elsewhere each product rounds the gathered gradient itself.
+    const int full = l->recompute == RECOMPUTE_FULL, mlp16 = s->dres16 && s->pm->E == 0;
+    double rounded = (s->att_kept ? 0 : N * A) + (s->dres16 && s->att_kept ? 0 : N * D);
+    double emitted = s->dres16 && s->att_kept ? Nr * D : 0;
+    if (!mlp16) rounded += N * D;
+    else if (full) rounded += Nr * D;
+    else emitted += Nr * D;
+    c.compute += rounding_s(s, rounded) + elementwise_s(s, 0.5 * emitted);
     const double act = N * D * s->bpv;
     if (l->tp > 1) {
         // Column blocks (qkv, gate|up): the input gradient is reduced while the
@@ -334,6 +348,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.rounds = hw->bytes_per_value == 4 && !strcmp(hw->precision, "bf16");
     s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
     s.epilogue_add = s.rounds && l->tp == 1;
+    s.dres16 = s.rounds && !pp_schedule_splits(l->sched);
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);

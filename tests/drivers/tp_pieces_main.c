@@ -219,7 +219,7 @@ static void test_sp_norm(void) {
     float *dwl = zeros((size_t)D), *dw_scratch = zeros((size_t)D);
     const float *xs = X + (size_t)n0 * D;
     rmsnorm_forward(y, xh, r, xs, w, Nr, D, 1e-5f);
-    tp_norm_backward(&tp, dx, dwl, dY + (size_t)n0 * D, xh, w, r, dw_scratch, Nr, D);
+    tp_norm_backward(&tp, dx, NULL, dwl, dY + (size_t)n0 * D, xh, w, r, dw_scratch, Nr, D);
     double e = max_err(y, D, Y + (size_t)n0 * D, D, Nr, D);
     double e2 = max_err(dx, D, dX + (size_t)n0 * D, D, Nr, D);
     report(fmax(e, e2), TOL, "sequence-parallel rmsnorm: output and input gradient on the token shard");

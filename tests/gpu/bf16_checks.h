@@ -344,6 +344,43 @@ static void test_matmul_from_bf16_to_bf16(int N, int in, int out) {
         pair_free(dw2);
 }
 
+// matmul_backward_bf16_to_bf16 (the down and o products on the residual stream's
+// gradient as a norm's backward wrote it in bf16): the same bits as
+// matmul_backward_from_bf16_to_bf16 on the fp32 gradient it was rounded from (the
+// same operand), both gradients in one call, and each alone (down's two calls).
+static void test_matmul_bf16_to_bf16(int N, int in, int out) {
+    const size_t nx = (size_t)N * in, nw = (size_t)out * in;
+    Pair dy = pair_fill((size_t)N * out, 1.0f), w = pair_fill(nw, 0.1f), x = pair_fill(nx, 1.0f);
+    Pair xs = pair_fill(nx, 1.0f), dw = pair_fill(nw, 1.0f), dw2 = pair_fill(nw, 1.0f), dw3 = pair_fill(nw, 1.0f);
+    uint16_t *dy16 = bf16_twin(dy, "bf16 output gradient"), *x16 = bf16_twin(x, "bf16 input");  // dy, x widened
+    copy_f32(dw2.d, dw.d, nw), copy_f32(dw3.d, dw.d, nw);  // dweight accumulates: all from the same values
+    uint16_t *d16[3];
+    for (int k = 0; k < 3; k++) d16[k] = buf_alloc(MEM_ACTIVATIONS, nx * sizeof(uint16_t), "bf16 din");  // (N, in)
+    uint16_t *h16[3];
+    for (int k = 0; k < 3; k++) h16[k] = xmalloc(nx * sizeof(uint16_t), "bf16 din");
+    float *g[3];
+    for (int k = 0; k < 3; k++) g[k] = xmalloc(nw * sizeof(float), "dw");
+    ops_set_matmul_bf16(1);
+    matmul_backward_from_bf16_to_bf16(d16[0], NULL, dw.d, dy.d, x16, xs.d, w.d, N, in, out);
+    matmul_backward_bf16_to_bf16(d16[1], NULL, dw2.d, dy16, x16, w.d, N, in, out);
+    matmul_backward_bf16_to_bf16(d16[2], NULL, NULL, dy16, NULL, w.d, N, in, out);
+    matmul_backward_bf16_to_bf16(NULL, NULL, dw3.d, dy16, x16, w.d, N, in, out);
+    const Pair *dws[3] = {&dw, &dw2, &dw3};
+    for (int k = 0; k < 3; k++) {
+        ops_download(h16[k], d16[k], nx * sizeof(uint16_t));
+        ops_download(g[k], dws[k]->d, nw * sizeof(float));
+    }
+    CHECK(!memcmp(h16[0], h16[1], nx * sizeof(uint16_t)) && !memcmp(g[0], g[1], nw * sizeof(float)),
+          "bf16 matmul_backward_bf16_to_bf16 (%dx%dx%d) = matmul_backward_from_bf16_to_bf16 on the fp32 gradient it "
+          "rounds from: din16 and dweight bit for bit", N, in, out);
+    CHECK(!memcmp(h16[0], h16[2], nx * sizeof(uint16_t)) && !memcmp(g[0], g[2], nw * sizeof(float)),
+          "bf16 matmul_backward_bf16_to_bf16 (%dx%dx%d): din16 alone and dweight alone, the same bits", N, in, out);
+    ops_set_matmul_bf16(0);
+    for (int k = 0; k < 3; k++) buf_free(d16[k]), free(h16[k]), free(g[k]);
+    buf_free(dy16), buf_free(x16);
+    pair_free(dy), pair_free(w), pair_free(x), pair_free(xs), pair_free(dw), pair_free(dw2), pair_free(dw3);
+}
+
 // matmul_backward_bf16 (a bf16 run's gate|up and q|k|v backward): the output
 // gradient and the input kept as bf16, handed to cuBLASLt as the operands
 // matmul_backward would round the widened values to, so with bf16 products the

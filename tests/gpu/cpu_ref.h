@@ -46,6 +46,7 @@
 #define embedding_backward_range cpu_embedding_backward_range
 #define rmsnorm_forward cpu_rmsnorm_forward
 #define rmsnorm_backward cpu_rmsnorm_backward
+#define rmsnorm_backward_with_bf16 cpu_rmsnorm_backward_with_bf16
 #define rmsnorm_rebuild cpu_rmsnorm_rebuild
 #define rmsnorm_forward_to_bf16 cpu_rmsnorm_forward_to_bf16
 #define rmsnorm_rebuild_to_bf16 cpu_rmsnorm_rebuild_to_bf16
@@ -81,6 +82,7 @@
 #define swiglu_backward_bf16 cpu_swiglu_backward_bf16
 #define matmul_backward_input_to_bf16 cpu_matmul_backward_input_to_bf16
 #define matmul_backward_from_bf16_to_bf16 cpu_matmul_backward_from_bf16_to_bf16
+#define matmul_backward_bf16_to_bf16 cpu_matmul_backward_bf16_to_bf16
 #define cross_entropy_forward_backward cpu_cross_entropy_forward_backward
 #define cross_entropy_forward_backward_bf16 cpu_cross_entropy_forward_backward_bf16
 #define cross_entropy_forward cpu_cross_entropy_forward
@@ -153,6 +155,7 @@
 #undef embedding_backward_range
 #undef rmsnorm_forward
 #undef rmsnorm_backward
+#undef rmsnorm_backward_with_bf16
 #undef rmsnorm_rebuild
 #undef rmsnorm_forward_to_bf16
 #undef rmsnorm_rebuild_to_bf16
@@ -188,6 +191,7 @@
 #undef swiglu_backward_bf16
 #undef matmul_backward_input_to_bf16
 #undef matmul_backward_from_bf16_to_bf16
+#undef matmul_backward_bf16_to_bf16
 #undef cross_entropy_forward_backward
 #undef cross_entropy_forward_backward_bf16
 #undef cross_entropy_forward

@@ -266,7 +266,9 @@ static void test_column_sums(void) {
 // (a multiple of 4, aligned; 1, 2 or 4 groups of 4 a thread: D 96, 2048 and 2052),
 // a pass a gradient for wider or unaligned rows (D 4100, 97). On each, both
 // gradients in one call equal the input gradient alone then the weight gradient
-// alone (the zero-bubble split's halves) bit for bit, and the CPU's within TOL.
+// alone (the zero-bubble split's halves) bit for bit, and the CPU's within TOL;
+// and with the bf16 copy (rmsnorm_backward_with_bf16) the same bits, the copy
+// those sums rounded, bit for bit.
 static void test_norm_backward_paths(void) {
     const int Ds[] = {96, 2048, 2052, 4100, 97}, N = 37;
     for (size_t i = 0; i < sizeof Ds / sizeof Ds[0]; i++) {
@@ -285,6 +287,18 @@ static void test_norm_backward_paths(void) {
         CHECK(same_bits(dx2.d, n, a) && same_bits(dw2.d, (size_t)D, b),
               "rmsnorm_backward, D %d: both gradients in one call = the input gradient, then the weight gradient, "
               "alone, bit for bit", D);
+        // again with the copy, from the same start (the host sides still hold it)
+        Pair dx3 = pair_fill(n, 1.0f), dw3 = pair_fill(D, 1.0f);
+        ops_upload(dx3.d, dx.h, n * sizeof(float)), ops_upload(dw3.d, dw.h, D * sizeof(float));
+        uint16_t *d16 = buf_alloc(MEM_ACTIVATIONS, n * sizeof(uint16_t), "bf16 din");  // (N, D)
+        uint16_t *g16 = xmalloc(n * sizeof(uint16_t), "bf16 din"), *want16 = xmalloc(n * sizeof(uint16_t), "rounded");
+        rmsnorm_backward_with_bf16(dx3.d, d16, dw3.d, dy.d, xh.d, w.d, rstd.d, N, D);
+        ops_download(g16, d16, n * sizeof(uint16_t));
+        cpu_round_to_bf16(want16, a, n);
+        CHECK(same_bits(dx3.d, n, a) && same_bits(dw3.d, (size_t)D, b) && !memcmp(g16, want16, n * sizeof(uint16_t)),
+              "rmsnorm_backward_with_bf16, D %d: rmsnorm_backward's din and dweight bit for bit, the copy din rounded",
+              D);
+        buf_free(d16), free(g16), free(want16), pair_free(dx3), pair_free(dw3);
         cpu_rmsnorm_backward(dx.h, dw.h, dy.h, xh.h, w.h, rstd.h, N, D);
         char what[64];
         snprintf(what, sizeof what, "rmsnorm_backward din, D %d", D);
@@ -789,6 +803,8 @@ int main(int argc, char **argv) {
         test_matmul_forward_add(29, 130, 66);  // in 130 through a padded copy; out 66: C and D 8-byte aligned rows
         test_matmul_from_bf16_to_bf16(37, 96, 80);
         test_matmul_from_bf16_to_bf16(29, 130, 64);  // din rows of 130 (4-byte aligned), the input through a padded copy
+        test_matmul_bf16_to_bf16(37, 96, 80);
+        test_matmul_bf16_to_bf16(29, 130, 66);  // dout rows of 66 through a padded copy, din rows of 130
         test_matmul_backward_bf16(37, 96, 80);
         test_matmul_backward_bf16(29, 64, 130);
         test_matmul_backward_bf16(29, 130, 64);

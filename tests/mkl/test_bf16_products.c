@@ -407,6 +407,56 @@ static void test_backward_ld16(void) {
     free(d32), free(x), free(w), free(d16);
 }
 
+// matmul_backward_bf16_to_bf16 on a bf16 output gradient (the residual stream's, as
+// a norm's backward wrote it beside the fp32 values) = matmul_backward_from_bf16_to_bf16
+// on those fp32 values, bit for bit (the same operand once rounded): din16 with its
+// room apart and in its own buffer, the weight gradient alone (din16 NULL) and the
+// input gradient alone (dweight NULL); fatal with fp32 products.
+static void test_backward_bf16_to_bf16(void) {
+    const int N = 12, K = 24, O = 40;  // in (N, K), weight (O, K), dout (N, O)
+    const size_t nd = (size_t)N * O, nx = (size_t)N * K, nw = (size_t)O * K;
+    float *d32 = fnew(nd, -1, 1), *x = fnew(nx, -1, 1), *w = fnew(nw, -1, 1), *dw0 = fnew(nw, -1, 1);
+    uint16_t *d16 = malloc(sizeof(uint16_t) * nd), *x16 = malloc(sizeof(uint16_t) * nx);
+    round_to_bf16(d16, d32, nd);
+    round_to_bf16(x16, x, nx);
+    float *dw[2] = {fnew(nw, 0, 0), fnew(nw, 0, 0)}, *room[2] = {fnew(nx, 0, 0), fnew(nx, 0, 0)};  // (O, K), (N, K)
+    uint16_t *din16[2] = {malloc(sizeof(uint16_t) * nx), malloc(sizeof(uint16_t) * nx)};            // (N, K) each
+    float *xs = fnew(nx, 0, 0);  // the fp32 path's room to widen x16 (unused with bf16 products)
+    int same[3] = {1, 1, 1};
+    for (int own = 0; own < 2; own++) {  // din's fp32 room apart, then din16's own buffer
+        for (int e = 0; e < 2; e++) memcpy(dw[e], dw0, sizeof(float) * nw);
+        uint16_t *out16[2] = {own ? (uint16_t *)room[0] : din16[0], own ? (uint16_t *)room[1] : din16[1]};
+        matmul_backward_from_bf16_to_bf16(out16[0], room[0], dw[0], d32, x16, xs, w, N, K, O);
+        matmul_backward_bf16_to_bf16(out16[1], room[1], dw[1], d16, x16, w, N, K, O);
+        same[0] &= !memcmp(out16[0], out16[1], sizeof(uint16_t) * nx) && !memcmp(dw[0], dw[1], sizeof(float) * nw);
+    }
+    for (int e = 0; e < 2; e++) memcpy(dw[e], dw0, sizeof(float) * nw);
+    matmul_backward_from_bf16(NULL, dw[0], d32, x16, xs, NULL, N, K, O, 0);
+    matmul_backward_bf16_to_bf16(NULL, NULL, dw[1], d16, x16, NULL, N, K, O);
+    same[1] = !memcmp(dw[0], dw[1], sizeof(float) * nw);
+    matmul_backward_input_to_bf16(din16[0], room[0], d32, w, N, K, O);
+    matmul_backward_bf16_to_bf16(din16[1], room[1], NULL, d16, NULL, w, N, K, O);
+    same[2] = !memcmp(din16[0], din16[1], sizeof(uint16_t) * nx);
+    CHECK(same[0] && same[1] && same[2],
+          "matmul_backward_bf16_to_bf16 on the bf16 output gradient = the fp32-gradient ops on the values it was "
+          "rounded from, bit for bit: both gradients (din16's room apart %d, in its own buffer), the weight "
+          "gradient alone %d, the input gradient alone %d", same[0], same[1], same[2]);
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        ops_set_matmul_bf16(0);
+        matmul_backward_bf16_to_bf16(din16[0], room[0], NULL, d16, NULL, w, N, K, O);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0,
+          "matmul_backward_bf16_to_bf16 with fp32 products is fatal (exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    for (int e = 0; e < 2; e++) free(dw[e]), free(room[e]), free(din16[e]);
+    free(d32), free(x), free(w), free(dw0), free(d16), free(x16), free(xs);
+}
+
 int main(void) {
     CHECK(ops_has_bf16(), "this build has bf16 products (oneMKL's cblas_gemm_bf16bf16f32)");
     ops_set_threads(2);
@@ -420,5 +470,6 @@ int main(void) {
     test_attention_amx(200, 128);
     test_workspace();
     test_backward_ld16();
+    test_backward_bf16_to_bf16();
     return check_summary();
 }

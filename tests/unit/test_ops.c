@@ -496,6 +496,18 @@ static void test_rmsnorm(void) {
         CHECK(e1 < TOL_BWD, "rmsnorm_backward eps=%g din += vs FD, pre-filled buffer (err %.2e)", eps, e1);
         double e2 = nerr(added(dw, dw0, D), gw, D);
         CHECK(e2 < TOL_BWD, "rmsnorm_backward eps=%g dweight += vs FD, pre-filled buffer (err %.2e)", eps, e2);
+        // With the bf16 copy: the same din and dweight bits, and din16 = the sums
+        // din holds after the op (the pre-filled values plus dx) rounded.
+        float *din2 = fnew(nx), *dw2 = fnew(D);
+        uint16_t *d16 = talloc(nx * sizeof(uint16_t)), *want16 = talloc(nx * sizeof(uint16_t));
+        memcpy(din2, din0, nx * sizeof(float));
+        memcpy(dw2, dw0, D * sizeof(float));
+        rmsnorm_backward_with_bf16(din2, d16, dw2, R, xh, w, rstd, N, D);
+        round_to_bf16(want16, din, nx);
+        CHECK(!memcmp(din2, din, nx * sizeof(float)) && !memcmp(dw2, dw, D * sizeof(float)) &&
+                  !memcmp(d16, want16, nx * sizeof(uint16_t)),
+              "rmsnorm_backward_with_bf16 eps=%g: rmsnorm_backward's din and dweight bit for bit, din16 its din "
+              "rounded (pre-filled buffer)", eps);
         tfree_all();
     }
 }

@@ -329,8 +329,10 @@ static void test_step_time(void) {
           "predicts costs for pp 4 or interleaved");
     // femtotron's bf16 runs (a measured profile: 4-byte values, precision bf16)
     // round their fp32 activation operands in passes of 6 bytes a value: per layer
-    // and micro-batch the forward's o input (N x A), the backward's o (N x D, N x A)
-    // and down (N x D) operands; the head's input in both directions. The loss
+    // and micro-batch the forward's o input (N x A), the backward's o operands (N x
+    // D, N x A); the head's input in both directions. Down reads the residual
+    // stream's gradient as the first norm's backward above wrote it beside the
+    // fp32 sums, 2 bytes a value (N x D) more there. The loss
     // writes the logits' gradient (N x V) as bf16, 2 bytes a value where fp32's
     // were 4, and nothing rounds it. And on one tensor-parallel rank each of a
     // layer's two residual adds is the o or down product's epilogue, reading the
@@ -344,15 +346,27 @@ static void test_step_time(void) {
     PlanLayout mb2 = {1, 1, 1, 1, 0, 0, 2, 4, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     StepTime s32 = plan_step_time(&p32, &mb2), s16 = plan_step_time(&p16, &mb2);
     const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
-    const double passes = 4 * (Ls * (Nt * A + 2 * Nt * D + Nt * A) + 2 * Nt * D);
+    const double passes = 4 * (Ls * (Nt * A + Nt * D + Nt * A) + 2 * Nt * D), dres16 = 4 * Ls * Nt * D * 2;
     const double epilogue = 4 * Ls * 2 * Nt * D * (12 - 4) / h4.mem_bw;
     const double swiglu = 4 * Ls * Nt * 2560 * ((12 - 6) + (24 - 14)) / h4.mem_bw;
     const double loss16 = 4 * Nt * V * (4 - 2) / h4.mem_bw;
-    const double want_bf16 = passes * 6.0 / h4.mem_bw - epilogue - swiglu - loss16;
+    const double want_bf16 = (passes * 6.0 + dres16) / h4.mem_bw - epilogue - swiglu - loss16;
     CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
-          "bf16 rounding passes less the epilogues' adds, bf16 SwiGLU and the loss's bf16 gradient: %.6g s of compute "
-          "more than fp32 = %.6g s (6 bytes per rounded value; %.6g s less for the adds, %.6g s for SwiGLU, %.6g s "
-          "for the loss)", s16.compute - s32.compute, want_bf16, epilogue, swiglu, loss16);
+          "bf16 rounding passes and the norms' bf16 residual gradient less the epilogues' adds, bf16 SwiGLU and the "
+          "loss's bf16 gradient: %.6g s of compute more than fp32 = %.6g s (6 bytes per rounded value, 2 per written "
+          "one; %.6g s less for the adds, %.6g s for SwiGLU, %.6g s for the loss)",
+          s16.compute - s32.compute, want_bf16, epilogue, swiglu, loss16);
+    // Under full recomputation the layer's forward comes between the norm and down,
+    // and a pass rounds the gradient instead (once for both of down's products): 4
+    // bytes a value more, beside what the re-run forward saves in bf16 (up to
+    // SwiGLU: o's input rounded, 6 bytes a value; SwiGLU's 6 bytes a position less;
+    // the first residual add in o's epilogue, 8 bytes a value less).
+    mb2.recompute = RECOMPUTE_FULL;
+    StepTime r32 = plan_step_time(&p32, &mb2), r16 = plan_step_time(&p16, &mb2);
+    const double extra = 4 * Ls * Nt * (D * (6.0 - 2.0) + 6 * A - 6 * 2560 - 8 * D) / h4.mem_bw;
+    CHECK(rel_diff((r16.compute - r32.compute) - (s16.compute - s32.compute), extra) < 1e-6,
+          "bf16 under full recomputation: the residual gradient rounded in a pass for down, %.6g s more than without "
+          "(want %.6g)", (r16.compute - r32.compute) - (s16.compute - s32.compute), extra);
     // The breakdown adds up.
     PlanProblem r = plan_problem("llama-3.1-8b", 64, 4096, 256, ideal(5e14, 5e-6, 4e11));
     PlanLayout l = {4, 4, 4, 1, 1, 1, 1, 64, PP_INTERLEAVED, 2, RECOMPUTE_SELECTIVE, 1};
@@ -424,8 +438,10 @@ static void test_moe(void) {
 // (the profile's "attention": cudnn) keeps q|k|v and the attention output in bf16:
 // no pass rounds o's input in the forward, and RoPE moves 2 bytes a value in both
 // directions. So against the same profile timed on femtotron's kernels, each
-// layer's step is shorter by (1.5 N A + 3 N (H + KV) hd) x 4 bytes / mem_bw
-// (the backward rounds cuDNN's dout where it rounded o's input: the same traffic).
+// layer's step is shorter by (1.5 N A + 1.5 N A + 3 N (H + KV) hd + N D) x 4 bytes
+// / mem_bw: o's input rounded in neither direction, and o reads the residual
+// stream's gradient as the second norm's backward wrote it in bf16 (2 bytes a
+// value, where a pass of 6 rounded it).
 // (SmolLM-360M, sequence 2048, 8 micro-batches, on a 4-byte profile of precision
 // `precision` and 2 TB/s, over `gpus` GPUs.)
 static PlanProblem smollm_4byte(int gpus, const char *precision) {
@@ -443,18 +459,20 @@ static void test_step_time_cudnn(void) {
     const StepTime f = plan_step_time(&p, &one);
     strcpy(p.hw.attention, "cudnn");
     const StepTime c = plan_step_time(&p, &one);
-    const double N = 2048, A = 15 * 64, HKV = (15 + 5) * 64, L = 32, micro = 8;
-    const double want = micro * L * (1.5 * N * A + 1.5 * N * A + 3 * N * HKV) * 4 / 2e12;
+    const double N = 2048, A = 15 * 64, D = 960, HKV = (15 + 5) * 64, L = 32, micro = 8;
+    const double want = micro * L * (1.5 * N * A + 1.5 * N * A + 3 * N * HKV + N * D) * 4 / 2e12;
     CHECK(rel_diff(f.total - c.total, want) < 1e-9 && f.optimizer == c.optimizer,
           "cuDNN's bf16 q|k|v in the step model: %.3f ms less a step (want %.3f: no rounding of o's input nor of "
-          "cuDNN's dout, RoPE on bf16)", 1e3 * (f.total - c.total), 1e3 * want);
+          "cuDNN's dout, RoPE on bf16, o's output gradient from the norm's bf16 copy)", 1e3 * (f.total - c.total),
+          1e3 * want);
 }
 
 // The residual adds in the products' epilogues (the bf16 rounding check above: one
 // tensor-parallel rank) are a one-rank thing: on two ranks the adds are passes
 // after the reduction again, and a bf16 run costs an fp32 one's step plus its
-// rounding passes alone (a layer's o input N A_l forward; 2 N D + N A_l backward;
-// the head's final norm output N D both ways), 1.5 values of 4 bytes each, less
+// rounding passes alone (a layer's o input N A_l forward; N D + N A_l backward;
+// the head's final norm output N D both ways), 1.5 values of 4 bytes each, and
+// the first norm's bf16 copy of the residual gradient (N D, half a value), less
 // SwiGLU's bf16 traffic (16 bytes a position of Fl less than fp32's) and the loss's
 // bf16 gradient (2 bytes a logit less; read as it is by both head products).
 static void test_step_time_tp_adds(void) {
@@ -464,7 +482,8 @@ static void test_step_time_tp_adds(void) {
     strcpy(p.hw.precision, "bf16");
     const StepTime b2 = plan_step_time(&p, &tp2);
     const double N = 2048, D = 960, Al = 15 * 64 / 2, Vl = 49152 / 2, L = 32, micro = 8, bw = 2e12;
-    const double rounding = micro * (L * 1.5 * (N * Al + 2 * N * D + N * Al) + 1.5 * (N * D + N * D)) * 4 / bw;
+    const double rounding =
+        micro * (L * 1.5 * (N * Al + N * D + N * Al) + L * 0.5 * N * D + 1.5 * (N * D + N * D)) * 4 / bw;
     const double swiglu = micro * L * N * (2560 / 2) * 16 / bw, loss16 = micro * N * Vl * 2 / bw;
     CHECK(rel_diff(b2.total - f2.total, rounding - swiglu - loss16) < 1e-9,
           "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes less bf16 SwiGLU's "
