@@ -28,6 +28,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
     const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
     const size_t nres = m->recompute == RECOMPUTE_FULL ? nl + 1 : 1;  // slots of the stream
+    const size_t n16 = m->inputs16_kept ? nl : 0;                     // slots of the kept bf16 inputs
     // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
     // moe, and its backward uses moe_scr; gu / mlp_h / dgu then hold the shared experts.
     // The shared experts (E > 0, Fs > 0) use the dense MLP's buffers at their width.
@@ -54,7 +55,9 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
         {&a->lse, nlse * R},            {&a->attn, nk * activations_attn_slot(m, N)},
         {&a->resid_mid, scr * Nr * D},  {&a->ln2, nk * Nr * D},
         {&a->ln2_rstd, nk * Nr},        {&a->gu, nk * gu_floats},
-        {&a->mlp_h, nk * h_floats},       {&a->lnf, head * Nr * D},
+        {&a->mlp_h, nk * h_floats},       {&a->ln1_16, n16 * activations_norm16_slot(m, Nr)},
+        {&a->ln2_16, n16 * activations_norm16_slot(m, Nr)}, {&a->h16, n16 * activations_h16_slot(m, N)},
+        {&a->lnf, head * Nr * D},
         {&a->lnf_rstd, head * Nr},      {&a->lnf_xhat, head * Nr * D},
         {&a->logits, head * N * (size_t)m->Vl}, {&a->normed, scr * Nr * D},
         {&a->dresid, scr * Nr * D},     {&a->dbuf_d, scr * Nr * D},
@@ -207,6 +210,10 @@ size_t activations_attn_slot(const LlamaModel *m, size_t N) {
     const size_t values = N * (size_t)m->Hl * m->hd;
     return m->att_bf16 ? slot_floats(values, 1) : values;
 }
+
+size_t activations_norm16_slot(const LlamaModel *m, size_t Nr) { return slot_floats(Nr * (size_t)m->D, 1); }
+
+size_t activations_h16_slot(const LlamaModel *m, size_t N) { return slot_floats(N * (size_t)m->Fl, 1); }
 
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N) { return slot_floats(N * 2 * m->Fl, m->mlp_bf16); }
 

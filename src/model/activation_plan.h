@@ -42,6 +42,10 @@ size_t wstash_bytes(const LlamaModel *m, StageUnits su, int B, int S);
 // and N x A, or their bf16 halves under m->att_bf16, rounded up to 16 floats.
 size_t activations_qkv_slot(const LlamaModel *m, size_t N);
 size_t activations_attn_slot(const LlamaModel *m, size_t N);
+// A layer's kept bf16 norm output (Nr, D) and SwiGLU output (N, Fl) in floats
+// (LlamaModel.inputs16_kept; rounded up as the slots above).
+size_t activations_norm16_slot(const LlamaModel *m, size_t Nr);
+size_t activations_h16_slot(const LlamaModel *m, size_t N);
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N);
 size_t wstash_dqkv_slot(const LlamaModel *m, size_t N);
 void wstash_alloc(WeightGradStash *st, const LlamaModel *m, StageUnits su, int B, int S);

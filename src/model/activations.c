@@ -23,6 +23,9 @@ LayerSaved layer_saved(const LlamaModel *m, const Activations *a, int i) {
         .gu = a->gu ? a->gu + k * N * 2 * Fl : NULL,
         .h = a->mlp_h ? a->mlp_h + k * N * Fl : NULL,
         .gu16 = a->gu16 ? a->gu16 + k * N * 2 * Fl : NULL,
+        .ln1_16 = a->ln1_16 ? (uint16_t *)(a->ln1_16 + k * activations_norm16_slot(m, Nr)) : NULL,
+        .ln2_16 = a->ln2_16 ? (uint16_t *)(a->ln2_16 + k * activations_norm16_slot(m, Nr)) : NULL,
+        .h16 = a->h16 ? (uint16_t *)(a->h16 + k * activations_h16_slot(m, N)) : NULL,
         .out = a->resid + (kx + (m->recompute == RECOMPUTE_FULL)) * Nr * D,
     };
     return s;

@@ -57,6 +57,9 @@ typedef struct Activations {
                              // dgu (model/llama_layer.h: mlp_h16), down_proj's bf16 input; the
                              // backward rebuilds that output the same way, bit for bit, before
                              // the down projection's weight gradient needs it
+    float *ln1_16, *ln2_16;  // (nk, Nr, D) bf16 halves each (LlamaModel.inputs16_kept, else NULL):
+                             // the norms' outputs, q|k|v's and gate|up's inputs, as written
+    float *h16;              // (nk, N, Fl) bf16 halves (inputs16_kept): the SwiGLU output, down's input
     float *lnf, *lnf_rstd;   // (Nr, D), (Nr)  last stage only: the final norm's output, rstd
     float *lnf_xhat;         // (Nr, D) last stage only: the final norm's xhat
     float *logits;           // (N, Vl) logits, then dlogits in place; last stage only
@@ -141,6 +144,8 @@ typedef struct {
     float *gu;                // (N, 2Fl)   NULL under LlamaModel.mlp_bf16
     float *h;                 // (N, Fl)    NULL under LlamaModel.mlp_bf16
     uint16_t *gu16;           // (N, 2Fl) bf16, under LlamaModel.mlp_bf16 (else NULL)
+    uint16_t *ln1_16, *ln2_16;  // (Nr, D) bf16 each, under LlamaModel.inputs16_kept (else NULL)
+    uint16_t *h16;            // (N, Fl) bf16, under LlamaModel.inputs16_kept (else NULL)
     float *out;               // (Nr, D) layer output (the next layer's input)
 } LayerSaved;
 

@@ -38,12 +38,16 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     const int l = a->l0 + i, u = 1 + l;
     const LayerOffsets *lo = &m->layer[l];
     const LayerSaved s = layer_saved(m, a, i);
+    if (m->inputs16_kept && !ops_matmul_bf16())  // fp32 products would widen them in place
+        die("kept bf16 product inputs need bf16 products (a bug: ModelShard.keep16 without training.precision bf16)");
 
     // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
     // the input of the product after it (under bf16 activations as bf16, normed16,
-    // read as it is, once). Without full recomputation s.x and s.out are the one
-    // stream buffer: x is last read by the o product, which adds it into mid.
-    uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
+    // read as it is, once), or where the layer keeps it (m->inputs16_kept: s.ln2_16,
+    // and SwiGLU's output in s.h16, read again by the weight gradients). Without full
+    // recomputation s.x and s.out are the one stream buffer: x is last read by the o
+    // product, which adds it into mid.
+    uint16_t *normed16 = s.ln2_16 ? s.ln2_16 : (uint16_t *)a->normed;  // (Nr, D) bf16
     llama_attention_forward(m, a, &s, w, u);  // mid = x + o(...)
     if (m->mlp_bf16) rmsnorm_forward_to_bf16(normed16, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
     else rmsnorm_forward(a->normed, s.ln2, s.ln2_rstd, s.mid, AT(w, u, lo->ln2), Nr, D, eps);
@@ -79,7 +83,7 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
         // reads it as its bf16 operand (dbuf_i: room to widen it for a backend that must).
         tp_column_forward_bf16(tp, s.gu16, a->dgu, normed16, a->tp_full, AT(w, u, lo->gate_up), N, D, 2 * Fl);
         if (recompute) return;  // the backward rebuilds the SwiGLU output itself
-        uint16_t *h16 = mlp_h16(a);
+        uint16_t *h16 = s.h16 ? s.h16 : mlp_h16(a);
         swiglu_forward_bf16(h16, s.gu16, N, Fl);
         tp_row_forward_from_bf16(tp, s.out, s.mid, h16, a->dbuf_i, AT(w, u, lo->down), a->tp_partial, N, Fl,
                                  D);  // out = mid + down
@@ -346,8 +350,9 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
         llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
     llama_attention_core_backward(m, a, &s, (uint16_t *)a->dbuf_i);
     if (m->qkv_bf16) {
-        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i, *normed16 = (uint16_t *)a->normed;  // (N, QKV), (Nr, D)
-        rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
+        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i;                                 // (N, QKV)
+        uint16_t *normed16 = s.ln1_16 ? s.ln1_16 : (uint16_t *)a->normed;         // (Nr, D), kept or rebuilt
+        if (!s.ln1_16) rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, normed16, AT(w, u, lo->qkv), a->tp_full,
                                 a->tp_partial, N, D, QKV);
     } else {

@@ -45,6 +45,9 @@ typedef struct {
                           // gate|up and q|k|v gradients are bf16 (below)
     int att_bf16;         // 1: q|k|v and the attention output kept as bf16 (LlamaModel.att_bf16;
                           // bf16_acts with training.attention = cudnn)
+    int keep16;           // 1: with bf16_acts and bf16 products (training.precision = bf16) under
+                          // recompute none, a dense layer keeps its products' bf16 inputs made
+                          // outside a product (LlamaModel.inputs16_kept)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -86,6 +89,11 @@ typedef struct {
                                  // as it is: ops.h attention_forward_bf16), and cuDNN's bf16 q|k|v
                                  // gradient goes through RoPE's backward as bf16: no fp32 copy of
                                  // either is written or rounded again
+    int inputs16_kept;           // 1 (ModelShard.keep16, a dense model with mlp_bf16): each layer
+                                 // keeps its two norms' bf16 outputs and its SwiGLU output (bf16),
+                                 // the q|k|v, gate|up and down products' inputs, for the backward's
+                                 // weight gradients (LayerSaved.ln1_16, ln2_16, h16), which rebuild
+                                 // none of them; needs bf16 products, which read them as they are
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

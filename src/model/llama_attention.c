@@ -27,8 +27,10 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
     const float eps = (float)m->cfg.rms_norm_eps;
     const LayerOffsets *lo = &m->layer[u - 1];
     // The norm keeps its xhat (s->ln1); its output goes to the shared `normed`, the
-    // q|k|v product's input (under bf16 activations as bf16, read as it is, once).
-    uint16_t *normed16 = (uint16_t *)a->normed;  // (Nr, D) bf16
+    // q|k|v product's input (under bf16 activations as bf16, read as it is, once),
+    // or where the layer keeps it (m->inputs16_kept: s->ln1_16, read again by the
+    // product's weight gradient).
+    uint16_t *normed16 = s->ln1_16 ? s->ln1_16 : (uint16_t *)a->normed;  // (Nr, D) bf16
     if (m->qkv_bf16) rmsnorm_forward_to_bf16(normed16, s->ln1, s->ln1_rstd, s->x, AT(w, u, lo->ln1), Nr, D, eps);
     else rmsnorm_forward(a->normed, s->ln1, s->ln1_rstd, s->x, AT(w, u, lo->ln1), Nr, D, eps);
     if (m->att_bf16) {

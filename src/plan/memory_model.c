@@ -40,7 +40,11 @@
 //    layer keeping x, the norm output and the SwiGLU output would hold
 //    Korthikanti's 34. Selective
 //    drops the log-sum-exp (flash already stores no scores); full keeps the layer
-//    input 2*s*b*h (/t with sequence parallel) and one layer's working set.
+//    input 2*s*b*h (/t with sequence parallel) and one layer's working set. None
+//    keeps a dense layer's two norm outputs and its SwiGLU output too (2*s*b*(2h +
+//    f), the two h-wide replicated without sequence parallel), which the backward's
+//    weight gradients read instead of rebuilding them (LlamaModel.inputs16_kept):
+//    34*s*b*h for Llama-3.1-8B, Korthikanti's figure.
 //  * The last stage keeps its final norm input (2*s*b*h) and the fp32 logits of
 //    its vocabulary shard (4*s*b*V/t) for the cross-entropy backward.
 //  * Pipeline: a rank holds as many micro-batches of each chunk as its schedule
@@ -85,6 +89,8 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
     const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 2.0 * pm->F;
     double bytes = 2.0 * s * b * (2.0 * h * rep + (qkv + a * hd + mlp) / t + recv) + 2.0 * 4.0 * s * b * rep;
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
+    if (l->recompute == RECOMPUTE_NONE && pm->E == 0)  // the kept bf16 norm and SwiGLU outputs
+        bytes += 2.0 * s * b * (2.0 * h * rep + pm->F / t);
     return bytes;
 }
 

@@ -52,6 +52,9 @@ typedef struct {
     int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
     int att_kept;                   // ... with cuDNN's attention (the profile's "attention"): q|k|v and
                                     // the attention output kept as bf16 (LlamaModel.att_bf16)
+    int kept16;                     // ... of a dense model under recompute none: the norms' and SwiGLU's
+                                    // bf16 outputs kept for the backward, not rebuilt there
+                                    // (LlamaModel.inputs16_kept)
     int dres16;                     // ... with the fused backward (no split schedule): the residual
                                     // stream's gradient written as bf16 by the norms' backward for
                                     // the down and o products (model/llama.c: dres16)
@@ -151,10 +154,11 @@ static double residual_values(const Shape *s) { return (s->epilogue_add ? 1 : 3)
 // A dense bf16 run (LlamaModel.mlp_bf16) keeps gate|up as bf16: the forward reads
 // 4 bytes a position and writes 2; the backward reads gate|up (4) and down's input
 // gradient (2, which the down product wrote as bf16: 2 more), and writes gate|up's
-// gradient (4) and down's input rebuilt beside it (2): 14 bytes.
+// gradient (4) and down's input rebuilt beside it (2, none where the forward kept
+// it: kept16): 14 bytes, or 12.
 static double swiglu_values(const Shape *s, int backward) {
     if (!(s->rounds && s->pm->E == 0)) return (backward ? 6 : 3) * s->N * s->Fl;
-    return (backward ? 14.0 : 6.0) / s->bpv * s->N * s->Fl;
+    return (backward ? (s->kept16 ? 12.0 : 14.0) : 6.0) / s->bpv * s->N * s->Fl;
 }
 
 // One decoder layer's forward.
@@ -207,8 +211,11 @@ static Cost layer_bwd(const Shape *s) {
     Cost c = {0, 0, 0, 0};
     c.compute = gemm_bwd_s(s, 2 * N * D * QKV) + gemm_bwd_s(s, 2 * N * A * D) +
                 gemm_bwd_s(s, 2 * N * D * up) + gemm_bwd_s(s, 2 * N * s->Fl * D) + attention_bwd_s(s);
-    // the norms' and RoPE's backward, priced as twice their forward, and SwiGLU's
-    c.compute += elementwise_s(s, 2 * (10 * Nr * D + rope_values(s)) + swiglu_values(s, 1));
+    // the norms' and RoPE's backward, priced as twice their forward, and SwiGLU's; the
+    // norms' two rebuilds of their bf16 outputs among them (xhat read, 2 bytes
+    // written: 1.5 values each) are not run where the forward kept them (kept16)
+    c.compute += elementwise_s(s, 2 * (10 * Nr * D + rope_values(s)) + swiglu_values(s, 1) -
+                                      (s->kept16 ? 2 * 1.5 * Nr * D : 0.0));
     // bf16: the residual stream's gradient as down and o read it, and o's input
     // unless cuDNN wrote it as bf16 (att_kept; then o writes its input gradient,
     // cuDNN's dout, as bf16 too). Under s->dres16 the norm's backward before each
@@ -349,6 +356,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
     s.epilogue_add = s.rounds && l->tp == 1;
     s.dres16 = s.rounds && !pp_schedule_splits(l->sched);
+    s.kept16 = s.rounds && pm->E == 0 && l->recompute == RECOMPUTE_NONE;
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);
