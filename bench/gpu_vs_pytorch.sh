@@ -215,6 +215,10 @@ femto_args() {  # shape B steps -> FARGS
            --training.steps "$3" --training.threads "$(nproc)"
            --training.device cuda --training.precision "$PRECISION" --training.peak_flops "$PEAK_FLOPS"
            --training.attention "$(femto_attention)")
+    # bf16: keep the norms' and SwiGLU's bf16 outputs for the weight gradients (the
+    # card has the memory; PyTorch's eager runs keep them too)
+    [[ $PRECISION == bf16 ]] && FARGS+=(--training.keep_bf16_inputs true)
+    return 0
 }
 
 # The run config of femto_args (FARGS) as JSON, for `plan --config`.

@@ -151,6 +151,8 @@ typedef struct {
     double peak_flops;     // FLOP/s per rank for MFU (0 = measure GEMM peak)
     int max_bad_steps;     // stop after this many non-finite steps in a row
     Recompute recompute;   // activation recomputation
+    int keep_bf16_inputs;  // 1: under bf16 and recompute none or selective, a dense layer keeps its
+                           // norms' and SwiGLU's bf16 outputs for the backward (ModelShard.keep16)
     Device device;         // cpu or cuda: the backend the binary must be built with
     Precision precision;   // fp32 or bf16 (auto until config_validate resolves it)
     AttentionKernels attention;  // femtotron's attention kernels or cuDNN's

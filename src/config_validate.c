@@ -298,6 +298,23 @@ static void derive_batch(TrainingConfig *t, int dp) {
     }
 }
 
+// training.keep_bf16_inputs keeps bf16 outputs that only a dense bf16 layer writes,
+// and that only a layer with its own slots can keep (full recomputation keeps each
+// layer's input alone): anywhere else it would change nothing, so it is refused.
+static void validate_keep_bf16_inputs(const Config *c) {
+    const TrainingConfig *t = &c->training;
+    if (!t->keep_bf16_inputs) return;
+    if (t->precision != PRECISION_BF16)
+        die("training.keep_bf16_inputs = true needs training.precision = bf16 (an fp32 run has no bf16 outputs "
+            "to keep)");
+    if (t->recompute == RECOMPUTE_FULL)
+        die("training.keep_bf16_inputs = true with training.recompute = full: full recomputation keeps only "
+            "each layer's input (set recompute none or selective, or keep_bf16_inputs false)");
+    if (c->model.num_local_experts > 0)
+        die("training.keep_bf16_inputs = true with a mixture-of-experts model (model.num_local_experts = %d): "
+            "its MLP rows stay fp32 and are kept anyway", c->model.num_local_experts);
+}
+
 // training.attention = cudnn: cuDNN's kernels take bf16 on a GPU, and mask causally
 // by index, which the ring's blocks of context parallelism are not (their keys are
 // another rank's chunks): with cp > 1 the key would change nothing, so it is refused.
@@ -321,6 +338,7 @@ void config_validate_layout(Config *c, int world_size) {
     validate_training(&c->training, c->model.max_position_embeddings);
     validate_parallel(&c->parallel, world_size);
     validate_attention(c);
+    validate_keep_bf16_inputs(c);
     derive_batch(&c->training, c->parallel.dp);
     validate_pipeline(c);
     validate_tensor(c);

@@ -28,7 +28,7 @@ static size_t activation_floats(const LlamaModel *m, int B, int S, Activations *
     const size_t nk = m->recompute == RECOMPUTE_FULL ? scr : nl;    // slots of ln1 .. mlp_h
     const size_t nlse = m->recompute == RECOMPUTE_NONE ? nl : scr;  // slots of lse
     const size_t nres = m->recompute == RECOMPUTE_FULL ? nl + 1 : 1;  // slots of the stream
-    const size_t n16 = m->inputs16_kept ? nl : 0;                     // slots of the kept bf16 inputs
+    const size_t n16 = m->inputs16_kept ? nk : 0;                     // slots of the kept bf16 inputs
     // A mixture-of-experts layer (model/moe.h) keeps its routing and expert rows in
     // moe, and its backward uses moe_scr; gu / mlp_h / dgu then hold the shared experts.
     // The shared experts (E > 0, Fs > 0) use the dense MLP's buffers at their width.

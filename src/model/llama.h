@@ -45,9 +45,9 @@ typedef struct {
                           // gate|up and q|k|v gradients are bf16 (below)
     int att_bf16;         // 1: q|k|v and the attention output kept as bf16 (LlamaModel.att_bf16;
                           // bf16_acts with training.attention = cudnn)
-    int keep16;           // 1: with bf16_acts and bf16 products (training.precision = bf16) under
-                          // recompute none, a dense layer keeps its products' bf16 inputs made
-                          // outside a product (LlamaModel.inputs16_kept)
+    int keep16;           // 1 (training.keep_bf16_inputs): with bf16_acts and bf16 products, not
+                          // under full recomputation, a dense layer keeps its products' bf16
+                          // inputs made outside a product (LlamaModel.inputs16_kept)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).

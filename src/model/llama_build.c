@@ -146,7 +146,7 @@ ModelShard model_shard_of(const Config *cfg, GridCoords at) {
                     cfg->training.recompute, {p->ep, grid_ep_rank(p, at)},
                     cfg->training.precision == PRECISION_BF16,
                     cfg->training.precision == PRECISION_BF16 && cfg->training.attention == ATTENTION_CUDNN,
-                    cfg->training.precision == PRECISION_BF16 && cfg->training.recompute == RECOMPUTE_NONE};
+                    cfg->training.keep_bf16_inputs};
     return s;
 }
 
@@ -175,7 +175,7 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->mlp_bf16 = shard.bf16_acts && m->E == 0;  // a Mixtral block keeps its rows in fp32 (model/moe.h)
     m->qkv_bf16 = shard.bf16_acts;
     m->att_bf16 = shard.bf16_acts && shard.att_bf16;
-    m->inputs16_kept = shard.keep16 && m->mlp_bf16 && m->recompute == RECOMPUTE_NONE;
+    m->inputs16_kept = shard.keep16 && m->mlp_bf16 && m->recompute != RECOMPUTE_FULL;
     if (m->att_bf16 && m->cp.size > 1)  // config_validate refuses training.attention = cudnn with cp > 1
         die("bf16 q|k|v for cuDNN's attention need context parallel 1 (got %d): the ring's blocks are femtotron's",
             m->cp.size);

@@ -40,11 +40,12 @@
 //    layer keeping x, the norm output and the SwiGLU output would hold
 //    Korthikanti's 34. Selective
 //    drops the log-sum-exp (flash already stores no scores); full keeps the layer
-//    input 2*s*b*h (/t with sequence parallel) and one layer's working set. None
-//    keeps a dense layer's two norm outputs and its SwiGLU output too (2*s*b*(2h +
-//    f), the two h-wide replicated without sequence parallel), which the backward's
-//    weight gradients read instead of rebuilding them (LlamaModel.inputs16_kept):
-//    34*s*b*h for Llama-3.1-8B, Korthikanti's figure.
+//    input 2*s*b*h (/t with sequence parallel) and one layer's working set. A run
+//    with training.keep_bf16_inputs (none or selective) keeps a dense layer's two
+//    norm outputs and its SwiGLU output too (2*s*b*(2h + f), the two h-wide
+//    replicated without sequence parallel), which the backward's weight gradients
+//    read instead of rebuilding them (LlamaModel.inputs16_kept): 34*s*b*h for
+//    Llama-3.1-8B under none, Korthikanti's figure.
 //  * The last stage keeps its final norm input (2*s*b*h) and the fp32 logits of
 //    its vocabulary shard (4*s*b*V/t) for the cross-entropy backward.
 //  * Pipeline: a rank holds as many micro-batches of each chunk as its schedule
@@ -70,7 +71,7 @@
 #include "util.h"
 
 // Bytes one micro-batch leaves behind in one layer.
-static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, double s, double b) {
+static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, double s, double b, int keep16) {
     const double h = pm->D, a = pm->H, t = l->tp, sbh = s * b * h;
     const double rep = l->sp ? 1.0 / t : 1.0;  // replicated parts without sequence parallel
     if (l->recompute == RECOMPUTE_FULL) return 2.0 * sbh * rep;
@@ -89,7 +90,7 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
     const double mlp = pm->E > 0 ? R * 3.0 * pm->F + pm->K * h + 3.0 * pm->Fs + pm->E : 2.0 * pm->F;
     double bytes = 2.0 * s * b * (2.0 * h * rep + (qkv + a * hd + mlp) / t + recv) + 2.0 * 4.0 * s * b * rep;
     if (l->recompute != RECOMPUTE_SELECTIVE) bytes += 4.0 * s * b * a / t;  // log-sum-exp
-    if (l->recompute == RECOMPUTE_NONE && pm->E == 0)  // the kept bf16 norm and SwiGLU outputs
+    if (keep16 && pm->E == 0)  // the kept bf16 norm and SwiGLU outputs (not under full: returned above)
         bytes += 2.0 * s * b * (2.0 * h * rep + pm->F / t);
     return bytes;
 }
@@ -98,7 +99,7 @@ static double layer_activation_bytes(const PlanModel *pm, const PlanLayout *l, d
 static double layer_working_bytes(const PlanModel *pm, const PlanLayout *l, double s, double b) {
     PlanLayout none = *l;
     none.recompute = RECOMPUTE_NONE;
-    return layer_activation_bytes(pm, &none, s, b);
+    return layer_activation_bytes(pm, &none, s, b, 0);  // the working set rebuilds them
 }
 
 PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
@@ -131,7 +132,7 @@ PlanMemory plan_memory_mixed(const PlanProblem *p, const PlanLayout *l) {
             psi_e += layers[k] * experts;
             psi += layers[k] * dense + (first ? embed : 0) +
                    (last ? (pm->tied ? (first ? 0 : embed) : embed) + pm->D : 0);
-            act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b);
+            act += slots[c] * layers[k] * layer_activation_bytes(pm, l, s, b, plan_keeps_bf16_inputs(p));
             if (pm->flash && l->recompute != RECOMPUTE_FULL)  // the stream, once per micro-batch
                 act += slots[c] * 2.0 * s * b * h * (l->sp ? 1 / t : 1);
             if (last) act += slots[c] * (2.0 * s * b * h * (l->sp ? 1 / t : 1) + 4.0 * s * b * pm->V / t);

@@ -86,7 +86,11 @@ void plan_apply_layout(const PlanProblem *p, const PlanLayout *l, Config *c) {
     c->training.grad_acc_steps = l->micro;
     c->training.global_batch_size = (int)p->global_seqs;
     c->training.recompute = l->recompute;
+    // full recomputation keeps each layer's input alone: nothing else to keep
+    if (l->recompute == RECOMPUTE_FULL) c->training.keep_bf16_inputs = 0;
 }
+
+int plan_keeps_bf16_inputs(const PlanProblem *p) { return p->base && p->base->training.keep_bf16_inputs; }
 
 PlanMemory plan_memory(const PlanProblem *p, const PlanLayout *l) {
     if (p->base && p->hw.bytes_per_value == 4) return plan_memory_own(p, l);

@@ -46,6 +46,10 @@ typedef struct {
     const int *placed;    // (links->n) or NULL
 } PlanProblem;
 
+// Whether femtotron's run keeps its dense layers' bf16 norm and SwiGLU outputs
+// (p->base's training.keep_bf16_inputs; 0 without a run config).
+int plan_keeps_bf16_inputs(const PlanProblem *p);
+
 // Per-rank memory of the most loaded rank, by category (bytes).
 typedef struct {
     double params, grads, optimizer, activations, comm;

@@ -52,8 +52,9 @@ typedef struct {
     int rounds;                     // femtotron's bf16 run: fp32 operands rounded in passes (rounding_s)
     int att_kept;                   // ... with cuDNN's attention (the profile's "attention"): q|k|v and
                                     // the attention output kept as bf16 (LlamaModel.att_bf16)
-    int kept16;                     // ... of a dense model under recompute none: the norms' and SwiGLU's
-                                    // bf16 outputs kept for the backward, not rebuilt there
+    int kept16;                     // ... of a dense model not under full recomputation, whose run
+                                    // config asks it (training.keep_bf16_inputs): the norms' and
+                                    // SwiGLU's bf16 outputs kept for the backward, not rebuilt there
                                     // (LlamaModel.inputs16_kept)
     int dres16;                     // ... with the fused backward (no split schedule): the residual
                                     // stream's gradient written as bf16 by the norms' backward for
@@ -356,7 +357,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
     s.epilogue_add = s.rounds && l->tp == 1;
     s.dres16 = s.rounds && !pp_schedule_splits(l->sched);
-    s.kept16 = s.rounds && pm->E == 0 && l->recompute == RECOMPUTE_NONE;
+    s.kept16 = s.rounds && pm->E == 0 && l->recompute != RECOMPUTE_FULL && plan_keeps_bf16_inputs(p);
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.
     s.tp_intra = fits_node(hw, l->tp);

@@ -118,4 +118,23 @@ for z in 0 1; do
         failed "bf16 weight copy: dp2 ZeRO-$z and ZeRO-3 differ: $(diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head -3 | tr '\n' ' ')"
     fi
 done
+
+# 6. training.keep_bf16_inputs (the norms' and SwiGLU's bf16 outputs kept for the
+#    weight gradients, not rebuilt) changes no bit either: tp 2 with sequence
+#    parallelism (the kept norm outputs gathered as they are) on cuDNN's attention,
+#    every step's loss and gradient norm; each rank's activations the larger.
+for k in false true; do
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$GPU_BIN" train "${PARITY[@]}" $BF16 --parallel.tp 2 \
+        --parallel.sequence_parallel true --training.attention cudnn --training.micro_batch_size 4 \
+        --training.keep_bf16_inputs $k --logging.metrics "$tmp/keep_$k.jsonl" >"$tmp/keep_$k.log" 2>&1 ||
+        failed "bf16 tp2 sp keep_bf16_inputs $k run: $(tail -3 "$tmp/keep_$k.log")"
+done
+a=$(grep -o '"\(loss\|grad_norm\)": [^,}]*' "$tmp/keep_true.jsonl" 2>/dev/null)
+b=$(grep -o '"\(loss\|grad_norm\)": [^,}]*' "$tmp/keep_false.jsonl" 2>/dev/null)
+act() { grep -o '^memory bytes (rank 0): .* activations [0-9]*' "$tmp/keep_$1.log" | awk '{print $NF}'; }
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ -n "$(act true)" ] && [ "$(act true)" -gt "$(act false)" ]; then
+    echo "PASS bf16 keep_bf16_inputs changes no bit: tp2 sp on cuDNN, $(printf '%s\n' "$a" | wc -l) losses and gradient norms; activations $(act false) -> $(act true) bytes"
+else
+    failed "bf16 keep_bf16_inputs: $(diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head -3 | tr '\n' ' '); activations $(act false) vs $(act true)"
+fi
 exit "$rc"

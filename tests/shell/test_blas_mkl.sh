@@ -93,17 +93,16 @@ train "$MKL" bf16_again --training.steps 8 --training.precision bf16
 [ "$(losses "$tmp/bf16_again.jsonl")" = "$(losses "$tmp/bf16.jsonl")" ] &&
     pass "bf16 products: the same 8 losses, bit for bit, run twice" ||
     failed "bf16 run twice: $(losses "$tmp/bf16_again.jsonl") vs $(losses "$tmp/bf16.jsonl")"
-# Recompute none keeps the norms' and SwiGLU's bf16 outputs, which selective rebuilds:
-# the same losses, and 2 (2 N D + N F) bytes a layer more (N = 4 x 64 tokens, D 128,
-# F 384, 3 layers) beside the log-sum-exp of the 2 layers selective does not keep
-# (4 bytes x 4 sequences x 4 heads x 64 rows each).
-train "$MKL" bf16_selective --training.steps 8 --training.precision bf16 --training.recompute selective
+# training.keep_bf16_inputs keeps the norms' and SwiGLU's bf16 outputs, which the
+# backward otherwise rebuilds: the same losses, and exactly 2 (2 N D + N F) bytes a
+# layer more activations (N = 4 x 64 tokens, D 128, F 384, 3 layers).
+train "$MKL" bf16_keep --training.steps 8 --training.precision bf16 --training.keep_bf16_inputs true
 act() { grep -o '^memory bytes (rank 0): .* activations [0-9]*' "$tmp/$1.log" | awk '{print $NF}'; }
-kept=$((3 * 2 * (2 * 256 * 128 + 256 * 384) + 2 * 4 * 4 * 4 * 64))
-[ "$(losses "$tmp/bf16_selective.jsonl")" = "$(losses "$tmp/bf16.jsonl")" ] &&
-    [ -n "$(act bf16)" ] && [ $(($(act bf16) - $(act bf16_selective))) -eq "$kept" ] &&
-    pass "bf16 products: recompute none (the norms' and SwiGLU's bf16 outputs kept) = selective (rebuilt), 8 losses bit for bit, $kept bytes more activations" ||
-    failed "bf16 none vs selective: $(losses "$tmp/bf16.jsonl") vs $(losses "$tmp/bf16_selective.jsonl"); activations $(act bf16) vs $(act bf16_selective), want $kept more"
+kept=$((3 * 2 * (2 * 256 * 128 + 256 * 384)))
+[ "$(losses "$tmp/bf16_keep.jsonl")" = "$(losses "$tmp/bf16.jsonl")" ] &&
+    [ -n "$(act bf16)" ] && [ $(($(act bf16_keep) - $(act bf16))) -eq "$kept" ] &&
+    pass "bf16 products: training.keep_bf16_inputs (the norms' and SwiGLU's bf16 outputs kept, not rebuilt), 8 losses bit for bit, $kept bytes more activations" ||
+    failed "bf16 keep_bf16_inputs: $(losses "$tmp/bf16_keep.jsonl") vs $(losses "$tmp/bf16.jsonl"); activations $(act bf16_keep) vs $(act bf16), want $kept more"
 mkdir -p "$tmp/ck16"
 cp -r "$tmp/ck16_full/step_0000004" "$tmp/ck16/" 2>/dev/null || failed "no step-4 checkpoint in $tmp/ck16_full"
 train "$MKL" bf16_resumed --training.steps 8 --training.precision bf16 --checkpoint.dir "$tmp/ck16" --checkpoint.resume true

@@ -484,6 +484,23 @@ static void test_device(void) {
                        .backend = 2, .bf16_ready = 1},
                 "training.attention = cudnn with parallel.cp = 2|ring|training.attention = femtotron");
     expect_fail("attention flash", (Case){.args = "--training.attention flash"}, "training.attention|\"cudnn\"");
+    // training.keep_bf16_inputs: bf16, a dense model, not under full recomputation.
+    CHECK(!c.training.keep_bf16_inputs, "training.keep_bf16_inputs defaults to false");
+    Case ok_keep = {.args = "--training.device cuda --training.keep_bf16_inputs true --training.recompute selective",
+                    .world = 1, .backend = 2, .bf16_ready = 1};
+    CHECK(run_captured(run_case_void, &ok_keep, 2, err, sizeof err) == 0,
+          "training.keep_bf16_inputs with bf16 and recompute selective passes");
+    expect_fail("keep in fp32", (Case){.args = "--training.keep_bf16_inputs true", .world = 1},
+                "training.keep_bf16_inputs = true needs training.precision = bf16");
+    expect_fail("keep under full",
+                (Case){.args = "--training.device cuda --training.keep_bf16_inputs true --training.recompute full",
+                       .world = 1, .backend = 2, .bf16_ready = 1},
+                "training.keep_bf16_inputs = true with training.recompute = full|recompute none or selective");
+    expect_fail("keep with experts",
+                (Case){.args = "--training.device cuda --training.keep_bf16_inputs true --model.num_local_experts 4 "
+                               "--model.num_experts_per_tok 2",
+                       .world = 1, .backend = 2, .bf16_ready = 1},
+                "training.keep_bf16_inputs = true with a mixture-of-experts model|fp32");
 }
 
 static void test_help(void) {

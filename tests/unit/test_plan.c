@@ -223,12 +223,25 @@ static void test_memory_formulas(void) {
     double sbh = 4096.0 * 4096, head8 = 2 * sbh / 8 + 4 * 4096.0 * 128256 / 8;
     CHECK(rel_diff(m8.activations, 32 * (23 * sbh + 8 * 4096.0) / 8 + 2 * sbh / 8 + head8) < 1e-12,
           "llama-3.1-8b selective: 23 sbh/t + 8 sb/t per layer, one stream");
-    // Recompute none keeps the log-sum-exp (4 s b a) and the two norms' and SwiGLU's
-    // bf16 outputs (2 s b (2h + f) = 11 sbh): Korthikanti's 34 sbh a layer.
+    // A run that keeps its bf16 norm and SwiGLU outputs (training.keep_bf16_inputs)
+    // holds 2 s b (2h + f) = 11 sbh more a layer: under none, with the log-sum-exp
+    // (4 s b a), Korthikanti's 34 sbh; under full nothing more.
+    Config keep;
+    config_defaults(&keep);
+    keep.training.keep_bf16_inputs = 1;
+    p8.base = &keep;
+    const PlanMemory k8 = plan_memory_mixed(&p8, &l8);
     l8.recompute = RECOMPUTE_NONE;
-    PlanMemory n8 = plan_memory_mixed(&p8, &l8);
-    CHECK(rel_diff(n8.activations, 32 * (34 * sbh + 8 * 4096.0 + 4 * 4096.0 * 32) / 8 + 2 * sbh / 8 + head8) < 1e-12,
-          "llama-3.1-8b none: 34 sbh/t + 8 sb/t + the log-sum-exp per layer, one stream");
+    const PlanMemory n8 = plan_memory_mixed(&p8, &l8);
+    l8.recompute = RECOMPUTE_FULL;
+    const double full_keep = plan_memory_mixed(&p8, &l8).activations;
+    p8.base = NULL;
+    CHECK(rel_diff(k8.activations, 32 * (34 * sbh + 8 * 4096.0) / 8 + 2 * sbh / 8 + head8) < 1e-12 &&
+              rel_diff(n8.activations, 32 * (34 * sbh + 8 * 4096.0 + 4 * 4096.0 * 32) / 8 + 2 * sbh / 8 + head8) <
+                  1e-12 &&
+              full_keep == plan_memory_mixed(&p8, &l8).activations,
+          "llama-3.1-8b keeping the bf16 norm and SwiGLU outputs: 34 sbh/t a layer under selective (+ the "
+          "log-sum-exp under none), nothing more under full");
 }
 
 // 8 CPU ranks on 2 cores (1 thread each), calibrated so: a pipeline's bubbles let
@@ -343,10 +356,8 @@ static void test_step_time(void) {
     // were 4, and nothing rounds it. And on one tensor-parallel rank each of a
     // layer's two residual adds is the o or down product's epilogue, reading the
     // residual (N x D, 4 bytes) where a pass read two and wrote one (12 bytes). And
-    // SwiGLU moves bf16 gate|up: 6 bytes a position forward (fp32: 12), 12 backward
-    // (fp32: 24), where under recompute none the forward kept its output, which the
-    // backward's weight gradient reads, as it kept the norms' bf16 outputs, whose two
-    // rebuilds (4 bytes read, 2 written a value) the backward no longer runs.
+    // SwiGLU moves bf16 gate|up: 6 bytes a position forward (fp32: 12), 14 backward
+    // (fp32: 24).
     Hardware h4 = ideal(1e14, 0, 1e30);
     h4.bytes_per_value = 4, h4.mem_bw = 1e12;
     PlanProblem p32 = plan_problem("smollm-360m", 1, 2048, 8, h4), p16 = p32;
@@ -356,25 +367,35 @@ static void test_step_time(void) {
     const double Nt = 2.0 * 2048, A = 15.0 * 64, V = 49152, Ls = 32;
     const double passes = 4 * (Ls * (Nt * A + Nt * D + Nt * A) + 2 * Nt * D), dres16 = 4 * Ls * Nt * D * 2;
     const double epilogue = 4 * Ls * 2 * Nt * D * (12 - 4) / h4.mem_bw;
-    const double swiglu = 4 * Ls * Nt * 2560 * ((12 - 6) + (24 - 12)) / h4.mem_bw;
-    const double loss16 = 4 * Nt * V * (4 - 2) / h4.mem_bw, rebuilds = 4 * Ls * Nt * D * 2 * 6 / h4.mem_bw;
-    const double want_bf16 = (passes * 6.0 + dres16) / h4.mem_bw - epilogue - swiglu - loss16 - rebuilds;
+    const double swiglu = 4 * Ls * Nt * 2560 * ((12 - 6) + (24 - 14)) / h4.mem_bw;
+    const double loss16 = 4 * Nt * V * (4 - 2) / h4.mem_bw;
+    const double want_bf16 = (passes * 6.0 + dres16) / h4.mem_bw - epilogue - swiglu - loss16;
     CHECK(rel_diff(s16.compute - s32.compute, want_bf16) < 1e-9 && rel_diff(s16.total - s32.total, want_bf16) < 1e-9,
-          "bf16 rounding passes and the norms' bf16 residual gradient less the epilogues' adds, bf16 SwiGLU, the "
-          "loss's bf16 gradient and the kept outputs' rebuilds: %.6g s of compute more than fp32 = %.6g s (6 bytes "
-          "per rounded value, 2 per written one; %.6g s less for the adds, %.6g s for SwiGLU, %.6g s for the loss, "
-          "%.6g s for the rebuilds)", s16.compute - s32.compute, want_bf16, epilogue, swiglu, loss16, rebuilds);
+          "bf16 rounding passes and the norms' bf16 residual gradient less the epilogues' adds, bf16 SwiGLU and the "
+          "loss's bf16 gradient: %.6g s of compute more than fp32 = %.6g s (6 bytes per rounded value, 2 per written "
+          "one; %.6g s less for the adds, %.6g s for SwiGLU, %.6g s for the loss)",
+          s16.compute - s32.compute, want_bf16, epilogue, swiglu, loss16);
+    // A run keeping its bf16 norm and SwiGLU outputs (training.keep_bf16_inputs) runs
+    // neither norm's rebuild (xhat read, 2 bytes written: 6 bytes a value each) nor
+    // SwiGLU's write of its output in the backward (2 bytes a position).
+    Config keep;
+    config_defaults(&keep);
+    keep.training.keep_bf16_inputs = 1;
+    PlanProblem k16 = p16;
+    k16.base = &keep;
+    const StepTime s16k = plan_step_time(&k16, &mb2);
+    const double spared = 4 * Ls * Nt * (2 * 6 * D + 2 * 2560) / h4.mem_bw;
+    CHECK(rel_diff(s16.total - s16k.total, spared) < 1e-9,
+          "bf16 keeping the norms' and SwiGLU's outputs: %.6g s a step less (want %.6g: no rebuilds)",
+          s16.total - s16k.total, spared);
     // Under full recomputation the layer's forward comes between the norm and down,
     // and a pass rounds the gradient instead (once for both of down's products): 4
     // bytes a value more, beside what the re-run forward saves in bf16 (up to
     // SwiGLU: o's input rounded, 6 bytes a value; SwiGLU's 6 bytes a position less;
-    // the first residual add in o's epilogue, 8 bytes a value less); and nothing is
-    // kept, so SwiGLU's backward writes its output again (2 bytes a position) and
-    // the norms rebuild theirs (12 bytes a value).
+    // the first residual add in o's epilogue, 8 bytes a value less).
     mb2.recompute = RECOMPUTE_FULL;
     StepTime r32 = plan_step_time(&p32, &mb2), r16 = plan_step_time(&p16, &mb2);
-    const double extra =
-        4 * Ls * Nt * (D * (6.0 - 2.0) + 6 * A - 6 * 2560 - 8 * D + 2 * 2560 + 12 * D) / h4.mem_bw;
+    const double extra = 4 * Ls * Nt * (D * (6.0 - 2.0) + 6 * A - 6 * 2560 - 8 * D) / h4.mem_bw;
     CHECK(rel_diff((r16.compute - r32.compute) - (s16.compute - s32.compute), extra) < 1e-6,
           "bf16 under full recomputation: the residual gradient rounded in a pass for down, %.6g s more than without "
           "(want %.6g)", (r16.compute - r32.compute) - (s16.compute - s32.compute), extra);
@@ -439,10 +460,8 @@ static void test_moe(void) {
     dense.model.E = dense.model.K = 0;
     PlanLayout l = {8, 1, 1, 1, 1, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
     double a_moe = plan_memory(&p, &l).activations, a_dense = plan_memory(&dense, &l).activations;
-    // per layer, per token: k * (3F + D) + E values instead of 2F (2 bytes each), and
-    // instead of the dense layer's kept norm and SwiGLU outputs (2D + F) under
-    // recompute none (a mixture of experts keeps its rows in fp32, none of them bf16)
-    double extra = 2.0 * 2048 * pm->L * (pm->K * (3.0 * pm->F + D) + pm->E - 2.0 * pm->F - (2.0 * D + pm->F));
+    // per layer, per token: k * (3F + D) + E values instead of 2F (2 bytes each)
+    double extra = 2.0 * 2048 * pm->L * (pm->K * (3.0 * pm->F + D) + pm->E - 2.0 * pm->F);
     CHECK(fabs((a_moe - a_dense) / extra - 1) < 1e-9, "mixtral-8x7b: activations = a dense layer's + k experts' "
           "working sets and the router probabilities (%.2f GiB more)", (a_moe - a_dense) / 1073741824.0);
 }
@@ -486,10 +505,8 @@ static void test_step_time_cudnn(void) {
 // rounding passes alone (a layer's o input N A_l forward; N D + N A_l backward;
 // the head's final norm output N D both ways), 1.5 values of 4 bytes each, and
 // the first norm's bf16 copy of the residual gradient (N D, half a value), less
-// SwiGLU's bf16 traffic (18 bytes a position of Fl less than fp32's: its output
-// kept under recompute none), the norms' rebuilds the kept outputs spare (12 bytes
-// a value) and the loss's bf16 gradient (2 bytes a logit less; read as it is by
-// both head products).
+// SwiGLU's bf16 traffic (16 bytes a position of Fl less than fp32's) and the loss's
+// bf16 gradient (2 bytes a logit less; read as it is by both head products).
 static void test_step_time_tp_adds(void) {
     PlanProblem p = smollm_4byte(2, "fp32");
     PlanLayout tp2 = {1, 2, 1, 1, 0, 0, 1, 8, PP_1F1B, 1, RECOMPUTE_NONE, 1};
@@ -499,12 +516,11 @@ static void test_step_time_tp_adds(void) {
     const double N = 2048, D = 960, Al = 15 * 64 / 2, Vl = 49152 / 2, L = 32, micro = 8, bw = 2e12;
     const double rounding =
         micro * (L * 1.5 * (N * Al + N * D + N * Al) + L * 0.5 * N * D + 1.5 * (N * D + N * D)) * 4 / bw;
-    const double swiglu = micro * L * N * (2560 / 2) * 18 / bw, loss16 = micro * N * Vl * 2 / bw;
-    const double rebuilds = micro * L * N * D * 12 / bw;
-    CHECK(rel_diff(b2.total - f2.total, rounding - swiglu - loss16 - rebuilds) < 1e-9,
-          "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes less bf16 SwiGLU's, "
-          "the loss's and the spared rebuilds' traffic (want %.3f; no epilogue adds)", 1e3 * (b2.total - f2.total),
-          1e3 * (rounding - swiglu - loss16 - rebuilds));
+    const double swiglu = micro * L * N * (2560 / 2) * 16 / bw, loss16 = micro * N * Vl * 2 / bw;
+    CHECK(rel_diff(b2.total - f2.total, rounding - swiglu - loss16) < 1e-9,
+          "bf16 on two tensor-parallel ranks: %.3f ms a step more than fp32, the rounding passes less bf16 SwiGLU's "
+          "and the loss's traffic (want %.3f; no epilogue adds)", 1e3 * (b2.total - f2.total),
+          1e3 * (rounding - swiglu - loss16));
 }
 
 int main(void) {
