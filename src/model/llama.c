@@ -256,6 +256,12 @@ double llama_stage_forward(const LlamaModel *m, const ParamAccess *pa, Activatio
 
 // -------------------------------------------------------------------- backward
 
+uint16_t *llama_norm16(Activations *a, uint16_t *kept, const float *xhat, const float *w, int Nr, int D) {
+    if (kept) return kept;
+    rmsnorm_rebuild_to_bf16((uint16_t *)a->normed, xhat, w, Nr, D);
+    return (uint16_t *)a->normed;
+}
+
 // Under bf16 products the down products (m->mlp_bf16) and the o product under
 // cuDNN's attention (m->att_bf16) read the residual stream's gradient dres as
 // bf16 (ops_matmul.h: matmul_backward_bf16_to_bf16): dres16, in a->normed's first
@@ -350,9 +356,8 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
         llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
     llama_attention_core_backward(m, a, &s, (uint16_t *)a->dbuf_i);
     if (m->qkv_bf16) {
-        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i;                                 // (N, QKV)
-        uint16_t *normed16 = s.ln1_16 ? s.ln1_16 : (uint16_t *)a->normed;         // (Nr, D), kept or rebuilt
-        if (!s.ln1_16) rmsnorm_rebuild_to_bf16(normed16, s.ln1, AT(w, u, lo->ln1), Nr, D);
+        uint16_t *dqkv16 = (uint16_t *)a->dbuf_i;                                     // (N, QKV)
+        uint16_t *normed16 = llama_norm16(a, s.ln1_16, s.ln1, AT(w, u, lo->ln1), Nr, D);  // (Nr, D)
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->qkv), dqkv16, a->dqkv, normed16, AT(w, u, lo->qkv), a->tp_full,
                                 a->tp_partial, N, D, QKV);
     } else {

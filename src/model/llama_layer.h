@@ -54,6 +54,12 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const float *w);
 
+// A norm's output as bf16 (Nr, D), as the product after it read it in the forward,
+// for that product's weight gradient: `kept` itself where the layer keeps it
+// (LayerSaved.ln1_16, ln2_16 under m->inputs16_kept), else rebuilt from the kept
+// xhat with the norm's weight w into a->normed, bit for bit the forward's.
+uint16_t *llama_norm16(Activations *a, uint16_t *kept, const float *xhat, const float *w, int Nr, int D);
+
 // The dense MLP's backward (model/llama_mlp.c), a->dresid(Nr, D) its output
 // gradient: the down and gate|up weight gradients into g (the unit's, AT(g, u, .);
 // w its weights, lo its offsets), gate|up's input gradient into dd(Nr, D)

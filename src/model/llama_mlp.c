@@ -36,7 +36,6 @@ void llama_dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSa
         float *dh_room = a->dgu + (size_t)N * Fl;                                  // (N, Fl) fp32
         uint16_t *dh16 = (uint16_t *)dh_room, *h16 = s->h16 ? s->h16 : mlp_h16(a);  // (N, Fl) bf16 each
         uint16_t *dgu16 = (uint16_t *)a->dbuf_i;                                     // (N, 2Fl)
-        uint16_t *normed16 = s->ln2_16 ? s->ln2_16 : (uint16_t *)a->normed;          // (Nr, D), kept or rebuilt
         // down's two products, row-parallel: every token's output gradient, gathered
         // once for both (tp_full is left alone in between), as bf16 where given
         const float *dout = dout16 ? NULL : tp_gather(tp, a->dresid, a->tp_full, N, D);  // (N, D)
@@ -45,7 +44,7 @@ void llama_dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSa
         swiglu_backward_bf16(dgu16, s->h16 ? NULL : h16, dh16, s->gu16, N, Fl);
         if (dout16) matmul_backward_bf16_to_bf16(NULL, NULL, AT(g, u, lo->down), dout16, h16, NULL, N, Fl, D);
         else matmul_backward_from_bf16(NULL, AT(g, u, lo->down), dout, h16, dh_room, NULL, N, Fl, D, 0);
-        if (!s->ln2_16) rmsnorm_rebuild_to_bf16(normed16, s->ln2, AT(w, u, lo->ln2), Nr, D);
+        uint16_t *normed16 = llama_norm16(a, s->ln2_16, s->ln2, AT(w, u, lo->ln2), Nr, D);  // (Nr, D)
         tp_column_backward_bf16(tp, dd, AT(g, u, lo->gate_up), dgu16, a->dgu, normed16, AT(w, u, lo->gate_up),
                                 a->tp_full, a->tp_partial, N, D, 2 * Fl);
         return;

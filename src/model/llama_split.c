@@ -179,12 +179,10 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
     llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, NULL);
-    // The products' inputs rebuilt as the forward wrote them (bf16: normed16), then
-    // their weight gradients.
-    // Kept by the forward instead under m->inputs16_kept (s.ln1_16, s.ln2_16).
-    uint16_t *normed16 = s.ln2_16 ? s.ln2_16 : (uint16_t *)a->normed;  // (Nr, D) bf16
+    // The products' inputs rebuilt as the forward wrote them (bf16: llama_norm16, or
+    // kept by the forward under m->inputs16_kept), then their weight gradients.
     if (m->mlp_bf16) {  // h16, down's rebuilt input, read above: dgu is free room again
-        if (!s.ln2_16) rmsnorm_rebuild_to_bf16(normed16, s.ln2, k.norm_w + D, Nr, D);
+        uint16_t *normed16 = llama_norm16(a, s.ln2_16, s.ln2, k.norm_w + D, Nr, D);  // (Nr, D)
         tp_column_backward_bf16(tp, NULL, AT(g, u, lo->gate_up), k.dgu16, a->dgu, normed16, NULL, a->tp_full, NULL, N,
                                 D, 2 * Fl);
     } else {
@@ -194,8 +192,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
     llama_o_backward(m, a, &s, NULL, AT(g, u, lo->o), k.d_o, NULL);
     if (m->qkv_bf16) {
-        normed16 = s.ln1_16 ? s.ln1_16 : (uint16_t *)a->normed;
-        if (!s.ln1_16) rmsnorm_rebuild_to_bf16(normed16, s.ln1, k.norm_w, Nr, D);
+        uint16_t *normed16 = llama_norm16(a, s.ln1_16, s.ln1, k.norm_w, Nr, D);  // (Nr, D)
         tp_column_backward_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, normed16, NULL, a->tp_full, NULL, N, D,
                                 QKV);
     } else {
