@@ -340,6 +340,16 @@ static void backward(float *din, float *dweight, Operand d, Operand x, const flo
              din, in_dim, "matmul_backward din");
 }
 
+// The same with din16(N, in_dim) written as bf16 by cuBLASLt (D type bf16) from
+// the fp32 sums, overwritten; din16 or dweight may be NULL (not wanted).
+static void backward_to_bf16(uint16_t *din16, float *dweight, Operand d, Operand x, const float *weight, int N,
+                             int in_dim, int out_dim) {
+    if (dweight) gemm(0, 1, in_dim, out_dim, N, x, d, 1.0f, dweight, in_dim, "matmul_backward dW");
+    if (din16)
+        gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, 0.0f, din16, in_dim, 1,
+                "matmul_backward din16");
+}
+
 extern "C" void matmul_backward_ld(float *din, float *dweight, const float *dout, int ld_dout, const float *in,
                                    const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     if (!din && !dweight) return;
@@ -393,12 +403,8 @@ extern "C" void matmul_backward_from_bf16_to_bf16(uint16_t *din16, float *din_sc
         round_to_bf16(din16, din_scratch, (size_t)N * in_dim);
         return;
     }
-    const Operand d = operand(0, dout, N, out_dim, out_dim);
-    if (dweight)
-        gemm(0, 1, in_dim, out_dim, N, bf16_operand(1, in16, in_scratch, N, in_dim), d, 1.0f, dweight, in_dim,
-             "matmul_backward dW");
-    gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, 0.0f, din16, in_dim, 1,
-            "matmul_backward din16");
+    const Operand x = dweight ? bf16_operand(1, in16, in_scratch, N, in_dim) : Operand{NULL, in_dim};
+    backward_to_bf16(din16, dweight, operand(0, dout, N, out_dim, out_dim), x, weight, N, in_dim, out_dim);
 }
 
 // Both operands as they are (padded copies in slots 0 and 1 where their rows are
@@ -409,13 +415,8 @@ extern "C" void matmul_backward_bf16_to_bf16(uint16_t *din16, float *din_scratch
     (void)din_scratch;  // the CPU's room: cuBLASLt writes bf16 itself
     if (!g_bf16) die("matmul_backward_bf16_to_bf16: a bf16 output gradient read as it is needs bf16 products (a bug)");
     if (!din16 && !dweight) return;
-    const Operand d = bf16_operand(0, dout16, NULL, N, out_dim);
-    if (dweight)
-        gemm(0, 1, in_dim, out_dim, N, bf16_operand(1, in16, NULL, N, in_dim), d, 1.0f, dweight, in_dim,
-             "matmul_backward dW");
-    if (din16)
-        gemm_to(0, 0, in_dim, N, out_dim, operand(2, weight, out_dim, in_dim, in_dim), d, 0.0f, din16, in_dim, 1,
-                "matmul_backward din16");
+    const Operand x = dweight ? bf16_operand(1, in16, NULL, N, in_dim) : Operand{NULL, in_dim};
+    backward_to_bf16(din16, dweight, bf16_operand(0, dout16, NULL, N, out_dim), x, weight, N, in_dim, out_dim);
 }
 
 extern "C" void matmul_backward_input_to_bf16(uint16_t *din16, float *din_scratch, const float *dout,
