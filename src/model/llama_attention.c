@@ -70,7 +70,8 @@ void llama_attention_core_backward(const LlamaModel *m, Activations *a, const La
     const int B = a->B, S = a->S, Hl = m->Hl, KVl = m->KVl, hd = m->hd;
     const RingAttention ra = activations_ring(m, a);
     if (m->recompute == RECOMPUTE_SELECTIVE) core_forward(m, a, s);  // lse (and the output) again
-    if (m->att_bf16) {  // cuDNN's bf16 gradient into dqkv's room, then RoPE's backward as bf16
+    if (m->att_bf16) {  // cuDNN's bf16 gradient into dqkv's room, then RoPE's backward as bf16, in place
+                        // where dqkv16 is that room (the fused backward), else into dqkv16 (v copied)
         uint16_t *raw16 = (uint16_t *)a->dqkv;  // (N, QKV) bf16
         attention_backward_bf16(raw16, (const uint16_t *)a->dbuf_i, (const uint16_t *)s->qkv,
                                 (const uint16_t *)s->attn, s->lse, ra.pos, B, S, Hl, KVl, hd);

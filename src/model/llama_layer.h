@@ -91,7 +91,8 @@ void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, 
 // under m->att_bf16, as llama_o_backward and the split B write it): the
 // output and lse rebuilt first under selective recomputation, then the q|k|v
 // gradient through RoPE's backward, into dqkv16 (N, QKV) as bf16 under
-// m->qkv_bf16 (it may be a->dbuf_i: dout is read first), else in a->dqkv in place.
+// m->qkv_bf16 (it may be a->dbuf_i: dout is read first; under att_bf16 it may be
+// a->dqkv, where cuDNN writes: then rotated in place), else in a->dqkv in place.
 void llama_attention_core_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, uint16_t *dqkv16);
 
 // Rows [*r0, *r1) of a (rows, D) table at flat offset `off` that lie in the flat

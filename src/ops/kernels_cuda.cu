@@ -73,7 +73,7 @@ extern "C" void rope_tables(float *cos_t, float *sin_t, int S, int hd, const dou
 // with s negated for the backward (the transpose of a rotation). O: float (in
 // place, out = in) or __nv_bfloat16 (rope_backward_to_bf16: out apart from in);
 // I: float, or __nv_bfloat16 widened (rope_forward_bf16 in place,
-// rope_backward_bf16 apart): a pair is read whole before it is written.
+// rope_backward_bf16 in place or apart): a pair is read whole before it is written.
 template <typename O, typename I>
 __global__ void k_rope(O *out, const I *in, const float *cos_t, const float *sin_t, int BS, int S, int heads,
                        int row, int hd, float dir) {
@@ -134,7 +134,7 @@ extern "C" void rope_backward_bf16(uint16_t *dst16, const uint16_t *src16, const
     const __nv_bfloat16 *in = (const __nv_bfloat16 *)src16;
     rope(out, in, cos_t, sin_t, B, S, H, KV, hd, -1.0f, "rope_backward_bf16");
     const int row = (H + 2 * KV) * hd, v0 = (H + KV) * hd;
-    if ((size_t)B * S * (row - v0) == 0) return;
+    if (out == in || (size_t)B * S * (row - v0) == 0) return;  // in place: v's columns are where they go
     round_rows(out + v0, in + v0, (size_t)B * S, (size_t)(row - v0), (size_t)row, (size_t)row);  // v: copied
     cuda_done("rope_backward_bf16 (v)");
 }

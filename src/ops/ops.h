@@ -232,8 +232,8 @@ void rope_backward_to_bf16(uint16_t *dqkv16, const float *dqkv, const float *cos
 // rotated in fp32 as rope_forward does and rounded to the nearest bf16 as written
 // (v's columns untouched) ...
 void rope_forward_bf16(uint16_t *qkv16, const float *cos_t, const float *sin_t, int B, int S, int H, int KV, int hd);
-// ... and dst16 = rope_backward(src16) the same way, v's columns copied (dst16 and
-// src16 distinct).
+// ... and dst16 = rope_backward(src16) the same way, v's columns copied, or in
+// place (dst16 == src16: q and k rotated where they are, v's columns left alone).
 void rope_backward_bf16(uint16_t *dst16, const uint16_t *src16, const float *cos_t, const float *sin_t, int B, int S,
                         int H, int KV, int hd);
 

@@ -435,6 +435,12 @@ static void test_rope(void) {
     CHECK(ulp <= 1 && same * 100 >= nq * 99 && v_copied && err < 1e-2,
           "rope_backward_bf16: %zu of %zu the CPU's bits, at most %d ulp apart; v copied; the forward undone within "
           "%.1e (2-norm, relative)", same, nq, ulp, err);
+    // In place (cuDNN's gradient rotated where it lies, the fused backward): the
+    // result apart, bit for bit, with v's columns never written
+    rope_backward_bf16(q16_d, q16_d, c.d, s.d, B, S, H, KV, hd);
+    ops_download(in16, q16_d, nq * sizeof(uint16_t));
+    CHECK(memcmp(in16, r16_g, nq * sizeof(uint16_t)) == 0,
+          "rope_backward_bf16 in place: the bits it writes into another buffer");
     buf_free(q16_d), buf_free(r16_d);
     free(q16_h), free(q16_g), free(before), free(r16_h), free(r16_g), free(in16);
     pair_free(c), pair_free(s), pair_free(qkv);
