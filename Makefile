@@ -83,7 +83,7 @@ $(BUILD)/tests/test_bf16_products: tests/mkl/test_bf16_products.c $(OBJ) tests/u
 # C++, built by the host compiler, no CUDA toolkit needed.
 CXX ?= g++
 $(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh \
-                           src/ops/flash_mma*.cuh src/ops/mma_bf16.cuh
+                           src/ops/flash_mma*.cuh src/ops/flash_launch.cuh src/ops/mma_bf16.cuh
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -DFLASH_MMA_CHUNK=2 -Isrc -Itests/emu -o $@ $<
 

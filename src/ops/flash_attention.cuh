@@ -42,22 +42,8 @@
 #ifndef CUDA_EMU
 #include <cuda_bf16.h>
 #include <mma.h>
-#define FLASH_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-#define FLASH_KERNEL_CALL(kernel, grid, smem) kernel<<<grid, flash::THREADS, smem, cuda_stream()>>>
-#else
-#define FLASH_SMEM(name) unsigned char *name = emu_dynamic_smem()
-#define FLASH_KERNEL_CALL(kernel, grid, smem) emu_kernel_call(kernel, grid, dim3(flash::THREADS), smem)
 #endif
-// Above 48 KiB of dynamic shared memory a kernel must be allowed it first, once
-// (each kernel has one fixed size: the static is per instantiation); a failure of
-// either call is left for cudaGetLastError (the caller's check).
-#define FLASH_LAUNCH(kernel, grid, smem, ...)                                                               \
-    do {                                                                                                    \
-        static bool allowed_ = false;                                                                       \
-        if (!allowed_)                                                                                      \
-            allowed_ = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)) == cudaSuccess; \
-        if (allowed_) FLASH_KERNEL_CALL(kernel, grid, smem)(__VA_ARGS__);                                   \
-    } while (0)
+#include "ops/flash_launch.cuh"  // FLASH_SMEM, FLASH_LAUNCH
 
 // nvcc's loop unrolling hint (the host compiler of the emulation has none).
 #ifdef CUDA_EMU
@@ -73,7 +59,7 @@ typedef __nv_bfloat16 bf16;
 
 constexpr int BQ = 64;             // query rows per tile
 constexpr int BK = 64;             // key rows per tile
-constexpr int THREADS = 128;       // 4 warps of 16 rows each
+constexpr int THREADS = FLASH_THREADS;  // 4 warps of 16 rows each
 constexpr int LDS = 64 + 4;        // row stride of an fp32 score tile (64 columns)
 constexpr int LDP = 64 + 8;        // row stride of a bf16 P or dS tile (64 columns)
 static_assert(BQ == BK, "score tiles are square (one stride serves S and S^T)");

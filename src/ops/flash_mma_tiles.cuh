@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/flash_attention.cuh"  // FLASH_SMEM, FLASH_LAUNCH (its launch helpers)
+#include "ops/flash_launch.cuh"  // FLASH_SMEM, FLASH_LAUNCH, FLASH_THREADS
 #include "ops/mma_bf16.cuh"
 
 // Every loop over a register array is unrolled: an array indexed by a loop counter
@@ -28,7 +28,7 @@ namespace flash_mma {
 
 typedef __nv_bfloat16 bf16;
 typedef uint32_t u32;
-constexpr int THREADS = 128;  // 4 warps
+constexpr int THREADS = FLASH_THREADS;  // 4 warps
 constexpr int BN = 64;        // keys per tile (forward, dQ); queries per tile (dK/dV)
 constexpr float LOG2E = 1.4426950408889634f;
 // Tiles whose position bounds a block holds at once (8192 rows); tests/emu's
