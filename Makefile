@@ -69,7 +69,7 @@ $(BUILD)/%.o: src/%.c $(shell find src -name '*.h') Makefile
 # its own file so that the fp32 kernels keep their width, and their sums' order).
 $(BUILD)/ops/attention_amx_cpu.o: CFLAGS += -mprefer-vector-width=512
 
-$(BUILD)/tests/%: tests/unit/%.c $(OBJ) tests/unit/check.h tests/unit/run_child.h
+$(BUILD)/tests/%: tests/unit/%.c $(OBJ) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(OBJ) $(LDLIBS)
 
