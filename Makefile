@@ -82,20 +82,20 @@ $(BUILD)/tests/test_bf16_products: tests/mkl/test_bf16_products.c $(OBJ) tests/u
 # The CUDA backend's tensor-core attention kernels run on CPU threads (tests/emu):
 # C++, built by the host compiler, no CUDA toolkit needed.
 CXX ?= g++
-$(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp tests/emu/cuda_emu.h src/ops/flash_attention.cuh \
+$(BUILD)/tests/test_flash_emu: tests/emu/test_flash_emu.cpp $(wildcard tests/emu/cuda_emu*.h) src/ops/flash_attention.cuh \
                            src/ops/flash_mma*.cuh src/ops/flash_launch.cuh src/ops/mma_bf16.cuh
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -DFLASH_MMA_CHUNK=2 -Isrc -Itests/emu -o $@ $<
 
 # The emulated streams' orders (CUDA_EMU_STREAMS) show a missing event.
-$(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp tests/emu/cuda_emu.h
+$(BUILD)/tests/test_streams_emu: tests/emu/test_streams_emu.cpp $(wildcard tests/emu/cuda_emu*.h)
 	@mkdir -p $(BUILD)/tests
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $<
 
 # The emulated block scheduler: barrier order, releases, deadlocks, stacks, shared
 # memory; its kernels' __shared__ arrays rewritten as the .cu files' are (the C++ it
 # compiles goes to $(BUILD)/emu-src: every file of $(BUILD)/tests is a test to run).
-$(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp tests/emu/cuda_emu.h tests/emu/cu2cpp.py
+$(BUILD)/tests/test_threads_emu: tests/emu/test_threads_emu.cpp $(wildcard tests/emu/cuda_emu*.h) tests/emu/cu2cpp.py
 	@mkdir -p $(BUILD)/tests $(BUILD)/emu-src
 	python3 tests/emu/cu2cpp.py $< > $(BUILD)/emu-src/test_threads_emu.cpp
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Isrc -Itests/emu -o $@ $(BUILD)/emu-src/test_threads_emu.cpp
