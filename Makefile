@@ -161,7 +161,7 @@ $(CUDA_BUILD)/ops/cudnn_attention.o: src/ops/cudnn_attention.cpp src/ops/cudnn_a
 	@mkdir -p $(dir $@)
 	$(CXX) $(CUDNN_FE_FLAGS) -c -o $@ $<
 
-$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
+$(CUDA_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c $(wildcard tests/gpu/*.h) \
                              $(CUDA_OBJ)
 	@mkdir -p $(CUDA_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
@@ -221,7 +221,7 @@ $(EMU_BUILD)/cudnn_attention_emu.o: tests/emu/cudnn_attention_emu.cpp src/ops/cu
 	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
 $(EMU_BUILD)/femtotron-cuda: $(BUILD)/main.o $(EMU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(EMU_LIBS)
-$(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
+$(EMU_BUILD)/tests/gpu_ops: tests/gpu/gpu_ops.c $(wildcard tests/gpu/*.h) \
                             $(EMU_OBJ)
 	@mkdir -p $(EMU_BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(EMU_OBJ) $(LDLIBS) $(EMU_LIBS)
@@ -237,7 +237,7 @@ $(EMU_BUILD)/tests/attention_gpu: bench/tools/attention_gpu.c $(EMU_OBJ)
 
 # The same driver against the CPU kernels: the CPU compared with itself, a check of
 # the driver on machines without a GPU (tests/shell/test_cuda_build.sh).
-$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c tests/gpu/cpu_ref.h tests/gpu/bf16_checks.h tests/gpu/bf16_kernel_checks.h tests/gpu/cudnn_checks.h \
+$(BUILD)/tests/gpu_ops_cpu: tests/gpu/gpu_ops.c $(wildcard tests/gpu/*.h) \
                            tests/gpu/cudnn_none.c $(OBJ)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< tests/gpu/cudnn_none.c $(OBJ) $(LDLIBS)
