@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 import data_order  # noqa: E402
 import llama_torch  # noqa: E402
+import llama_torch_checks  # noqa: E402
 import safetensors_np  # noqa: E402
 
 torch.set_num_threads(1)
@@ -157,9 +158,9 @@ def self_checks(tmp):
         m = llama_torch.build_model(cfg, llama_torch.random_weights(cfg, seed=5, std=0.3), torch.float64)
         rng = np.random.default_rng(2)
         x, y = rng.integers(0, 13, (2, 5)), rng.integers(0, 13, (2, 5))
-        a, b = float(m.loss(x, y)), llama_torch.naive_loss(m, x, y)
+        a, b = float(m.loss(x, y)), llama_torch_checks.naive_loss(m, x, y)
         check(f"reference naive forward tied={tied}", rel(a, b) < 1e-12, f"rel {rel(a, b):.1e}")
-        worst, where = llama_torch.finite_difference_check(m, x, y, n_entries=2)
+        worst, where = llama_torch_checks.finite_difference_check(m, x, y, n_entries=2)
         check(f"reference finite differences tied={tied}", worst < 1e-6, f"worst rel {worst:.1e} at {where}")
     # LR schedule by hand.
     got = [llama_torch.lr_at(s, TRAINING) for s in range(1, 6)]
