@@ -156,4 +156,26 @@ static inline void fixture_write_badshape(const char *dir) {
     free(w);
 }
 
+// A program's start: its temporary directory (tmpdir), or exit 2 without one.
+static inline void fixture_start(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+// A program's end: the model and its buffers freed, tmpdir removed; the exit
+// status of its checks (check_summary).
+static inline int fixture_finish(void) {
+    free(g_params);
+    free(g_m);
+    free(g_v);
+    llama_free(&g_model);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_summary();
+}
+
 #endif

@@ -375,20 +375,12 @@ static void test_mismatch(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    fixture_start();
     test_save_load();
     test_stale_tmp_and_no_moments();
     test_latest_errors();
     test_crash_between_publish_and_latest();
     test_integrity();
     test_mismatch();
-    free(g_params);
-    free(g_m);
-    free(g_v);
-    llama_free(&g_model);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    return check_summary();
+    return fixture_finish();
 }

@@ -380,19 +380,11 @@ static void setup(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/femtotron_ckpt_XXXXXX");
-    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    fixture_start();
     setup();
     test_pieces_save();
     test_pieces_load();
     test_hf();
     test_hf_pieces();
-    free(g_params);
-    free(g_m);
-    free(g_v);
-    llama_free(&g_model);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    return check_summary();
+    return fixture_finish();
 }
