@@ -349,14 +349,16 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
     // gradient goes as bf16 into dbuf_i too (dout is read first), where both q|k|v
     // products read it as it is (dqkv: room to widen it where a backend must), and
     // their input is rebuilt as bf16, as the forward wrote it. cuDNN's (att_bf16)
-    // stays where cuDNN wrote it, in dqkv, and RoPE's backward rotates it there:
-    // v's columns are not copied.
+    // stays where cuDNN wrote it, in dqkv, and RoPE's backward rotates it there
+    // (v's columns are not copied) where the products read bf16 as it is; fp32
+    // products (the CPU's tests) widen it into dqkv, once for each product, so
+    // there it goes to dbuf_i.
     if (dres16_for_o(m))  // din as bf16 (cuDNN's dout), its own buffer the CPU's room to round it in place
         matmul_backward_bf16_to_bf16((uint16_t *)a->dbuf_i, a->dbuf_i, AT(g, u, lo->o), dres16_gathered(m, a, 1, N),
                                      (const uint16_t *)s.attn, AT(w, u, lo->o), N, m->Hl * m->hd, D);
     else
         llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, AT(w, u, lo->o));
-    uint16_t *dqkv16 = (uint16_t *)(m->att_bf16 ? a->dqkv : a->dbuf_i);  // (N, QKV) bf16 under qkv_bf16
+    uint16_t *dqkv16 = (uint16_t *)(m->att_bf16 && ops_matmul_bf16() ? a->dqkv : a->dbuf_i);  // (N, QKV) bf16
     llama_attention_core_backward(m, a, &s, dqkv16);
     if (m->qkv_bf16) {
         uint16_t *normed16 = llama_norm16(a, s.ln1_16, s.ln1, AT(w, u, lo->ln1), Nr, D);  // (Nr, D)
