@@ -9,6 +9,7 @@
 #include "model/llama.h"
 #include "model/llama_layer.h"
 #include "ops/ops.h"
+#include "util.h"
 
 // The attention core: s->attn(N, A) and s->lse from the rotated q|k|v, by cuDNN on
 // bf16 (att_bf16) or by the ring (femtotron's kernels; one block where cp is 1).
@@ -53,8 +54,14 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
 }
 
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
-                      const float *dout, const float *w) {
+                      const float *dout, const uint16_t *dout16, const float *w) {
     const int N = a->B * a->S, A = m->Hl * m->hd;
+    if (dout16) {  // the weight gradient from dout as bf16 (the split backward's W)
+        if (din || !m->att_bf16) die("llama_o_backward: a bf16 dout for o's weight gradient alone, under cuDNN (a bug)");
+        matmul_backward_bf16_to_bf16(NULL, NULL, dw, tp_gather_bf16(&m->tp, dout16, a->tp_full, N, m->D),
+                                     (const uint16_t *)s->attn, NULL, N, A, m->D);
+        return;
+    }
     if (m->att_bf16 && din)  // din as bf16, cuDNN's dout, its own buffer the room to round it in place where a
                              // backend must; the output kept as bf16 (a->dqkv: room to widen it)
         tp_row_backward_from_bf16_to_bf16(&m->tp, (uint16_t *)din, din, dw, dout, (const uint16_t *)s->attn, a->dqkv,

@@ -15,7 +15,7 @@
 // zero-bubble W's): the fused backward makes down's input gradient in bf16 and
 // rebuilds h in SwiGLU's pass itself (llama_dense_mlp_backward).
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
-                         const float *dout, const float *w) {
+                         const float *dout, const uint16_t *dout16, const float *w) {
     const TensorParallel *tp = &m->tp;
     const int N = a->B * a->S, Fl = m->Fl, D = m->D;
     if (!m->mlp_bf16) {  // din NULL: the kernels tp_row_backward_weight runs
@@ -25,7 +25,8 @@ void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *
     if (din) die("llama_down_backward: under bf16 activations the weight gradient alone (a bug)");
     uint16_t *h16 = s->h16 ? s->h16 : mlp_h16(a);  // kept, or rebuilt
     if (!s->h16) swiglu_forward_bf16(h16, s->gu16, N, Fl);
-    tp_row_backward_from_bf16(tp, NULL, dw, dout, h16, a->dbuf_i, NULL, a->tp_full, N, Fl, D);
+    if (dout16) matmul_backward_bf16_to_bf16(NULL, NULL, dw, tp_gather_bf16(tp, dout16, a->tp_full, N, D), h16, NULL, N, Fl, D);
+    else tp_row_backward_from_bf16(tp, NULL, dw, dout, h16, a->dbuf_i, NULL, a->tp_full, N, Fl, D);
 }
 
 void llama_dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, const float *w, float *g,
@@ -49,7 +50,7 @@ void llama_dense_mlp_backward(const LlamaModel *m, Activations *a, const LayerSa
                                 a->tp_full, a->tp_partial, N, D, 2 * Fl);
         return;
     }
-    llama_down_backward(m, a, s, a->dbuf_i, AT(g, u, lo->down), a->dresid, AT(w, u, lo->down));  // dh(N, Fl)
+    llama_down_backward(m, a, s, a->dbuf_i, AT(g, u, lo->down), a->dresid, NULL, AT(w, u, lo->down));  // dh(N, Fl)
     swiglu_backward(a->dgu, a->dbuf_i, s->gu, N, Fl);
     rmsnorm_rebuild(a->normed, s->ln2, AT(w, u, lo->ln2), Nr, D);
     tp_column_backward(tp, dd, AT(g, u, lo->gate_up), a->dgu, a->normed, AT(w, u, lo->gate_up), a->tp_full,

@@ -24,11 +24,23 @@
 // layer, rebuilt by every layer's recomputation: there the stash holds them too.
 // Under bf16 activations (m->mlp_bf16) gu is bf16 and still needed by W, which
 // rebuilds down's input from it: the stash holds dgu as well, as bf16 (dgu16), the
-// form SwiGLU's backward writes and both gate|up products read.
+// form SwiGLU's backward writes and both gate|up products read. Where the down
+// and o products read the residual stream's gradient as bf16 (llama_dres16_for_mlp,
+// _for_o) the stash keeps it so, in the first halves of d_down and d_o, written by
+// the norm's backward before each product (for d_down, the layer above's first norm
+// or the final norm) as in the fused backward, and read as it is by both products,
+// B's and W's: no copy of the fp32 gradient, no rounding pass.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
     uint16_t *dgu16, *dqkv16;  // (N, 2Fl), (N, QKV) bf16: dgu's and dqkv's room under mlp_bf16, qkv_bf16
+    uint16_t *d_down16, *d_o16;  // (Nr, D) bf16 each, in d_down's and d_o's room, under dres16 (else NULL)
 } LayerStash;
+
+// Layer slot i's d_down as bf16 (llama_dres16_for_mlp), NULL otherwise or for i < 0.
+static uint16_t *stash_down16(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
+    if (i < 0 || !llama_dres16_for_mlp(m)) return NULL;
+    return (uint16_t *)(st->d_down + (size_t)i * llama_rows(m, a->B * a->S) * m->D);
+}
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
                               const LayerSaved *s, int i) {
@@ -43,7 +55,9 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
                      st->d_ln1 + k * Nr * D,
                      st->norm_w + k * 2 * D,
                      NULL,
-                     NULL};
+                     NULL,
+                     stash_down16(m, a, st, i),
+                     llama_dres16_for_o(m) ? (uint16_t *)(st->d_o + k * Nr * D) : NULL};
     if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
     if (m->qkv_bf16) ls.dqkv16 = (uint16_t *)ls.dqkv, ls.dqkv = NULL;  // in qkv's own slot: N x QKV halves fit
     return ls;
@@ -55,11 +69,13 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
 // output on entry and of its input on exit, as in the fused layer_backward; the
 // norms' output gradients are written straight into the stash where the fused
 // backward uses scratch (dbuf_d), the two residual-stream gradients that later
-// kernels overwrite (d_down, d_o) are copied there, and dgu and dqkv are computed
-// in the scratch as in the fused backward, then copied where W reads them (a bf16
-// dgu is written there directly).
+// kernels overwrite (d_down, d_o) are copied there (or kept there as bf16, written
+// by the norms' backwards: LayerStash), and dgu and dqkv are computed in the
+// scratch as in the fused backward, then copied where W reads them (a bf16 dgu is
+// written there directly). carried: d_down16 holds dres already (the norm above
+// wrote it); else it is rounded here.
 static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Activations *a,
-                                 const WeightGradStash *st, int i) {
+                                 const WeightGradStash *st, int i, int carried) {
     const TensorParallel *tp = &m->tp;
     const int B = a->B, S = a->S, N = B * S, Nr = llama_rows(m, N), D = m->D, Fl = m->Fl;
     const int Hl = m->Hl, KVl = m->KVl, hd = m->hd, QKV = (Hl + 2 * KVl) * hd, A = Hl * hd;
@@ -73,11 +89,15 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     const LayerStash k = layer_stash(m, a, st, &s, i);
 
     // MLP
-    copy_f32(k.d_down, dres, (size_t)Nr * D);
+    if (!k.d_down16) copy_f32(k.d_down, dres, (size_t)Nr * D);
+    else if (!carried) round_to_bf16(k.d_down16, dres, (size_t)Nr * D);
     if (m->mlp_bf16) {  // down's input gradient as bf16 (dgu's second half), then dgu as bf16 into the stash,
                         // read from there (dgu: room to widen it); W rebuilds down's input itself
         uint16_t *dh16 = (uint16_t *)(a->dgu + (size_t)N * Fl);  // (N, Fl) bf16
-        tp_row_backward_input_to_bf16(tp, dh16, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
+        if (k.d_down16)
+            matmul_backward_bf16_to_bf16(dh16, a->dbuf_i, NULL, tp_gather_bf16(tp, k.d_down16, a->tp_full, N, D), NULL,
+                                         AT(w, u, lo->down), N, Fl, D);
+        else tp_row_backward_input_to_bf16(tp, dh16, a->dbuf_i, dres, AT(w, u, lo->down), a->tp_full, N, Fl, D);
         swiglu_backward_bf16(k.dgu16, NULL, dh16, s.gu16, N, Fl);
         tp_column_backward_bf16(tp, k.d_ln2, NULL, k.dgu16, a->dgu, NULL, AT(w, u, lo->gate_up), NULL,
                                 a->tp_partial, N, D, 2 * Fl);
@@ -87,10 +107,13 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
         copy_f32(k.dgu, a->dgu, (size_t)N * 2 * Fl);  // gu is read for the last time just above
         tp_column_backward_input(tp, k.d_ln2, a->dgu, AT(w, u, lo->gate_up), a->tp_partial, N, D, 2 * Fl);
     }
-    tp_norm_backward_input(dres, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
+    tp_norm_backward_input(dres, k.d_o16, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
-    copy_f32(k.d_o, dres, (size_t)Nr * D);
-    if (m->att_bf16)  // cuDNN reads the attention output's gradient as bf16, as the product writes it
+    if (!k.d_o16) copy_f32(k.d_o, dres, (size_t)Nr * D);
+    if (k.d_o16)  // cuDNN reads the attention output's gradient as bf16, as the product writes it
+        matmul_backward_bf16_to_bf16((uint16_t *)a->dbuf_i, a->dbuf_i, NULL,
+                                     tp_gather_bf16(tp, k.d_o16, a->tp_full, N, D), NULL, AT(w, u, lo->o), N, A, D);
+    else if (m->att_bf16)
         tp_row_backward_input_to_bf16(tp, (uint16_t *)a->dbuf_i, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A,
                                       D);
     else tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
@@ -104,7 +127,7 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
         copy_f32(k.dqkv, a->dqkv, (size_t)N * QKV);  // qkv is read for the last time just above
         tp_column_backward_input(tp, k.d_ln1, a->dqkv, AT(w, u, lo->qkv), a->tp_partial, N, D, QKV);
     }
-    tp_norm_backward_input(dres, k.d_ln1, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
+    tp_norm_backward_input(dres, stash_down16(m, a, st, i - 1), k.d_ln1, s.ln1, AT(w, u, lo->ln1), s.ln1_rstd, Nr, D);
     copy_f32(k.norm_w, AT(w, u, lo->ln1), (size_t)D);  // for W's rebuilt product inputs
     copy_f32(k.norm_w + D, AT(w, u, lo->ln2), (size_t)D);
     llama_layer_release(m, pa, u);
@@ -143,7 +166,8 @@ static void head_backward_input(const LlamaModel *m, const ParamAccess *pa, Acti
     if (uh == uf) head_piece_input(m, a, wf, hoff, lo, hi, N, din, &first);
     tp_reduce(tp, din, st->d_lnf, N, D);
     zero_f32(a->dresid, (size_t)Nr * D);
-    tp_norm_backward_input(a->dresid, st->d_lnf, a->lnf_xhat, wf + (m->final_norm - lo), a->lnf_rstd, Nr, D);
+    tp_norm_backward_input(a->dresid, stash_down16(m, a, st, a->nl - 1), st->d_lnf, a->lnf_xhat,
+                           wf + (m->final_norm - lo), a->lnf_rstd, Nr, D);
     pa->release_piece(pa->ctx, uf, 0);
 }
 
@@ -155,7 +179,8 @@ const float *llama_stage_backward_input(const LlamaModel *m, const ParamAccess *
         head_backward_input(m, pa, a, st, N);
     else
         copy_f32(dres, dx_out, (size_t)Nr * D);
-    for (int i = a->nl - 1; i >= 0; i--) layer_backward_input(m, pa, a, st, i);
+    for (int i = a->nl - 1; i >= 0; i--)  // d_down16 carried from the norm above, except into the stage's top
+        layer_backward_input(m, pa, a, st, i, i < a->nl - 1 || a->has_head);
     if (!a->has_embed) return dres;
     copy_f32(st->d_embed, dres, (size_t)Nr * D);  // the embedding's gradient, for W
     return NULL;
@@ -178,7 +203,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
     float *g = llama_layer_grads(m, pa, u).g;
     const LayerSaved s = layer_saved(m, a, i);
     const LayerStash k = layer_stash(m, a, st, &s, i);
-    llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, NULL);
+    llama_down_backward(m, a, &s, NULL, AT(g, u, lo->down), k.d_down, k.d_down16, NULL);
     // The products' inputs rebuilt as the forward wrote them (bf16: llama_norm16, or
     // kept by the forward under m->inputs16_kept), then their weight gradients.
     if (m->mlp_bf16) {  // h16, down's rebuilt input, read above: dgu is free room again
@@ -190,7 +215,7 @@ static void layer_backward_weight(const LlamaModel *m, const ParamAccess *pa, Ac
         tp_column_backward_weight(tp, AT(g, u, lo->gate_up), k.dgu, a->normed, a->tp_full, N, D, 2 * Fl);
     }
     tp_norm_backward_weight(tp, AT(g, u, lo->ln2), k.d_ln2, s.ln2, a->tp_dw, Nr, D);
-    llama_o_backward(m, a, &s, NULL, AT(g, u, lo->o), k.d_o, NULL);
+    llama_o_backward(m, a, &s, NULL, AT(g, u, lo->o), k.d_o, k.d_o16, NULL);
     if (m->qkv_bf16) {
         uint16_t *normed16 = llama_norm16(a, s.ln1_16, s.ln1, k.norm_w, Nr, D);  // (Nr, D)
         tp_column_backward_bf16(tp, NULL, AT(g, u, lo->qkv), k.dqkv16, a->dqkv, normed16, NULL, a->tp_full, NULL, N, D,

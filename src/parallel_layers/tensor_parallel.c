@@ -216,9 +216,9 @@ void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *do
     matmul_backward(NULL, dw, tp_gather(tp, dout, full, N, D), x, NULL, N, in_local, D, 0);
 }
 
-void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
+void tp_norm_backward_input(float *din, uint16_t *din16, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D) {
-    rmsnorm_backward(din, NULL, dout, xhat, weight, rstd, Nr, D);
+    rmsnorm_backward_with_bf16(din, din16, NULL, dout, xhat, weight, rstd, Nr, D);
 }
 
 void tp_norm_backward_weight(const TensorParallel *tp, float *dweight, const float *dout, const float *xhat,

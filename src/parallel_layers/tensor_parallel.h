@@ -165,8 +165,9 @@ void tp_row_backward_input_to_bf16(const TensorParallel *tp, uint16_t *din16, fl
 // dw(D, in_local) += gather(dout)^T @ x (row-parallel); full(N, D) scratch.
 void tp_row_backward_weight(const TensorParallel *tp, float *dw, const float *dout, const float *x,
                             float *full, int N, int in_local, int D);
-// din(Nr, D) += the norm's input gradient (no communication).
-void tp_norm_backward_input(float *din, const float *dout, const float *xhat, const float *weight,
+// din(Nr, D) += the norm's input gradient (no communication); din16(Nr, D) (NULL:
+// not wanted) its sums rounded to bf16 as written, as tp_norm_backward's.
+void tp_norm_backward_input(float *din, uint16_t *din16, const float *dout, const float *xhat, const float *weight,
                             const float *rstd, int Nr, int D);
 // dweight(D) += the norm weight's gradient sum(dout * xhat), summed over the group
 // under sequence parallel.

@@ -56,9 +56,9 @@ typedef struct {
                                     // config asks it (training.keep_bf16_inputs): the norms' and
                                     // SwiGLU's bf16 outputs kept for the backward, not rebuilt there
                                     // (LlamaModel.inputs16_kept)
-    int dres16;                     // ... with the fused backward (no split schedule): the residual
-                                    // stream's gradient written as bf16 by the norms' backward for
-                                    // the down and o products (model/llama.c: dres16)
+    int dres16;                     // ...: the residual stream's gradient written as bf16 by the
+                                    // norms' backward for the down and o products (model/llama.c:
+                                    // dres16; a split backward keeps it so in its stash)
     int epilogue_add;               // ... on one tensor-parallel rank: the two residual adds in the o
                                     // and down products' epilogues (ops.h: matmul_forward_add), which
                                     // read the residual once instead of a pass reading two and writing one
@@ -223,12 +223,14 @@ static Cost layer_bwd(const Shape *s) {
     // reader writes the gradient as bf16 beside its fp32 sums (half a value a
     // position): o's under att_kept, down's in a dense model unless full
     // recomputation comes between (then a pass rounds it, once for both of down's
-    // products); elsewhere each product rounds the gathered gradient itself.
-    const int full = l->recompute == RECOMPUTE_FULL, mlp16 = s->dres16 && s->pm->E == 0;
+    // products; a split backward keeps the copy in its stash, which recomputation
+    // leaves alone); elsewhere each product rounds the gathered gradient itself.
+    const int recomputed_between = l->recompute == RECOMPUTE_FULL && !pp_schedule_splits(l->sched);
+    const int mlp16 = s->dres16 && s->pm->E == 0;
     double rounded = (s->att_kept ? 0 : N * A) + (s->dres16 && s->att_kept ? 0 : N * D);
     double emitted = s->dres16 && s->att_kept ? Nr * D : 0;
     if (!mlp16) rounded += N * D;
-    else if (full) rounded += Nr * D;
+    else if (recomputed_between) rounded += Nr * D;
     else emitted += Nr * D;
     c.compute += rounding_s(s, rounded) + elementwise_s(s, 0.5 * emitted);
     const double act = N * D * s->bpv;
@@ -356,7 +358,7 @@ StepTime plan_step_time(const PlanProblem *p, const PlanLayout *l) {
     s.rounds = hw->bytes_per_value == 4 && !strcmp(hw->precision, "bf16");
     s.att_kept = s.rounds && !strcmp(hw->attention, "cudnn");
     s.epilogue_add = s.rounds && l->tp == 1;
-    s.dres16 = s.rounds && !pp_schedule_splits(l->sched);
+    s.dres16 = s.rounds;
     s.kept16 = s.rounds && pm->E == 0 && l->recompute != RECOMPUTE_FULL && plan_keeps_bf16_inputs(p);
     // Rank order dp-pp-cp-tp (tp fastest): a group is inside one node when the
     // ranks it spans fit in one.

@@ -9,7 +9,8 @@
 # and the attention against naive loops on rounded operands (tests/mkl/
 # test_bf16_products.c); training near the fp32 run but not equal to it, bit for bit
 # twice and across a resume, the MFU against the bf16 product's peak, and the same
-# layouts against bf16 1-rank runs (relative 2^-10, as the GPU's bf16 layouts).
+# layouts against bf16 1-rank runs (relative 2^-10, as the GPU's bf16 layouts); the
+# zero-bubble split backward = the fused one with bf16 products (test_split_backward).
 # Where oneMKL cannot be installed (no PyPI), prints SKIP and checks nothing.
 . "$(dirname "$0")/lib.sh"
 if ! bash scripts/install_mkl.sh >"$tmp/install.log" 2>&1; then
@@ -75,6 +76,16 @@ if make -s -j2 BLAS=mkl build-mkl/tests/test_bf16_products >"$tmp/build16.log" 2
     grep -q '^0 failed\|passed, 0 failed' "$tmp/products.log" || failed "test_bf16_products: $(tail -n 3 "$tmp/products.log")"
 else
     failed "make build-mkl/tests/test_bf16_products: $(tail -n 5 "$tmp/build16.log")"
+fi
+# The zero-bubble split backward against the fused one, bit for bit, with bf16
+# products too (the residual stream's gradient kept as bf16 in the stash)
+if make -s -j2 BLAS=mkl build-mkl/tests/test_split_backward >"$tmp/buildsb.log" 2>&1; then
+    build-mkl/tests/test_split_backward >"$tmp/split.log" 2>&1
+    grep -E '^(PASS|FAIL) ' "$tmp/split.log" | grep 'bf16 products'
+    grep -q 'bf16 products' "$tmp/split.log" && grep -q 'passed, 0 failed' "$tmp/split.log" ||
+        failed "oneMKL build's test_split_backward: $(grep -m 3 '^FAIL' "$tmp/split.log"; tail -n 1 "$tmp/split.log")"
+else
+    failed "make build-mkl/tests/test_split_backward: $(tail -n 5 "$tmp/buildsb.log")"
 fi
 FEMTOTRON_CACHE=$tmp/cache train "$MKL" bf16 --training.steps 8 --training.precision bf16 --training.peak_flops 0 \
     --checkpoint.dir "$tmp/ck16_full" --checkpoint.every 4

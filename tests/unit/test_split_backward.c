@@ -8,6 +8,10 @@
 // zero-bubble schedule runs them: B of both, then W of both, so a W that read the
 // shared scratch instead of its own slot and stash would be caught. The row tables
 // (embedding, head) are also handed over in pieces of a few rows, as ZeRO-2/3 does.
+// Where the build has bf16 products (the oneMKL build: tests/shell/test_blas_mkl.sh
+// runs it there), the bf16 activations again with them: the residual stream's
+// gradient then reaches the down and o products as bf16, written by the norms'
+// backwards, which the split keeps in its stash (model/llama_split.c).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,15 +166,20 @@ int main(void) {
         const char *name;
     } stages[] = {{{0, 4}, "whole model"}, {{0, 2}, "first stage"}, {{2, 3}, "middle stage"}, {{3, 4}, "last stage"}};
     const char *acts[] = {"", ", bf16 activations", ", bf16 activations with bf16 q|k|v and attention output"};
-    for (int bf16 = 0; bf16 <= 2; bf16++)
-        for (int r = 0; r < 3; r++)
-            for (int tied = 0; tied <= 1; tied++)
-                for (int s = 0; s < 4; s++) {
-                    const char *why;
-                    int ok = same_bits(rcs[r], bf16, tied, stages[s].su, 0, &why);
-                    CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s%s", stages[s].name,
-                          tied ? "tied" : "untied", rc_name[r], acts[bf16], ok ? "" : ": ", why);
-                }
+    for (int p16 = 0; p16 <= ops_has_bf16(); p16++) {  // bf16 products: with bf16 activations, as training has them
+        ops_set_matmul_bf16(p16);
+        for (int bf16 = p16; bf16 <= 2; bf16++)
+            for (int r = 0; r < 3; r++)
+                for (int tied = 0; tied <= 1; tied++)
+                    for (int s = 0; s < 4; s++) {
+                        const char *why;
+                        int ok = same_bits(rcs[r], bf16, tied, stages[s].su, 0, &why);
+                        CHECK(ok, "split backward = fused, bit for bit: %s, %s, recompute %s%s%s%s%s", stages[s].name,
+                              tied ? "tied" : "untied", rc_name[r], acts[bf16], p16 ? ", bf16 products" : "",
+                              ok ? "" : ": ", why);
+                    }
+    }
+    ops_set_matmul_bf16(0);
     // The row tables in pieces of 3 rows (29 rows: 10 pieces; the final unit: its
     // norm, then 10 head pieces), as the ZeRO-2/3 engine hands them out.
     for (int tied = 0; tied <= 1; tied++)
