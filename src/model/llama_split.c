@@ -109,14 +109,17 @@ static void layer_backward_input(const LlamaModel *m, const ParamAccess *pa, Act
     }
     tp_norm_backward_input(dres, k.d_o16, k.d_ln2, s.ln2, AT(w, u, lo->ln2), s.ln2_rstd, Nr, D);
     // Attention
-    if (!k.d_o16) copy_f32(k.d_o, dres, (size_t)Nr * D);
-    if (k.d_o16)  // cuDNN reads the attention output's gradient as bf16, as the product writes it
+    // cuDNN reads the attention output's gradient as bf16, as the product writes it
+    if (k.d_o16) {
         matmul_backward_bf16_to_bf16((uint16_t *)a->dbuf_i, a->dbuf_i, NULL,
                                      tp_gather_bf16(tp, k.d_o16, a->tp_full, N, D), NULL, AT(w, u, lo->o), N, A, D);
-    else if (m->att_bf16)
-        tp_row_backward_input_to_bf16(tp, (uint16_t *)a->dbuf_i, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A,
-                                      D);
-    else tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
+    } else {
+        copy_f32(k.d_o, dres, (size_t)Nr * D);
+        if (m->att_bf16)
+            tp_row_backward_input_to_bf16(tp, (uint16_t *)a->dbuf_i, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N,
+                                          A, D);
+        else tp_row_backward_input(tp, a->dbuf_i, dres, AT(w, u, lo->o), a->tp_full, N, A, D);
+    }
     // the q|k|v gradient as bf16 into the stash under bf16 activations (qkv is read for
     // the last time there), read from there
     llama_attention_core_backward(m, a, &s, k.dqkv16);
