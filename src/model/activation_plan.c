@@ -217,6 +217,14 @@ size_t activations_h16_slot(const LlamaModel *m, size_t N) { return slot_floats(
 
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N) { return slot_floats(N * 2 * m->Fl, m->mlp_bf16); }
 
+size_t wstash_down_slot(const LlamaModel *m, size_t Nr) {
+    return m->dres16_mlp ? slot_floats(Nr * (size_t)m->D, 1) : Nr * (size_t)m->D;
+}
+
+size_t wstash_o_slot(const LlamaModel *m, size_t Nr) {
+    return m->dres16_o ? slot_floats(Nr * (size_t)m->D, 1) : Nr * (size_t)m->D;
+}
+
 size_t wstash_dqkv_slot(const LlamaModel *m, size_t N) {
     return slot_floats(N * (size_t)(m->Hl + 2 * m->KVl) * m->hd, m->qkv_bf16);
 }
@@ -232,14 +240,17 @@ static size_t wstash_floats(const LlamaModel *m, StageUnits su, int B, int S, We
     // dgu and dqkv reuse the layer's own gu and qkv (model/llama_split.c), except
     // under full recomputation, where those are the shared working layer, and dgu
     // under bf16 activations, where gu is bf16 (and read again by the W half); a
-    // slot each per layer (wstash_dgu_slot, wstash_dqkv_slot).
+    // slot each per layer (wstash_dgu_slot, wstash_dqkv_slot). d_down and d_o hold the
+    // residual stream's gradient as bf16 where the products read it so (dres16_mlp,
+    // dres16_o: model/llama_split.c), half an fp32 slot.
     const size_t own = m->recompute == RECOMPUTE_FULL ? nl : 0, own_dgu = m->mlp_bf16 ? nl : own;
+    const size_t d_down = wstash_down_slot(m, Nr), d_o = wstash_o_slot(m, Nr);
     struct {
         float **ptr;
         size_t n;
     } plan[] = {
-        {&st->d_down, nl * Nr * D}, {&st->dgu, own_dgu * wstash_dgu_slot(m, N)}, {&st->d_ln2, nl * Nr * D},
-        {&st->d_o, nl * Nr * D},    {&st->dqkv, own * wstash_dqkv_slot(m, N)},   {&st->d_ln1, nl * Nr * D},
+        {&st->d_down, nl * d_down}, {&st->dgu, own_dgu * wstash_dgu_slot(m, N)}, {&st->d_ln2, nl * Nr * D},
+        {&st->d_o, nl * d_o},       {&st->dqkv, own * wstash_dqkv_slot(m, N)},   {&st->d_ln1, nl * Nr * D},
         {&st->norm_w, nl * 2 * D},  {&st->d_lnf, (shape.has_head ? 1 : 0) * Nr * D},
         {&st->d_embed, (shape.has_embed ? 1 : 0) * Nr * D},
     };

@@ -48,6 +48,11 @@ size_t activations_norm16_slot(const LlamaModel *m, size_t Nr);
 size_t activations_h16_slot(const LlamaModel *m, size_t N);
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N);
 size_t wstash_dqkv_slot(const LlamaModel *m, size_t N);
+// A layer's d_down and d_o in the stash, in floats: (Nr, D) fp32, or the bf16 halves
+// rounded up as the slots above where the products read it as bf16 (dres16_mlp,
+// dres16_o).
+size_t wstash_down_slot(const LlamaModel *m, size_t Nr);
+size_t wstash_o_slot(const LlamaModel *m, size_t Nr);
 void wstash_alloc(WeightGradStash *st, const LlamaModel *m, StageUnits su, int B, int S);
 void wstash_free(WeightGradStash *st);
 

@@ -40,6 +40,8 @@ void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights 
     const LayerSaved s = layer_saved(m, a, i);
     if (m->inputs16_kept && !ops_matmul_bf16())  // fp32 products would widen them in place
         die("kept bf16 product inputs need bf16 products (a bug: ModelShard.keep16 without training.precision bf16)");
+    if ((m->dres16_mlp || m->dres16_o) && !ops_matmul_bf16())  // only bf16 products read a bf16 gradient as it is
+        die("a bf16 residual gradient needs bf16 products (a bug: ModelShard.products16 without ops_set_matmul_bf16)");
 
     // Each norm keeps its xhat (s.ln1, s.ln2); its output goes to the shared `normed`,
     // the input of the product after it (under bf16 activations as bf16, normed16,
@@ -272,8 +274,8 @@ uint16_t *llama_norm16(Activations *a, uint16_t *kept, const float *xhat, const 
 // the norm's backward until those products have read it: the rebuild of the next
 // product's input comes after them, and only full recomputation, which rewrites
 // it in the layer's forward first, comes between (there nothing is carried over).
-int llama_dres16_for_mlp(const LlamaModel *m) { return m->mlp_bf16 && ops_matmul_bf16(); }
-int llama_dres16_for_o(const LlamaModel *m) { return m->att_bf16 && ops_matmul_bf16(); }
+int llama_dres16_for_mlp(const LlamaModel *m) { return m->dres16_mlp; }
+int llama_dres16_for_o(const LlamaModel *m) { return m->dres16_o; }
 static uint16_t *dres16_of(Activations *a) { return (uint16_t *)a->normed; }  // (Nr, D) bf16
 // Whether the norm's backward above layer slot i (the first norm of slot i + 1, or
 // the final norm for the stage's last slot) writes dres16 for slot i's down.

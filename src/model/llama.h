@@ -48,6 +48,10 @@ typedef struct {
     int keep16;           // 1 (training.keep_bf16_inputs): with bf16_acts and bf16 products, not
                           // under full recomputation, a dense layer keeps its products' bf16
                           // inputs made outside a product (LlamaModel.inputs16_kept)
+    int products16;       // 1: the ops' products are bf16 (training.precision = bf16: ops.h,
+                          // ops_set_matmul_bf16; a unit test sets both), with bf16_acts: the
+                          // residual stream's gradient reaches the down and o products as bf16
+                          // (LlamaModel.dres16_mlp, dres16_o)
 } ModelShard;
 
 // One rank holding the whole model, no recomputation (generation, tests).
@@ -94,6 +98,10 @@ typedef struct {
                                  // the q|k|v, gate|up and down products' inputs, for the backward's
                                  // weight gradients (LayerSaved.ln1_16, ln2_16, h16), which rebuild
                                  // none of them; needs bf16 products, which read them as they are
+    int dres16_mlp, dres16_o;    // 1 (ModelShard.products16, with mlp_bf16 / att_bf16): the down
+                                 // products / the o product read the residual stream's gradient as
+                                 // bf16, written by the norms' backwards (model/llama.c: dres16; the
+                                 // split backward's stash holds it so, in half its fp32 room)
     // The parameter table (model/param_table.h):
     int n_params;
     ParamInfo *params;           // (n_params)

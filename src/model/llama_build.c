@@ -136,7 +136,7 @@ static void layout_params(LlamaModel *m) {
 ModelShard model_whole(void) { return model_tp_shard(1, 0, 0); }
 
 ModelShard model_tp_shard(int size, int rank, int sp) {
-    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}, 0, 0, 0};
+    ModelShard s = {tp_group(size, rank, sp), {1, 0}, RECOMPUTE_NONE, {1, 0}, 0, 0, 0, 0};
     return s;
 }
 
@@ -146,7 +146,7 @@ ModelShard model_shard_of(const Config *cfg, GridCoords at) {
                     cfg->training.recompute, {p->ep, grid_ep_rank(p, at)},
                     cfg->training.precision == PRECISION_BF16,
                     cfg->training.precision == PRECISION_BF16 && cfg->training.attention == ATTENTION_CUDNN,
-                    cfg->training.keep_bf16_inputs};
+                    cfg->training.keep_bf16_inputs, cfg->training.precision == PRECISION_BF16};
     return s;
 }
 
@@ -176,6 +176,8 @@ void llama_build(LlamaModel *m, const ModelConfig *cfg, ModelShard shard) {
     m->qkv_bf16 = shard.bf16_acts;
     m->att_bf16 = shard.bf16_acts && shard.att_bf16;
     m->inputs16_kept = shard.keep16 && m->mlp_bf16 && m->recompute != RECOMPUTE_FULL;
+    m->dres16_mlp = shard.products16 && m->mlp_bf16;
+    m->dres16_o = shard.products16 && m->att_bf16;
     if (m->att_bf16 && m->cp.size > 1)  // config_validate refuses training.attention = cudnn with cp > 1
         die("bf16 q|k|v for cuDNN's attention need context parallel 1 (got %d): the ring's blocks are femtotron's",
             m->cp.size);

@@ -29,7 +29,7 @@
 // _for_o) the stash keeps it so, in the first halves of d_down and d_o, written by
 // the norm's backward before each product (for d_down, the layer above's first norm
 // or the final norm) as in the fused backward, and read as it is by both products,
-// B's and W's: no copy of the fp32 gradient, no rounding pass.
+// B's and W's: no copy of the fp32 gradient, no rounding pass, and half the room.
 typedef struct {
     float *d_down, *dgu, *d_ln2, *d_o, *dqkv, *d_ln1, *norm_w;  // shapes: WeightGradStash, one layer
     uint16_t *dgu16, *dqkv16;  // (N, 2Fl), (N, QKV) bf16: dgu's and dqkv's room under mlp_bf16, qkv_bf16
@@ -39,7 +39,7 @@ typedef struct {
 // Layer slot i's d_down as bf16 (llama_dres16_for_mlp), NULL otherwise or for i < 0.
 static uint16_t *stash_down16(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
     if (i < 0 || !llama_dres16_for_mlp(m)) return NULL;
-    return (uint16_t *)(st->d_down + (size_t)i * llama_rows(m, a->B * a->S) * m->D);
+    return (uint16_t *)(st->d_down + (size_t)i * wstash_down_slot(m, (size_t)llama_rows(m, a->B * a->S)));
 }
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
@@ -47,17 +47,17 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t k = (size_t)i;
     const int own = m->recompute == RECOMPUTE_FULL, own_dgu = own || m->mlp_bf16;
-    LayerStash ls = {st->d_down + k * Nr * D,
+    LayerStash ls = {st->d_down + k * wstash_down_slot(m, Nr),
                      own_dgu ? st->dgu + k * wstash_dgu_slot(m, N) : s->gu,
                      st->d_ln2 + k * Nr * D,
-                     st->d_o + k * Nr * D,
+                     st->d_o + k * wstash_o_slot(m, Nr),
                      own ? st->dqkv + k * wstash_dqkv_slot(m, N) : s->qkv,
                      st->d_ln1 + k * Nr * D,
                      st->norm_w + k * 2 * D,
                      NULL,
                      NULL,
                      stash_down16(m, a, st, i),
-                     llama_dres16_for_o(m) ? (uint16_t *)(st->d_o + k * Nr * D) : NULL};
+                     llama_dres16_for_o(m) ? (uint16_t *)(st->d_o + k * wstash_o_slot(m, Nr)) : NULL};
     if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
     if (m->qkv_bf16) ls.dqkv16 = (uint16_t *)ls.dqkv, ls.dqkv = NULL;  // in qkv's own slot: N x QKV halves fit
     return ls;

@@ -99,6 +99,7 @@ static int same_bits(Recompute rc, int bf16, int tied, StageUnits su, int piece_
     shard.recompute = rc;
     shard.bf16_acts = bf16 > 0;
     shard.att_bf16 = bf16 == 2;  // q|k|v and the attention output kept as bf16 too (training.attention = cudnn)
+    shard.products16 = ops_matmul_bf16();  // the model's flag and the ops' state together, as training sets them
     LlamaModel m;
     llama_build(&m, &mc, shard);
     const size_t ne = m.num_elements, nd = (size_t)N * m.D;
@@ -193,14 +194,17 @@ int main(void) {
     // gradients per layer, plus gate|up's and q|k|v's under full recomputation
     // (otherwise they take the layer's own gu and qkv, which only I reads), and
     // gate|up's under bf16 activations (gu is kept as bf16, and W reads it again),
-    // as bf16 there, half an fp32 one's bytes (and q|k|v's too, under full).
+    // as bf16 there, half an fp32 one's bytes (and q|k|v's too, under full). With
+    // bf16 products (and cuDNN's attention) two of the four, down's and o's output
+    // gradients, are kept as bf16 too.
     ModelConfig mc;
     small_config(&mc, 0);
-    for (int bf16 = 0; bf16 <= 1; bf16++)
+    for (int bf16 = 0; bf16 <= 2; bf16++)
         for (int full = 0; full <= 1; full++) {
             ModelShard shard = model_whole();
             shard.recompute = full ? RECOMPUTE_FULL : RECOMPUTE_NONE;
-            shard.bf16_acts = bf16;
+            shard.bf16_acts = bf16 > 0;
+            shard.att_bf16 = shard.products16 = bf16 == 2;
             LlamaModel m;
             llama_build(&m, &mc, shard);
             StageUnits one = {1, 1}, two = {1, 2};
@@ -208,13 +212,15 @@ int main(void) {
             // + the layer's two norm weights (2 D), from which W rebuilds the products'
             // inputs (multiples of 16 floats here, so no rounding between layers)
             const size_t value = bf16 ? sizeof(uint16_t) : sizeof(float);
-            size_t per_layer = sizeof(float) * ((size_t)4 * N * m.D + (size_t)2 * m.D) +
+            const size_t halves = bf16 == 2 ? 2 : 0;  // (N, D) gradients kept as bf16: down's and o's
+            size_t per_layer = sizeof(float) * ((4 - halves) * N * m.D + (size_t)2 * m.D) +
+                               sizeof(uint16_t) * halves * N * m.D +
                                value * ((size_t)full * N * (m.H + 2 * m.KV) * m.hd + (size_t)(full || bf16) * N * 2 * m.Fl);
             CHECK(m.D % 8 == 0 && b1 == per_layer && b2 == 2 * per_layer,
-                  "stash of one layer%s%s = %zu bytes, of two layers twice that (%zu, %zu)",
+                  "stash of one layer%s%s%s = %zu bytes, of two layers twice that (%zu, %zu)",
                   full ? " (full recomputation: + gate|up and q|k|v gradients)" : " = 4 (N, D) gradients + 2 norm weights",
                   bf16 && !full ? " + gate|up's gradient as bf16 (bf16 activations)" : bf16 ? " (bf16 activations: both as bf16)" : "",
-                  per_layer, b1, b2);
+                  halves ? ", down's and o's output gradients as bf16 (bf16 products, cuDNN)" : "", per_layer, b1, b2);
             llama_free(&m);
         }
     return check_summary();
