@@ -12,11 +12,13 @@
 // runs it there), the bf16 activations again with them: the residual stream's
 // gradient then reaches the down and o products as bf16, written by the norms'
 // backwards, which the split keeps in its stash (model/llama_split.c).
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "run_child.h"
 #include "config.h"
 #include "model/activation_plan.h"
 #include "model/activations.h"
@@ -157,8 +159,37 @@ static int same_bits(Recompute rc, int bf16, int tied, StageUnits su, int piece_
     return ok;
 }
 
+// A model that says its products are bf16 (ModelShard.products16) run on fp32 ops:
+// its forward refuses it (the bf16 residual gradient would reach fp32 products).
+static void child_products16_on_fp32_ops(void *p) {
+    (void)p;
+    ops_set_matmul_bf16(0);
+    ModelConfig mc;
+    small_config(&mc, 0);
+    ModelShard shard = model_whole();
+    shard.bf16_acts = shard.products16 = 1;
+    LlamaModel m;
+    llama_build(&m, &mc, shard);
+    float *params = xcalloc(sizeof(float) * m.num_elements, "test");  // (num_elements)
+    llama_init_params(&m, params, 7);
+    float *grads = xcalloc(sizeof(float) * m.num_elements, "test");  // (num_elements)
+    Pieced w = {{params, grads, &m}, 0};
+    ParamAccess pa = pieced_access(&w);
+    const StageUnits su = {0, 4};
+    Activations a;
+    activations_alloc(&a, &m, su, B, S, NULL);
+    int32_t tok[N] = {0}, tgt[N] = {0};
+    double loss = 0.0;
+    llama_stage_forward(&m, &pa, &a, tok, NULL, tgt, 1.0f, 1, &loss);
+}
+
 int main(void) {
     ops_set_threads(2);
+    char err[2048];
+    const int rc = run_child(child_products16_on_fp32_ops, NULL, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "ModelShard.products16") && strstr(err, "bf16 products"),
+          "a model with bf16 products (ModelShard.products16) on fp32 ops is refused, naming both (exit %d: %.200s)",
+          rc, err);
     const char *rc_name[] = {"none", "selective", "full"};
     const Recompute rcs[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
     // Units: 0 embedding, 1..3 layers, 4 final norm + head.
