@@ -360,7 +360,7 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
                                      (const uint16_t *)s.attn, AT(w, u, lo->o), N, m->Hl * m->hd, D);
     else
         llama_o_backward(m, a, &s, a->dbuf_i, AT(g, u, lo->o), dres, NULL, AT(w, u, lo->o));
-    uint16_t *dqkv16 = (uint16_t *)(m->att_bf16 && ops_matmul_bf16() ? a->dqkv : a->dbuf_i);  // (N, QKV) bf16
+    uint16_t *dqkv16 = (uint16_t *)(m->dres16_o ? a->dqkv : a->dbuf_i);  // (N, QKV) bf16; dres16_o: att_bf16, bf16 products
     llama_attention_core_backward(m, a, &s, dqkv16);
     if (m->qkv_bf16) {
         uint16_t *normed16 = llama_norm16(a, s.ln1_16, s.ln1, AT(w, u, lo->ln1), Nr, D);  // (Nr, D)

@@ -15,6 +15,15 @@
 #include "config.h"
 #include "config_fixture.h"
 
+// c: the defaults, model.from the temporary Hugging Face directory (hf_dir, its
+// config.json as the test wrote it), validated for one rank.
+static void load_from_hf_dir(Config *c) {
+    config_defaults(c);
+    config_set(c, "model.from", hf_dir);
+    config_set(c, "data.train", "x.bin");
+    config_validate(c, 1);
+}
+
 static void test_precedence(void) {
     // The HF file: every key differs from our defaults; kv heads absent, so
     // transformers' rule (kv = heads) applies; harmless extras are ignored.
@@ -73,10 +82,7 @@ static void test_llama32_config(void) {
              " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true,\n"
              " \"vocab_size\": 128256}");
     Config c;
-    config_defaults(&c);
-    config_set(&c, "model.from", hf_dir);
-    config_set(&c, "data.train", "x.bin");
-    config_validate(&c, 1);
+    load_from_hf_dir(&c);
     const ModelConfig *m = &c.model;
     CHECK(m->rope_type == ROPE_LLAMA3 && m->rope_factor == 32 && m->rope_low_freq_factor == 1 &&
               m->rope_high_freq_factor == 4 && m->rope_original_max_position_embeddings == 8192 &&
@@ -87,10 +93,7 @@ static void test_llama32_config(void) {
           "Llama-3.2-1B config.json: head_dim 64 (= 2048 / 32, kept as derived), tied, 8 kv heads");
     // A separate head dim (hidden / heads = 32, head_dim 48) is kept as given.
     write_hf("{\"hidden_size\": 128, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 48}");
-    config_defaults(&c);
-    config_set(&c, "model.from", hf_dir);
-    config_set(&c, "data.train", "x.bin");
-    config_validate(&c, 1);
+    load_from_hf_dir(&c);
     CHECK(model_head_dim(&c.model) == 48, "config.json head_dim 48 with hidden 128 / 4 heads: hd %d",
           model_head_dim(&c.model));
     // Written back (a checkpoint's config.json) and read again: the same model.
@@ -136,27 +139,18 @@ static void test_mixtral_config(void) {
              " \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.02, \"sliding_window\": null,\n"
              " \"tie_word_embeddings\": false, \"vocab_size\": 32000}");
     Config c;
-    config_defaults(&c);
-    config_set(&c, "model.from", hf_dir);
-    config_set(&c, "data.train", "x.bin");
-    config_validate(&c, 1);
+    load_from_hf_dir(&c);
     const ModelConfig *m = &c.model;
     CHECK(m->num_local_experts == 8 && m->num_experts_per_tok == 2 && m->router_aux_loss_coef == 0.02 &&
               !m->output_router_logits && m->intermediate_size == 14336,
           "Mixtral-8x7B config.json: 8 experts, top-2, aux coef 0.02 (got %d, %d, %g)", m->num_local_experts,
           m->num_experts_per_tok, m->router_aux_loss_coef);
     write_hf("{\"model_type\": \"mixtral\", \"num_experts_per_tok\": 1, \"output_router_logits\": true}");
-    config_defaults(&c);
-    config_set(&c, "model.from", hf_dir);
-    config_set(&c, "data.train", "x.bin");
-    config_validate(&c, 1);
+    load_from_hf_dir(&c);
     CHECK(c.model.num_local_experts == 8 && c.model.num_experts_per_tok == 1 && c.model.output_router_logits,
           "Mixtral config.json without num_local_experts: MixtralConfig's 8 (got %d)", c.model.num_local_experts);
     write_hf("{\"model_type\": \"llama\", \"num_local_experts\": 8}");
-    config_defaults(&c);
-    config_set(&c, "model.from", hf_dir);
-    config_set(&c, "data.train", "x.bin");
-    config_validate(&c, 1);
+    load_from_hf_dir(&c);
     CHECK(c.model.num_local_experts == 0, "a Llama config.json stays dense whatever num_local_experts says");
     // Written back and read again.
     char dir[64] = "/tmp/femtotron_moeXXXXXX", path[128];
