@@ -144,7 +144,8 @@ if [ "${gpus:-0}" -ge 8 ]; then
     out=$(NCCL_LINKS=1 CUDA_EMU_DEVICES=$gpus \
         LAYOUTS=${NCCL_LAYOUTS:-'^(tied_dp4_zero3_buckets|pp2_1f1b_m8|pp2_int_m4|zbv_pp2_m4|cp2|tp2_cp2_pp2|moe_ep2)$'} GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
     rc=$?
-    printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | sed -E 's/^(PASS|FAIL) /\1 parallel.comm = nccl, a GPU per rank: /'
+    # (a failed run's last log lines, indented by tests/shell/test_parity.sh, kept after its FAIL)
+    printf '%s\n' "$out" | grep -E '^(PASS|FAIL) |^    ' | sed -E 's/^(PASS|FAIL) /\1 parallel.comm = nccl, a GPU per rank: /'
     if [ "$rc" -ne 0 ]; then
         printf '%s\n' "$out" | grep -q '^FAIL ' || echo "FAIL layouts with NCCL exited with status $rc: $(printf '%s\n' "$out" | tail -3)"
         fail=1
@@ -158,7 +159,7 @@ if [ "${NCCL_EMU_STREAM_TEST:-0}" = 1 ] && [ "${gpus:-0}" -ge 2 ]; then
         out=$(CUDA_EMU_STREAMS=$order CUDA_EMU_DEVICES=$gpus LAYOUTS='^(dp2_zero1|tp2_sp|cp2|pp2_1f1b_m8)$' \
             GPU_ARGS="--training.device cuda --training.precision fp32 --parallel.comm nccl" bash tests/gpu/layouts.sh 2>&1)
         rc=$?
-        printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | grep -v '^PASS memory' |
+        printf '%s\n' "$out" | grep -E '^(PASS|FAIL) |^    ' | grep -v '^PASS memory' |
             sed -E "s/^(PASS|FAIL) /\1 parallel.comm = nccl, NCCL's streams run $order: /"
         if [ "$rc" -ne 0 ]; then
             printf '%s\n' "$out" | grep -q '^FAIL ' || echo "FAIL layouts with NCCL's streams $order exited with status $rc"
