@@ -34,7 +34,7 @@ void rank_build(Rank *r, const Config *cfg, GridCoords at, MemTally *plan_only) 
     if (cuda || bf16) {
         const LlamaModel *m = &r->model;
         OpsBounds b = llama_op_bounds(m, cfg->training.micro_batch_size, cfg->training.seq_length / p->cp,
-                                      r->pipe.held[m->L + 1] != 0, bf16, kept);
+                                      r->pipe.held[m->L + 1] != 0, bf16, kept, r->dp.piece_max);
         b.cudnn_attention = cfg->training.attention == ATTENTION_CUDNN;  // cuDNN's copies and workspace
         r->workspace = buf_take(plan_only, MEM_ACTIVATIONS, cuda ? ops_cuda_workspace(&b).total : ops_cpu_workspace_bytes(&b),
                                 cuda ? "CUDA work buffers" : "bf16 operand copies");

@@ -140,8 +140,11 @@ int llama_rows(const LlamaModel *m, int N);
 // OpsBounds, which sizes the CUDA backend's work buffers): whether this rank runs
 // the output head (the last pipeline stage), bf16 products or not, and whether
 // every weight a product reads lies in the kept bf16 copy (weights_kept; not under
-// ZeRO-3, whose gathered weights are rounded per product).
-OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept);
+// ZeRO-3, whose gathered weights are rounded per product), and the largest piece of
+// the row tables (piece_max, DataParallel's: 0 for whole units), whose boundaries
+// decide where the head's products can read the loss's bf16 gradient in place.
+OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept,
+                          size_t piece_max);
 
 // This rank's tokens of B whole sequences of seq_length tokens: full(B, seq_length)
 // -> local(B, S) (the zigzag chunks under context parallelism, else a copy).

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/llama_layer.h"
 #include "model/moe.h"
+#include "model/param_access.h"
 #include "model/rope.h"
 #include "ops/ops.h"
 #include "util.h"
@@ -238,10 +240,35 @@ static size_t max_of(const size_t *x, int n) {
     return best;
 }
 
-OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept) {
+// The widest piece of the head's bf16 output gradient (dlogits, rows CE_LD16(Vl)
+// apart, written by the loss) that the products cannot read where it lies, and so
+// copy into slot 0 (ops_cuda_bf16_in_place): its rows not 16-byte aligned (Vl not a
+// multiple of 4), or a piece (ZeRO-2/3's windows, piece_max) starting at a row r0
+// that is not a multiple of 8. 0 when every piece is read in place: at SmolLM-1.7B's
+// micro-batch of 8192 tokens that keeps 8192 x 49152 bf16 values (805 MB; 2.1 GB at
+// Llama-3.2-1B's vocabulary) out of slot 0, which the other products size (268 MB).
+static size_t head_copied_cols(const LlamaModel *m, size_t piece_max) {
+    const int tied = m->cfg.tie_word_embeddings, uh = tied ? 0 : m->L + 1;
+    const size_t hoff = tied ? m->embed : m->head;
+    size_t widest = 0;
+    for (int k = 0; k < llama_unit_n_pieces(m, uh, piece_max); k++) {  // as head_backward walks them
+        size_t lo, hi;
+        int r0, r1;
+        llama_unit_piece(m, uh, piece_max, k, &lo, &hi);
+        llama_piece_rows(m, hoff, m->Vl, lo, hi, &r0, &r1);
+        if (r1 > r0 && !ops_cuda_bf16_in_place(CE_LD16(m->Vl), (size_t)r0) && (size_t)(r1 - r0) > widest)
+            widest = (size_t)(r1 - r0);
+    }
+    return widest;
+}
+
+OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int bf16, int weights_kept,
+                          size_t piece_max) {
     const size_t N = (size_t)B * S, D = (size_t)m->D, Fl = (size_t)m->Fl, Fsl = (size_t)m->Fsl;
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
-    const size_t Vl = has_head ? (size_t)m->Vl : 0;  // the head's product only where it is
+    // The head's product only where it is, and its output gradient only where a piece
+    // of it is copied (bf16 products; in fp32 no product copies anything).
+    const size_t Vl = has_head && bf16 ? head_copied_cols(m, piece_max) : 0;
     const size_t E = (size_t)m->E;
     // Every product of llama.c, llama_split.c, moe.c and tensor_parallel.c, as
     // (out_dim, in_dim): q|k|v, o, gate|up, down (dense, or the shared experts at

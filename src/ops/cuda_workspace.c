@@ -8,6 +8,8 @@ static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 size_t ops_cuda_operand_elements(size_t rows, size_t cols) { return rows * round_up(cols, 8); }
 
+int ops_cuda_bf16_in_place(size_t ld16, size_t col0) { return ld16 % 8 == 0 && col0 % 8 == 0; }
+
 size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S) { return B * H * round_up(S, 128) * round_up(S, 128); }
 
 void ops_cuda_cudnn_parts(size_t att_qkv, size_t att_out, size_t att_scores, int copies, size_t part[CUDNN_PARTS]) {

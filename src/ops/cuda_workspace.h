@@ -11,7 +11,10 @@
 typedef struct {
     size_t rows;      // most rows (tokens) of one matrix product or cross-entropy call
     size_t in_cols;   // widest input (in_dim) of a matrix product
-    size_t out_cols;  // widest output (out_dim) of a matrix product
+    size_t out_cols;  // widest output gradient (out_dim) a product's backward may copy into slot 0:
+                      // every product's but the head's, whose bf16 dlogits are read where the loss
+                      // wrote them (ops_cuda_bf16_in_place): the head's widest piece only where
+                      // one is not (llama_op_bounds)
     size_t weight;    // most elements, as ops_cuda_operand_elements counts them, of a weight
                       // a product reads from outside the kept bf16 copy (0: none does)
     int bf16;         // bf16 products (training.precision)
@@ -72,4 +75,12 @@ size_t ops_cuda_cudnn_scores(size_t B, size_t H, size_t S);
 // Elements of the bf16 copy of an (rows, cols) operand: its rows padded to 8 values
 // (16 bytes, for cuBLASLt's vector loads).
 size_t ops_cuda_operand_elements(size_t rows, size_t cols);
+// Whether the CUDA backend's products read a bf16 operand as it is, rows ld16 values
+// apart and starting col0 values into a planned buffer (planned buffers start 64-byte
+// aligned, util.h): both 16-byte aligned, as cuBLASLt's vector loads need; else it reads
+// a padded copy in slot 0 (matmul_backward_ld16, on the loss's bf16 dlogits: a head
+// piece starting at row r0 of a (Vl, D) head reads columns [r0, r1) of rows CE_LD16(Vl)
+// apart). The planner asks it of every head piece, so slot 0 has room for the copy
+// only where one is made; the backend's check on the address agrees for planned buffers.
+int ops_cuda_bf16_in_place(size_t ld16, size_t col0);
 #endif

@@ -375,14 +375,15 @@ extern "C" void matmul_backward_bf16(float *din, float *dweight, const uint16_t 
 }
 
 // dout16 read as it is where its columns start 16-byte aligned (rows a multiple of 8
-// values apart, as the loss's are at a vocabulary slice of a multiple of 4: CE_LD16),
-// else through its padded copy in slot 0.
+// values apart, as the loss's are at a vocabulary slice of a multiple of 4: CE_LD16;
+// ops_cuda_bf16_in_place, which the planner asks of every head piece), else through
+// its padded copy in slot 0.
 extern "C" void matmul_backward_ld16(float *din, float *dweight, const uint16_t *dout16, size_t ld16, const float *in,
                                      const float *weight, int N, int in_dim, int out_dim, int accumulate_din) {
     if (!g_bf16) die("matmul_backward_ld16: a bf16 output gradient needs bf16 products (a bug)");
     if (!din && !dweight) return;
     if (ld16 > INT_MAX) die("matmul_backward_ld16: rows %zu values apart, more than cuBLASLt's index holds", ld16);
-    const Operand d = ld16 % 8 == 0 && alignment(dout16) == 16
+    const Operand d = ops_cuda_bf16_in_place(ld16, 0) && alignment(dout16) == 16
                           ? Operand{dout16, (int)ld16}
                           : padded_copy(0, (const __nv_bfloat16 *)dout16, N, out_dim, (int)ld16);
     const Operand x = dweight ? operand(1, in, N, in_dim, in_dim) : Operand{NULL, in_dim};

@@ -36,7 +36,8 @@
 #      definition (2.3e-4 when only cuDNN's gradient was rounded); an indexing or
 #      mask error moves the loss by 1e-2 and more (200 S).
 # Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
-# build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh).
+# build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh),
+# LAYOUTS_CUDNN (5's rows), LAYOUTS_ONLY (below).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 GPU_BIN=${GPU_BIN:-./femtotron-cuda}
@@ -92,6 +93,10 @@ ROWS
     parity "$tol_cudnn" "${LAYOUTS_CUDNN:-.}" "$tmp/cudnn.txt" | sed -E 's/^(PASS|FAIL) ([A-Za-z0-9_.-]+) /\1 bf16 \2 /'
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
+
+# LAYOUTS_ONLY=1: the spread and the rows alone (1-3, and 5 where LAYOUTS_CUDNN asks),
+# for a second call on other rows whose spread is their own models'.
+[ "${LAYOUTS_ONLY:-0}" = 1 ] && exit "$rc"
 
 # 4. The kept bf16 copy of the weights changes no bit: dp 2 with ZeRO-0 (products
 #    read the copy AdamW wrote) and ZeRO-1 (the copy of the gathered half rounded

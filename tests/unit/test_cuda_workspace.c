@@ -96,31 +96,64 @@ static void test_bounds(void) {
     make_cfg(&c, 1, NULL, 0);
     LlamaModel m;
     llama_build(&m, &c.model, model_whole());
-    OpsBounds b = llama_op_bounds(&m, 2, 32, 1, 0, 0);
+    OpsBounds b = llama_op_bounds(&m, 2, 32, 1, 0, 0, 0);
     // outputs: q|k|v (4+2+2)*16 = 128, o 64, gate|up 256, head 257; inputs: D, A 64, F 128.
-    CHECK(b.rows == 64 && b.out_cols == 257 && b.in_cols == 128 && b.weight == 0,
-          "one rank: 64 rows, the head's 257 columns out, the down product's 128 in (%zu, %zu, %zu)", b.rows,
-          b.out_cols, b.in_cols);
+    CHECK(b.rows == 64 && b.out_cols == 256 && b.in_cols == 128 && b.weight == 0,
+          "one rank in fp32: 64 rows, gate|up's 256 columns out (no product copies the head's output gradient), "
+          "the down product's 128 in (%zu, %zu, %zu)", b.rows, b.out_cols, b.in_cols);
     CHECK(b.att_qkv == 64 * 128 && b.att_out == 64 * 64 && b.att_scores == 2 * 4 * 128 * 128 && !b.cudnn_attention,
           "attention: 64 rows of q|k|v 128 wide and of output 64 wide, 2 x 4 heads of 32 x 32 scores padded to 128 "
           "(%zu, %zu, %zu); cuDNN's part off by default",
           b.att_qkv, b.att_out, b.att_scores);
-    b = llama_op_bounds(&m, 2, 32, 0, 0, 0);
+    b = llama_op_bounds(&m, 2, 32, 0, 0, 0, 0);
     CHECK(b.out_cols == 256, "a stage without the head: gate|up's 256 columns are the widest (%zu)", b.out_cols);
-    b = llama_op_bounds(&m, 2, 32, 1, 1, 0);
+    b = llama_op_bounds(&m, 2, 32, 1, 1, 0, 0);
     CHECK(b.weight == 257 * 64, "bf16 without the kept copy (ZeRO-3): the head, 257 x 64, is the largest weight "
           "(%zu)", b.weight);
-    b = llama_op_bounds(&m, 2, 32, 1, 1, 1);
+    CHECK(b.out_cols == 257, "bf16, vocabulary 257: the loss's bf16 rows are 514 values apart, not 16-byte "
+          "aligned, so the head's products read a copy of its 257 columns (%zu)", b.out_cols);
+    b = llama_op_bounds(&m, 2, 32, 1, 1, 1, 0);
     CHECK(b.weight == 0, "bf16 with the kept copy: no weight is copied per product");
+    b = llama_op_bounds(&m, 2, 32, 0, 1, 1, 0);
+    CHECK(b.out_cols == 256, "bf16, a stage without the head: gate|up's 256 (%zu)", b.out_cols);
     llama_free(&m);
     llama_build(&m, &c.model, model_tp_shard(2, 0, 1));
-    b = llama_op_bounds(&m, 2, 32, 1, 0, 0);
+    b = llama_op_bounds(&m, 2, 32, 1, 0, 0, 0);
     // tp 2: q|k|v 64, gate|up 128, head rows 129; inputs D 64, F/2 64.
-    CHECK(b.rows == 64 && b.out_cols == 129 && b.in_cols == 64,
-          "tp 2 with sequence parallel: the gathered 64 rows, 129 head rows out, 64 in (%zu, %zu, %zu)", b.rows,
-          b.out_cols, b.in_cols);
+    CHECK(b.rows == 64 && b.out_cols == 128 && b.in_cols == 64,
+          "tp 2 with sequence parallel in fp32: the gathered 64 rows, gate|up's 128 out, 64 in (%zu, %zu, %zu)",
+          b.rows, b.out_cols, b.in_cols);
+    b = llama_op_bounds(&m, 2, 32, 1, 1, 1, 0);
+    CHECK(b.out_cols == 129, "tp 2 in bf16: the head's 129 rows of this rank are copied (rows 258 apart) (%zu)",
+          b.out_cols);
     CHECK(b.att_scores == 2 * 2 * 128 * 128, "tp 2: cuDNN's scores for this rank's 2 heads (%zu)", b.att_scores);
     llama_free(&m);
+}
+
+// The head's bf16 output gradient in slot 0 only where a piece of it is not read in
+// place: vocabulary 1024 (rows 2048 bf16 values apart, 16-byte aligned), whole, or in
+// ZeRO-2/3's pieces of 300 rows (pieces from rows 300 and 900 start 8 bytes off
+// 16: copied, 300 wide at most) or of 296 (every piece starts aligned), untied and tied.
+static void test_head_in_place(void) {
+    CHECK(ops_cuda_bf16_in_place(2048, 0) && ops_cuda_bf16_in_place(2048, 296) && !ops_cuda_bf16_in_place(2048, 300) &&
+              !ops_cuda_bf16_in_place(514, 0),
+          "in place: rows a multiple of 8 values apart and the first column a multiple of 8");
+    for (int tied = 0; tied < 2; tied++) {
+        const char *args[] = {"--model.vocab_size", "1024", "--model.tie_word_embeddings", tied ? "true" : "false"};
+        Config c;
+        make_cfg(&c, 1, args, 4);
+        LlamaModel m;
+        llama_build(&m, &c.model, model_whole());
+        const size_t whole = llama_op_bounds(&m, 2, 32, 1, 1, 1, 0).out_cols;
+        const size_t p300 = llama_op_bounds(&m, 2, 32, 1, 1, 1, 300 * 64).out_cols;
+        const size_t p296 = llama_op_bounds(&m, 2, 32, 1, 1, 1, 296 * 64).out_cols;
+        const size_t p300_32 = llama_op_bounds(&m, 2, 32, 1, 0, 0, 300 * 64).out_cols;
+        CHECK(whole == 256 && p300 == 300 && p296 == 256 && p300_32 == 256,
+              "%s head, vocabulary 1024, bf16: whole read in place (slot 0 for gate|up's 256: %zu); pieces of 300 "
+              "rows copied (%zu); of 296 in place (%zu); fp32 never copies (%zu)",
+              tied ? "tied" : "untied", whole, p300, p296, p300_32);
+        llama_free(&m);
+    }
 }
 
 // A GPU run's predicted memory: in fp32 the CPU run's plus the workspace in
@@ -159,6 +192,7 @@ static void test_planned(void) {
 int main(void) {
     test_parts();
     test_bounds();
+    test_head_in_place();
     test_planned();
     return check_summary();
 }
