@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "config.h"
+#include "run_child.h"
 
 static char hf_dir[64];  // temporary Hugging Face model directory (mkdtemp)
 
@@ -74,39 +75,17 @@ static inline void run_case(const Case *k) {
     if (k->backend) config_check_backend(&c, k->backend == 2 ? DEVICE_CUDA : DEVICE_CPU, k->bf16_ready);
 }
 
-// Run fn in a child with stdout or stderr (fd) captured into out; returns the
-// child's exit status (-1 when it did not exit normally).
-static inline int run_captured(void (*fn)(const void *), const void *arg, int fd, char *out, size_t out_size) {
-    int p[2];
-    if (pipe(p) != 0) return -1;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[0]);
-        dup2(p[1], fd);
-        fn(arg);
-        fflush(stdout);
-        fflush(stderr);
-        _exit(0);
-    }
-    close(p[1]);
-    size_t len = 0;
-    ssize_t n;
-    while ((n = read(p[0], out + len, out_size - 1 - len)) > 0) len += (size_t)n;
-    out[len] = '\0';
-    close(p[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static inline void run_case_void(void *arg) { run_case((const Case *)arg); }
 
-static inline void run_case_void(const void *arg) { run_case((const Case *)arg); }
+// Case k in a child with its stderr in err (newlines kept); its exit status.
+static inline int run_case_captured(Case *k, char *err, size_t err_size) {
+    return run_child_capture(run_case_void, k, 2, 0, err, err_size);
+}
 
 // The case must exit non-zero with every '|'-separated needle in its stderr.
 static inline void expect_fail(const char *name, Case k, const char *needles) {
     char err[4096];
-    int rc = run_captured(run_case_void, &k, 2, err, sizeof err);
+    int rc = run_case_captured(&k, err, sizeof err);
     int ok = rc != 0;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", needles);

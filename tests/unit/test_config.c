@@ -154,7 +154,7 @@ static void test_round_trip(void) {
     rmdir(dir);
 }
 
-static void print_help_void(const void *arg) {
+static void print_help_void(void *arg) {
     (void)arg;
     config_print_help();
 }
@@ -208,7 +208,7 @@ static void test_enums(void) {
 
 static void test_help(void) {
     char out[16384];
-    int rc = run_captured(print_help_void, NULL, 1, out, sizeof out);
+    int rc = run_child_capture(print_help_void, NULL, 1, 0, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "training.micro_batch_size") && strstr(out, "3e-4") &&
               strstr(out, "logging.val_batches") && strstr(out, "model.from"),
           "print_help lists keys with their defaults");

@@ -36,10 +36,10 @@ static void test_device(void) {
     Case ok_cuda = {.args = "--training.device cuda --training.precision fp32", .world = 1, .backend = 2};
     Case ok_bf16 = {.args = "--training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
     Case ok_cpu_bf16 = {.args = "--training.precision bf16", .world = 1, .backend = 1, .bf16_ready = 1};
-    CHECK(run_captured(run_case_void, &ok_cpu, 2, err, sizeof err) == 0 &&
-              run_captured(run_case_void, &ok_cuda, 2, err, sizeof err) == 0 &&
-              run_captured(run_case_void, &ok_bf16, 2, err, sizeof err) == 0 &&
-              run_captured(run_case_void, &ok_cpu_bf16, 2, err, sizeof err) == 0,
+    CHECK(run_case_captured(&ok_cpu, err, sizeof err) == 0 &&
+              run_case_captured(&ok_cuda, err, sizeof err) == 0 &&
+              run_case_captured(&ok_bf16, err, sizeof err) == 0 &&
+              run_case_captured(&ok_cpu_bf16, err, sizeof err) == 0,
           "cpu/fp32 on the CPU build, cuda/fp32 on the CUDA build, cuda/bf16 with bf16 kernels, cpu/bf16 on a "
           "CPU build with bf16 products (oneMKL's) pass");
     {
@@ -64,8 +64,8 @@ static void test_device(void) {
     CHECK(c.parallel.comm == COMM_AUTO, "parallel.comm defaults to auto");
     Case ok_mpi = {.args = "--parallel.comm mpi --training.precision fp32", .world = 1, .backend = 1};
     Case ok_nccl = {.args = "--parallel.comm nccl --training.device cuda", .world = 1, .backend = 2, .bf16_ready = 1};
-    CHECK(run_captured(run_case_void, &ok_mpi, 2, err, sizeof err) == 0 &&
-              run_captured(run_case_void, &ok_nccl, 2, err, sizeof err) == 0,
+    CHECK(run_case_captured(&ok_mpi, err, sizeof err) == 0 &&
+              run_case_captured(&ok_nccl, err, sizeof err) == 0,
           "parallel.comm mpi on the CPU build and nccl on the CUDA build pass");
     expect_fail("nccl on the CPU build", (Case){.args = "--parallel.comm nccl", .world = 1, .backend = 1},
                 "parallel.comm = nccl|CPU build|make cuda|parallel.comm = mpi");
@@ -75,7 +75,7 @@ static void test_device(void) {
     CHECK(c.training.attention == ATTENTION_FEMTOTRON, "training.attention defaults to femtotron");
     Case ok_cudnn = {.args = "--training.device cuda --training.attention cudnn --parallel.dp 2", .world = 2,
                      .backend = 2, .bf16_ready = 1};
-    CHECK(run_captured(run_case_void, &ok_cudnn, 2, err, sizeof err) == 0,
+    CHECK(run_case_captured(&ok_cudnn, err, sizeof err) == 0,
           "training.attention cudnn with cuda, bf16 and dp 2 passes");
     expect_fail("cudnn on cpu", (Case){.args = "--training.attention cudnn", .world = 1},
                 "training.attention = cudnn needs training.device = cuda|training.attention = femtotron");
@@ -92,7 +92,7 @@ static void test_device(void) {
     CHECK(!c.training.keep_bf16_inputs, "training.keep_bf16_inputs defaults to false");
     Case ok_keep = {.args = "--training.device cuda --training.keep_bf16_inputs true --training.recompute selective",
                     .world = 1, .backend = 2, .bf16_ready = 1};
-    CHECK(run_captured(run_case_void, &ok_keep, 2, err, sizeof err) == 0,
+    CHECK(run_case_captured(&ok_keep, err, sizeof err) == 0,
           "training.keep_bf16_inputs with bf16 and recompute selective passes");
     expect_fail("keep in fp32", (Case){.args = "--training.keep_bf16_inputs true", .world = 1},
                 "training.keep_bf16_inputs = true needs training.precision = bf16");
