@@ -37,16 +37,18 @@
 #      mask error moves the loss by 1e-2 and more (200 S).
 # Run by tests/gpu/run.sh; tests/shell/test_cuda_emu.sh runs it on the emulated
 # build. Environment: GPU_BIN, PLAN_MEMORY, LAYOUTS (as tests/gpu/layouts.sh),
-# LAYOUTS_CUDNN (5's rows), LAYOUTS_ONLY (below).
+# LAYOUTS_CUDNN (5's rows), LAYOUTS_ONLY (below), LAYOUT_FILE (the rows' file, default
+# tests/shell/parity_layouts.txt).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 GPU_BIN=${GPU_BIN:-./femtotron-cuda}
 PLAN_MEMORY=${PLAN_MEMORY:-build-cuda/tests/plan_memory_main}
 BF16="--training.device cuda --training.precision bf16"
+LAYOUT_FILE=${LAYOUT_FILE:-tests/shell/parity_layouts.txt}  # the rows LAYOUTS selects from
 DEFAULT='^(dp2_zero[0-3]|tp2_sp|pp2_afab_m8|pp2_1f1b_m8|pp2_int_m4|zb_pp2_m4|zbv_pp2_m4|cp2|dp2_tp2_pp2|tp2_cp2_pp2|recompute_(sel|full)_tp2_cp2_pp2)$'
 parity() {  # parity TOL REGEX [ROWS]: test_parity.sh's rows (parity_layouts.txt) on the GPU binary, bf16 references
     FEMTOTRON=$GPU_BIN REF_FEMTOTRON=$GPU_BIN ROW_ARGS=$BF16 REF_ARGS=$BF16 PLAN_MEMORY=$PLAN_MEMORY \
-        PARITY_TOL=$1 bash tests/shell/test_parity.sh "${3:-tests/shell/parity_layouts.txt}" "$2"
+        PARITY_TOL=$1 bash tests/shell/test_parity.sh "${3:-$LAYOUT_FILE}" "$2"
 }
 
 # The splits, for every model the selected rows train (a row's third field: the
@@ -59,7 +61,7 @@ awk -F'|' -v re="$regex" '/^[[:space:]]*#/ || NF < 2 { next }
       if (name ~ re && !(m in seen)) { seen[m] = 1; k++
           printf "split%d_b2_a4 | -np 1 --training.micro_batch_size 2 --training.grad_acc_steps 4 | %s\n", k, m
           printf "split%d_b1_a8 | -np 1 --training.micro_batch_size 1 --training.grad_acc_steps 8 | %s\n", k, m } }' \
-    tests/shell/parity_layouts.txt >"$tmp/splits.txt"
+    "$LAYOUT_FILE" >"$tmp/splits.txt"
 nsplit=$(wc -l <"$tmp/splits.txt")
 out=$(parity 1 "." "$tmp/splits.txt")
 spread=$(printf '%s\n' "$out" | awk -v want="$nsplit" '/^PASS split/ {

@@ -15,9 +15,10 @@
 #     tp 2 sharing the device, host waits per step independent of the micro-batches;
 #   - tests/gpu/layouts.sh on three rows (ZeRO-3, tp2 x cp2 x pp2 with 1F1B and
 #     ring attention, and Mixtral over ep 2 x tp 2 with its dispatch on the device);
-#   - tests/gpu/layouts_bf16.sh on cp 2 and, on a 49,152-token vocabulary, dp 2
-#     under ZeRO-1 and ZeRO-2 (bf16, within 4x the spread of one rank's
-#     gradient-accumulation splits), and the bf16 weight copy changing no loss bit;
+#   - tests/gpu/layouts_bf16.sh on cp 2 and, on a vocabulary of 1200, dp 2 under
+#     ZeRO-1 and ZeRO-2 (bf16, within 4x the spread of one rank's
+#     gradient-accumulation splits; tests/gpu/layouts_head.txt), and the bf16 weight
+#     copy changing no loss bit;
 #   - tests/gpu/resume_devices.sh: checkpoints across the two builds, fp32 and bf16;
 #   - tests/gpu/reference.sh: the float64 PyTorch reference test against the build;
 #   - tests/gpu/calibrate.sh: `bench calibrate` on the (emulated) GPU, its profile
@@ -106,14 +107,9 @@ part reference bash tests/gpu/reference.sh
 part train_parity bash tests/gpu/train_parity.sh
 LAYOUTS='^(dp2_zero3|tp2_cp2_pp2|moe_ep2_tp2_sp)$' part layouts bash tests/gpu/layouts.sh
 LAYOUTS='^(cp2)$' LAYOUTS_CUDNN='^cudnn_dp2_tp2$' part layouts_bf16 bash tests/gpu/layouts_bf16.sh
-# Two rows on SmolLM2's 49,152-token vocabulary, within their own model's spread:
-# the loss's bf16 gradient (rows 98,304 values apart) read in place by the head's
-# products under ZeRO-1, so the first operand slot is planned without room for it,
-# and under ZeRO-2, whose pieces of the head (578 rows: a layer's size) mostly start
-# at rows that are not a multiple of 8, copied through a slot planned for one piece
-# (llama_op_bounds); a planner and backend that disagree stop the run, the slot
-# being too small for the copy.
-LAYOUTS='^(v49k_dp2_zero1|v49k_dp2_zero2_a2)$' LAYOUTS_CUDNN=0 LAYOUTS_ONLY=1 part layouts_bf16_v49k \
+# The head's bf16 output gradient read in place, or copied piece by piece, as the
+# workspace was planned (tests/gpu/layouts_head.txt), within its own model's spread.
+LAYOUT_FILE=tests/gpu/layouts_head.txt LAYOUTS=. LAYOUTS_CUDNN=0 LAYOUTS_ONLY=1 part layouts_bf16_head \
     bash tests/gpu/layouts_bf16.sh
 # generate.sh through tests/gpu/run.sh, as a GPU machine runs the tests in parts
 # (GPU_TESTS), with an nvidia-smi that lists the emulated GPU; a part run.sh does
