@@ -268,12 +268,13 @@ OpsBounds llama_op_bounds(const LlamaModel *m, int B, int S, int has_head, int b
     const size_t QKV = (size_t)(m->Hl + 2 * m->KVl) * m->hd, A = (size_t)m->Hl * m->hd;
     // The head's product only where it is, and its output gradient only where a piece
     // of it is copied (bf16 products; in fp32 no product copies anything).
-    const size_t Vl = has_head && bf16 ? head_copied_cols(m, piece_max) : 0;
+    const size_t Vl = has_head ? (size_t)m->Vl : 0;  // the head's rows, where it is
+    const size_t head_copy = has_head && bf16 ? head_copied_cols(m, piece_max) : 0;
     const size_t E = (size_t)m->E;
     // Every product of llama.c, llama_split.c, moe.c and tensor_parallel.c, as
     // (out_dim, in_dim): q|k|v, o, gate|up, down (dense, or the shared experts at
-    // Fsl), the head, the router, an expert's w1|w3 and w2 (Fl wide: tp's slice).
-    const size_t outs[] = {QKV, D, 2 * Fl, 2 * Fsl, Vl, E};
+    // Fsl), the head's copied pieces, the router, an expert's w1|w3 and w2 (Fl wide: tp's slice).
+    const size_t outs[] = {QKV, D, 2 * Fl, 2 * Fsl, head_copy, E};
     const size_t ins[] = {D, A, Fl, Fsl};
     OpsBounds b = {0};
     b.bf16 = bf16;

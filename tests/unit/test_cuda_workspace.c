@@ -148,6 +148,10 @@ static void test_head_in_place(void) {
         const size_t p300 = llama_op_bounds(&m, 2, 32, 1, 1, 1, 300 * 64).out_cols;
         const size_t p296 = llama_op_bounds(&m, 2, 32, 1, 1, 1, 296 * 64).out_cols;
         const size_t p300_32 = llama_op_bounds(&m, 2, 32, 1, 0, 0, 300 * 64).out_cols;
+        const size_t zero3_weight = llama_op_bounds(&m, 2, 32, 1, 1, 0, 296 * 64).weight;
+        CHECK(zero3_weight == 1024 * 64,
+              "%s head, vocabulary 1024, bf16 under ZeRO-3, its pieces read in place: the weight bound is still "
+              "the whole head's 1024 x 64 (%zu)", tied ? "tied" : "untied", zero3_weight);
         CHECK(whole == 256 && p300 == 300 && p296 == 256 && p300_32 == 256,
               "%s head, vocabulary 1024, bf16: whole read in place (slot 0 for gate|up's 256: %zu); pieces of 300 "
               "rows copied (%zu); of 296 in place (%zu); fp32 never copies (%zu)",
