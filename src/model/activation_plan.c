@@ -199,16 +199,19 @@ static size_t slot_floats(size_t values, int bf16) {
     return (floats + 15) / 16 * 16;
 }
 
+// values as bf16 halves in a slot where bf16, else values floats as they are.
+static size_t half_or_floats(size_t values, int bf16) { return bf16 ? slot_floats(values, 1) : values; }
+
 // A layer's q|k|v and attention output: fp32, or bf16 halves under m->att_bf16
 // (rounded up to 16 floats, so every slot stays 64-byte aligned for the kernels).
 size_t activations_qkv_slot(const LlamaModel *m, size_t N) {
     const size_t values = N * (size_t)(m->Hl + 2 * m->KVl) * m->hd;
-    return m->att_bf16 ? slot_floats(values, 1) : values;
+    return half_or_floats(values, m->att_bf16);
 }
 
 size_t activations_attn_slot(const LlamaModel *m, size_t N) {
     const size_t values = N * (size_t)m->Hl * m->hd;
-    return m->att_bf16 ? slot_floats(values, 1) : values;
+    return half_or_floats(values, m->att_bf16);
 }
 
 size_t activations_norm16_slot(const LlamaModel *m, size_t Nr) { return slot_floats(Nr * (size_t)m->D, 1); }
@@ -218,11 +221,11 @@ size_t activations_h16_slot(const LlamaModel *m, size_t N) { return slot_floats(
 size_t wstash_dgu_slot(const LlamaModel *m, size_t N) { return slot_floats(N * 2 * m->Fl, m->mlp_bf16); }
 
 size_t wstash_down_slot(const LlamaModel *m, size_t Nr) {
-    return m->dres16_mlp ? slot_floats(Nr * (size_t)m->D, 1) : Nr * (size_t)m->D;
+    return half_or_floats(Nr * (size_t)m->D, m->dres16_mlp);
 }
 
 size_t wstash_o_slot(const LlamaModel *m, size_t Nr) {
-    return m->dres16_o ? slot_floats(Nr * (size_t)m->D, 1) : Nr * (size_t)m->D;
+    return half_or_floats(Nr * (size_t)m->D, m->dres16_o);
 }
 
 size_t wstash_dqkv_slot(const LlamaModel *m, size_t N) {

@@ -274,13 +274,12 @@ uint16_t *llama_norm16(Activations *a, uint16_t *kept, const float *xhat, const 
 // the norm's backward until those products have read it: the rebuild of the next
 // product's input comes after them, and only full recomputation, which rewrites
 // it in the layer's forward first, comes between (there nothing is carried over).
-int llama_dres16_for_mlp(const LlamaModel *m) { return m->dres16_mlp; }
-int llama_dres16_for_o(const LlamaModel *m) { return m->dres16_o; }
+// Which products read it so: the model's flags (LlamaModel.dres16_mlp, dres16_o).
 static uint16_t *dres16_of(Activations *a) { return (uint16_t *)a->normed; }  // (Nr, D) bf16
 // Whether the norm's backward above layer slot i (the first norm of slot i + 1, or
 // the final norm for the stage's last slot) writes dres16 for slot i's down.
 static int dres16_carried(const LlamaModel *m, int i) {
-    return i >= 0 && llama_dres16_for_mlp(m) && m->recompute != RECOMPUTE_FULL;
+    return i >= 0 && m->dres16_mlp && m->recompute != RECOMPUTE_FULL;
 }
 // dres16 gathered over the tensor-parallel group, (N, D) bf16: rounded from dres
 // first unless a norm's backward wrote it (fresh).
@@ -342,9 +341,9 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
         matmul_backward(dd, NULL, sc.dlogits + r0 * m->E, NULL, AT(w, u, lo->router), Nr, D, m->E, 1);
     } else {
         llama_dense_mlp_backward(m, a, &s, w, g, lo, u, dd,
-                                 llama_dres16_for_mlp(m) ? dres16_gathered(m, a, fresh, N) : NULL);
+                                 m->dres16_mlp ? dres16_gathered(m, a, fresh, N) : NULL);
     }
-    tp_norm_backward(tp, dres, llama_dres16_for_o(m) ? dres16_of(a) : NULL, AT(g, u, lo->ln2), dd, s.ln2,
+    tp_norm_backward(tp, dres, m->dres16_o ? dres16_of(a) : NULL, AT(g, u, lo->ln2), dd, s.ln2,
                      AT(w, u, lo->ln2), s.ln2_rstd, a->tp_dw, Nr, D);
     // Attention: mid = x + o(attention(rope(qkv(rmsnorm1(x))))); the o product's input
     // gradient into dbuf_i, the attention's dout. Under bf16 activations the q|k|v
@@ -355,7 +354,7 @@ static int layer_backward(const LlamaModel *m, const ParamAccess *pa, Activation
     // (v's columns are not copied) where the products read bf16 as it is; fp32
     // products (the CPU's tests) widen it into dqkv, once for each product, so
     // there it goes to dbuf_i.
-    if (llama_dres16_for_o(m))  // din as bf16 (cuDNN's dout), its own buffer the CPU's room to round it in place
+    if (m->dres16_o)  // din as bf16 (cuDNN's dout), its own buffer the CPU's room to round it in place
         matmul_backward_bf16_to_bf16((uint16_t *)a->dbuf_i, a->dbuf_i, AT(g, u, lo->o), dres16_gathered(m, a, 1, N),
                                      (const uint16_t *)s.attn, AT(w, u, lo->o), N, m->Hl * m->hd, D);
     else

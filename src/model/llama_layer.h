@@ -39,13 +39,6 @@ void llama_layer_grads_done(const LlamaModel *m, const struct ParamAccess *pa, i
 // stage may still be on its way to the next stage, so it must not be written).
 void llama_layer_forward_with(const LlamaModel *m, Activations *a, LayerWeights lw, int i, int recompute);
 
-// Whether the residual stream's gradient reaches the down products (dense bf16
-// activations) and the o product (cuDNN's attention) as bf16, written by the norm's
-// backward before them, under bf16 products (model/llama.c: dres16; the split
-// backward's stash holds it so, model/llama_split.c).
-int llama_dres16_for_mlp(const LlamaModel *m);
-int llama_dres16_for_o(const LlamaModel *m);
-
 // Under bf16 activations (m->mlp_bf16) the SwiGLU output h(N, Fl), down's input,
 // lives as bf16 in the first N*Fl halves of the scratch dgu(N, 2Fl) while the
 // forward or the down backward reads it (dbuf_i: the room to widen it).
@@ -57,7 +50,7 @@ int llama_dres16_for_o(const LlamaModel *m);
 // when din is), reading h as kept (s->h) or rebuilt (mlp_bf16: as bf16 into
 // mlp_h16, bit for bit the forward's; the weight gradient alone, din NULL: the
 // fused backward makes the bf16 input gradient itself). din must lie apart from
-// dbuf_i. dout16 (not NULL: the weight gradient alone, under llama_dres16_for_mlp)
+// dbuf_i. dout16 (not NULL: the weight gradient alone, under LlamaModel.dres16_mlp)
 // is dout as bf16, read as it is (the split backward's stash), in dout's place.
 void llama_down_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                          const float *dout, const uint16_t *dout16, const float *w);
@@ -93,7 +86,7 @@ void llama_attention_forward(const LlamaModel *m, Activations *a, const LayerSav
 // A) = dout @ w (w: the o weight; NULL when din is), reading the kept output s->attn
 // as it is stored (bf16 under m->att_bf16; a->dqkv: the room to widen it). Under
 // m->att_bf16 din is written as bf16 (N, A) halves, as cuDNN's backward reads it.
-// dout16 (not NULL: the weight gradient alone, under llama_dres16_for_o) is dout as
+// dout16 (not NULL: the weight gradient alone, under LlamaModel.dres16_o) is dout as
 // bf16, read as it is (the split backward's stash), in dout's place.
 void llama_o_backward(const LlamaModel *m, Activations *a, const LayerSaved *s, float *din, float *dw,
                       const float *dout, const uint16_t *dout16, const float *w);

@@ -25,7 +25,7 @@
 // Under bf16 activations (m->mlp_bf16) gu is bf16 and still needed by W, which
 // rebuilds down's input from it: the stash holds dgu as well, as bf16 (dgu16), the
 // form SwiGLU's backward writes and both gate|up products read. Where the down
-// and o products read the residual stream's gradient as bf16 (llama_dres16_for_mlp,
+// and o products read the residual stream's gradient as bf16 (LlamaModel.dres16_mlp,
 // _for_o) the stash keeps it so, in the first halves of d_down and d_o, written by
 // the norm's backward before each product (for d_down, the layer above's first norm
 // or the final norm) as in the fused backward, and read as it is by both products,
@@ -36,9 +36,9 @@ typedef struct {
     uint16_t *d_down16, *d_o16;  // (Nr, D) bf16 each, in d_down's and d_o's room, under dres16 (else NULL)
 } LayerStash;
 
-// Layer slot i's d_down as bf16 (llama_dres16_for_mlp), NULL otherwise or for i < 0.
+// Layer slot i's d_down as bf16 (LlamaModel.dres16_mlp), NULL otherwise or for i < 0.
 static uint16_t *stash_down16(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
-    if (i < 0 || !llama_dres16_for_mlp(m)) return NULL;
+    if (i < 0 || !m->dres16_mlp) return NULL;
     return (uint16_t *)(st->d_down + (size_t)i * wstash_down_slot(m, (size_t)llama_rows(m, a->B * a->S)));
 }
 
@@ -57,7 +57,7 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
                      NULL,
                      NULL,
                      stash_down16(m, a, st, i),
-                     llama_dres16_for_o(m) ? (uint16_t *)(st->d_o + k * wstash_o_slot(m, Nr)) : NULL};
+                     m->dres16_o ? (uint16_t *)(st->d_o + k * wstash_o_slot(m, Nr)) : NULL};
     if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
     if (m->qkv_bf16) ls.dqkv16 = (uint16_t *)ls.dqkv, ls.dqkv = NULL;  // in qkv's own slot: N x QKV halves fit
     return ls;
