@@ -16,6 +16,11 @@ CFLAGS   := -std=c11 -Wall -Wextra -Werror $(OPT) -fno-math-errno -fopenmp -Isrc
 # layer, so it too shares our thread pool) from MKLROOT: a oneAPI install, or
 # PyPI's `mkl` and `mkl-devel` wheels in a virtual environment, which
 # scripts/install_mkl.sh puts in build/mklenv (the default). bench/blas.sh compares all three.
+# `make BLAS=scipy-openblas build-scipy-openblas/femtotron` links a recent OpenBLAS
+# (Debian 12's is 0.3.21): PyPI's scipy-openblas32, which scripts/install_scipy_openblas.sh
+# unpacks into build/scipy-openblas. Its symbols are prefixed (ops/blas_api.h maps
+# them) and it runs its own threads, not OpenMP's (ops/blas_cores.c keeps the two
+# pools from spinning against each other).
 BLAS     ?= openblas
 MKLROOT  ?= $(CURDIR)/build/mklenv
 ifeq ($(BLAS),blis)
@@ -34,6 +39,15 @@ BLASLIB  := -Wl,--no-as-needed $(call mkl_lib,intel_lp64) $(call mkl_lib,gnu_thr
             -Wl,--as-needed -ldl -lpthread
 CFLAGS   += -DFEMTOTRON_MKL -I$(MKLROOT)/include
 BUILD    ?= build-mkl
+else ifeq ($(BLAS),scipy-openblas)
+SCIPY_OPENBLAS ?= $(CURDIR)/build/scipy-openblas/scipy_openblas32
+BLASDIR  := $(SCIPY_OPENBLAS)/lib
+ifeq ($(wildcard $(BLASDIR)/libscipy_openblas.so),)
+$(error BLAS=scipy-openblas: no $(BLASDIR)/libscipy_openblas.so: run bash scripts/install_scipy_openblas.sh, or give SCIPY_OPENBLAS)
+endif
+BLASLIB  := -lscipy_openblas
+CFLAGS   += -DFEMTOTRON_SCIPY_OPENBLAS -I$(SCIPY_OPENBLAS)/include
+BUILD    ?= build-scipy-openblas
 else
 BLASDIR  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLASLIB  := -lopenblas

@@ -2,7 +2,8 @@
 # from the repository root (bench/lib.sh's scripts are there already):
 #   blas_build NAME DIR   make femtotron's NAME build (blis: Debian's libblis-openmp-dev,
 #                         installed with apt when missing; mkl: oneMKL from PyPI,
-#                         scripts/install_mkl.sh), copy it to DIR/femtotron-NAME (a
+#                         scripts/install_mkl.sh; scipy-openblas: PyPI's recent
+#                         OpenBLAS, scripts/install_scipy_openblas.sh), copy it to DIR/femtotron-NAME (a
 #                         private copy, as bench_private_binary) and print that path;
 #                         where the library cannot be had or the build fails, a warning
 #                         on stderr and status 1
@@ -15,7 +16,8 @@ blas_build() {
         blis) [ -e /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so ] ||
                   apt-get install -y -q libblis-openmp-dev >/dev/null 2>&1 ;;
         mkl) bash scripts/install_mkl.sh >/dev/null 2>&1 ;;
-        *) echo "blas_build: unknown build '$name' (blis, mkl)" >&2; return 2 ;;
+        scipy-openblas) bash scripts/install_scipy_openblas.sh >/dev/null 2>&1 ;;
+        *) echo "blas_build: unknown build '$name' (blis, mkl, scipy-openblas)" >&2; return 2 ;;
     esac
     if ! make -s -j2 BLAS="$name" "build-$name/femtotron" >/dev/null 2>&1; then
         echo "WARNING: femtotron's $name build could not be made (library missing?): left out" >&2

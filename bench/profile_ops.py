@@ -20,7 +20,7 @@ import sys
 # First match wins: (category, dso regex, symbol regex).
 RULES = [
     ("matrix products (oneMKL's bf16 product)", r"libmkl", r"bf16"),
-    ("matrix products (BLAS sgemm)", r"libopenblas|libmkl|libblis", r"."),
+    ("matrix products (BLAS sgemm)", r"libopenblas|libscipy_openblas|libmkl|libblis", r"."),
     ("bf16 rounding of product operands and outputs", r"femtotron", r"^(round_to_bf16|rounded_operand|kept_copy)"),
     ("start-up: init, RoPE tables, data", r"femtotron", r"^(llama_init|init_|philox|rope_freq|rope_frequencies|prepare|tok)"),
     ("start-up: init, RoPE tables, data", r"libm\.", r"."),

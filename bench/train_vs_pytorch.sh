@@ -14,7 +14,9 @@
 # femtotron builds (FEMTO_BLAS): openblas (./femtotron, the default build) and mkl
 # (build-mkl/femtotron: make BLAS=mkl, oneMKL from PyPI by scripts/install_mkl.sh;
 # left out with a warning where it cannot be installed). PyPI's PyTorch multiplies
-# with oneMKL too, so the mkl row compares everything but the matrix products.
+# with oneMKL too, so the mkl row compares everything but the matrix products. Also
+# scipy-openblas (make BLAS=scipy-openblas: a recent OpenBLAS, PyPI's scipy-openblas32,
+# by scripts/install_scipy_openblas.sh; not run unless asked for).
 # PRECISION=bf16: bf16 mixed precision on both sides instead, written to
 # bench/results/train_vs_pytorch_bf16.{md,png}: femtotron's oneMKL build with
 # training.precision = bf16 (bf16 products through oneMKL's cblas_gemm_bf16bf16f32, on
@@ -73,11 +75,18 @@ declare -A FEMTO_BIN=([openblas]="$FEMTO")
 BUILDS=""
 for b in $FEMTO_BLAS; do
     case $b in
-        openblas) [[ $PRECISION == fp32 ]] || { echo "train_vs_pytorch.sh: OpenBLAS's build has no bf16 products (FEMTO_BLAS=mkl)" >&2; exit 2; }
-                  BUILDS="$BUILDS openblas" ;;
-        mkl) if bin=$(blas_build mkl "$SCRATCH"); then FEMTO_BIN[mkl]=$bin; BUILDS="$BUILDS mkl"; fi ;;
-        *) echo "train_vs_pytorch.sh: FEMTO_BLAS: unknown build '$b' (openblas, mkl)" >&2; exit 2 ;;
+        openblas | mkl | scipy-openblas) ;;
+        *) echo "train_vs_pytorch.sh: FEMTO_BLAS: unknown build '$b' (openblas, mkl, scipy-openblas)" >&2; exit 2 ;;
     esac
+    [[ $b == mkl || $PRECISION == fp32 ]] || { echo "train_vs_pytorch.sh: OpenBLAS's builds have no bf16 products (FEMTO_BLAS=mkl)" >&2; exit 2; }
+    if [[ $b == openblas ]]; then
+        BUILDS="$BUILDS openblas"
+    elif bin=$(blas_build "$b" "$SCRATCH"); then
+        FEMTO_BIN[$b]=$bin
+        BUILDS="$BUILDS $b"
+        [[ $b != scipy-openblas ]] ||
+            SCIPY_OPENBLAS=$(sed -n 's/^Version: /OpenBLAS /p' build/scipy-openblas/scipy_openblas32-*.dist-info/METADATA)
+    fi
 done
 [[ -n $BUILDS ]] || { echo "train_vs_pytorch.sh: no femtotron build to run" >&2; exit 1; }
 FIRST_BUILD=$(awk '{print $1}' <<<"$BUILDS")
@@ -208,7 +217,7 @@ echo "== summary"
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 # How busy the shared machine was (others' work slows runs): 0 at start is quiet.
 LOAD="load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-PRECISION="$PRECISION" SUFFIX="$SUFFIX" CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
+SCIPY_OPENBLAS="${SCIPY_OPENBLAS:-}" PRECISION="$PRECISION" SUFFIX="$SUFFIX" CONFIGS="$CONFIGS" VARIANTS="$VARIANTS" BUILDS="$BUILDS" VERSIONS="$VERSIONS" PROFILE="$PROFILE" BLAS_CORE="${BLAS_CORE:-unknown}" \
     CFGS="$(for c in $CONFIGS; do echo "$c ${CFG[$c]}"; done)" \
     python3 - "$SCRATCH/runs" "$OUT" "$PEAK_GFLOPS" "$CPU ($(nproc) cores)" "$LOAD" "$PEAKS" <<'EOF'
 import glob, json, math, os, statistics, sys, datetime
@@ -241,7 +250,7 @@ for line in os.environ["CFGS"].splitlines():
             res.setdefault(th, []).append((tps, mfu, recs[0]["loss"]))
         return {th: max(v) + ("/".join(f"{x[0]:.0f}" for x in v),) for th, v in res.items()}
     # each femtotron build at its best thread count; the ratios use the faster build
-    BUILD_NAMES = {"openblas": "OpenBLAS", "mkl": "oneMKL"}
+    BUILD_NAMES = {"openblas": "OpenBLAS", "mkl": "oneMKL", "scipy-openblas": "OpenBLAS from PyPI"}
     fb = {}
     for b in os.environ["BUILDS"].split():
         f = stats(f"femto-{b}")
@@ -281,7 +290,8 @@ fp32 parameters, gradients and AdamW.
 """ if bf16 else "")
 blas_note = ("oneMKL on both sides (femtotron's `make BLAS=mkl` build, PyPI's PyTorch through oneDNN)" if bf16 else
              f"OpenBLAS's {os.environ['BLAS_CORE']} kernels (femtotron's default build and Debian's PyTorch; "
-             "PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL)")
+             "PyPI's PyTorch and femtotron's `make BLAS=mkl` build run oneMKL" +
+             (f"; `make BLAS=scipy-openblas` runs {os.environ['SCIPY_OPENBLAS']}" if os.environ.get("SCIPY_OPENBLAS") else "") + ")")
 md = f"""# femtotron vs PyTorch: training throughput{title}
 
 {date} · {cpu} · GEMM peak {peak} GFLOP/s ({what}; the

@@ -1,7 +1,6 @@
 // ops/attention_cpu.c — the CPU attention kernels of ops.h: tiled causal
 // grouped-query attention with an online softmax (flash style), block by block so
 // that context-parallel rings can feed it other ranks' keys and values.
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 
 #include "ops/attention_tiles.h"
 #include "ops/bf16.h"
+#include "ops/blas_api.h"
 #include "ops/fast_exp.h"
 #include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dist/comm.h"
+#include "ops/blas_api.h"
 #include "ops/ops.h"
 
 unsigned blas_cpu_features(void) {
@@ -66,15 +67,40 @@ const char *blas_core_upgrade(const char *chosen, unsigned features) {
 }
 
 #if !defined(FEMTOTRON_BLIS) && !defined(FEMTOTRON_MKL)
-char *openblas_get_corename(void);
+char *openblas_get_corename(void);  // declared in OpenBLAS's cblas.h on some builds only
+
+typedef struct {
+    const char *name, *value;
+} EnvSetting;
+
+#ifdef FEMTOTRON_SCIPY_OPENBLAS
+// PyPI's scipy-openblas32 (make BLAS=scipy-openblas) runs its own pool of threads
+// (pthreads), beside OpenMP's, where Debian's OpenMP build shares OpenMP's. Both
+// pools spin for a while when idle, waiting for the next call: after each product
+// OpenBLAS's thread spins on the second core while OpenMP's element-wise kernels want
+// it, and OpenMP's spins while the next product wants it. On the 2-core machine that
+// cost the small training config 0.70x its tokens/s (612-722 against 867-1015
+// with Debian's OpenBLAS). With both pools told to sleep at once (OpenBLAS's shortest
+// timeout, 2^4 cycles, and OpenMP's passive waiting) it trains at Debian's speed or
+// better. Both libraries read these only as they load, so they are set here, where
+// the user has not set them, and the program started again.
+static const EnvSetting pthread_blas_env[] = {{"OPENBLAS_THREAD_TIMEOUT", "4"}, {"OMP_WAIT_POLICY", "passive"}};
+enum { PTHREAD_BLAS_ENV = sizeof pthread_blas_env / sizeof pthread_blas_env[0] };
+#else
+static const EnvSetting pthread_blas_env[] = {{NULL, NULL}};
+enum { PTHREAD_BLAS_ENV = 0 };  // Debian's OpenBLAS runs on OpenMP's threads
+#endif
 
 // glibc calls a constructor with main's arguments (as it does every .init_array entry).
 __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, char **envp) {
     (void)envp;
-    if (argc < 1 || argv == NULL || getenv("OPENBLAS_CORETYPE") != NULL) return;
+    if (argc < 1 || argv == NULL) return;
     const char *chosen = openblas_get_corename();
-    const char *core = blas_core_upgrade(chosen, blas_cpu_features());
-    if (core == NULL) return;
+    const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_upgrade(chosen, blas_cpu_features());
+    int missing[PTHREAD_BLAS_ENV + 1], n_missing = 0;  // pthread_blas_env's entries the user left unset
+    for (int i = 0; i < PTHREAD_BLAS_ENV; i++)
+        if (getenv(pthread_blas_env[i].name) == NULL) missing[n_missing++] = i;
+    if (core == NULL && n_missing == 0) return;
     // Started through the dynamic loader (ld-linux-x86-64.so.2 ./femtotron ...),
     // /proc/self/exe is the loader, which these arguments would not start: keep
     // OpenBLAS's choice there.
@@ -84,28 +110,55 @@ __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, c
     exe[len] = '\0';
     const char *base = strrchr(exe, '/');
     if (strncmp(base ? base + 1 : exe, "ld-", 3) == 0) return;
-    // FEMTOTRON_BLAS_FALLBACK tells the program started again what OpenBLAS chose
-    // (blas_kernels_note); both travel to any program it starts in turn.
-    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0 || setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1) != 0) return;
+    // FEMTOTRON_BLAS_FALLBACK tells the program started again what OpenBLAS chose, and
+    // FEMTOTRON_BLAS_THREADS which thread settings femtotron made (blas_kernels_note);
+    // they travel to any program it starts in turn.
+    char made[128] = "";
+    for (int i = 0; i < n_missing; i++) {
+        const char *name = pthread_blas_env[missing[i]].name, *value = pthread_blas_env[missing[i]].value;
+        size_t used = strlen(made);
+        snprintf(made + used, sizeof made - used, "%s%s=%s", used ? " " : "", name, value);
+        setenv(name, value, 1);
+    }
+    if (n_missing) setenv("FEMTOTRON_BLAS_THREADS", made, 1);
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1), setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1);
     execv("/proc/self/exe", argv);
-    int err = errno;  // only where the start failed: carry on with OpenBLAS's choice, slower but right
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("FEMTOTRON_BLAS_FALLBACK");
-    if (comm_launched_rank() == 0)
+    int err = errno;  // only where the start failed: carry on as loaded, slower but right
+    for (int i = 0; i < n_missing; i++) unsetenv(pthread_blas_env[missing[i]].name);
+    unsetenv("FEMTOTRON_BLAS_THREADS");
+    if (core) unsetenv("OPENBLAS_CORETYPE"), unsetenv("FEMTOTRON_BLAS_FALLBACK");
+    if (comm_launched_rank() != 0) return;
+    if (core)
         fprintf(stderr, "femtotron: warning: OpenBLAS chose its %s kernels (SSE) on a CPU with wider vectors, and "
                 "starting again with OPENBLAS_CORETYPE=%s failed (%s): matrix products run slower\n",
                 chosen, core, strerror(err));
+    if (n_missing)
+        fprintf(stderr, "femtotron: warning: starting again with %s failed (%s): OpenBLAS's threads and OpenMP's "
+                "spin against each other, and matrix products run slower\n", made, strerror(err));
 }
 
 // The kernels OpenBLAS loaded (its name for them: OPENBLAS_CORETYPE's value may be
-// an alias, SapphireRapids loading Cooperlake's on 0.3.21), where femtotron chose them.
+// an alias, SapphireRapids loading Cooperlake's on 0.3.21), where femtotron chose
+// them; in the scipy-openblas build the library, always (a choice the user made, as
+// make BLAS=mkl), and the thread settings femtotron made.
 int blas_kernels_note(char *out, size_t size) {
     const char *fallback = getenv("FEMTOTRON_BLAS_FALLBACK"), *core = getenv("OPENBLAS_CORETYPE");
-    if (fallback == NULL || core == NULL) return 0;
-    snprintf(out, size, "OpenBLAS's %s kernels, chosen by femtotron (OPENBLAS_CORETYPE=%s): OpenBLAS took this "
-             "CPU for %s (SSE), its fallback for a CPU it does not know; set OPENBLAS_CORETYPE yourself to choose",
-             openblas_get_corename(), core, fallback);
-    return 1;
+    size_t used = 0;
+    out[0] = '\0';
+#ifdef FEMTOTRON_SCIPY_OPENBLAS
+    char name[200];
+    ops_blas_name(name, sizeof name);
+    const char *threads = getenv("FEMTOTRON_BLAS_THREADS");
+    used += (size_t)snprintf(out, size, "%s (make BLAS=scipy-openblas: its own threads beside OpenMP's%s%s)", name,
+                             threads ? "; idle ones sleep at once: femtotron set " : "", threads ? threads : "");
+#endif
+    if (fallback != NULL && core != NULL && used < size)
+        used += (size_t)snprintf(out + used, size - used,
+                                 "%sOpenBLAS's %s kernels, chosen by femtotron (OPENBLAS_CORETYPE=%s): OpenBLAS took "
+                                 "this CPU for %s (SSE), its fallback for a CPU it does not know; set "
+                                 "OPENBLAS_CORETYPE yourself to choose",
+                                 used ? "; " : "", openblas_get_corename(), core, fallback);
+    return used > 0;
 }
 #elif defined(FEMTOTRON_MKL)
 // oneMKL chooses its kernels by the CPU's features; the line names the library, as

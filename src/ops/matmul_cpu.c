@@ -6,12 +6,12 @@
 // With bf16 products on (training.precision = bf16, the oneMKL build) every product
 // goes to ops/matmul_bf16_cpu.c's bf16 product instead: fp32 operands rounded,
 // bf16 ones read as they are. The element-wise kernels are in ops/cpu.c.
-#include <cblas.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 
 #include "ops/bf16.h"
+#include "ops/blas_api.h"
 #include "ops/matmul_bf16_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
