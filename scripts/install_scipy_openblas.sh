@@ -5,7 +5,8 @@
 # prefixed scipy_; about 25 MB), unpacked without installing into DIR, the build's
 # default build/scipy-openblas. Debian 12's OpenBLAS is 0.3.21; on the AMD EPYC
 # (Zen 4) the training step's products ran 1.08x faster on 0.3.34
-# (bench/results/blas_products_2026-11-30_amd.md). Nothing is done where the library is
+# (bench/results/blas_products_2026-11-30_amd.md), though the training step did not
+# (0.98-1.01x, bench/results/train_vs_pytorch_2026-11-30_amd_scipy.md). Nothing is done where the library is
 # there already. Usage: bash scripts/install_scipy_openblas.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

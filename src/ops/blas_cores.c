@@ -18,7 +18,8 @@
 // A user's OPENBLAS_CORETYPE is never changed (that is also what stops a second
 // start), a core OpenBLAS recognised is kept (even where a wider family would run:
 // that is OpenBLAS's call), and the BLIS and MKL builds (make BLAS=blis, BLAS=mkl) have
-// no constructor.
+// no constructor. The build on PyPI's OpenBLAS (make BLAS=scipy-openblas), whose
+// threads are its own, starts again for its thread settings too (pthread_blas_env).
 #define _POSIX_C_SOURCE 200809L  // setenv, execv, readlink
 #include "ops/blas_cores.h"
 
@@ -81,8 +82,8 @@ typedef struct {
 // it, and OpenMP's spins while the next product wants it. On the 2-core machine that
 // cost the small training config 0.70x its tokens/s (612-722 against 867-1015
 // with Debian's OpenBLAS). With both pools told to sleep at once (OpenBLAS's shortest
-// timeout, 2^4 cycles, and OpenMP's passive waiting) it trains at Debian's speed or
-// better. Both libraries read these only as they load, so they are set here, where
+// timeout, 2^4 cycles, and OpenMP's passive waiting) it trains at Debian's speed
+// (0.98x small, 1.01x gpt2: bench/results/train_vs_pytorch_2026-11-30_amd_scipy.md). Both libraries read these only as they load, so they are set here, where
 // the user has not set them, and the program started again.
 static const EnvSetting pthread_blas_env[] = {{"OPENBLAS_THREAD_TIMEOUT", "4"}, {"OMP_WAIT_POLICY", "passive"}};
 enum { PTHREAD_BLAS_ENV = sizeof pthread_blas_env / sizeof pthread_blas_env[0] };
@@ -121,12 +122,18 @@ __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, c
         setenv(name, value, 1);
     }
     if (n_missing) setenv("FEMTOTRON_BLAS_THREADS", made, 1);
-    if (core) setenv("OPENBLAS_CORETYPE", core, 1), setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1);
+    if (core) {
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1);
+    }
     execv("/proc/self/exe", argv);
     int err = errno;  // only where the start failed: carry on as loaded, slower but right
     for (int i = 0; i < n_missing; i++) unsetenv(pthread_blas_env[missing[i]].name);
     unsetenv("FEMTOTRON_BLAS_THREADS");
-    if (core) unsetenv("OPENBLAS_CORETYPE"), unsetenv("FEMTOTRON_BLAS_FALLBACK");
+    if (core) {
+        unsetenv("OPENBLAS_CORETYPE");
+        unsetenv("FEMTOTRON_BLAS_FALLBACK");
+    }
     if (comm_launched_rank() != 0) return;
     if (core)
         fprintf(stderr, "femtotron: warning: OpenBLAS chose its %s kernels (SSE) on a CPU with wider vectors, and "

@@ -21,8 +21,10 @@ unsigned blas_cpu_features(void);
 // and the CPU has AVX or wider. A core OpenBLAS recognised is kept.
 const char *blas_core_upgrade(const char *chosen, unsigned features);
 
-// Where femtotron chose OpenBLAS's kernels in OpenBLAS's place (ops/blas_cores.c):
-// writes a sentence saying which and why into out and returns 1; else 0.
+// Where femtotron chose OpenBLAS's kernels in OpenBLAS's place (ops/blas_cores.c),
+// or the build is one a user chose (make BLAS=mkl, BLAS=scipy-openblas: the library,
+// and the thread settings femtotron made): writes a sentence saying which and why
+// into out and returns 1; else 0.
 #include <stddef.h>
 int blas_kernels_note(char *out, size_t size);
 
