@@ -8,7 +8,8 @@
 # times, the median timed step of each run (steps after the third), best round kept.
 # Installs libblis-openmp-dev with apt and oneMKL with pip when missing; a build that
 # cannot be had is left out with a warning.
-# Output: bench/results/blas.md. Usage: bench/blas.sh (env: ROUNDS=2, BLASES="openblas blis mkl")
+# BLASES=scipy-openblas adds (or runs alone) the build on PyPI's recent OpenBLAS.
+# Output: bench/results/blas.md. Usage: bench/blas.sh (env: ROUNDS=2, BLASES="blis mkl")
 . "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-2}
 . "$(dirname "$0")/blas_lib.sh"
@@ -55,7 +56,8 @@ for line in open(rows):
     best[b, what] = max(best.get((b, what), 0.0), v)
     rounds.setdefault((b, what), []).append(v)
 builds = list(dict.fromkeys(b for b, _ in best))  # in the order they ran, OpenBLAS first
-NAMES = {"openblas": "OpenBLAS (default)", "blis": "BLIS (`make BLAS=blis`)", "mkl": "oneMKL (`make BLAS=mkl`)"}
+NAMES = {"openblas": "OpenBLAS (default)", "blis": "BLIS (`make BLAS=blis`)", "mkl": "oneMKL (`make BLAS=mkl`)",
+         "scipy-openblas": "PyPI's OpenBLAS (`make BLAS=scipy-openblas`)"}
 others = [b for b in builds if b != "openblas"]
 L = ["# OpenBLAS vs " + " and ".join(NAMES[b].split(" (")[0] for b in others) + " for femtotron's CPU matrix products", "",
      f"{datetime.datetime.now():%Y-%m-%d %H:%M} · load average at start {load0}, at end {load1} · "
