@@ -36,10 +36,14 @@ typedef struct {
     uint16_t *d_down16, *d_o16;  // (Nr, D) bf16 each, in d_down's and d_o's room, under dres16 (else NULL)
 } LayerStash;
 
+// Layer slot i's d_down: (Nr, D) fp32, or its first half (Nr, D) bf16 under dres16_mlp.
+static float *stash_down(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
+    return st->d_down + (size_t)i * wstash_down_slot(m, (size_t)llama_rows(m, a->B * a->S));
+}
+
 // Layer slot i's d_down as bf16 (LlamaModel.dres16_mlp), NULL otherwise or for i < 0.
 static uint16_t *stash_down16(const LlamaModel *m, const Activations *a, const WeightGradStash *st, int i) {
-    if (i < 0 || !m->dres16_mlp) return NULL;
-    return (uint16_t *)(st->d_down + (size_t)i * wstash_down_slot(m, (size_t)llama_rows(m, a->B * a->S)));
+    return i < 0 || !m->dres16_mlp ? NULL : (uint16_t *)stash_down(m, a, st, i);
 }
 
 static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const WeightGradStash *st,
@@ -47,7 +51,7 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
     const size_t N = (size_t)a->B * a->S, Nr = (size_t)llama_rows(m, a->B * a->S), D = m->D;
     const size_t k = (size_t)i;
     const int own = m->recompute == RECOMPUTE_FULL, own_dgu = own || m->mlp_bf16;
-    LayerStash ls = {st->d_down + k * wstash_down_slot(m, Nr),
+    LayerStash ls = {stash_down(m, a, st, i),
                      own_dgu ? st->dgu + k * wstash_dgu_slot(m, N) : s->gu,
                      st->d_ln2 + k * Nr * D,
                      st->d_o + k * wstash_o_slot(m, Nr),
@@ -57,7 +61,8 @@ static LayerStash layer_stash(const LlamaModel *m, const Activations *a, const W
                      NULL,
                      NULL,
                      stash_down16(m, a, st, i),
-                     m->dres16_o ? (uint16_t *)(st->d_o + k * wstash_o_slot(m, Nr)) : NULL};
+                     NULL};
+    if (m->dres16_o) ls.d_o16 = (uint16_t *)ls.d_o;  // in d_o's room
     if (m->mlp_bf16) ls.dgu16 = (uint16_t *)ls.dgu, ls.dgu = NULL;
     if (m->qkv_bf16) ls.dqkv16 = (uint16_t *)ls.dqkv, ls.dqkv = NULL;  // in qkv's own slot: N x QKV halves fit
     return ls;
