@@ -83,8 +83,9 @@ typedef struct {
 // cost the small training config 0.70x its tokens/s (612-722 against 867-1015
 // with Debian's OpenBLAS). With both pools told to sleep at once (OpenBLAS's shortest
 // timeout, 2^4 cycles, and OpenMP's passive waiting) it trains at Debian's speed
-// (0.98x small, 1.01x gpt2: bench/results/train_vs_pytorch_2026-11-30_amd_scipy.md). Both libraries read these only as they load, so they are set here, where
-// the user has not set them, and the program started again.
+// (0.98x small, 1.01x gpt2: bench/results/train_vs_pytorch_2026-11-30_amd_scipy.md).
+// Both libraries read these only as they load, so they are set here, where the user
+// has not set them, and the program started again.
 static const EnvSetting pthread_blas_env[] = {{"OPENBLAS_THREAD_TIMEOUT", "4"}, {"OMP_WAIT_POLICY", "passive"}};
 enum { PTHREAD_BLAS_ENV = sizeof pthread_blas_env / sizeof pthread_blas_env[0] };
 #else
@@ -114,20 +115,21 @@ __attribute__((constructor)) static void blas_match_cpu(int argc, char **argv, c
     // FEMTOTRON_BLAS_FALLBACK tells the program started again what OpenBLAS chose, and
     // FEMTOTRON_BLAS_THREADS which thread settings femtotron made (blas_kernels_note);
     // they travel to any program it starts in turn.
+    // Every setting must be in place before the start again: one missing would be
+    // missing there too, and the program would start again for ever.
     char made[128] = "";
+    int set = 1;
     for (int i = 0; i < n_missing; i++) {
         const char *name = pthread_blas_env[missing[i]].name, *value = pthread_blas_env[missing[i]].value;
         size_t used = strlen(made);
         snprintf(made + used, sizeof made - used, "%s%s=%s", used ? " " : "", name, value);
-        setenv(name, value, 1);
+        set = set && setenv(name, value, 1) == 0;
     }
-    if (n_missing) setenv("FEMTOTRON_BLAS_THREADS", made, 1);
-    if (core) {
-        setenv("OPENBLAS_CORETYPE", core, 1);
-        setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1);
-    }
-    execv("/proc/self/exe", argv);
-    int err = errno;  // only where the start failed: carry on as loaded, slower but right
+    if (n_missing) set = set && setenv("FEMTOTRON_BLAS_THREADS", made, 1) == 0;
+    if (core)
+        set = set && setenv("OPENBLAS_CORETYPE", core, 1) == 0 && setenv("FEMTOTRON_BLAS_FALLBACK", chosen, 1) == 0;
+    if (set) execv("/proc/self/exe", argv);
+    int err = errno;  // setenv or the start failed: carry on as loaded, slower but right
     for (int i = 0; i < n_missing; i++) unsetenv(pthread_blas_env[missing[i]].name);
     unsetenv("FEMTOTRON_BLAS_THREADS");
     if (core) {

@@ -49,6 +49,32 @@ else
         failed "no AVX: starts '$got', log: $(cat "$tmp/fallback.log")"
 fi
 
+# 2a. Where setting OPENBLAS_CORETYPE fails (a preloaded setenv refuses it, as with no
+# memory left), no start again (it would start again for ever): a warning naming the
+# error, OpenBLAS's choice kept, the program runs.
+if [ -n "$want" ]; then
+    cat >"$tmp/nosetenv.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+char *openblas_get_corename(void) { return "Prescott"; }
+int setenv(const char *name, const char *value, int overwrite) {
+    if (strcmp(name, "OPENBLAS_CORETYPE") == 0) { errno = ENOMEM; return -1; }
+    int (*next)(const char *, const char *, int) = (int (*)(const char *, const char *, int))dlsym(RTLD_NEXT, "setenv");
+    return next(name, value, overwrite);
+}
+C
+    gcc -shared -fPIC -o "$tmp/nosetenv.so" "$tmp/nosetenv.c" -ldl || { failed "build the preloaded setenv"; exit 1; }
+    timeout 60 env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 LD_PRELOAD="$tmp/nosetenv.so" "$FT" bench peak --threads 1 \
+        --size 128 --seconds 0.05 >"$tmp/nosetenv.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] && [ "$(wc -w <<<"$(cores "$tmp/nosetenv.log")")" = 1 ] && grep -q '^gemm_peak_gflops' "$tmp/nosetenv.log" &&
+        grep -q "starting again with OPENBLAS_CORETYPE=$want failed (Cannot allocate memory)" "$tmp/nosetenv.log" &&
+        pass "OPENBLAS_CORETYPE could not be set: one start, a warning, the program runs ($(grep -o 'starting again.*' "$tmp/nosetenv.log" | cut -c1-70)...)" ||
+        failed "OPENBLAS_CORETYPE refused by setenv: exit $rc, starts '$(cores "$tmp/nosetenv.log" | cut -c1-80)', log: $(grep -v '^Core' "$tmp/nosetenv.log" | head -n 5)"
+fi
+
 # 2b. Started through the dynamic loader, /proc/self/exe is the loader: no start again
 # (the arguments would not start it), OpenBLAS's choice kept, the program runs.
 loader=$(ldd "$FT" | awk '/ld-linux/ { print $1; exit }')
