@@ -3,7 +3,7 @@
 # (ops/blas_cores.c): where OpenBLAS falls back to an SSE core on a CPU it does not
 # know, femtotron starts again with OPENBLAS_CORETYPE set to the family the CPU's
 # features allow, once, its start-up lines saying so (once per job); a user's
-# OPENBLAS_CORETYPE is kept.
+# OPENBLAS_CORETYPE is kept; where it cannot be set, no start again (2a).
 # OPENBLAS_VERBOSE=2 makes OpenBLAS print "Core: NAME" each time it loads, so the
 # lines count the starts and name the kernels each start ran. A CPU OpenBLAS knows is
 # made to look unknown by a preloaded openblas_get_corename that answers "Prescott"
