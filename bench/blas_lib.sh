@@ -7,6 +7,8 @@
 #                         private copy, as bench_private_binary) and print that path;
 #                         where the library cannot be had or the build fails, a warning
 #                         on stderr and status 1
+#   scipy_openblas_version  the version of PyPI's OpenBLAS in build/scipy-openblas
+#                         (scripts/install_scipy_openblas.sh), e.g. 0.3.34.481.3
 #   openblas_core BIN     the OpenBLAS kernels BIN runs (OpenBLAS's own "Core:" line;
 #                         ops/blas_cores.c may have chosen them), empty when unknown
 
@@ -29,4 +31,8 @@ blas_build() {
 
 openblas_core() {
     OPENBLAS_VERBOSE=2 "$1" bench peak --threads 1 --size 128 --seconds 0.05 2>&1 | sed -n 's/^Core: //p' | tail -n 1
+}
+
+scipy_openblas_version() {
+    sed -n 's/^Version: //p' build/scipy-openblas/scipy_openblas32-*.dist-info/METADATA
 }

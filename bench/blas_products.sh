@@ -7,14 +7,16 @@
 # timed alone (bench/tools/sgemm_step_shapes.c, 2 threads) with:
 #   openblas  Debian's OpenBLAS (femtotron's default build)
 #   mkl       oneMKL (`make BLAS=mkl`; scripts/install_mkl.sh)
-#   openblas-new  PyPI's scipy-openblas32: a recent OpenBLAS (DYNAMIC_ARCH), the question
+#   openblas-new  PyPI's scipy-openblas32 (scripts/install_scipy_openblas.sh, the library of
+#             `make BLAS=scipy-openblas`): a recent OpenBLAS (DYNAMIC_ARCH), the question
 #             "would an OpenBLAS newer than Debian's be faster here"
 #   onednn-matmul, onednn-sgemm  oneDNN (PyPI's onednn-cpu-gomp, the library PyTorch's CPU
 #             kernels come from): its matmul primitive (brgemm kernels) and dnnl_sgemm
 # The libraries run interleaved, ROUNDS times; a shape's rate is its best round. The
 # step's product time is each shape's time x its calls a step: a library that would
 # make a build option worth having shows there first. PyPI's wheels are downloaded
-# (pip download, no install) into build/blas-products/; a library that cannot be had is
+# (pip download, no install) into build/blas-products/ (scipy-openblas32 into
+# build/scipy-openblas, where the build finds it); a library that cannot be had is
 # left out with a warning. Output: bench/results/blas_products.md.
 # Usage: bench/blas_products.sh (env: ROUNDS=3, REPS=5)
 . "$(dirname "$0")/lib.sh"
@@ -50,11 +52,15 @@ if bash scripts/install_mkl.sh >/dev/null 2>&1; then
 else
     echo "WARNING: oneMKL could not be installed: left out" >&2
 fi
-if wheel scipy-openblas32 openblas-new; then
-    d=$(dirname "$(find "$LIBDIR/openblas-new" -name libscipy_openblas.so | head -n 1)")
-    "$CC" -O2 -std=c11 -DLIB_SCIPY -I"$d/../include" "$SRC" -o "$TMP/openblas-new" -L"$d" -Wl,-rpath,"$(realpath "$d")" \
+# the library `make BLAS=scipy-openblas` links, where that build finds it
+. bench/blas_lib.sh
+if bash scripts/install_scipy_openblas.sh >/dev/null 2>&1; then
+    d=$(realpath build/scipy-openblas/scipy_openblas32/lib)
+    "$CC" -O2 -std=c11 -DLIB_SCIPY -I"$d/../include" "$SRC" -o "$TMP/openblas-new" -L"$d" -Wl,-rpath,"$d" \
         -lscipy_openblas -lpthread && add openblas-new "$TMP/openblas-new"
-    NEW_VERSION=$(sed -n 's/^Version: //p' "$LIBDIR"/openblas-new/*.dist-info/METADATA)
+    NEW_VERSION=$(scipy_openblas_version)
+else
+    echo "WARNING: could not download scipy-openblas32 from PyPI: left out" >&2
 fi
 if wheel onednn-cpu-gomp onednn && wheel onednn-devel-cpu-gomp onednn-devel; then
     inc=$(dirname "$(find "$LIBDIR/onednn-devel" -name dnnl.h -path '*include/dnnl.h' | head -n 1)")

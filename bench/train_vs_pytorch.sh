@@ -85,7 +85,7 @@ for b in $FEMTO_BLAS; do
         FEMTO_BIN[$b]=$bin
         BUILDS="$BUILDS $b"
         [[ $b != scipy-openblas ]] ||
-            SCIPY_OPENBLAS=$(sed -n 's/^Version: /OpenBLAS /p' build/scipy-openblas/scipy_openblas32-*.dist-info/METADATA)
+            SCIPY_OPENBLAS="OpenBLAS $(scipy_openblas_version)"
     fi
 done
 [[ -n $BUILDS ]] || { echo "train_vs_pytorch.sh: no femtotron build to run" >&2; exit 1; }
