@@ -432,6 +432,53 @@ static void test_threads(void) {
     tfree_all();
 }
 
+// Products cut into blocks of rows, one a thread (ops/matmul_cpu.c, sgemm_rows, with
+// OpenBLAS on OpenMP's threads): 3 threads over row counts that are not multiples
+// of 16 or of 3, so the blocks are uneven and the last one holds the tail. Each
+// product against double loops (the forward's out, the backward's din += dout @ W
+// into a filled buffer and dW += dout^T in, whose rows are the transposed operand's
+// columns), and bit for bit against the same products on one thread, which runs
+// each as one sgemm.
+static void test_rows_split(void) {
+    int N = 419, I = 48, O = 203;  // rows: 419 (forward, din) and 203 (dW), each >= 64 a thread
+    rng_seed(111);
+    size_t nin = (size_t)N * I, nw = (size_t)O * I, nout = (size_t)N * O;
+    float *in = fnew(nin), *w = fnew(nw), *dout = fnew(nout), *din0 = fnew(nin), *dw0 = fnew(nw);
+    fill(in, nin, -1, 1);
+    fill(w, nw, -1, 1);
+    fill(dout, nout, -1, 1);
+    fill(din0, nin, -1, 1);
+    fill(dw0, nw, -1, 1);
+    double *out_ref = dnew(nout), *din_ref = to_d(din0, nin), *dw_ref = to_d(dw0, nw);
+    matmul_d(out_ref, to_d(in, nin), to_d(w, nw), N, I, O);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < O; o++) {
+            double d = dout[(size_t)n * O + o];
+            for (int i = 0; i < I; i++) {
+                din_ref[(size_t)n * I + i] += d * w[(size_t)o * I + i];
+                dw_ref[(size_t)o * I + i] += d * in[(size_t)n * I + i];
+            }
+        }
+    float *out[2], *din[2], *dw[2];
+    for (int k = 0; k < 2; k++) {
+        ops_set_threads(k ? 1 : 3);
+        out[k] = fnew(nout);
+        din[k] = fcopy(din0, nin);
+        dw[k] = fcopy(dw0, nw);
+        matmul_forward(out[k], in, w, N, I, O);
+        matmul_backward(din[k], dw[k], dout, in, w, N, I, O, 1);
+    }
+    ops_set_threads(2);
+    double e1 = nerr_f(out[0], out_ref, nout), e2 = nerr_f(din[0], din_ref, nin), e3 = nerr_f(dw[0], dw_ref, nw);
+    CHECK(e1 < TOL_FWD, "3 threads: matmul_forward N=%d in=%d out=%d vs double loop (err %.2e)", N, I, O, e1);
+    CHECK(e2 < TOL_FWD, "3 threads: matmul_backward din += dout @ W vs double loop (err %.2e)", e2);
+    CHECK(e3 < TOL_FWD, "3 threads: matmul_backward dW += dout^T in vs double loop (err %.2e)", e3);
+    int same = memcmp(out[0], out[1], nout * sizeof(float)) == 0 && memcmp(din[0], din[1], nin * sizeof(float)) == 0 &&
+               memcmp(dw[0], dw[1], nw * sizeof(float)) == 0;
+    CHECK(same, "3 threads: the forward's and backward's products bit for bit those of 1 thread");
+    tfree_all();
+}
+
 // OpenBLAS's fallback corrected (ops/blas_cores.c): an SSE core OpenBLAS fell back
 // to is replaced by the widest family the CPU's features allow; a core it
 // recognised, a CPU without AVX and an unknown choice are left alone.
@@ -473,6 +520,7 @@ int main(void) {
     test_rmsnorm();
     test_residual();
     test_threads();
+    test_rows_split();
     test_blas_cores();
     return check_summary();
 }
