@@ -37,7 +37,8 @@ double bench_gemm_peak(int n, double seconds, int bf16) {
     int reps = 0, batch = 1;
     // The first call warms caches and BLAS thread pools (and rounds b's copy); it
     // is timed too but a later one nearly always wins. c = a b^T, the call
-    // femtotron's linear layers make (on the CPU exactly sgemm(RowMajor, N, T)). A
+    // femtotron's linear layers make (on the CPU sgemm(RowMajor, N, T), its rows cut
+    // among the threads as ops/matmul_cpu.c cuts the step's). A
     // sample is `batch` calls up to the wait for the device (ops_sync): on a GPU one
     // call of a small n takes less time than the launch and the wait, so samples
     // grow to ~10 ms.
