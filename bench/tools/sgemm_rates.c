@@ -1,10 +1,17 @@
 // bench/tools/sgemm_rates.c — an LD_PRELOAD shim that times every cblas_sgemm a
 // process makes and, at exit, prints its rate per shape (bench/gemm_in_situ.sh).
 // Calls under 2e8 FLOPs (the attention's tiles, made inside OpenMP regions, one
-// thread each) are summed as one "small" row, in thread-seconds.
+// thread each) are summed as one "small" row, in thread-seconds. A larger call
+// inside an OpenMP region is one thread's block of rows of a linear layer's
+// product, which ops/matmul_cpu.c cuts among the team (sgemm_rows): the team's
+// blocks run side by side, so thread 0's block stands for the product, recorded as
+// the product's shape (its rows times the team: the whole M where the rows divide
+// evenly, as at the benchmark's shapes) and its own time; the other blocks are not
+// recorded.
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
+#include <omp.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -43,13 +50,18 @@ void cblas_sgemm(const enum CBLAS_ORDER o, const enum CBLAS_TRANSPOSE ta, const 
         small_flops += flops;
         return;
     }
+    int rows = M;
+    if (omp_in_parallel()) {
+        if (omp_get_thread_num() != 0) return;
+        rows = M * omp_get_num_threads();
+    }
     int i = 0;
-    while (i < n_shapes && !(shapes[i].m == M && shapes[i].n == N && shapes[i].k == K &&
+    while (i < n_shapes && !(shapes[i].m == rows && shapes[i].n == N && shapes[i].k == K &&
                              shapes[i].ta == (int)ta && shapes[i].tb == (int)tb))
         i++;
     if (i == n_shapes) {
         if (n_shapes == MAX_SHAPES) return;
-        shapes[n_shapes].m = M, shapes[n_shapes].n = N, shapes[n_shapes].k = K;
+        shapes[n_shapes].m = rows, shapes[n_shapes].n = N, shapes[n_shapes].k = K;
         shapes[n_shapes].ta = ta, shapes[n_shapes].tb = tb;
         n_shapes++;
     }
