@@ -13,6 +13,7 @@
 #include "ops/bf16.h"
 #include "ops/blas_api.h"
 #include "ops/matmul_bf16_cpu.h"
+#include "ops/matmul_cpu.h"
 #include "ops/ops.h"
 #include "util.h"
 
@@ -55,16 +56,22 @@ void ops_set_threads(int threads) {
 // shapes of the small config): the split's products 1-6% faster over a step, most on
 // the smallest (2048x512x512: 151-176 -> 180-190 GFLOP/s). Each element of C sums
 // over K in the same blocks and order as the whole product, so the bits are the
-// ones the unsplit sgemm gives. Block starts are multiples of 16 rows (64 bytes of
-// a transposed A's row).
-static int rows_split_threads(int M) {
+// ones the unsplit sgemm gives, as long as both take OpenBLAS's general kernels:
+// it multiplies products of up to 10^6 multiply-adds with small-matrix kernels of
+// their own (Skylake-X and later), so a block is never cut below ROWS_BLOCK_MIN_MNK.
+// Block starts are multiples of 16 rows (64 bytes of a transposed A's row).
+#define ROWS_BLOCK_MIN_MNK 4e6  // multiply-adds a block at least (the step's least: 2.7e8)
+#define ROWS_BLOCK_MIN_ROWS 64
+
+int matmul_cpu_row_blocks(int M, int N, int K) {
 #if defined(FEMTOTRON_BLIS) || defined(FEMTOTRON_MKL) || defined(FEMTOTRON_SCIPY_OPENBLAS)
-    (void)M;
-    return 1;  // BLIS and oneMKL keep their own threading; PyPI's OpenBLAS has its own pool
+    (void)M, (void)N, (void)K;
+    return 1;  // BLIS and PyPI's OpenBLAS run threads of their own; oneMKL's products ran no faster cut
 #else
     if (omp_in_parallel() || openblas_get_parallel() != 2) return 1;
     int threads = omp_get_max_threads();
-    return M >= 64 * threads ? threads : 1;
+    double block_rows = (double)M / threads;
+    return block_rows >= ROWS_BLOCK_MIN_ROWS && block_rows * N * K >= ROWS_BLOCK_MIN_MNK ? threads : 1;
 #endif
 }
 
@@ -74,7 +81,7 @@ static int rows_block_start(int M, int threads, int t) {
 
 static void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    int threads = rows_split_threads(M);
+    int threads = matmul_cpu_row_blocks(M, N, K);
     if (threads < 2) {
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
         return;

@@ -29,6 +29,7 @@
 
 #include "check.h"
 #include "ops/blas_cores.h"
+#include "ops/matmul_cpu.h"
 #include "ops/ops.h"
 #include "ops_reference.h"
 #include "run_child.h"
@@ -434,13 +435,33 @@ static void test_threads(void) {
 
 // Products cut into blocks of rows, one a thread (ops/matmul_cpu.c, sgemm_rows, with
 // OpenBLAS on OpenMP's threads): 3 threads over row counts that are not multiples
-// of 16 or of 3, so the blocks are uneven and the last one holds the tail. Each
-// product against double loops (the forward's out, the backward's din += dout @ W
-// into a filled buffer and dW += dout^T in, whose rows are the transposed operand's
-// columns), and bit for bit against the same products on one thread, which runs
-// each as one sgemm.
+// of 16 or of 3, so the blocks are uneven and the last one holds the tail. First
+// that the three products are cut into 3 (and a product too small for it, or one
+// called inside a parallel region, is not), then each against double loops (the
+// forward's out, the backward's din += dout @ W into a filled buffer and dW +=
+// dout^T in, whose rows are the transposed operand's columns), and bit for bit
+// against the same products on one thread, which runs each as one sgemm.
 static void test_rows_split(void) {
-    int N = 419, I = 48, O = 203;  // rows: 419 (forward, din) and 203 (dW), each >= 64 a thread
+    int N = 419, I = 160, O = 203;  // rows 419 (forward, din), 203 (dW): blocks of 64-147 rows, >= 4e6 multiply-adds
+    ops_set_threads(3);
+#if defined(FEMTOTRON_BLIS) || defined(FEMTOTRON_MKL) || defined(FEMTOTRON_SCIPY_OPENBLAS)
+    const int cut = 1;  // these builds' BLAS threads its products itself
+#else
+    const int cut = 3;
+#endif
+    int blocks_fwd = matmul_cpu_row_blocks(N, O, I), blocks_din = matmul_cpu_row_blocks(N, I, O),
+        blocks_dw = matmul_cpu_row_blocks(O, I, N), blocks_small = matmul_cpu_row_blocks(419, 8, 8), blocks_inner = 0;
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp master
+        blocks_inner = matmul_cpu_row_blocks(N, O, I);
+    }
+    CHECK(blocks_fwd == cut && blocks_din == cut && blocks_dw == cut,
+          "3 threads: forward, din and dW products cut into %d blocks of rows (%d, %d, %d)", cut, blocks_fwd,
+          blocks_din, blocks_dw);
+    CHECK(blocks_small == 1 && blocks_inner == 1,
+          "3 threads: one call for 419x8x8 (%d blocks) and inside a parallel region (%d)", blocks_small,
+          blocks_inner);
     rng_seed(111);
     size_t nin = (size_t)N * I, nw = (size_t)O * I, nout = (size_t)N * O;
     float *in = fnew(nin), *w = fnew(nw), *dout = fnew(nout), *din0 = fnew(nin), *dw0 = fnew(nw);
