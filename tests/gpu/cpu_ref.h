@@ -97,6 +97,7 @@
 #define moe_dispatch cpu_moe_dispatch
 #define ops_set_threads cpu_ops_set_threads
 #define ops_blas_name cpu_ops_blas_name
+#define matmul_cpu_row_blocks cpu_matmul_cpu_row_blocks
 // ops/matmul_bf16_cpu.h's own names (a second copy of them is in the CPU build's
 // objects, which tests/shell/test_cuda_build.sh's gpu_ops_cpu links too)
 #define cpu_bf16_operand cpu_ref_bf16_operand
@@ -206,6 +207,7 @@
 #undef moe_dispatch
 #undef ops_set_threads
 #undef ops_blas_name
+#undef matmul_cpu_row_blocks
 #undef cpu_bf16_operand
 #undef cpu_gemm_bf16
 #undef cpu_bf16_copy_for_update
