@@ -8,10 +8,10 @@
 # "Alone" is timed twice: warm (the operands stay in the caches from call to call)
 # and cold (512 MiB of other memory written before each call, so the operands come
 # from DRAM, as a step's do). BLAS=mkl times femtotron's oneMKL build (make BLAS=mkl,
-# scripts/install_mkl.sh) with helpers linked against oneMKL. The default build cuts each
-# product's rows among its threads (ops/matmul_cpu.c): the shim records thread 0's
-# block as the product, and "alone" calls it cut the same way; oneMKL's build makes one
-# call, threaded by oneMKL, and is timed so alone too.
+# scripts/install_mkl.sh) with helpers linked against oneMKL. "Alone" multiplies through
+# the build's own products (ops/matmul_cpu.c's object), so it cuts a product's rows among
+# the threads where the build does (the default build); the shim records thread 0's
+# block of such a product as the product.
 #
 # Output: bench/results/gemm_in_situ.md (gemm_in_situ_small.md for CONFIG=small;
 # _mkl before .md for BLAS=mkl).
@@ -31,18 +31,19 @@ esac
 cc -O2 -std=c11 -shared -fPIC -fopenmp bench/tools/sgemm_rates.c -o "$TMP/sgemm_rates.so" -ldl
 BLAS=${BLAS:-openblas}
 case $BLAS in
-    openblas) OBJ=build ROWS=1 ;;  # what ./femtotron links; its products cut by rows
-    mkl) FT=$(blas_build mkl "$TMP") || exit 1; OBJ=build-mkl OUT=${OUT%.md}_mkl.md ROWS=0 ;;
+    openblas) OBJ=build ;;  # what ./femtotron links
+    mkl) FT=$(blas_build mkl "$TMP") || exit 1; OBJ=build-mkl OUT=${OUT%.md}_mkl.md ;;
     *) echo "gemm_in_situ.sh: BLAS=$BLAS: give openblas or mkl" >&2; exit 2 ;;
 esac
 # the helpers link the BLAS as the build does (the Makefile's blas-libs)
 read -r -a BLAS_LINK <<<"$(make -s BLAS="$BLAS" blas-libs) -fopenmp -lm"
-cc -O2 -std=c11 bench/tools/sgemm_alone.c -o "$TMP/sgemm_alone" "${BLAS_LINK[@]}"
-# the attention kernels alone, on the same shapes and the build's own objects
-# (with the objects its bf16 and AMX paths call into: ops/cpu.c's rounding, the products')
+# the products, and the attention kernels, alone through the build's own objects (with
+# those the products and the attention's bf16 and AMX paths call into: ops/cpu.c's rounding,
+# the bf16 operands' planned workspace)
+OPS_OBJ=($OBJ/ops/matmul_cpu.o $OBJ/ops/matmul_bf16_cpu.o $OBJ/ops/cuda_workspace.o $OBJ/ops/cpu.o $OBJ/ops/buffers_cpu.o $OBJ/util.o)
+cc -O2 -std=c11 -fopenmp -Isrc bench/tools/sgemm_alone.c "${OPS_OBJ[@]}" -o "$TMP/sgemm_alone" "${BLAS_LINK[@]}"
 cc -O2 -std=c11 -fopenmp -Isrc bench/tools/attention_alone.c $OBJ/ops/attention_cpu.o $OBJ/ops/attention_amx_cpu.o \
-    $OBJ/ops/matmul_cpu.o $OBJ/ops/matmul_bf16_cpu.o $OBJ/ops/cpu.o $OBJ/ops/buffers_cpu.o $OBJ/util.o \
-    -o "$TMP/attention_alone" "${BLAS_LINK[@]}"
+    "${OPS_OBJ[@]}" -o "$TMP/attention_alone" "${BLAS_LINK[@]}"
 # The helpers link OpenBLAS without femtotron's constructor (ops/blas_cores.c): give
 # them, and the run, the kernels femtotron's binary runs (OpenBLAS's own fallback on a
 # CPU it does not know would time SSE kernels "alone").
@@ -71,8 +72,8 @@ echo
 echo "| M | N | K | op | calls | in the step GFLOP/s | alone, warm GFLOP/s | in step / warm | alone, cold GFLOP/s | in step / cold | seconds |"
 echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 } >"$OUT"
-alone_rate() {  # reps cold: this row's shape alone, 2 threads, called as the build calls it (bench/tools/sgemm_alone.c)
-    OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}" "$@" "$ROWS"
+alone_rate() {  # reps cold: this row's shape alone, 2 threads, through the build's products (bench/tools/sgemm_alone.c)
+    OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 "$TMP/sgemm_alone" "$m" "$n" "$k" "${tr:0:1}" "${tr:1:1}" "$@"
 }
 while read -r tag m n k tr calls s; do
     [ "$tag" = sgemm ] || continue
